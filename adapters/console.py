@@ -1,0 +1,87 @@
+"""The terminal front end: each stdin line is a message from the local user.
+
+Lines typed quickly form one burst and get one reply. When stdin ends, pending input is answered at
+once (no need to wait for the quiet window) and the process is asked to stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+from typing import TextIO
+
+from bot.events import ConversationKey, IncomingMessage, Reply
+from bot.frontend import Host
+
+CONSOLE_KEY = ConversationKey("console", "local", "terminal")
+SETTLE_POLL_SECONDS = 0.05
+
+
+class ConsoleFrontend:
+    platform = "console"
+
+    def __init__(
+        self,
+        user_name: str = "you",
+        stdin: TextIO | None = None,
+        stdout: TextIO | None = None,
+        indicator: TextIO | None = None,
+    ) -> None:
+        self.user_name = user_name
+        self.stdin = stdin or sys.stdin
+        self.stdout = stdout or sys.stdout
+        if indicator is None and sys.stderr.isatty():
+            indicator = sys.stderr
+        self.indicator = indicator
+        self._run_id = f"{time.time_ns():x}"
+        self._printed: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self, host: Host) -> None:
+        self._task = asyncio.create_task(self._read(host))
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _read(self, host: Host) -> None:
+        lines: asyncio.Queue[str | None] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+
+        def pump() -> None:  # a daemon thread, so a blocked read never holds up shutdown
+            for line in self.stdin:
+                loop.call_soon_threadsafe(lines.put_nowait, line)
+            loop.call_soon_threadsafe(lines.put_nowait, None)
+
+        threading.Thread(target=pump, name="console-stdin", daemon=True).start()
+        count = 0
+        while (line := await lines.get()) is not None:
+            text = line.rstrip("\r\n")
+            if not text.strip():
+                continue
+            count += 1
+            await host.ingest(
+                IncomingMessage(
+                    CONSOLE_KEY, f"{self._run_id}-{count}", "local", self.user_name, text
+                )
+            )
+        await host.flush(CONSOLE_KEY)
+        # The answer may come from another process sharing the database: poll the stored state.
+        while not await host.is_settled(CONSOLE_KEY):  # noqa: ASYNC110
+            await asyncio.sleep(SETTLE_POLL_SECONDS)
+        host.request_stop()
+
+    async def deliver(self, reply: Reply) -> list[str]:
+        if reply.id not in self._printed:
+            self._printed.add(reply.id)
+            await self.show_busy(reply.key, False)
+            self.stdout.write(f"burstbot: {reply.text}\n")
+            self.stdout.flush()
+        return [reply.id]
+
+    async def show_busy(self, key: ConversationKey, busy: bool) -> None:
+        if self.indicator is not None:
+            self.indicator.write("\r(thinking…)" if busy else "\r" + " " * 12 + "\r")
+            self.indicator.flush()

@@ -1,0 +1,124 @@
+"""The composition root: config → store, replier, engine, scheduler and front ends."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import socket
+
+from bot.clock import Clock, SystemClock
+from bot.config import Config, require_secret
+from bot.engine import Engine, EngineSettings
+from bot.errors import ConfigError
+from bot.events import ConversationKey, Event
+from bot.frontend import Frontend
+from bot.replier import OfflineReplier, Replier
+from bot.scheduler import Scheduler
+from bot.store import IngestResult, Store
+
+log = logging.getLogger("burstbot")
+
+
+def make_owner(config: Config) -> str:
+    if config.engine.owner:
+        return config.engine.owner
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+def build_replier(config: Config) -> Replier:
+    if config.llm.provider == "offline":
+        return OfflineReplier()
+    require_secret(config.llm.api_key_env, "llm.api_key_env")
+    raise ConfigError("llm.provider: the anthropic replier is not available in this build")
+
+
+def build_frontends(config: Config) -> list[Frontend]:
+    frontends: list[Frontend] = []
+    if config.console.enabled:
+        from adapters.console import ConsoleFrontend
+
+        frontends.append(ConsoleFrontend(user_name=config.console.user_name))
+    if config.slack.enabled:
+        raise ConfigError("slack.enabled: the Slack adapter is not available in this build")
+    if config.discord.enabled:
+        raise ConfigError("discord.enabled: the Discord adapter is not available in this build")
+    if not frontends:
+        raise ConfigError("config: no front end enabled (console, slack or discord)")
+    return frontends
+
+
+def build_store(config: Config) -> Store:
+    from storage import open_store
+
+    return open_store(config.storage.url, config.storage.pool_size)
+
+
+class App:
+    """One process: one store, one engine, one scheduler, every enabled front end (a `Host`)."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        replier: Replier,
+        frontends: list[Frontend],
+        clock: Clock | None = None,
+        owner: str | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.frontends = frontends
+        self.engine = Engine(
+            store,
+            replier,
+            clock or SystemClock(),
+            EngineSettings.from_config(config),
+            owner or make_owner(config),
+            {f.platform: f for f in frontends},
+        )
+        self.scheduler = Scheduler(self.engine)
+        self._stop = asyncio.Event()
+
+    # Host ------------------------------------------------------------------------------------
+    async def ingest(self, event: Event) -> IngestResult:
+        return await self.engine.ingest(event)
+
+    async def flush(self, key: ConversationKey) -> None:
+        await self.engine.flush(key)
+
+    async def is_settled(self, key: ConversationKey) -> bool:
+        return await self.engine.is_settled(key)
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    # lifecycle -------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Serve until asked to stop (signal or a front end), then shut down cleanly."""
+        await self.store.open()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.request_stop)
+        scheduler = asyncio.create_task(self.scheduler.run())
+        started: list[Frontend] = []
+        try:
+            for frontend in self.frontends:
+                await frontend.start(self)
+                started.append(frontend)
+            log.info("burstbot running as %s", self.engine.owner)
+            stop = asyncio.create_task(self._stop.wait())
+            await asyncio.wait({stop, scheduler}, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+        finally:
+            for frontend in started:
+                with contextlib.suppress(Exception):
+                    await frontend.stop()
+            self.scheduler.stop()
+            await asyncio.gather(scheduler, return_exceptions=True)
+            await self.engine.shutdown()
+            await self.store.close()

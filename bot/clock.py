@@ -1,0 +1,67 @@
+"""Time as an input.
+
+The engine and scheduler never read the wall clock directly: production passes `SystemClock`, tests
+pass `FakeClock` and step it, so debounce tests never sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Seconds since the epoch."""
+        ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    def now(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))
+
+
+class FakeClock:
+    """A clock that only moves when a test calls `advance`; sleepers wake in deadline order."""
+
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self._now = start
+        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._counter = itertools.count()
+
+    def now(self) -> float:
+        return self._now
+
+    async def sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            await asyncio.sleep(0)
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (self._now + seconds, next(self._counter), future))
+        await future
+
+    async def advance(self, seconds: float) -> None:
+        """Move time forward, waking every sleeper whose time has come, in order."""
+        target = self._now + seconds
+        while self._sleepers and self._sleepers[0][0] <= target:
+            wake_at, _, future = heapq.heappop(self._sleepers)
+            self._now = max(self._now, wake_at)
+            if not future.done():
+                future.set_result(None)
+            await settle()
+        self._now = target
+        await settle()
+
+
+async def settle(rounds: int = 50) -> None:
+    """Let every ready task run until the loop is idle (tests use it after each step)."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)

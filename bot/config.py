@@ -1,0 +1,149 @@
+"""Configuration: TOML validated by pydantic, secrets referenced by environment variable name.
+
+Every mistake becomes one `ConfigError` line naming the key (`debounce.quiet_secnds: unknown key`),
+so the CLI can print it and exit 2 instead of showing a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from bot.errors import ConfigError
+
+DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_SYSTEM_PROMPT = (
+    "You are burstbot, a helpful assistant in a team chat. People often send one thought as "
+    "several quick messages; answer the whole burst once, briefly and in plain Markdown."
+)
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StorageConfig(Section):
+    url: str = "sqlite:///burstbot.db"
+    pool_size: int = Field(default=10, ge=1, le=200)
+
+
+class DebounceConfig(Section):
+    quiet_seconds: float = Field(default=1.5, ge=0)
+    max_wait_seconds: float = Field(default=8.0, gt=0)
+
+    @model_validator(mode="after")
+    def _quiet_within_cap(self) -> DebounceConfig:
+        if self.quiet_seconds > self.max_wait_seconds:
+            raise ValueError("quiet_seconds must not exceed max_wait_seconds")
+        return self
+
+
+class LeaseConfig(Section):
+    ttl_seconds: float = Field(default=30.0, gt=0)
+
+
+class EngineConfig(Section):
+    max_concurrent_generations: int = Field(default=8, ge=1)
+    poll_seconds: float = Field(default=1.0, gt=0)
+    busy_retry_seconds: float = Field(default=1.0, gt=0)
+    delivery_max_attempts: int = Field(default=8, ge=1)
+    delivery_backoff_seconds: float = Field(default=1.0, gt=0)
+    owner: str = ""
+
+
+class LlmConfig(Section):
+    provider: Literal["anthropic", "offline"] = "anthropic"
+    model: str = DEFAULT_MODEL
+    api_key_env: str = "ANTHROPIC_API_KEY"
+    base_url: str = ""
+    max_tokens: int = Field(default=1024, ge=1)
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    max_context_tokens: int = Field(default=8000, ge=100)
+    timeout_seconds: float = Field(default=60.0, gt=0)
+    max_retries: int = Field(default=2, ge=0)
+    max_attempts: int = Field(default=3, ge=1)
+    retry_backoff_seconds: float = Field(default=2.0, ge=0)
+    failure_message: str = "Sorry, I couldn't answer that just now. Please try again in a moment."
+
+
+class ConsoleConfig(Section):
+    enabled: bool = True
+    user_name: str = "you"
+
+
+class SlackConfig(Section):
+    enabled: bool = False
+    mode: Literal["socket", "http"] = "socket"
+    bot_token_env: str = "SLACK_BOT_TOKEN"
+    app_token_env: str = "SLACK_APP_TOKEN"
+    signing_secret_env: str = "SLACK_SIGNING_SECRET"
+    api_base_url: str = ""
+    http_host: str = "127.0.0.1"
+    http_port: int = Field(default=3000, ge=0, le=65535)
+    http_path: str = "/slack/events"
+    listen_channels: list[str] = Field(default_factory=list)
+
+
+class DiscordConfig(Section):
+    enabled: bool = False
+    token_env: str = "DISCORD_TOKEN"
+    listen_channels: list[str] = Field(default_factory=list)
+    allowed_guilds: list[str] = Field(default_factory=list)
+    scope: Literal["channel", "user"] = "channel"
+    shard_id: int | None = Field(default=None, ge=0)
+    shard_count: int | None = Field(default=None, ge=1)
+
+
+class Config(Section):
+    storage: StorageConfig = StorageConfig()
+    debounce: DebounceConfig = DebounceConfig()
+    lease: LeaseConfig = LeaseConfig()
+    engine: EngineConfig = EngineConfig()
+    llm: LlmConfig = LlmConfig()
+    console: ConsoleConfig = ConsoleConfig()
+    slack: SlackConfig = SlackConfig()
+    discord: DiscordConfig = DiscordConfig()
+
+
+def parse_config(data: dict[str, object]) -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"]) or "config"
+        if error["type"] == "extra_forbidden":
+            raise ConfigError(f"{where}: unknown key") from None
+        raise ConfigError(f"{where}: {error['msg']}") from None
+
+
+def load_config(path: str | Path) -> Config:
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    return parse_config(data)
+
+
+def default_config(environ: dict[str, str] | None = None) -> Config:
+    """The no-config-file setup: terminal chat on ./burstbot.db; Claude if a key is set."""
+    env = os.environ if environ is None else environ
+    provider = "anthropic" if env.get("ANTHROPIC_API_KEY") else "offline"
+    return parse_config({"llm": {"provider": provider}})
+
+
+def require_secret(env_name: str, setting: str, environ: dict[str, str] | None = None) -> str:
+    """Read a secret from the environment or fail with one line naming the variable."""
+    env = os.environ if environ is None else environ
+    value = env.get(env_name, "")
+    if not value.strip():
+        raise ConfigError(f"{setting}: environment variable {env_name} is not set")
+    return value

@@ -1,0 +1,502 @@
+"""The burst engine: every transition of a conversation, in pipeline order.
+
+Rules (DESIGN.md §3), which this file keeps and nothing else changes:
+
+1. Arrival: a message is stored once (dedupe by platform id), bumps the version and arms the
+   conversation's timer: due `quiet` after the last message, never later than `max_wait` after the
+   first unanswered one. Bot messages are refused before storage.
+2. Timer due: take the lease by compare-and-swap (fencing token + expiry) only with a free
+   generation slot; if another worker holds it, back off and leave the timer armed.
+3. Collect: snapshot V; the burst is the pending messages up to V, edits applied, deletes dropped.
+4. Generate once; renew the lease every ttl/3 (failure aborts); on newer input before the deadline,
+   cancel the stream at once and let the re-armed timer fire.
+5. Final check + commit in one transaction (token still fences, and V is still current unless the
+   deadline passed); otherwise discard.
+6. Deliver from the outbox under a claim, with the reply id as idempotency key; retry with backoff.
+7. Model failures release and re-arm with backoff; after `max_attempts` (or a permanent error) the
+   failure message is posted and the burst counts as answered. No message is lost either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from bot.clock import Clock
+from bot.config import Config
+from bot.errors import (
+    PermanentDeliveryError,
+    PermanentReplierError,
+    ReplierError,
+    RetryableDeliveryError,
+    RetryableReplierError,
+)
+from bot.events import ConversationKey, Event, IncomingMessage, MessageDeleted, Reply
+from bot.frontend import Frontend
+from bot.prompt import build_prompt
+from bot.replier import Replier, Usage
+from bot.store import (
+    DueTimer,
+    GenerationOutcome,
+    GenerationRecord,
+    IngestResult,
+    Lease,
+    NewReply,
+    OutboxRow,
+    Store,
+    Timing,
+    TokenUsage,
+)
+
+log = logging.getLogger("burstbot.engine")
+
+HISTORY_LIMIT = 200
+DELIVERY_BATCH = 16
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    quiet_seconds: float = 1.5
+    max_wait_seconds: float = 8.0
+    lease_ttl_seconds: float = 30.0
+    max_concurrent_generations: int = 8
+    poll_seconds: float = 1.0
+    busy_retry_seconds: float = 1.0
+    delivery_max_attempts: int = 8
+    delivery_backoff_seconds: float = 1.0
+    model_max_attempts: int = 3
+    model_backoff_seconds: float = 2.0
+    failure_message: str = "Sorry, I couldn't answer that just now."
+    system_prompt: str = "You are a helpful assistant."
+    max_context_tokens: int = 8000
+
+    @classmethod
+    def from_config(cls, config: Config) -> EngineSettings:
+        return cls(
+            quiet_seconds=config.debounce.quiet_seconds,
+            max_wait_seconds=config.debounce.max_wait_seconds,
+            lease_ttl_seconds=config.lease.ttl_seconds,
+            max_concurrent_generations=config.engine.max_concurrent_generations,
+            poll_seconds=config.engine.poll_seconds,
+            busy_retry_seconds=config.engine.busy_retry_seconds,
+            delivery_max_attempts=config.engine.delivery_max_attempts,
+            delivery_backoff_seconds=config.engine.delivery_backoff_seconds,
+            model_max_attempts=config.llm.max_attempts,
+            model_backoff_seconds=config.llm.retry_backoff_seconds,
+            failure_message=config.llm.failure_message,
+            system_prompt=config.llm.system_prompt,
+            max_context_tokens=config.llm.max_context_tokens,
+        )
+
+    @property
+    def timing(self) -> Timing:
+        return Timing(self.quiet_seconds, self.max_wait_seconds)
+
+
+Supervision = Literal["done", "superseded", "lease_lost"]
+Listener = Callable[[str, dict[str, object]], None]
+
+
+class Engine:
+    """Owns the transitions; the scheduler (bot/scheduler.py) decides when to call `run_due`."""
+
+    def __init__(
+        self,
+        store: Store,
+        replier: Replier,
+        clock: Clock,
+        settings: EngineSettings,
+        owner: str,
+        frontends: Mapping[str, Frontend] | None = None,
+    ) -> None:
+        self.store = store
+        self.replier = replier
+        self.clock = clock
+        self.settings = settings
+        self.owner = owner
+        self.frontends: dict[str, Frontend] = dict(frontends or {})
+        self.wakeup = asyncio.Event()
+        self.sleeping_until = math.inf
+        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._deliveries: set[asyncio.Task[None]] = set()
+        self._version_bumped: dict[str, asyncio.Event] = {}
+        self._listeners: list[Listener] = []
+        self._closing = False
+
+    # observation ------------------------------------------------------------------------------
+    def subscribe(self, listener: Listener) -> None:
+        """Metrics and tests listen to named engine events (`ingested`, `superseded`, ...)."""
+        self._listeners.append(listener)
+
+    def _emit(self, name: str, **fields: object) -> None:
+        for listener in self._listeners:
+            listener(name, fields)
+
+    @property
+    def busy(self) -> int:
+        return len(self._workers)
+
+    # 1. arrival ------------------------------------------------------------------------------
+    async def ingest(self, event: Event) -> IngestResult:
+        if isinstance(event, IncomingMessage) and event.author_is_bot:
+            self._emit("ignored", conversation=event.key.id, reason="bot author")
+            return IngestResult("ignored", event.key.id, 0)
+        now = self.clock.now()
+        timing = self.settings.timing
+        if isinstance(event, IncomingMessage):
+            result = await self.store.ingest(event, now, timing)
+        elif isinstance(event, MessageDeleted):
+            result = await self.store.delete(event, now, timing)
+        else:
+            result = await self.store.edit(event, now, timing)
+        self._emit(result.status, conversation=result.conversation_id, version=result.version)
+        if result.status == "accepted":
+            bumped = self._version_bumped.get(result.conversation_id)
+            if bumped is not None:
+                bumped.set()
+            if result.due_at is not None and result.due_at < self.sleeping_until:
+                self.wakeup.set()
+            self._indicate(event.key, busy=True)
+        return result
+
+    async def flush(self, key: ConversationKey) -> None:
+        await self.store.flush(key.id, self.clock.now())
+        self.wakeup.set()
+
+    async def is_settled(self, key: ConversationKey) -> bool:
+        state = await self.store.conversation_state(key.id)
+        if state is None:
+            return True
+        if state.version > state.answered_version or key.id in self._workers:
+            return False
+        return not any(r.state == "pending" for r in await self.store.replies(key.id))
+
+    # 2. timers and leases --------------------------------------------------------------------
+    async def run_due(self) -> int:
+        """Start a worker for each due timer, as far as free generation slots allow."""
+        if self._closing:
+            return 0
+        free = self.settings.max_concurrent_generations - len(self._workers)
+        if free <= 0:
+            return 0
+        timers = await self.store.due_timers(self.clock.now(), free + len(self._workers))
+        started = 0
+        for timer in timers:
+            if started >= free:
+                break
+            if timer.conversation_id in self._workers:
+                continue
+            task = asyncio.create_task(self._work(timer))
+            self._workers[timer.conversation_id] = task
+            task.add_done_callback(functools.partial(self._worker_done, timer.conversation_id))
+            started += 1
+        return started
+
+    def _worker_done(self, conversation_id: str, _task: asyncio.Task[None]) -> None:
+        self._workers.pop(conversation_id, None)
+        self.wakeup.set()
+
+    async def _work(self, timer: DueTimer) -> None:
+        cid = timer.conversation_id
+        now = self.clock.now()
+        ttl = self.settings.lease_ttl_seconds
+        lease = await self.store.acquire_lease(cid, self.owner, now, ttl)
+        if lease is None:
+            expiry = await self.store.lease_expiry(cid)
+            retry_at = now + self.settings.busy_retry_seconds
+            if expiry is not None and expiry > now:
+                retry_at = min(retry_at, expiry)
+            await self.store.postpone_timer(cid, retry_at, now)
+            self._emit("lease_conflict", conversation=cid, retry_at=retry_at)
+            return
+        self._emit("lease_acquired", conversation=cid, token=lease.token)
+        try:
+            await self._serve(lease)
+        except asyncio.CancelledError:
+            await self._release_quietly(lease)
+            raise
+        except Exception:
+            log.exception("conversation %s: unexpected failure; lease released", cid)
+            await self._release_quietly(lease)
+
+    async def _release_quietly(self, lease: Lease) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.shield(self.store.release_lease(lease.conversation_id, lease.token))
+
+    # 3-5. collect, generate, commit ----------------------------------------------------------
+    async def _serve(self, lease: Lease) -> None:
+        cid, token, version = lease.conversation_id, lease.token, lease.version
+        key = ConversationKey.parse(cid)
+        if version <= lease.answered_version:
+            await self.store.drop_timer(cid, version)
+            await self.store.release_lease(cid, token)
+            return
+        pending = await self.store.pending_messages(cid, lease.answered_version, version)
+        deadline = lease.deadline_at if lease.deadline_at is not None else math.inf
+        started_at = self.clock.now()
+        if not pending:
+            done = await self.store.commit(
+                cid, token, version, started_at >= deadline, started_at, self.settings.timing, None
+            )
+            if done is None:
+                await self.store.release_lease(cid, token)
+                return
+            log.info("conversation %s: every message of the burst was deleted; skipped", cid)
+            await self._record(lease, started_at, "skipped", Usage(), "all messages deleted")
+            self._indicate(key, busy=False)
+            return
+
+        history = await self.store.history(cid, lease.answered_version, HISTORY_LIMIT)
+        prompt = build_prompt(
+            self.settings.system_prompt, history, pending, self.settings.max_context_tokens
+        )
+        usage = Usage()
+        self._emit("generating", conversation=cid, version=version, burst=len(pending))
+        generation = asyncio.create_task(self.replier.generate(prompt, usage))
+        outcome = await self._supervise(generation, lease, deadline)
+        if outcome == "superseded":
+            await self._record(lease, started_at, "superseded", usage)
+            self._emit("superseded", conversation=cid, wasted=usage.output_tokens)
+            await self.store.release_lease(cid, token)
+            return
+        if outcome == "lease_lost":
+            await self._record(lease, started_at, "lease_lost", usage)
+            log.warning("conversation %s: lease lost during generation; reply dropped", cid)
+            return
+
+        try:
+            text = generation.result()
+            if not text.strip():
+                raise RetryableReplierError("the model returned no text")
+        except ReplierError as exc:
+            await self._model_failed(lease, started_at, usage, exc, pending[-1].message_id)
+            return
+        except Exception as exc:
+            log.exception("conversation %s: replier crashed", cid)
+            await self._model_failed(
+                lease, started_at, usage, RetryableReplierError(repr(exc)), pending[-1].message_id
+            )
+            return
+
+        now = self.clock.now()
+        reply = NewReply(text, "answer", pending[-1].message_id, _frozen(usage))
+        row = await self.store.commit(
+            cid, token, version, now >= deadline, now, self.settings.timing, reply
+        )
+        if not isinstance(row, OutboxRow):
+            await self._record(lease, started_at, "discarded", usage)
+            self._emit("discarded", conversation=cid, version=version)
+            await self.store.release_lease(cid, token)
+            return
+        await self._record(lease, started_at, "posted", usage)
+        self._emit("committed", conversation=cid, reply_id=row.id, version=version)
+        await self.deliver_due(reply_id=row.id)
+
+    async def _supervise(
+        self, generation: asyncio.Task[str], lease: Lease, deadline: float
+    ) -> Supervision:
+        """Wait for the generation while renewing the lease and watching for newer input."""
+        cid, ttl = lease.conversation_id, self.settings.lease_ttl_seconds
+        bumped = self._version_bumped.setdefault(cid, asyncio.Event())
+        bumped.clear()
+        now = self.clock.now()
+        next_renew, next_poll = now + ttl / 3, now + self.settings.poll_seconds
+        try:
+            while not generation.done():
+                sleeper = asyncio.ensure_future(self.clock.sleep(min(next_renew, next_poll) - now))
+                waiter = asyncio.ensure_future(bumped.wait())
+                try:
+                    await asyncio.wait(
+                        {generation, sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    sleeper.cancel()
+                    waiter.cancel()
+                if generation.done():
+                    break
+                now = self.clock.now()
+                if bumped.is_set() or now >= next_poll:
+                    bumped.clear()
+                    next_poll = now + self.settings.poll_seconds
+                    if now < deadline and await self.store.current_version(cid) > lease.version:
+                        await _cancel(generation)
+                        return "superseded"
+                if now >= next_renew:
+                    renewed = await self.store.renew_lease(
+                        cid, lease.token, lease.version, now, ttl
+                    )
+                    if not renewed:
+                        await _cancel(generation)
+                        return "lease_lost"
+                    next_renew = now + ttl / 3
+            return "done"
+        except asyncio.CancelledError:
+            await _cancel(generation)
+            raise
+        finally:
+            self._version_bumped.pop(cid, None)
+
+    async def _model_failed(
+        self,
+        lease: Lease,
+        started_at: float,
+        usage: Usage,
+        exc: ReplierError,
+        reply_to: str,
+    ) -> None:
+        cid, token = lease.conversation_id, lease.token
+        attempts = lease.failed_attempts + 1
+        await self._record(lease, started_at, "failed", usage, str(exc))
+        now = self.clock.now()
+        permanent = isinstance(exc, PermanentReplierError)
+        if permanent or attempts >= self.settings.model_max_attempts:
+            log.error(
+                "conversation %s: model failed (%s, attempt %d); posting the failure message",
+                cid, exc, attempts,
+            )  # fmt: skip
+            apology = NewReply(self.settings.failure_message, "apology", reply_to)
+            row = await self.store.commit(
+                cid, token, lease.version, True, now, self.settings.timing, apology
+            )
+            if isinstance(row, OutboxRow):
+                self._emit("apology", conversation=cid, reply_id=row.id)
+                await self.deliver_due(reply_id=row.id)
+            return
+        retry_at = now + self.settings.model_backoff_seconds * 2 ** (attempts - 1)
+        log.warning(
+            "conversation %s: model failed (%s); retry %d at +%.1fs",
+            cid, exc, attempts, retry_at - now,
+        )  # fmt: skip
+        await self.store.record_failure(cid, token, retry_at)
+        self._emit("model_retry", conversation=cid, attempt=attempts)
+
+    async def _record(
+        self,
+        lease: Lease,
+        started_at: float,
+        outcome: GenerationOutcome,
+        usage: Usage,
+        error: str | None = None,
+    ) -> None:
+        await self.store.record_generation(
+            GenerationRecord(
+                conversation_id=lease.conversation_id,
+                lease_token=lease.token,
+                from_version=lease.answered_version,
+                to_version=lease.version,
+                started_at=started_at,
+                ended_at=self.clock.now(),
+                outcome=outcome,
+                usage=_frozen(usage),
+                error=error,
+            )
+        )
+
+    # 6. deliver ------------------------------------------------------------------------------
+    async def deliver_due(self, reply_id: int | None = None) -> int:
+        """Claim due outbox rows for the platforms this process serves and post them."""
+        if not self.frontends:
+            return 0
+        rows = await self.store.claim_replies(
+            self.owner,
+            self.clock.now(),
+            self.settings.lease_ttl_seconds,
+            sorted(self.frontends),
+            DELIVERY_BATCH,
+            reply_id,
+        )
+        if reply_id is not None:
+            for row in rows:
+                await self._deliver(row)
+        else:
+            for row in rows:
+                self._spawn_delivery(self._deliver(row))
+        return len(rows)
+
+    def _spawn_delivery(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._deliveries.add(task)
+        task.add_done_callback(self._deliveries.discard)
+
+    async def _deliver(self, row: OutboxRow) -> None:
+        key = ConversationKey.parse(row.conversation_id)
+        reply = Reply(
+            id=f"r{row.id}",
+            key=key,
+            text=row.text,
+            covers_to_version=row.covers_to_version,
+            reply_to_message_id=row.reply_to_message_id,
+            attempt=row.attempts,
+        )
+        frontend = self.frontends[row.platform]
+        try:
+            posted = await frontend.deliver(reply)
+        except PermanentDeliveryError as exc:
+            await self._delivery_failed(row, str(exc))
+            return
+        except Exception as exc:
+            retry_after = exc.retry_after if isinstance(exc, RetryableDeliveryError) else None
+            if not isinstance(exc, RetryableDeliveryError):
+                log.exception("reply %s: adapter crashed while posting", reply.id)
+            if row.attempts >= self.settings.delivery_max_attempts:
+                await self._delivery_failed(row, f"gave up after {row.attempts} attempts: {exc}")
+                return
+            delay = self.settings.delivery_backoff_seconds * 2 ** (row.attempts - 1)
+            delay = max(delay, retry_after or 0.0)
+            await self.store.mark_retry(row.id, self.owner, self.clock.now() + delay, str(exc))
+            self._emit("delivery_retry", reply_id=row.id, attempt=row.attempts, delay=delay)
+            log.warning("reply %s: delivery failed (%s); retry in %.1fs", reply.id, exc, delay)
+            return
+        await self.store.mark_sent(row.id, self.owner, posted, self.clock.now())
+        self._emit("delivered", reply_id=row.id, conversation=row.conversation_id, parts=posted)
+        self._indicate(key, busy=False)
+
+    async def _delivery_failed(self, row: OutboxRow, error: str) -> None:
+        await self.store.mark_failed(row.id, self.owner, error)
+        self._emit("delivery_failed", reply_id=row.id, error=error)
+        log.error("reply r%d: permanent delivery failure: %s", row.id, error)
+
+    def _indicate(self, key: ConversationKey, busy: bool) -> None:
+        frontend = self.frontends.get(key.platform)
+        if frontend is not None:
+            self._spawn_delivery(_best_effort(frontend.show_busy(key, busy)))
+
+    # lifecycle -------------------------------------------------------------------------------
+    async def idle(self) -> None:
+        """Wait until no worker or delivery of this process is running (tests, shutdown)."""
+        while self._workers or self._deliveries:
+            await asyncio.gather(*self._workers.values(), *self._deliveries, return_exceptions=True)
+
+    async def shutdown(self) -> None:
+        """Stop taking work, cancel generations, release our leases; timers and outbox stay."""
+        self._closing = True
+        for task in list(self._workers.values()):
+            task.cancel()
+        await self.idle()
+        released = await self.store.release_owner(self.owner)
+        if released:
+            log.info("released %d lease(s) on shutdown", released)
+
+
+async def _cancel(task: asyncio.Task[str]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def _best_effort(work: Awaitable[None]) -> None:
+    try:
+        await work
+    except Exception:
+        log.debug("thinking indicator failed", exc_info=True)
+
+
+def _frozen(usage: Usage) -> TokenUsage:
+    return TokenUsage(
+        usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens
+    )

@@ -1,0 +1,65 @@
+"""One error tree for burstbot; library exceptions are mapped into it at the edge.
+
+    BurstbotError
+    ├── ConfigError              bad or missing configuration (CLI exits 2 with one line)
+    ├── InputError               a malformed or unacceptable event from a platform
+    ├── StoreError               the database failed or refused
+    │   └── LeaseLost            our fencing token is stale: another worker owns the conversation
+    ├── ReplierError             the model call failed
+    │   ├── RetryableReplierError    rate limit, overload, timeout, connection, 5xx
+    │   └── PermanentReplierError    bad request, auth, not found: retrying cannot help
+    └── DeliveryError            posting to the platform failed
+        ├── RetryableDeliveryError   try again later (optionally after `retry_after` seconds)
+        └── PermanentDeliveryError   the post can never succeed (channel gone, no permission)
+
+Code that catches library exceptions (anthropic, slack_sdk, discord, aiosqlite, asyncpg) re-raises
+one of these with `raise ... from exc`; the engine only ever handles this tree.
+"""
+
+from __future__ import annotations
+
+
+class BurstbotError(Exception):
+    """Base of every error burstbot raises on purpose."""
+
+
+class ConfigError(BurstbotError):
+    pass
+
+
+class InputError(BurstbotError):
+    pass
+
+
+class StoreError(BurstbotError):
+    pass
+
+
+class LeaseLost(StoreError):
+    pass
+
+
+class ReplierError(BurstbotError):
+    pass
+
+
+class RetryableReplierError(ReplierError):
+    pass
+
+
+class PermanentReplierError(ReplierError):
+    pass
+
+
+class DeliveryError(BurstbotError):
+    pass
+
+
+class RetryableDeliveryError(DeliveryError):
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class PermanentDeliveryError(DeliveryError):
+    pass

@@ -1,0 +1,87 @@
+"""Platform-neutral events and keys.
+
+Adapters translate platform payloads into these types and back; nothing platform-specific crosses
+into the engine. Every type is frozen: an event is a fact that already happened.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationKey:
+    """Where a burst lives: one conversation per (platform, workspace, channel, thread).
+
+    `thread` is "" for a channel or DM without threads. Discord's per-user scope puts the user id in
+    `thread` so each person in a busy channel gets bursts of their own.
+    """
+
+    platform: str
+    workspace: str
+    channel: str
+    thread: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("platform", "workspace", "channel", "thread"):
+            if "/" in getattr(self, name):
+                raise ValueError(f"ConversationKey.{name} must not contain '/'")
+        if not self.platform or not self.channel:
+            raise ValueError("ConversationKey needs a platform and a channel")
+
+    @property
+    def id(self) -> str:
+        """The stable string stored in the database."""
+        return f"{self.platform}/{self.workspace}/{self.channel}/{self.thread}"
+
+    @classmethod
+    def parse(cls, conversation_id: str) -> ConversationKey:
+        parts = conversation_id.split("/")
+        if len(parts) != 4:
+            raise ValueError(f"not a conversation id: {conversation_id!r}")
+        return cls(*parts)
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingMessage:
+    """A user message as an adapter accepted it; `message_id` is the platform's id (dedupe key)."""
+
+    key: ConversationKey
+    message_id: str
+    author_id: str
+    author_name: str
+    text: str
+    author_is_bot: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MessageEdited:
+    key: ConversationKey
+    message_id: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class MessageDeleted:
+    key: ConversationKey
+    message_id: str
+
+
+Event = IncomingMessage | MessageEdited | MessageDeleted
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One outbox row handed to an adapter for posting.
+
+    `id` is the delivery idempotency key: the adapter must post a given reply at most once, even
+    when asked again after a crash (Discord nonce, Slack metadata, ...).
+    """
+
+    id: str
+    key: ConversationKey
+    text: str
+    covers_to_version: int
+    reply_to_message_id: str | None = None
+    attempt: int = 1
+    already_posted: tuple[str, ...] = field(default=())

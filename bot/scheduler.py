@@ -1,0 +1,62 @@
+"""The scheduler loop: sleep until the earliest due timer or outbox row, then run the engine.
+
+It sleeps on the engine's clock until the earliest `due_at` (an index lookup), wakes early when an
+in-process ingest arms a sooner timer or a worker frees a slot, and never sleeps longer than
+`poll_seconds`, so timers armed and leases abandoned by other processes are noticed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+
+from bot.engine import Engine
+
+log = logging.getLogger("burstbot.scheduler")
+
+
+class Scheduler:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._stopping = asyncio.Event()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.engine.wakeup.set()
+
+    async def tick(self) -> float:
+        """Run one round; return the time the next round is wanted."""
+        engine, store = self.engine, self.engine.store
+        engine.wakeup.clear()
+        await engine.run_due()
+        await engine.deliver_due()
+        now = engine.clock.now()
+        wanted = now + engine.settings.poll_seconds
+        next_due = await store.next_due_at()
+        if next_due is not None and engine.busy < engine.settings.max_concurrent_generations:
+            wanted = min(wanted, next_due)
+        next_outbox = await store.next_outbox_at(sorted(engine.frontends))
+        if next_outbox is not None:
+            wanted = min(wanted, next_outbox)
+        return max(wanted, now)
+
+    async def run(self) -> None:
+        engine = self.engine
+        while not self._stopping.is_set():
+            try:
+                wanted = await self.tick()
+            except Exception:
+                log.exception("scheduler round failed; retrying after the poll interval")
+                wanted = engine.clock.now() + engine.settings.poll_seconds
+            engine.sleeping_until = wanted
+            if engine.wakeup.is_set():
+                continue
+            sleeper = asyncio.ensure_future(engine.clock.sleep(wanted - engine.clock.now()))
+            waiter = asyncio.ensure_future(engine.wakeup.wait())
+            try:
+                await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                sleeper.cancel()
+                waiter.cancel()
+                engine.sleeping_until = math.inf

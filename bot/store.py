@@ -1,0 +1,279 @@
+"""The storage contract: what the engine needs from a database, and nothing more.
+
+Implementations live in `storage/` (SQLite on aiosqlite, PostgreSQL on asyncpg) and must pass one
+contract suite (`tests/contract/`). Rules every implementation keeps:
+
+- every compare-and-swap is one conditional statement (`UPDATE ... WHERE ... RETURNING`) and the
+  caller reads the returned rows, never a row count;
+- debounce timers live in their own table; committing a reply deletes a timer only when its
+  `armed_version <= covered version`, otherwise restarts its cap;
+- `lease_token` only ever increases: it is the fencing token checked by renew, release and commit;
+- message ids are unique per (platform, workspace); a second delivery of one id changes nothing;
+- times are float seconds since the epoch, passed in by the caller (the engine's clock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from bot.events import IncomingMessage, MessageDeleted, MessageEdited
+
+IngestStatus = Literal["accepted", "duplicate", "history", "unknown", "ignored"]
+"""accepted: stored and the version bumped; duplicate: already stored; history: an edit or delete of
+an answered message (history updated, no new burst); unknown: edit/delete of a message never seen;
+ignored: refused before storage (a bot's message)."""
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    status: IngestStatus
+    conversation_id: str
+    version: int
+    due_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """Debounce settings for one arrival (per-channel overrides may change them)."""
+
+    quiet_seconds: float
+    max_wait_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class DueTimer:
+    conversation_id: str
+    due_at: float
+    deadline_at: float
+    armed_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    conversation_id: str
+    owner: str
+    token: int
+    version: int
+    answered_version: int
+    expires_at: float
+    deadline_at: float | None
+    failed_attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    seq: int
+    message_id: str
+    author_id: str
+    author_name: str
+    text: str
+    created_at: float
+    edited_at: float | None
+    deleted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryItem:
+    """One earlier turn: a user message (`author_name` set) or one of our replies."""
+
+    role: Literal["user", "assistant"]
+    author_name: str
+    text: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class TokenUsage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NewReply:
+    text: str
+    kind: Literal["answer", "apology"] = "answer"
+    reply_to_message_id: str | None = None
+    usage: TokenUsage = field(default_factory=TokenUsage)
+
+
+OutboxState = Literal["pending", "sent", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    id: int
+    conversation_id: str
+    platform: str
+    covers_from_version: int
+    covers_to_version: int
+    text: str
+    kind: str
+    state: OutboxState
+    attempts: int
+    next_attempt_at: float
+    reply_to_message_id: str | None
+    platform_message_ids: tuple[str, ...]
+    created_at: float
+    sent_at: float | None
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationState:
+    conversation_id: str
+    version: int
+    answered_version: int
+    lease_owner: str | None
+    lease_token: int
+    lease_expires_at: float | None
+    failed_attempts: int
+    timer: DueTimer | None
+
+
+GenerationOutcome = Literal["posted", "superseded", "discarded", "failed", "lease_lost", "skipped"]
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRecord:
+    conversation_id: str
+    lease_token: int
+    from_version: int
+    to_version: int
+    started_at: float
+    ended_at: float
+    outcome: GenerationOutcome
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    error: str | None = None
+
+
+class Store(Protocol):
+    # lifecycle -----------------------------------------------------------------------------
+    async def open(self) -> None:
+        """Connect and run pending migrations."""
+        ...
+
+    async def close(self) -> None: ...
+
+    # 1. arrival ------------------------------------------------------------------------------
+    async def ingest(self, message: IncomingMessage, now: float, timing: Timing) -> IngestResult:
+        """Insert (duplicate id → stop), bump the version, arm the timer: one transaction."""
+        ...
+
+    async def edit(self, event: MessageEdited, now: float, timing: Timing) -> IngestResult:
+        """Pending message: update text, bump, re-arm. Answered: update history only."""
+        ...
+
+    async def delete(self, event: MessageDeleted, now: float, timing: Timing) -> IngestResult: ...
+
+    async def flush(self, conversation_id: str, now: float) -> None:
+        """Make an armed timer due now (the input source ended: no need to wait for quiet)."""
+        ...
+
+    # 2. timers and leases --------------------------------------------------------------------
+    async def next_due_at(self) -> float | None:
+        """Earliest `due_at` of any armed timer (index lookup)."""
+        ...
+
+    async def due_timers(self, now: float, limit: int) -> list[DueTimer]: ...
+
+    async def postpone_timer(self, conversation_id: str, due_at: float, now: float) -> None:
+        """Back off a due timer whose conversation is leased elsewhere (only if still due)."""
+        ...
+
+    async def acquire_lease(
+        self, conversation_id: str, owner: str, now: float, ttl: float
+    ) -> Lease | None:
+        """CAS: take the lease if free or expired, bumping the fencing token. While held, the
+        timer's due time is pushed to the lease expiry unless newer input re-armed it."""
+        ...
+
+    async def lease_expiry(self, conversation_id: str) -> float | None: ...
+
+    async def renew_lease(
+        self, conversation_id: str, token: int, version: int, now: float, ttl: float
+    ) -> bool: ...
+
+    async def release_lease(self, conversation_id: str, token: int) -> None: ...
+
+    async def drop_timer(self, conversation_id: str, version: int) -> None:
+        """Delete the timer if nothing newer than `version` armed it (nothing left to answer)."""
+        ...
+
+    async def release_owner(self, owner: str) -> int:
+        """Shutdown: release every lease and outbox claim this owner holds; returns leases freed."""
+        ...
+
+    # 3. collect ------------------------------------------------------------------------------
+    async def current_version(self, conversation_id: str) -> int: ...
+
+    async def pending_messages(
+        self, conversation_id: str, after_version: int, upto_version: int
+    ) -> list[StoredMessage]:
+        """Messages with after < seq <= upto, edits applied, deleted ones dropped, in order."""
+        ...
+
+    async def history(
+        self, conversation_id: str, upto_version: int, limit: int
+    ) -> list[HistoryItem]:
+        """The newest `limit` earlier turns (messages with seq <= upto, non-failed replies), oldest
+        first."""
+        ...
+
+    # 5. final check + commit -----------------------------------------------------------------
+    async def commit(
+        self,
+        conversation_id: str,
+        token: int,
+        version: int,
+        deadline_passed: bool,
+        now: float,
+        timing: Timing,
+        reply: NewReply | None,
+    ) -> OutboxRow | Literal["skipped"] | None:
+        """One transaction: answered_version=V and lease released if the token still fences and (no
+        newer input or the deadline passed); then the outbox row (None reply = answered without a
+        reply) and the timer cleanup. Returns None when refused."""
+        ...
+
+    async def record_failure(self, conversation_id: str, token: int, retry_at: float) -> int | None:
+        """A model call failed: count the attempt, re-arm the timer at `retry_at`, release the
+        lease. Returns the attempt count, or None if the token no longer fences."""
+        ...
+
+    async def record_generation(self, record: GenerationRecord) -> None: ...
+
+    # 6. deliver ------------------------------------------------------------------------------
+    async def claim_replies(
+        self,
+        owner: str,
+        now: float,
+        ttl: float,
+        platforms: Sequence[str],
+        limit: int,
+        reply_id: int | None = None,
+    ) -> list[OutboxRow]:
+        """CAS-claim pending rows that are due and unclaimed (or whose claim expired)."""
+        ...
+
+    async def next_outbox_at(self, platforms: Sequence[str]) -> float | None: ...
+
+    async def mark_sent(
+        self, reply_id: int, owner: str, platform_message_ids: Sequence[str], now: float
+    ) -> bool: ...
+
+    async def mark_retry(
+        self, reply_id: int, owner: str, next_attempt_at: float, error: str
+    ) -> bool: ...
+
+    async def mark_failed(self, reply_id: int, owner: str, error: str) -> bool: ...
+
+    # inspection (tests, status, explain) -----------------------------------------------------
+    async def conversation_state(self, conversation_id: str) -> ConversationState | None: ...
+
+    async def replies(self, conversation_id: str | None = None) -> list[OutboxRow]: ...
+
+    async def generations(self, conversation_id: str | None = None) -> list[GenerationRecord]: ...

@@ -1,0 +1,21 @@
+"""Store implementations of `bot.store.Store`; `open_store(url)` picks one by URL scheme."""
+
+from __future__ import annotations
+
+from bot.errors import ConfigError
+from bot.store import Store
+
+
+def open_store(url: str, pool_size: int = 10) -> Store:
+    """Build (not yet open) the store named by `url`: sqlite:///path, sqlite://:memory:, postgresql://."""
+    if url.startswith("sqlite://"):
+        from storage.sqlite import SqliteStore
+
+        path = url.removeprefix("sqlite://")
+        path = path.removeprefix("/") if path.startswith("/") else path
+        return SqliteStore(path or ":memory:")
+    if url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError("storage.url: PostgreSQL support is not installed in this build")
+    raise ConfigError(
+        f"storage.url: unsupported scheme in {url!r} (use sqlite:/// or postgresql://)"
+    )

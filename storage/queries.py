@@ -1,0 +1,34 @@
+"""SQL kept as data: `.sql` files of named statements, loaded once.
+
+A file holds blocks that start with `-- name: NAME`; everything up to the next marker is that
+statement. Migrations are the blocks named `migration_1`, `migration_2`, ... in order.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+_MARKER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+
+def load_queries(filename: str) -> dict[str, str]:
+    text = resources.files("storage").joinpath(filename).read_text(encoding="utf-8")
+    parts = _MARKER.split(text)
+    queries: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        if name in queries:
+            raise ValueError(f"{filename}: query {name} defined twice")
+        queries[name] = body.strip()
+    return queries
+
+
+def migrations(queries: dict[str, str]) -> list[str]:
+    found = sorted(
+        (int(name.removeprefix("migration_")), sql)
+        for name, sql in queries.items()
+        if name.startswith("migration_")
+    )
+    if [number for number, _ in found] != list(range(1, len(found) + 1)):
+        raise ValueError("migrations must be numbered 1, 2, 3, ... without gaps")
+    return [sql for _, sql in found]

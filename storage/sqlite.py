@@ -1,0 +1,510 @@
+"""The SQLite store on aiosqlite: the default for one process, and safe for several on one file.
+
+WAL with a busy timeout; every read-then-write transaction starts with `BEGIN IMMEDIATE` (a deferred
+one fails with SQLITE_BUSY instead of waiting); schema changes are numbered migrations tracked in
+`PRAGMA user_version`. One connection per store, so an asyncio lock keeps coroutines from
+interleaving statements inside each other's transactions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Literal
+
+import aiosqlite
+
+from bot.errors import StoreError
+from bot.events import IncomingMessage, MessageDeleted, MessageEdited
+from bot.store import (
+    ConversationState,
+    DueTimer,
+    GenerationRecord,
+    HistoryItem,
+    IngestResult,
+    Lease,
+    NewReply,
+    OutboxRow,
+    StoredMessage,
+    Timing,
+    TokenUsage,
+)
+from storage.queries import load_queries, migrations
+
+Q = load_queries("sqlite.sql")
+MIGRATIONS = migrations(Q)
+Params = Mapping[str, Any]
+
+
+def message_uid(platform: str, workspace: str, message_id: str) -> str:
+    """Platform ids are unique per platform and workspace; the store's dedupe key says so."""
+    return f"{platform}/{workspace}/{message_id}"
+
+
+class SqliteStore:
+    def __init__(self, path: str, busy_timeout_ms: int = 10_000) -> None:
+        self.path = path
+        self.busy_timeout_ms = busy_timeout_ms
+        self._db: aiosqlite.Connection | None = None
+        self._lock = asyncio.Lock()
+
+    # lifecycle -------------------------------------------------------------------------------
+    async def open(self) -> None:
+        try:
+            self._db = await aiosqlite.connect(self.path, isolation_level=None)
+            self._db.row_factory = sqlite3.Row
+            await self._db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            if self.path != ":memory:":
+                await self._db.execute("PRAGMA journal_mode = WAL")
+            await self._db.execute("PRAGMA synchronous = FULL")
+            await self._db.execute("PRAGMA foreign_keys = ON")
+            await self._migrate()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+
+    async def _migrate(self) -> None:
+        async with self._transaction() as db:
+            cursor = await db.execute("PRAGMA user_version")
+            row = await cursor.fetchone()
+            current = int(row[0]) if row else 0
+            if current > len(MIGRATIONS):
+                raise StoreError(
+                    f"database schema version {current} is newer than this burstbot "
+                    f"({len(MIGRATIONS)}); upgrade burstbot"
+                )
+            for number, script in enumerate(MIGRATIONS[current:], start=current + 1):
+                for statement in _statements(script):
+                    await db.execute(statement)
+                await db.execute(f"PRAGMA user_version = {number}")
+
+    async def close(self) -> None:
+        if self._db is not None:
+            await self._db.close()
+            self._db = None
+
+    @property
+    def schema_version(self) -> int:
+        return len(MIGRATIONS)
+
+    # plumbing --------------------------------------------------------------------------------
+    def _conn(self) -> aiosqlite.Connection:
+        if self._db is None:
+            raise StoreError("store is not open")
+        return self._db
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        async with self._lock:
+            db = self._conn()
+            try:
+                await db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot begin transaction: {exc}") from exc
+            try:
+                yield db
+            except BaseException:
+                await asyncio.shield(db.execute("ROLLBACK"))
+                raise
+            try:
+                await db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                await db.execute("ROLLBACK")
+                raise StoreError(f"commit failed: {exc}") from exc
+
+    async def _rows(
+        self, name: str, params: Params, db: aiosqlite.Connection | None = None
+    ) -> list[sqlite3.Row]:
+        try:
+            if db is not None:
+                async with db.execute(Q[name], params) as cursor:
+                    return list(await cursor.fetchall())
+            async with self._lock, self._conn().execute(Q[name], params) as cursor:
+                return list(await cursor.fetchall())
+        except sqlite3.Error as exc:
+            raise StoreError(f"{name}: {exc}") from exc
+
+    async def _one(
+        self, name: str, params: Params, db: aiosqlite.Connection | None = None
+    ) -> sqlite3.Row | None:
+        rows = await self._rows(name, params, db)
+        return rows[0] if rows else None
+
+    # 1. arrival ------------------------------------------------------------------------------
+    async def ingest(self, message: IncomingMessage, now: float, timing: Timing) -> IngestResult:
+        key = message.key
+        cid = key.id
+        uid = message_uid(key.platform, key.workspace, message.message_id)
+        async with self._transaction() as db:
+            await self._rows(
+                "ensure_conversation", {"cid": cid, "platform": key.platform, "now": now}, db
+            )
+            inserted = await self._one(
+                "insert_message",
+                {
+                    "cid": cid,
+                    "uid": uid,
+                    "message_id": message.message_id,
+                    "author_id": message.author_id,
+                    "author_name": message.author_name,
+                    "text": message.text,
+                    "now": now,
+                },
+                db,
+            )
+            if inserted is None:
+                version = await self._one("current_version", {"cid": cid}, db)
+                return IngestResult("duplicate", cid, int(version[0]) if version else 0)
+            return await self._bump_and_arm(db, cid, now, timing)
+
+    async def _bump_and_arm(
+        self, db: aiosqlite.Connection, cid: str, now: float, timing: Timing
+    ) -> IngestResult:
+        bumped = await self._one("bump_version", {"cid": cid}, db)
+        assert bumped is not None
+        version = int(bumped[0])
+        armed = await self._one(
+            "arm_timer",
+            {
+                "cid": cid,
+                "now": now,
+                "quiet": timing.quiet_seconds,
+                "max_wait": timing.max_wait_seconds,
+                "version": version,
+            },
+            db,
+        )
+        return IngestResult("accepted", cid, version, float(armed[0]) if armed else None)
+
+    async def edit(self, event: MessageEdited, now: float, timing: Timing) -> IngestResult:
+        return await self._change(event.key.platform, event.key.workspace, event.message_id,
+                                  "edit_message", {"text": event.text}, now, timing)  # fmt: skip
+
+    async def delete(self, event: MessageDeleted, now: float, timing: Timing) -> IngestResult:
+        return await self._change(event.key.platform, event.key.workspace, event.message_id,
+                                  "delete_message", {}, now, timing)  # fmt: skip
+
+    async def _change(
+        self,
+        platform: str,
+        workspace: str,
+        message_id: str,
+        query: str,
+        extra: Params,
+        now: float,
+        timing: Timing,
+    ) -> IngestResult:
+        uid = message_uid(platform, workspace, message_id)
+        async with self._transaction() as db:
+            found = await self._one("find_message", {"uid": uid}, db)
+            if found is None:
+                return IngestResult("unknown", "", 0)
+            cid = str(found["conversation_id"])
+            changed = await self._one(query, {"uid": uid, "now": now, **extra}, db)
+            pending = int(found["seq"]) > int(found["answered_version"])
+            if changed is None or not pending:
+                version = await self._one("current_version", {"cid": cid}, db)
+                status: Literal["history", "duplicate"] = "history" if changed else "duplicate"
+                return IngestResult(status, cid, int(version[0]) if version else 0)
+            return await self._bump_and_arm(db, cid, now, timing)
+
+    async def flush(self, conversation_id: str, now: float) -> None:
+        await self._rows("flush_timer", {"cid": conversation_id, "now": now})
+
+    # 2. timers and leases --------------------------------------------------------------------
+    async def next_due_at(self) -> float | None:
+        row = await self._one("next_due_at", {})
+        return None if row is None or row[0] is None else float(row[0])
+
+    async def due_timers(self, now: float, limit: int) -> list[DueTimer]:
+        rows = await self._rows("due_timers", {"now": now, "limit": limit})
+        return [DueTimer(r[0], float(r[1]), float(r[2]), int(r[3])) for r in rows]
+
+    async def postpone_timer(self, conversation_id: str, due_at: float, now: float) -> None:
+        await self._rows("postpone_timer", {"cid": conversation_id, "due_at": due_at, "now": now})
+
+    async def acquire_lease(
+        self, conversation_id: str, owner: str, now: float, ttl: float
+    ) -> Lease | None:
+        cid = conversation_id
+        async with self._transaction() as db:
+            row = await self._one(
+                "acquire_lease", {"cid": cid, "owner": owner, "now": now, "ttl": ttl}, db
+            )
+            if row is None:
+                return None
+            expires = float(row["lease_expires_at"])
+            version = int(row["version"])
+            await self._rows(
+                "hold_timer", {"cid": cid, "expires_at": expires, "version": version}, db
+            )
+            timer = await self._one("timer_deadline", {"cid": cid}, db)
+        return Lease(
+            conversation_id=cid,
+            owner=owner,
+            token=int(row["lease_token"]),
+            version=version,
+            answered_version=int(row["answered_version"]),
+            expires_at=expires,
+            deadline_at=float(timer[0]) if timer else None,
+            failed_attempts=int(row["failed_attempts"]),
+        )
+
+    async def lease_expiry(self, conversation_id: str) -> float | None:
+        row = await self._one("lease_expiry", {"cid": conversation_id})
+        return None if row is None or row[0] is None else float(row[0])
+
+    async def renew_lease(
+        self, conversation_id: str, token: int, version: int, now: float, ttl: float
+    ) -> bool:
+        cid = conversation_id
+        async with self._transaction() as db:
+            row = await self._one(
+                "renew_lease", {"cid": cid, "token": token, "now": now, "ttl": ttl}, db
+            )
+            if row is None:
+                return False
+            await self._rows(
+                "hold_timer", {"cid": cid, "expires_at": float(row[0]), "version": version}, db
+            )
+        return True
+
+    async def release_lease(self, conversation_id: str, token: int) -> None:
+        async with self._transaction() as db:
+            released = await self._one(
+                "release_lease", {"cid": conversation_id, "token": token}, db
+            )
+            if released is not None:
+                await self._rows("restore_timer", {"cid": conversation_id}, db)
+
+    async def drop_timer(self, conversation_id: str, version: int) -> None:
+        await self._rows("drop_timer", {"cid": conversation_id, "version": version})
+
+    async def release_owner(self, owner: str) -> int:
+        async with self._transaction() as db:
+            await self._rows("restore_owner_timers", {"owner": owner}, db)
+            released = await self._rows("release_owner_leases", {"owner": owner}, db)
+            await self._rows("release_owner_claims", {"owner": owner}, db)
+        return len(released)
+
+    # 3. collect ------------------------------------------------------------------------------
+    async def current_version(self, conversation_id: str) -> int:
+        row = await self._one("current_version", {"cid": conversation_id})
+        return int(row[0]) if row else 0
+
+    async def pending_messages(
+        self, conversation_id: str, after_version: int, upto_version: int
+    ) -> list[StoredMessage]:
+        rows = await self._rows(
+            "pending_messages",
+            {"cid": conversation_id, "after": after_version, "upto": upto_version},
+        )
+        return [
+            StoredMessage(
+                seq=int(r["seq"]),
+                message_id=str(r["message_id"]),
+                author_id=str(r["author_id"]),
+                author_name=str(r["author_name"]),
+                text=str(r["text"]),
+                created_at=float(r["created_at"]),
+                edited_at=None if r["edited_at"] is None else float(r["edited_at"]),
+                deleted=bool(r["deleted"]),
+            )
+            for r in rows
+        ]
+
+    async def history(
+        self, conversation_id: str, upto_version: int, limit: int
+    ) -> list[HistoryItem]:
+        rows = await self._rows(
+            "history", {"cid": conversation_id, "upto": upto_version, "limit": limit}
+        )
+        return [HistoryItem(r[0], str(r[1]), str(r[2]), int(r[3])) for r in reversed(rows)]
+
+    # 5. final check + commit -----------------------------------------------------------------
+    async def commit(
+        self,
+        conversation_id: str,
+        token: int,
+        version: int,
+        deadline_passed: bool,
+        now: float,
+        timing: Timing,
+        reply: NewReply | None,
+    ) -> OutboxRow | Literal["skipped"] | None:
+        cid = conversation_id
+        async with self._transaction() as db:
+            before = await self._one("answered_version", {"cid": cid}, db)
+            checked = await self._one(
+                "final_check",
+                {"cid": cid, "token": token, "version": version,
+                 "deadline_passed": 1 if deadline_passed else 0},
+                db,
+            )  # fmt: skip
+            if checked is None or before is None:
+                return None
+            row: OutboxRow | None = None
+            if reply is not None:
+                usage = reply.usage
+                inserted = await self._one(
+                    "insert_reply",
+                    {
+                        "cid": cid,
+                        "platform": cid.split("/", 1)[0],
+                        "covers_from": int(before[0]),
+                        "version": version,
+                        "reply_to": reply.reply_to_message_id,
+                        "text": reply.text,
+                        "kind": reply.kind,
+                        "now": now,
+                        "input_tokens": usage.input_tokens,
+                        "output_tokens": usage.output_tokens,
+                        "cache_read_tokens": usage.cache_read_tokens,
+                        "cache_write_tokens": usage.cache_write_tokens,
+                    },
+                    db,
+                )
+                assert inserted is not None
+                row = _outbox(inserted)
+            await self._rows("drop_timer", {"cid": cid, "version": version}, db)
+            await self._rows(
+                "restart_cap",
+                {"cid": cid, "version": version, "now": now, "max_wait": timing.max_wait_seconds},
+                db,
+            )
+        return row if row is not None else "skipped"
+
+    async def record_failure(self, conversation_id: str, token: int, retry_at: float) -> int | None:
+        async with self._transaction() as db:
+            row = await self._one("count_failure", {"cid": conversation_id, "token": token}, db)
+            if row is None:
+                return None
+            await self._rows(
+                "rearm_after_failure", {"cid": conversation_id, "retry_at": retry_at}, db
+            )
+        return int(row[0])
+
+    async def record_generation(self, record: GenerationRecord) -> None:
+        usage = record.usage
+        await self._rows(
+            "record_generation",
+            {
+                "cid": record.conversation_id,
+                "token": record.lease_token,
+                "from_version": record.from_version,
+                "to_version": record.to_version,
+                "started_at": record.started_at,
+                "ended_at": record.ended_at,
+                "outcome": record.outcome,
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "cache_read_tokens": usage.cache_read_tokens,
+                "cache_write_tokens": usage.cache_write_tokens,
+                "error": record.error,
+            },
+        )
+
+    # 6. deliver ------------------------------------------------------------------------------
+    async def claim_replies(
+        self,
+        owner: str,
+        now: float,
+        ttl: float,
+        platforms: Sequence[str],
+        limit: int,
+        reply_id: int | None = None,
+    ) -> list[OutboxRow]:
+        rows = await self._rows(
+            "claim_replies",
+            {"owner": owner, "now": now, "ttl": ttl, "platforms": json.dumps(list(platforms)),
+             "limit": limit, "reply_id": reply_id},
+        )  # fmt: skip
+        return sorted((_outbox(r) for r in rows), key=lambda r: r.id)
+
+    async def next_outbox_at(self, platforms: Sequence[str]) -> float | None:
+        row = await self._one("next_outbox_at", {"platforms": json.dumps(list(platforms))})
+        return None if row is None or row[0] is None else float(row[0])
+
+    async def mark_sent(
+        self, reply_id: int, owner: str, platform_message_ids: Sequence[str], now: float
+    ) -> bool:
+        ids = json.dumps(list(platform_message_ids))
+        return await self._one("mark_sent", {"id": reply_id, "ids": ids, "now": now}) is not None
+
+    async def mark_retry(
+        self, reply_id: int, owner: str, next_attempt_at: float, error: str
+    ) -> bool:
+        params = {"id": reply_id, "owner": owner, "at": next_attempt_at, "error": error}
+        return await self._one("mark_retry", params) is not None
+
+    async def mark_failed(self, reply_id: int, owner: str, error: str) -> bool:
+        return await self._one("mark_failed", {"id": reply_id, "error": error}) is not None
+
+    # inspection ------------------------------------------------------------------------------
+    async def conversation_state(self, conversation_id: str) -> ConversationState | None:
+        r = await self._one("conversation_state", {"cid": conversation_id})
+        if r is None:
+            return None
+        timer = None
+        if r["due_at"] is not None:
+            timer = DueTimer(conversation_id, float(r["due_at"]), float(r["deadline_at"]),
+                             int(r["armed_version"]))  # fmt: skip
+        return ConversationState(
+            conversation_id=conversation_id,
+            version=int(r["version"]),
+            answered_version=int(r["answered_version"]),
+            lease_owner=r["lease_owner"],
+            lease_token=int(r["lease_token"]),
+            lease_expires_at=None
+            if r["lease_expires_at"] is None
+            else float(r["lease_expires_at"]),
+            failed_attempts=int(r["failed_attempts"]),
+            timer=timer,
+        )
+
+    async def replies(self, conversation_id: str | None = None) -> list[OutboxRow]:
+        return [_outbox(r) for r in await self._rows("replies", {"cid": conversation_id})]
+
+    async def generations(self, conversation_id: str | None = None) -> list[GenerationRecord]:
+        rows = await self._rows("generations", {"cid": conversation_id})
+        return [
+            GenerationRecord(
+                conversation_id=str(r[0]),
+                lease_token=int(r[1]),
+                from_version=int(r[2]),
+                to_version=int(r[3]),
+                started_at=float(r[4]),
+                ended_at=float(r[5]),
+                outcome=r[6],
+                usage=TokenUsage(int(r[7]), int(r[8]), int(r[9]), int(r[10])),
+                error=r[11],
+            )
+            for r in rows
+        ]
+
+
+def _outbox(r: sqlite3.Row) -> OutboxRow:
+    return OutboxRow(
+        id=int(r["id"]),
+        conversation_id=str(r["conversation_id"]),
+        platform=str(r["platform"]),
+        covers_from_version=int(r["covers_from_version"]),
+        covers_to_version=int(r["covers_to_version"]),
+        text=str(r["text"]),
+        kind=str(r["kind"]),
+        state=r["state"],
+        attempts=int(r["attempts"]),
+        next_attempt_at=float(r["next_attempt_at"]),
+        reply_to_message_id=r["reply_to_message_id"],
+        platform_message_ids=tuple(json.loads(r["platform_message_ids"])),
+        created_at=float(r["created_at"]),
+        sent_at=None if r["sent_at"] is None else float(r["sent_at"]),
+        last_error=r["last_error"],
+    )
+
+
+def _statements(script: str) -> Iterable[str]:
+    """Split a migration script into statements (no statement of ours contains a semicolon)."""
+    return (s.strip() for s in script.split(";") if s.strip())

@@ -1,0 +1,59 @@
+"""Shared fixtures: a real SQLite store, a fake clock, a scripted replier, a recording front end."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import pytest
+
+from bot.clock import FakeClock
+from bot.engine import Engine, EngineSettings
+from bot.events import ConversationKey, IncomingMessage
+from bot.testing import RecordingFrontend, ScriptedReplier
+from storage.sqlite import SqliteStore
+
+SETTINGS = EngineSettings(
+    quiet_seconds=1.5,
+    max_wait_seconds=8.0,
+    lease_ttl_seconds=30.0,
+    poll_seconds=1.0,
+    model_backoff_seconds=2.0,
+    failure_message="sorry, try again",
+)
+KEY = ConversationKey("test", "w1", "c1")
+
+
+def message(n: int | str, text: str | None = None, key: ConversationKey = KEY) -> IncomingMessage:
+    return IncomingMessage(key, f"m{n}", "u1", "alice", text if text is not None else f"text {n}")
+
+
+@pytest.fixture
+async def store() -> AsyncIterator[SqliteStore]:
+    s = SqliteStore(":memory:")
+    await s.open()
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def frontend() -> RecordingFrontend:
+    return RecordingFrontend()
+
+
+def make_engine(
+    store: SqliteStore,
+    clock: FakeClock,
+    replier: ScriptedReplier,
+    frontend: RecordingFrontend | None,
+    owner: str = "w1",
+    **overrides: object,
+) -> Engine:
+    settings = replace(SETTINGS, **overrides)  # type: ignore[arg-type]
+    frontends = {frontend.platform: frontend} if frontend is not None else {}
+    return Engine(store, replier, clock, settings, owner, frontends)

@@ -1,0 +1,78 @@
+"""The command line as a user meets it: terminal chat with no keys, clear config errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def burstbot(args: list[str], cwd: Path, stdin: str = "", env: dict[str, str] | None = None):
+    environ = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+    environ["PYTHONPATH"] = str(ROOT)
+    environ.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "bot", *args],
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=environ,
+    )
+
+
+def test_piped_lines_get_exactly_one_reply_quoting_all(tmp_path: Path) -> None:
+    result = burstbot(["run"], tmp_path, stdin="a\nb\nc\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("burstbot:") == 1
+    assert "> you: a\n> you: b\n> you: c" in result.stdout
+    assert (tmp_path / "burstbot.db").exists()
+    assert "offline replier" in result.stderr
+
+
+def test_second_run_continues_the_same_database(tmp_path: Path) -> None:
+    burstbot(["run"], tmp_path, stdin="first\n")
+    result = burstbot(["run"], tmp_path, stdin="second\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("burstbot:") == 1
+    assert "second" in result.stdout and "first" not in result.stdout
+
+
+def test_mistyped_key_prints_one_line_and_exits_2(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text("[debounce]\nquiet_secnds = 2\n")
+    result = burstbot(["run", "--config", str(config)], tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "burstbot: config error: debounce.quiet_secnds: unknown key"
+    ]
+
+
+def test_wrong_type_and_missing_secret_exit_2(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[lease]\nttl_seconds = "soon"\n')
+    result = burstbot(["run", "--config", str(config)], tmp_path)
+    assert result.returncode == 2 and "lease.ttl_seconds" in result.stderr
+    assert "Traceback" not in result.stderr
+    config.write_text('[llm]\nprovider = "anthropic"\napi_key_env = "NO_SUCH_KEY_VAR"\n')
+    result = burstbot(["run", "--config", str(config)], tmp_path)
+    assert result.returncode == 2 and "NO_SUCH_KEY_VAR" in result.stderr
+
+
+def test_broken_toml_is_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text("[debounce\n")
+    result = burstbot(["run", "--config", str(config)], tmp_path)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_example_config_parses() -> None:
+    from bot.config import load_config
+
+    config = load_config(ROOT / "config.example.toml")
+    assert config.debounce.quiet_seconds == 1.5 and config.slack.http_path == "/slack/events"
