@@ -65,7 +65,7 @@ REPLIER = {
 P_POST_FAIL_BEFORE = 0.08  # 503 and nothing stored
 P_POST_FAIL_AFTER = 0.04  # stored, but the answer is lost: the retry must not post twice
 P_DUPLICATE_DELIVERY = 0.1
-VERBOSE = bool(os.environ.get("BURSTBOT_CHAOS_VERBOSE"))  # worker logs to stderr
+VERBOSE = bool(os.environ.get("BURSTBOT_CHAOS_WORKER_LOGS"))  # worker logs to stderr
 JITTER = 0.5  # process scheduling on a busy CI machine; added once to every bound
 
 
@@ -116,6 +116,8 @@ class Run:
     acked: dict[str, str] = field(default_factory=dict)  # message id -> conversation channel
     duplicate_deliveries: int = 0
     killing: bool = True
+    driving: bool = True
+    lags: list[tuple[float, float]] = field(default_factory=list)  # (when, how late)
 
     async def start_worker(self, index: int, generation: int) -> Worker:
         owner = f"worker{index}.{generation}"
@@ -214,6 +216,14 @@ class Run:
             await self.start_worker(victim.index, victim.generation + 1)
 
 
+async def watch_lag(run: Run) -> None:
+    """How late this process's own timers fire: a gauge of how starved for CPU the machine is."""
+    while run.driving:
+        started = time.monotonic()
+        await asyncio.sleep(0.05)
+        run.lags.append((time.time(), time.monotonic() - started - 0.05))
+
+
 async def quiesce(store: Store, channels: list[str], platform: FakePlatform, within: float) -> None:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
@@ -262,6 +272,7 @@ async def run_chaos(size_name: str, db_url: str, seed: int | None = None) -> dic
         started = time.time()
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as session:
             killer = asyncio.create_task(run.killer(store, channels))
+            lag_watch = asyncio.create_task(watch_lag(run))
             await asyncio.gather(
                 *(
                     run.drive_conversation(session, c, b)
@@ -271,6 +282,8 @@ async def run_chaos(size_name: str, db_url: str, seed: int | None = None) -> dic
             run.killing = False
             await killer
         await quiesce(store, channels, platform, within=60.0)
+        run.driving = False
+        await lag_watch
         drive_seconds = time.time() - started
         for worker in list(run.workers.values()):
             worker.process.send_signal(signal.SIGTERM)
