@@ -38,7 +38,7 @@ class Size:
 
 
 SIZES = {
-    "ci": Size(workers=3, conversations=24, bursts=120, drive_seconds=14.0, kill_every=3.5),
+    "ci": Size(workers=3, conversations=24, bursts=100, drive_seconds=12.0, kill_every=3.0),
     "full": Size(workers=4, conversations=200, bursts=1200, drive_seconds=70.0, kill_every=4.0),
 }
 
@@ -191,16 +191,18 @@ class Run:
         """SIGKILL a worker that holds a lease (it is generating), then restart it."""
         while self.killing:
             await asyncio.sleep(self.rng.uniform(0.5, 1.5) * self.size.kill_every)
+            victims: list[Worker] = []
+            while self.killing and not victims:  # wait for a worker caught generating
+                holders: dict[str, list[str]] = {}
+                for channel in channels:
+                    state = await store.conversation_state(f"chaos/w/{channel}/")
+                    if state is not None and state.lease_owner is not None:
+                        holders.setdefault(state.lease_owner, []).append(state.conversation_id)
+                victims = [w for w in self.workers.values() if w.owner in holders]
+                if not victims:
+                    await asyncio.sleep(0.1)
             if not self.killing:
                 return
-            holders: dict[str, list[str]] = {}
-            for channel in channels:
-                state = await store.conversation_state(f"chaos/w/{channel}/")
-                if state is not None and state.lease_owner is not None:
-                    holders.setdefault(state.lease_owner, []).append(state.conversation_id)
-            victims = [w for w in self.workers.values() if w.owner in holders]
-            if not victims:
-                continue
             victim = self.rng.choice(victims)
             victim.process.send_signal(signal.SIGKILL)
             killed_at = time.time()

@@ -145,7 +145,7 @@ class Differential:
             await self.both("replies", key.id)
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(8))
 async def test_postgres_answers_like_sqlite(pg_stores: Factory, seed: int) -> None:
     sqlite = SqliteStore(":memory:")
     await sqlite.open()
