@@ -9,6 +9,9 @@ rows are picked with `FOR UPDATE SKIP LOCKED`. Migrations are numbered, tracked 
 `burstbot_schema_version`, and serialized by an advisory lock, so processes starting together
 migrate once.
 
+`LISTEN/NOTIFY` is only a hint: `listen(hint)` hears other processes arm timers, queue replies and
+release leases, so their schedulers can look at once instead of at the next poll.
+
 Clock: with `clock="database"` (production) lease and delivery-claim expiry are set and compared
 with the database's `statement_timestamp()`, so hosts whose clocks disagree still agree on who holds
 a lease. Debounce timers and delivery back-off stay on the caller's clock, which the engine also
@@ -18,8 +21,9 @@ clock, exactly like the SQLite store).
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
@@ -43,7 +47,9 @@ from bot.store import (
 from storage.queries import load_queries, migrations
 from storage.sqlite import message_uid
 
+log = logging.getLogger("burstbot.storage")
 Params = Mapping[str, Any]
+WAKEUP_CHANNEL = "burstbot_wakeup"
 ClockMode = Literal["database", "caller"]
 _PARAM = re.compile(r"(?<!:):([A-Za-z_]\w*)")
 _COMMENT = re.compile(r"^\s*--.*$", re.MULTILINE)
@@ -89,17 +95,21 @@ class PostgresStore:
         self.schema = schema
         self.connect_timeout = connect_timeout
         self._pool: asyncpg.Pool | None = None
+        self._listener: asyncpg.Connection | None = None
 
     # lifecycle -------------------------------------------------------------------------------
+    @property
+    def _settings(self) -> dict[str, str]:
+        return {"search_path": self.schema} if self.schema else {}
+
     async def open(self) -> None:
-        settings = {"search_path": self.schema} if self.schema else {}
         try:
             self._pool = await asyncpg.create_pool(
                 self.dsn,
                 min_size=1,
                 max_size=self.pool_size,
                 timeout=self.connect_timeout,
-                server_settings=settings,
+                server_settings=self._settings,
             )
         except (*_DB_ERRORS, TimeoutError) as exc:
             raise StoreError(f"cannot connect to PostgreSQL: {exc}") from exc
@@ -120,7 +130,24 @@ class PostgresStore:
                 await conn.execute(script)
                 await self._rows("record_schema_version", {"version": number}, conn)
 
+    async def listen(self, hint: Callable[[str], None]) -> None:
+        """Call `hint(payload)` on every wake-up hint (ours included); best effort."""
+
+        def received(_conn: object, _pid: int, _channel: str, payload: str) -> None:
+            hint(payload)
+
+        try:
+            self._listener = await asyncpg.connect(
+                self.dsn, timeout=self.connect_timeout, server_settings=self._settings
+            )
+            await self._listener.add_listener(WAKEUP_CHANNEL, received)
+        except (*_DB_ERRORS, TimeoutError) as exc:
+            log.warning("no wake-up hints from other processes (polling only): %s", exc)
+
     async def close(self) -> None:
+        if self._listener is not None:
+            await self._listener.close()
+            self._listener = None
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
@@ -216,7 +243,9 @@ class PostgresStore:
             },
             conn,
         )
-        return IngestResult("accepted", cid, version, float(armed[0]) if armed else None)
+        due_at = float(armed[0]) if armed else None
+        await self._rows("notify", {"payload": f"timer {due_at}"}, conn)
+        return IngestResult("accepted", cid, version, due_at)
 
     async def edit(self, event: MessageEdited, now: float, timing: Timing) -> IngestResult:
         return await self._change(event.key.platform, event.key.workspace, event.message_id,
@@ -329,6 +358,7 @@ class PostgresStore:
             cids = [str(r[0]) for r in released]
             await self._rows("restore_owner_timers", {"cids": cids}, conn)
             await self._rows("release_owner_claims", {"owner": owner}, conn)
+            await self._rows("notify", {"payload": "released"}, conn)
         return len(released)
 
     # 3. collect ------------------------------------------------------------------------------
@@ -410,6 +440,7 @@ class PostgresStore:
                 )
                 assert inserted is not None
                 row = _outbox(inserted)
+                await self._rows("notify", {"payload": f"outbox {row.platform}"}, conn)
             await self._rows("drop_timer", {"cid": cid, "version": version}, conn)
             await self._rows(
                 "restart_cap",

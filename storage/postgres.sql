@@ -95,6 +95,11 @@ SELECT COALESCE(MAX(version), 0) FROM burstbot_schema_version;
 -- name: record_schema_version
 INSERT INTO burstbot_schema_version (version) VALUES (:version::integer);
 
+-- name: notify
+-- A wake-up hint to other processes, delivered when the transaction commits (polling stays):
+-- 'timer <due_at>', 'outbox <platform>' or 'released'.
+SELECT pg_notify('burstbot_wakeup', :payload::text);
+
 -- name: ensure_conversation
 INSERT INTO conversations (id, platform, created_at) VALUES (:cid, :platform, :now::float8)
 ON CONFLICT (id) DO NOTHING;
