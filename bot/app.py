@@ -9,6 +9,8 @@ import os
 import secrets
 import signal
 import socket
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 from bot.clock import Clock, SystemClock
 from bot.config import Config, require_secret
@@ -21,6 +23,13 @@ from bot.scheduler import Scheduler
 from bot.store import IngestResult, Store
 
 log = logging.getLogger("burstbot")
+
+
+@runtime_checkable
+class WakeupHints(Protocol):
+    """A store that can tell this process when another one armed a timer or queued a reply."""
+
+    async def listen(self, hint: Callable[[str], None]) -> None: ...
 
 
 def make_owner(config: Config) -> str:
@@ -96,10 +105,29 @@ class App:
     def request_stop(self) -> None:
         self._stop.set()
 
+    def hint(self, payload: str) -> None:
+        """Another process armed a timer, queued a reply or released leases: look now if it
+        matters before the next poll (`timer <due_at>`, `outbox <platform>`, `released`)."""
+        engine = self.engine
+        kind, _, detail = payload.partition(" ")
+        if kind == "timer":
+            try:
+                wanted = float(detail) < engine.sleeping_until
+            except ValueError:
+                wanted = False
+        elif kind == "outbox":
+            wanted = detail in engine.frontends
+        else:
+            wanted = True
+        if wanted:
+            engine.wakeup.set()
+
     # lifecycle -------------------------------------------------------------------------------
     async def run(self) -> None:
         """Serve until asked to stop (signal or a front end), then shut down cleanly."""
         await self.store.open()
+        if isinstance(self.store, WakeupHints):
+            await self.store.listen(self.hint)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):

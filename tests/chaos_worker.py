@@ -1,4 +1,4 @@
-"""One chaos worker process: the real Engine and Scheduler on a shared database.
+"""One chaos worker process: the real App (engine, scheduler, store) on a shared database.
 
 It takes messages over HTTP (`POST /ingest`, like Slack's HTTP mode behind a load balancer), runs a
 replier that streams slowly and fails at random (rate limit, overload, timeout), and posts replies
@@ -13,21 +13,18 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import signal
 import sys
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from bot.clock import SystemClock
-from bot.engine import Engine, EngineSettings
+from bot.app import App, build_store
+from bot.config import Config, parse_config
 from bot.errors import PermanentDeliveryError, RetryableDeliveryError, RetryableReplierError
 from bot.events import ConversationKey, IncomingMessage, Reply
 from bot.frontend import Host
 from bot.replier import Prompt, Usage
-from bot.scheduler import Scheduler
-from storage import open_store
 
 PLATFORM = "chaos"
 
@@ -67,7 +64,8 @@ class ChaosReplier:
 
 
 class PlatformFrontend:
-    """Posts to the fake platform; its answers map to the delivery error tree."""
+    """The chaos platform's adapter: messages come in over HTTP, replies go out to the fake
+    platform, whose answers map to the delivery error tree."""
 
     platform = PLATFORM
 
@@ -75,23 +73,36 @@ class PlatformFrontend:
         self.base_url = base_url
         self.owner = owner
         self._session: aiohttp.ClientSession | None = None
+        self._runner: web.AppRunner | None = None
 
     async def start(self, host: Host) -> None:
+        async def ingest(request: web.Request) -> web.Response:
+            data = await request.json()
+            key = ConversationKey(PLATFORM, "w", str(data["channel"]))
+            message = IncomingMessage(
+                key, str(data["id"]), str(data["author"]), "user", data["text"]
+            )
+            result = await host.ingest(message)
+            return web.json_response({"status": result.status, "version": result.version})
+
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+        app = web.Application()
+        app.router.add_post("/ingest", ingest)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        print(f"READY {self._runner.addresses[0][1]}", flush=True)
 
     async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
         if self._session is not None:
             await self._session.close()
 
     async def deliver(self, reply: Reply) -> list[str]:
         assert self._session is not None
-        body = {
-            "nonce": reply.id,
-            "conversation": reply.key.id,
-            "text": reply.text,
-            "owner": self.owner,
-            "attempt": reply.attempt,
-        }
+        body = {"nonce": reply.id, "conversation": reply.key.id, "text": reply.text,
+                "owner": self.owner, "attempt": reply.attempt}  # fmt: skip
         try:
             async with self._session.post(f"{self.base_url}/post", json=body) as response:
                 if response.status == 200:
@@ -109,47 +120,34 @@ class PlatformFrontend:
         return None
 
 
+def config_for(settings: dict[str, Any]) -> Config:
+    engine = settings["engine"]
+    return parse_config(
+        {
+            "storage": {"url": settings["db_url"], "pool_size": 4},
+            "debounce": {"quiet_seconds": engine["quiet_seconds"],
+                         "max_wait_seconds": engine["max_wait_seconds"]},
+            "lease": {"ttl_seconds": engine["lease_ttl_seconds"]},
+            "engine": {"max_concurrent_generations": engine["max_concurrent_generations"],
+                       "poll_seconds": engine["poll_seconds"],
+                       "busy_retry_seconds": engine["busy_retry_seconds"],
+                       "delivery_max_attempts": engine["delivery_max_attempts"],
+                       "delivery_backoff_seconds": engine["delivery_backoff_seconds"],
+                       "owner": settings["owner"]},
+            "llm": {"provider": "offline", "max_attempts": engine["model_max_attempts"],
+                    "retry_backoff_seconds": engine["model_backoff_seconds"],
+                    "failure_message": engine["failure_message"]},
+            "console": {"enabled": False},
+        }
+    )  # fmt: skip
+
+
 async def serve(settings: dict[str, Any]) -> None:
-    owner = str(settings["owner"])
-    store = open_store(str(settings["db_url"]), pool_size=4)
-    await store.open()
-    frontend = PlatformFrontend(str(settings["platform_url"]), owner)
-    engine = Engine(
-        store,
-        ChaosReplier(random.Random(), settings),
-        SystemClock(),
-        EngineSettings(**settings["engine"]),
-        owner,
-        {PLATFORM: frontend},
-    )
-    scheduler = Scheduler(engine)
-
-    async def ingest(request: web.Request) -> web.Response:
-        data = await request.json()
-        key = ConversationKey(PLATFORM, "w", str(data["channel"]))
-        message = IncomingMessage(key, str(data["id"]), str(data["author"]), "user", data["text"])
-        result = await engine.ingest(message)
-        return web.json_response({"status": result.status, "version": result.version})
-
-    app = web.Application()
-    app.router.add_post("/ingest", ingest)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    await frontend.start(engine)  # type: ignore[arg-type]
-    stopping = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
-    loop = asyncio.create_task(scheduler.run())
-    print(f"READY {port}", flush=True)
-    await stopping.wait()
-    scheduler.stop()
-    await loop
-    await engine.shutdown()
-    await runner.cleanup()
-    await frontend.stop()
-    await store.close()
+    """The real composition root (`App`: store, engine, scheduler, wake-up hints, SIGTERM)."""
+    config = config_for(settings)
+    frontend = PlatformFrontend(str(settings["platform_url"]), config.engine.owner)
+    replier = ChaosReplier(random.Random(), settings)
+    await App(config, build_store(config), replier, [frontend]).run()
 
 
 if __name__ == "__main__":

@@ -268,3 +268,43 @@ async def test_unreachable_database_is_a_store_error() -> None:
     store = PostgresStore("postgresql://nobody@127.0.0.1:1/none", connect_timeout=2.0)
     with pytest.raises(StoreError, match="cannot connect to PostgreSQL"):
         await store.open()
+
+
+# wake-up hints -------------------------------------------------------------------------------
+async def test_other_processes_hear_wakeup_hints(pg_stores: Factory) -> None:
+    a, b = await pg_stores(), await pg_stores()
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    await b.listen(heard.put_nowait)
+
+    async def expect(payload: str) -> None:
+        while await asyncio.wait_for(heard.get(), 5) != payload:
+            pass  # hints from other users of the database are fine: they are only hints
+
+    key = KEYS[0]
+    await a.ingest(message(key, 1), 1000.0, TIMING)
+    await expect("timer 1001.5")
+    lease = await a.acquire_lease(key.id, "w1", 1002.0, 30.0)
+    assert lease is not None
+    await a.commit(key.id, lease.token, 1, False, 1002.0, TIMING, NewReply("x"))
+    await expect("outbox test")
+    await a.ingest(message(key, 2), 1003.0, TIMING)
+    assert await a.acquire_lease(key.id, "w9", 1010.0, 30.0) is not None
+    assert await a.release_owner("w9") == 1
+    await expect("released")
+
+
+async def test_a_hint_wakes_the_scheduler_only_when_it_matters() -> None:
+    from bot.app import App
+    from bot.config import Config
+    from bot.replier import OfflineReplier
+    from bot.testing import RecordingFrontend
+
+    app = App(Config(), SqliteStore(":memory:"), OfflineReplier(), [RecordingFrontend("test")])
+    engine = app.engine
+    engine.sleeping_until = 100.0
+    cases = [("timer 50.0", True), ("timer 150.0", False), ("timer x", False),
+             ("outbox test", True), ("outbox slack", False), ("released", True)]  # fmt: skip
+    for payload, wakes in cases:
+        engine.wakeup.clear()
+        app.hint(payload)
+        assert engine.wakeup.is_set() == wakes, payload
