@@ -11,7 +11,7 @@ import signal
 import socket
 
 from bot.clock import Clock, SystemClock
-from bot.config import Config, require_secret
+from bot.config import Config
 from bot.engine import Engine, EngineSettings
 from bot.errors import ConfigError
 from bot.events import ConversationKey, Event
@@ -32,8 +32,9 @@ def make_owner(config: Config) -> str:
 def build_replier(config: Config) -> Replier:
     if config.llm.provider == "offline":
         return OfflineReplier()
-    require_secret(config.llm.api_key_env, "llm.api_key_env")
-    raise ConfigError("llm.provider: the anthropic replier is not available in this build")
+    from bot.claude import ClaudeReplier
+
+    return ClaudeReplier.from_config(config)
 
 
 def build_frontends(config: Config) -> list[Frontend]:
@@ -122,3 +123,7 @@ class App:
             await asyncio.gather(scheduler, return_exceptions=True)
             await self.engine.shutdown()
             await self.store.close()
+            closer = getattr(self.engine.replier, "aclose", None)
+            if closer is not None:
+                with contextlib.suppress(Exception):
+                    await closer()
