@@ -11,7 +11,7 @@ import signal
 import socket
 
 from bot.clock import Clock, SystemClock
-from bot.config import Config
+from bot.config import Config, require_secret
 from bot.engine import Engine, EngineSettings
 from bot.errors import ConfigError
 from bot.events import ConversationKey, Event
@@ -32,6 +32,7 @@ def make_owner(config: Config) -> str:
 def build_replier(config: Config) -> Replier:
     if config.llm.provider == "offline":
         return OfflineReplier()
+    require_secret(config.llm.api_key_env, "llm.api_key_env")  # before the SDK's slow import
     from bot.claude import ClaudeReplier
 
     return ClaudeReplier.from_config(config)
