@@ -107,6 +107,15 @@ async def test_usage_grows_while_the_stream_runs(
     assert usage.output_tokens == server.streams[0].output_tokens
 
 
+async def test_thinking_is_counted_as_output_but_not_posted(
+    server: FakeAnthropic, replier: ClaudeReplier
+) -> None:
+    server.queue(Plan(text="the answer", thinking="let me weigh both messages " * 20))
+    usage = Usage()
+    assert await replier.generate(Prompt("", (), BURST), usage) == "the answer"
+    assert usage.output_tokens == server.streams[0].output_tokens > 100
+
+
 # failures --------------------------------------------------------------------------------------
 async def test_rate_limit_then_overload_then_success_is_one_call_for_the_engine(
     server: FakeAnthropic, replier: ClaudeReplier
@@ -172,6 +181,14 @@ async def test_invalid_request_error_event_mid_stream_is_permanent(
 ) -> None:
     server.queue(Plan(error_after=1, stream_error_type="invalid_request_error"))
     with pytest.raises(PermanentReplierError):
+        await replier.generate(Prompt("", (), BURST), Usage())
+
+
+async def test_a_stream_cut_short_is_retryable_not_a_partial_reply(
+    server: FakeAnthropic, replier: ClaudeReplier
+) -> None:
+    server.queue(Plan(text="half of an answer that never ends", end_after=3))
+    with pytest.raises(RetryableReplierError, match="before message_stop"):
         await replier.generate(Prompt("", (), BURST), Usage())
 
 

@@ -59,6 +59,8 @@ class Plan:
     pause_after: int | None = None  # hold after this many deltas until `release()` (or disconnect)
     error_after: int | None = None  # send an `error` event after this many deltas
     stream_error_type: str = "overloaded_error"
+    end_after: int | None = None  # end the response after this many deltas, no message_stop
+    thinking: str | None = None  # stream a thinking block before the text (adaptive thinking)
 
 
 @dataclass
@@ -186,6 +188,8 @@ class FakeAnthropic:
         chunks = ["".join(words[i : i + step]) for i in range(0, len(words), step)]
         usage = self._input_usage(recorded)
         output_tokens = sum(count_tokens(c) for c in chunks)
+        if plan.thinking:
+            output_tokens += count_tokens(plan.thinking)
         if not recorded.body.get("stream"):
             return web.json_response(
                 _message(recorded, text, {**usage, "output_tokens": output_tokens}, "end_turn")
@@ -217,19 +221,37 @@ class FakeAnthropic:
         await send("message_start", {"type": "message_start", "message": _message(
             recorded, "", {**usage, "output_tokens": 1}, None
         )})  # fmt: skip
+        text_index = 0
+        if plan.thinking:
+            text_index = 1
+            block = {"type": "thinking", "thinking": "", "signature": ""}
+            await send(
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": block},
+            )
+            for delta in (
+                {"type": "thinking_delta", "thinking": plan.thinking},
+                {"type": "signature_delta", "signature": "c2lnbmF0dXJl"},
+            ):
+                await send(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": 0, "delta": delta},
+                )
+            await send("content_block_stop", {"type": "content_block_stop", "index": 0})
+        block = {"type": "text", "text": ""}
         await send(
             "content_block_start",
-            {
-                "type": "content_block_start",
-                "index": 0,
-                "content_block": {"type": "text", "text": ""},
-            },
+            {"type": "content_block_start", "index": text_index, "content_block": block},
         )
         await send("ping", {"type": "ping"})
         for index, chunk in enumerate(chunks):
             if plan.error_after == index:
                 error = {"type": plan.stream_error_type, "message": "planned stream error"}
                 await send("error", {"type": "error", "error": error})
+                record.outcome = "error"
+                return
+            if plan.end_after == index:
+                await response.write_eof()
                 record.outcome = "error"
                 return
             if plan.pause_after == index:
@@ -241,10 +263,11 @@ class FakeAnthropic:
                 await asyncio.sleep(plan.delay)
             delta = {"type": "text_delta", "text": chunk}
             await send(
-                "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
+                "content_block_delta",
+                {"type": "content_block_delta", "index": text_index, "delta": delta},
             )
             record.deltas_sent += 1
-        await send("content_block_stop", {"type": "content_block_stop", "index": 0})
+        await send("content_block_stop", {"type": "content_block_stop", "index": text_index})
         await send("message_delta", {
             "type": "message_delta",
             "delta": {"stop_reason": "end_turn", "stop_sequence": None},
