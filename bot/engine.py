@@ -36,6 +36,7 @@ from bot.errors import (
     ReplierError,
     RetryableDeliveryError,
     RetryableReplierError,
+    StoreError,
 )
 from bot.events import ConversationKey, Event, IncomingMessage, MessageDeleted, Reply
 from bot.frontend import Frontend
@@ -206,7 +207,11 @@ class Engine:
         cid = timer.conversation_id
         now = self.clock.now()
         ttl = self.settings.lease_ttl_seconds
-        lease = await self.store.acquire_lease(cid, self.owner, now, ttl)
+        try:
+            lease = await self.store.acquire_lease(cid, self.owner, now, ttl)
+        except StoreError as exc:
+            log.warning("conversation %s: cannot take the lease (%s); will retry", cid, exc)
+            return
         if lease is None:
             expiry = await self.store.lease_expiry(cid)
             retry_at = now + self.settings.busy_retry_seconds

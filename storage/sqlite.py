@@ -9,6 +9,7 @@ interleaving statements inside each other's transactions.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -106,7 +107,8 @@ class SqliteStore:
             try:
                 yield db
             except BaseException:
-                await asyncio.shield(db.execute("ROLLBACK"))
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(db.execute("ROLLBACK"))
                 raise
             try:
                 await db.execute("COMMIT")

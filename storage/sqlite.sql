@@ -222,7 +222,7 @@ WHERE conversation_id = :cid AND armed_version > :version;
 -- name: count_failure
 UPDATE conversations
 SET failed_attempts = failed_attempts + 1, lease_owner = NULL, lease_expires_at = NULL
-WHERE id = :cid AND lease_token = :token
+WHERE id = :cid AND lease_token = :token AND lease_owner IS NOT NULL
 RETURNING failed_attempts;
 
 -- name: rearm_after_failure

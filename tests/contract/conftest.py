@@ -1,0 +1,71 @@
+"""Backends for the store contract suite: every `Store` implementation runs the same tests.
+
+A backend opens any number of stores on one shared database (separate connections), so races
+between owners are real races between connections. Add a backend by adding a param here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from bot.store import Store
+from storage.sqlite import SqliteStore
+
+StoreFactory = Callable[[], Awaitable[Store]]
+
+
+class Backend:
+    def __init__(self, name: str, factory: StoreFactory, shared: bool) -> None:
+        self.name = name
+        self._factory = factory
+        self.shared = shared  # False: every "new" store is the same single connection
+        self._opened: list[Store] = []
+
+    async def new_store(self) -> Store:
+        store = await self._factory()
+        self._opened.append(store)
+        return store
+
+    async def close(self) -> None:
+        for store in reversed(self._opened):
+            await store.close()
+
+
+def _sqlite_memory() -> Backend:
+    single: list[Store] = []
+
+    async def factory() -> Store:
+        if not single:
+            store = SqliteStore(":memory:")
+            await store.open()
+            single.append(store)
+        return single[0]
+
+    return Backend("sqlite_memory", factory, shared=False)
+
+
+def _sqlite_file(path: Path) -> Backend:
+    async def factory() -> Store:
+        store = SqliteStore(str(path))
+        await store.open()
+        return store
+
+    return Backend("sqlite_file", factory, shared=True)
+
+
+@pytest.fixture(params=["sqlite_memory", "sqlite_file"])
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    if request.param == "sqlite_memory":
+        b = _sqlite_memory()
+    else:
+        b = _sqlite_file(tmp_path / "contract.db")
+    yield b
+    await b.close()
+
+
+@pytest.fixture
+async def store(backend: Backend) -> Store:
+    return await backend.new_store()
