@@ -14,7 +14,7 @@ from bot.claude import ClaudeReplier
 from bot.clock import FakeClock
 from bot.config import parse_config
 from bot.engine import Engine
-from bot.events import IncomingMessage
+from bot.events import IncomingMessage, MessageDeleted, MessageEdited
 from bot.replier import Prompt, Usage
 from bot.testing import RecordingFrontend, check_invariants
 from storage.sqlite import SqliteStore
@@ -85,6 +85,24 @@ async def test_a_three_message_burst_is_one_request_holding_every_message(
     assert generation.usage.output_tokens == server.streams[0].output_tokens
     assert generation.usage.input_tokens > 0 and generation.usage.cache_write_tokens > 0
     await check_invariants(store, [KEY.id])
+
+
+async def test_edits_apply_and_deletes_drop_in_the_final_user_turn(
+    store: SqliteStore,
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    server: FakeAnthropic,
+    claude: ObservedClaude,
+) -> None:
+    engine = make_engine(store, clock, claude, frontend)
+    await engine.ingest(said(1, "teh plan"))
+    await engine.ingest(said(2, "ignore this", author="bob"))
+    await engine.ingest(said(3, "ship it?", author="carol"))
+    await engine.ingest(MessageEdited(KEY, "m1", "the plan"))
+    await engine.ingest(MessageDeleted(KEY, "m2"))
+    await fire(engine, clock)
+    [request] = server.requests
+    assert request.last_user_text == "alice: the plan\ncarol: ship it?"
 
 
 async def test_supersede_closes_the_stream_at_once_and_counts_the_wasted_tokens(
