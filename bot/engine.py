@@ -290,7 +290,9 @@ class Engine:
             return
 
         now = self.clock.now()
-        reply = NewReply(text, "answer", pending[-1].message_id, _frozen(usage))
+        reply = NewReply(
+            text, "answer", pending[-1].message_id, _frozen(usage), lease.answered_version
+        )
         row = await self.store.commit(
             cid, token, version, now >= deadline, now, self.settings.timing, reply
         )
@@ -365,7 +367,13 @@ class Engine:
                 "conversation %s: model failed (%s, attempt %d); posting the failure message",
                 cid, exc, attempts,
             )  # fmt: skip
-            apology = NewReply(self.settings.failure_message, "apology", reply_to)
+            apology = NewReply(
+                self.settings.failure_message,
+                "apology",
+                reply_to,
+                TokenUsage(),
+                lease.answered_version,
+            )
             row = await self.store.commit(
                 cid, token, lease.version, True, now, self.settings.timing, apology
             )
