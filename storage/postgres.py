@@ -425,8 +425,13 @@ class PostgresStore:
                     {
                         "cid": cid,
                         "platform": cid.split("/", 1)[0],
-                        "covers_from": int(before[0]),
+                        "covers_from": (
+                            int(before[0])
+                            if reply.covers_from_version is None
+                            else reply.covers_from_version
+                        ),
                         "version": version,
+                        "seen_version": int(checked[0]),
                         "reply_to": reply.reply_to_message_id,
                         "text": reply.text,
                         "kind": reply.kind,
@@ -565,6 +570,7 @@ def _outbox(r: asyncpg.Record) -> OutboxRow:
         platform=str(r["platform"]),
         covers_from_version=int(r["covers_from_version"]),
         covers_to_version=int(r["covers_to_version"]),
+        seen_version=int(r["seen_version"]),
         text=str(r["text"]),
         kind=str(r["kind"]),
         state=r["state"],

@@ -43,6 +43,7 @@ CREATE TABLE replies (
     platform            TEXT NOT NULL,
     covers_from_version BIGINT NOT NULL,
     covers_to_version   BIGINT NOT NULL,
+    seen_version        BIGINT NOT NULL,
     reply_to_message_id TEXT,
     text                TEXT NOT NULL,
     kind                TEXT NOT NULL DEFAULT 'answer',
@@ -241,13 +242,14 @@ SET answered_version = :version::bigint, lease_owner = NULL, lease_expires_at = 
     failed_attempts = 0
 WHERE id = :cid AND lease_token = :token::bigint AND answered_version < :version::bigint
   AND (version = :version::bigint OR :deadline_passed::boolean)
-RETURNING id;
+RETURNING version;
 
 -- name: insert_reply
 INSERT INTO replies (conversation_id, platform, covers_from_version, covers_to_version,
-                     reply_to_message_id, text, kind, next_attempt_at, created_at,
+                     seen_version, reply_to_message_id, text, kind, next_attempt_at, created_at,
                      input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
-VALUES (:cid, :platform, :covers_from::bigint, :version::bigint, :reply_to, :text, :kind,
+VALUES (:cid, :platform, :covers_from::bigint, :version::bigint, :seen_version::bigint,
+        :reply_to, :text, :kind,
         :now::float8, :now::float8, :input_tokens::integer, :output_tokens::integer,
         :cache_read_tokens::integer, :cache_write_tokens::integer)
 RETURNING *;
