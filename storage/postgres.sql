@@ -131,7 +131,7 @@ RETURNING due_at;
 SELECT m.conversation_id, m.seq, m.deleted, c.answered_version
 FROM messages m JOIN conversations c ON c.id = m.conversation_id
 WHERE m.message_uid = :uid
-FOR UPDATE OF c;
+FOR NO KEY UPDATE OF c;
 
 -- name: edit_message
 UPDATE messages SET text = :text, edited_at = :now::float8
@@ -218,7 +218,7 @@ WHERE claim_owner = :owner AND state = 'pending';
 SELECT version FROM conversations WHERE id = :cid;
 
 -- name: lock_answered_version
-SELECT answered_version FROM conversations WHERE id = :cid FOR UPDATE;
+SELECT answered_version FROM conversations WHERE id = :cid FOR NO KEY UPDATE;
 
 -- name: pending_messages
 SELECT seq, message_id, author_id, author_name, text, created_at, edited_at, deleted
