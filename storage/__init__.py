@@ -25,6 +25,7 @@ def open_store(url: str, pool_size: int = 10) -> Store:
         from storage.postgres import PostgresStore
 
         return PostgresStore(url, pool_size=pool_size)
+    scheme = url.split("://", 1)[0] if "://" in url else url[:20]  # never echo a password
     raise ConfigError(
-        f"storage.url: unsupported scheme in {url!r} (use sqlite:/// or postgresql://)"
+        f"storage.url: unsupported scheme {scheme!r} (use sqlite:/// or postgresql://)"
     )

@@ -308,3 +308,9 @@ async def test_a_hint_wakes_the_scheduler_only_when_it_matters() -> None:
         engine.wakeup.clear()
         app.hint(payload)
         assert engine.wakeup.is_set() == wakes, payload
+
+
+def test_an_unsupported_url_is_named_without_its_password() -> None:
+    with pytest.raises(ConfigError, match="unsupported scheme 'mysql'") as error:
+        open_store("mysql://bot:hunter2@db/burstbot")
+    assert "hunter2" not in str(error.value)
