@@ -93,12 +93,19 @@ class DiscordWorld:
         self.state.parse_message_delete(deleted)
         await dpytest.run_all_events()
 
+    async def advance(self, seconds: float) -> None:
+        """Move the fake clock a second at a time, letting typing loops finish their I/O."""
+        while seconds > 0:
+            await self.clock.advance(min(seconds, 1.0))
+            await self.frontend.typing.idle()
+            seconds -= 1.0
+
     async def step(self, seconds: float = 0.0) -> None:
         """Advance the fake clock, start due work and wait for it (never the wall clock)."""
-        if seconds:
-            await self.clock.advance(seconds)
+        await self.advance(seconds)
         await self.app.engine.run_due()
         await self.app.engine.idle()
+        await self.frontend.typing.idle()
 
     def sent(self) -> list[discord.Message]:
         messages = []

@@ -13,10 +13,11 @@ from discord.ext.test import factories as facts
 from adapters.discord.render import MESSAGE_LIMIT, nonce_for
 from bot.clock import FakeClock
 from bot.config import DiscordConfig
+from bot.engine import Engine, EngineSettings
 from bot.events import Reply
-from bot.testing import ScriptedReplier, check_invariants
+from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
-from tests.discord_harness import DiscordWorld, close_world, open_world
+from tests.discord_harness import DiscordWorld, close_world, engine_config, open_world
 
 
 @pytest.fixture
@@ -224,32 +225,53 @@ async def test_typing_shows_from_the_first_message_until_the_reply_past_10_secon
         await world.say(world.listened, world.alice, "think hard")
         await world.step()
         assert world.typing_in == [world.listened.id]
-        await world.clock.advance(1.5)
+        await world.advance(1.5)
         await world.app.engine.run_due()
         call = await replier.next_call(0)
         for _ in range(3):  # the model takes 24 s: the indicator is re-triggered every 8 s
-            await world.clock.advance(8)
+            await world.advance(8)
         assert len(world.typing_in) == 4
         call.finish("done thinking")
         await world.app.engine.idle()
         assert [m.content for m in world.sent()] == ["done thinking"]
         assert world.frontend.typing.active() == set()
-        await world.clock.advance(60)
+        await world.advance(60)
         assert len(world.typing_in) == 4
     finally:
         await close_world(world)
 
 
-async def test_a_forgotten_typing_indicator_stops_by_itself(world: DiscordWorld) -> None:
-    key = world.key(world.chatter)
-    await world.frontend.show_busy(key, True)
-    await world.clock.advance(1)
+async def test_typing_never_outlives_its_bound(world: DiscordWorld) -> None:
+    await world.say(world.listened, world.alice, "anyone?")  # no worker ever picks it up
+    key = world.key(world.listened)
+    await world.advance(1)
     assert world.frontend.typing.active() == {key.id}
-    await world.clock.advance(world.frontend.typing.max_seconds)
+    await world.advance(world.frontend.typing.max_seconds)
     assert world.frontend.typing.active() == set()
     count = len(world.typing_in)
-    await world.clock.advance(60)
+    assert count == 1 + int(world.frontend.typing.max_seconds // 8)
+    await world.advance(60)
     assert len(world.typing_in) == count
+
+
+async def test_typing_stops_when_another_process_posted_the_reply(
+    world: DiscordWorld, store: SqliteStore, clock: FakeClock
+) -> None:
+    # Two processes on one shard both see the burst; the other one answers and posts it.
+    other_platform = RecordingFrontend("discord")
+    other = Engine(store, ScriptedReplier(), clock, EngineSettings.from_config(engine_config()),
+                   "w2", {"discord": other_platform})  # fmt: skip
+    await world.say(world.listened, world.alice, "who answers?")
+    await world.advance(1.5)
+    await other.run_due()
+    await other.idle()
+    assert other_platform.texts() == ["reply to: who answers?"]
+    assert world.typing_in == [world.listened.id]
+    await world.advance(8)
+    assert world.frontend.typing.active() == set()
+    assert world.typing_in == [world.listened.id]
+    await world.step(30)
+    assert world.sent() == []
 
 
 def fences_balanced(text: str) -> bool:
@@ -265,7 +287,7 @@ async def test_a_long_reply_is_split_with_balanced_fences_and_stable_nonces(
         code = "\n".join(f"    step_{n}()  # do thing number {n}" for n in range(120))
         long_text = "Here is the plan.\n\n```python\n" + code + "\n```\n\nThat's all. " * 3
         await world.say(world.listened, world.alice, "write the script")
-        await world.clock.advance(1.5)
+        await world.advance(1.5)
         await world.app.engine.run_due()
         (await replier.next_call(0)).finish(long_text)
         await world.app.engine.idle()

@@ -205,10 +205,13 @@ class DiscordFrontend:
         return await post_reply(channel, reply, posted, self.allowed_mentions)
 
     async def show_busy(self, key: ConversationKey, busy: bool) -> None:
-        if busy:
-            self.typing.start(key.id, lambda: self._channel(key))
-        else:
+        if not busy:
             self.typing.stop(key.id)
+        elif self.client.user is not None:
+            self.typing.start(key.id, lambda: self._channel(key), lambda: self._unsettled(key))
+
+    async def _unsettled(self, key: ConversationKey) -> bool:
+        return self.host is not None and not await self.host.is_settled(key)
 
     def _channel(self, key: ConversationKey) -> discord.abc.Messageable:
         """The cached channel, or a bare one by id (a DM after a restart, an uncached thread)."""
