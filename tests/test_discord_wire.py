@@ -8,6 +8,8 @@ error tree, and the one-line startup failures (bad token, Message Content intent
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -26,7 +28,7 @@ from bot.testing import ScriptedReplier
 from storage.sqlite import SqliteStore
 from tests.discord_harness import engine_config
 from tests.fake_discord import Failure, FakeDiscord
-from tests.test_cli import burstbot
+from tests.test_cli import ROOT, burstbot
 
 GUILD_ID, CHANNEL_ID, DM_ID = (
     400_000_000_000_000_001,
@@ -126,26 +128,41 @@ async def test_parts_carry_stable_nonces_so_a_repost_after_a_crash_is_deduped(
     assert [b["nonce"] for b in fake.requests[len(ids) :]] == [b["nonce"] for b in bodies]
 
 
-async def test_a_reply_whose_target_is_refused_is_posted_without_the_reference(
-    fake: FakeDiscord, frontend: DiscordFrontend
+UNKNOWN_MESSAGE_ERROR = {"code": "MESSAGE_REFERENCE_UNKNOWN_MESSAGE", "message": "Unknown message"}
+UNKNOWN_REFERENCE = {
+    "code": 50035,
+    "message": "Invalid Form Body",
+    "errors": {"message_reference": {"_errors": [UNKNOWN_MESSAGE_ERROR]}},
+}
+NO_HISTORY = {"message": "Missing Permissions", "code": 50013}
+
+
+@pytest.mark.parametrize(
+    "refusal", [Failure(400, UNKNOWN_REFERENCE, only_with_reference=True),
+                Failure(403, NO_HISTORY, only_with_reference=True)],
+    ids=["target-gone", "no-read-message-history"],
+)  # fmt: skip
+async def test_a_reply_whose_reference_is_refused_is_posted_plainly(
+    fake: FakeDiscord, frontend: DiscordFrontend, refusal: Failure
 ) -> None:
     await frontend.client.login(fake.token)
-    unknown = {
-        "code": 50035,
-        "message": "Invalid Form Body",
-        "errors": {
-            "message_reference": {
-                "_errors": [
-                    {"code": "MESSAGE_REFERENCE_UNKNOWN_MESSAGE", "message": "Unknown message"}
-                ]
-            }
-        },
-    }
-    fake.failures[CHANNEL_ID] = [Failure(400, unknown, only_with_reference=True)]  # fmt: skip
+    fake.failures[CHANNEL_ID] = [refusal]
     reply = Reply("r1", CHANNEL_KEY, "hi", 1, reply_to_message_id="500000000000000009")
     [posted] = await frontend.deliver(reply)
     [post] = fake.created
     assert post["id"] == posted and "message_reference" not in post["request"]
+    assert len(fake.requests) == 2 and fake.requests[0]["nonce"] == fake.requests[1]["nonce"]
+
+
+async def test_a_channel_refusing_even_a_plain_post_is_permanent(
+    fake: FakeDiscord, frontend: DiscordFrontend
+) -> None:
+    await frontend.client.login(fake.token)
+    fake.failures[CHANNEL_ID] = [Failure(403, NO_HISTORY), Failure(403, NO_HISTORY)]
+    reply = Reply("r1", CHANNEL_KEY, "hi", 1, reply_to_message_id="500000000000000009")
+    with pytest.raises(PermanentDeliveryError, match="403"):
+        await frontend.deliver(reply)
+    assert len(fake.requests) == 2 and fake.created == []
 
 
 PERMANENT, RETRYABLE = PermanentDeliveryError, RetryableDeliveryError
@@ -253,3 +270,37 @@ def test_the_cli_exits_2_naming_a_missing_token(tmp_path: Path) -> None:
         "burstbot: config error: discord.token_env: "
         "environment variable NO_SUCH_DISCORD_TOKEN is not set"
     ]
+
+
+CLI_AGAINST_FAKE = """
+import sys, discord, yarl
+discord.http.Route.BASE = sys.argv[1]
+discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(sys.argv[2])
+from bot.cli import main
+raise SystemExit(main(["run", "--config", sys.argv[3]]))
+"""
+
+
+@pytest.mark.parametrize(("close_code", "token", "line"), [
+    (4014, "test-token", INTENT_HELP),
+    (None, "wrong-token", "discord.token_env: Discord rejected the bot token"),
+], ids=["intent-disabled", "token-rejected"])  # fmt: skip
+async def test_the_cli_stops_with_one_line_when_discord_refuses(
+    fake: FakeDiscord, tmp_path: Path, close_code: int | None, token: str, line: str
+) -> None:
+    fake.gateway_close_code = close_code
+    config = tmp_path / "c.toml"
+    config.write_text(
+        '[llm]\nprovider = "offline"\n[console]\nenabled = false\n'
+        '[storage]\nurl = "sqlite:///b.db"\n[discord]\nenabled = true\n'
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", CLI_AGAINST_FAKE, fake.api_base, str(fake.gateway_url), str(config),
+        cwd=tmp_path, env={**os.environ, "DISCORD_TOKEN": token, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    async with asyncio.timeout(60):
+        _, stderr = await process.communicate()
+    assert process.returncode == 2, stderr.decode()
+    [printed] = stderr.decode().strip().splitlines()
+    assert printed.startswith(f"burstbot: config error: {line}")

@@ -52,6 +52,9 @@ class GatewayClient(discord.Client):
     def __init__(
         self, frontend: DiscordFrontend, config: DiscordConfig, intents: discord.Intents
     ) -> None:
+        # burstbot never joins voice: skip discord.py's start-up warnings about voice libraries.
+        discord.VoiceClient.warn_nacl = False
+        discord.VoiceClient.warn_dave = False
         super().__init__(
             intents=intents,
             shard_id=config.shard_id,
@@ -106,7 +109,15 @@ class DiscordFrontend:
         self.host = host
 
     async def start(self, host: Host) -> None:
+        """Log in, connect the gateway and return once READY; a failure closes the client."""
         self.attach(host)
+        try:
+            await self._connect()
+        except BaseException:
+            await self.client.close()
+            raise
+
+    async def _connect(self) -> None:
         try:
             await self.client.login(self._token)
         except discord.LoginFailure as exc:

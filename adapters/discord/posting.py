@@ -1,7 +1,8 @@
 """Posting one reply to Discord, and mapping discord.py's errors into ours.
 
 Parts go out in order; the first replies to the burst's last message (Discord posts it plainly if
-that message is gone; an older API that refuses is retried without the reference). Each part's
+that message is gone; a refused reference, or a 403 for lacking Read Message History, is retried
+once without it). Each part's
 nonce is stable, so posting a part again after a crash returns the earlier message instead of a
 copy. `posted` (part index → message id) lets a retry after a partial failure skip what is done.
 
@@ -72,7 +73,11 @@ async def _send(
 
 
 def _reference_refused(exc: discord.HTTPException) -> bool:
-    return exc.code == UNKNOWN_MESSAGE or (exc.status == 400 and "message_reference" in exc.text)
+    """The reply part was the problem: the target is gone, or replying needs Read Message History
+    (a 403 then); a plain post may still work, and a second refusal is final."""
+    if exc.code == UNKNOWN_MESSAGE or exc.status == 403:
+        return True
+    return exc.status == 400 and "message_reference" in exc.text
 
 
 def delivery_error(exc: discord.HTTPException | discord.RateLimited) -> DeliveryError:
