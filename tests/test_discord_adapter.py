@@ -42,8 +42,9 @@ async def test_a_burst_from_a_member_gets_one_reply(
     world: DiscordWorld, store: SqliteStore, replier: ScriptedReplier
 ) -> None:
     key = world.key(world.listened)
-    for text in ("so about", "the deploy", "is it friday?"):
-        await world.say(world.listened, world.alice, text)
+    for n, text in enumerate(("so about", "the deploy", "is it friday?"), start=1):
+        await world.say(world.listened, world.alice, text)  # returns when the handler has
+        assert len(await stored_texts(store, key.id)) == n  # stored before returning
         await world.step(0.5)
     assert await stored_texts(store, key.id) == ["so about", "the deploy", "is it friday?"]
     assert world.sent() == []  # quiet window still open

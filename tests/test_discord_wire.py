@@ -253,9 +253,18 @@ def test_shard_settings_are_validated_and_passed_to_the_client() -> None:
         DiscordFrontend(DiscordConfig(listen_channels=["general"]))
 
 
-async def test_the_client_runs_the_configured_shard() -> None:
-    front = DiscordFrontend(DiscordConfig(enabled=True, shard_id=1, shard_count=4))
-    assert (front.client.shard_id, front.client.shard_count) == (1, 4)
+async def test_the_process_identifies_as_its_configured_shard(
+    fake: FakeDiscord, store: SqliteStore, clock: FakeClock
+) -> None:
+    config = DiscordConfig(enabled=True, shard_id=1, shard_count=4)
+    front = DiscordFrontend(config, token=fake.token, clock=clock)
+    front.client._connection.guild_ready_timeout = 0.05
+    app = App(engine_config(), store, ScriptedReplier(), [front], clock=clock, owner="w1")
+    try:
+        await front.start(app)
+        assert fake.identify is not None and fake.identify["shard"] == [1, 4]
+    finally:
+        await front.stop()
 
 
 def test_the_cli_exits_2_naming_a_missing_token(tmp_path: Path) -> None:
