@@ -72,9 +72,13 @@ class DiscordWorld:
         data.update(extra)
         return data
 
-    async def dispatch_create(self, data: Payload) -> None:
-        self.state.parse_message_create(data)
+    async def gateway(self, event: str, data: Payload) -> None:
+        """Parse a gateway event as discord.py would and wait for every handler it started."""
+        getattr(self.state, f"parse_{event.lower()}")(data)
         await dpytest.run_all_events()
+
+    async def dispatch_create(self, data: Payload) -> None:
+        await self.gateway("MESSAGE_CREATE", data)
 
     async def say(self, channel: Any, author: Any, content: str, **extra: Any) -> Payload:
         data = self.payload(channel, author, content, **extra)

@@ -142,6 +142,32 @@ async def test_edit_and_delete_inside_the_window_shape_the_burst(
     await check_invariants(store, [key.id])
 
 
+async def test_a_burst_bulk_deleted_is_skipped_without_a_model_call(
+    world: DiscordWorld, store: SqliteStore, replier: ScriptedReplier
+) -> None:
+    first = await world.say(world.listened, world.alice, "spam one")
+    second = await world.say(world.listened, world.alice, "spam two")
+    await world.gateway("MESSAGE_DELETE_BULK", {"ids": [first["id"], second["id"]],
+                        "channel_id": world.listened.id, "guild_id": world.guild.id})  # fmt: skip
+    await world.step(1.5)
+    assert world.sent() == [] and replier.calls == []
+    await check_invariants(store, [world.key(world.listened).id])
+
+
+async def test_edits_of_messages_no_longer_cached_count_only_when_discord_marks_them_edited(
+    world: DiscordWorld, store: SqliteStore
+) -> None:
+    key = world.key(world.listened)
+    data = await world.say(world.listened, world.alice, "see https://example.com")
+    world.state._messages.clear()  # as after a restart: discord.py no longer has the message
+    await world.gateway("MESSAGE_UPDATE", {**data, "embeds": [{"title": "Example"}]})  # unfurl
+    assert (await store.conversation_state(key.id)).version == 1  # type: ignore[union-attr]
+    await world.edit(data, "see https://example.org")
+    assert (await store.conversation_state(key.id)).version == 2  # type: ignore[union-attr]
+    await world.step(1.5)
+    assert [m.content for m in world.sent()] == ["reply to: see https://example.org"]
+
+
 async def test_the_same_message_dispatched_twice_is_one_reply(
     world: DiscordWorld, store: SqliteStore, replier: ScriptedReplier
 ) -> None:

@@ -93,7 +93,6 @@ class DiscordFrontend:
         intents: discord.Intents | None = None,
     ) -> None:
         self.routing = Routing.from_config(config)
-        self.mention_author = config.mention_author
         self.allowed_mentions = allowed_mentions(config.mention_author)
         self.typing = typing or TypingKeeper(clock or SystemClock())
         self.client = GatewayClient(self, config, intents or gateway_intents())
