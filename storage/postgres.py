@@ -113,7 +113,11 @@ class PostgresStore:
             )
         except (*_DB_ERRORS, TimeoutError) as exc:
             raise StoreError(f"cannot connect to PostgreSQL: {exc}") from exc
-        await self._migrate()
+        try:
+            await self._migrate()
+        except BaseException:
+            await self.close()
+            raise
 
     async def _migrate(self) -> None:
         async with self._transaction() as conn:

@@ -314,3 +314,29 @@ def test_an_unsupported_url_is_named_without_its_password() -> None:
     with pytest.raises(ConfigError, match="unsupported scheme 'mysql'") as error:
         open_store("mysql://bot:hunter2@db/burstbot")
     assert "hunter2" not in str(error.value)
+
+
+# cancellation and schema ---------------------------------------------------------------------
+@pytest.mark.parametrize("delay_ms", [0, 1, 2, 3, 5, 8])
+async def test_a_cancelled_caller_never_leaves_a_connection_in_a_transaction(
+    pg_stores: Factory, delay_ms: int
+) -> None:
+    store = await pg_stores(pool_size=1)  # the one connection is reused right after
+    key = KEYS[0]
+    for n in range(5):
+        task = asyncio.ensure_future(store.ingest(message(key, 2 * n), 1000.0 + n, TIMING))
+        await asyncio.sleep(delay_ms / 1000)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        result = await store.ingest(message(key, 2 * n + 1), 1000.5 + n, TIMING)
+        assert result.status == "accepted"
+    pending = await store.pending_messages(key.id, 0, 100)
+    assert [m.seq for m in pending] == list(range(1, len(pending) + 1))
+    assert await store.acquire_lease(key.id, "w1", 2000.0, 30.0) is not None
+
+
+async def test_a_newer_schema_is_refused_with_a_clear_error(pg_stores: Factory) -> None:
+    store = await pg_stores()
+    await store._rows("record_schema_version", {"version": len(MIGRATIONS) + 5})
+    with pytest.raises(StoreError, match="newer than this burstbot"):
+        await pg_stores()
