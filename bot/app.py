@@ -43,7 +43,9 @@ def build_frontends(config: Config) -> list[Frontend]:
 
         frontends.append(ConsoleFrontend(user_name=config.console.user_name))
     if config.slack.enabled:
-        raise ConfigError("slack.enabled: the Slack adapter is not available in this build")
+        from adapters.slack import build_slack_frontend
+
+        frontends.append(build_slack_frontend(config.slack))
     if config.discord.enabled:
         raise ConfigError("discord.enabled: the Discord adapter is not available in this build")
     if not frontends:
