@@ -351,3 +351,20 @@ def test_missing_secrets_name_the_variable(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.delenv("SLACK_SIGNING_SECRET", raising=False)
     with pytest.raises(ConfigError, match="SLACK_SIGNING_SECRET"):
         build_slack_frontend(SlackConfig(enabled=True, mode="http"))
+
+
+def test_manifest_subscribes_to_what_the_adapter_reads_with_the_scopes_it_needs() -> None:
+    import yaml
+
+    manifest = yaml.safe_load(
+        (Path(__file__).parent.parent / "adapters/slack/manifest.yml").read_text()
+    )
+    events = set(manifest["settings"]["event_subscriptions"]["bot_events"])
+    scopes = set(manifest["oauth_config"]["scopes"]["bot"])
+    assert events == {"app_mention", "message.channels", "message.groups", "message.im",
+                      "message.mpim"}  # fmt: skip
+    for event in events - {"app_mention"}:  # message.im needs im:history, ...
+        assert event.replace("message.", "") + ":history" in scopes
+    assert {"app_mentions:read", "chat:write", "reactions:write"} <= scopes
+    assert manifest["settings"]["socket_mode_enabled"] is True
+    assert manifest["features"]["bot_user"]["display_name"]
