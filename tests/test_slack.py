@@ -169,30 +169,35 @@ async def test_bad_signature_or_stale_timestamp_is_401_and_nothing_stored(
     assert api.posts() == []
 
 
-async def test_the_ack_waits_until_the_message_is_stored(api: FakeSlackApi) -> None:
-    class GatedHost:
-        """The app as Host, with ingest held until the test opens the gate (a slow disk)."""
+class GatedHost:
+    """The app as Host, with ingest held until the test opens the gate (a slow disk)."""
 
-        def __init__(self, app: Any) -> None:
-            self.app, self.gate, self.fail_next = app, asyncio.Event(), False
+    def __init__(self, app: Any) -> None:
+        self.app, self.gate, self.fail_next = app, asyncio.Event(), False
 
-        async def ingest(self, event: Event) -> IngestResult:
-            await self.gate.wait()
-            if self.fail_next:
-                self.fail_next = False
-                raise OSError("disk full")
-            return await self.app.ingest(event)
+    async def ingest(self, event: Event) -> IngestResult:
+        await self.gate.wait()
+        if self.fail_next:
+            self.fail_next = False
+            raise OSError("disk full")
+        result: IngestResult = await self.app.ingest(event)
+        return result
 
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.app, name)
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.app, name)
 
-    hosts: list[GatedHost] = []
 
+def gated(hosts: list[GatedHost]) -> Any:
     def wrap(app: Any) -> GatedHost:
         hosts.append(GatedHost(app))
-        return hosts[0]
+        return hosts[-1]
 
-    async with running_bot(api, host_wrapper=wrap) as bot:
+    return wrap
+
+
+async def test_the_ack_waits_until_the_message_is_stored(api: FakeSlackApi) -> None:
+    hosts: list[GatedHost] = []
+    async with running_bot(api, host_wrapper=gated(hosts)) as bot:
         host = hosts[0]
         request = asyncio.create_task(bot.send(dm(ts(1), "hello")))
         await asyncio.sleep(0.2)  # bounded real wait for the request to reach the listener
@@ -206,6 +211,41 @@ async def test_the_ack_waits_until_the_message_is_stored(api: FakeSlackApi) -> N
         assert await stored_texts(bot, DM_KEY) == ["hello"]
         assert await bot.send(dm(ts(2), "again"), retry_num=1) == 200
         assert await stored_texts(bot, DM_KEY) == ["hello", "again"]
+
+
+async def test_socket_mode_acks_after_storing_and_dedupes_redeliveries(api: FakeSlackApi) -> None:
+    hosts: list[GatedHost] = []
+    async with running_bot(api, host_wrapper=gated(hosts), mode="socket") as bot:
+        assert "apps.connections.open" in api.methods() and api.sockets
+        first = await api.push_envelope(dm(ts(1), "over the socket"))
+        await asyncio.sleep(0.2)  # bounded real wait: the envelope reaches the listener
+        assert api.acks == [], "acked before the message was stored"
+        hosts[0].gate.set()
+        await asyncio.wait_for(api.ack_received.wait(), 5)
+        assert api.acks == [first]
+        assert await stored_texts(bot, DM_KEY) == ["over the socket"]
+        # Slack redelivers an unacked envelope (perhaps to another connection): stored once
+        hosts[0].fail_next = True
+        api.ack_received.clear()
+        failed = await api.push_envelope(dm(ts(2), "second"))
+        await asyncio.sleep(0.2)
+        assert failed not in api.acks
+        for attempt in (1, 2):
+            api.ack_received.clear()
+            await api.push_envelope(dm(ts(2), "second"), retry_attempt=attempt)
+            await asyncio.wait_for(api.ack_received.wait(), 5)
+        assert await stored_texts(bot, DM_KEY) == ["over the socket", "second"]
+        await bot.step(1.5)
+        [post] = api.posts()
+        assert post.text == "reply to: over the socket | second"
+
+
+async def test_socket_mode_with_a_rejected_app_token_is_one_clear_error(api: FakeSlackApi) -> None:
+    config = slack_config(api, mode="socket")
+    frontend = SlackFrontend(config.slack, "xoxb-test", app_token="xapp-revoked")
+    with pytest.raises(ConfigError, match=r"SLACK_APP_TOKEN \(invalid_auth\)"):
+        await frontend.start(None)  # type: ignore[arg-type]
+    await frontend.stop()
 
 
 # edits and deletes ----------------------------------------------------------------------------
@@ -368,3 +408,22 @@ def test_manifest_subscribes_to_what_the_adapter_reads_with_the_scopes_it_needs(
     assert {"app_mentions:read", "chat:write", "reactions:write"} <= scopes
     assert manifest["settings"]["socket_mode_enabled"] is True
     assert manifest["features"]["bot_user"]["display_name"]
+
+
+async def test_url_verification_challenge_is_answered(api: FakeSlackApi, bot: Bot) -> None:
+    import json
+    import time
+
+    import aiohttp
+
+    body = json.dumps({"token": "legacy", "challenge": "c-123", "type": "url_verification"})
+    stamp = str(int(time.time()))
+    signature = bot.sender.verifier.generate_signature(timestamp=stamp, body=body)
+    headers = {"Content-Type": "application/json", "X-Slack-Request-Timestamp": stamp,
+               "X-Slack-Signature": signature}  # fmt: skip
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(bot.sender.url, data=body, headers=headers) as response,
+    ):
+        assert response.status == 200
+        assert "c-123" in await response.text()

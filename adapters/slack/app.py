@@ -12,6 +12,7 @@ store dedupes by message id — and so are the `app_mention`/`message` twins of 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -38,6 +39,7 @@ DEFAULT_API_BASE_URL = "https://slack.com/api/"
 THREAD_MEMORY = 10_000
 NOT_IN_THREAD_TTL_SECONDS = 60.0
 API_TIMEOUT_SECONDS = 10
+SOCKET_CONNECT_TIMEOUT_SECONDS = 30.0
 
 
 class SlackFrontend:
@@ -152,11 +154,15 @@ class SlackFrontend:
                  self.http_port, self.config.http_path)  # fmt: skip
 
     async def _connect_socket(self, bolt: AsyncApp) -> None:
+        """Check the app token with one `apps.connections.open`, then connect with that URL.
+
+        The SDK's own connect retries forever on any failure; a wrong token must fail fast.
+        """
         from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
-        self._socket = AsyncSocketModeHandler(bolt, self._app_token)
+        assert self._client is not None
         try:
-            await self._socket.connect_async()
+            opened = await self._client.apps_connections_open(app_token=self._app_token)
         except SlackApiError as exc:
             error = exc.response.get("error", "unknown error")
             raise ConfigError(
@@ -164,7 +170,15 @@ class SlackFrontend:
                 f"{self.config.app_token_env} ({error})"
             ) from None
         except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as exc:
-            raise BurstbotError(f"slack: cannot open the Socket Mode connection ({exc})") from None
+            raise BurstbotError(f"slack: cannot open a Socket Mode connection ({exc})") from None
+        self._socket = AsyncSocketModeHandler(bolt, self._app_token)
+        self._socket.client.wss_uri = opened["url"]
+        try:
+            await asyncio.wait_for(self._socket.connect_async(), SOCKET_CONNECT_TIMEOUT_SECONDS)
+        except TimeoutError:
+            raise BurstbotError(
+                f"slack: no Socket Mode connection within {SOCKET_CONNECT_TIMEOUT_SECONDS:.0f} s"
+            ) from None
 
     # convert in -------------------------------------------------------------------------------
     async def _on_message(self, event: Payload, body: Payload) -> None:

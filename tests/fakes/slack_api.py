@@ -4,7 +4,9 @@
 token), keeps channels and threads with message metadata, and lets a test inject failures: an HTTP
 status with headers (429 + Retry-After), a Slack error, a post that lands but whose response is
 lost, or a post that hangs. `EventSender` posts correctly signed Events API requests to a bot's
-HTTP endpoint, with `X-Slack-Retry-Num` for retries.
+HTTP endpoint, with `X-Slack-Retry-Num` for retries. For Socket Mode, `apps.connections.open` hands
+out a WebSocket on the same server; `push_envelope` sends an event over it and `acks` records the
+envelope ids the bot acknowledged.
 """
 
 from __future__ import annotations
@@ -70,11 +72,17 @@ class FakeSlackApi:
         self._ts = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self.url = ""
+        self.app_token = "xapp-test"
+        self.acks: list[str] = []
+        self.ack_received = asyncio.Event()
+        self.sockets: list[web.WebSocketResponse] = []
+        self._envelopes = itertools.count(1)
 
     # lifecycle --------------------------------------------------------------------------------
     async def start(self) -> FakeSlackApi:
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._handle)
+        app.router.add_get("/socket", self._socket)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -85,6 +93,8 @@ class FakeSlackApi:
     async def stop(self) -> None:
         for event in self.holds.values():
             event.set()
+        for ws in self.sockets:
+            await ws.close()
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -120,7 +130,8 @@ class FakeSlackApi:
                 args.update(dict(await request.post()))
         self.calls.append((method, args))
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
-        if method != "apps.connections.open" and token != self.token:
+        expected = self.app_token if method == "apps.connections.open" else self.token
+        if token != expected:
             return web.json_response({"ok": False, "error": "invalid_auth"})
         failure = self.failures.get(method, []).pop(0) if self.failures.get(method) else None
         if failure is not None and not failure.lands:
@@ -194,6 +205,38 @@ class FakeSlackApi:
         self.reactions.discard(entry)
         return {}
 
+    def _apps_connections_open(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {"url": self.url.replace("http://", "ws://").replace("/api/", "/socket")}
+
+    async def _socket(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        self.sockets.append(ws)
+        await ws.send_json({"type": "hello", "num_connections": 1,
+                            "connection_info": {"app_id": "A0001"}})  # fmt: skip
+        async for frame in ws:
+            if frame.type == aiohttp.WSMsgType.TEXT:
+                envelope_id = json.loads(frame.data).get("envelope_id")
+                if envelope_id:
+                    self.acks.append(envelope_id)
+                    self.ack_received.set()
+        return ws
+
+    async def push_envelope(self, event: dict[str, Any], retry_attempt: int = 0) -> str:
+        """Send an Events API envelope over the newest Socket Mode connection."""
+        envelope_id = f"env-{next(self._envelopes)}"
+        await self.sockets[-1].send_json(
+            {
+                "envelope_id": envelope_id,
+                "type": "events_api",
+                "accepts_response_payload": False,
+                "retry_attempt": retry_attempt,
+                "retry_reason": "timeout" if retry_attempt else "",
+                "payload": event_callback(event),
+            }
+        )
+        return envelope_id
+
     def _assistant_threads_setStatus(self, args: dict[str, Any]) -> dict[str, Any]:
         if not self.status_supported:
             return {"error": "missing_scope"}
@@ -218,17 +261,7 @@ class EventSender:
         timestamp: int | None = None,
         signature: str | None = None,
     ) -> int:
-        body = json.dumps(
-            {
-                "token": "legacy",
-                "team_id": self.team,
-                "api_app_id": "A0001",
-                "type": "event_callback",
-                "event_id": event_id or f"Ev{next(self._ids):04d}",
-                "event_time": int(time.time()),
-                "event": {"team": self.team, "event_ts": event.get("ts"), **event},
-            }
-        )
+        body = json.dumps(event_callback(event, event_id or f"Ev{next(self._ids):04d}", self.team))
         stamp = str(timestamp if timestamp is not None else int(time.time()))
         headers = {
             "Content-Type": "application/json",
@@ -245,6 +278,21 @@ class EventSender:
         ):
             await response.read()
             return response.status
+
+
+def event_callback(
+    event: dict[str, Any], event_id: str = "Ev0001", team: str = TEAM
+) -> dict[str, Any]:
+    """The Events API envelope around one event."""
+    return {
+        "token": "legacy",
+        "team_id": team,
+        "api_app_id": "A0001",
+        "type": "event_callback",
+        "event_id": event_id,
+        "event_time": int(time.time()),
+        "event": {"team": team, "event_ts": event.get("ts"), **event},
+    }
 
 
 def dm(ts: str, text: str, user: str = "U1", **extra: Any) -> dict[str, Any]:
