@@ -136,3 +136,7 @@ def test_placement(
 
 def test_plain_channel_message_does_not_count() -> None:
     assert place("T1", "C1", "channel", {"ts": "1.0", "text": "hi"}, ME, set()) is None
+    other_user = {"ts": "1.0", "text": "ask <@UBOT2> or <@UBOTX|x>"}
+    assert place("T1", "C1", "channel", other_user, ME, set()) is None
+    labelled = {"ts": "1.0", "text": "hey <@UBOT|burstbot>"}
+    assert place("T1", "C1", "channel", labelled, ME, set()) is not None

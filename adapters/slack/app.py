@@ -83,13 +83,15 @@ class SlackFrontend:
             indicator=self.config.thinking_indicator,
             reaction=self.config.thinking_reaction,
         )
+        bolt_logger = logging.getLogger("burstbot.slack.bolt")
+        bolt_logger.addFilter(_drop_token_unused_warning)
         bolt = AsyncApp(
             client=self._client,
             signing_secret=self._signing_secret,
             process_before_response=True,
             request_verification_enabled=self.config.mode == "http",
             name="burstbot",
-            logger=logging.getLogger("burstbot.slack.bolt"),
+            logger=bolt_logger,
         )
         bolt.event("message")(self._on_message)
         bolt.event("app_mention")(self._on_app_mention)
@@ -266,6 +268,11 @@ class SlackFrontend:
     async def show_busy(self, key: ConversationKey, busy: bool) -> None:
         if self._outbound is not None:
             await self._outbound.show_busy(key, busy)
+
+
+def _drop_token_unused_warning(record: logging.LogRecord) -> bool:
+    """Bolt warns `token` is unused when SLACK_BOT_TOKEN is set; we pass the client on purpose."""
+    return "`token` will be unused" not in record.getMessage()
 
 
 def build_slack_frontend(config: SlackConfig) -> SlackFrontend:

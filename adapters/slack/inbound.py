@@ -75,7 +75,10 @@ def is_from_bot(message: Payload, identity: Identity) -> bool:
 
 
 def mentions(message: Payload, identity: Identity) -> bool:
-    return bool(identity.bot_user_id) and f"<@{identity.bot_user_id}" in message.get("text", "")
+    if not identity.bot_user_id:
+        return False
+    pattern = rf"<@{re.escape(identity.bot_user_id)}(?:\|[^>]*)?>"
+    return re.search(pattern, str(message.get("text") or "")) is not None
 
 
 def place(
