@@ -48,6 +48,10 @@ class FakeClock:
         heapq.heappush(self._sleepers, (self._now + seconds, next(self._counter), future))
         await future
 
+    def jump(self, seconds: float) -> None:
+        """Move time without waking anyone: a process that stalled (GC pause, frozen VM)."""
+        self._now += seconds
+
     async def advance(self, seconds: float) -> None:
         """Move time forward, waking every sleeper whose time has come, in order."""
         target = self._now + seconds

@@ -36,6 +36,7 @@ from bot.errors import (
     ReplierError,
     RetryableDeliveryError,
     RetryableReplierError,
+    StoreError,
 )
 from bot.events import ConversationKey, Event, IncomingMessage, MessageDeleted, Reply
 from bot.frontend import Frontend
@@ -206,7 +207,11 @@ class Engine:
         cid = timer.conversation_id
         now = self.clock.now()
         ttl = self.settings.lease_ttl_seconds
-        lease = await self.store.acquire_lease(cid, self.owner, now, ttl)
+        try:
+            lease = await self.store.acquire_lease(cid, self.owner, now, ttl)
+        except StoreError as exc:
+            log.warning("conversation %s: cannot take the lease (%s); will retry", cid, exc)
+            return
         if lease is None:
             expiry = await self.store.lease_expiry(cid)
             retry_at = now + self.settings.busy_retry_seconds
@@ -285,7 +290,9 @@ class Engine:
             return
 
         now = self.clock.now()
-        reply = NewReply(text, "answer", pending[-1].message_id, _frozen(usage))
+        reply = NewReply(
+            text, "answer", pending[-1].message_id, _frozen(usage), lease.answered_version
+        )
         row = await self.store.commit(
             cid, token, version, now >= deadline, now, self.settings.timing, reply
         )
@@ -360,7 +367,13 @@ class Engine:
                 "conversation %s: model failed (%s, attempt %d); posting the failure message",
                 cid, exc, attempts,
             )  # fmt: skip
-            apology = NewReply(self.settings.failure_message, "apology", reply_to)
+            apology = NewReply(
+                self.settings.failure_message,
+                "apology",
+                reply_to,
+                TokenUsage(),
+                lease.answered_version,
+            )
             row = await self.store.commit(
                 cid, token, lease.version, True, now, self.settings.timing, apology
             )

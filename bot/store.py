@@ -94,10 +94,15 @@ class TokenUsage:
 
 @dataclass(frozen=True, slots=True)
 class NewReply:
+    """A reply to commit. `covers_from_version` is the answered version the prompt was built on
+    (the lease's); the outbox records it, so a reply that re-answered covered messages shows up as
+    an overlap instead of hiding behind the version read at commit time."""
+
     text: str
     kind: Literal["answer", "apology"] = "answer"
     reply_to_message_id: str | None = None
     usage: TokenUsage = field(default_factory=TokenUsage)
+    covers_from_version: int | None = None
 
 
 OutboxState = Literal["pending", "sent", "failed"]
@@ -110,6 +115,7 @@ class OutboxRow:
     platform: str
     covers_from_version: int
     covers_to_version: int
+    seen_version: int  # the conversation's version at the final check (> covers_to: deadline)
     text: str
     kind: str
     state: OutboxState

@@ -9,6 +9,7 @@ interleaving statements inside each other's transactions.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -106,7 +107,8 @@ class SqliteStore:
             try:
                 yield db
             except BaseException:
-                await asyncio.shield(db.execute("ROLLBACK"))
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(db.execute("ROLLBACK"))
                 raise
             try:
                 await db.execute("COMMIT")
@@ -353,8 +355,13 @@ class SqliteStore:
                     {
                         "cid": cid,
                         "platform": cid.split("/", 1)[0],
-                        "covers_from": int(before[0]),
+                        "covers_from": (
+                            int(before[0])
+                            if reply.covers_from_version is None
+                            else reply.covers_from_version
+                        ),
                         "version": version,
+                        "seen_version": int(checked[0]),
                         "reply_to": reply.reply_to_message_id,
                         "text": reply.text,
                         "kind": reply.kind,
@@ -492,6 +499,7 @@ def _outbox(r: sqlite3.Row) -> OutboxRow:
         platform=str(r["platform"]),
         covers_from_version=int(r["covers_from_version"]),
         covers_to_version=int(r["covers_to_version"]),
+        seen_version=int(r["seen_version"]),
         text=str(r["text"]),
         kind=str(r["kind"]),
         state=r["state"],

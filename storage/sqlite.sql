@@ -40,6 +40,7 @@ CREATE TABLE replies (
     platform            TEXT NOT NULL,
     covers_from_version INTEGER NOT NULL,
     covers_to_version   INTEGER NOT NULL,
+    seen_version        INTEGER NOT NULL,
     reply_to_message_id TEXT,
     text                TEXT NOT NULL,
     kind                TEXT NOT NULL DEFAULT 'answer',
@@ -204,13 +205,13 @@ UPDATE conversations
 SET answered_version = :version, lease_owner = NULL, lease_expires_at = NULL, failed_attempts = 0
 WHERE id = :cid AND lease_token = :token AND answered_version < :version
   AND (version = :version OR :deadline_passed)
-RETURNING id;
+RETURNING version;
 
 -- name: insert_reply
 INSERT INTO replies (conversation_id, platform, covers_from_version, covers_to_version,
-                     reply_to_message_id, text, kind, next_attempt_at, created_at,
+                     seen_version, reply_to_message_id, text, kind, next_attempt_at, created_at,
                      input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
-VALUES (:cid, :platform, :covers_from, :version, :reply_to, :text, :kind, :now, :now,
+VALUES (:cid, :platform, :covers_from, :version, :seen_version, :reply_to, :text, :kind, :now, :now,
         :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens)
 RETURNING *;
 

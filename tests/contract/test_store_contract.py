@@ -215,6 +215,7 @@ async def test_commit_is_refused_when_newer_input_arrived_unless_deadline_passed
     assert await store.commit(CID, lease.token, 1, False, NOW + 4, T, reply) is None
     row = await store.commit(CID, lease.token, 1, True, NOW + 4, T, reply)
     assert isinstance(row, OutboxRow) and row.covers_to_version == 1
+    assert row.seen_version == 2
 
 
 async def test_a_reply_for_an_older_version_keeps_the_newer_timer(store: Store) -> None:

@@ -1,0 +1,79 @@
+"""The scheduler loop on a fake clock: sleeps to the earliest timer, wakes early, polls."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from bot.clock import FakeClock
+from bot.engine import Engine
+from bot.scheduler import Scheduler
+from bot.store import Timing
+from bot.testing import RecordingFrontend, ScriptedReplier
+from storage.sqlite import SqliteStore
+from tests.conftest import KEY, make_engine, message
+
+
+async def eventually(condition: Callable[[], bool], within: float = 5.0) -> None:
+    """Bounded wait for real I/O (the store's thread) to finish; never a debounce wait."""
+    for _ in range(int(within / 0.01)):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not met in time")
+
+
+@pytest.fixture
+async def running(
+    store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
+) -> AsyncIterator[tuple[Engine, Scheduler]]:
+    engine = make_engine(store, clock, ScriptedReplier(), frontend, poll_seconds=60.0)
+    scheduler = Scheduler(engine)
+    task = asyncio.create_task(scheduler.run())
+    yield engine, scheduler
+    scheduler.stop()
+    await task
+    await engine.shutdown()
+
+
+async def test_sleeps_until_the_due_timer_then_answers(
+    running: tuple[Engine, Scheduler], clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    engine, _ = running
+    await engine.ingest(message(1))
+    await asyncio.sleep(0.05)
+    await clock.advance(1.4)
+    await asyncio.sleep(0.05)
+    assert frontend.posts == []  # quiet window not over
+    await clock.advance(0.1)
+    await eventually(lambda: len(frontend.posts) == 1)
+
+
+async def test_an_in_process_arrival_wakes_a_long_sleep(
+    running: tuple[Engine, Scheduler], clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    engine, _ = running
+    await asyncio.sleep(0.05)  # the scheduler is now sleeping for its 60 s poll interval
+    await engine.ingest(message(1))
+    await asyncio.sleep(0.05)
+    await clock.advance(1.5)  # far less than the poll interval
+    await eventually(lambda: len(frontend.posts) == 1)
+
+
+async def test_timers_armed_by_another_process_are_found_by_polling(
+    running: tuple[Engine, Scheduler],
+    store: SqliteStore,
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+) -> None:
+    await asyncio.sleep(0.05)
+    # written straight to the store, as another process would: no in-process wake-up
+    await store.ingest(message(1), clock.now(), Timing(1.5, 8.0))
+    await clock.advance(30.0)
+    await asyncio.sleep(0.1)
+    assert frontend.posts == []  # still sleeping: nothing told this process
+    await clock.advance(30.0)  # the poll interval
+    await eventually(lambda: len(frontend.posts) == 1)
+    assert frontend.posts[0].key == KEY
