@@ -7,17 +7,21 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
+
 from adapters.slack import SlackFrontend
 from bot.app import App
 from bot.clock import FakeClock
 from bot.config import Config, parse_config
+from bot.events import ConversationKey
 from bot.frontend import Host
 from bot.testing import ScriptedReplier
 from storage.sqlite import SqliteStore
-from tests.fakes.slack_api import EventSender, FakeSlackApi
+from tests.fakes.slack_api import TEAM, EventSender, FakeSlackApi
 
 SECRET = "signing-secret-for-tests"
 TOKEN = "xoxb-test"
+DM_KEY = ConversationKey("slack", TEAM, "D1", "")
 
 
 def slack_config(api: FakeSlackApi, **slack: Any) -> Config:
@@ -85,6 +89,32 @@ async def running_bot(
     try:
         yield Bot(app, frontend, EventSender(url, SECRET), clock, replier, store)
     finally:
-        await frontend.stop()
+        # The engine first, like a crash: stopping the front end first would fail an in-flight
+        # post, and the shutdown would then cancel that delivery's store write halfway.
         await app.engine.shutdown()
+        await frontend.stop()
         await store.close()
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[FakeSlackApi]:
+    fake = await FakeSlackApi().start()
+    yield fake
+    await fake.stop()
+
+
+@pytest.fixture
+async def bot(api: FakeSlackApi) -> AsyncIterator[Bot]:
+    async with running_bot(api) as running:
+        yield running
+
+
+def ts(n: int) -> str:
+    return f"1700000000.{n:06d}"
+
+
+async def stored_texts(bot: Bot, key: ConversationKey) -> list[str]:
+    state = await bot.store.conversation_state(key.id)
+    assert state is not None
+    messages = await bot.store.pending_messages(key.id, state.answered_version, state.version)
+    return [m.text for m in messages]

@@ -59,6 +59,7 @@ class SlackFrontend:
         self._app_token = app_token
         self._host: Host | None = None
         self._client: AsyncWebClient | None = None
+        self._session: aiohttp.ClientSession | None = None
         self._outbound: Outbound | None = None
         self._runner: web.AppRunner | None = None
         self._socket: Any = None
@@ -68,12 +69,21 @@ class SlackFrontend:
 
     # lifecycle --------------------------------------------------------------------------------
     async def start(self, host: Host) -> None:
+        try:
+            await self._start(host)
+        except BaseException:
+            await self.stop()  # the app only stops front ends that started
+            raise
+
+    async def _start(self, host: Host) -> None:
         self._host = host
         base_url = self.config.api_base_url or DEFAULT_API_BASE_URL
+        self._session = aiohttp.ClientSession()  # one pool for every Web API call
         self._client = AsyncWebClient(
             token=self._bot_token,
             base_url=base_url if base_url.endswith("/") else base_url + "/",
             timeout=API_TIMEOUT_SECONDS,
+            session=self._session,
             retry_handlers=[],  # no silent re-posts: see adapters/slack/outbound.py
         )
         self.identity = await self._check_bot_token(self._client)
@@ -109,8 +119,9 @@ class SlackFrontend:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-        if self._client is not None and self._client.session is not None:
-            await self._client.session.close()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     async def _check_bot_token(self, client: AsyncWebClient) -> Identity:
         try:
@@ -277,6 +288,8 @@ def _drop_token_unused_warning(record: logging.LogRecord) -> bool:
 
 def build_slack_frontend(config: SlackConfig) -> SlackFrontend:
     """Read the secrets the config names (one clear line if one is missing) and build."""
+    if not config.http_path.startswith("/"):
+        raise ConfigError(f"slack.http_path: must start with '/' (got {config.http_path!r})")
     bot_token = require_secret(config.bot_token_env, "slack.bot_token_env")
     if config.mode == "http":
         secret = require_secret(config.signing_secret_env, "slack.signing_secret_env")
