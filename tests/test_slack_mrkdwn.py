@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adapters.slack.inbound import Identity, place, plain_text
+from adapters.slack.inbound import Identity, Placement, new_message, place, plain_text
 from adapters.slack.mrkdwn import neutralise_mentions, split_mrkdwn, to_mrkdwn
+from bot.events import ConversationKey, IncomingMessage
 
 ME = Identity("T1", "UBOT", "BBOT")
 
@@ -140,3 +141,12 @@ def test_plain_channel_message_does_not_count() -> None:
     assert place("T1", "C1", "channel", other_user, ME, set()) is None
     labelled = {"ts": "1.0", "text": "hey <@UBOT|burstbot>"}
     assert place("T1", "C1", "channel", labelled, ME, set()) is not None
+
+
+def test_shared_files_are_named_in_the_text() -> None:
+    placement = Placement(ConversationKey("slack", "T1", "D1"))
+    event = {"ts": "1.5", "user": "U1", "text": "look", "subtype": "file_share",
+             "files": [{"name": "graph.png"}, {"title": "notes"}]}  # fmt: skip
+    message = new_message(placement, "D1", event, ME)
+    assert isinstance(message, IncomingMessage)
+    assert (message.message_id, message.text) == ("D1:1.5", "look\n[shared: graph.png, notes]")

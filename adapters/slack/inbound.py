@@ -125,12 +125,16 @@ def author_name(message: Payload) -> str:
 
 
 def new_message(placement: Placement, channel: str, message: Payload, identity: Identity) -> Event:
+    text = plain_text(str(message.get("text") or ""), identity)
+    files = [str(f.get("name") or f.get("title") or "file") for f in message.get("files") or []]
+    if files:  # the model cannot see attachments; at least it knows they were there
+        text = f"{text}\n[shared: {', '.join(files)}]".strip()
     return IncomingMessage(
         key=placement.key,
         message_id=message_id(channel, str(message["ts"])),
         author_id=str(message.get("user") or ""),
         author_name=author_name(message),
-        text=plain_text(str(message.get("text") or ""), identity),
+        text=text,
     )
 
 
