@@ -131,11 +131,11 @@ class SlackFrontend:
             raise ConfigError(
                 f"slack.bot_token_env: Slack rejected the bot token in "
                 f"{self.config.bot_token_env} ({error})"
-            ) from None
+            ) from exc
         except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as exc:
             raise BurstbotError(
                 f"slack: cannot reach the Slack Web API at {client.base_url} ({exc or type(exc)})"
-            ) from None
+            ) from exc
         if not auth.get("bot_id"):
             raise ConfigError(
                 f"slack.bot_token_env: {self.config.bot_token_env} is not a bot token (xoxb-…)"
@@ -160,7 +160,7 @@ class SlackFrontend:
             raise BurstbotError(
                 f"slack: cannot listen on {self.config.http_host}:{self.config.http_port} "
                 f"({exc.strerror or exc})"
-            ) from None
+            ) from exc
         self._runner = runner
         self.http_port = int(runner.addresses[0][1])
         log.info("slack: events endpoint on http://%s:%d%s", self.config.http_host,
@@ -181,17 +181,17 @@ class SlackFrontend:
             raise ConfigError(
                 f"slack.app_token_env: Slack rejected the app token in "
                 f"{self.config.app_token_env} ({error})"
-            ) from None
+            ) from exc
         except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as exc:
-            raise BurstbotError(f"slack: cannot open a Socket Mode connection ({exc})") from None
+            raise BurstbotError(f"slack: cannot open a Socket Mode connection ({exc})") from exc
         self._socket = AsyncSocketModeHandler(bolt, self._app_token)
         self._socket.client.wss_uri = opened["url"]
         try:
             await asyncio.wait_for(self._socket.connect_async(), SOCKET_CONNECT_TIMEOUT_SECONDS)
-        except TimeoutError:
+        except TimeoutError as exc:
             raise BurstbotError(
                 f"slack: no Socket Mode connection within {SOCKET_CONNECT_TIMEOUT_SECONDS:.0f} s"
-            ) from None
+            ) from exc
 
     # convert in -------------------------------------------------------------------------------
     async def _on_message(self, event: Payload, body: Payload) -> None:
