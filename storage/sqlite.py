@@ -128,12 +128,13 @@ class SqliteStore:
     async def _rows(
         self, name: str, params: Params, db: aiosqlite.Connection | None = None
     ) -> list[sqlite3.Row]:
+        # execute_fetchall runs execute, fetch and close as one call on aiosqlite's thread; run to
+        # completion, a cancelled caller never leaves a statement in progress on the connection.
         try:
             if db is not None:
-                async with db.execute(Q[name], params) as cursor:
-                    return list(await cursor.fetchall())
-            async with self._lock, self._conn().execute(Q[name], params) as cursor:
-                return list(await cursor.fetchall())
+                return list(await _to_completion(db.execute_fetchall(Q[name], params)))
+            async with self._lock:
+                return list(await _to_completion(self._conn().execute_fetchall(Q[name], params)))
         except sqlite3.Error as exc:
             raise StoreError(f"{name}: {exc}") from exc
 

@@ -91,8 +91,8 @@ async def running_bot(
     finally:
         # The engine first, like a crash: stopping the front end first would fail an in-flight
         # post, and the shutdown would then cancel that delivery's store write halfway.
+        await frontend.stop()  # the order App.run uses
         await app.engine.shutdown()
-        await frontend.stop()
         await store.close()
 
 

@@ -60,3 +60,21 @@ async def test_an_unopenable_path_is_a_store_error(tmp_path: Path) -> None:
     store = SqliteStore(str(tmp_path / "missing-dir" / "x.db"))
     with pytest.raises(StoreError, match="cannot open"):
         await store.open()
+
+
+@pytest.mark.parametrize("passes", range(8))
+async def test_a_cancelled_single_statement_leaves_no_statement_in_progress(passes: int) -> None:
+    store = SqliteStore(":memory:")
+    await store.open()
+    try:
+        for n in range(3):
+            await store.ingest(message(n), float(n), T)
+        task = asyncio.ensure_future(store.due_timers(100.0, 10))
+        for _ in range(passes):
+            await asyncio.sleep(0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert (await store.ingest(message(9), 5.0, T)).status == "accepted"  # commits cleanly
+        assert await store.release_owner("nobody") == 0
+    finally:
+        await store.close()
