@@ -158,11 +158,13 @@ class CostGuards:
     async def _refuse(
         self, reason: str, subject: str, notice: str, now: float, daily: bool = False
     ) -> Refusal:
+        """Claim this window's notice of its kind (size, rate or budget) for the subject."""
         if daily:
             window, expires = int(now // DAY_SECONDS), (now // DAY_SECONDS + 2) * DAY_SECONDS
         else:
             window, expires = self._window(now)
+        kind = "budget" if daily else ("rate" if reason == "rate_limited" else "size")
         first = await self.counters.add_to_counter(
-            f"notice:{reason}:{subject}", window, 1, expires, now
+            f"notice:{kind}:{subject}", window, 1, expires, now
         )
         return Refusal(reason, notice if first == 1 else None)
