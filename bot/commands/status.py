@@ -34,9 +34,8 @@ def _row(item: ConversationSummary, now: float) -> list[str]:
     if state.lease_owner is not None:
         expires = state.lease_expires_at
         expired = expires is not None and expires < now
-        lease = f"{state.lease_owner} #{state.lease_token} " + (
-            f"expired {relative(expires, now)}" if expired else f"until {relative(expires, now)}"
-        )
+        verb = "expired" if expired else "expires"
+        lease = f"{state.lease_owner} #{state.lease_token}, {verb} {relative(expires, now)}"
     outbox = f"{item.outbox_pending} pending, {item.outbox_failed} failed"
     return [
         state.conversation_id,
