@@ -36,8 +36,10 @@ def make_owner(config: Config) -> str:
 def build_replier(config: Config) -> Replier:
     if config.llm.provider == "offline":
         return OfflineReplier()
-    require_secret(config.llm.api_key_env, "llm.api_key_env")
-    raise ConfigError("llm.provider: the anthropic replier is not available in this build")
+    require_secret(config.llm.api_key_env, "llm.api_key_env")  # before the SDK's slow import
+    from bot.claude import ClaudeReplier
+
+    return ClaudeReplier.from_config(config)
 
 
 def build_frontends(config: Config) -> list[Frontend]:
@@ -210,3 +212,7 @@ class App:
             if self.metrics_server is not None:
                 await self.metrics_server.stop()
             await self.store.close()
+            closer = getattr(self.engine.replier, "aclose", None)
+            if closer is not None:
+                with contextlib.suppress(Exception):
+                    await closer()

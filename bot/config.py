@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from bot.errors import ConfigError
 
-DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_MODEL = "claude-sonnet-5-5"
 DEFAULT_SYSTEM_PROMPT = (
     "You are burstbot, a helpful assistant in a team chat. People often send one thought as "
     "several quick messages; answer the whole burst once, briefly and in plain Markdown."
