@@ -8,6 +8,7 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from bot import __version__
 from bot.config import Config, default_config, load_config
@@ -62,6 +63,9 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
     from bot.commands.status import status_lines
     from bot.inspection import StoreInspector
 
+    database = _sqlite_file(config.storage.url)
+    if command != "migrate" and database is not None and not database.exists():
+        raise ConfigError(f"storage.url: no database at {database} (run `burstbot migrate`)")
     store: Store = build_store(config)
     await store.open()
     try:
@@ -90,6 +94,11 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
         return 0
     finally:
         await store.close()
+
+
+def _sqlite_file(url: str) -> Path | None:
+    path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else None
+    return None if path in (None, "", ":memory:") else Path(path)
 
 
 def _check(config: Config, path: str | None) -> int:

@@ -114,6 +114,9 @@ def test_after_a_terminal_burst_status_and_explain_show_it(tmp_path: Path) -> No
 
 
 def test_migrate_creates_the_schema(tmp_path: Path) -> None:
+    missing = burstbot(["status"], tmp_path)
+    assert missing.returncode == 2 and "no database at burstbot.db" in missing.stderr
+    assert not (tmp_path / "burstbot.db").exists()
     result = burstbot(["migrate"], tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "sqlite:///burstbot.db: schema at version 2, up to date"
