@@ -42,8 +42,10 @@ async def test_metrics_count_a_burst_and_healthz_answers(
             await app.ingest(IncomingMessage(KEY, f"m{n}", "u1", "alice", f"part {n}"))
         await app.ingest(IncomingMessage(KEY, "m0", "u1", "alice", "part 0"))  # a replay
         await app.ingest(IncomingMessage(KEY, "x1", "mallory", "mallory", "let me in"))
+        delivered: list[object] = []
+        app.subscribe(lambda name, fields: delivered.append(name) if name == "delivered" else None)
         await clock.advance(2.0)
-        await until(lambda: bool(frontend.posts))
+        await until(lambda: bool(delivered))
         async with aiohttp.ClientSession() as http:
             async with http.get(f"{base}/metrics") as response:
                 assert response.status == 200
@@ -93,3 +95,33 @@ async def test_a_busy_port_is_a_config_error(
             raise AssertionError("two servers on one port")
     finally:
         await first.stop()
+
+
+async def test_takeovers_and_wasted_tokens_are_counted(
+    store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    from bot.metrics import Metrics
+    from tests.conftest import make_engine
+
+    metrics = Metrics()
+    replier = ScriptedReplier(hold=True)
+    engine = make_engine(store, clock, replier, frontend)
+    engine.subscribe(metrics.observe)
+    await engine.ingest(IncomingMessage(KEY, "m1", "u1", "alice", "hello"))
+    await clock.advance(2)
+    await engine.run_due()
+    first = await replier.next_call(0)
+    first.stream(6)
+    await engine.ingest(IncomingMessage(KEY, "m2", "u1", "alice", "again"))  # supersedes
+    await engine.idle()
+    await clock.advance(2)
+    assert await store.acquire_lease(KEY.id, "crashed-worker", clock.now(), 30.0) is not None
+    await clock.advance(31)  # the crashed worker's lease expires; the timer waited for it
+    await engine.run_due()
+    (await replier.next_call(1)).finish("done")
+    await engine.idle()
+    text = metrics.exposition().decode()
+    assert "burstbot_supersedes_total 1.0" in text
+    assert 'burstbot_tokens_total{kind="wasted"} 6.0' in text
+    assert "burstbot_lease_takeovers_total 1.0" in text
+    assert "burstbot_replies_posted_total 1.0" in text
