@@ -51,7 +51,9 @@ def build_frontends(config: Config) -> list[Frontend]:
     if config.slack.enabled:
         raise ConfigError("slack.enabled: the Slack adapter is not available in this build")
     if config.discord.enabled:
-        raise ConfigError("discord.enabled: the Discord adapter is not available in this build")
+        from adapters.discord import build_discord_frontend
+
+        frontends.append(build_discord_frontend(config.discord))
     if not frontends:
         raise ConfigError("config: no front end enabled (console, slack or discord)")
     return frontends
