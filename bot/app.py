@@ -9,7 +9,8 @@ import os
 import secrets
 import signal
 import socket
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from typing import Protocol, runtime_checkable
 
 from bot.access import AccessPolicy
 from bot.clock import Clock, SystemClock
@@ -25,6 +26,13 @@ from bot.scheduler import Scheduler
 from bot.store import IngestResult, Store
 
 log = logging.getLogger("burstbot")
+
+
+@runtime_checkable
+class WakeupHints(Protocol):
+    """A store that can tell this process when another one armed a timer or queued a reply."""
+
+    async def listen(self, hint: Callable[[str], None]) -> None: ...
 
 
 def make_owner(config: Config) -> str:
@@ -180,10 +188,29 @@ class App:
     def request_stop(self) -> None:
         self._stop.set()
 
+    def hint(self, payload: str) -> None:
+        """Another process armed a timer, queued a reply or released leases: look now if it
+        matters before the next poll (`timer <due_at>`, `outbox <platform>`, `released`)."""
+        engine = self.engine
+        kind, _, detail = payload.partition(" ")
+        if kind == "timer":
+            try:
+                wanted = float(detail) < engine.sleeping_until
+            except ValueError:
+                wanted = False
+        elif kind == "outbox":
+            wanted = detail in engine.frontends
+        else:
+            wanted = True
+        if wanted:
+            engine.wakeup.set()
+
     # lifecycle -------------------------------------------------------------------------------
     async def run(self) -> None:
         """Serve until asked to stop (signal or a front end), then shut down cleanly."""
         await self.store.open()
+        if isinstance(self.store, WakeupHints):
+            await self.store.listen(self.hint)
         if self.config.metrics.enabled:
             metrics = self.config.metrics
             server = MetricsServer(self.metrics, self.store.next_due_at, metrics.host, metrics.port)

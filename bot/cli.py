@@ -71,7 +71,9 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
     try:
         if command == "migrate":
             version = getattr(store, "schema_version", "?")
-            print(f"{config.storage.url}: schema at version {version}, up to date")
+            from bot.commands.check import display_url
+
+            print(f"{display_url(config.storage.url)}: schema at version {version}, up to date")
             return 0
         if not isinstance(store, StoreInspector):
             raise ConfigError("storage.url: this storage backend cannot be inspected")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, Protocol
 
 import aiosqlite
 
@@ -59,26 +59,33 @@ class SqliteOpsMixin:
         rows = await self._rows(
             "list_conversations", {"active": 1 if active_only else 0, "limit": limit}
         )
-        return [_summary(r) for r in rows]
+        return [summary_from_row(r) for r in rows]
 
     async def messages(self, conversation_id: str) -> list[StoredMessage]:
         rows = await self._rows("all_messages", {"cid": conversation_id})
-        return [
-            StoredMessage(
-                seq=int(r["seq"]),
-                message_id=str(r["message_id"]),
-                author_id=str(r["author_id"]),
-                author_name=str(r["author_name"]),
-                text=str(r["text"]),
-                created_at=float(r["created_at"]),
-                edited_at=None if r["edited_at"] is None else float(r["edited_at"]),
-                deleted=bool(r["deleted"]),
-            )
-            for r in rows
-        ]
+        return [message_from_row(r) for r in rows]
 
 
-def _summary(r: sqlite3.Row) -> ConversationSummary:
+class Row(Protocol):
+    """A result row by column name (sqlite3.Row, asyncpg.Record)."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
+def message_from_row(r: Row) -> StoredMessage:
+    return StoredMessage(
+        seq=int(r["seq"]),
+        message_id=str(r["message_id"]),
+        author_id=str(r["author_id"]),
+        author_name=str(r["author_name"]),
+        text=str(r["text"]),
+        created_at=float(r["created_at"]),
+        edited_at=None if r["edited_at"] is None else float(r["edited_at"]),
+        deleted=bool(r["deleted"]),
+    )
+
+
+def summary_from_row(r: Row) -> ConversationSummary:
     cid = str(r["id"])
     timer = None
     if r["due_at"] is not None:

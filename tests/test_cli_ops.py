@@ -154,3 +154,14 @@ def test_demo_shows_one_reply_per_burst_and_the_timeline(tmp_path: Path) -> None
     assert "superseded by newer input" in result.stdout
     assert result.stdout.count("posted    r") == 3
     assert result.stdout.rstrip().endswith("now: version 8, answered 8")
+
+
+def test_a_database_password_is_never_printed() -> None:
+    from bot.commands.check import check_config, display_url
+    from bot.config import parse_config
+
+    url = "postgresql://bot:s3cret-pw@db.internal:5432/burstbot?sslmode=require"
+    assert display_url(url) == "postgresql://bot:***@db.internal:5432/burstbot?sslmode=require"
+    config = parse_config({"storage": {"url": url}, "llm": {"provider": "offline"}})
+    summary, problems = check_config(config, environ={})
+    assert problems == [] and "s3cret-pw" not in "\n".join(summary)

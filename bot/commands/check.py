@@ -4,9 +4,22 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from urllib.parse import urlsplit, urlunsplit
 
 from bot.config import Config
 from bot.guards import limits_active
+
+
+def display_url(url: str) -> str:
+    """A storage URL safe to print: a password in it (postgresql://user:pw@host) is masked."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host += f":{parts.port}"
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 def _secret(name: str, env: Mapping[str, str], problems: list[str], setting: str) -> str:
@@ -77,7 +90,7 @@ def check_config(
     m = config.metrics
     d = config.debounce
     summary = [
-        f"storage     {config.storage.url}",
+        f"storage     {display_url(config.storage.url)}",
         f"replier     {replier}",
         f"front ends  {', '.join(frontends) or '-'}",
         f"debounce    quiet {d.quiet_seconds:g}s, cap {d.max_wait_seconds:g}s; "
