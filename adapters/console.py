@@ -1,7 +1,8 @@
 """The terminal front end: each stdin line is a message from the local user.
 
 Lines typed quickly form one burst and get one reply. When stdin ends, pending input is answered at
-once (no need to wait for the quiet window) and the process is asked to stop.
+once (no need to wait for the quiet window) and the process is asked to stop. A line `/reset`
+clears the conversation's history for later prompts.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import threading
 import time
 from typing import TextIO
 
-from bot.events import ConversationKey, IncomingMessage, Reply
+from bot.events import ConversationKey, IncomingMessage, Reply, ResetConversation
 from bot.frontend import Host
 
 CONSOLE_KEY = ConversationKey("console", "local", "terminal")
 SETTLE_POLL_SECONDS = 0.05
+RESET_COMMAND = "/reset"
 
 
 class ConsoleFrontend:
@@ -60,6 +62,12 @@ class ConsoleFrontend:
         while (line := await lines.get()) is not None:
             text = line.rstrip("\r\n")
             if not text.strip():
+                continue
+            if text.strip() == RESET_COMMAND:
+                result = await host.ingest(ResetConversation(CONSOLE_KEY, "local"))
+                cleared = result.status == "history"
+                self.stdout.write("(history cleared)\n" if cleared else "(reset not allowed)\n")
+                self.stdout.flush()
                 continue
             count += 1
             await host.ingest(

@@ -9,15 +9,18 @@ import os
 import secrets
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
+from bot.access import AccessPolicy
 from bot.clock import Clock, SystemClock
 from bot.config import Config, require_secret
-from bot.engine import Engine, EngineSettings
+from bot.engine import Engine, EngineSettings, Listener
 from bot.errors import ConfigError
-from bot.events import ConversationKey, Event
+from bot.events import ConversationKey, Event, IncomingMessage, Reply, ResetConversation
 from bot.frontend import Frontend
+from bot.guards import CostGuards, CounterStore, Refusal, limits_active
+from bot.metrics import Metrics, MetricsServer
 from bot.replier import OfflineReplier, Replier
 from bot.scheduler import Scheduler
 from bot.store import IngestResult, Store
@@ -87,6 +90,12 @@ class App:
         self.config = config
         self.store = store
         self.frontends = frontends
+        self.access = AccessPolicy(config.access)
+        self.guards: CostGuards | None = None
+        if limits_active(config.limits):
+            if not isinstance(store, CounterStore):
+                raise ConfigError("limits: this storage backend cannot keep cost-guard counters")
+            self.guards = CostGuards(config.limits, store, self.access.is_admin)
         self.engine = Engine(
             store,
             replier,
@@ -94,13 +103,83 @@ class App:
             EngineSettings.from_config(config),
             owner or make_owner(config),
             {f.platform: f for f in frontends},
+            gate=self.guards,
         )
         self.scheduler = Scheduler(self.engine)
+        self.metrics = Metrics()
+        self.metrics_server: MetricsServer | None = None
+        self._listeners: list[Listener] = []
+        self.subscribe(self.metrics.observe)
+        self._notices: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
+
+    def subscribe(self, listener: Listener) -> None:
+        """Engine events plus the app's own (`refused` at arrival, `reset`)."""
+        self.engine.subscribe(listener)
+        self._listeners.append(listener)
+
+    def _emit(self, name: str, **fields: object) -> None:
+        for listener in self._listeners:
+            listener(name, fields)
 
     # Host ------------------------------------------------------------------------------------
     async def ingest(self, event: Event) -> IngestResult:
+        """Access rules and arrival guards first (nothing refused is stored), then the engine."""
+        if isinstance(event, ResetConversation):
+            return await self._reset(event)
+        if isinstance(event, IncomingMessage) and not event.author_is_bot:
+            reason = self.access.refusal(event.key, event.author_id, event.is_dm)
+            if reason is not None:
+                log.info("conversation %s: message refused (%s)", event.key.id, reason)
+                self._emit("refused", conversation=event.key.id, stage="access", reason=reason)
+                return IngestResult("ignored", event.key.id, 0)
+            if self.guards is not None:
+                refusal = await self.guards.check_message(event, self.engine.clock.now())
+                if refusal is not None:
+                    return self._refused_by_guard(event, refusal)
         return await self.engine.ingest(event)
+
+    def _refused_by_guard(self, event: IncomingMessage, refusal: Refusal) -> IngestResult:
+        key = event.key
+        already = "" if refusal.notice else "; notice already sent"
+        log.warning(
+            "conversation %s: message from %s refused (%s)%s",
+            key.id, event.author_id, refusal.reason, already,
+        )  # fmt: skip
+        self._emit("refused", conversation=key.id, stage="guard", reason=refusal.reason)
+        frontend = self.engine.frontends.get(key.platform)
+        if refusal.notice is not None and frontend is not None:
+            notice = Reply(
+                id=f"n{secrets.token_hex(8)}",
+                key=key,
+                text=refusal.notice,
+                covers_to_version=0,
+                reply_to_message_id=event.message_id,
+            )
+            self._background(frontend.deliver(notice))
+        return IngestResult("ignored", key.id, 0)
+
+    def _background(self, work: Awaitable[object]) -> None:
+        async def run() -> None:
+            try:
+                await work
+            except Exception as exc:
+                log.warning("could not post a notice: %s", exc)
+
+        task = asyncio.create_task(run())
+        self._notices.add(task)
+        task.add_done_callback(self._notices.discard)
+
+    async def _reset(self, event: ResetConversation) -> IngestResult:
+        cid = event.key.id
+        reason = self.access.refusal(event.key, event.author_id, event.is_dm)
+        if reason is not None:
+            self._emit("refused", conversation=cid, stage="access", reason=reason)
+            return IngestResult("ignored", cid, 0)
+        floor = await self.store.reset_history(cid)
+        log.info("conversation %s: history cleared by %s", cid, event.author_id or "a user")
+        self._emit("reset", conversation=cid, floor=floor)
+        return IngestResult("history", cid, floor or 0)
 
     async def flush(self, key: ConversationKey) -> None:
         await self.engine.flush(key)
@@ -134,6 +213,11 @@ class App:
         await self.store.open()
         if isinstance(self.store, WakeupHints):
             await self.store.listen(self.hint)
+        if self.config.metrics.enabled:
+            metrics = self.config.metrics
+            server = MetricsServer(self.metrics, self.store.next_due_at, metrics.host, metrics.port)
+            await server.start()
+            self.metrics_server = server
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -155,6 +239,9 @@ class App:
             self.scheduler.stop()
             await asyncio.gather(scheduler, return_exceptions=True)
             await self.engine.shutdown()
+            await asyncio.gather(*self._notices, return_exceptions=True)
+            if self.metrics_server is not None:
+                await self.metrics_server.stop()
             await self.store.close()
             closer = getattr(self.engine.replier, "aclose", None)
             if closer is not None:

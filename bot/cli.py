@@ -6,11 +6,15 @@ import argparse
 import asyncio
 import logging
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from bot import __version__
 from bot.config import Config, default_config, load_config
 from bot.errors import BurstbotError, ConfigError
+from bot.logs import configure_logging
+from bot.store import Store
 
 EXIT_USAGE = 2
 
@@ -19,9 +23,23 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="burstbot", description=__doc__)
     parser.add_argument("--version", action="version", version=f"burstbot {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
+    config_help = "TOML config file (default: terminal chat, ./burstbot.db)"
     run = commands.add_parser("run", help="serve every enabled front end (terminal by default)")
-    run.add_argument("--config", help="TOML config file (default: terminal chat, ./burstbot.db)")
+    run.add_argument("--config", help=config_help)
     run.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    check = commands.add_parser("check-config", help="validate the config and its secrets")
+    check.add_argument("--config", help=config_help)
+    status = commands.add_parser("status", help="what is in flight: input, timers, leases, outbox")
+    status.add_argument("--config", help=config_help)
+    status.add_argument("--all", action="store_true", help="every conversation, idle ones too")
+    status.add_argument("--limit", type=int, default=10, help="recent conversations shown")
+    explain = commands.add_parser("explain", help="one conversation's timeline from stored data")
+    explain.add_argument("conversation", help="platform/workspace/channel/thread (see status)")
+    explain.add_argument("--config", help=config_help)
+    migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
+    migrate.add_argument("--config", help=config_help)
+    demo = commands.add_parser("demo", help="watch a scripted fast typer get one reply per burst")
+    demo.add_argument("--quiet", type=float, default=0.6, help="quiet window in seconds")
     return parser
 
 
@@ -39,19 +57,80 @@ async def _run(config: Config) -> None:
     await App(config, store, replier, frontends).run()
 
 
+async def _with_store(config: Config, command: str, args: argparse.Namespace) -> int:
+    from bot.app import build_store
+    from bot.commands.explain import explain_lines, normalize_conversation_id
+    from bot.commands.status import status_lines
+    from bot.inspection import StoreInspector
+
+    database = _sqlite_file(config.storage.url)
+    if command != "migrate" and database is not None and not database.exists():
+        raise ConfigError(f"storage.url: no database at {database} (run `burstbot migrate`)")
+    store: Store = build_store(config)
+    await store.open()
+    try:
+        if command == "migrate":
+            version = getattr(store, "schema_version", "?")
+            from bot.commands.check import display_url
+
+            print(f"{display_url(config.storage.url)}: schema at version {version}, up to date")
+            return 0
+        if not isinstance(store, StoreInspector):
+            raise ConfigError("storage.url: this storage backend cannot be inspected")
+        now = time.time()
+        if command == "status":
+            lines = await status_lines(store, now, show_all=args.all, limit=args.limit)
+        else:
+            try:
+                cid = normalize_conversation_id(args.conversation)
+            except ValueError as exc:
+                print(f"burstbot: {exc}", file=sys.stderr)
+                return EXIT_USAGE
+            found = await explain_lines(store, cid, now)
+            if found is None:
+                print(f"burstbot: no conversation {cid!r} (see `burstbot status --all`)",
+                      file=sys.stderr)  # fmt: skip
+                return 1
+            lines = found
+        print("\n".join(lines))
+        return 0
+    finally:
+        await store.close()
+
+
+def _sqlite_file(url: str) -> Path | None:
+    path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else None
+    return None if path in (None, "", ":memory:") else Path(path)
+
+
+def _check(config: Config, path: str | None) -> int:
+    from bot.commands.check import check_config
+
+    summary, problems = check_config(config)
+    for problem in problems:
+        print(f"burstbot: config error: {problem}", file=sys.stderr)
+    print(f"{path or '(no config file: defaults)'}: {'INVALID' if problems else 'OK'}")
+    print("\n".join(f"  {line}" for line in summary))
+    return EXIT_USAGE if problems else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
     try:
+        if args.command == "demo":
+            from bot.commands.demo import run_demo
+
+            return asyncio.run(run_demo(quiet=args.quiet))
         config = _load(args.config)
+        configure_logging(config, verbose=getattr(args, "verbose", False))
         if args.command == "run":
             if args.config is None:
                 print(_default_banner(config), file=sys.stderr)
             asyncio.run(_run(config))
+        elif args.command == "check-config":
+            return _check(config, args.config)
+        else:
+            return asyncio.run(_with_store(config, args.command, args))
     except ConfigError as exc:
         print(f"burstbot: config error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -110,6 +110,55 @@ class DiscordConfig(Section):
         return self
 
 
+class LoggingConfig(Section):
+    format: Literal["plain", "json"] = "plain"
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
+    redact_env: list[str] = Field(default_factory=list)
+
+
+class MetricsConfig(Section):
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    port: int = Field(default=9464, ge=0, le=65535)
+
+
+class AccessConfig(Section):
+    allow_users: list[str] = Field(default_factory=list)
+    block_users: list[str] = Field(default_factory=list)
+    allow_channels: list[str] = Field(default_factory=list)
+    block_channels: list[str] = Field(default_factory=list)
+    allow_workspaces: list[str] = Field(default_factory=list)
+    block_workspaces: list[str] = Field(default_factory=list)
+    admin_ids: list[str] = Field(default_factory=list)
+    dm_policy: Literal["open", "allowlist", "off"] = "open"
+
+
+class LimitsConfig(Section):
+    """Cost guards; 0 switches a limit off."""
+
+    user_messages_per_window: int = Field(default=0, ge=0)
+    window_seconds: float = Field(default=60.0, gt=0)
+    user_daily_tokens: int = Field(default=0, ge=0)
+    global_daily_tokens: int = Field(default=0, ge=0)
+    max_message_chars: int = Field(default=0, ge=0)
+    max_burst_chars: int = Field(default=0, ge=0)
+    max_burst_messages: int = Field(default=0, ge=0)
+    admins_exempt: bool = True
+    rate_notice: str = "You're sending messages faster than I can take them; please slow down."
+    size_notice: str = "That's more text than I can take at once; please send something shorter."
+    budget_notice: str = "I've reached my usage limit for today; please try again tomorrow."
+
+
+class ChannelConfig(Section):
+    """Per-channel overrides (`[[channels]]`); unset keys fall back to the global ones."""
+
+    platform: str
+    channel: str
+    quiet_seconds: float | None = Field(default=None, ge=0)
+    max_wait_seconds: float | None = Field(default=None, gt=0)
+    system_prompt: str | None = None
+
+
 class Config(Section):
     storage: StorageConfig = StorageConfig()
     debounce: DebounceConfig = DebounceConfig()
@@ -119,6 +168,39 @@ class Config(Section):
     console: ConsoleConfig = ConsoleConfig()
     slack: SlackConfig = SlackConfig()
     discord: DiscordConfig = DiscordConfig()
+    logging: LoggingConfig = LoggingConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    access: AccessConfig = AccessConfig()
+    limits: LimitsConfig = LimitsConfig()
+    channels: list[ChannelConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _channel_timing_consistent(self) -> Config:
+        seen: set[tuple[str, str]] = set()
+        for index, channel in enumerate(self.channels):
+            where = f"channels.{index}"
+            if (channel.platform, channel.channel) in seen:
+                raise ValueError(f"{where}: {channel.platform}/{channel.channel} listed twice")
+            seen.add((channel.platform, channel.channel))
+            quiet = channel.quiet_seconds
+            cap = channel.max_wait_seconds
+            quiet = self.debounce.quiet_seconds if quiet is None else quiet
+            cap = self.debounce.max_wait_seconds if cap is None else cap
+            if quiet > cap:
+                raise ValueError(f"{where}: quiet_seconds must not exceed max_wait_seconds")
+        return self
+
+    def secret_env_names(self) -> list[str]:
+        """Every environment variable this config reads a secret from (for log redaction)."""
+        names = [
+            self.llm.api_key_env,
+            self.slack.bot_token_env,
+            self.slack.app_token_env,
+            self.slack.signing_secret_env,
+            self.discord.token_env,
+            *self.logging.redact_env,
+        ]
+        return list(dict.fromkeys(name for name in names if name))
 
 
 def parse_config(data: dict[str, object]) -> Config:
@@ -129,7 +211,10 @@ def parse_config(data: dict[str, object]) -> Config:
         where = ".".join(str(part) for part in error["loc"]) or "config"
         if error["type"] == "extra_forbidden":
             raise ConfigError(f"{where}: unknown key") from None
-        raise ConfigError(f"{where}: {error['msg']}") from None
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if not error["loc"]:
+            raise ConfigError(message) from None
+        raise ConfigError(f"{where}: {message}") from None
 
 
 def load_config(path: str | Path) -> Config:

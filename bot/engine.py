@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bot.clock import Clock
-from bot.config import Config
+from bot.config import ChannelConfig, Config
 from bot.errors import (
     PermanentDeliveryError,
     PermanentReplierError,
@@ -38,8 +38,9 @@ from bot.errors import (
     RetryableReplierError,
     StoreError,
 )
-from bot.events import ConversationKey, Event, IncomingMessage, MessageDeleted, Reply
+from bot.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEvent, Reply
 from bot.frontend import Frontend
+from bot.guards import BurstGate, Refusal
 from bot.prompt import build_prompt
 from bot.replier import Replier, Usage
 from bot.store import (
@@ -51,6 +52,7 @@ from bot.store import (
     NewReply,
     OutboxRow,
     Store,
+    StoredMessage,
     Timing,
     TokenUsage,
 )
@@ -76,6 +78,7 @@ class EngineSettings:
     failure_message: str = "Sorry, I couldn't answer that just now."
     system_prompt: str = "You are a helpful assistant."
     max_context_tokens: int = 8000
+    channels: tuple[ChannelConfig, ...] = ()
 
     @classmethod
     def from_config(cls, config: Config) -> EngineSettings:
@@ -93,11 +96,35 @@ class EngineSettings:
             failure_message=config.llm.failure_message,
             system_prompt=config.llm.system_prompt,
             max_context_tokens=config.llm.max_context_tokens,
+            channels=tuple(config.channels),
         )
 
     @property
     def timing(self) -> Timing:
         return Timing(self.quiet_seconds, self.max_wait_seconds)
+
+    def _channel(self, key: ConversationKey) -> ChannelConfig | None:
+        for channel in self.channels:
+            if channel.platform == key.platform and channel.channel == key.channel:
+                return channel
+        return None
+
+    def timing_for(self, key: ConversationKey) -> Timing:
+        """Debounce for one conversation: its channel's `[[channels]]` overrides, else global."""
+        channel = self._channel(key)
+        if channel is None:
+            return self.timing
+        quiet, cap = channel.quiet_seconds, channel.max_wait_seconds
+        return Timing(
+            self.quiet_seconds if quiet is None else quiet,
+            self.max_wait_seconds if cap is None else cap,
+        )
+
+    def system_prompt_for(self, key: ConversationKey) -> str:
+        channel = self._channel(key)
+        if channel is None or channel.system_prompt is None:
+            return self.system_prompt
+        return channel.system_prompt
 
 
 Supervision = Literal["done", "superseded", "lease_lost"]
@@ -115,6 +142,7 @@ class Engine:
         settings: EngineSettings,
         owner: str,
         frontends: Mapping[str, Frontend] | None = None,
+        gate: BurstGate | None = None,
     ) -> None:
         self.store = store
         self.replier = replier
@@ -122,6 +150,7 @@ class Engine:
         self.settings = settings
         self.owner = owner
         self.frontends: dict[str, Frontend] = dict(frontends or {})
+        self.gate = gate
         self.wakeup = asyncio.Event()
         self.sleeping_until = math.inf
         self._workers: dict[str, asyncio.Task[None]] = {}
@@ -144,12 +173,12 @@ class Engine:
         return len(self._workers)
 
     # 1. arrival ------------------------------------------------------------------------------
-    async def ingest(self, event: Event) -> IngestResult:
+    async def ingest(self, event: MessageEvent) -> IngestResult:
         if isinstance(event, IncomingMessage) and event.author_is_bot:
             self._emit("ignored", conversation=event.key.id, reason="bot author")
             return IngestResult("ignored", event.key.id, 0)
         now = self.clock.now()
-        timing = self.settings.timing
+        timing = self.settings.timing_for(event.key)
         if isinstance(event, IncomingMessage):
             result = await self.store.ingest(event, now, timing)
         elif isinstance(event, MessageDeleted):
@@ -208,6 +237,7 @@ class Engine:
         now = self.clock.now()
         ttl = self.settings.lease_ttl_seconds
         try:
+            held_until = await self.store.lease_expiry(cid)  # a holder that never released it
             lease = await self.store.acquire_lease(cid, self.owner, now, ttl)
         except StoreError as exc:
             log.warning("conversation %s: cannot take the lease (%s); will retry", cid, exc)
@@ -221,6 +251,8 @@ class Engine:
             self._emit("lease_conflict", conversation=cid, retry_at=retry_at)
             return
         self._emit("lease_acquired", conversation=cid, token=lease.token)
+        if held_until is not None:
+            self._emit("lease_takeover", conversation=cid, expired_at=held_until)
         try:
             await self._serve(lease)
         except asyncio.CancelledError:
@@ -238,6 +270,7 @@ class Engine:
     async def _serve(self, lease: Lease) -> None:
         cid, token, version = lease.conversation_id, lease.token, lease.version
         key = ConversationKey.parse(cid)
+        timing = self.settings.timing_for(key)
         if version <= lease.answered_version:
             await self.store.drop_timer(cid, version)
             await self.store.release_lease(cid, token)
@@ -247,7 +280,7 @@ class Engine:
         started_at = self.clock.now()
         if not pending:
             done = await self.store.commit(
-                cid, token, version, started_at >= deadline, started_at, self.settings.timing, None
+                cid, token, version, started_at >= deadline, started_at, timing, None
             )
             if done is None:
                 await self.store.release_lease(cid, token)
@@ -257,14 +290,24 @@ class Engine:
             self._indicate(key, busy=False)
             return
 
+        if self.gate is not None:
+            refusal = await self.gate.admit(key, pending, started_at)
+            if refusal is not None:
+                await self._refuse(lease, pending[-1].message_id, started_at, refusal)
+                return
+
         history = await self.store.history(cid, lease.answered_version, HISTORY_LIMIT)
         prompt = build_prompt(
-            self.settings.system_prompt, history, pending, self.settings.max_context_tokens
+            self.settings.system_prompt_for(key),
+            history,
+            pending,
+            self.settings.max_context_tokens,
         )
         usage = Usage()
         self._emit("generating", conversation=cid, version=version, burst=len(pending))
         generation = asyncio.create_task(self.replier.generate(prompt, usage))
         outcome = await self._supervise(generation, lease, deadline)
+        await self._charge(key, pending, usage)
         if outcome == "superseded":
             await self._record(lease, started_at, "superseded", usage)
             self._emit("superseded", conversation=cid, wasted=usage.output_tokens)
@@ -293,16 +336,20 @@ class Engine:
         reply = NewReply(
             text, "answer", pending[-1].message_id, _frozen(usage), lease.answered_version
         )
-        row = await self.store.commit(
-            cid, token, version, now >= deadline, now, self.settings.timing, reply
-        )
+        row = await self.store.commit(cid, token, version, now >= deadline, now, timing, reply)
         if not isinstance(row, OutboxRow):
             await self._record(lease, started_at, "discarded", usage)
             self._emit("discarded", conversation=cid, version=version)
             await self.store.release_lease(cid, token)
             return
         await self._record(lease, started_at, "posted", usage)
-        self._emit("committed", conversation=cid, reply_id=row.id, version=version)
+        self._emit(
+            "committed",
+            conversation=cid,
+            reply_id=row.id,
+            version=version,
+            latency=now - pending[-1].created_at,
+        )
         await self.deliver_due(reply_id=row.id)
 
     async def _supervise(
@@ -358,6 +405,7 @@ class Engine:
         reply_to: str,
     ) -> None:
         cid, token = lease.conversation_id, lease.token
+        key = ConversationKey.parse(cid)
         attempts = lease.failed_attempts + 1
         await self._record(lease, started_at, "failed", usage, str(exc))
         now = self.clock.now()
@@ -375,7 +423,7 @@ class Engine:
                 lease.answered_version,
             )
             row = await self.store.commit(
-                cid, token, lease.version, True, now, self.settings.timing, apology
+                cid, token, lease.version, True, now, self.settings.timing_for(key), apology
             )
             if isinstance(row, OutboxRow):
                 self._emit("apology", conversation=cid, reply_id=row.id)
@@ -388,6 +436,39 @@ class Engine:
         )  # fmt: skip
         await self.store.record_failure(cid, token, retry_at)
         self._emit("model_retry", conversation=cid, attempt=attempts)
+
+    async def _refuse(
+        self, lease: Lease, reply_to: str, started_at: float, refusal: Refusal
+    ) -> None:
+        """A cost guard stopped the burst: no model call. It is answered with the guard's notice,
+        or silently (skipped, logged) when that notice was already sent this window."""
+        cid, token = lease.conversation_id, lease.token
+        notice = None
+        if refusal.notice is not None:
+            notice = NewReply(
+                refusal.notice, "apology", reply_to, TokenUsage(), lease.answered_version
+            )
+        timing = self.settings.timing_for(ConversationKey.parse(cid))
+        row = await self.store.commit(cid, token, lease.version, True, started_at, timing, notice)
+        if row is None:
+            await self.store.release_lease(cid, token)
+            return
+        log.warning("conversation %s: burst refused (%s); no model call", cid, refusal.reason)
+        await self._record(lease, started_at, "skipped", Usage(), refusal.reason)
+        self._emit("refused", conversation=cid, reason=refusal.reason, stage="burst")
+        if isinstance(row, OutboxRow):
+            await self.deliver_due(reply_id=row.id)
+        else:
+            self._indicate(ConversationKey.parse(cid), busy=False)
+
+    async def _charge(self, key: ConversationKey, burst: list[StoredMessage], usage: Usage) -> None:
+        """Count the tokens a generation spent (finished or cancelled) against the budgets."""
+        if self.gate is None:
+            return
+        try:
+            await self.gate.charge(key, burst, _frozen(usage), self.clock.now())
+        except StoreError as exc:
+            log.warning("conversation %s: token usage not counted (%s)", key.id, exc)
 
     async def _record(
         self,
@@ -409,6 +490,13 @@ class Engine:
                 usage=_frozen(usage),
                 error=error,
             )
+        )
+        self._emit(
+            "generation",
+            conversation=lease.conversation_id,
+            outcome=outcome,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
         )
 
     # 6. deliver ------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ class IncomingMessage:
     author_name: str
     text: str
     author_is_bot: bool = False
+    is_dm: bool = False  # a direct message to the bot (the access policy's `dm_policy` applies)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +68,20 @@ class MessageDeleted:
     message_id: str
 
 
-Event = IncomingMessage | MessageEdited | MessageDeleted
+@dataclass(frozen=True, slots=True)
+class ResetConversation:
+    """A user asked to forget the conversation so far (`/reset`): later prompts start fresh.
+
+    Stored messages are kept (explain still shows them); only what prompts include changes.
+    """
+
+    key: ConversationKey
+    author_id: str = ""
+    is_dm: bool = False
+
+
+MessageEvent = IncomingMessage | MessageEdited | MessageDeleted
+Event = MessageEvent | ResetConversation
 
 
 @dataclass(frozen=True, slots=True)

@@ -226,7 +226,13 @@ class Store(Protocol):
         self, conversation_id: str, upto_version: int, limit: int
     ) -> list[HistoryItem]:
         """The newest `limit` earlier turns (messages with seq <= upto, non-failed replies), oldest
-        first."""
+        first; only turns after the conversation's history floor (see `reset_history`)."""
+        ...
+
+    async def reset_history(self, conversation_id: str) -> int | None:
+        """`/reset`: raise the history floor to the current version, so later prompts leave out
+        every earlier turn (messages stay stored). Returns the floor, None if no such
+        conversation."""
         ...
 
     # 5. final check + commit -----------------------------------------------------------------

@@ -44,6 +44,7 @@ from bot.store import (
     Timing,
     TokenUsage,
 )
+from storage.postgres_ops import PostgresOpsMixin
 from storage.queries import load_queries, migrations
 from storage.sqlite import message_uid
 
@@ -80,7 +81,7 @@ class _Duplicate(Exception):
         self.version = version
 
 
-class PostgresStore:
+class PostgresStore(PostgresOpsMixin):
     def __init__(
         self,
         dsn: str,

@@ -34,6 +34,7 @@ from bot.store import (
     TokenUsage,
 )
 from storage.queries import load_queries, migrations
+from storage.sqlite_ops import SqliteOpsMixin
 
 Q = load_queries("sqlite.sql")
 MIGRATIONS = migrations(Q)
@@ -46,7 +47,7 @@ def message_uid(platform: str, workspace: str, message_id: str) -> str:
     return f"{platform}/{workspace}/{message_id}"
 
 
-class SqliteStore:
+class SqliteStore(SqliteOpsMixin):
     def __init__(self, path: str, busy_timeout_ms: int = 10_000) -> None:
         self.path = path
         self.busy_timeout_ms = busy_timeout_ms

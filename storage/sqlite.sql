@@ -198,7 +198,8 @@ SELECT role, author_name, text, version FROM (
     SELECT 'assistant', '', text, covers_to_version, 1
     FROM replies WHERE conversation_id = :cid AND covers_to_version <= :upto
                    AND state != 'failed' AND kind = 'answer'
-) ORDER BY version DESC, ord DESC LIMIT :limit;
+) WHERE version > (SELECT history_floor FROM conversations WHERE id = :cid)
+ORDER BY version DESC, ord DESC LIMIT :limit;
 
 -- name: final_check
 UPDATE conversations
@@ -289,3 +290,55 @@ SELECT * FROM replies WHERE (:cid IS NULL OR conversation_id = :cid) ORDER BY id
 SELECT conversation_id, lease_token, from_version, to_version, started_at, ended_at, outcome,
        input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, error
 FROM generations WHERE (:cid IS NULL OR conversation_id = :cid) ORDER BY id;
+
+-- name: migration_2
+-- /reset (history_floor: prompts only see turns after it) and the cost guards' counters.
+ALTER TABLE conversations ADD COLUMN history_floor INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE usage_counters (
+    scope             TEXT NOT NULL,
+    window_start      INTEGER NOT NULL,
+    amount            INTEGER NOT NULL DEFAULT 0,
+    expires_at        REAL NOT NULL,
+    PRIMARY KEY (scope, window_start)
+);
+CREATE INDEX usage_counters_expiry ON usage_counters(expires_at);
+
+-- name: reset_history
+UPDATE conversations SET history_floor = version WHERE id = :cid RETURNING history_floor;
+
+-- name: add_to_counter
+INSERT INTO usage_counters (scope, window_start, amount, expires_at)
+VALUES (:scope, :window_start, :amount, :expires_at)
+ON CONFLICT (scope, window_start) DO UPDATE SET amount = amount + excluded.amount
+RETURNING amount;
+
+-- name: prune_counters
+DELETE FROM usage_counters WHERE expires_at < :now;
+
+-- name: read_counter
+SELECT amount FROM usage_counters WHERE scope = :scope AND window_start = :window_start;
+
+-- name: list_conversations
+-- Newest activity first; `active` keeps only conversations with something in flight.
+SELECT * FROM (
+    SELECT c.id, c.version, c.answered_version, c.lease_owner, c.lease_token,
+           c.lease_expires_at, c.failed_attempts, c.history_floor,
+           t.due_at, t.deadline_at, t.armed_version,
+           (SELECT COUNT(*) FROM messages m
+            WHERE m.conversation_id = c.id AND m.seq > c.answered_version AND m.deleted = 0)
+               AS pending_messages,
+           (SELECT COUNT(*) FROM replies r WHERE r.conversation_id = c.id AND r.state = 'pending')
+               AS outbox_pending,
+           (SELECT COUNT(*) FROM replies r WHERE r.conversation_id = c.id AND r.state = 'failed')
+               AS outbox_failed,
+           COALESCE((SELECT MAX(created_at) FROM messages m WHERE m.conversation_id = c.id),
+                    c.created_at) AS last_activity_at
+    FROM conversations c LEFT JOIN debounce_timers t ON t.conversation_id = c.id
+)
+WHERE :active = 0 OR version > answered_version OR due_at IS NOT NULL
+   OR lease_owner IS NOT NULL OR outbox_pending > 0 OR outbox_failed > 0
+ORDER BY last_activity_at DESC LIMIT :limit;
+
+-- name: all_messages
+SELECT seq, message_id, author_id, author_name, text, created_at, edited_at, deleted
+FROM messages WHERE conversation_id = :cid ORDER BY seq;

@@ -1,0 +1,1 @@
+"""The operator commands behind `burstbot` (the parser lives in `bot/cli.py`)."""

@@ -1,0 +1,103 @@
+"""`burstbot check-config` and `burstbot migrate`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from urllib.parse import urlsplit, urlunsplit
+
+from bot.config import Config
+from bot.guards import limits_active
+
+
+def display_url(url: str) -> str:
+    """A storage URL safe to print: a password in it (postgresql://user:pw@host) is masked."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host += f":{parts.port}"
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def _secret(name: str, env: Mapping[str, str], problems: list[str], setting: str) -> str:
+    if env.get(name, "").strip():
+        return f"{name} set"
+    problems.append(f"{setting}: environment variable {name} is not set")
+    return f"{name} MISSING"
+
+
+def check_config(
+    config: Config, environ: Mapping[str, str] | None = None
+) -> tuple[list[str], list[str]]:
+    """A summary an admin can read, and the problems that would stop `burstbot run`.
+
+    Secrets are reported as set or missing, never shown."""
+    env = os.environ if environ is None else environ
+    problems: list[str] = []
+    llm = config.llm
+    if llm.provider == "offline":
+        replier = "offline (no model calls)"
+    else:
+        key = _secret(llm.api_key_env, env, problems, "llm.api_key_env")
+        replier = f"anthropic {llm.model} ({key})"
+    frontends: list[str] = []
+    if config.console.enabled:
+        frontends.append("console")
+    if config.slack.enabled:
+        s = config.slack
+        tokens = [_secret(s.bot_token_env, env, problems, "slack.bot_token_env")]
+        if s.mode == "socket":
+            tokens.append(_secret(s.app_token_env, env, problems, "slack.app_token_env"))
+        else:
+            tokens.append(_secret(s.signing_secret_env, env, problems, "slack.signing_secret_env"))
+        frontends.append(f"slack ({s.mode}; {', '.join(tokens)})")
+    if config.discord.enabled:
+        token = _secret(config.discord.token_env, env, problems, "discord.token_env")
+        frontends.append(f"discord ({token})")
+    if not frontends:
+        problems.append("config: no front end enabled (console, slack or discord)")
+    a = config.access
+    lists = [
+        f"{label} {len(values)}"
+        for label, values in (
+            ("allow users", a.allow_users), ("block users", a.block_users),
+            ("allow channels", a.allow_channels), ("block channels", a.block_channels),
+            ("allow workspaces", a.allow_workspaces), ("block workspaces", a.block_workspaces),
+            ("admins", a.admin_ids),
+        )
+        if values
+    ]  # fmt: skip
+    lim = config.limits
+    guards = "off"
+    if limits_active(lim):
+        parts = []
+        if lim.user_messages_per_window:
+            parts.append(f"{lim.user_messages_per_window} msgs/user/{lim.window_seconds:g}s")
+        if lim.max_message_chars:
+            parts.append(f"{lim.max_message_chars} chars/msg")
+        if lim.max_burst_messages:
+            parts.append(f"{lim.max_burst_messages} msgs/burst")
+        if lim.max_burst_chars:
+            parts.append(f"{lim.max_burst_chars} chars/burst")
+        if lim.user_daily_tokens:
+            parts.append(f"{lim.user_daily_tokens} tokens/user/day")
+        if lim.global_daily_tokens:
+            parts.append(f"{lim.global_daily_tokens} tokens/day in all")
+        guards = ", ".join(parts)
+    m = config.metrics
+    d = config.debounce
+    summary = [
+        f"storage     {display_url(config.storage.url)}",
+        f"replier     {replier}",
+        f"front ends  {', '.join(frontends) or '-'}",
+        f"debounce    quiet {d.quiet_seconds:g}s, cap {d.max_wait_seconds:g}s; "
+        f"{len(config.channels)} channel override(s)",
+        f"access      {', '.join(lists) or 'everyone'}; direct messages {a.dm_policy}",
+        f"limits      {guards}",
+        f"metrics     {f'http://{m.host}:{m.port}/metrics' if m.enabled else 'off'}",
+        f"logging     {config.logging.format}, {config.logging.level}",
+    ]
+    return summary, problems

@@ -1,0 +1,136 @@
+"""`burstbot explain CONVERSATION`: one conversation's story, rebuilt from stored data.
+
+received → (burst) → lease → generation with tokens → superseded / posted / failed, in time
+order. Every line comes from a row: messages, generations and the outbox.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from bot.events import ConversationKey
+from bot.inspection import StoreInspector
+from bot.store import GenerationRecord, OutboxRow, StoredMessage
+
+PREVIEW = 60
+
+
+def normalize_conversation_id(text: str) -> str:
+    """Accept `platform/workspace/channel/thread`, or without the trailing `/` for no thread."""
+    parts = text.split("/")
+    if len(parts) == 3:
+        parts.append("")
+    return ConversationKey.parse("/".join(parts)).id
+
+
+def _clock(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%H:%M:%S.%f")[:-3]
+
+
+def _preview(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= PREVIEW else flat[: PREVIEW - 1] + "…"
+
+
+def _versions(low_exclusive: int, high: int) -> str:
+    return f"v{high}" if high == low_exclusive + 1 else f"v{low_exclusive + 1}-v{high}"
+
+
+def _message_events(m: StoredMessage) -> list[tuple[float, int, str]]:
+    events = [(m.created_at, 0, f"received  #{m.seq} {m.author_name}: {_preview(m.text)}")]
+    if m.edited_at is not None:
+        what = f"deleted   #{m.seq}" if m.deleted else f"edited    #{m.seq} → {_preview(m.text)}"
+        events.append((m.edited_at, 0, what))
+    return events
+
+
+def _generation_events(
+    g: GenerationRecord, committed_at: float | None
+) -> list[tuple[float, int, str]]:
+    """`committed_at`: when the reply of a posted generation entered the outbox (the generation
+    is recorded just after its commit; the timeline shows it ending there)."""
+    burst = _versions(g.from_version, g.to_version)
+    usage = g.usage
+    tokens = f"{usage.input_tokens} in / {usage.output_tokens} out tokens"
+    outcome = g.outcome
+    detail = {
+        "posted": f"answered ({tokens})",
+        "superseded": f"superseded by newer input, stream cancelled ({tokens}; output wasted)",
+        "discarded": f"discarded at the final check ({tokens})",
+        "failed": f"model failed: {g.error} ({tokens})",
+        "lease_lost": f"lease lost; reply dropped ({tokens})",
+        "skipped": f"no model call: {g.error}",
+    }.get(outcome, outcome)
+    seconds = g.ended_at - g.started_at
+    return [
+        (g.started_at, 1, f"burst     {burst} → lease #{g.lease_token}, generation started"),
+        (
+            min(g.ended_at, committed_at or g.ended_at),
+            2,
+            f"generated {burst}: {detail} in {seconds:.2f}s",
+        ),
+    ]
+
+
+def _reply_events(r: OutboxRow) -> list[tuple[float, int, str]]:
+    covers = _versions(r.covers_from_version, r.covers_to_version)
+    kind = "" if r.kind == "answer" else f" [{r.kind}]"
+    seen = "" if r.seen_version == r.covers_to_version else f" (deadline: v{r.seen_version} seen)"
+    events = [
+        (
+            r.created_at,
+            3,
+            f"reply r{r.id}{kind} committed, covers {covers}{seen}: {_preview(r.text)}",
+        )
+    ]
+    if r.state == "sent" and r.sent_at is not None:
+        parts = ", ".join(r.platform_message_ids) or "-"
+        events.append((r.sent_at, 4, f"posted    r{r.id} after {r.attempts} attempt(s) as {parts}"))
+    elif r.state == "failed":
+        events.append(
+            (
+                r.next_attempt_at,
+                4,
+                f"FAILED    r{r.id} after {r.attempts} attempt(s): {r.last_error}",
+            )
+        )
+    else:
+        note = f"; last error: {r.last_error}" if r.last_error else ""
+        events.append(
+            (r.next_attempt_at, 4, f"pending   r{r.id}, {r.attempts} attempt(s) so far{note}")
+        )
+    return events
+
+
+async def explain_lines(
+    inspector: StoreInspector, conversation_id: str, now: float
+) -> list[str] | None:
+    state = await inspector.conversation_state(conversation_id)
+    if state is None:
+        return None
+    events: list[tuple[float, int, str]] = []
+    for message in await inspector.messages(conversation_id):
+        events += _message_events(message)
+    replies = await inspector.replies(conversation_id)
+    committed = {r.covers_to_version: r.created_at for r in replies}
+    for generation in await inspector.generations(conversation_id):
+        at = committed.get(generation.to_version) if generation.outcome == "posted" else None
+        events += _generation_events(generation, at)
+    for reply in replies:
+        events += _reply_events(reply)
+    events.sort(key=lambda e: (e[0], e[1]))
+    lines = [f"conversation {conversation_id}"]
+    start = events[0][0] if events else now
+    for at, _, text in events:
+        lines.append(f"  {_clock(at)} +{at - start:7.3f}s  {text}")
+    summary = f"now: version {state.version}, answered {state.answered_version}"
+    if state.timer is not None:
+        summary += (
+            f"; timer due {_clock(state.timer.due_at)} (deadline {_clock(state.timer.deadline_at)})"
+        )
+    if state.lease_owner is not None and state.lease_expires_at is not None:
+        summary += f"; leased by {state.lease_owner} until {_clock(state.lease_expires_at)}"
+    if state.failed_attempts:
+        summary += f"; {state.failed_attempts} failed model attempt(s)"
+    lines.append(summary)
+    return lines

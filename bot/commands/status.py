@@ -1,0 +1,81 @@
+"""`burstbot status`: what is in flight right now, read from the database."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from bot.inspection import ConversationSummary, StoreInspector
+
+
+def relative(at: float | None, now: float) -> str:
+    """`in 1.2s` / `3.0s ago`: easier to read at a glance than timestamps."""
+    if at is None:
+        return "-"
+    delta = at - now
+    return f"in {delta:.1f}s" if delta >= 0 else f"{-delta:.1f}s ago"
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    out = [line.rstrip()]
+    for row in rows:
+        out.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return out
+
+
+def _row(item: ConversationSummary, now: float) -> list[str]:
+    state = item.state
+    timer = "-"
+    if state.timer is not None:
+        due, deadline = state.timer.due_at, state.timer.deadline_at
+        timer = f"due {relative(due, now)}, deadline {relative(deadline, now)}"
+    lease = "-"
+    if state.lease_owner is not None:
+        expires = state.lease_expires_at
+        expired = expires is not None and expires < now
+        verb = "expired" if expired else "expires"
+        lease = f"{state.lease_owner} #{state.lease_token}, {verb} {relative(expires, now)}"
+    outbox = f"{item.outbox_pending} pending, {item.outbox_failed} failed"
+    return [
+        state.conversation_id,
+        f"{state.answered_version}/{state.version}",
+        str(item.pending_messages),
+        timer,
+        lease,
+        outbox,
+        relative(item.last_activity_at, now),
+    ]
+
+
+async def status_lines(
+    inspector: StoreInspector, now: float, show_all: bool = False, limit: int = 10
+) -> list[str]:
+    """Two tables: what is in flight, then the most recently active conversations."""
+    headers = ["CONVERSATION", "ANSWERED", "PENDING", "TIMER", "LEASE", "OUTBOX", "LAST ACTIVITY"]
+    active = await inspector.list_conversations(active_only=True, limit=1000)
+    lines = ["in flight:"]
+    if active:
+        lines += render_table(headers, [_row(item, now) for item in active])
+    else:
+        lines.append("  nothing: no pending input, timers, leases or unsent replies")
+    pending = sum(i.outbox_pending for i in active)
+    failed = sum(i.outbox_failed for i in active)
+    leased = sum(1 for i in active if i.state.lease_owner is not None)
+    waiting = sum(1 for i in active if i.pending_messages)
+    lines.append(
+        f"{len(active)} in flight: {waiting} with pending input, {leased} leased; "
+        f"outbox {pending} pending, {failed} failed"
+    )
+    recent = await inspector.list_conversations(
+        active_only=False, limit=1_000_000 if show_all else limit
+    )
+    lines += [
+        "",
+        "every conversation:" if show_all else f"recent (up to {limit}; --all for every one):",
+    ]
+    if recent:
+        lines += render_table(headers, [_row(item, now) for item in recent])
+    else:
+        lines.append("  none yet")
+    return lines

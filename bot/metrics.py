@@ -1,0 +1,157 @@
+"""Prometheus metrics from the engine's event hook, served with `/healthz` on aiohttp.
+
+`Metrics.observe` is an engine listener: every named event (`accepted`, `generating`,
+`superseded`, `delivered`, ...) moves a counter or a histogram; nothing in the pipeline knows
+about Prometheus. Each app has its own registry, so several apps (tests) never share counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client.exposition import generate_latest
+
+from bot.errors import ConfigError
+
+log = logging.getLogger("burstbot.metrics")
+
+WASTED_OUTCOMES = frozenset({"superseded", "lease_lost", "discarded"})
+SIMPLE_COUNTERS = {
+    "generating": ("bursts", "Bursts handed to the model (one model call each)"),
+    "delivered": ("replies_posted", "Replies posted to a platform"),
+    "superseded": ("supersedes", "Generations cancelled because newer input arrived"),
+    "discarded": ("discards", "Finished generations refused at the final check"),
+    "lease_conflict": ("lease_conflicts", "Due conversations leased by another worker"),
+    "lease_takeover": ("lease_takeovers", "Leases taken over after their holder let them expire"),
+    "model_retry": ("model_retries", "Failed model calls that will be retried"),
+    "apology": ("apologies", "Bursts answered with the failure message"),
+    "delivery_retry": ("delivery_retries", "Posting attempts that will be retried"),
+    "delivery_failed": ("delivery_failures", "Replies given up on (permanent delivery failure)"),
+    "reset": ("resets", "Conversations whose history a user cleared"),
+}
+INGEST_STATUSES = ("accepted", "duplicate", "history", "unknown", "ignored")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.ingested = Counter(
+            "burstbot_messages",
+            "Events ingested by result: accepted, duplicate (dropped), history, unknown, ignored",
+            ["status"],
+            registry=r,
+        )
+        self.refused = Counter(
+            "burstbot_refused",
+            "Messages and bursts refused by access rules or cost guards",
+            ["stage", "reason"],
+            registry=r,
+        )
+        self.tokens = Counter(
+            "burstbot_tokens", "Model tokens: input, output, wasted", ["kind"], registry=r
+        )
+        self.counters = {
+            event: Counter(f"burstbot_{name}", text, registry=r)
+            for event, (name, text) in SIMPLE_COUNTERS.items()
+        }
+        self.burst_size = Histogram(
+            "burstbot_burst_size_messages",
+            "Messages per burst handed to the model",
+            buckets=(1, 2, 3, 4, 5, 8, 13, 21, 34),
+            registry=r,
+        )
+        self.reply_latency = Histogram(
+            "burstbot_reply_latency_seconds",
+            "From the last message of a burst to its reply entering the outbox",
+            buckets=(0.5, 1, 1.5, 2, 3, 5, 8, 13, 21, 34, 60, 120),
+            registry=r,
+        )
+
+    def observe(self, name: str, fields: dict[str, object]) -> None:
+        """Engine listener: never raises into the pipeline."""
+        try:
+            self._observe(name, fields)
+        except Exception:
+            log.debug("metrics: cannot count %s %r", name, fields, exc_info=True)
+
+    def _observe(self, name: str, fields: dict[str, object]) -> None:
+        if name in INGEST_STATUSES:
+            self.ingested.labels(name).inc()
+        if name in self.counters:
+            self.counters[name].inc()
+        if name == "generating":
+            self.burst_size.observe(_number(fields.get("burst")))
+        elif name == "committed":
+            self.reply_latency.observe(max(0.0, _number(fields.get("latency"))))
+        elif name == "generation":
+            output = _number(fields.get("output_tokens"))
+            self.tokens.labels("input").inc(_number(fields.get("input_tokens")))
+            self.tokens.labels("output").inc(output)
+            if fields.get("outcome") in WASTED_OUTCOMES:
+                self.tokens.labels("wasted").inc(output)
+        elif name == "refused":
+            stage = str(fields.get("stage", ""))
+            self.refused.labels(stage, str(fields.get("reason", ""))).inc()
+            if stage != "burst":
+                self.ingested.labels("ignored").inc()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def _number(value: object) -> float:
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+class MetricsServer:
+    """`/metrics` (Prometheus text format) and `/healthz` (the store answers a query)."""
+
+    def __init__(
+        self, metrics: Metrics, health: Callable[[], Awaitable[object]], host: str, port: int
+    ) -> None:
+        self.metrics = metrics
+        self.health = health
+        self.host = host
+        self.port = port
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.host, self.port))
+        except OSError as exc:
+            sock.close()
+            await self.stop()
+            raise ConfigError(f"metrics: cannot listen on {self.host}:{self.port} ({exc})") from exc
+        self.port = int(sock.getsockname()[1])  # the real one when configured as 0
+        await web.SockSite(self._runner, sock).start()
+        log.info("metrics on http://%s:%d/metrics", self.host, self.port)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        body = self.metrics.exposition()
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _healthz(self, _request: web.Request) -> web.Response:
+        try:
+            await asyncio.wait_for(self.health(), timeout=5.0)
+        except Exception as exc:
+            return web.json_response({"ok": False, "error": type(exc).__name__}, status=503)
+        return web.json_response({"ok": True})

@@ -1,0 +1,110 @@
+"""The SQLite store's operator side: `/reset`, cost-guard counters and read-only inspection.
+
+A mixin of `SqliteStore`, kept apart so the pipeline file stays about the pipeline; it runs the
+same named queries (`sqlite.sql`) through the store's connection and lock.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
+
+import aiosqlite
+
+from bot.inspection import ConversationSummary
+from bot.store import ConversationState, DueTimer, StoredMessage
+
+Params = Mapping[str, Any]
+
+
+class SqliteOpsMixin:
+    # provided by SqliteStore
+    async def _rows(
+        self, name: str, params: Params, db: aiosqlite.Connection | None = None
+    ) -> list[sqlite3.Row]:
+        raise NotImplementedError
+
+    def _transaction(self) -> AbstractAsyncContextManager[aiosqlite.Connection]:
+        raise NotImplementedError
+
+    # /reset ----------------------------------------------------------------------------------
+    async def reset_history(self, conversation_id: str) -> int | None:
+        rows = await self._rows("reset_history", {"cid": conversation_id})
+        return int(rows[0][0]) if rows else None
+
+    # cost-guard counters (bot.guards.CounterStore) -------------------------------------------
+    async def add_to_counter(
+        self, scope: str, window_start: int, amount: int, expires_at: float, now: float
+    ) -> int:
+        async with self._transaction() as db:
+            await self._rows("prune_counters", {"now": now}, db)
+            rows = await self._rows(
+                "add_to_counter",
+                {"scope": scope, "window_start": window_start, "amount": amount,
+                 "expires_at": expires_at},
+                db,
+            )  # fmt: skip
+        return int(rows[0][0])
+
+    async def read_counter(self, scope: str, window_start: int) -> int:
+        rows = await self._rows("read_counter", {"scope": scope, "window_start": window_start})
+        return int(rows[0][0]) if rows else 0
+
+    # inspection (bot.inspection.StoreInspector) ----------------------------------------------
+    async def list_conversations(
+        self, active_only: bool = True, limit: int = 50
+    ) -> list[ConversationSummary]:
+        rows = await self._rows(
+            "list_conversations", {"active": 1 if active_only else 0, "limit": limit}
+        )
+        return [summary_from_row(r) for r in rows]
+
+    async def messages(self, conversation_id: str) -> list[StoredMessage]:
+        rows = await self._rows("all_messages", {"cid": conversation_id})
+        return [message_from_row(r) for r in rows]
+
+
+class Row(Protocol):
+    """A result row by column name (sqlite3.Row, asyncpg.Record)."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
+def message_from_row(r: Row) -> StoredMessage:
+    return StoredMessage(
+        seq=int(r["seq"]),
+        message_id=str(r["message_id"]),
+        author_id=str(r["author_id"]),
+        author_name=str(r["author_name"]),
+        text=str(r["text"]),
+        created_at=float(r["created_at"]),
+        edited_at=None if r["edited_at"] is None else float(r["edited_at"]),
+        deleted=bool(r["deleted"]),
+    )
+
+
+def summary_from_row(r: Row) -> ConversationSummary:
+    cid = str(r["id"])
+    timer = None
+    if r["due_at"] is not None:
+        timer = DueTimer(cid, float(r["due_at"]), float(r["deadline_at"]), int(r["armed_version"]))
+    state = ConversationState(
+        conversation_id=cid,
+        version=int(r["version"]),
+        answered_version=int(r["answered_version"]),
+        lease_owner=r["lease_owner"],
+        lease_token=int(r["lease_token"]),
+        lease_expires_at=None if r["lease_expires_at"] is None else float(r["lease_expires_at"]),
+        failed_attempts=int(r["failed_attempts"]),
+        timer=timer,
+    )
+    return ConversationSummary(
+        state=state,
+        history_floor=int(r["history_floor"]),
+        pending_messages=int(r["pending_messages"]),
+        outbox_pending=int(r["outbox_pending"]),
+        outbox_failed=int(r["outbox_failed"]),
+        last_activity_at=float(r["last_activity_at"]),
+    )

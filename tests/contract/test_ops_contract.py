@@ -1,0 +1,81 @@
+"""The operator side of the store contract: `/reset` (every `Store`), and the optional
+`CounterStore` (cost guards) and `StoreInspector` (status, explain) every backend should offer."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.events import ConversationKey, IncomingMessage, MessageDeleted
+from bot.guards import CounterStore
+from bot.inspection import StoreInspector
+from bot.store import NewReply, OutboxRow, Store, Timing
+
+T = Timing(quiet_seconds=2.0, max_wait_seconds=10.0)
+KEY = ConversationKey("test", "w", "c1")
+CID = KEY.id
+NOW = 1_000.0
+
+
+def msg(n: int, text: str, key: ConversationKey = KEY) -> IncomingMessage:
+    return IncomingMessage(key, f"m{n}", "u1", "alice", text)
+
+
+async def answer(store: Store, now: float, text: str) -> None:
+    lease = await store.acquire_lease(CID, "o1", now, 30.0)
+    assert lease is not None
+    row = await store.commit(CID, lease.token, lease.version, False, now, T, NewReply(text))
+    assert isinstance(row, OutboxRow)
+
+
+async def test_reset_history_leaves_earlier_turns_out_of_history(store: Store) -> None:
+    await store.ingest(msg(1, "my number is 42"), NOW, T)
+    await answer(store, NOW + 3, "noted")
+    assert await store.reset_history(CID) == 1
+    await store.ingest(msg(2, "what was it?"), NOW + 5, T)
+    assert await store.history(CID, 1, 50) == []  # what the next prompt gets: nothing earlier
+    assert [m.text for m in await store.pending_messages(CID, 1, 2)] == ["what was it?"]
+    await answer(store, NOW + 8, "no idea")
+    history = await store.history(CID, 2, 50)
+    assert [(h.role, h.text) for h in history] == [
+        ("user", "what was it?"),
+        ("assistant", "no idea"),
+    ]
+    assert await store.reset_history("test/w/unknown/") is None
+
+
+async def test_counters_add_atomically_per_window_and_expire(store: Store) -> None:
+    if not isinstance(store, CounterStore):
+        pytest.skip("this backend keeps no cost-guard counters")
+    assert await store.add_to_counter("rate:u", 7, 1, expires_at=100.0, now=10.0) == 1
+    assert await store.add_to_counter("rate:u", 7, 2, expires_at=100.0, now=10.0) == 3
+    assert await store.add_to_counter("rate:u", 8, 1, expires_at=200.0, now=10.0) == 1
+    assert await store.read_counter("rate:u", 7) == 3
+    assert await store.read_counter("rate:v", 7) == 0
+    await store.add_to_counter("other", 1, 1, expires_at=300.0, now=150.0)  # prunes window 7
+    assert await store.read_counter("rate:u", 7) == 0
+    assert await store.read_counter("rate:u", 8) == 1
+
+
+async def test_inspection_lists_active_conversations_and_every_message(store: Store) -> None:
+    if not isinstance(store, StoreInspector):
+        pytest.skip("this backend cannot be inspected")
+    quiet = ConversationKey("test", "w", "quiet")
+    await store.ingest(IncomingMessage(quiet, "q1", "u1", "bob", "answered"), NOW, T)
+    lease = await store.acquire_lease(quiet.id, "o1", NOW + 3, 30.0)
+    assert lease is not None
+    await store.commit(quiet.id, lease.token, lease.version, False, NOW + 3, T, NewReply("ok"))
+    [row] = await store.claim_replies("o1", NOW + 3, 30.0, ["test"], 10)
+    assert await store.mark_sent(row.id, "o1", ["p1"], NOW + 3)
+    await store.ingest(msg(1, "a"), NOW + 4, T)
+    await store.ingest(msg(2, "b"), NOW + 5, T)
+    await store.delete(MessageDeleted(KEY, "m2"), NOW + 6, T)
+    [active] = await store.list_conversations(active_only=True)
+    assert active.state.conversation_id == CID
+    assert active.pending_messages == 1 and active.state.timer is not None
+    assert (active.outbox_pending, active.outbox_failed) == (0, 0)
+    every = await store.list_conversations(active_only=False)
+    assert [s.state.conversation_id for s in every] == [CID, quiet.id]  # newest first
+    assert [(m.seq, m.text, m.deleted) for m in await store.messages(CID)] == [
+        (1, "a", False),
+        (2, "b", True),
+    ]

@@ -1,0 +1,167 @@
+"""Operator commands against a prepared database: status, explain, migrate, check-config, demo."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from bot.clock import FakeClock
+from bot.errors import PermanentDeliveryError
+from bot.events import ConversationKey, IncomingMessage
+from bot.testing import RecordingFrontend, ScriptedReplier
+from storage.sqlite import SqliteStore
+from tests.conftest import make_engine
+from tests.test_cli import burstbot
+
+ANSWERED = ConversationKey("test", "w1", "answered")
+PENDING = ConversationKey("test", "w1", "pending")
+LEASED = ConversationKey("test", "w1", "leased")
+FAILED = ConversationKey("test", "w1", "failed")
+
+
+async def prepare(path: Path) -> None:
+    """One conversation in each state an operator should be able to see."""
+    store = SqliteStore(str(path))
+    await store.open()
+    clock = FakeClock(start=time.time() - 30)
+    frontend = RecordingFrontend()
+    replier = ScriptedReplier(hold=True)
+    engine = make_engine(store, clock, replier, frontend)
+
+    def said(key: ConversationKey, n: int, text: str) -> IncomingMessage:
+        return IncomingMessage(key, f"{key.channel}-{n}", "u1", "alice", text)
+
+    await engine.ingest(said(ANSWERED, 1, "what is"))
+    await clock.advance(2)
+    await engine.run_due()
+    first = await replier.next_call(0)
+    first.stream(4)
+    await clock.advance(0.5)
+    await engine.ingest(said(ANSWERED, 2, "the time?"))  # supersedes the first generation
+    await engine.idle()
+    await clock.advance(2)
+    await engine.run_due()
+    (await replier.next_call(1)).finish("noon")
+    await engine.idle()
+
+    frontend.failures.append(PermanentDeliveryError("channel_not_found"))
+    await engine.ingest(said(FAILED, 1, "hello?"))
+    await clock.advance(2)
+    await engine.run_due()
+    (await replier.next_call(2)).finish("hi")
+    await engine.idle()
+
+    await engine.ingest(said(LEASED, 1, "anyone"))
+    await clock.advance(2)
+    assert await store.acquire_lease(LEASED.id, "other-host:123", clock.now(), 3600) is not None
+
+    await clock.advance(20)
+    await engine.ingest(said(PENDING, 1, "still typing"))
+    await store.close()
+
+
+async def test_status_shows_pending_input_timers_leases_and_the_outbox(tmp_path: Path) -> None:
+    await prepare(tmp_path / "ops.db")
+    config = tmp_path / "c.toml"
+    config.write_text(f'[storage]\nurl = "sqlite:///{tmp_path / "ops.db"}"\n')
+    result = burstbot(["status", "--config", str(config)], tmp_path)
+    assert result.returncode == 0, result.stderr
+    in_flight, recent = result.stdout.split("\n\n")
+    lines = {line.split()[0]: line for line in in_flight.splitlines()[2:-1]}
+    assert set(lines) == {PENDING.id, LEASED.id, FAILED.id}
+    assert re.search(r"due (in )?[\d.]+s( ago)?, deadline in [\d.]+s", lines[PENDING.id])
+    assert re.search(r"other-host:123 #1, expires in 35\d\d\.\ds", lines[LEASED.id])
+    assert "0 pending, 1 failed" in lines[FAILED.id]
+    assert "3 in flight: 2 with pending input, 1 leased; outbox 0 pending, 1 failed" in in_flight
+    assert ANSWERED.id in recent
+
+
+async def test_explain_tells_the_story_of_a_superseded_then_posted_burst(tmp_path: Path) -> None:
+    await prepare(tmp_path / "ops.db")
+    config = tmp_path / "c.toml"
+    config.write_text(f'[storage]\nurl = "sqlite:///{tmp_path / "ops.db"}"\n')
+    result = burstbot(["explain", "test/w1/answered", "--config", str(config)], tmp_path)
+    assert result.returncode == 0, result.stderr
+    story = [line.split("s  ", 1)[1] for line in result.stdout.splitlines()[1:-1]]
+    assert story == [
+        "received  #1 alice: what is",
+        "burst     v1 → lease #1, generation started",
+        "received  #2 alice: the time?",
+        "generated v1: superseded by newer input, stream cancelled (0 in / 4 out tokens; "
+        "output wasted) in 0.50s",
+        "burst     v1-v2 → lease #2, generation started",
+        "generated v1-v2: answered (0 in / 0 out tokens) in 0.00s",
+        "reply r1 committed, covers v1-v2: noon",
+        "posted    r1 after 1 attempt(s) as r1-p0",
+    ]
+    assert result.stdout.splitlines()[-1] == "now: version 2, answered 2"
+    failed = burstbot(["explain", "test/w1/failed/", "--config", str(config)], tmp_path)
+    assert "FAILED    r2 after 1 attempt(s): channel_not_found" in failed.stdout
+    missing = burstbot(["explain", "test/w1/nowhere", "--config", str(config)], tmp_path)
+    assert missing.returncode == 1 and "no conversation 'test/w1/nowhere/'" in missing.stderr
+    bad = burstbot(["explain", "not-an-id", "--config", str(config)], tmp_path)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_after_a_terminal_burst_status_and_explain_show_it(tmp_path: Path) -> None:
+    assert burstbot(["run"], tmp_path, stdin="a\nb\n").returncode == 0
+    status = burstbot(["status"], tmp_path)
+    assert "console/local/terminal/  2/2" in status.stdout
+    explain = burstbot(["explain", "console/local/terminal/"], tmp_path)
+    assert "received  #2 you: b" in explain.stdout
+    assert "posted    r1 after 1 attempt(s)" in explain.stdout
+
+
+def test_migrate_creates_the_schema(tmp_path: Path) -> None:
+    missing = burstbot(["status"], tmp_path)
+    assert missing.returncode == 2 and "no database at burstbot.db" in missing.stderr
+    assert not (tmp_path / "burstbot.db").exists()
+    result = burstbot(["migrate"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "sqlite:///burstbot.db: schema at version 2, up to date"
+    assert (tmp_path / "burstbot.db").exists()
+
+
+def test_check_config_names_missing_secrets_and_never_prints_values(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(
+        '[llm]\nprovider = "anthropic"\n[slack]\nenabled = true\n'
+        '[access]\nblock_users = ["U1", "U2"]\ndm_policy = "off"\n'
+        "[limits]\nuser_daily_tokens = 5000\n"
+    )
+    env = {"ANTHROPIC_API_KEY": "sk-ant-do-not-print", "SLACK_BOT_TOKEN": "", "SLACK_APP_TOKEN": ""}
+    result = burstbot(["check-config", "--config", str(config)], tmp_path, env=env)
+    assert result.returncode == 2
+    missing = [("bot_token_env", "SLACK_BOT_TOKEN"), ("app_token_env", "SLACK_APP_TOKEN")]
+    assert result.stderr.splitlines() == [
+        f"burstbot: config error: slack.{key}: environment variable {name} is not set"
+        for key, name in missing
+    ]
+    assert "sk-ant-do-not-print" not in result.stdout + result.stderr
+    assert "ANTHROPIC_API_KEY set" in result.stdout
+    assert "block users 2; direct messages off" in result.stdout
+    assert "5000 tokens/user/day" in result.stdout
+    env.update(SLACK_BOT_TOKEN="xoxb-x", SLACK_APP_TOKEN="xapp-x")
+    ok = burstbot(["check-config", "--config", str(config)], tmp_path, env=env)
+    assert ok.returncode == 0 and ": OK" in ok.stdout and "xoxb-x" not in ok.stdout
+
+
+def test_demo_shows_one_reply_per_burst_and_the_timeline(tmp_path: Path) -> None:
+    result = burstbot(["demo", "--quiet", "0.3"], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("burstbot: Got your") == 3
+    assert "superseded by newer input" in result.stdout
+    assert result.stdout.count("posted    r") == 3
+    assert result.stdout.rstrip().endswith("now: version 8, answered 8")
+
+
+def test_a_database_password_is_never_printed() -> None:
+    from bot.commands.check import check_config, display_url
+    from bot.config import parse_config
+
+    url = "postgresql://bot:s3cret-pw@db.internal:5432/burstbot?sslmode=require"
+    assert display_url(url) == "postgresql://bot:***@db.internal:5432/burstbot?sslmode=require"
+    config = parse_config({"storage": {"url": url}, "llm": {"provider": "offline"}})
+    summary, problems = check_config(config, environ={})
+    assert problems == [] and "s3cret-pw" not in "\n".join(summary)

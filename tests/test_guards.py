@@ -1,0 +1,154 @@
+"""Cost guards: each limit refuses without a model call, notices once per window, loses nothing."""
+
+from __future__ import annotations
+
+from bot.clock import FakeClock, settle
+from bot.events import ConversationKey, IncomingMessage
+from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
+from storage.sqlite import SqliteStore
+from tests.apps import make_app, step
+
+KEY = ConversationKey("test", "w1", "c1")
+OTHER = ConversationKey("test", "w1", "c2")
+NOTICES = {
+    "rate_notice": "slow down",
+    "size_notice": "too long",
+    "budget_notice": "budget spent",
+}
+counter = iter(range(1_000_000))
+
+
+def msg(author: str = "U1", text: str = "hi", key: ConversationKey = KEY) -> IncomingMessage:
+    return IncomingMessage(key, f"m{next(counter)}", author, author, text)
+
+
+async def test_rate_limit_refuses_before_storage_and_notices_once_per_window(
+    store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    replier = ScriptedReplier()
+    limits = {"user_messages_per_window": 2, "window_seconds": 60, **NOTICES}
+    app = make_app(store, clock, replier, frontend, limits=limits)
+    clock.jump(-(clock.now() % 60))  # start of a window
+    statuses = [(await app.ingest(msg(text=f"t{n}"))).status for n in range(4)]
+    assert statuses == ["accepted", "accepted", "ignored", "ignored"]
+    assert (await app.ingest(msg("U2", key=OTHER))).status == "accepted"  # per user
+    await settle()
+    assert frontend.texts(KEY) == ["slow down"]  # one notice for two refusals
+    await step(app, clock)
+    assert sorted(c.texts for c in replier.calls) == [["hi"], ["t0", "t1"]]
+    assert (await store.conversation_state(KEY.id)).version == 2  # type: ignore[union-attr]
+    await clock.advance(60)  # a new window
+    assert (await app.ingest(msg(text="later"))).status == "accepted"
+    await check_invariants(store, [KEY.id, OTHER.id], quiescent=False)
+
+
+async def test_message_size_cap_refuses_with_a_notice(
+    store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    replier = ScriptedReplier()
+    app = make_app(store, clock, replier, frontend, limits={"max_message_chars": 10, **NOTICES})
+    assert (await app.ingest(msg(text="x" * 11))).status == "ignored"
+    assert (await app.ingest(msg(text="x" * 10))).status == "accepted"
+    await step(app, clock)
+    assert [c.texts for c in replier.calls] == [["x" * 10]]
+    assert frontend.texts(KEY)[0] == "too long"
+
+
+async def test_burst_caps_answer_with_the_notice_and_no_model_call(
+    store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    replier = ScriptedReplier()
+    limits = {"max_burst_messages": 2, "max_burst_chars": 12, "window_seconds": 60, **NOTICES}
+    app = make_app(store, clock, replier, frontend, limits=limits)
+    for text in ("a", "b", "c"):  # three messages: over the message cap
+        await app.ingest(msg(text=text))
+    await step(app, clock)
+    assert replier.calls == []
+    assert frontend.texts() == ["too long"]
+    [notice] = await store.replies(KEY.id)
+    assert (notice.kind, notice.covers_to_version, notice.state) == ("apology", 3, "sent")
+    await app.ingest(msg(text="1234567"))
+    await app.ingest(msg(text="1234567"))  # 14 characters: over the character cap
+    await step(app, clock)
+    assert replier.calls == [] and frontend.texts() == ["too long"]  # silent: noticed already
+    records = await store.generations(KEY.id)
+    assert [(g.outcome, g.error) for g in records] == [
+        ("skipped", "burst_too_many_messages"),
+        ("skipped", "burst_too_long"),
+    ]
+    state = await store.conversation_state(KEY.id)
+    assert state is not None and state.answered_version == state.version == 5
+    await app.ingest(msg(text="ok"))
+    await step(app, clock)
+    assert [c.texts for c in replier.calls] == [["ok"]]
+    await check_invariants(store, [KEY.id])
+
+
+async def test_user_budget_stops_that_user_until_the_next_day(
+    store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    replier = ScriptedReplier()  # charges len("U1: hi") + 5 = 11 tokens a burst
+    app = make_app(store, clock, replier, frontend, limits={"user_daily_tokens": 10, **NOTICES})
+    clock.jump(-(clock.now() % 86_400) + 3600)  # 01:00 UTC
+    await app.ingest(msg())
+    await step(app, clock)
+    await app.ingest(msg())
+    await app.ingest(msg("U2", key=OTHER))
+    await step(app, clock)
+    assert len(replier.calls) == 2  # U1's first burst, then U2's; U1's second was refused
+    assert frontend.texts(KEY) == ["reply to: hi", "budget spent"]
+    await app.ingest(msg())
+    await step(app, clock)
+    assert len(replier.calls) == 2 and frontend.texts(KEY)[-1] == "budget spent"  # silent
+    assert len(frontend.texts(KEY)) == 2
+    await clock.advance(86_400)
+    await app.ingest(msg())
+    await step(app, clock)
+    assert len(replier.calls) == 3
+    await check_invariants(store, [KEY.id, OTHER.id])
+
+
+async def test_global_budget_stops_everyone(
+    store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    replier = ScriptedReplier()
+    app = make_app(store, clock, replier, frontend, limits={"global_daily_tokens": 10, **NOTICES})
+    await app.ingest(msg())
+    await step(app, clock)
+    await app.ingest(msg("U2", key=OTHER))
+    await step(app, clock)
+    assert len(replier.calls) == 1
+    assert frontend.texts(OTHER) == ["budget spent"]
+    await check_invariants(store, [KEY.id, OTHER.id])
+
+
+async def test_admins_are_exempt_from_per_user_limits(
+    store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    replier = ScriptedReplier()
+    limits = {"user_messages_per_window": 1, "max_message_chars": 3, "max_burst_messages": 1}
+    app = make_app(store, clock, replier, frontend, limits=limits, access={"admin_ids": ["boss"]})
+    for _ in range(3):
+        assert (await app.ingest(msg("boss", text="a long message"))).status == "accepted"
+    await step(app, clock)
+    assert [len(c.texts) for c in replier.calls] == [3]
+
+
+async def test_wasted_tokens_of_a_superseded_stream_count_against_the_budget(
+    store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    replier = ScriptedReplier(hold=True)
+    app = make_app(store, clock, replier, frontend, limits={"global_daily_tokens": 100})
+    await app.ingest(msg(text="first"))
+    await clock.advance(2)
+    await app.engine.run_due()
+    call = await replier.next_call(0)
+    call.stream(150)
+    await app.ingest(msg(text="second"))  # supersedes: 150 tokens paid for nothing
+    await app.engine.idle()
+    await clock.advance(2)
+    await app.engine.run_due()
+    await app.engine.idle()
+    assert len(replier.calls) == 1  # the budget is spent: no second call
+    [notice] = await store.replies(KEY.id)
+    assert notice.kind == "apology" and notice.covers_to_version == 2
