@@ -239,10 +239,12 @@ VALUES (:cid, :token, :from_version, :to_version, :started_at, :ended_at, :outco
         :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens, :error);
 
 -- name: claim_replies
+-- INDEXED BY: left alone, the planner walks every reply ever sent in id order to honour ORDER BY
+-- id LIMIT; the partial index holds only pending rows.
 UPDATE replies
 SET claim_owner = :owner, claim_expires_at = :now + :ttl, attempts = attempts + 1
 WHERE id IN (
-    SELECT id FROM replies
+    SELECT id FROM replies INDEXED BY replies_pending
     WHERE state = 'pending' AND next_attempt_at <= :now
       AND (claim_owner IS NULL OR claim_expires_at < :now)
       AND platform IN (SELECT value FROM json_each(:platforms))
