@@ -141,8 +141,8 @@ class SqliteStore:
         return await self._batcher.submit(message, now, timing)
 
     async def _ingest_batch(self, batch: Sequence[QueuedIngest]) -> list[IngestResult]:
-        async with self._transaction() as db:
-            return await apply_ingest_batch(db, batch)
+        async with self._lock:
+            return await apply_ingest_batch(self._conn(), batch)
 
     async def _bump_and_arm(
         self, db: aiosqlite.Connection, cid: str, now: float, timing: Timing

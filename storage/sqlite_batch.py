@@ -38,6 +38,7 @@ STEPS = (
     "bump_batch_versions",
     "arm_batch_timers",
 )
+SCRIPT = "BEGIN IMMEDIATE;\n" + "".join(f"{Q[step]}\n" for step in STEPS)
 
 
 def message_uid(platform: str, workspace: str, message_id: str) -> str:
@@ -111,7 +112,11 @@ class IngestBatcher:
 async def apply_ingest_batch(
     db: aiosqlite.Connection, batch: Sequence[QueuedIngest]
 ) -> list[IngestResult]:
-    """Apply a batch inside the caller's transaction: one statement per step, whatever its size."""
+    """Write a batch in one transaction; the caller holds the connection's lock.
+
+    Five round trips to aiosqlite's thread whatever the batch size: fill the scratch table (private
+    to this connection), begin and run every step as one script, read the results, commit, clear.
+    """
     rows = []
     for k, item in enumerate(batch):
         key = item.message.key
@@ -130,11 +135,17 @@ async def apply_ingest_batch(
                 "max_wait": item.timing.max_wait_seconds,
             }
         )
-    await db.executemany(Q["fill_ingest_batch"], rows)
-    for step in STEPS:
-        await db.execute(Q[step])
-    results = await db.execute_fetchall(Q["ingest_batch_results"])
-    await db.execute(Q["clear_ingest_batch"])
+    try:
+        await db.executemany(Q["fill_ingest_batch"], rows)
+        await db.executescript(SCRIPT)
+        results = await db.execute_fetchall(Q["ingest_batch_results"])
+        await db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            await asyncio.shield(db.execute("ROLLBACK"))
+        raise
+    finally:
+        await asyncio.shield(db.execute(Q["clear_ingest_batch"]))
     return [
         IngestResult("accepted", r["cid"], int(r["seq"]), float(r["due_at"]))
         if r["seq"] is not None
