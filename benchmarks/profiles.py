@@ -38,7 +38,7 @@ class Profile:
 FULL = Profile(
     name="full",
     quiet_seconds=0.5,
-    max_wait_seconds=4.0,
+    max_wait_seconds=8.0,
     burst_conversations=100,
     bursts_per_conversation=2,
     burst_size=(3, 8),
@@ -49,7 +49,7 @@ FULL = Profile(
     typing_conversations=100,
     typing_burst_size=(2, 4),
     follow_up_seconds=(0.6, 2.0),
-    typing_tokens=300,
+    typing_tokens=250,
     typing_token_latency=0.02,
     senders=100,
     messages_per_sender=100,

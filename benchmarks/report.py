@@ -163,7 +163,7 @@ def targets(results: Results) -> list[Target]:
     if results.typing:
         wasted = _wasted(_row(results.typing, "burstbot"))
         discard = _wasted(_row(results.typing, "complete-then-discard"))
-        share = wasted / discard if discard else 0.0
+        share = wasted / discard if discard else float("inf")
         found.append(
             Target(
                 "wasted tokens vs complete-then-discard",
