@@ -9,6 +9,8 @@ import os
 import secrets
 import signal
 import socket
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 from bot.clock import Clock, SystemClock
 from bot.config import Config, require_secret
@@ -23,6 +25,13 @@ from bot.store import IngestResult, Store
 log = logging.getLogger("burstbot")
 
 
+@runtime_checkable
+class WakeupHints(Protocol):
+    """A store that can tell this process when another one armed a timer or queued a reply."""
+
+    async def listen(self, hint: Callable[[str], None]) -> None: ...
+
+
 def make_owner(config: Config) -> str:
     if config.engine.owner:
         return config.engine.owner
@@ -32,8 +41,10 @@ def make_owner(config: Config) -> str:
 def build_replier(config: Config) -> Replier:
     if config.llm.provider == "offline":
         return OfflineReplier()
-    require_secret(config.llm.api_key_env, "llm.api_key_env")
-    raise ConfigError("llm.provider: the anthropic replier is not available in this build")
+    require_secret(config.llm.api_key_env, "llm.api_key_env")  # before the SDK's slow import
+    from bot.claude import ClaudeReplier
+
+    return ClaudeReplier.from_config(config)
 
 
 def build_frontends(config: Config) -> list[Frontend]:
@@ -45,7 +56,9 @@ def build_frontends(config: Config) -> list[Frontend]:
     if config.slack.enabled:
         raise ConfigError("slack.enabled: the Slack adapter is not available in this build")
     if config.discord.enabled:
-        raise ConfigError("discord.enabled: the Discord adapter is not available in this build")
+        from adapters.discord import build_discord_frontend
+
+        frontends.append(build_discord_frontend(config.discord))
     if not frontends:
         raise ConfigError("config: no front end enabled (console, slack or discord)")
     return frontends
@@ -96,10 +109,29 @@ class App:
     def request_stop(self) -> None:
         self._stop.set()
 
+    def hint(self, payload: str) -> None:
+        """Another process armed a timer, queued a reply or released leases: look now if it
+        matters before the next poll (`timer <due_at>`, `outbox <platform>`, `released`)."""
+        engine = self.engine
+        kind, _, detail = payload.partition(" ")
+        if kind == "timer":
+            try:
+                wanted = float(detail) < engine.sleeping_until
+            except ValueError:
+                wanted = False
+        elif kind == "outbox":
+            wanted = detail in engine.frontends
+        else:
+            wanted = True
+        if wanted:
+            engine.wakeup.set()
+
     # lifecycle -------------------------------------------------------------------------------
     async def run(self) -> None:
         """Serve until asked to stop (signal or a front end), then shut down cleanly."""
         await self.store.open()
+        if isinstance(self.store, WakeupHints):
+            await self.store.listen(self.hint)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -122,3 +154,7 @@ class App:
             await asyncio.gather(scheduler, return_exceptions=True)
             await self.engine.shutdown()
             await self.store.close()
+            closer = getattr(self.engine.replier, "aclose", None)
+            if closer is not None:
+                with contextlib.suppress(Exception):
+                    await closer()

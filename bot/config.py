@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from bot.errors import ConfigError
 
-DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_MODEL = "claude-sonnet-5-5"
 DEFAULT_SYSTEM_PROMPT = (
     "You are burstbot, a helpful assistant in a team chat. People often send one thought as "
     "several quick messages; answer the whole burst once, briefly and in plain Markdown."
@@ -94,8 +94,18 @@ class DiscordConfig(Section):
     listen_channels: list[str] = Field(default_factory=list)
     allowed_guilds: list[str] = Field(default_factory=list)
     scope: Literal["channel", "user"] = "channel"
+    allow_dms: bool = True
+    mention_author: bool = True
     shard_id: int | None = Field(default=None, ge=0)
     shard_count: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _shard_pair(self) -> DiscordConfig:
+        if (self.shard_id is None) != (self.shard_count is None):
+            raise ValueError("shard_id and shard_count must be set together")
+        if self.shard_count is not None and (self.shard_id or 0) >= self.shard_count:
+            raise ValueError("shard_id must be less than shard_count")
+        return self
 
 
 class Config(Section):

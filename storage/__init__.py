@@ -15,7 +15,17 @@ def open_store(url: str, pool_size: int = 10) -> Store:
         path = path.removeprefix("/") if path.startswith("/") else path
         return SqliteStore(path or ":memory:")
     if url.startswith(("postgresql://", "postgres://")):
-        raise ConfigError("storage.url: PostgreSQL support is not installed in this build")
+        try:
+            import asyncpg  # noqa: F401
+        except ImportError:
+            raise ConfigError(
+                "storage.url: PostgreSQL needs asyncpg; install it with "
+                "pip install 'burstbot[postgres]'"
+            ) from None
+        from storage.postgres import PostgresStore
+
+        return PostgresStore(url, pool_size=pool_size)
+    scheme = url.split("://", 1)[0] if "://" in url else url[:20]  # never echo a password
     raise ConfigError(
-        f"storage.url: unsupported scheme in {url!r} (use sqlite:/// or postgresql://)"
+        f"storage.url: unsupported scheme {scheme!r} (use sqlite:/// or postgresql://)"
     )

@@ -12,9 +12,9 @@ import asyncio
 import contextlib
 import json
 import sqlite3
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import aiosqlite
 
@@ -39,6 +39,7 @@ from storage.sqlite_batch import IngestBatcher, QueuedIngest, apply_ingest_batch
 Q = load_queries("sqlite.sql")
 MIGRATIONS = migrations(Q)
 Params = Mapping[str, Any]
+T = TypeVar("T")
 
 
 class SqliteStore:
@@ -98,22 +99,30 @@ class SqliteStore:
 
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT under the lock. BEGIN, COMMIT and ROLLBACK run to completion
+        even if the caller is cancelled meanwhile, so a cancelled caller never leaves the shared
+        connection inside a transaction (the cancellation is re-raised afterwards)."""
         async with self._lock:
             db = self._conn()
             try:
-                await db.execute("BEGIN IMMEDIATE")
+                await _to_completion(db.execute("BEGIN IMMEDIATE"))
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot begin transaction: {exc}") from exc
+            except asyncio.CancelledError:  # BEGIN ran; undo it before giving up the lock
+                with contextlib.suppress(Exception):
+                    await _to_completion(db.execute("ROLLBACK"))
+                raise
             try:
                 yield db
             except BaseException:
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(db.execute("ROLLBACK"))
+                    await _to_completion(db.execute("ROLLBACK"))
                 raise
             try:
-                await db.execute("COMMIT")
+                await _to_completion(db.execute("COMMIT"))
             except sqlite3.Error as exc:
-                await db.execute("ROLLBACK")
+                with contextlib.suppress(Exception):
+                    await _to_completion(db.execute("ROLLBACK"))
                 raise StoreError(f"commit failed: {exc}") from exc
 
     async def _rows(
@@ -494,6 +503,23 @@ def _outbox(r: sqlite3.Row) -> OutboxRow:
         sent_at=None if r["sent_at"] is None else float(r["sent_at"]),
         last_error=r["last_error"],
     )
+
+
+async def _to_completion(statement: Awaitable[T]) -> T:
+    """Await a statement to its end even through cancellation, then re-raise the cancellation."""
+    task = asyncio.ensure_future(statement)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.cancelled():
+                raise
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return result
 
 
 def _statements(script: str) -> Iterable[str]:

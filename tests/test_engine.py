@@ -365,3 +365,23 @@ async def test_a_lease_held_elsewhere_backs_off_without_dropping_the_timer(
     await store.release_lease(KEY.id, lease.token)
     await tick(engine, clock, 1.0)
     assert frontend.texts() == ["reply to: text 1 | text 2"]
+
+
+async def test_ingest_never_waits_for_the_model(
+    store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    """G7: while a generation hangs, arrivals for it and for others are stored and acked."""
+    replier = ScriptedReplier(hold=True)
+    engine = make_engine(store, clock, replier, frontend, max_wait_seconds=1.5)
+    await engine.ingest(message(1))
+    await clock.advance(1.5)
+    await engine.run_due()
+    call = await replier.next_call(0)  # never finished by this test until the end
+    other = KEY.__class__("test", "w1", "elsewhere")
+    results = await asyncio.wait_for(
+        asyncio.gather(engine.ingest(message(2)), engine.ingest(message(3, key=other))), 2.0
+    )
+    assert [r.status for r in results] == ["accepted", "accepted"]
+    assert await store.current_version(other.id) == 1
+    call.finish()
+    await engine.idle()

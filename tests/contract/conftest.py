@@ -13,6 +13,7 @@ import pytest
 
 from bot.store import Store
 from storage.sqlite import SqliteStore
+from tests import pg
 
 StoreFactory = Callable[[], Awaitable[Store]]
 
@@ -56,14 +57,32 @@ def _sqlite_file(path: Path) -> Backend:
     return Backend("sqlite_file", factory, shared=True)
 
 
-@pytest.fixture(params=["sqlite_memory", "sqlite_file"])
+def _postgres(schema: str) -> Backend:
+    """Each store is its own pool on a fresh schema; the caller's clock, like SQLite."""
+    from storage.postgres import PostgresStore
+
+    async def factory() -> Store:
+        store = PostgresStore(pg.dsn(), pool_size=4, clock="caller", schema=schema)
+        await store.open()
+        return store
+
+    return Backend("postgres", factory, shared=True)
+
+
+@pytest.fixture(params=["sqlite_memory", "sqlite_file", "postgres"])
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    schema = None
     if request.param == "sqlite_memory":
         b = _sqlite_memory()
-    else:
+    elif request.param == "sqlite_file":
         b = _sqlite_file(tmp_path / "contract.db")
+    else:
+        schema = await pg.create_schema()  # skips with the reason when unreachable
+        b = _postgres(schema)
     yield b
     await b.close()
+    if schema is not None:
+        await pg.drop_schema(schema)
 
 
 @pytest.fixture

@@ -1,0 +1,20 @@
+"""The Discord front end (discord.py): `build_discord_frontend(config)` is all the app needs.
+
+Modules: `routing` (what counts, conversation keys), `client` (gateway events in, lifecycle),
+`posting` (replies out, error mapping), `render` (2000-character parts, nonces, mentions),
+`indicator` (the typing indicator past Discord's 10 seconds).
+"""
+
+from __future__ import annotations
+
+from adapters.discord.client import DiscordFrontend
+from bot.clock import Clock
+from bot.config import DiscordConfig, require_secret
+
+__all__ = ["DiscordFrontend", "build_discord_frontend"]
+
+
+def build_discord_frontend(config: DiscordConfig, clock: Clock | None = None) -> DiscordFrontend:
+    """The front end for `config`; a missing token fails here, before anything connects."""
+    token = require_secret(config.token_env, "discord.token_env")
+    return DiscordFrontend(config, token=token, clock=clock)

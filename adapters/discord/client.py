@@ -1,0 +1,248 @@
+"""The Discord front end on discord.py: gateway events in, replies out.
+
+In: a message that counts (`routing.Routing`) becomes an `IncomingMessage` and is stored before
+its handler returns; content edits and deletes become `MessageEdited` / `MessageDeleted`. The same
+gateway event seen twice (a RESUME replay, two processes on one shard) is one stored message: the
+engine dedupes by message id. Out: `posting.post_reply`. Startup problems a user must fix (bad
+token, Message Content intent off, bad shard settings) become one `ConfigError` line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+
+import aiohttp
+import discord
+
+from adapters.discord.indicator import TypingKeeper
+from adapters.discord.posting import post_reply
+from adapters.discord.render import allowed_mentions
+from adapters.discord.routing import Routing, message_text
+from bot.clock import Clock, SystemClock
+from bot.config import DiscordConfig
+from bot.errors import BurstbotError, ConfigError, RetryableDeliveryError
+from bot.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEdited, Reply
+from bot.frontend import Host
+
+log = logging.getLogger("burstbot.discord")
+
+INTENT_HELP = (
+    "discord: the bot's Message Content intent is disabled; enable it in the Developer Portal "
+    "(your application → Bot → Privileged Gateway Intents → Message Content Intent)"
+)
+REMEMBERED_REPLIES = 1000
+_SHARD_CLOSE_CODES = {4010: "invalid shard", 4011: "sharding required"}
+
+
+def gateway_intents() -> discord.Intents:
+    """Guilds (channels, threads), guild and DM messages, and their content. Nothing more."""
+    intents = discord.Intents.none()
+    intents.guilds = True
+    intents.guild_messages = True
+    intents.dm_messages = True
+    intents.message_content = True
+    return intents
+
+
+class GatewayClient(discord.Client):
+    """discord.py's client with its event methods forwarded to the front end."""
+
+    def __init__(
+        self, frontend: DiscordFrontend, config: DiscordConfig, intents: discord.Intents
+    ) -> None:
+        # burstbot never joins voice: skip discord.py's start-up warnings about voice libraries.
+        discord.VoiceClient.warn_nacl = False
+        discord.VoiceClient.warn_dave = False
+        super().__init__(
+            intents=intents,
+            shard_id=config.shard_id,
+            shard_count=config.shard_count,
+            allowed_mentions=frontend.allowed_mentions,
+            # Long rate limits come back as RateLimited (→ retry later) instead of a long sleep.
+            max_ratelimit_timeout=30.0,
+        )
+        self.frontend = frontend
+
+    async def on_ready(self) -> None:
+        await self.frontend.on_ready()
+
+    async def on_message(self, message: discord.Message) -> None:
+        await self.frontend.on_message(message)
+
+    async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
+        await self.frontend.on_raw_message_edit(payload)
+
+    async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
+        await self.frontend.on_raw_message_delete(payload)
+
+    async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
+        await self.frontend.on_raw_bulk_message_delete(payload)
+
+
+class DiscordFrontend:
+    platform = "discord"
+
+    def __init__(
+        self,
+        config: DiscordConfig,
+        token: str = "",
+        clock: Clock | None = None,
+        typing: TypingKeeper | None = None,
+        intents: discord.Intents | None = None,
+    ) -> None:
+        self.routing = Routing.from_config(config)
+        self.allowed_mentions = allowed_mentions(config.mention_author)
+        self.typing = typing or TypingKeeper(clock or SystemClock())
+        self.client = GatewayClient(self, config, intents or gateway_intents())
+        self.host: Host | None = None
+        self._token = token
+        self._ready = asyncio.Event()
+        self._connection: asyncio.Task[None] | None = None
+        self._posted: OrderedDict[str, dict[int, str]] = OrderedDict()
+
+    # lifecycle -------------------------------------------------------------------------------
+    def attach(self, host: Host) -> None:
+        """Receive events for `host` (tests attach to a client driven by dpytest)."""
+        self.host = host
+
+    async def start(self, host: Host) -> None:
+        """Log in, connect the gateway and return once READY; a failure closes the client."""
+        self.attach(host)
+        try:
+            await self._connect()
+        except BaseException:
+            await self.client.close()
+            raise
+
+    async def _connect(self) -> None:
+        try:
+            await self.client.login(self._token)
+        except discord.LoginFailure as exc:
+            raise ConfigError(f"discord.token_env: Discord rejected the bot token ({exc})") from exc
+        except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
+            raise BurstbotError(f"discord: cannot reach Discord to log in ({exc!r})") from exc
+        self._connection = asyncio.create_task(self.client.connect(reconnect=True))
+        ready = asyncio.create_task(self._ready.wait())
+        await asyncio.wait({self._connection, ready}, return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        if self._connection.done():
+            raise _connect_error(self._connection)
+        self._connection.add_done_callback(self._connection_ended)
+
+    async def stop(self) -> None:
+        await self.typing.close()
+        await self.client.close()
+        if self._connection is not None:
+            await asyncio.gather(self._connection, return_exceptions=True)
+
+    def _connection_ended(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or task.exception() is None:
+            return  # stopped on purpose
+        log.error("%s", _connect_error(task))
+        if self.host is not None:
+            self.host.request_stop()
+
+    # in --------------------------------------------------------------------------------------
+    async def on_ready(self) -> None:
+        user, client = self.client.user, self.client
+        shard = f" (shard {client.shard_id}/{client.shard_count})" if client.shard_count else ""
+        log.info("discord: connected as %s%s in %d guild(s)", user, shard, len(client.guilds))
+        self._ready.set()
+
+    async def on_message(self, message: discord.Message) -> None:
+        me = self.client.user
+        if self.host is None or me is None or not self.routing.counts(message, me.id):
+            return
+        text = message_text(message)
+        if not text.strip():
+            return
+        event = IncomingMessage(
+            key=self.routing.key_of(message),
+            message_id=str(message.id),
+            author_id=str(message.author.id),
+            author_name=message.author.display_name,
+            text=text,
+        )
+        await self.host.ingest(event)
+
+    async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
+        message, before = payload.message, payload.cached_message
+        if self.host is None or message.author.bot or not self.routing.serves(payload.guild_id):
+            return
+        if before is not None and before.content == message.content:
+            return  # an embed unfurl or a pin, not a content edit
+        if before is None and message.edited_at is None:
+            return  # uncached and never edited: an embed update of an unedited message
+        key = self.routing.key(payload.guild_id, payload.channel_id, message.author.id)
+        await self.host.ingest(MessageEdited(key, str(message.id), message_text(message)))
+
+    async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
+        cached = payload.cached_message
+        await self._deleted(payload.guild_id, payload.channel_id, payload.message_id, cached)
+
+    async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
+        cached = {m.id: m for m in payload.cached_messages}
+        for message_id in sorted(payload.message_ids):
+            cached_message = cached.get(message_id)
+            await self._deleted(payload.guild_id, payload.channel_id, message_id, cached_message)
+
+    async def _deleted(
+        self,
+        guild_id: int | None,
+        channel_id: int,
+        message_id: int,
+        cached: discord.Message | None,
+    ) -> None:
+        if self.host is None or not self.routing.serves(guild_id):
+            return
+        author_id = cached.author.id if cached is not None else None
+        key = self.routing.key(guild_id, channel_id, author_id)
+        await self.host.ingest(MessageDeleted(key, str(message_id)))
+
+    # out -------------------------------------------------------------------------------------
+    async def deliver(self, reply: Reply) -> list[str]:
+        if self.client.user is None:
+            raise RetryableDeliveryError("discord: not logged in yet")
+        posted = self._posted.get(reply.id)
+        if posted is None:
+            posted = dict(enumerate(reply.already_posted))
+            self._posted[reply.id] = posted
+            while len(self._posted) > REMEMBERED_REPLIES:
+                self._posted.popitem(last=False)
+        channel = self._channel(reply.key)
+        return await post_reply(channel, reply, posted, self.allowed_mentions)
+
+    async def show_busy(self, key: ConversationKey, busy: bool) -> None:
+        if not busy:
+            self.typing.stop(key.id)
+        elif self.client.user is not None:
+            self.typing.start(key.id, lambda: self._channel(key), lambda: self._unsettled(key))
+
+    async def _unsettled(self, key: ConversationKey) -> bool:
+        return self.host is not None and not await self.host.is_settled(key)
+
+    def _channel(self, key: ConversationKey) -> discord.abc.Messageable:
+        """The cached channel, or a bare one by id (a DM after a restart, an uncached thread)."""
+        channel_id = int(key.channel)
+        cached = self.client.get_channel(channel_id)
+        if isinstance(cached, discord.abc.Messageable):
+            return cached
+        guild_id = None if key.workspace == "dm" else int(key.workspace)
+        return self.client.get_partial_messageable(channel_id, guild_id=guild_id)
+
+
+def _connect_error(task: asyncio.Task[None]) -> BurstbotError:
+    """One line for why the gateway connection ended."""
+    exc = task.exception() if not task.cancelled() else None
+    if isinstance(exc, discord.PrivilegedIntentsRequired):
+        return ConfigError(INTENT_HELP)
+    if isinstance(exc, discord.LoginFailure):
+        return ConfigError(f"discord.token_env: Discord rejected the bot token ({exc})")
+    if isinstance(exc, discord.ConnectionClosed) and exc.code in _SHARD_CLOSE_CODES:
+        reason = _SHARD_CLOSE_CODES[exc.code]
+        return ConfigError(f"discord.shard_id: Discord refused the shard settings ({reason})")
+    if isinstance(exc, discord.ConnectionClosed) and exc.code == 4004:
+        return ConfigError("discord.token_env: Discord rejected the bot token (gateway 4004)")
+    return BurstbotError(f"discord: the gateway connection ended ({exc!r})")

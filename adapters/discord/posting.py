@@ -1,0 +1,102 @@
+"""Posting one reply to Discord, and mapping discord.py's errors into ours.
+
+Parts go out in order; the first replies to the burst's last message (Discord posts it plainly if
+that message is gone; a refused reference, or a 403 for lacking Read Message History, is retried
+once without it). Each part's
+nonce is stable, so posting a part again after a crash returns the earlier message instead of a
+copy. `posted` (part index → message id) lets a retry after a partial failure skip what is done.
+
+    RateLimited, 429                      → RetryableDeliveryError (retry_after when known)
+    5xx, 408, connection errors, timeouts → RetryableDeliveryError
+    Forbidden, NotFound, other 4xx        → PermanentDeliveryError
+"""
+
+from __future__ import annotations
+
+import logging
+
+import aiohttp
+import discord
+
+from adapters.discord.render import nonce_for, split_message
+from bot.errors import DeliveryError, PermanentDeliveryError, RetryableDeliveryError
+from bot.events import Reply
+
+log = logging.getLogger("burstbot.discord")
+
+UNKNOWN_MESSAGE = 10008
+
+
+async def post_reply(
+    channel: discord.abc.Messageable,
+    reply: Reply,
+    posted: dict[int, str],
+    mentions: discord.AllowedMentions,
+) -> list[str]:
+    """Post every part not yet in `posted`; return the message ids of all parts."""
+    parts = split_message(reply.text)
+    for index, text in enumerate(parts):
+        if index in posted:
+            continue
+        reference = None
+        target = reply.reply_to_message_id
+        if index == 0 and target is not None and target.isdigit():
+            reference = discord.MessageReference(
+                message_id=int(target), channel_id=int(reply.key.channel), fail_if_not_exists=False
+            )
+        nonce = nonce_for(reply.id, reply.key.id, index, text)
+        message = await _send(channel, text, nonce, reference, mentions)
+        posted[index] = str(message.id)
+    return [posted[index] for index in range(len(parts))]
+
+
+async def _send(
+    channel: discord.abc.Messageable,
+    text: str,
+    nonce: str,
+    reference: discord.MessageReference | None,
+    mentions: discord.AllowedMentions,
+) -> discord.Message:
+    try:
+        if reference is None:
+            return await channel.send(text, nonce=nonce, allowed_mentions=mentions)
+        return await channel.send(text, nonce=nonce, reference=reference, allowed_mentions=mentions)
+    except discord.HTTPException as exc:
+        if reference is not None and _reference_refused(exc):
+            log.info("discord: the replied-to message is gone; posting without a reference")
+            return await _send(channel, text, nonce, None, mentions)
+        raise delivery_error(exc) from exc
+    except discord.RateLimited as exc:
+        raise delivery_error(exc) from exc
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        raise RetryableDeliveryError(f"discord: connection failed ({exc!r})") from exc
+
+
+def _reference_refused(exc: discord.HTTPException) -> bool:
+    """The reply part was the problem: the target is gone, or replying needs Read Message History
+    (a 403 then); a plain post may still work, and a second refusal is final."""
+    if exc.code == UNKNOWN_MESSAGE or exc.status == 403:
+        return True
+    return exc.status == 400 and "message_reference" in exc.text
+
+
+def delivery_error(exc: discord.HTTPException | discord.RateLimited) -> DeliveryError:
+    if isinstance(exc, discord.RateLimited):
+        return RetryableDeliveryError(f"discord: rate limited for {exc.retry_after:.0f}s",
+                                      retry_after=exc.retry_after)  # fmt: skip
+    what = f"discord: {exc.status} {exc.text or getattr(exc.response, 'reason', '')}".strip()
+    if isinstance(exc, discord.Forbidden | discord.NotFound):
+        return PermanentDeliveryError(what)
+    if exc.status == 429:
+        return RetryableDeliveryError(what, retry_after=_retry_after(exc))
+    if exc.status >= 500 or exc.status == 408:
+        return RetryableDeliveryError(what)
+    return PermanentDeliveryError(what)
+
+
+def _retry_after(exc: discord.HTTPException) -> float | None:
+    headers = getattr(exc.response, "headers", None) or {}
+    try:
+        return float(headers.get("Retry-After", ""))
+    except ValueError:
+        return None

@@ -1,0 +1,107 @@
+"""Turning one neutral reply into Discord posts: parts, nonces, allowed mentions.
+
+Discord refuses messages over 2000 characters, so a long reply becomes several posts. Cuts fall on
+paragraph, then line, then word boundaries; a cut inside a code fence closes the fence at the end
+of the part and reopens it (with its language) at the start of the next, so every part renders.
+
+Each part carries a nonce derived from the reply and the part: discord.py sends it with
+`enforce_nonce`, so Discord itself returns the earlier message instead of posting a second copy
+when a crashed worker's reply is delivered again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import discord
+
+MESSAGE_LIMIT = 2000
+NONCE_LENGTH = 25
+FENCE = "```"
+_LONGEST_FENCE_OPENER = 100
+_SEPARATORS = ("\n\n", "\n", " ")
+
+
+def split_message(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
+    """Split `text` into parts of at most `limit` characters with balanced code fences."""
+    if len(text) <= limit:
+        return [text]
+    openers = [line.strip() for line in text.splitlines() if _is_fence(line)]
+    longest_opener = min(max((len(o) for o in openers), default=0), _LONGEST_FENCE_OPENER)
+    # Room for reopening a fence ("```lang\n") at the start and closing it ("\n```") at the end.
+    budget = limit - (longest_opener + 1 + len(FENCE) + 1 if openers else 0)
+    if budget < limit // 2:
+        raise ValueError(f"split_message: limit {limit} is too small for this text")
+    parts: list[str] = []
+    open_fence: str | None = None
+    for piece in _pieces(text, budget):
+        body = f"{open_fence}\n{piece}" if open_fence else piece
+        open_fence = _fence_state_after(piece, open_fence)
+        if open_fence:
+            body += "\n" + FENCE
+        parts.append(body)
+    return parts
+
+
+def _pieces(text: str, budget: int) -> list[str]:
+    """Cut raw text into chunks of at most `budget` characters at the nicest boundary."""
+    pieces: list[str] = []
+    rest = text
+    while len(rest) > budget:
+        cut, skip = _best_cut(rest, budget)
+        if _only_fences(rest[:cut]):
+            cut, skip = budget, 0  # a part holding just "```py" says nothing: cut the long line
+        piece = rest[:cut].rstrip()
+        if piece:
+            pieces.append(piece)
+        rest = rest[cut + skip :].lstrip("\n")
+    if not _only_fences(rest) or not pieces:
+        pieces.append(rest)  # a trailing lone fence line adds nothing: every part closes its own
+    return pieces
+
+
+def _best_cut(text: str, budget: int) -> tuple[int, int]:
+    """Where to cut and how many separator characters to drop there."""
+    window = text[: budget + 1]
+    fallback: tuple[int, int] | None = None
+    for separator in _SEPARATORS:
+        at = window.rfind(separator, 0, budget + 1)
+        if at >= budget // 2:
+            return at, len(separator)
+        if at > 0 and fallback is None:
+            fallback = (at, len(separator))
+    return fallback or (budget, 0)
+
+
+def _only_fences(text: str) -> bool:
+    return all(_is_fence(line) or not line.strip() for line in text.splitlines())
+
+
+def _is_fence(line: str) -> bool:
+    return line.lstrip().startswith(FENCE)
+
+
+def _fence_state_after(piece: str, open_fence: str | None) -> str | None:
+    """The fence opener still open after `piece` (None when every fence is closed)."""
+    for line in piece.splitlines():
+        if _is_fence(line):
+            open_fence = None if open_fence else line.strip()[:_LONGEST_FENCE_OPENER]
+    return open_fence
+
+
+def nonce_for(reply_id: str, conversation_id: str, part: int, text: str) -> str:
+    """A stable nonce (≤ 25 chars) for one part of one reply.
+
+    The text is part of the hash so that a reply id reused by a fresh database within Discord's
+    nonce window cannot be mistaken for an earlier, different post.
+    """
+    seed = f"{conversation_id}\x00{reply_id}\x00{part}\x00{text}".encode()
+    digest = hashlib.blake2b(seed, digest_size=11).hexdigest()
+    return f"bb{digest}"  # 24 characters
+
+
+def allowed_mentions(mention_author: bool) -> discord.AllowedMentions:
+    """Model output never pings @everyone, @here, roles or arbitrary users."""
+    return discord.AllowedMentions(
+        everyone=False, roles=False, users=False, replied_user=mention_author
+    )

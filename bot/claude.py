@@ -1,0 +1,196 @@
+"""Claude replies through the official SDK: one streamed Messages call per burst.
+
+- The stream runs inside the task the engine cancels when newer input supersedes the burst; leaving
+  the `async with` closes the HTTP response at once, so the provider stops generating (and billing)
+  tokens nobody will read.
+- `usage` is kept current while streaming: input and cache counts from `message_start`, output
+  tokens estimated from the streamed text until `message_delta` reports the real figure, so a
+  cancelled stream still shows what it cost ("wasted" tokens).
+- The stable prefix (system prompt, then the end of the history) carries `cache_control`, so the
+  next burst of the same conversation reads it from the prompt cache.
+- SDK and transport exceptions are mapped here, at the edge, into `bot.errors`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping
+from typing import Literal
+
+import anthropic
+import httpx2
+from anthropic.types import CacheControlEphemeralParam, MessageParam, TextBlockParam
+
+from bot.config import Config, require_secret
+from bot.errors import PermanentReplierError, ReplierError, RetryableReplierError
+from bot.replier import Prompt, Usage
+
+RETRYABLE_STATUS = frozenset({408, 409, 429})
+# Error types an `error` event inside a 200 stream may carry that retrying cannot fix.
+PERMANENT_ERROR_TYPES = frozenset(
+    {
+        "invalid_request_error",
+        "authentication_error",
+        "permission_error",
+        "not_found_error",
+        "request_too_large",
+        "billing_error",
+    }
+)
+CACHE_PREFIX: CacheControlEphemeralParam = {"type": "ephemeral"}
+
+Role = Literal["user", "assistant"]
+
+
+def estimate_output_tokens(streamed_chars: int) -> int:
+    """Until the API reports output tokens (at the end), about four characters a token."""
+    return streamed_chars // 4 + 1 if streamed_chars else 0
+
+
+def to_messages(prompt: Prompt) -> tuple[list[TextBlockParam], list[MessageParam]]:
+    """Map a prompt to the Messages API: system blocks and alternating user/assistant turns.
+
+    Consecutive turns of one role become one message with several text blocks (roles must
+    alternate; block boundaries keep each author's text apart). The conversation must open with a
+    user turn, so assistant turns left at the start by history trimming are dropped. The burst is
+    the last block of the final user message; the cache breakpoints sit on the system prompt and on
+    the last history block — the part that is the same for the next burst.
+    """
+    system: list[TextBlockParam] = []
+    if prompt.system.strip():
+        system.append({"type": "text", "text": prompt.system, "cache_control": CACHE_PREFIX})
+    turns: list[tuple[Role, list[TextBlockParam]]] = []
+    for turn in prompt.history:
+        if not turn.text.strip() or (not turns and turn.role == "assistant"):
+            continue
+        block: TextBlockParam = {"type": "text", "text": turn.text}
+        if turns and turns[-1][0] == turn.role:
+            turns[-1][1].append(block)
+        else:
+            turns.append((turn.role, [block]))
+    if turns:
+        turns[-1][1][-1]["cache_control"] = CACHE_PREFIX
+    burst: TextBlockParam = {"type": "text", "text": prompt.burst_text()}
+    if turns and turns[-1][0] == "user":
+        turns[-1][1].append(burst)
+    else:
+        turns.append(("user", [burst]))
+    messages: list[MessageParam] = []
+    for role, blocks in turns:
+        if role == "user":
+            messages.append({"role": "user", "content": blocks})
+        else:
+            messages.append({"role": "assistant", "content": blocks})
+    return system, messages
+
+
+def map_error(exc: Exception) -> ReplierError:
+    """SDK exception → the engine's error tree: permanent only when retrying cannot help."""
+    if isinstance(exc, anthropic.APIStatusError):
+        status, kind = exc.status_code, exc.type or "error"
+        detail = exc.api_message or exc.message
+        if status < 400:  # an `error` event in the middle of a successful stream
+            message = f"Claude API {kind} during the stream: {detail}"
+            if kind in PERMANENT_ERROR_TYPES:
+                return PermanentReplierError(message)
+            return RetryableReplierError(message)
+        message = f"Claude API {status} {kind}: {detail}"
+        if status in RETRYABLE_STATUS or status >= 500:
+            return RetryableReplierError(message)
+        return PermanentReplierError(message)
+    if isinstance(exc, anthropic.APITimeoutError):
+        return RetryableReplierError("Claude API request timed out")
+    if isinstance(exc, anthropic.APIConnectionError | httpx2.HTTPError):
+        return RetryableReplierError(f"could not reach the Claude API: {exc}")
+    if isinstance(exc, anthropic.CredentialsError):
+        return PermanentReplierError(f"Claude API credentials: {exc}")
+    return RetryableReplierError(f"Claude API failure: {exc}")
+
+
+class ClaudeReplier:
+    """A `Replier` on `AsyncAnthropic`: streams one reply per burst."""
+
+    def __init__(
+        self,
+        client: anthropic.AsyncAnthropic,
+        model: str,
+        max_tokens: int,
+        timeout_seconds: float,
+    ) -> None:
+        self.client = client
+        self.model = model
+        self.max_tokens = max_tokens
+        self.timeout_seconds = timeout_seconds
+
+    @classmethod
+    def from_config(cls, config: Config, environ: Mapping[str, str] | None = None) -> ClaudeReplier:
+        """Key from the variable `llm.api_key_env` names (missing → ConfigError naming it)."""
+        llm = config.llm
+        env = dict(os.environ if environ is None else environ)
+        api_key = require_secret(llm.api_key_env, "llm.api_key_env", env)
+        client = anthropic.AsyncAnthropic(
+            api_key=api_key,
+            base_url=llm.base_url or None,
+            max_retries=llm.max_retries,
+            timeout=llm.timeout_seconds,
+        )
+        return cls(client, llm.model, llm.max_tokens, llm.timeout_seconds)
+
+    async def aclose(self) -> None:
+        await self.client.close()
+
+    async def generate(self, prompt: Prompt, usage: Usage) -> str:
+        """One call, bounded overall by `timeout_seconds` (SDK retries and `retry-after` too)."""
+        try:
+            async with asyncio.timeout(self.timeout_seconds):
+                return await self._stream(prompt, usage)
+        except TimeoutError:
+            raise RetryableReplierError(
+                f"no complete reply from the Claude API within {self.timeout_seconds:g}s"
+            ) from None
+        except (anthropic.AnthropicError, httpx2.HTTPError) as exc:
+            raise map_error(exc) from exc
+
+    async def _stream(self, prompt: Prompt, usage: Usage) -> str:
+        system, messages = to_messages(prompt)
+        parts: list[str] = []
+        streamed_chars = 0
+        reported_output = 0
+        stop_reason: str | None = None
+        finished = False
+        async with self.client.messages.stream(
+            model=self.model,
+            max_tokens=self.max_tokens,
+            system=system or anthropic.omit,
+            messages=messages,
+        ) as stream:
+            async for event in stream:
+                if event.type == "message_start":
+                    start = event.message.usage
+                    usage.input_tokens += start.input_tokens
+                    usage.cache_write_tokens += start.cache_creation_input_tokens or 0
+                    usage.cache_read_tokens += start.cache_read_input_tokens or 0
+                    reported_output = start.output_tokens
+                    usage.output_tokens += reported_output
+                elif event.type == "content_block_delta":
+                    if event.delta.type == "text_delta":
+                        parts.append(event.delta.text)
+                        streamed_chars += len(event.delta.text)
+                    elif event.delta.type == "thinking_delta":  # billed as output, not shown
+                        streamed_chars += len(event.delta.thinking)
+                    estimate = max(reported_output, estimate_output_tokens(streamed_chars))
+                    usage.output_tokens += estimate - reported_output
+                    reported_output = estimate
+                elif event.type == "message_delta":
+                    usage.output_tokens += event.usage.output_tokens - reported_output
+                    reported_output = event.usage.output_tokens
+                    stop_reason = event.delta.stop_reason
+                elif event.type == "message_stop":
+                    finished = True
+        if not finished:
+            raise RetryableReplierError("the Claude API stream ended before message_stop")
+        text = "".join(parts).strip()
+        if not text and stop_reason == "refusal":
+            raise PermanentReplierError("Claude declined to answer this burst")
+        return text

@@ -1,0 +1,154 @@
+"""One chaos worker process: the real App (engine, scheduler, store) on a shared database.
+
+It takes messages over HTTP (`POST /ingest`, like Slack's HTTP mode behind a load balancer), runs a
+replier that streams slowly and fails at random (rate limit, overload, timeout), and posts replies
+to the fake platform in the parent process with the reply id as idempotency key.
+
+Run by `tests/chaos_run.py`: `python -m tests.chaos_worker '<json settings>'`; prints
+`READY <port>` once it serves, and exits on SIGTERM (SIGKILL is the point of the exercise).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import sys
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from bot.app import App, build_store
+from bot.config import Config, parse_config
+from bot.errors import PermanentDeliveryError, RetryableDeliveryError, RetryableReplierError
+from bot.events import ConversationKey, IncomingMessage, Reply
+from bot.frontend import Host
+from bot.replier import Prompt, Usage
+
+PLATFORM = "chaos"
+
+
+class ChaosReplier:
+    """Quotes the burst back word by word; sometimes rate-limited, overloaded or hanging."""
+
+    def __init__(self, rng: random.Random, settings: dict[str, Any]) -> None:
+        self.rng = rng
+        self.timeout = float(settings["generation_timeout"])
+        self.token_delay = float(settings["token_delay"])
+        self.p_rate_limit = float(settings["p_rate_limit"])
+        self.p_overload = float(settings["p_overload"])
+        self.p_hang = float(settings["p_hang"])
+
+    async def generate(self, prompt: Prompt, usage: Usage) -> str:
+        roll = self.rng.random()
+        try:
+            async with asyncio.timeout(self.timeout):
+                if roll < self.p_rate_limit:
+                    await asyncio.sleep(self.token_delay)
+                    raise RetryableReplierError("429 rate_limit_error (injected)")
+                roll -= self.p_rate_limit
+                if roll < self.p_overload:
+                    await asyncio.sleep(self.token_delay)
+                    raise RetryableReplierError("529 overloaded_error (injected)")
+                roll -= self.p_overload
+                if roll < self.p_hang:
+                    await asyncio.sleep(self.timeout * 10)
+                words = [m.text for m in prompt.burst]
+                for _ in range(4 + 2 * len(words)):
+                    await asyncio.sleep(self.token_delay * self.rng.uniform(0.5, 1.5))
+                    usage.output_tokens += 1
+                return "saw: " + " ".join(words)
+        except TimeoutError:
+            raise RetryableReplierError("generation timed out (injected hang)") from None
+
+
+class PlatformFrontend:
+    """The chaos platform's adapter: messages come in over HTTP, replies go out to the fake
+    platform, whose answers map to the delivery error tree."""
+
+    platform = PLATFORM
+
+    def __init__(self, base_url: str, owner: str) -> None:
+        self.base_url = base_url
+        self.owner = owner
+        self._session: aiohttp.ClientSession | None = None
+        self._runner: web.AppRunner | None = None
+
+    async def start(self, host: Host) -> None:
+        async def ingest(request: web.Request) -> web.Response:
+            data = await request.json()
+            key = ConversationKey(PLATFORM, "w", str(data["channel"]))
+            message = IncomingMessage(
+                key, str(data["id"]), str(data["author"]), "user", data["text"]
+            )
+            result = await host.ingest(message)
+            return web.json_response({"status": result.status, "version": result.version})
+
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+        app = web.Application()
+        app.router.add_post("/ingest", ingest)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        print(f"READY {self._runner.addresses[0][1]}", flush=True)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+
+    async def deliver(self, reply: Reply) -> list[str]:
+        assert self._session is not None
+        body = {"nonce": reply.id, "conversation": reply.key.id, "text": reply.text,
+                "owner": self.owner, "attempt": reply.attempt}  # fmt: skip
+        try:
+            async with self._session.post(f"{self.base_url}/post", json=body) as response:
+                if response.status == 200:
+                    return [str((await response.json())["id"])]
+                if response.status == 429 or response.status >= 500:
+                    after = response.headers.get("Retry-After")
+                    raise RetryableDeliveryError(
+                        f"platform said {response.status}", float(after) if after else None
+                    )
+                raise PermanentDeliveryError(f"platform said {response.status}")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise RetryableDeliveryError(f"platform unreachable: {exc!r}") from exc
+
+    async def show_busy(self, key: ConversationKey, busy: bool) -> None:
+        return None
+
+
+def config_for(settings: dict[str, Any]) -> Config:
+    engine = settings["engine"]
+    return parse_config(
+        {
+            "storage": {"url": settings["db_url"], "pool_size": 4},
+            "debounce": {"quiet_seconds": engine["quiet_seconds"],
+                         "max_wait_seconds": engine["max_wait_seconds"]},
+            "lease": {"ttl_seconds": engine["lease_ttl_seconds"]},
+            "engine": {"max_concurrent_generations": engine["max_concurrent_generations"],
+                       "poll_seconds": engine["poll_seconds"],
+                       "busy_retry_seconds": engine["busy_retry_seconds"],
+                       "delivery_max_attempts": engine["delivery_max_attempts"],
+                       "delivery_backoff_seconds": engine["delivery_backoff_seconds"],
+                       "owner": settings["owner"]},
+            "llm": {"provider": "offline", "max_attempts": engine["model_max_attempts"],
+                    "retry_backoff_seconds": engine["model_backoff_seconds"],
+                    "failure_message": engine["failure_message"]},
+            "console": {"enabled": False},
+        }
+    )  # fmt: skip
+
+
+async def serve(settings: dict[str, Any]) -> None:
+    """The real composition root (`App`: store, engine, scheduler, wake-up hints, SIGTERM)."""
+    config = config_for(settings)
+    frontend = PlatformFrontend(str(settings["platform_url"]), config.engine.owner)
+    replier = ChaosReplier(random.Random(), settings)
+    await App(config, build_store(config), replier, [frontend]).run()
+
+
+if __name__ == "__main__":
+    asyncio.run(serve(json.loads(sys.argv[1])))

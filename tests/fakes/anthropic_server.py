@@ -1,0 +1,358 @@
+"""A fake Anthropic Messages API on 127.0.0.1, for tests and benchmarks.
+
+It speaks enough of `POST /v1/messages` for the real `AsyncAnthropic(base_url=...)`: bearer or
+x-api-key auth, JSON errors with `retry-after-ms`, and streaming SSE (`message_start`,
+`content_block_*`, `message_delta`, `message_stop`, or an `error` event). Each request follows the
+next queued `Plan` (or the default one). Everything it sees is recorded: request bodies, and per
+stream how many deltas went out and whether it completed, failed or saw the client disconnect.
+
+Prompt caching is simulated: the first request with a given prefix (everything up to the last block
+marked `cache_control`) reports it as cache write, later ones as cache read. Token counts are about
+four characters a token.
+
+Standalone: `python -m tests.fakes.anthropic_server --port 8765` (one line per request on stdout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import re
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from aiohttp import web
+
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    409: "conflict_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    503: "api_error",
+    529: "overloaded_error",
+}
+
+
+def count_tokens(text: str) -> int:
+    return max(1, (len(text) + 3) // 4)
+
+
+@dataclass
+class Plan:
+    """What the server does with one request."""
+
+    status: int = 200  # anything else: a JSON error response with this status
+    error_type: str | None = None  # default from the status
+    retry_after: float | None = None  # seconds, sent as `retry-after-ms` (and `retry-after`)
+    text: str | None = None  # the reply; None = the server's `reply` function
+    words_per_delta: int = 1
+    delay: float = 0.0  # seconds between deltas
+    pause_after: int | None = None  # hold after this many deltas until `release()` (or disconnect)
+    error_after: int | None = None  # send an `error` event after this many deltas
+    stream_error_type: str = "overloaded_error"
+    end_after: int | None = None  # end the response after this many deltas, no message_stop
+    thinking: str | None = None  # stream a thinking block before the text (adaptive thinking)
+
+
+@dataclass
+class RecordedRequest:
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return list(self.body.get("messages", []))
+
+    @property
+    def system_blocks(self) -> list[dict[str, Any]]:
+        system = self.body.get("system", [])
+        return [{"type": "text", "text": system}] if isinstance(system, str) else list(system)
+
+    def texts(self, message: dict[str, Any]) -> list[str]:
+        content = message["content"]
+        if isinstance(content, str):
+            return [content]
+        return [block["text"] for block in content if block.get("type") == "text"]
+
+    @property
+    def last_user_text(self) -> str:
+        """The last text block of the final user message (burstbot puts the burst there)."""
+        return self.texts(self.messages[-1])[-1]
+
+    def cache_breakpoints(self) -> list[str]:
+        """Where `cache_control` sits: "system" or "messages[i]" for each marked block."""
+        marks = ["system" for b in self.system_blocks if b.get("cache_control")]
+        for index, message in enumerate(self.messages):
+            content = message["content"]
+            if isinstance(content, list):
+                marks += [f"messages[{index}]" for b in content if b.get("cache_control")]
+        return marks
+
+
+@dataclass
+class StreamRecord:
+    request_index: int
+    total_deltas: int
+    output_tokens: int  # what the full reply costs
+    deltas_sent: int = 0
+    paused: bool = False
+    outcome: Literal["streaming", "completed", "error", "disconnected"] = "streaming"
+
+
+def echo_reply(request: RecordedRequest) -> str:
+    return f"You said:\n{request.last_user_text}"
+
+
+@dataclass
+class FakeAnthropic:
+    reply: Callable[[RecordedRequest], str] = echo_reply
+    default_plan: Plan = field(default_factory=Plan)
+    plans: deque[Plan] = field(default_factory=deque)
+    requests: list[RecordedRequest] = field(default_factory=list)
+    streams: list[StreamRecord] = field(default_factory=list)
+    on_request: Callable[[RecordedRequest], None] | None = None
+    port: int = 0
+    _gate: asyncio.Event = field(default_factory=asyncio.Event)
+    _cached_prefixes: set[str] = field(default_factory=set)
+    _runner: web.AppRunner | None = None
+
+    # lifecycle -------------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/messages", self._messages)
+        return app
+
+    async def start(self, port: int = 0) -> FakeAnthropic:
+        self._runner = web.AppRunner(self.app(), shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", port)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        return self
+
+    async def stop(self) -> None:
+        self.release()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # scripting -------------------------------------------------------------------------------
+    def queue(self, *plans: Plan) -> None:
+        self.plans.extend(plans)
+
+    def release(self) -> None:
+        """Let paused streams go on."""
+        self._gate.set()
+
+    async def wait_for(self, condition: Callable[[], bool], within: float = 5.0) -> None:
+        """Bounded wait for real I/O (the client and this server share no clock)."""
+        async with asyncio.timeout(within):
+            while not condition():  # noqa: ASYNC110
+                await asyncio.sleep(0.005)
+
+    # the API ---------------------------------------------------------------------------------
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        auth = request.headers.get("authorization", "")
+        if not (auth.startswith("Bearer ") and len(auth) > 7) and not request.headers.get(
+            "x-api-key"
+        ):
+            return _error(401, "authentication_error", "missing API key")
+        headers = {name.lower(): value for name, value in request.headers.items()}
+        recorded = RecordedRequest(await request.json(), headers)
+        self.requests.append(recorded)
+        if self.on_request is not None:
+            self.on_request(recorded)
+        plan = self.plans.popleft() if self.plans else self.default_plan
+        if plan.status != 200:
+            kind = plan.error_type or ERROR_TYPES.get(plan.status, "api_error")
+            headers = {}
+            if plan.retry_after is not None:
+                headers["retry-after-ms"] = str(int(plan.retry_after * 1000))
+                headers["retry-after"] = str(max(1, round(plan.retry_after)))
+            return _error(plan.status, kind, f"planned {plan.status}", headers)
+        text = plan.text if plan.text is not None else self.reply(recorded)
+        words = re.findall(r"\S+\s*", text) or [text]
+        step = plan.words_per_delta
+        chunks = ["".join(words[i : i + step]) for i in range(0, len(words), step)]
+        usage = self._input_usage(recorded)
+        output_tokens = sum(count_tokens(c) for c in chunks)
+        if plan.thinking:
+            output_tokens += count_tokens(plan.thinking)
+        if not recorded.body.get("stream"):
+            return web.json_response(
+                _message(recorded, text, {**usage, "output_tokens": output_tokens}, "end_turn")
+            )
+        record = StreamRecord(len(self.requests) - 1, len(chunks), output_tokens)
+        self.streams.append(record)
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        try:
+            await self._stream(request, response, recorded, plan, chunks, usage, record)
+        except ConnectionError:
+            record.outcome = "disconnected"
+        return response
+
+    async def _stream(
+        self,
+        request: web.Request,
+        response: web.StreamResponse,
+        recorded: RecordedRequest,
+        plan: Plan,
+        chunks: list[str],
+        usage: dict[str, int],
+        record: StreamRecord,
+    ) -> None:
+        async def send(event: str, data: dict[str, Any]) -> None:
+            _raise_if_gone(request)
+            await response.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
+
+        await send("message_start", {"type": "message_start", "message": _message(
+            recorded, "", {**usage, "output_tokens": 1}, None
+        )})  # fmt: skip
+        text_index = 0
+        if plan.thinking:
+            text_index = 1
+            block = {"type": "thinking", "thinking": "", "signature": ""}
+            await send(
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": block},
+            )
+            for delta in (
+                {"type": "thinking_delta", "thinking": plan.thinking},
+                {"type": "signature_delta", "signature": "c2lnbmF0dXJl"},
+            ):
+                await send(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": 0, "delta": delta},
+                )
+            await send("content_block_stop", {"type": "content_block_stop", "index": 0})
+        block = {"type": "text", "text": ""}
+        await send(
+            "content_block_start",
+            {"type": "content_block_start", "index": text_index, "content_block": block},
+        )
+        await send("ping", {"type": "ping"})
+        for index, chunk in enumerate(chunks):
+            if plan.error_after == index:
+                error = {"type": plan.stream_error_type, "message": "planned stream error"}
+                await send("error", {"type": "error", "error": error})
+                record.outcome = "error"
+                return
+            if plan.end_after == index:
+                await response.write_eof()
+                record.outcome = "error"
+                return
+            if plan.pause_after == index:
+                record.paused = True
+                while not self._gate.is_set():
+                    _raise_if_gone(request)
+                    await asyncio.sleep(0.005)
+            if plan.delay:
+                await asyncio.sleep(plan.delay)
+            delta = {"type": "text_delta", "text": chunk}
+            await send(
+                "content_block_delta",
+                {"type": "content_block_delta", "index": text_index, "delta": delta},
+            )
+            record.deltas_sent += 1
+        await send("content_block_stop", {"type": "content_block_stop", "index": text_index})
+        await send("message_delta", {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {"output_tokens": record.output_tokens},
+        })  # fmt: skip
+        await send("message_stop", {"type": "message_stop"})
+        record.outcome = "completed"
+        await response.write_eof()
+
+    def _input_usage(self, recorded: RecordedRequest) -> dict[str, int]:
+        """Input tokens, split into cache write/read for the prefix up to the last breakpoint."""
+        blocks = list(recorded.system_blocks)
+        for message in recorded.messages:
+            content = message["content"]
+            blocks += [{"type": "text", "text": content}] if isinstance(content, str) else content
+        total = sum(count_tokens(b.get("text", "")) for b in blocks)
+        marked = [i for i, b in enumerate(blocks) if b.get("cache_control")]
+        write = read = 0
+        if marked:
+            prefix = blocks[: marked[-1] + 1]
+            key = json.dumps([recorded.body.get("model"), prefix], sort_keys=True)
+            cached = sum(count_tokens(b.get("text", "")) for b in prefix)
+            if key in self._cached_prefixes:
+                read = cached
+            else:
+                write = cached
+                self._cached_prefixes.add(key)
+        return {
+            "input_tokens": max(1, total - write - read),
+            "cache_creation_input_tokens": write,
+            "cache_read_input_tokens": read,
+        }
+
+
+def _raise_if_gone(request: web.Request) -> None:
+    transport = request.transport
+    if transport is None or transport.is_closing():
+        raise ConnectionResetError("client disconnected")
+
+
+def _message(
+    recorded: RecordedRequest, text: str, usage: dict[str, int], stop_reason: str | None
+) -> dict[str, Any]:
+    return {
+        "id": f"msg_fake_{id(recorded):x}",
+        "type": "message",
+        "role": "assistant",
+        "model": recorded.body.get("model", "claude"),
+        "content": [{"type": "text", "text": text}] if text else [],
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": usage,
+    }
+
+
+def _error(
+    status: int, kind: str, message: str, headers: dict[str, str] | None = None
+) -> web.Response:
+    body = {"type": "error", "error": {"type": kind, "message": message}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+async def _serve(port: int, reply: str | None) -> None:
+    def log(request: RecordedRequest) -> None:
+        print(f"request {len(server.requests)}: {json.dumps(request.last_user_text)}", flush=True)
+
+    server = FakeAnthropic(on_request=log)
+    if reply is not None:
+        server.default_plan = Plan(text=reply)
+    await server.start(port)
+    print(f"fake Messages API on {server.base_url}", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--reply", help="fixed reply text (default: echo the last user turn)")
+    args = parser.parse_args()
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(args.port, args.reply))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""SQLite-specific behaviour beyond the contract: migrations, cancellation safety."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from bot.errors import StoreError
+from bot.store import Timing
+from storage.sqlite import MIGRATIONS, SqliteStore
+from tests.conftest import message
+
+T = Timing(1.5, 8.0)
+
+
+@pytest.mark.parametrize("passes", range(12))
+async def test_a_cancelled_caller_never_leaves_the_connection_in_a_transaction(
+    passes: int,
+) -> None:
+    store = SqliteStore(":memory:")
+    await store.open()
+    try:
+        task = asyncio.ensure_future(store.ingest(message(1), 0.0, T))
+        for _ in range(passes):
+            await asyncio.sleep(0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        result = await store.ingest(message(2), 1.0, T)  # must not fail "within a transaction"
+        assert result.status == "accepted"
+        assert await store.current_version(result.conversation_id) in (1, 2)
+    finally:
+        await store.close()
+
+
+async def test_migrations_are_numbered_and_run_once(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    for _ in range(2):
+        store = SqliteStore(str(path))
+        await store.open()
+        await store.close()
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+async def test_a_newer_schema_is_refused_with_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    with sqlite3.connect(path) as db:
+        db.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 5}")
+    store = SqliteStore(str(path))
+    with pytest.raises(StoreError, match="newer than this burstbot"):
+        await store.open()
+    await store.close()
+
+
+async def test_an_unopenable_path_is_a_store_error(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "missing-dir" / "x.db"))
+    with pytest.raises(StoreError, match="cannot open"):
+        await store.open()
