@@ -34,7 +34,8 @@ from bot.store import (
     TokenUsage,
 )
 from storage.queries import load_queries, migrations
-from storage.sqlite_batch import IngestBatcher, QueuedIngest, apply_ingest_batch, message_uid
+from storage.sqlite_batch import IngestBatcher, QueuedIngest, apply_ingest_batch
+from storage.sqlite_batch import message_uid as message_uid  # the dedupe key other stores share
 
 Q = load_queries("sqlite.sql")
 MIGRATIONS = migrations(Q)
