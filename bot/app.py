@@ -54,7 +54,9 @@ def build_frontends(config: Config) -> list[Frontend]:
 
         frontends.append(ConsoleFrontend(user_name=config.console.user_name))
     if config.slack.enabled:
-        raise ConfigError("slack.enabled: the Slack adapter is not available in this build")
+        from adapters.slack import build_slack_frontend
+
+        frontends.append(build_slack_frontend(config.slack))
     if config.discord.enabled:
         from adapters.discord import build_discord_frontend
 

@@ -1,0 +1,302 @@
+"""The Slack front end: a Bolt `AsyncApp` in Socket Mode or HTTP mode, wired to the engine.
+
+Ack ordering, the reason this file exists in this shape: Slack counts an event as delivered when
+it gets the ack (an HTTP 200 in HTTP mode, an envelope reply in Socket Mode). Bolt sends that ack
+when the listener returns, but only with `process_before_response=True`; otherwise it acks first
+and runs the listener afterwards. So the app is built with `process_before_response=True` in both
+modes and the listener returns only after `host.ingest(...)` has stored the message. If storing
+fails the listener raises, Bolt answers 500 (HTTP) or sends no ack (Socket Mode), and Slack
+delivers the event again. Retries (`X-Slack-Retry-Num`) are handled like first deliveries — the
+store dedupes by message id — and so are the `app_mention`/`message` twins of one message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.app.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.slack import inbound
+from adapters.slack.inbound import Identity, Payload
+from adapters.slack.outbound import Outbound
+from bot.config import SlackConfig, require_secret
+from bot.errors import BurstbotError, ConfigError
+from bot.events import ConversationKey, IncomingMessage, Reply
+from bot.frontend import Host
+
+log = logging.getLogger("burstbot.slack")
+
+DEFAULT_API_BASE_URL = "https://slack.com/api/"
+THREAD_MEMORY = 10_000
+NOT_IN_THREAD_TTL_SECONDS = 60.0
+API_TIMEOUT_SECONDS = 10
+SOCKET_CONNECT_TIMEOUT_SECONDS = 30.0
+
+
+class SlackFrontend:
+    platform = "slack"
+
+    def __init__(
+        self,
+        config: SlackConfig,
+        bot_token: str,
+        signing_secret: str = "",
+        app_token: str = "",
+    ) -> None:
+        self.config = config
+        self.listen_channels = frozenset(config.listen_channels)
+        self._bot_token = bot_token
+        self._signing_secret = signing_secret
+        self._app_token = app_token
+        self._host: Host | None = None
+        self._client: AsyncWebClient | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._outbound: Outbound | None = None
+        self._runner: web.AppRunner | None = None
+        self._socket: Any = None
+        self._threads: OrderedDict[tuple[str, str], tuple[bool, float]] = OrderedDict()
+        self.identity = Identity("", "", "")
+        self.http_port: int | None = None
+
+    # lifecycle --------------------------------------------------------------------------------
+    async def start(self, host: Host) -> None:
+        try:
+            await self._start(host)
+        except BaseException:
+            await self.stop()  # the app only stops front ends that started
+            raise
+
+    async def _start(self, host: Host) -> None:
+        self._host = host
+        base_url = self.config.api_base_url or DEFAULT_API_BASE_URL
+        self._session = aiohttp.ClientSession()  # one pool for every Web API call
+        self._client = AsyncWebClient(
+            token=self._bot_token,
+            base_url=base_url if base_url.endswith("/") else base_url + "/",
+            timeout=API_TIMEOUT_SECONDS,
+            session=self._session,
+            retry_handlers=[],  # no silent re-posts: see adapters/slack/outbound.py
+        )
+        self.identity = await self._check_bot_token(self._client)
+        self._outbound = Outbound(
+            self._client,
+            self.identity,
+            indicator=self.config.thinking_indicator,
+            reaction=self.config.thinking_reaction,
+        )
+        bolt_logger = logging.getLogger("burstbot.slack.bolt")
+        bolt_logger.addFilter(_drop_token_unused_warning)
+        bolt = AsyncApp(
+            client=self._client,
+            signing_secret=self._signing_secret,
+            process_before_response=True,
+            request_verification_enabled=self.config.mode == "http",
+            name="burstbot",
+            logger=bolt_logger,
+        )
+        bolt.event("message")(self._on_message)
+        bolt.event("app_mention")(self._on_app_mention)
+        if self.config.mode == "http":
+            await self._serve_http(bolt)
+        else:
+            await self._connect_socket(bolt)
+        log.info("slack: connected as %s in team %s (%s mode)", self.identity.bot_user_id,
+                 self.identity.team_id, self.config.mode)  # fmt: skip
+
+    async def stop(self) -> None:
+        if self._socket is not None:
+            await self._socket.close_async()
+            self._socket = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _check_bot_token(self, client: AsyncWebClient) -> Identity:
+        try:
+            auth = await client.auth_test()
+        except SlackApiError as exc:
+            error = exc.response.get("error", "unknown error")
+            raise ConfigError(
+                f"slack.bot_token_env: Slack rejected the bot token in "
+                f"{self.config.bot_token_env} ({error})"
+            ) from exc
+        except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as exc:
+            raise BurstbotError(
+                f"slack: cannot reach the Slack Web API at {client.base_url} ({exc or type(exc)})"
+            ) from exc
+        if not auth.get("bot_id"):
+            raise ConfigError(
+                f"slack.bot_token_env: {self.config.bot_token_env} is not a bot token (xoxb-…)"
+            )
+        return Identity(str(auth["team_id"]), str(auth["user_id"]), str(auth["bot_id"]))
+
+    async def _serve_http(self, bolt: AsyncApp) -> None:
+        async def endpoint(request: web.Request) -> web.Response:
+            return await to_aiohttp_response(
+                await bolt.async_dispatch(await to_bolt_request(request))
+            )
+
+        server = web.Application()
+        server.router.add_post(self.config.http_path, endpoint)
+        runner = web.AppRunner(server, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.config.http_host, self.config.http_port)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise BurstbotError(
+                f"slack: cannot listen on {self.config.http_host}:{self.config.http_port} "
+                f"({exc.strerror or exc})"
+            ) from exc
+        self._runner = runner
+        self.http_port = int(runner.addresses[0][1])
+        log.info("slack: events endpoint on http://%s:%d%s", self.config.http_host,
+                 self.http_port, self.config.http_path)  # fmt: skip
+
+    async def _connect_socket(self, bolt: AsyncApp) -> None:
+        """Check the app token with one `apps.connections.open`, then connect with that URL.
+
+        The SDK's own connect retries forever on any failure; a wrong token must fail fast.
+        """
+        from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+
+        assert self._client is not None
+        try:
+            opened = await self._client.apps_connections_open(app_token=self._app_token)
+        except SlackApiError as exc:
+            error = exc.response.get("error", "unknown error")
+            raise ConfigError(
+                f"slack.app_token_env: Slack rejected the app token in "
+                f"{self.config.app_token_env} ({error})"
+            ) from exc
+        except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as exc:
+            raise BurstbotError(f"slack: cannot open a Socket Mode connection ({exc})") from exc
+        self._socket = AsyncSocketModeHandler(bolt, self._app_token)
+        self._socket.client.wss_uri = opened["url"]
+        try:
+            await asyncio.wait_for(self._socket.connect_async(), SOCKET_CONNECT_TIMEOUT_SECONDS)
+        except TimeoutError as exc:
+            raise BurstbotError(
+                f"slack: no Socket Mode connection within {SOCKET_CONNECT_TIMEOUT_SECONDS:.0f} s"
+            ) from exc
+
+    # convert in -------------------------------------------------------------------------------
+    async def _on_message(self, event: Payload, body: Payload) -> None:
+        """Bolt acks when this returns: only after the event is stored (see module docstring)."""
+        await self._accept(event, body, mentioned=False)
+
+    async def _on_app_mention(self, event: Payload, body: Payload) -> None:
+        await self._accept(event, body, mentioned=True)
+
+    async def _accept(self, event: Payload, body: Payload, mentioned: bool) -> None:
+        assert self._host is not None and self._outbound is not None
+        team = str(body.get("team_id") or event.get("team") or self.identity.team_id)
+        subtype = str(event.get("subtype") or "")
+        if subtype in ("message_changed", "message_deleted"):
+            change = inbound.change(team, event, self.identity, self.listen_channels)
+            if change is not None:
+                await self._host.ingest(change)
+            return
+        if subtype not in inbound.NEW_MESSAGE_SUBTYPES or inbound.is_from_bot(event, self.identity):
+            return
+        channel, channel_type = str(event.get("channel", "")), str(event.get("channel_type", ""))
+        placement = inbound.place(team, channel, channel_type, event, self.identity,
+                                  self.listen_channels, mentioned)  # fmt: skip
+        if placement is None:
+            return
+        key = placement.key
+        if placement.needs_thread_check and not await self._in_our_thread(channel, event):
+            return
+        message = inbound.new_message(placement, channel, event, self.identity)
+        assert isinstance(message, IncomingMessage)
+        if key.thread:
+            self._remember_thread(channel, key.thread, True)
+        self._outbound.saw_message(key, message.message_id)
+        await self._host.ingest(message)
+
+    async def _in_our_thread(self, channel: str, event: Payload) -> bool:
+        """A thread we are part of: we started it, were mentioned in it, or replied in it.
+
+        Remembered in memory; on a miss (after a restart, or another process served the thread)
+        one `conversations.replies` call decides. "Not ours" is only trusted for a minute, because
+        another process may join the thread meanwhile.
+        """
+        assert self._client is not None
+        thread_ts = str(event.get("thread_ts"))
+        if event.get("parent_user_id") == self.identity.bot_user_id:
+            return True
+        known = self._threads.get((channel, thread_ts))
+        if known is not None and (
+            known[0] or time.monotonic() - known[1] < NOT_IN_THREAD_TTL_SECONDS
+        ):
+            return known[0]
+        try:
+            page = await self._client.conversations_replies(
+                channel=channel, ts=thread_ts, limit=200
+            )
+        except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
+            log.warning("slack: cannot read thread %s/%s (%s); message not counted", channel,
+                        thread_ts, exc)  # fmt: skip
+            return False
+        ours = any(
+            (
+                inbound.is_from_bot(m, self.identity)
+                and m.get("bot_id") in (None, self.identity.bot_id)
+            )
+            or inbound.mentions(m, self.identity)
+            for m in page.get("messages") or []
+        )
+        self._remember_thread(channel, thread_ts, ours)
+        return ours
+
+    def _remember_thread(self, channel: str, thread_ts: str, ours: bool) -> None:
+        self._threads[(channel, thread_ts)] = (ours, time.monotonic())
+        self._threads.move_to_end((channel, thread_ts))
+        while len(self._threads) > THREAD_MEMORY:
+            self._threads.popitem(last=False)
+
+    # convert out ------------------------------------------------------------------------------
+    async def deliver(self, reply: Reply) -> list[str]:
+        assert self._outbound is not None, "deliver before start"
+        ids = await self._outbound.deliver(reply)
+        if reply.key.thread:
+            self._remember_thread(reply.key.channel, reply.key.thread, True)
+        return ids
+
+    async def show_busy(self, key: ConversationKey, busy: bool) -> None:
+        if self._outbound is not None:
+            await self._outbound.show_busy(key, busy)
+
+
+def _drop_token_unused_warning(record: logging.LogRecord) -> bool:
+    """Bolt warns `token` is unused when SLACK_BOT_TOKEN is set; we pass the client on purpose."""
+    return "`token` will be unused" not in record.getMessage()
+
+
+def build_slack_frontend(config: SlackConfig) -> SlackFrontend:
+    """Read the secrets the config names (one clear line if one is missing) and build."""
+    if not config.http_path.startswith("/"):
+        raise ConfigError(f"slack.http_path: must start with '/' (got {config.http_path!r})")
+    bot_token = require_secret(config.bot_token_env, "slack.bot_token_env")
+    if config.mode == "http":
+        secret = require_secret(config.signing_secret_env, "slack.signing_secret_env")
+        return SlackFrontend(config, bot_token, signing_secret=secret)
+    app_token = require_secret(config.app_token_env, "slack.app_token_env")
+    if not app_token.startswith("xapp-"):
+        raise ConfigError(
+            f"slack.app_token_env: {config.app_token_env} must hold an app-level token (xapp-…)"
+        )
+    return SlackFrontend(config, bot_token, app_token=app_token)

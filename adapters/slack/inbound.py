@@ -1,0 +1,176 @@
+"""Slack event payloads → neutral events: what counts, which conversation, which message id.
+
+What counts (all decided here, from the payload alone, except "a thread we are part of"):
+
+- bot messages never count: a `bot_id`, a `bot_profile`, the `bot_message` subtype, or our user;
+- DMs (`channel_type` "im") always count; the conversation is the DM, or the thread if in one;
+- channels listed in `slack.listen_channels`: every message; the conversation is the channel
+  (thread "") for top-level messages, the thread for thread replies;
+- elsewhere a message that mentions the bot (`app_mention`, or its `message` twin) counts and the
+  conversation is its thread: `thread_ts`, or its own `ts` when it starts one;
+- elsewhere a thread reply without a mention counts only if the thread is one we are part of;
+  the front end decides that (`Placement.needs_thread_check`);
+- `message_changed` / `message_deleted` become `MessageEdited` / `MessageDeleted`; other subtypes
+  (joins, topic changes, ...) are ignored.
+
+`app_mention` and `message` twins compute the same key and the same id (`"{channel}:{ts}"`), so
+the store keeps one of them. Slack `ts` values are unique per channel only, hence the channel.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bot.events import ConversationKey, Event, IncomingMessage, MessageDeleted, MessageEdited
+
+PLATFORM = "slack"
+NEW_MESSAGE_SUBTYPES = frozenset({"", "thread_broadcast", "file_share", "me_message"})
+
+Payload = Mapping[str, Any]
+
+_USER_MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|([^>]*))?>")
+_CHANNEL_LINK = re.compile(r"<#([CG][A-Z0-9]+)(?:\|([^>]*))?>")
+_SPECIAL = re.compile(r"<!(channel|here|everyone)(?:\|[^>]*)?>")
+_SUBTEAM = re.compile(r"<!subteam\^[A-Z0-9]+(?:\|([^>]*))?>")
+_LINK = re.compile(r"<([^>|]+)(?:\|([^>]*))?>")
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who we are in the workspace, from `auth.test`."""
+
+    team_id: str
+    bot_user_id: str
+    bot_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a new message goes; `needs_thread_check`: counts only in a thread we are part of."""
+
+    key: ConversationKey
+    needs_thread_check: bool = False
+
+
+def message_id(channel: str, ts: str) -> str:
+    return f"{channel}:{ts}"
+
+
+def split_message_id(platform_id: str) -> tuple[str, str]:
+    channel, _, ts = platform_id.partition(":")
+    return channel, ts
+
+
+def is_from_bot(message: Payload, identity: Identity) -> bool:
+    return bool(
+        message.get("bot_id")
+        or message.get("bot_profile")
+        or message.get("subtype") == "bot_message"
+        or (identity.bot_user_id and message.get("user") == identity.bot_user_id)
+    )
+
+
+def mentions(message: Payload, identity: Identity) -> bool:
+    if not identity.bot_user_id:
+        return False
+    pattern = rf"<@{re.escape(identity.bot_user_id)}(?:\|[^>]*)?>"
+    return re.search(pattern, str(message.get("text") or "")) is not None
+
+
+def place(
+    team: str,
+    channel: str,
+    channel_type: str,
+    message: Payload,
+    identity: Identity,
+    listen_channels: Collection[str],
+    mentioned: bool = False,
+) -> Placement | None:
+    """The conversation a new message belongs to, or None if it does not count."""
+    ts, thread_ts = str(message.get("ts", "")), str(message.get("thread_ts") or "")
+    if not ts:
+        return None
+    in_thread = bool(thread_ts) and thread_ts != ts
+    if channel_type == "im" or channel in listen_channels:
+        return Placement(ConversationKey(PLATFORM, team, channel, thread_ts if in_thread else ""))
+    if mentioned or mentions(message, identity):
+        return Placement(ConversationKey(PLATFORM, team, channel, thread_ts or ts))
+    if in_thread:
+        return Placement(ConversationKey(PLATFORM, team, channel, thread_ts), True)
+    return None
+
+
+def plain_text(text: str, identity: Identity) -> str:
+    """Slack's escaped text with `<…>` controls → what a person reads; our own mention removed."""
+    if identity.bot_user_id:
+        text = re.sub(rf"<@{re.escape(identity.bot_user_id)}(?:\|[^>]*)?>\s?", "", text)
+    text = _USER_MENTION.sub(lambda m: "@" + (m.group(2) or m.group(1)), text)
+    text = _CHANNEL_LINK.sub(lambda m: "#" + (m.group(2) or m.group(1)), text)
+    text = _SPECIAL.sub(lambda m: "@" + m.group(1), text)
+    text = _SUBTEAM.sub(lambda m: m.group(1) or "@group", text)
+    text = _LINK.sub(lambda m: f"{m.group(2)} ({m.group(1)})" if m.group(2) else m.group(1), text)
+    return html.unescape(text).strip()
+
+
+def author_name(message: Payload) -> str:
+    profile = message.get("user_profile") or {}
+    for field in ("display_name", "real_name", "name"):
+        if profile.get(field):
+            return str(profile[field])
+    return str(message.get("user") or "someone")
+
+
+def new_message(placement: Placement, channel: str, message: Payload, identity: Identity) -> Event:
+    text = plain_text(str(message.get("text") or ""), identity)
+    files = [str(f.get("name") or f.get("title") or "file") for f in message.get("files") or []]
+    if files:  # the model cannot see attachments; at least it knows they were there
+        text = f"{text}\n[shared: {', '.join(files)}]".strip()
+    return IncomingMessage(
+        key=placement.key,
+        message_id=message_id(channel, str(message["ts"])),
+        author_id=str(message.get("user") or ""),
+        author_name=author_name(message),
+        text=text,
+    )
+
+
+def change(
+    team: str, event: Payload, identity: Identity, listen_channels: Collection[str]
+) -> Event | None:
+    """`message_changed` / `message_deleted` → an edit or delete; None when it changes nothing.
+
+    The store finds the message by id alone; the key only has to name the right platform and
+    workspace (and the conversation, for the thinking indicator), so the thread is best effort.
+    """
+    channel = str(event.get("channel", ""))
+    channel_type = str(event.get("channel_type", ""))
+    if event.get("subtype") == "message_deleted":
+        previous = event.get("previous_message") or {}
+        ts = str(event.get("deleted_ts") or previous.get("ts") or "")
+        if not ts or is_from_bot(previous, identity):
+            return None
+        placement = place(team, channel, channel_type, {**previous, "ts": ts}, identity,
+                          listen_channels)  # fmt: skip
+        return MessageDeleted(_key_of(placement, team, channel, previous), message_id(channel, ts))
+    message = event.get("message") or {}
+    previous = event.get("previous_message") or {}
+    ts = str(message.get("ts", ""))
+    if not ts or is_from_bot(message, identity):
+        return None
+    text = plain_text(str(message.get("text") or ""), identity)
+    if previous and plain_text(str(previous.get("text") or ""), identity) == text:
+        return None  # an unfurl or attachment update, not an edit by the person
+    placement = place(team, channel, channel_type, message, identity, listen_channels)
+    return MessageEdited(_key_of(placement, team, channel, message), message_id(channel, ts), text)
+
+
+def _key_of(
+    placement: Placement | None, team: str, channel: str, message: Payload
+) -> ConversationKey:
+    if placement is not None:
+        return placement.key
+    return ConversationKey(PLATFORM, team, channel, str(message.get("thread_ts") or ""))

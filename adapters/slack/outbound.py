@@ -1,0 +1,247 @@
+"""Neutral replies → Slack posts, idempotently; and the thinking indicator.
+
+Idempotency: every part of a reply is posted with message `metadata` naming the reply id and the
+part number. A first attempt posts straight away; any later attempt (a crash or a lost response
+between posting and recording) first reads the conversation with `include_all_metadata` and skips
+the parts already there. The Web API client has no retry handlers at all: a retry the client made
+on its own after a dropped connection could post a part twice behind that check's back. A 429
+becomes `RetryableDeliveryError(retry_after=…)`, so the engine's next attempt (which runs the check)
+honours `Retry-After`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.slack.inbound import Identity, split_message_id
+from adapters.slack.mrkdwn import MAX_PART_CHARS, split_mrkdwn, to_mrkdwn
+from bot.errors import DeliveryError, PermanentDeliveryError, RetryableDeliveryError
+from bot.events import ConversationKey, Reply
+
+log = logging.getLogger("burstbot.slack")
+
+METADATA_EVENT_TYPE = "burstbot_reply"
+LOOKUP_PAGE = 200
+LOOKUP_MAX_PAGES = 10
+TRACKED_LIMIT = 10_000
+
+PERMANENT_ERRORS = frozenset(
+    {
+        "channel_not_found", "not_in_channel", "is_archived", "thread_not_found",
+        "msg_too_long", "no_text", "invalid_metadata_format", "invalid_metadata_schema",
+        "restricted_action", "restricted_action_read_only_channel",
+        "restricted_action_thread_only_channel", "restricted_action_non_threadable_channel",
+        "cannot_reply_to_message", "team_access_not_granted", "invalid_auth", "not_authed",
+        "account_inactive", "token_revoked", "token_expired", "no_permission", "missing_scope",
+        "not_allowed_token_type", "ekm_access_denied", "invalid_blocks", "as_user_not_supported",
+        "message_limit_exceeded", "duplicate_message_not_found", "user_is_restricted",
+    }
+)  # fmt: skip
+STATUS_UNAVAILABLE = frozenset(
+    {"missing_scope", "not_allowed_token_type", "unknown_method", "method_deprecated",
+     "no_permission", "invalid_auth", "feature_not_enabled"}
+)  # fmt: skip
+
+
+def delivery_error(exc: Exception, what: str) -> DeliveryError:
+    """Map a Web API failure to retryable (try later) or permanent (can never succeed)."""
+    if isinstance(exc, SlackApiError):
+        status = getattr(exc.response, "status_code", 0)
+        error = str(exc.response.get("error", "")) if exc.response is not None else ""
+        if status == 429 or error == "ratelimited":
+            return RetryableDeliveryError(f"{what}: rate limited", retry_after=_retry_after(exc))
+        if error in PERMANENT_ERRORS:
+            return PermanentDeliveryError(f"{what}: {error}")
+        return RetryableDeliveryError(f"{what}: {error or f'HTTP {status}'}")
+    return RetryableDeliveryError(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def _retry_after(exc: SlackApiError) -> float | None:
+    headers: Mapping[str, Any] = getattr(exc.response, "headers", None) or {}
+    for name, value in headers.items():
+        if name.lower() == "retry-after":
+            raw = value[0] if isinstance(value, list) else value
+            try:
+                return max(0.0, float(raw))
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+class Outbound:
+    """Posting and the thinking indicator for one workspace (one bot token)."""
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        identity: Identity,
+        indicator: str = "auto",
+        reaction: str = "hourglass_flowing_sand",
+        status_text: str = "is thinking…",
+        part_chars: int = MAX_PART_CHARS,
+    ) -> None:
+        self.client = client
+        self.identity = identity
+        self.indicator = indicator
+        self.reaction = reaction
+        self.status_text = status_text
+        self.part_chars = part_chars
+        self.status_available = indicator == "auto"
+        self._latest: OrderedDict[ConversationKey, str] = OrderedDict()
+        self._reacted: dict[ConversationKey, str] = {}
+        self._status_on: set[ConversationKey] = set()
+
+    # posting ----------------------------------------------------------------------------------
+    async def deliver(self, reply: Reply) -> list[str]:
+        channel, thread = reply.key.channel, reply.key.thread
+        parts = split_mrkdwn(to_mrkdwn(reply.text), self.part_chars) or ["…"]
+        posted = await self._posted_parts(reply) if reply.attempt > 1 else {}
+        ids: list[str] = []
+        for index, text in enumerate(parts):
+            if index in posted:
+                ids.append(posted[index])
+                continue
+            try:
+                response = await self.client.chat_postMessage(
+                    channel=channel,
+                    thread_ts=thread or None,
+                    text=text,
+                    mrkdwn=True,
+                    unfurl_links=False,
+                    unfurl_media=False,
+                    metadata={
+                        "event_type": METADATA_EVENT_TYPE,
+                        "event_payload": {
+                            "reply_id": reply.id,
+                            "part": index,
+                            "conversation": reply.key.id,
+                        },
+                    },
+                )
+            except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
+                raise delivery_error(exc, f"reply {reply.id} part {index}") from exc
+            ids.append(f"{channel}:{response['ts']}")
+        await self._clear_indicator(reply.key, reply.reply_to_message_id)
+        return ids
+
+    async def _posted_parts(self, reply: Reply) -> dict[int, str]:
+        """Parts of this reply already in the conversation, found by their metadata."""
+        channel, thread = reply.key.channel, reply.key.thread
+        oldest = split_message_id(reply.reply_to_message_id or "")[1] or "0"
+        found: dict[int, str] = {}
+        cursor = None
+        try:
+            for _ in range(LOOKUP_MAX_PAGES):
+                args: dict[str, Any] = {
+                    "channel": channel,
+                    "oldest": oldest,
+                    "limit": LOOKUP_PAGE,
+                    "include_all_metadata": True,
+                }
+                if cursor:
+                    args["cursor"] = cursor
+                if thread:
+                    page = await self.client.conversations_replies(ts=thread, **args)
+                else:
+                    page = await self.client.conversations_history(**args)
+                for message in page.get("messages") or []:
+                    part = self._our_part(message, reply)
+                    if part is not None:
+                        found[part] = f"{channel}:{message['ts']}"
+                cursor = (page.get("response_metadata") or {}).get("next_cursor")
+                if not cursor:
+                    break
+        except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
+            raise delivery_error(exc, f"reply {reply.id}: looking for earlier posts") from exc
+        if found:
+            log.info("reply %s: %d part(s) already posted; not posting them again", reply.id,
+                     len(found))  # fmt: skip
+        return found
+
+    def _our_part(self, message: Mapping[str, Any], reply: Reply) -> int | None:
+        metadata = message.get("metadata") or {}
+        payload = metadata.get("event_payload") or {}
+        if metadata.get("event_type") != METADATA_EVENT_TYPE or payload.get("reply_id") != reply.id:
+            return None
+        if payload.get("conversation", reply.key.id) != reply.key.id:
+            return None
+        if self.identity.bot_id and message.get("bot_id") not in (None, self.identity.bot_id):
+            return None
+        part = payload.get("part")
+        return part if isinstance(part, int) else None
+
+    # thinking indicator -----------------------------------------------------------------------
+    def saw_message(self, key: ConversationKey, platform_id: str) -> None:
+        """Remember the latest accepted message of a conversation (where a reaction goes)."""
+        self._latest[key] = platform_id
+        self._latest.move_to_end(key)
+        while len(self._latest) > TRACKED_LIMIT:
+            self._latest.popitem(last=False)
+
+    async def show_busy(self, key: ConversationKey, busy: bool) -> None:
+        if self.indicator == "off":
+            return
+        try:
+            if busy:
+                await self._show(key)
+            else:
+                await self._clear_indicator(key, None)
+        except Exception as exc:  # best effort: the indicator never fails a burst
+            log.debug("thinking indicator for %s failed: %s", key.id, exc)
+
+    async def _show(self, key: ConversationKey) -> None:
+        if key.thread and self.status_available:
+            try:
+                await self.client.assistant_threads_setStatus(
+                    channel_id=key.channel, thread_ts=key.thread, status=self.status_text
+                )
+                self._status_on.add(key)
+                return
+            except SlackApiError as exc:
+                error = str(exc.response.get("error", ""))
+                if error in STATUS_UNAVAILABLE or getattr(exc.response, "status_code", 0) == 404:
+                    log.info("assistant.threads.setStatus unavailable (%s); using reactions", error)
+                    self.status_available = False
+        latest = self._latest.get(key)
+        if latest is None or self._reacted.get(key) == latest:
+            return
+        previous = self._reacted.get(key)
+        self._reacted[key] = latest
+        await self._react("reactions_add", latest)
+        if previous is not None:
+            await self._react("reactions_remove", previous)
+
+    async def _clear_indicator(self, key: ConversationKey, reply_to: str | None) -> None:
+        """Remove our reaction (also one another process added on `reply_to`) and the status."""
+        if self.indicator == "off":
+            return
+        targets = {t for t in (self._reacted.pop(key, None), reply_to) if t}
+        if key in self._status_on:
+            self._status_on.discard(key)
+            targets.discard(reply_to or "")
+            await self._quietly(
+                self.client.assistant_threads_setStatus(
+                    channel_id=key.channel, thread_ts=key.thread, status=""
+                )
+            )
+        for target in targets:
+            await self._react("reactions_remove", target)
+
+    async def _react(self, method: str, platform_id: str) -> None:
+        channel, ts = split_message_id(platform_id)
+        call = getattr(self.client, method)
+        await self._quietly(call(channel=channel, timestamp=ts, name=self.reaction))
+
+    @staticmethod
+    async def _quietly(call: Any) -> None:
+        try:
+            await call
+        except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
+            log.debug("indicator call failed: %s", exc)

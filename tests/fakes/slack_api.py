@@ -1,0 +1,310 @@
+"""A fake Slack platform on 127.0.0.1: the Web API methods burstbot calls, plus an event sender.
+
+`FakeSlackApi` serves `/api/<method>` like slack.com (form, query or JSON arguments; a Bearer
+token), keeps channels and threads with message metadata, and lets a test inject failures: an HTTP
+status with headers (429 + Retry-After), a Slack error, a post that lands but whose response is
+lost, or a post that hangs. `EventSender` posts correctly signed Events API requests to a bot's
+HTTP endpoint, with `X-Slack-Retry-Num` for retries. For Socket Mode, `apps.connections.open` hands
+out a WebSocket on the same server; `push_envelope` sends an event over it and `acks` records the
+envelope ids the bot acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from slack_sdk.signature import SignatureVerifier
+
+TEAM = "T0001"
+BOT_USER = "UBOT"
+BOT_ID = "BBOT"
+
+
+@dataclass
+class Failure:
+    status: int = 200
+    error: str = "internal_error"
+    headers: dict[str, str] = field(default_factory=dict)
+    lands: bool = False  # the call takes effect, but the caller sees the failure
+
+
+@dataclass
+class PostedMessage:
+    channel: str
+    ts: str
+    text: str
+    thread_ts: str | None
+    metadata: dict[str, Any] | None
+    user: str = BOT_USER
+    bot_id: str | None = BOT_ID
+
+    def as_api(self, with_metadata: bool) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": "message", "ts": self.ts, "text": self.text}
+        out["user"] = self.user
+        if self.bot_id:
+            out["bot_id"] = self.bot_id
+        if self.thread_ts:
+            out["thread_ts"] = self.thread_ts
+        if with_metadata and self.metadata:
+            out["metadata"] = self.metadata
+        return out
+
+
+class FakeSlackApi:
+    def __init__(self, token: str = "xoxb-test", status_supported: bool = False) -> None:
+        self.token = token
+        self.status_supported = status_supported
+        self.messages: list[PostedMessage] = []
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.reactions: set[tuple[str, str, str]] = set()
+        self.reaction_log: list[tuple[str, str, str]] = []
+        self.statuses: list[tuple[str, str, str]] = []
+        self.failures: dict[str, list[Failure]] = {}
+        self.holds: dict[str, asyncio.Event] = {}
+        self.held: dict[str, asyncio.Event] = {}
+        self._ts = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+        self.app_token = "xapp-test"
+        self.acks: list[str] = []
+        self.ack_received = asyncio.Event()
+        self.sockets: list[web.WebSocketResponse] = []
+        self._envelopes = itertools.count(1)
+
+    # lifecycle --------------------------------------------------------------------------------
+    async def start(self) -> FakeSlackApi:
+        app = web.Application()
+        app.router.add_route("*", "/api/{method}", self._handle)
+        app.router.add_get("/socket", self._socket)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/api/"
+        return self
+
+    async def stop(self) -> None:
+        for event in self.holds.values():
+            event.set()
+        for ws in self.sockets:
+            await ws.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # test controls ----------------------------------------------------------------------------
+    def fail(self, method: str, failure: Failure, times: int = 1) -> None:
+        self.failures.setdefault(method, []).extend([failure] * times)
+
+    def hold(self, method: str) -> asyncio.Event:
+        """Calls of `method` take effect, then wait until the returned event is set."""
+        self.held[method] = asyncio.Event()
+        self.holds[method] = asyncio.Event()
+        return self.holds[method]
+
+    def add_user_message(
+        self, channel: str, ts: str, text: str, user: str = "U1", thread_ts: str | None = None
+    ) -> None:
+        self.messages.append(PostedMessage(channel, ts, text, thread_ts, None, user, None))
+
+    def posts(self, channel: str | None = None) -> list[PostedMessage]:
+        return [m for m in self.messages if m.bot_id and (channel is None or m.channel == channel)]
+
+    def methods(self) -> list[str]:
+        return [name for name, _ in self.calls]
+
+    # the API ----------------------------------------------------------------------------------
+    async def _handle(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        args: dict[str, Any] = dict(request.query)
+        if request.can_read_body:
+            if request.content_type == "application/json":
+                args.update(await request.json())
+            else:
+                args.update(dict(await request.post()))
+        self.calls.append((method, args))
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        expected = self.app_token if method == "apps.connections.open" else self.token
+        if token != expected:
+            return web.json_response({"ok": False, "error": "invalid_auth"})
+        failure = self.failures.get(method, []).pop(0) if self.failures.get(method) else None
+        if failure is not None and not failure.lands:
+            return self._failure(failure)
+        handler = getattr(self, "_" + method.replace(".", "_"), None)
+        if handler is None:
+            return web.json_response({"ok": False, "error": "unknown_method"}, status=404)
+        result: dict[str, Any] = handler(args)
+        if method in self.holds:
+            self.held[method].set()
+            await self.holds[method].wait()
+        if failure is not None:
+            return self._failure(failure)
+        return web.json_response({"ok": "error" not in result, **result})
+
+    @staticmethod
+    def _failure(failure: Failure) -> web.Response:
+        return web.json_response(
+            {"ok": False, "error": failure.error}, status=failure.status, headers=failure.headers
+        )
+
+    def _auth_test(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {"team_id": TEAM, "team": "Acme", "user_id": BOT_USER, "user": "burstbot",
+                "bot_id": BOT_ID, "url": "https://acme.slack.com/"}  # fmt: skip
+
+    def _chat_postMessage(self, args: dict[str, Any]) -> dict[str, Any]:
+        metadata = args.get("metadata")
+        if isinstance(metadata, str):
+            metadata = json.loads(metadata)
+        ts = f"{int(time.time())}.{next(self._ts):06d}"
+        message = PostedMessage(
+            str(args["channel"]), ts, str(args.get("text", "")), args.get("thread_ts"), metadata
+        )
+        self.messages.append(message)
+        return {"channel": message.channel, "ts": ts, "message": message.as_api(True)}
+
+    def _conversations_replies(self, args: dict[str, Any]) -> dict[str, Any]:
+        thread = str(args["ts"])
+        found = [
+            m
+            for m in self.messages
+            if m.channel == args["channel"] and (m.ts == thread or m.thread_ts == thread)
+        ]
+        return self._page(found, args)
+
+    def _conversations_history(self, args: dict[str, Any]) -> dict[str, Any]:
+        found = [m for m in self.messages if m.channel == args["channel"] and not m.thread_ts]
+        return self._page(found, args)
+
+    @staticmethod
+    def _page(found: list[PostedMessage], args: dict[str, Any]) -> dict[str, Any]:
+        oldest = float(args.get("oldest") or 0)
+        with_metadata = str(args.get("include_all_metadata", "")).lower() in ("1", "true")
+        found = [m for m in found if float(m.ts) >= oldest]
+        found.sort(key=lambda m: float(m.ts))
+        return {"messages": [m.as_api(with_metadata) for m in found], "has_more": False}
+
+    def _reactions_add(self, args: dict[str, Any]) -> dict[str, Any]:
+        entry = (str(args["channel"]), str(args["timestamp"]), str(args["name"]))
+        self.reaction_log.append(("add", entry[1], entry[2]))
+        if entry in self.reactions:
+            return {"error": "already_reacted"}
+        self.reactions.add(entry)
+        return {}
+
+    def _reactions_remove(self, args: dict[str, Any]) -> dict[str, Any]:
+        entry = (str(args["channel"]), str(args["timestamp"]), str(args["name"]))
+        self.reaction_log.append(("remove", entry[1], entry[2]))
+        if entry not in self.reactions:
+            return {"error": "no_reaction"}
+        self.reactions.discard(entry)
+        return {}
+
+    def _apps_connections_open(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {"url": self.url.replace("http://", "ws://").replace("/api/", "/socket")}
+
+    async def _socket(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        self.sockets.append(ws)
+        await ws.send_json({"type": "hello", "num_connections": 1,
+                            "connection_info": {"app_id": "A0001"}})  # fmt: skip
+        async for frame in ws:
+            if frame.type == aiohttp.WSMsgType.TEXT:
+                envelope_id = json.loads(frame.data).get("envelope_id")
+                if envelope_id:
+                    self.acks.append(envelope_id)
+                    self.ack_received.set()
+        return ws
+
+    async def push_envelope(self, event: dict[str, Any], retry_attempt: int = 0) -> str:
+        """Send an Events API envelope over the newest Socket Mode connection."""
+        envelope_id = f"env-{next(self._envelopes)}"
+        await self.sockets[-1].send_json(
+            {
+                "envelope_id": envelope_id,
+                "type": "events_api",
+                "accepts_response_payload": False,
+                "retry_attempt": retry_attempt,
+                "retry_reason": "timeout" if retry_attempt else "",
+                "payload": event_callback(event),
+            }
+        )
+        return envelope_id
+
+    def _assistant_threads_setStatus(self, args: dict[str, Any]) -> dict[str, Any]:
+        if not self.status_supported:
+            return {"error": "missing_scope"}
+        self.statuses.append((str(args["channel_id"]), str(args["thread_ts"]), args["status"]))
+        return {}
+
+
+class EventSender:
+    """Posts signed Events API requests to a bot's endpoint, as Slack does."""
+
+    def __init__(self, url: str, signing_secret: str, team: str = TEAM) -> None:
+        self.url = url
+        self.verifier = SignatureVerifier(signing_secret)
+        self.team = team
+        self._ids = itertools.count(1)
+
+    async def send(
+        self,
+        event: dict[str, Any],
+        retry_num: int | None = None,
+        event_id: str | None = None,
+        timestamp: int | None = None,
+        signature: str | None = None,
+    ) -> int:
+        body = json.dumps(event_callback(event, event_id or f"Ev{next(self._ids):04d}", self.team))
+        stamp = str(timestamp if timestamp is not None else int(time.time()))
+        headers = {
+            "Content-Type": "application/json",
+            "X-Slack-Request-Timestamp": stamp,
+            "X-Slack-Signature": signature
+            or self.verifier.generate_signature(timestamp=stamp, body=body),
+        }
+        if retry_num is not None:
+            headers["X-Slack-Retry-Num"] = str(retry_num)
+            headers["X-Slack-Retry-Reason"] = "http_timeout"
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(self.url, data=body, headers=headers) as response,
+        ):
+            await response.read()
+            return response.status
+
+
+def event_callback(
+    event: dict[str, Any], event_id: str = "Ev0001", team: str = TEAM
+) -> dict[str, Any]:
+    """The Events API envelope around one event."""
+    return {
+        "token": "legacy",
+        "team_id": team,
+        "api_app_id": "A0001",
+        "type": "event_callback",
+        "event_id": event_id,
+        "event_time": int(time.time()),
+        "event": {"team": team, "event_ts": event.get("ts"), **event},
+    }
+
+
+def dm(ts: str, text: str, user: str = "U1", **extra: Any) -> dict[str, Any]:
+    return {"type": "message", "channel": "D1", "channel_type": "im", "user": user,
+            "text": text, "ts": ts, "user_profile": {"display_name": "alice"}, **extra}  # fmt: skip
+
+
+def channel_message(
+    ts: str, text: str, channel: str = "C1", user: str = "U1", event_type: str = "message",
+    **extra: Any,
+) -> dict[str, Any]:  # fmt: skip
+    event = {"type": event_type, "channel": channel, "user": user, "text": text, "ts": ts, **extra}
+    if event_type == "message":
+        event["channel_type"] = "channel"
+    return event

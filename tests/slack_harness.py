@@ -1,0 +1,120 @@
+"""One burstbot process with the real Slack front end against the fake Slack API, fake clock."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from adapters.slack import SlackFrontend
+from bot.app import App
+from bot.clock import FakeClock
+from bot.config import Config, parse_config
+from bot.events import ConversationKey
+from bot.frontend import Host
+from bot.testing import ScriptedReplier
+from storage.sqlite import SqliteStore
+from tests.fakes.slack_api import TEAM, EventSender, FakeSlackApi
+
+SECRET = "signing-secret-for-tests"
+TOKEN = "xoxb-test"
+DM_KEY = ConversationKey("slack", TEAM, "D1", "")
+
+
+def slack_config(api: FakeSlackApi, **slack: Any) -> Config:
+    return parse_config(
+        {
+            "console": {"enabled": False},
+            "llm": {"provider": "offline"},
+            "debounce": {"quiet_seconds": 1.5, "max_wait_seconds": 8.0},
+            "slack": {
+                "enabled": True,
+                "mode": "http",
+                "api_base_url": api.url,
+                "http_port": 0,
+                **slack,
+            },
+        }
+    )
+
+
+@dataclass
+class Bot:
+    app: App
+    frontend: SlackFrontend
+    sender: EventSender
+    clock: FakeClock
+    replier: ScriptedReplier
+    store: SqliteStore
+
+    async def step(self, seconds: float = 0.0) -> None:
+        """Advance the fake clock, run what is due and deliver; wait for that work to finish."""
+        engine = self.app.engine
+        if seconds:
+            await self.clock.advance(seconds)
+        await engine.run_due()
+        await engine.idle()
+        await engine.deliver_due()
+        await engine.idle()
+
+    async def send(self, event: dict[str, Any], **kwargs: Any) -> int:
+        status = await self.sender.send(event, **kwargs)
+        await self.app.engine.idle()  # thinking-indicator calls started by the ingest
+        return status
+
+
+@asynccontextmanager
+async def running_bot(
+    api: FakeSlackApi,
+    db: str = ":memory:",
+    clock: FakeClock | None = None,
+    replier: ScriptedReplier | None = None,
+    host_wrapper: Any = None,
+    owner: str = "w1",
+    **slack: Any,
+) -> AsyncIterator[Bot]:
+    config = slack_config(api, **slack)
+    clock = clock or FakeClock()
+    replier = replier or ScriptedReplier()
+    store = SqliteStore(db)
+    frontend = SlackFrontend(config.slack, TOKEN, signing_secret=SECRET, app_token=api.app_token)
+    app = App(config, store, replier, [frontend], clock=clock, owner=owner)
+    await store.open()
+    host: Host = host_wrapper(app) if host_wrapper else app
+    await frontend.start(host)
+    url = f"http://127.0.0.1:{frontend.http_port}{config.slack.http_path}"
+    try:
+        yield Bot(app, frontend, EventSender(url, SECRET), clock, replier, store)
+    finally:
+        # The engine first, like a crash: stopping the front end first would fail an in-flight
+        # post, and the shutdown would then cancel that delivery's store write halfway.
+        await app.engine.shutdown()
+        await frontend.stop()
+        await store.close()
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[FakeSlackApi]:
+    fake = await FakeSlackApi().start()
+    yield fake
+    await fake.stop()
+
+
+@pytest.fixture
+async def bot(api: FakeSlackApi) -> AsyncIterator[Bot]:
+    async with running_bot(api) as running:
+        yield running
+
+
+def ts(n: int) -> str:
+    return f"1700000000.{n:06d}"
+
+
+async def stored_texts(bot: Bot, key: ConversationKey) -> list[str]:
+    state = await bot.store.conversation_state(key.id)
+    assert state is not None
+    messages = await bot.store.pending_messages(key.id, state.answered_version, state.version)
+    return [m.text for m in messages]

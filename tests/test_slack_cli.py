@@ -1,0 +1,131 @@
+"""`burstbot run` as an operator runs it: Slack in HTTP mode against a fake Slack Web API.
+
+These run a real process on the wall clock (debounce 0.3 s); waits are bounded polls for I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.fakes.slack_api import EventSender, FakeSlackApi, dm
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = "operator-signing-secret"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def write_config(tmp_path: Path, api: FakeSlackApi, port: int) -> Path:
+    config = tmp_path / "burstbot.toml"
+    config.write_text(
+        f"""
+[storage]
+url = "sqlite:///{tmp_path / "burstbot.db"}"
+
+[debounce]
+quiet_seconds = 0.3
+max_wait_seconds = 2.0
+
+[engine]
+poll_seconds = 0.2
+
+[llm]
+provider = "offline"
+
+[console]
+enabled = false
+
+[slack]
+enabled = true
+mode = "http"
+api_base_url = "{api.url}"
+http_port = {port}
+"""
+    )
+    return config
+
+
+async def start_burstbot(config: Path, token: str) -> asyncio.subprocess.Process:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "ANTHROPIC_"))}
+    env.update(
+        PYTHONPATH=str(ROOT), SLACK_BOT_TOKEN=token, SLACK_SIGNING_SECRET=SECRET
+    )  # fmt: skip
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "run", "--config", str(config),
+        cwd=config.parent, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+
+
+async def until(condition: Callable[[], bool], within: float = 15.0) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[FakeSlackApi]:
+    fake = await FakeSlackApi().start()
+    yield fake
+    await fake.stop()
+
+
+async def test_operator_run_answers_a_dm_burst_once_and_ignores_a_retry(
+    api: FakeSlackApi, tmp_path: Path
+) -> None:
+    port = free_port()
+    process = await start_burstbot(write_config(tmp_path, api, port), "xoxb-test")
+    sender = EventSender(f"http://127.0.0.1:{port}/slack/events", SECRET)
+    try:
+        first = dm("1700000000.000001", "hey")
+        deadline = time.monotonic() + 15
+        while True:  # the endpoint is up once a request connects
+            try:
+                assert await sender.send(first) == 200
+                break
+            except aiohttp.ClientConnectionError:
+                assert process.returncode is None and time.monotonic() < deadline
+                await asyncio.sleep(0.1)
+        assert await sender.send(dm("1700000000.000002", "quick question")) == 200
+        assert await sender.send(dm("1700000000.000003", "is prod up?")) == 200
+        await until(lambda: len(api.posts()) == 1)
+        assert api.posts()[0].text == (
+            "Got your 3 messages:\n> alice: hey\n> alice: quick question\n> alice: is prod up?"
+        )
+        assert await sender.send(first, retry_num=1) == 200  # Slack's retry of an answered one
+        assert await sender.send(dm("1700000000.000004", "thanks")) == 200
+        await until(lambda: len(api.posts()) == 2)
+        assert api.posts()[1].text == "Got your 1 message:\n> alice: thanks"
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(process.communicate(), 15)
+    assert process.returncode == 0, stderr.decode()
+    assert len(api.posts()) == 2
+
+
+async def test_rejected_bot_token_prints_one_line_and_exits_2(
+    api: FakeSlackApi, tmp_path: Path
+) -> None:
+    process = await start_burstbot(write_config(tmp_path, api, free_port()), "xoxb-revoked")
+    _, stderr = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode == 2
+    assert stderr.decode().strip().splitlines() == [
+        "burstbot: config error: slack.bot_token_env: Slack rejected the bot token in "
+        "SLACK_BOT_TOKEN (invalid_auth)"
+    ]

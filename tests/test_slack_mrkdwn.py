@@ -1,0 +1,152 @@
+"""Markdown → mrkdwn, splitting under Slack's limit, neutralising mentions, reading Slack text."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from adapters.slack.inbound import Identity, Placement, new_message, place, plain_text
+from adapters.slack.mrkdwn import neutralise_mentions, split_mrkdwn, to_mrkdwn
+from bot.events import ConversationKey, IncomingMessage
+
+ME = Identity("T1", "UBOT", "BBOT")
+
+
+@pytest.mark.parametrize(
+    ("markdown", "mrkdwn"),
+    [
+        ("**bold** and __also__", "*bold* and *also*"),
+        ("*italic* and _italic_", "_italic_ and _italic_"),
+        ("***both***", "*_both_*"),
+        ("~~gone~~", "~gone~"),
+        ("[docs](https://example.com/a?b=1&c=2)", "<https://example.com/a?b=1&amp;c=2|docs>"),
+        ("see <https://example.com>", "see <https://example.com>"),
+        ("## Heading **x**", "*Heading x*"),
+        ("- one\n  * two\n+ three", "• one\n  • two\n• three"),
+        ("- [ ] todo\n- [x] done", "• ☐ todo\n• ☑ done"),
+        ("1. first\n2) second", "1. first\n2. second"),
+        ("> quoted *text*", "> quoted _text_"),
+        ("a < b && c > d", "a &lt; b &amp;&amp; c &gt; d"),
+        ("`x < *y*`", "`x &lt; *y*`"),
+        ("2 * 3 * 4 and snake_case_name", "2 * 3 * 4 and snake_case_name"),
+        ("```python\nif a < b:\n    **not bold**\n```", "```\nif a &lt; b:\n    **not bold**\n```"),
+        ("```\nunclosed", "```\nunclosed\n```"),
+        ("---", "──────────"),
+    ],
+)
+def test_markdown_to_mrkdwn(markdown: str, mrkdwn: str) -> None:
+    assert to_mrkdwn(markdown) == mrkdwn
+
+
+@pytest.mark.parametrize(
+    "dangerous",
+    [
+        "<!channel>",
+        "<!here>",
+        "<!everyone>",
+        "<!here|here>",
+        "<!subteam^S0123|@devs>",
+        "```\n<!channel>\n```",
+        "`<!here>`",
+        "[<!channel>](https://x.io)",
+        "[x](https://x.io/<!here>)",
+        "@channel @here @everyone @Here",
+    ],
+)
+def test_model_output_can_never_ping(dangerous: str) -> None:
+    out = to_mrkdwn(dangerous)
+    assert "<!" not in out
+    for word in ("@channel", "@here", "@everyone"):
+        assert word not in out.lower()
+
+
+def test_neutralise_mentions_on_raw_text() -> None:
+    raw = "hi <!channel> <!subteam^S1|devs> @here <@U123> <https://x.io|x>"
+    out = neutralise_mentions(raw)
+    assert out == ("hi &lt;!channel&gt; &lt;!subteam^S1|devs&gt; @\u200bhere <@U123> "
+                   "<https://x.io|x>")  # fmt: skip
+
+
+def test_split_keeps_code_blocks_whole_when_they_fit() -> None:
+    prose = "\n".join(f"line {n} " + "x" * 60 for n in range(30))
+    code = "```\n" + "\n".join(f"code {n}" for n in range(40)) + "\n```"
+    parts = split_mrkdwn(prose + "\n" + code + "\n" + prose, limit=1000)
+    assert all(len(p) <= 1000 for p in parts)
+    assert any(p.startswith("```") and p.endswith("```") and "code 0" in p and "code 39" in p
+               for p in parts) or sum("```" in p for p in parts) == 1  # fmt: skip
+    assert [p for p in parts if "code 0" in p] == [p for p in parts if "code 39" in p]
+
+
+def test_split_reopens_a_code_block_too_long_for_one_part() -> None:
+    code = "```\n" + "\n".join(f"print({n})  # " + "y" * 40 for n in range(200)) + "\n```"
+    parts = split_mrkdwn("intro\n" + code + "\noutro", limit=1200)
+    assert len(parts) > 5
+    for part in parts:
+        assert len(part) <= 1200
+        assert part.count("```") % 2 == 0, part
+    joined = "\n".join(parts)
+    for n in range(200):
+        assert f"print({n})" in joined
+
+
+def test_split_cuts_a_giant_line_at_spaces_and_not_inside_links_or_entities() -> None:
+    line = (
+        " ".join(["word"] * 500) + " " + "&amp;" * 300 + " <https://example.com/" + "p" * 50 + ">"
+    )
+    parts = split_mrkdwn(line, limit=400)
+    assert all(len(p) <= 400 for p in parts)
+    assert all(p.count("&amp;") * 5 == p.count("&") * 5 for p in parts)
+    assert all("&am" not in p.replace("&amp;", "") for p in parts)
+    assert any(p.startswith("<https://example.com/") and p.endswith(">") for p in parts)
+
+
+@given(st.text(alphabet=st.sampled_from("ab *_`<>&#-\n~[]()!@"), max_size=3000))
+def test_any_text_splits_into_bounded_balanced_parts(markdown: str) -> None:
+    parts = split_mrkdwn(to_mrkdwn(markdown), limit=200)
+    for part in parts:
+        assert 0 < len(part) <= 200
+        assert [line.strip() for line in part.split("\n")].count("```") % 2 == 0
+        assert "<!" not in part
+
+
+def test_plain_text_reads_slack_controls() -> None:
+    text = "<@UBOT> ask <@U2|bob> in <#C1|general> about <https://x.io|this> &amp; <!here>"
+    assert plain_text(text, ME) == "ask @bob in #general about this (https://x.io) & @here"
+
+
+@pytest.mark.parametrize(
+    ("channel", "channel_type", "message", "mentioned", "thread", "check"),
+    [
+        ("D1", "im", {"ts": "1.0"}, False, "", False),
+        ("D1", "im", {"ts": "2.0", "thread_ts": "1.0"}, False, "1.0", False),
+        ("C1", "channel", {"ts": "1.0", "text": "<@UBOT> hi"}, False, "1.0", False),
+        ("C1", "channel", {"ts": "2.0", "thread_ts": "1.0"}, True, "1.0", False),
+        ("C1", "channel", {"ts": "2.0", "thread_ts": "1.0"}, False, "1.0", True),
+        ("C9", "channel", {"ts": "1.0", "text": "<@UBOT> hi"}, True, "", False),
+    ],
+)
+def test_placement(
+    channel: str, channel_type: str, message: dict[str, str], mentioned: bool, thread: str,
+    check: bool,
+) -> None:  # fmt: skip
+    placement = place("T1", channel, channel_type, message, ME, {"C9"}, mentioned)
+    assert placement is not None
+    assert (placement.key.thread, placement.needs_thread_check) == (thread, check)
+
+
+def test_plain_channel_message_does_not_count() -> None:
+    assert place("T1", "C1", "channel", {"ts": "1.0", "text": "hi"}, ME, set()) is None
+    other_user = {"ts": "1.0", "text": "ask <@UBOT2> or <@UBOTX|x>"}
+    assert place("T1", "C1", "channel", other_user, ME, set()) is None
+    labelled = {"ts": "1.0", "text": "hey <@UBOT|burstbot>"}
+    assert place("T1", "C1", "channel", labelled, ME, set()) is not None
+
+
+def test_shared_files_are_named_in_the_text() -> None:
+    placement = Placement(ConversationKey("slack", "T1", "D1"))
+    event = {"ts": "1.5", "user": "U1", "text": "look", "subtype": "file_share",
+             "files": [{"name": "graph.png"}, {"title": "notes"}]}  # fmt: skip
+    message = new_message(placement, "D1", event, ME)
+    assert isinstance(message, IncomingMessage)
+    assert (message.message_id, message.text) == ("D1:1.5", "look\n[shared: graph.png, notes]")

@@ -1,0 +1,153 @@
+"""The Slack front end posting replies: real Bolt `AsyncApp` and `AsyncWebClient` against a
+fake Slack Web API, signed HTTP events, the real engine and SQLite store on a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import yaml
+
+from adapters.slack import SlackFrontend, build_slack_frontend
+from bot.clock import FakeClock
+from bot.config import SlackConfig
+from bot.errors import ConfigError, PermanentDeliveryError, RetryableDeliveryError
+from bot.events import ConversationKey, Reply
+from bot.testing import ScriptedReplier, check_invariants
+from tests.fakes.slack_api import TEAM, Failure, FakeSlackApi, dm
+from tests.slack_harness import DM_KEY, Bot, api, bot, running_bot, slack_config, ts
+
+__all__ = ["api", "bot"]  # fixtures
+
+
+# posting --------------------------------------------------------------------------------------
+async def test_lost_post_response_is_not_posted_twice(api: FakeSlackApi, bot: Bot) -> None:
+    api.fail("chat.postMessage", Failure(status=500, error="internal_error", lands=True))
+    await bot.send(dm(ts(1), "hi"))
+    await bot.step(1.5)
+    assert len(api.posts()) == 1  # it landed, but we were told it failed
+    [row] = await bot.store.replies(DM_KEY.id)
+    assert row.state == "pending"
+    await bot.step(5)  # the retry looks for the metadata first
+    assert len(api.posts()) == 1
+    [row] = await bot.store.replies(DM_KEY.id)
+    assert row.state == "sent" and row.platform_message_ids == (f"D1:{api.posts()[0].ts}",)
+    assert "conversations.history" in api.methods()
+
+
+async def test_crash_between_commit_and_post_redelivers_without_double_posting(
+    api: FakeSlackApi, tmp_path: Path
+) -> None:
+    db, clock = str(tmp_path / "burstbot.db"), FakeClock()
+    long_text = "\n\n".join(f"paragraph {n}: " + "word " * 300 for n in range(6))
+    posted = api.hold("chat.postMessage")
+    replier = ScriptedReplier(hold=True)
+    async with running_bot(api, db=db, clock=clock, replier=replier, owner="first") as first:
+        await first.send(dm(ts(1), "write a lot"))
+        await first.clock.advance(1.5)
+        await first.app.engine.run_due()
+        (await replier.next_call(0)).finish(long_text)
+        await asyncio.wait_for(api.held["chat.postMessage"].wait(), 5)
+        # the process dies here: part 0 is on Slack, the outbox row is still pending
+    assert len(api.posts()) == 1
+    del api.holds["chat.postMessage"]
+    posted.set()
+    async with running_bot(api, db=db, clock=clock, owner="second") as second:
+        await second.step(31)  # past the first process's delivery claim
+        parts = api.posts()
+        assert len(parts) >= 3
+        assert [p.metadata["event_payload"]["part"] for p in parts] == list(range(len(parts)))
+        assert len({p.metadata["event_payload"]["reply_id"] for p in parts}) == 1
+        assert all(len(p.text) <= 3500 for p in parts)
+        [row] = await second.store.replies(DM_KEY.id)
+        assert row.state == "sent" and len(row.platform_message_ids) == len(parts)
+        await check_invariants(second.store, [DM_KEY.id])
+
+
+async def test_rate_limit_is_retryable_with_retry_after_and_missing_channel_is_permanent(
+    api: FakeSlackApi, bot: Bot
+) -> None:
+    reply = Reply("r9", ConversationKey("slack", TEAM, "C1", ts(1)), "hi", 1)
+    api.fail("chat.postMessage", Failure(status=429, error="ratelimited",
+                                         headers={"Retry-After": "7"}))  # fmt: skip
+    with pytest.raises(RetryableDeliveryError) as retry:
+        await bot.frontend.deliver(reply)
+    assert retry.value.retry_after == 7.0
+    api.fail("chat.postMessage", Failure(error="channel_not_found"))
+    with pytest.raises(PermanentDeliveryError, match="channel_not_found"):
+        await bot.frontend.deliver(reply)
+    assert api.posts() == []
+    assert await bot.frontend.deliver(reply) == [f"C1:{api.posts()[0].ts}"]
+
+
+async def test_model_output_is_mrkdwn_split_and_cannot_ping(api: FakeSlackApi, bot: Bot) -> None:
+    text = "# Plan\n**Hey** <!channel> @here <!subteam^S1|devs>\n```python\nx = 1 < 2\n```"
+    reply = Reply("r1", ConversationKey("slack", TEAM, "C1", ts(1)), text, 1)
+    await bot.frontend.deliver(reply)
+    [post] = api.posts()
+    assert post.text.startswith("*Plan*\n*Hey* &lt;!channel&gt; @\u200bhere &lt;!subteam^S1|devs")
+    assert post.text.endswith("```\nx = 1 &lt; 2\n```")
+    assert "<!" not in post.text
+
+
+# thinking indicator ---------------------------------------------------------------------------
+async def test_reaction_follows_the_latest_message_and_goes_when_the_reply_is_posted(
+    api: FakeSlackApi, bot: Bot
+) -> None:
+    await bot.send(dm(ts(1), "a"))
+    assert api.reactions == {("D1", ts(1), "hourglass_flowing_sand")}
+    await bot.send(dm(ts(2), "b"))
+    assert api.reactions == {("D1", ts(2), "hourglass_flowing_sand")}
+    await bot.step(1.5)
+    assert len(api.posts()) == 1 and api.reactions == set()
+
+
+async def test_assistant_status_where_the_app_has_it(api: FakeSlackApi) -> None:
+    api.status_supported = True
+    async with running_bot(api) as bot:
+        await bot.send(dm(ts(2), "in a thread", thread_ts=ts(1)))
+        await bot.step(1.5)
+        [post] = api.posts()
+        assert post.thread_ts == ts(1)
+        assert api.statuses == [("D1", ts(1), "is thinking…"), ("D1", ts(1), "")]
+        assert "reactions.add" not in api.methods()
+
+
+# startup --------------------------------------------------------------------------------------
+async def test_rejected_token_is_one_clear_config_error(api: FakeSlackApi) -> None:
+    config = slack_config(api)
+    frontend = SlackFrontend(config.slack, "xoxb-wrong", signing_secret="s")
+    with pytest.raises(ConfigError, match=r"SLACK_BOT_TOKEN \(invalid_auth\)"):
+        await frontend.start(None)  # type: ignore[arg-type]
+    await frontend.stop()
+
+
+def test_missing_secrets_name_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+
+    monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
+    with pytest.raises(ConfigError, match="SLACK_BOT_TOKEN is not set"):
+        build_slack_frontend(SlackConfig(enabled=True))
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-1")
+    monkeypatch.setenv("SLACK_APP_TOKEN", "xoxb-not-an-app-token")
+    with pytest.raises(ConfigError, match="app-level token"):
+        build_slack_frontend(SlackConfig(enabled=True, mode="socket"))
+    monkeypatch.delenv("SLACK_SIGNING_SECRET", raising=False)
+    with pytest.raises(ConfigError, match="SLACK_SIGNING_SECRET"):
+        build_slack_frontend(SlackConfig(enabled=True, mode="http"))
+
+
+def test_manifest_subscribes_to_what_the_adapter_reads_with_the_scopes_it_needs() -> None:
+
+    manifest = yaml.safe_load(
+        (Path(__file__).parent.parent / "adapters/slack/manifest.yml").read_text()
+    )
+    events = set(manifest["settings"]["event_subscriptions"]["bot_events"])
+    scopes = set(manifest["oauth_config"]["scopes"]["bot"])
+    assert events == {"app_mention", "message.channels", "message.groups", "message.im",
+                      "message.mpim"}  # fmt: skip
+    for event in events - {"app_mention"}:  # message.im needs im:history, ...
+        assert event.replace("message.", "") + ":history" in scopes
+    assert {"app_mentions:read", "chat:write", "reactions:write"} <= scopes
+    assert manifest["settings"]["socket_mode_enabled"] is True
+    assert manifest["features"]["bot_user"]["display_name"]
