@@ -34,6 +34,8 @@ from bot.store import (
     TokenUsage,
 )
 from storage.queries import load_queries, migrations
+from storage.sqlite_batch import IngestBatcher, QueuedIngest, apply_ingest_batch
+from storage.sqlite_batch import message_uid as message_uid  # the dedupe key other stores share
 from storage.sqlite_ops import SqliteOpsMixin
 
 Q = load_queries("sqlite.sql")
@@ -42,17 +44,13 @@ Params = Mapping[str, Any]
 T = TypeVar("T")
 
 
-def message_uid(platform: str, workspace: str, message_id: str) -> str:
-    """Platform ids are unique per platform and workspace; the store's dedupe key says so."""
-    return f"{platform}/{workspace}/{message_id}"
-
-
 class SqliteStore(SqliteOpsMixin):
     def __init__(self, path: str, busy_timeout_ms: int = 10_000) -> None:
         self.path = path
         self.busy_timeout_ms = busy_timeout_ms
         self._db: aiosqlite.Connection | None = None
         self._lock = asyncio.Lock()
+        self._batcher = IngestBatcher(self._ingest_batch)
 
     # lifecycle -------------------------------------------------------------------------------
     async def open(self) -> None:
@@ -65,6 +63,8 @@ class SqliteStore(SqliteOpsMixin):
             await self._db.execute("PRAGMA synchronous = FULL")
             await self._db.execute("PRAGMA foreign_keys = ON")
             await self._migrate()
+            for statement in _statements(Q["create_ingest_batch"]):
+                await self._db.execute(statement)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
 
@@ -84,6 +84,7 @@ class SqliteStore(SqliteOpsMixin):
                 await db.execute(f"PRAGMA user_version = {number}")
 
     async def close(self) -> None:
+        await self._batcher.wait_idle()
         if self._db is not None:
             await self._db.close()
             self._db = None
@@ -147,30 +148,12 @@ class SqliteStore(SqliteOpsMixin):
 
     # 1. arrival ------------------------------------------------------------------------------
     async def ingest(self, message: IncomingMessage, now: float, timing: Timing) -> IngestResult:
-        key = message.key
-        cid = key.id
-        uid = message_uid(key.platform, key.workspace, message.message_id)
-        async with self._transaction() as db:
-            await self._rows(
-                "ensure_conversation", {"cid": cid, "platform": key.platform, "now": now}, db
-            )
-            inserted = await self._one(
-                "insert_message",
-                {
-                    "cid": cid,
-                    "uid": uid,
-                    "message_id": message.message_id,
-                    "author_id": message.author_id,
-                    "author_name": message.author_name,
-                    "text": message.text,
-                    "now": now,
-                },
-                db,
-            )
-            if inserted is None:
-                version = await self._one("current_version", {"cid": cid}, db)
-                return IngestResult("duplicate", cid, int(version[0]) if version else 0)
-            return await self._bump_and_arm(db, cid, now, timing)
+        """Queued for group commit (storage/sqlite_batch.py); returns once the batch committed."""
+        return await self._batcher.submit(message, now, timing)
+
+    async def _ingest_batch(self, batch: Sequence[QueuedIngest]) -> list[IngestResult]:
+        async with self._lock:
+            return await apply_ingest_batch(self._conn(), batch)
 
     async def _bump_and_arm(
         self, db: aiosqlite.Connection, cid: str, now: float, timing: Timing

@@ -240,10 +240,12 @@ VALUES (:cid, :token, :from_version, :to_version, :started_at, :ended_at, :outco
         :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens, :error);
 
 -- name: claim_replies
+-- INDEXED BY: left alone, the planner walks every reply ever sent in id order to honour ORDER BY
+-- id LIMIT; the partial index holds only pending rows.
 UPDATE replies
 SET claim_owner = :owner, claim_expires_at = :now + :ttl, attempts = attempts + 1
 WHERE id IN (
-    SELECT id FROM replies
+    SELECT id FROM replies INDEXED BY replies_pending
     WHERE state = 'pending' AND next_attempt_at <= :now
       AND (claim_owner IS NULL OR claim_expires_at < :now)
       AND platform IN (SELECT value FROM json_each(:platforms))
@@ -342,3 +344,87 @@ ORDER BY last_activity_at DESC LIMIT :limit;
 -- name: all_messages
 SELECT seq, message_id, author_id, author_name, text, created_at, edited_at, deleted
 FROM messages WHERE conversation_id = :cid ORDER BY seq;
+
+-- Group commit (storage/sqlite_batch.py): concurrent ingests land in a per-connection scratch table
+-- and are applied with one statement per step, in arrival order, inside one transaction. The result
+-- is the same as running `ensure_conversation`, `insert_message`, `bump_version` and `arm_timer`
+-- for each message in turn.
+
+-- name: create_ingest_batch
+CREATE TEMP TABLE IF NOT EXISTS ingest_batch (
+    k           INTEGER PRIMARY KEY,  -- arrival order within the batch
+    cid         TEXT NOT NULL,
+    platform    TEXT NOT NULL,
+    uid         TEXT NOT NULL,
+    message_id  TEXT NOT NULL,
+    author_id   TEXT NOT NULL,
+    author_name TEXT NOT NULL,
+    text        TEXT NOT NULL,
+    now         REAL NOT NULL,
+    quiet       REAL NOT NULL,
+    max_wait    REAL NOT NULL,
+    seq         INTEGER               -- set for accepted messages, NULL for duplicates
+);
+CREATE INDEX IF NOT EXISTS temp.ingest_batch_uid ON ingest_batch(uid);
+
+-- name: fill_ingest_batch
+INSERT INTO temp.ingest_batch (k, cid, platform, uid, message_id, author_id, author_name, text, now,
+                               quiet, max_wait)
+VALUES (:k, :cid, :platform, :uid, :message_id, :author_id, :author_name, :text, :now, :quiet,
+        :max_wait);
+
+-- name: ensure_batch_conversations
+INSERT INTO conversations (id, platform, created_at)
+SELECT cid, platform, MIN(now) FROM temp.ingest_batch WHERE true GROUP BY cid
+ON CONFLICT (id) DO NOTHING;
+
+-- name: number_batch_messages
+-- The first copy of each id not stored yet gets its conversation's next seq, in arrival order;
+-- later copies and ids stored before keep seq NULL (duplicates).
+UPDATE temp.ingest_batch SET seq = numbered.seq
+FROM (
+    SELECT b.k, c.version + ROW_NUMBER() OVER (PARTITION BY b.cid ORDER BY b.k) AS seq
+    FROM temp.ingest_batch b JOIN conversations c ON c.id = b.cid
+    WHERE b.k = (SELECT MIN(f.k) FROM temp.ingest_batch f WHERE f.uid = b.uid)
+      AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.message_uid = b.uid)
+) AS numbered
+WHERE ingest_batch.k = numbered.k;
+
+-- name: insert_batch_messages
+INSERT INTO messages (conversation_id, seq, message_uid, message_id, author_id, author_name, text,
+                      created_at)
+SELECT cid, seq, uid, message_id, author_id, author_name, text, now
+FROM temp.ingest_batch WHERE seq IS NOT NULL ORDER BY k;
+
+-- name: bump_batch_versions
+UPDATE conversations SET version = added.top
+FROM (SELECT cid, MAX(seq) AS top FROM temp.ingest_batch WHERE seq IS NOT NULL GROUP BY cid) AS added
+WHERE conversations.id = added.cid;
+
+-- name: arm_batch_timers
+-- `arm_timer` applied message by message keeps the deadline set by the first new message (or the
+-- existing timer's) and the quiet window of the last one.
+INSERT INTO debounce_timers (conversation_id, due_at, deadline_at, quiet_until, armed_version)
+SELECT head.cid, MIN(tail.now + tail.quiet, head.now + head.max_wait), head.now + head.max_wait,
+       tail.now + tail.quiet, tail.seq
+FROM (SELECT cid, MIN(k) AS head_k, MAX(k) AS tail_k
+      FROM temp.ingest_batch WHERE seq IS NOT NULL GROUP BY cid) AS span
+JOIN temp.ingest_batch head ON head.k = span.head_k
+JOIN temp.ingest_batch tail ON tail.k = span.tail_k
+WHERE true
+ON CONFLICT (conversation_id) DO UPDATE SET
+    quiet_until = excluded.quiet_until,
+    due_at = MIN(excluded.quiet_until, debounce_timers.deadline_at),
+    armed_version = excluded.armed_version;
+
+-- name: ingest_batch_results
+-- Per message: its seq (accepted) or the conversation's version (duplicate), and the due time the
+-- timer had right after it.
+SELECT b.k, b.cid, b.seq, c.version, MIN(b.now + b.quiet, t.deadline_at) AS due_at
+FROM temp.ingest_batch b
+JOIN conversations c ON c.id = b.cid
+LEFT JOIN debounce_timers t ON t.conversation_id = b.cid
+ORDER BY b.k;
+
+-- name: clear_ingest_batch
+DELETE FROM temp.ingest_batch;

@@ -1,0 +1,84 @@
+"""Sizes and timings of one benchmark run: `FULL` for the published report, `QUICK` for CI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    quiet_seconds: float
+    max_wait_seconds: float
+    # 1. bursts: people typing bursts, pausing between them
+    burst_conversations: int
+    bursts_per_conversation: int
+    burst_size: tuple[int, int]
+    gap_seconds: tuple[float, float]
+    pause_seconds: float
+    burst_tokens: int
+    burst_token_latency: float
+    # 2. typing during generation: a burst, then one more message while the reply streams
+    typing_conversations: int
+    typing_burst_size: tuple[int, int]
+    follow_up_seconds: tuple[float, float]  # after the burst's last message
+    typing_tokens: int
+    typing_token_latency: float
+    # 3. ingest flood
+    senders: int
+    messages_per_sender: int
+    # 4. scale
+    stored_conversations: int
+    armed_timers: int
+    firing: tuple[tuple[int, float], ...]  # runs of (timers falling due, over seconds)
+    start_spread_seconds: float = 1.0  # people start typing at random times within this
+    settle_timeout_seconds: float = 120.0
+
+
+FULL = Profile(
+    name="full",
+    quiet_seconds=0.5,
+    max_wait_seconds=8.0,
+    burst_conversations=100,
+    bursts_per_conversation=2,
+    burst_size=(3, 8),
+    gap_seconds=(0.05, 0.4),
+    pause_seconds=3.0,
+    burst_tokens=40,
+    burst_token_latency=0.01,
+    typing_conversations=100,
+    typing_burst_size=(2, 4),
+    follow_up_seconds=(0.6, 2.0),
+    typing_tokens=250,
+    typing_token_latency=0.02,
+    senders=100,
+    messages_per_sender=100,
+    stored_conversations=100_000,
+    armed_timers=10_000,
+    firing=((200, 10.0), (1_000, 10.0)),
+)
+
+QUICK = Profile(
+    name="quick",
+    quiet_seconds=0.1,
+    max_wait_seconds=1.0,
+    burst_conversations=4,
+    bursts_per_conversation=1,
+    burst_size=(3, 5),
+    gap_seconds=(0.01, 0.05),
+    pause_seconds=0.5,
+    burst_tokens=5,
+    burst_token_latency=0.002,
+    typing_conversations=3,
+    typing_burst_size=(2, 2),
+    follow_up_seconds=(0.15, 0.3),
+    typing_tokens=50,
+    typing_token_latency=0.005,
+    senders=4,
+    messages_per_sender=25,
+    stored_conversations=2_000,
+    armed_timers=200,
+    firing=((20, 0.5),),
+    start_spread_seconds=0.1,
+    settle_timeout_seconds=30.0,
+)

@@ -1,0 +1,296 @@
+"""Tables, targets, the Markdown report and the plot of one benchmark run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchmarks.bursts import BurstRow
+from benchmarks.ingest import IngestRow
+from benchmarks.profiles import Profile
+from benchmarks.scale import ScaleRow
+
+
+@dataclass
+class Results:
+    profile: Profile
+    machine: list[str]
+    bursts: list[BurstRow] = field(default_factory=list)
+    typing: list[BurstRow] = field(default_factory=list)
+    ingest: list[IngestRow] = field(default_factory=list)
+    scale: list[ScaleRow] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Table:
+    title: str
+    headers: tuple[str, ...]
+    rows: list[tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    goal: str
+    measured: str
+    met: bool
+
+
+def _wasted(row: BurstRow) -> int:
+    """Engine systems: what the store's `generations` table says; baselines: the model's count."""
+    return row.wasted_per_store if row.wasted_per_store is not None else row.tally.wasted_tokens
+
+
+def _row(results: list[BurstRow], system: str) -> BurstRow:
+    return next(r for r in results if r.system == system)
+
+
+def tables(results: Results) -> list[Table]:
+    out = []
+    out.append(
+        Table(
+            "1. Bursts (model calls, replies and duplicates per burst)",
+            (
+                "system",
+                "bursts",
+                "model calls / burst",
+                "replies / burst",
+                "duplicate replies",
+                "unanswered messages",
+            ),
+            [
+                (
+                    r.system,
+                    str(r.units),
+                    f"{r.tally.model_calls / r.units:.2f}",
+                    f"{r.tally.replies / r.units:.2f}",
+                    str(r.tally.duplicate_replies),
+                    str(r.tally.unanswered),
+                )
+                for r in results.bursts
+            ],
+        )
+    )
+    discard = _wasted(_row(results.typing, "complete-then-discard")) if results.typing else 0
+    out.append(
+        Table(
+            "2. Typing during generation (output tokens wasted on replies nobody sees)",
+            (
+                "system",
+                "conversations",
+                "model calls",
+                "replies",
+                "duplicate replies",
+                "output tokens",
+                "wasted tokens",
+                "wasted vs complete-then-discard",
+            ),
+            [
+                (
+                    r.system,
+                    str(r.units),
+                    str(r.tally.model_calls),
+                    str(r.tally.replies),
+                    str(r.tally.duplicate_replies),
+                    str(r.tally.output_tokens),
+                    str(_wasted(r)),
+                    f"{100 * _wasted(r) / discard:.0f} %" if discard else "n/a",
+                )
+                for r in results.typing
+            ],
+        )
+    )
+    raw = results.ingest[0].rate if results.ingest else 1.0
+    out.append(
+        Table(
+            "3. Ingest flood (durable acks)",
+            ("path", "messages", "messages / s", "vs raw", "ack p50 ms", "ack p99 ms"),
+            [
+                (
+                    r.system,
+                    str(r.messages),
+                    f"{r.rate:.0f}",
+                    f"{r.rate / raw:.2f}x",
+                    f"{r.p50_ms:.1f}",
+                    f"{r.p99_ms:.1f}",
+                )
+                for r in results.ingest
+            ],
+        )
+    )
+    out.append(
+        Table(
+            "4. Scale (timer due -> model called, one fresh process)",
+            (
+                "stored conversations",
+                "armed timers",
+                "fired",
+                "due per second",
+                "late p50 ms",
+                "late p99 ms",
+                "late max ms",
+                "peak RSS MB",
+                "still armed after",
+            ),
+            [
+                (
+                    f"{r.stored_conversations:,}",
+                    f"{r.armed_timers:,}",
+                    str(r.fired),
+                    f"{r.fired / r.window_seconds:.0f}",
+                    f"{r.p50_ms:.1f}",
+                    f"{r.p99_ms:.1f}",
+                    f"{r.max_ms:.1f}",
+                    f"{r.peak_rss_mb:.0f}",
+                    f"{r.still_armed:,}",
+                )
+                for r in results.scale
+            ],
+        )
+    )
+    return out
+
+
+def targets(results: Results) -> list[Target]:
+    found = []
+    if results.bursts:
+        bb = _row(results.bursts, "burstbot")
+        per_burst = bb.tally.model_calls / bb.units
+        found.append(
+            Target("model calls per burst", "1.00", f"{per_burst:.2f}", round(per_burst, 2) == 1.0)
+        )
+    if results.typing:
+        wasted = _wasted(_row(results.typing, "burstbot"))
+        discard = _wasted(_row(results.typing, "complete-then-discard"))
+        share = wasted / discard if discard else float("inf")
+        found.append(
+            Target(
+                "wasted tokens vs complete-then-discard",
+                "<= 20 %",
+                f"{100 * share:.0f} % ({wasted} of {discard})",
+                share <= 0.20,
+            )
+        )
+    if len(results.ingest) >= 3:
+        raw, flood, at_rate = results.ingest[:3]
+        found.append(
+            Target(
+                "ingest rate vs raw per-message commits",
+                ">= 1.0x",
+                f"{flood.rate / raw.rate:.2f}x ({flood.rate:.0f} vs {raw.rate:.0f}/s)",
+                flood.rate >= raw.rate,
+            )
+        )
+        found.append(
+            Target(
+                "ack p99 at the raw rate",
+                "<= 25 ms",
+                f"{at_rate.p99_ms:.1f} ms",
+                at_rate.p99_ms <= 25.0,
+            )
+        )
+    for r in results.scale:
+        rate = r.fired / r.window_seconds
+        found.append(
+            Target(
+                f"timer -> model p99, {r.armed_timers:,} timers, {rate:.0f} due/s",
+                "<= 10 ms",
+                f"{r.p99_ms:.1f} ms",
+                r.p99_ms <= 10.0,
+            )
+        )
+    if results.scale:
+        rss = max(r.peak_rss_mb for r in results.scale)
+        found.append(
+            Target("peak RSS of a burstbot process", "<= 150 MB", f"{rss:.0f} MB", rss <= 150.0)
+        )
+    return found
+
+
+def text(results: Results) -> str:
+    lines = []
+    for table in tables(results):
+        widths = [
+            max(len(h), *(len(row[i]) for row in table.rows)) if table.rows else len(h)
+            for i, h in enumerate(table.headers)
+        ]
+        lines += ["", table.title]
+        lines.append("  ".join(h.ljust(w) for h, w in zip(table.headers, widths, strict=True)))
+        for row in table.rows:
+            lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+    lines += ["", "Targets"]
+    for t in targets(results):
+        lines.append(
+            f"  {'met    ' if t.met else 'NOT met'}  {t.name}: {t.measured} (goal {t.goal})"
+        )
+    return "\n".join(lines)
+
+
+def _markdown_table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def markdown(results: Results, preamble: str, plot_name: str | None) -> str:
+    lines = [preamble.rstrip(), "", "## Results", ""]
+    lines += [f"Profile `{results.profile.name}`, whole run {results.seconds:.0f} s. Machine:", ""]
+    lines += [f"- {fact}" for fact in results.machine]
+    if plot_name:
+        lines += ["", f"![benchmark plot]({plot_name})"]
+    for table in tables(results):
+        lines += ["", f"### {table.title}", ""]
+        lines += _markdown_table(table.headers, table.rows)
+    lines += ["", "### Targets (goals, reported as measured)", ""]
+    lines += _markdown_table(
+        ("target", "goal", "measured", "met"),
+        [(t.name, t.goal, t.measured, "yes" if t.met else "**no**") for t in targets(results)],
+    )
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: Results, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ((a, b), (c, d)) = plt.subplots(2, 2, figsize=(12, 8))
+    systems = [r.system for r in results.bursts]
+    xs = range(len(systems))
+    a.bar(
+        [x - 0.2 for x in xs],
+        [r.tally.model_calls / r.units for r in results.bursts],
+        0.4,
+        label="model calls",
+    )
+    a.bar(
+        [x + 0.2 for x in xs],
+        [r.tally.replies / r.units for r in results.bursts],
+        0.4,
+        label="replies",
+    )
+    a.set_xticks(list(xs), systems, fontsize=8)
+    a.set_title("1. per burst (lower is better, 1 is ideal)")
+    a.legend()
+    b.bar([r.system for r in results.typing], [_wasted(r) / r.units for r in results.typing])
+    b.tick_params(axis="x", labelsize=8)
+    b.set_title("2. wasted output tokens per conversation")
+    names = ["raw sqlite3", "burstbot flood", "burstbot at raw rate"][: len(results.ingest)]
+    c.bar(names, [r.rate for r in results.ingest], color="tab:green")
+    for i, r in enumerate(results.ingest):
+        c.annotate(f"p99 {r.p99_ms:.1f} ms", (i, r.rate), ha="center", va="bottom", fontsize=8)
+    c.set_title("3. ingest messages / s (durable)")
+    labels = [f"{r.fired / r.window_seconds:.0f} due/s" for r in results.scale]
+    spots = range(len(labels))
+    d.bar([x - 0.2 for x in spots], [r.p50_ms for r in results.scale], 0.4, label="p50")
+    d.bar([x + 0.2 for x in spots], [r.p99_ms for r in results.scale], 0.4, label="p99")
+    d.axhline(10.0, color="red", linestyle="--", label="p99 goal")
+    d.set_xticks(list(spots), labels)
+    armed = f"{results.scale[0].armed_timers:,}" if results.scale else "no"
+    d.set_title(f"4. timer due -> model called, ms ({armed} armed timers)")
+    d.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

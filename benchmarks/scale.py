@@ -1,0 +1,222 @@
+"""Workload 4: a store holding many conversations and armed timers; how late do timers fire?
+
+The parent fills a database (stored conversations, each with an answered message; some with a
+pending one and an armed timer) and starts a fresh burstbot process on it: `python -m
+benchmarks.scale`, the real engine + scheduler + SQLite store on the system clock, a fake model that
+answers at once and a recording platform. The child moves `firing` of the armed timers to fall due
+evenly over `window` seconds (the rest stay armed, due later) and reports, as JSON, the lateness of
+each model call after its timer's due time and its own peak RSS: the whole process, as an operator
+would see it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import sqlite3
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.fakes import PLATFORM, RecordingPlatform, StreamingModel
+from benchmarks.profiles import Profile
+from bot.clock import SystemClock
+from bot.engine import Engine, EngineSettings
+from bot.scheduler import Scheduler
+from storage.sqlite import SqliteStore
+
+ROOT = str(Path(__file__).resolve().parent.parent)  # the child imports `benchmarks` from here
+
+ROOT = str(Path(__file__).resolve().parent.parent)  # the child imports `benchmarks` from here
+
+
+@dataclass(frozen=True)
+class ScaleRow:
+    stored_conversations: int
+    armed_timers: int
+    fired: int
+    window_seconds: float
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    peak_rss_mb: float
+    still_armed: int
+
+
+def _channel(i: int) -> str:
+    return f"s{i}"
+
+
+def populate(path: str, conversations: int, timers: int) -> None:
+    """Bulk-load with plain sqlite3 (a schema made by `SqliteStore.open`): every conversation has an
+    answered message and a sent reply; `timers` of them a pending message and a timer, due later."""
+    now, later = time.time(), time.time() + 86_400
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("BEGIN IMMEDIATE")
+    db.executemany(
+        "INSERT INTO conversations (id, platform, version, answered_version, created_at) "
+        "VALUES (?, ?, ?, 1, ?)",
+        (
+            (f"{PLATFORM}/w/{_channel(i)}/", PLATFORM, 2 if i < timers else 1, now)
+            for i in range(conversations)
+        ),
+    )
+    message = (
+        "INSERT INTO messages (conversation_id, seq, message_uid, message_id, author_id, "
+        "author_name, text, created_at) VALUES (?, ?, ?, ?, 'u', 'someone', ?, ?)"
+    )
+    db.executemany(
+        message,
+        (
+            (
+                f"{PLATFORM}/w/{_channel(i)}/",
+                1,
+                f"{PLATFORM}/w/{_channel(i)}-old",
+                f"{_channel(i)}-old",
+                f"{_channel(i)}-old an earlier question",
+                now,
+            )
+            for i in range(conversations)
+        ),
+    )
+    db.executemany(
+        message,
+        (
+            (
+                f"{PLATFORM}/w/{_channel(i)}/",
+                2,
+                f"{PLATFORM}/w/{_channel(i)}-new",
+                f"{_channel(i)}-new",
+                f"{_channel(i)}-new a new question",
+                now,
+            )
+            for i in range(timers)
+        ),
+    )
+    db.executemany(
+        "INSERT INTO replies (conversation_id, platform, covers_from_version, covers_to_version, "
+        "seen_version, text, state, next_attempt_at, created_at, sent_at) "
+        "VALUES (?, ?, 0, 1, 1, 'an earlier answer', 'sent', ?, ?, ?)",
+        ((f"{PLATFORM}/w/{_channel(i)}/", PLATFORM, now, now, now) for i in range(conversations)),
+    )
+    db.executemany(
+        "INSERT INTO debounce_timers (conversation_id, due_at, deadline_at, quiet_until, "
+        "armed_version) VALUES (?, ?, ?, ?, 2)",
+        ((f"{PLATFORM}/w/{_channel(i)}/", later, later, later) for i in range(timers)),
+    )
+    db.execute("COMMIT")
+    db.close()
+
+
+async def run_scale(profile: Profile, directory: str) -> list[ScaleRow]:
+    return [await _run_once(profile, directory, n, window) for n, window in profile.firing]
+
+
+async def _run_once(profile: Profile, directory: str, firing: int, window: float) -> ScaleRow:
+    path = os.path.join(directory, f"scale-{firing}.db")
+    store = SqliteStore(path)
+    await store.open()
+    await store.close()
+    populate(path, profile.stored_conversations, profile.armed_timers)
+    paths = [ROOT, os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "benchmarks.scale",
+        path,
+        "--firing",
+        str(firing),
+        "--window",
+        str(window),
+        "--timeout",
+        str(profile.settle_timeout_seconds),
+        stdout=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    out, _ = await child.communicate()
+    if child.returncode != 0:
+        raise RuntimeError(f"the scale process failed with exit code {child.returncode}")
+    report = json.loads(out)
+    return ScaleRow(
+        stored_conversations=profile.stored_conversations,
+        armed_timers=profile.armed_timers,
+        **report,
+    )
+
+
+async def serve(path: str, firing: int, window: float, within: float) -> dict[str, float]:
+    store = SqliteStore(path)
+    await store.open()
+    model = StreamingModel(tokens=20, token_latency=0.0)
+    platform = RecordingPlatform()
+    engine = Engine(store, model, SystemClock(), EngineSettings(), "scale", {PLATFORM: platform})
+    due = _make_due(path, firing, window, start=time.time() + 0.5)
+    scheduler = Scheduler(engine)
+    loop = asyncio.create_task(scheduler.run())
+    give_up = time.monotonic() + window + within
+    while len(platform.posts) < firing and time.monotonic() < give_up:  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+    scheduler.stop()
+    await loop
+    await engine.shutdown()
+    still_armed = await _count_timers(store)
+    await store.close()
+    late = sorted(
+        (call.started_at - due[f"{PLATFORM}/w/{call.covers[0].rsplit('-', 1)[0]}/"]) * 1000
+        for call in model.calls
+    )
+    if len(late) < firing:
+        raise RuntimeError(f"only {len(late)} of {firing} due timers reached the model")
+    return {
+        "fired": len(late),
+        "window_seconds": window,
+        "p50_ms": late[len(late) // 2],
+        "p99_ms": late[min(len(late) - 1, int(0.99 * len(late)))],
+        "max_ms": late[-1],
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "still_armed": still_armed,
+    }
+
+
+def _make_due(path: str, firing: int, window: float, start: float) -> dict[str, float]:
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA busy_timeout = 10000")
+    query = "SELECT conversation_id FROM debounce_timers ORDER BY conversation_id LIMIT ?"
+    chosen = [cid for (cid,) in db.execute(query, (firing,))]
+    due = {cid: start + k * window / firing for k, cid in enumerate(chosen)}
+    db.execute("BEGIN IMMEDIATE")
+    db.executemany(
+        "UPDATE debounce_timers SET due_at = ?, quiet_until = ?, deadline_at = ? "
+        "WHERE conversation_id = ?",
+        ((at, at, at + 60, cid) for cid, at in due.items()),
+    )
+    db.execute("COMMIT")
+    db.close()
+    return due
+
+
+async def _count_timers(store: SqliteStore) -> int:
+    db = store._db
+    assert db is not None
+    rows = await db.execute_fetchall("SELECT COUNT(*) FROM debounce_timers")
+    return int(next(iter(rows))[0])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="one burstbot process firing armed timers")
+    parser.add_argument("database")
+    parser.add_argument("--firing", type=int, required=True)
+    parser.add_argument("--window", type=float, required=True)
+    parser.add_argument("--timeout", type=float, default=120.0)
+    args = parser.parse_args()
+    report = asyncio.run(serve(args.database, args.firing, args.window, args.timeout))
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

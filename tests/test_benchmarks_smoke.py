@@ -1,0 +1,47 @@
+"""The benchmark command, on its quick profile: every workload runs and the report has every row.
+
+Speed is not asserted here (that is what the report is for); only that each system was measured
+and that the numbers are the kind each system must produce."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks.__main__ import main
+from benchmarks.profiles import QUICK
+
+SYSTEMS = ("naive", "sleep-debounce", "complete-then-discard", "burstbot")
+
+
+def rows(report: str, section: str) -> list[list[str]]:
+    """The body rows of the Markdown table under the heading that starts with `section`."""
+    lines = report.split(f"### {section}", 1)[1].split("\n### ", 1)[0].splitlines()
+    table = [line for line in lines if line.startswith("|")]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in table[2:]]
+
+
+def test_quick_run_writes_a_report_with_every_row(tmp_path: Path) -> None:
+    assert main(["--quick", "--out", str(tmp_path), "--db-dir", str(tmp_path)]) == 0
+
+    report = (tmp_path / "benchmarks.md").read_text(encoding="utf-8")
+    assert (tmp_path / "benchmarks.png").read_bytes().startswith(b"\x89PNG")
+    bursts, typing = rows(report, "1. Bursts"), rows(report, "2. Typing")
+    assert [r[0] for r in bursts] == list(SYSTEMS)
+    assert [r[0] for r in typing] == list(SYSTEMS)
+    naive = dict(zip(SYSTEMS, bursts, strict=True))["naive"]
+    assert float(naive[2]) >= QUICK.burst_size[0]  # a model call for every message
+    for system, row in zip(SYSTEMS, typing, strict=True):
+        assert int(row[2]) >= QUICK.typing_conversations, system  # everyone was answered
+    ingest = rows(report, "3. Ingest")
+    assert [r[0].split(",")[0].split(" (")[0] for r in ingest] == [
+        "raw sqlite3",
+        "burstbot flood",
+        "burstbot at the raw rate",
+    ]
+    assert all(int(r[1]) == QUICK.senders * QUICK.messages_per_sender for r in ingest)
+    scale = rows(report, "4. Scale")
+    assert len(scale) == len(QUICK.firing)
+    assert int(scale[0][2]) == QUICK.firing[0][0]  # every due timer reached the model
+    targets = rows(report, "Targets")
+    assert len(targets) == 6
+    assert all(r[3] in ("yes", "**no**") for r in targets)

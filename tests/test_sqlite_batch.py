@@ -1,0 +1,135 @@
+"""SQLite group commit: one batch of concurrent ingests leaves exactly what the per-message
+statements (`ensure_conversation`, `insert_message`, `bump_version`, `arm_timer`), run one message
+after another in arrival order, would leave."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Sequence
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bot.events import ConversationKey, IncomingMessage
+from bot.store import IngestResult, Timing
+from storage.sqlite import MIGRATIONS, Q, SqliteStore, _statements, message_uid
+from storage.sqlite_batch import QueuedIngest
+
+TIMINGS = (Timing(2.0, 10.0), Timing(0.5, 1.0))
+NOW = 1_000.0
+
+Arrival = tuple[IncomingMessage, float, Timing]
+arrival = st.tuples(
+    st.integers(0, 2),  # conversation
+    st.integers(0, 5),  # message id (repeats are redeliveries)
+    st.sampled_from([0.0, 0.3, 1.0, 4.0]),  # time since the previous arrival
+    st.integers(0, 1),  # timing
+)
+
+
+def arrivals(spec: Sequence[tuple[int, int, float, int]], start: float) -> list[Arrival]:
+    out, now = [], start
+    for conv, n, dt, timing in spec:
+        now += dt
+        key = ConversationKey("test", "w", f"c{conv}")
+        out.append((IncomingMessage(key, f"m{n}", "u", "alice", f"text {n}"), now, TIMINGS[timing]))
+    return out
+
+
+def reference(
+    before: list[Arrival], batch: list[Arrival]
+) -> tuple[list[IngestResult], list[list[tuple[object, ...]]]]:
+    """The per-message statements, one transaction per message, on plain sqlite3."""
+    db = sqlite3.connect(":memory:", isolation_level=None)
+    for script in MIGRATIONS:
+        for statement in _statements(script):
+            db.execute(statement)
+    results = []
+    for message, now, timing in [*before, *batch]:
+        key = message.key
+        db.execute("BEGIN IMMEDIATE")
+        db.execute(Q["ensure_conversation"], {"cid": key.id, "platform": key.platform, "now": now})
+        inserted = db.execute(
+            Q["insert_message"],
+            {"cid": key.id, "uid": message_uid(key.platform, key.workspace, message.message_id),
+             "message_id": message.message_id, "author_id": message.author_id,
+             "author_name": message.author_name, "text": message.text, "now": now},
+        ).fetchall()  # fmt: skip
+        if not inserted:
+            results.append(IngestResult("duplicate", key.id, 0))
+        else:
+            (version,) = db.execute(Q["bump_version"], {"cid": key.id}).fetchone()
+            (due_at,) = db.execute(
+                Q["arm_timer"],
+                {"cid": key.id, "now": now, "quiet": timing.quiet_seconds,
+                 "max_wait": timing.max_wait_seconds, "version": version},
+            ).fetchone()  # fmt: skip
+            results.append(IngestResult("accepted", key.id, version, due_at))
+        db.execute("COMMIT")
+    return results[len(before) :], dump(db)
+
+
+STATE = (
+    "SELECT id, version FROM conversations ORDER BY id",
+    "SELECT conversation_id, seq, message_uid, text, created_at FROM messages ORDER BY 1, 2",
+    "SELECT * FROM debounce_timers ORDER BY conversation_id",
+)
+
+
+def dump(db: sqlite3.Connection) -> list[list[tuple[object, ...]]]:
+    return [[tuple(r) for r in db.execute(query)] for query in STATE]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(arrival, max_size=6), st.lists(arrival, min_size=1, max_size=14))
+def test_a_batch_equals_the_same_messages_one_by_one(
+    before_spec: list[tuple[int, int, float, int]], batch_spec: list[tuple[int, int, float, int]]
+) -> None:
+    before, batch = arrivals(before_spec, NOW), arrivals(batch_spec, NOW + 100)
+    expected_results, expected_state = reference(before, batch)
+
+    async def run() -> tuple[list[IngestResult], list[list[tuple[object, ...]]], list[int]]:
+        store = SqliteStore(":memory:")
+        await store.open()
+        sizes: list[int] = []
+        write = store._ingest_batch
+
+        async def counting(items: Sequence[QueuedIngest]) -> list[IngestResult]:
+            sizes.append(len(items))
+            return await write(items)
+
+        store._batcher._write_batch = counting
+        for message, now, timing in before:
+            await store.ingest(message, now, timing)
+        got = await asyncio.gather(*(store.ingest(*a) for a in batch))
+        assert store._db is not None
+        snapshot = [[tuple(r) for r in await store._db.execute_fetchall(q)] for q in STATE]
+        await store.close()
+        return list(got), snapshot, sizes
+
+    got, state, sizes = asyncio.run(run())
+    assert sizes[-1] == len(batch)  # the concurrent calls really formed one batch
+    assert state == expected_state
+    for mine, theirs in zip(got, expected_results, strict=True):
+        assert (mine.status, mine.conversation_id) == (theirs.status, theirs.conversation_id)
+        if mine.status == "accepted":
+            assert (mine.version, mine.due_at) == (theirs.version, theirs.due_at)
+
+
+async def test_a_caller_cancelled_while_queued_does_not_hold_up_the_others() -> None:
+    store = SqliteStore(":memory:")
+    await store.open()
+    key = ConversationKey("test", "w", "c")
+    tasks = [
+        asyncio.create_task(
+            store.ingest(IncomingMessage(key, f"m{n}", "u", "a", "t"), NOW, TIMINGS[0])
+        )
+        for n in range(5)
+    ]
+    await asyncio.sleep(0)  # all five are queued
+    tasks[1].cancel()
+    done = await asyncio.gather(*tasks, return_exceptions=True)
+    assert isinstance(done[1], asyncio.CancelledError)
+    assert [r.version for r in done if isinstance(r, IngestResult)] == [1, 2, 3, 4]
+    await store.close()
