@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from adapters.slack import SlackFrontend, build_slack_frontend
+from adapters.slack.app import RESET_COMMAND
 from bot.clock import FakeClock
 from bot.config import SlackConfig
 from bot.errors import ConfigError, PermanentDeliveryError, RetryableDeliveryError
@@ -148,6 +149,8 @@ def test_manifest_subscribes_to_what_the_adapter_reads_with_the_scopes_it_needs(
                       "message.mpim"}  # fmt: skip
     for event in events - {"app_mention"}:  # message.im needs im:history, ...
         assert event.replace("message.", "") + ":history" in scopes
-    assert {"app_mentions:read", "chat:write", "reactions:write"} <= scopes
+    assert {"app_mentions:read", "chat:write", "reactions:write", "commands"} <= scopes
+    commands = [c["command"] for c in manifest["features"]["slash_commands"]]
+    assert commands == [RESET_COMMAND]  # the one command the adapter listens for
     assert manifest["settings"]["socket_mode_enabled"] is True
     assert manifest["features"]["bot_user"]["display_name"]

@@ -8,6 +8,9 @@ modes and the listener returns only after `host.ingest(...)` has stored the mess
 fails the listener raises, Bolt answers 500 (HTTP) or sends no ack (Socket Mode), and Slack
 delivers the event again. Retries (`X-Slack-Retry-Num`) are handled like first deliveries — the
 store dedupes by message id — and so are the `app_mention`/`message` twins of one message.
+
+The `/reset` slash command works the same way: the ack is the command's answer, so it is sent
+after the reset is stored, as an ephemeral message only the person who typed it sees.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -30,12 +34,20 @@ from adapters.slack.inbound import Identity, Payload
 from adapters.slack.outbound import Outbound
 from bot.config import SlackConfig, require_secret
 from bot.errors import BurstbotError, ConfigError
-from bot.events import ConversationKey, IncomingMessage, Reply
+from bot.events import ConversationKey, IncomingMessage, Reply, ResetConversation
 from bot.frontend import Host
 
 log = logging.getLogger("burstbot.slack")
 
 DEFAULT_API_BASE_URL = "https://slack.com/api/"
+RESET_COMMAND = "/reset"
+RESET_DONE = "History cleared: my next reply here starts fresh."
+RESET_IN_THREADS = (
+    "Nothing to clear here: in this channel each thread that mentions me is its own "
+    "conversation. Start a new thread to start fresh."
+)
+RESET_REFUSED = "Not allowed here."
+RESET_FAILED = "Could not clear the history just now; please try again."
 THREAD_MEMORY = 10_000
 NOT_IN_THREAD_TTL_SECONDS = 60.0
 API_TIMEOUT_SECONDS = 10
@@ -105,6 +117,7 @@ class SlackFrontend:
         )
         bolt.event("message")(self._on_message)
         bolt.event("app_mention")(self._on_app_mention)
+        bolt.command(RESET_COMMAND)(self._on_reset)
         if self.config.mode == "http":
             await self._serve_http(bolt)
         else:
@@ -226,6 +239,25 @@ class SlackFrontend:
             self._remember_thread(channel, key.thread, True)
         self._outbound.saw_message(key, message.message_id)
         await self._host.ingest(message)
+
+    async def _on_reset(self, ack: AsyncAck, body: Payload) -> None:
+        """`/reset`: Bolt sends the ack (our ephemeral answer) when this returns."""
+        request = inbound.reset_request(body, self.identity.team_id)
+        answer = RESET_REFUSED if request is None else await self._reset(request)
+        await ack(text=answer, response_type="ephemeral")
+
+    async def _reset(self, request: ResetConversation) -> str:
+        assert self._host is not None
+        try:
+            result = await self._host.ingest(request)
+        except Exception:  # the person gets a clear line instead of Slack's "failed"
+            log.exception("slack: /reset of %s failed", request.key.id)
+            return RESET_FAILED
+        if result.status != "history":
+            return RESET_REFUSED
+        if request.is_dm or request.key.channel in self.listen_channels:
+            return RESET_DONE
+        return RESET_IN_THREADS
 
     async def _in_our_thread(self, channel: str, event: Payload) -> bool:
         """A thread we are part of: we started it, were mentioned in it, or replied in it.

@@ -11,7 +11,9 @@ What counts (all decided here, from the payload alone, except "a thread we are p
 - elsewhere a thread reply without a mention counts only if the thread is one we are part of;
   the front end decides that (`Placement.needs_thread_check`);
 - `message_changed` / `message_deleted` become `MessageEdited` / `MessageDeleted`; other subtypes
-  (joins, topic changes, ...) are ignored.
+  (joins, topic changes, ...) are ignored;
+- the `/reset` slash command becomes `ResetConversation` for the channel or DM it was typed in
+  (slash commands cannot be used in threads, so the key's thread is always "").
 
 `app_mention` and `message` twins compute the same key and the same id (`"{channel}:{ts}"`), so
 the store keeps one of them. Slack `ts` values are unique per channel only, hence the channel.
@@ -25,7 +27,14 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bot.events import ConversationKey, Event, IncomingMessage, MessageDeleted, MessageEdited
+from bot.events import (
+    ConversationKey,
+    Event,
+    IncomingMessage,
+    MessageDeleted,
+    MessageEdited,
+    ResetConversation,
+)
 
 PLATFORM = "slack"
 NEW_MESSAGE_SUBTYPES = frozenset({"", "thread_broadcast", "file_share", "me_message"})
@@ -135,6 +144,20 @@ def new_message(placement: Placement, channel: str, message: Payload, identity: 
         author_id=str(message.get("user") or ""),
         author_name=author_name(message),
         text=text,
+        is_dm=message.get("channel_type") == "im",
+    )
+
+
+def reset_request(body: Payload, default_team: str) -> ResetConversation | None:
+    """`/reset` typed in a channel or DM → that conversation's reset (None: no channel given)."""
+    channel = str(body.get("channel_id") or "")
+    team = str(body.get("team_id") or default_team)
+    if not channel or "/" in channel + team:
+        return None
+    return ResetConversation(
+        ConversationKey(PLATFORM, team, channel, ""),
+        author_id=str(body.get("user_id") or ""),
+        is_dm=channel.startswith("D"),
     )
 
 

@@ -4,9 +4,9 @@
 token), keeps channels and threads with message metadata, and lets a test inject failures: an HTTP
 status with headers (429 + Retry-After), a Slack error, a post that lands but whose response is
 lost, or a post that hangs. `EventSender` posts correctly signed Events API requests to a bot's
-HTTP endpoint, with `X-Slack-Retry-Num` for retries. For Socket Mode, `apps.connections.open` hands
-out a WebSocket on the same server; `push_envelope` sends an event over it and `acks` records the
-envelope ids the bot acknowledged.
+HTTP endpoint, with `X-Slack-Retry-Num` for retries, and slash commands. For Socket Mode,
+`apps.connections.open` hands out a WebSocket on the same server; `push_envelope` sends an event
+over it and `acks` records the envelope ids the bot acknowledged.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 from aiohttp import web
@@ -74,6 +75,7 @@ class FakeSlackApi:
         self.url = ""
         self.app_token = "xapp-test"
         self.acks: list[str] = []
+        self.ack_payloads: dict[str, Any] = {}
         self.ack_received = asyncio.Event()
         self.sockets: list[web.WebSocketResponse] = []
         self._envelopes = itertools.count(1)
@@ -216,9 +218,11 @@ class FakeSlackApi:
                             "connection_info": {"app_id": "A0001"}})  # fmt: skip
         async for frame in ws:
             if frame.type == aiohttp.WSMsgType.TEXT:
-                envelope_id = json.loads(frame.data).get("envelope_id")
+                ack = json.loads(frame.data)
+                envelope_id = ack.get("envelope_id")
                 if envelope_id:
                     self.acks.append(envelope_id)
+                    self.ack_payloads[envelope_id] = ack.get("payload")
                     self.ack_received.set()
         return ws
 
@@ -235,6 +239,15 @@ class FakeSlackApi:
                 "payload": event_callback(event),
             }
         )
+        return envelope_id
+
+    async def push_command(self, form: dict[str, str]) -> str:
+        """Send a slash command (the fields `EventSender.command_form` builds) over the socket."""
+        envelope_id = f"env-{next(self._envelopes)}"
+        await self.sockets[-1].send_json(
+            {"envelope_id": envelope_id, "type": "slash_commands",
+             "accepts_response_payload": True, "payload": form}
+        )  # fmt: skip
         return envelope_id
 
     def _assistant_threads_setStatus(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -278,6 +291,37 @@ class EventSender:
         ):
             await response.read()
             return response.status
+
+    def command_form(
+        self, command: str, channel: str, user: str = "U1", text: str = ""
+    ) -> dict[str, str]:
+        """The fields Slack sends for a slash command."""
+        return {
+            "token": "legacy", "team_id": self.team, "team_domain": "acme", "channel_id": channel,
+            "channel_name": "directmessage" if channel.startswith("D") else "general",
+            "user_id": user, "user_name": "alice", "command": command, "text": text,
+            "api_app_id": "A0001", "is_enterprise_install": "false",
+            "response_url": "https://hooks.slack.invalid/commands/T0001/1/x",
+            "trigger_id": f"trigger-{next(self._ids)}",
+        }  # fmt: skip
+
+    async def command(
+        self, command: str, channel: str, user: str = "U1", text: str = ""
+    ) -> tuple[int, dict[str, Any]]:
+        """A signed slash-command request (form-encoded, like Slack's); the status and JSON body."""
+        body = urlencode(self.command_form(command, channel, user, text))
+        stamp = str(int(time.time()))
+        headers = {
+            "Content-Type": "application/x-www-form-urlencoded",
+            "X-Slack-Request-Timestamp": stamp,
+            "X-Slack-Signature": self.verifier.generate_signature(timestamp=stamp, body=body),
+        }
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(self.url, data=body, headers=headers) as response,
+        ):
+            text_body = await response.text()
+            return response.status, json.loads(text_body) if text_body else {}
 
 
 def event_callback(
