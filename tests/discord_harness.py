@@ -121,14 +121,19 @@ class DiscordWorld:
         self.frontend.routing = replace(self.frontend.routing, **changes)
 
 
-def engine_config() -> Config:
+def engine_config(access: dict[str, Any] | None = None) -> Config:
     return parse_config(
-        {"llm": {"provider": "offline"}, "console": {"enabled": False}, "engine": {"owner": "w1"}}
-    )
+        {"llm": {"provider": "offline"}, "console": {"enabled": False}, "engine": {"owner": "w1"},
+         "access": access or {}}
+    )  # fmt: skip
 
 
 async def open_world(
-    store: SqliteStore, clock: FakeClock, replier: Replier, config: DiscordConfig | None = None
+    store: SqliteStore,
+    clock: FakeClock,
+    replier: Replier,
+    config: DiscordConfig | None = None,
+    access: dict[str, Any] | None = None,
 ) -> DiscordWorld:
     intents = gateway_intents()
     intents.members = True  # dpytest's fake guild needs a member cache (see module docstring)
@@ -142,7 +147,7 @@ async def open_world(
     await client._async_setup_hook()
     dpytest.configure(client, text_channels=["listened", "chatter"], members=["alice", "bob"])
     runner = dpytest.get_config()
-    app = App(engine_config(), store, replier, [frontend], clock=clock, owner="w1")
+    app = App(engine_config(access), store, replier, [frontend], clock=clock, owner="w1")
     frontend.attach(app)
     listened, chatter = runner.channels[0], runner.channels[1]
     world = DiscordWorld(

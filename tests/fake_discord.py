@@ -41,6 +41,10 @@ class FakeDiscord:
         self.failures: dict[int, list[Failure]] = {}
         self.gateway_close_code: int | None = None
         self.identify: Json | None = None
+        self.commands: dict[str, Json] = {}  # the application's global commands, by name
+        self.commands_status = 200  # e.g. 403: the command endpoints refuse
+        self.command_posts: list[Json] = []
+        self.callbacks: list[Json] = []  # interaction responses, with "interaction_id"
         self._by_nonce: dict[str, Json] = {}
         self._ids = itertools.count(1_300_000_000_000_000_000)
         self._socket: web.WebSocketResponse | None = None
@@ -55,6 +59,9 @@ class FakeDiscord:
         app.router.add_get("/api/v10/oauth2/applications/@me", self._application)
         app.router.add_post("/api/v10/channels/{channel_id}/messages", self._post_message)
         app.router.add_post("/api/v10/channels/{channel_id}/typing", self._typing)
+        app.router.add_get("/api/v10/applications/{app_id}/commands", self._commands)
+        app.router.add_post("/api/v10/applications/{app_id}/commands", self._upsert_command)
+        app.router.add_post("/api/v10/interactions/{id}/{token}/callback", self._callback)
         app.router.add_get("/gateway", self._gateway)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
@@ -116,6 +123,56 @@ class FakeDiscord:
         if nonce is not None:
             self._by_nonce[nonce] = message
         return _json(message)
+
+    async def _commands(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+        if self.commands_status != 200:
+            return _json({"message": "Missing Access", "code": 50001}, self.commands_status)
+        return _json(list(self.commands.values()))
+
+    async def _upsert_command(self, request: web.Request) -> web.Response:
+        """Create a global command, or overwrite the one with the same name (as Discord does)."""
+        if not self._authorized(request):
+            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+        body: Json = await request.json()
+        self.command_posts.append(body)
+        known = self.commands.get(body["name"])
+        command_id = known["id"] if known else str(next(self._ids))
+        self.commands[body["name"]] = {**body, "id": command_id, "application_id": str(APP_ID),
+                                       "version": str(next(self._ids)), "type": 1}  # fmt: skip
+        return _json(self.commands[body["name"]], status=200 if known else 201)
+
+    async def _callback(self, request: web.Request) -> web.Response:
+        """An interaction response (no bot token: the interaction token in the path is the key)."""
+        body: Json = await request.json()
+        interaction_id = request.match_info["id"]
+        self.callbacks.append({**body, "interaction_id": interaction_id,
+                               "token": request.match_info["token"]})  # fmt: skip
+        flags = (body.get("data") or {}).get("flags", 0)
+        return _json({"interaction": {"id": interaction_id, "type": 2,
+                                      "response_message_id": str(next(self._ids)),
+                                      "response_message_loading": False,
+                                      "response_message_ephemeral": bool(flags & 64)}})  # fmt: skip
+
+    def interaction(self, name: str, channel_id: int, user: Json, guild_id: int | None) -> Json:
+        """An INTERACTION_CREATE payload for a slash command with no options."""
+        data: Json = {
+            "id": str(next(self._ids)), "application_id": str(APP_ID), "type": 2,
+            "data": {"id": "1", "name": name, "type": 1}, "token": f"itoken-{next(self._ids)}",
+            "version": 1, "channel_id": str(channel_id), "locale": "en-US",
+            "app_permissions": "0", "entitlements": [], "attachment_size_limit": 10_485_760,
+            "authorizing_integration_owners": {"0": str(guild_id or "0")},
+        }  # fmt: skip
+        if guild_id is None:
+            data.update(user=user, context=1, channel={"id": str(channel_id), "type": 1})
+        else:
+            data.update(guild_id=str(guild_id), context=0, guild_locale="en-US",
+                        channel={"id": str(channel_id), "type": 0, "guild_id": str(guild_id),
+                                 "name": "general", "position": 0},
+                        member={"user": user, "roles": [], "joined_at": _now(), "deaf": False,
+                                "mute": False, "flags": 0, "permissions": "0"})  # fmt: skip
+        return data
 
     def message(self, channel_id: int, author: Json, content: str, **extra: Any) -> Json:
         return {"id": str(next(self._ids)), "channel_id": str(channel_id), "author": author,

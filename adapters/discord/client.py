@@ -3,8 +3,9 @@
 In: a message that counts (`routing.Routing`) becomes an `IncomingMessage` and is stored before
 its handler returns; content edits and deletes become `MessageEdited` / `MessageDeleted`. The same
 gateway event seen twice (a RESUME replay, two processes on one shard) is one stored message: the
-engine dedupes by message id. Out: `posting.post_reply`. Startup problems a user must fix (bad
-token, Message Content intent off, bad shard settings) become one `ConfigError` line.
+engine dedupes by message id. The `/reset` slash command (`commands`) becomes `ResetConversation`
+for the conversation its user is in there. Out: `posting.post_reply`. Startup problems a user must
+fix (bad token, Message Content intent off, bad shard settings) become one `ConfigError` line.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections import OrderedDict
 import aiohttp
 import discord
 
+from adapters.discord import commands
 from adapters.discord.indicator import TypingKeeper
 from adapters.discord.posting import post_reply
 from adapters.discord.render import allowed_mentions
@@ -23,7 +25,14 @@ from adapters.discord.routing import Routing, message_text
 from bot.clock import Clock, SystemClock
 from bot.config import DiscordConfig
 from bot.errors import BurstbotError, ConfigError, RetryableDeliveryError
-from bot.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEdited, Reply
+from bot.events import (
+    ConversationKey,
+    IncomingMessage,
+    MessageDeleted,
+    MessageEdited,
+    Reply,
+    ResetConversation,
+)
 from bot.frontend import Host
 
 log = logging.getLogger("burstbot.discord")
@@ -64,6 +73,7 @@ class GatewayClient(discord.Client):
             max_ratelimit_timeout=30.0,
         )
         self.frontend = frontend
+        self.tree = commands.command_tree(self, frontend.on_reset)
 
     async def on_ready(self) -> None:
         await self.frontend.on_ready()
@@ -130,6 +140,7 @@ class DiscordFrontend:
         if self._connection.done():
             raise _connect_error(self._connection)
         self._connection.add_done_callback(self._connection_ended)
+        await commands.register_commands(self.client, self.client.tree)
 
     async def stop(self) -> None:
         await self.typing.close()
@@ -164,8 +175,28 @@ class DiscordFrontend:
             author_id=str(message.author.id),
             author_name=message.author.display_name,
             text=text,
+            is_dm=message.guild is None,
         )
         await self.host.ingest(event)
+
+    async def on_reset(self, interaction: discord.Interaction) -> None:
+        """`/reset`: clear the history of the conversation the person is in here, if allowed."""
+        answer = await self._reset(interaction)
+        await interaction.response.send_message(answer, ephemeral=True)
+
+    async def _reset(self, interaction: discord.Interaction) -> str:
+        guild_id, channel_id = interaction.guild_id, interaction.channel_id
+        user_id = interaction.user.id
+        if self.host is None or channel_id is None or not self.routing.serves(guild_id):
+            return commands.RESET_REFUSED
+        key = self.routing.key(guild_id, channel_id, user_id)
+        request = ResetConversation(key, author_id=str(user_id), is_dm=guild_id is None)
+        try:
+            result = await self.host.ingest(request)
+        except Exception:  # the person gets a clear line instead of "did not respond"
+            log.exception("discord: /reset of %s failed", key.id)
+            return commands.RESET_FAILED
+        return commands.RESET_DONE if result.status == "history" else commands.RESET_REFUSED
 
     async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
         message, before = payload.message, payload.cached_message

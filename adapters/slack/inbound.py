@@ -13,7 +13,7 @@ What counts (all decided here, from the payload alone, except "a thread we are p
 - `message_changed` / `message_deleted` become `MessageEdited` / `MessageDeleted`; other subtypes
   (joins, topic changes, ...) are ignored;
 - the `/reset` slash command becomes `ResetConversation` for the channel or DM it was typed in
-  (slash commands cannot be used in threads, so the key's thread is always "").
+  (a slash command names its channel but no thread, so the key's thread is always "").
 
 `app_mention` and `message` twins compute the same key and the same id (`"{channel}:{ts}"`), so
 the store keeps one of them. Slack `ts` values are unique per channel only, hence the channel.
