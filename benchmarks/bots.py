@@ -20,10 +20,11 @@ from typing import Protocol
 
 from benchmarks.fakes import PLATFORM, RecordingPlatform, StreamingModel
 from bot.clock import SystemClock
-from bot.engine import Engine, EngineSettings, Supervision
+from bot.engine import Engine, Supervision
 from bot.events import ConversationKey, IncomingMessage
 from bot.replier import BurstMessage, Prompt, Usage
 from bot.scheduler import Scheduler
+from bot.settings import EngineSettings
 from bot.store import Lease
 from storage.sqlite import SqliteStore
 

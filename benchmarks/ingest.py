@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from benchmarks.fakes import PLATFORM, StreamingModel
 from benchmarks.profiles import Profile
 from bot.clock import SystemClock
-from bot.engine import Engine, EngineSettings
+from bot.engine import Engine
 from bot.events import ConversationKey, IncomingMessage
+from bot.settings import EngineSettings
 from storage.sqlite import Q, SqliteStore
 from storage.sqlite_batch import message_uid
 

@@ -15,7 +15,7 @@ from typing import Protocol, runtime_checkable
 from bot.access import AccessPolicy
 from bot.clock import Clock, SystemClock
 from bot.config import Config, require_secret
-from bot.engine import Engine, EngineSettings, Listener
+from bot.engine import Engine, Listener
 from bot.errors import ConfigError
 from bot.events import ConversationKey, Event, IncomingMessage, Reply, ResetConversation
 from bot.frontend import Frontend
@@ -23,6 +23,7 @@ from bot.guards import CostGuards, CounterStore, Refusal, limits_active
 from bot.metrics import Metrics, MetricsServer
 from bot.replier import OfflineReplier, Replier
 from bot.scheduler import Scheduler
+from bot.settings import EngineSettings
 from bot.store import IngestResult, Store
 
 log = logging.getLogger("burstbot")

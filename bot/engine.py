@@ -25,11 +25,9 @@ import functools
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Literal
 
 from bot.clock import Clock
-from bot.config import ChannelConfig, Config
 from bot.errors import (
     PermanentDeliveryError,
     PermanentReplierError,
@@ -43,6 +41,7 @@ from bot.frontend import Frontend
 from bot.guards import BurstGate, Refusal
 from bot.prompt import build_prompt
 from bot.replier import Replier, Usage
+from bot.settings import EngineSettings
 from bot.store import (
     DueTimer,
     GenerationOutcome,
@@ -53,7 +52,6 @@ from bot.store import (
     OutboxRow,
     Store,
     StoredMessage,
-    Timing,
     TokenUsage,
 )
 
@@ -61,70 +59,6 @@ log = logging.getLogger("burstbot.engine")
 
 HISTORY_LIMIT = 200
 DELIVERY_BATCH = 16
-
-
-@dataclass(frozen=True, slots=True)
-class EngineSettings:
-    quiet_seconds: float = 1.5
-    max_wait_seconds: float = 8.0
-    lease_ttl_seconds: float = 30.0
-    max_concurrent_generations: int = 8
-    poll_seconds: float = 1.0
-    busy_retry_seconds: float = 1.0
-    delivery_max_attempts: int = 8
-    delivery_backoff_seconds: float = 1.0
-    model_max_attempts: int = 3
-    model_backoff_seconds: float = 2.0
-    failure_message: str = "Sorry, I couldn't answer that just now."
-    system_prompt: str = "You are a helpful assistant."
-    max_context_tokens: int = 8000
-    channels: tuple[ChannelConfig, ...] = ()
-
-    @classmethod
-    def from_config(cls, config: Config) -> EngineSettings:
-        return cls(
-            quiet_seconds=config.debounce.quiet_seconds,
-            max_wait_seconds=config.debounce.max_wait_seconds,
-            lease_ttl_seconds=config.lease.ttl_seconds,
-            max_concurrent_generations=config.engine.max_concurrent_generations,
-            poll_seconds=config.engine.poll_seconds,
-            busy_retry_seconds=config.engine.busy_retry_seconds,
-            delivery_max_attempts=config.engine.delivery_max_attempts,
-            delivery_backoff_seconds=config.engine.delivery_backoff_seconds,
-            model_max_attempts=config.llm.max_attempts,
-            model_backoff_seconds=config.llm.retry_backoff_seconds,
-            failure_message=config.llm.failure_message,
-            system_prompt=config.llm.system_prompt,
-            max_context_tokens=config.llm.max_context_tokens,
-            channels=tuple(config.channels),
-        )
-
-    @property
-    def timing(self) -> Timing:
-        return Timing(self.quiet_seconds, self.max_wait_seconds)
-
-    def _channel(self, key: ConversationKey) -> ChannelConfig | None:
-        for channel in self.channels:
-            if channel.platform == key.platform and channel.channel == key.channel:
-                return channel
-        return None
-
-    def timing_for(self, key: ConversationKey) -> Timing:
-        """Debounce for one conversation: its channel's `[[channels]]` overrides, else global."""
-        channel = self._channel(key)
-        if channel is None:
-            return self.timing
-        quiet, cap = channel.quiet_seconds, channel.max_wait_seconds
-        return Timing(
-            self.quiet_seconds if quiet is None else quiet,
-            self.max_wait_seconds if cap is None else cap,
-        )
-
-    def system_prompt_for(self, key: ConversationKey) -> str:
-        channel = self._channel(key)
-        if channel is None or channel.system_prompt is None:
-            return self.system_prompt
-        return channel.system_prompt
 
 
 Supervision = Literal["done", "superseded", "lease_lost"]

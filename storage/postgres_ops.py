@@ -13,7 +13,7 @@ import asyncpg
 
 from bot.inspection import ConversationSummary
 from bot.store import StoredMessage
-from storage.sqlite_ops import message_from_row, summary_from_row
+from storage.rows import message_from_row, summary_from_row
 
 Params = Mapping[str, Any]
 

@@ -31,9 +31,15 @@ from bot.store import (
     OutboxRow,
     StoredMessage,
     Timing,
-    TokenUsage,
 )
 from storage.queries import load_queries, migrations
+from storage.rows import (
+    Row,
+    generation_from_row,
+    message_from_row,
+    outbox_from_row,
+    state_from_row,
+)
 from storage.sqlite_batch import IngestBatcher, QueuedIngest, apply_ingest_batch
 from storage.sqlite_batch import message_uid as message_uid  # the dedupe key other stores share
 from storage.sqlite_ops import SqliteOpsMixin
@@ -297,19 +303,7 @@ class SqliteStore(SqliteOpsMixin):
             "pending_messages",
             {"cid": conversation_id, "after": after_version, "upto": upto_version},
         )
-        return [
-            StoredMessage(
-                seq=int(r["seq"]),
-                message_id=str(r["message_id"]),
-                author_id=str(r["author_id"]),
-                author_name=str(r["author_name"]),
-                text=str(r["text"]),
-                created_at=float(r["created_at"]),
-                edited_at=None if r["edited_at"] is None else float(r["edited_at"]),
-                deleted=bool(r["deleted"]),
-            )
-            for r in rows
-        ]
+        return [message_from_row(r) for r in rows]
 
     async def history(
         self, conversation_id: str, upto_version: int, limit: int
@@ -448,63 +442,18 @@ class SqliteStore(SqliteOpsMixin):
         r = await self._one("conversation_state", {"cid": conversation_id})
         if r is None:
             return None
-        timer = None
-        if r["due_at"] is not None:
-            timer = DueTimer(conversation_id, float(r["due_at"]), float(r["deadline_at"]),
-                             int(r["armed_version"]))  # fmt: skip
-        return ConversationState(
-            conversation_id=conversation_id,
-            version=int(r["version"]),
-            answered_version=int(r["answered_version"]),
-            lease_owner=r["lease_owner"],
-            lease_token=int(r["lease_token"]),
-            lease_expires_at=None
-            if r["lease_expires_at"] is None
-            else float(r["lease_expires_at"]),
-            failed_attempts=int(r["failed_attempts"]),
-            timer=timer,
-        )
+        return state_from_row(conversation_id, r)
 
     async def replies(self, conversation_id: str | None = None) -> list[OutboxRow]:
         return [_outbox(r) for r in await self._rows("replies", {"cid": conversation_id})]
 
     async def generations(self, conversation_id: str | None = None) -> list[GenerationRecord]:
         rows = await self._rows("generations", {"cid": conversation_id})
-        return [
-            GenerationRecord(
-                conversation_id=str(r[0]),
-                lease_token=int(r[1]),
-                from_version=int(r[2]),
-                to_version=int(r[3]),
-                started_at=float(r[4]),
-                ended_at=float(r[5]),
-                outcome=r[6],
-                usage=TokenUsage(int(r[7]), int(r[8]), int(r[9]), int(r[10])),
-                error=r[11],
-            )
-            for r in rows
-        ]
+        return [generation_from_row(r) for r in rows]
 
 
-def _outbox(r: sqlite3.Row) -> OutboxRow:
-    return OutboxRow(
-        id=int(r["id"]),
-        conversation_id=str(r["conversation_id"]),
-        platform=str(r["platform"]),
-        covers_from_version=int(r["covers_from_version"]),
-        covers_to_version=int(r["covers_to_version"]),
-        seen_version=int(r["seen_version"]),
-        text=str(r["text"]),
-        kind=str(r["kind"]),
-        state=r["state"],
-        attempts=int(r["attempts"]),
-        next_attempt_at=float(r["next_attempt_at"]),
-        reply_to_message_id=r["reply_to_message_id"],
-        platform_message_ids=tuple(json.loads(r["platform_message_ids"])),
-        created_at=float(r["created_at"]),
-        sent_at=None if r["sent_at"] is None else float(r["sent_at"]),
-        last_error=r["last_error"],
-    )
+def _outbox(r: Row) -> OutboxRow:
+    return outbox_from_row(r, tuple(json.loads(r["platform_message_ids"])))
 
 
 async def _to_completion(statement: Awaitable[T]) -> T:

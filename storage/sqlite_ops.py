@@ -9,12 +9,13 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import Any
 
 import aiosqlite
 
 from bot.inspection import ConversationSummary
-from bot.store import ConversationState, DueTimer, StoredMessage
+from bot.store import StoredMessage
+from storage.rows import message_from_row, summary_from_row
 
 Params = Mapping[str, Any]
 
@@ -64,47 +65,3 @@ class SqliteOpsMixin:
     async def messages(self, conversation_id: str) -> list[StoredMessage]:
         rows = await self._rows("all_messages", {"cid": conversation_id})
         return [message_from_row(r) for r in rows]
-
-
-class Row(Protocol):
-    """A result row by column name (sqlite3.Row, asyncpg.Record)."""
-
-    def __getitem__(self, key: str, /) -> Any: ...
-
-
-def message_from_row(r: Row) -> StoredMessage:
-    return StoredMessage(
-        seq=int(r["seq"]),
-        message_id=str(r["message_id"]),
-        author_id=str(r["author_id"]),
-        author_name=str(r["author_name"]),
-        text=str(r["text"]),
-        created_at=float(r["created_at"]),
-        edited_at=None if r["edited_at"] is None else float(r["edited_at"]),
-        deleted=bool(r["deleted"]),
-    )
-
-
-def summary_from_row(r: Row) -> ConversationSummary:
-    cid = str(r["id"])
-    timer = None
-    if r["due_at"] is not None:
-        timer = DueTimer(cid, float(r["due_at"]), float(r["deadline_at"]), int(r["armed_version"]))
-    state = ConversationState(
-        conversation_id=cid,
-        version=int(r["version"]),
-        answered_version=int(r["answered_version"]),
-        lease_owner=r["lease_owner"],
-        lease_token=int(r["lease_token"]),
-        lease_expires_at=None if r["lease_expires_at"] is None else float(r["lease_expires_at"]),
-        failed_attempts=int(r["failed_attempts"]),
-        timer=timer,
-    )
-    return ConversationSummary(
-        state=state,
-        history_floor=int(r["history_floor"]),
-        pending_messages=int(r["pending_messages"]),
-        outbox_pending=int(r["outbox_pending"]),
-        outbox_failed=int(r["outbox_failed"]),
-        last_activity_at=float(r["last_activity_at"]),
-    )

@@ -8,8 +8,9 @@ from dataclasses import replace
 import pytest
 
 from bot.clock import FakeClock
-from bot.engine import Engine, EngineSettings
+from bot.engine import Engine
 from bot.events import ConversationKey, IncomingMessage
+from bot.settings import EngineSettings
 from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
 

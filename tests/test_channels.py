@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from bot.clock import FakeClock
 from bot.config import parse_config
-from bot.engine import EngineSettings
 from bot.errors import ConfigError
 from bot.events import ConversationKey, IncomingMessage
+from bot.settings import EngineSettings
 from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
 from tests.conftest import make_engine

@@ -1,0 +1,104 @@
+"""Result rows to records, shared by every store (sqlite3.Row and asyncpg.Record read alike)."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from bot.inspection import ConversationSummary
+from bot.store import (
+    ConversationState,
+    DueTimer,
+    GenerationRecord,
+    OutboxRow,
+    StoredMessage,
+    TokenUsage,
+)
+
+
+class Row(Protocol):
+    """A result row by column name (sqlite3.Row, asyncpg.Record)."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
+def message_from_row(r: Row) -> StoredMessage:
+    return StoredMessage(
+        seq=int(r["seq"]),
+        message_id=str(r["message_id"]),
+        author_id=str(r["author_id"]),
+        author_name=str(r["author_name"]),
+        text=str(r["text"]),
+        created_at=float(r["created_at"]),
+        edited_at=None if r["edited_at"] is None else float(r["edited_at"]),
+        deleted=bool(r["deleted"]),
+    )
+
+
+def summary_from_row(r: Row) -> ConversationSummary:
+    return ConversationSummary(
+        state=state_from_row(str(r["id"]), r),
+        history_floor=int(r["history_floor"]),
+        pending_messages=int(r["pending_messages"]),
+        outbox_pending=int(r["outbox_pending"]),
+        outbox_failed=int(r["outbox_failed"]),
+        last_activity_at=float(r["last_activity_at"]),
+    )
+
+
+def state_from_row(conversation_id: str, r: Row) -> ConversationState:
+    timer = None
+    if r["due_at"] is not None:
+        timer = DueTimer(
+            conversation_id, float(r["due_at"]), float(r["deadline_at"]), int(r["armed_version"])
+        )
+    return ConversationState(
+        conversation_id=conversation_id,
+        version=int(r["version"]),
+        answered_version=int(r["answered_version"]),
+        lease_owner=r["lease_owner"],
+        lease_token=int(r["lease_token"]),
+        lease_expires_at=None if r["lease_expires_at"] is None else float(r["lease_expires_at"]),
+        failed_attempts=int(r["failed_attempts"]),
+        timer=timer,
+    )
+
+
+def outbox_from_row(r: Row, platform_message_ids: tuple[str, ...]) -> OutboxRow:
+    """`platform_message_ids` is decoded by the caller (JSON text in SQLite, an array in PG)."""
+    return OutboxRow(
+        id=int(r["id"]),
+        conversation_id=str(r["conversation_id"]),
+        platform=str(r["platform"]),
+        covers_from_version=int(r["covers_from_version"]),
+        covers_to_version=int(r["covers_to_version"]),
+        seen_version=int(r["seen_version"]),
+        text=str(r["text"]),
+        kind=str(r["kind"]),
+        state=r["state"],
+        attempts=int(r["attempts"]),
+        next_attempt_at=float(r["next_attempt_at"]),
+        reply_to_message_id=r["reply_to_message_id"],
+        platform_message_ids=platform_message_ids,
+        created_at=float(r["created_at"]),
+        sent_at=None if r["sent_at"] is None else float(r["sent_at"]),
+        last_error=r["last_error"],
+    )
+
+
+def generation_from_row(r: Row) -> GenerationRecord:
+    return GenerationRecord(
+        conversation_id=str(r["conversation_id"]),
+        lease_token=int(r["lease_token"]),
+        from_version=int(r["from_version"]),
+        to_version=int(r["to_version"]),
+        started_at=float(r["started_at"]),
+        ended_at=float(r["ended_at"]),
+        outcome=r["outcome"],
+        usage=TokenUsage(
+            int(r["input_tokens"]),
+            int(r["output_tokens"]),
+            int(r["cache_read_tokens"]),
+            int(r["cache_write_tokens"]),
+        ),
+        error=r["error"],
+    )
