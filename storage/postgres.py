@@ -43,7 +43,7 @@ from bot.store import (
     StoredMessage,
     Timing,
 )
-from storage.postgres_ops import PostgresOpsMixin
+from storage.ops import OperatorQueries
 from storage.queries import load_queries, migrations
 from storage.rows import (
     Row,
@@ -87,7 +87,7 @@ class _Duplicate(Exception):
         self.version = version
 
 
-class PostgresStore(PostgresOpsMixin):
+class PostgresStore(OperatorQueries[asyncpg.Connection]):
     def __init__(
         self,
         dsn: str,

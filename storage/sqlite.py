@@ -32,6 +32,7 @@ from bot.store import (
     StoredMessage,
     Timing,
 )
+from storage.ops import OperatorQueries
 from storage.queries import load_queries, migrations
 from storage.rows import (
     Row,
@@ -42,7 +43,6 @@ from storage.rows import (
 )
 from storage.sqlite_batch import IngestBatcher, QueuedIngest, apply_ingest_batch
 from storage.sqlite_batch import message_uid as message_uid  # the dedupe key other stores share
-from storage.sqlite_ops import SqliteOpsMixin
 
 Q = load_queries("sqlite.sql")
 MIGRATIONS = migrations(Q)
@@ -50,7 +50,7 @@ Params = Mapping[str, Any]
 T = TypeVar("T")
 
 
-class SqliteStore(SqliteOpsMixin):
+class SqliteStore(OperatorQueries[aiosqlite.Connection]):
     def __init__(self, path: str, busy_timeout_ms: int = 10_000) -> None:
         self.path = path
         self.busy_timeout_ms = busy_timeout_ms

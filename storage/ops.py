@@ -1,31 +1,29 @@
-"""The PostgreSQL store's operator side: `/reset`, cost-guard counters and read-only inspection.
+"""A store's operator side: `/reset`, cost-guard counters and read-only inspection.
 
-A mixin of `PostgresStore`, mirroring `storage/sqlite_ops.py` statement by statement.
+A mixin shared by every store: it runs the same named queries (each store's own `.sql` file)
+through the store's `_rows` and `_transaction`, so the pipeline files stay about the pipeline.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Any
-
-import asyncpg
+from typing import Any, Generic, TypeVar
 
 from bot.inspection import ConversationSummary
 from bot.store import StoredMessage
 from storage.rows import message_from_row, summary_from_row
 
 Params = Mapping[str, Any]
+Conn = TypeVar("Conn")
 
 
-class PostgresOpsMixin:
-    # provided by PostgresStore
-    async def _rows(
-        self, name: str, params: Params, conn: asyncpg.Connection | None = None
-    ) -> list[asyncpg.Record]:
+class OperatorQueries(Generic[Conn]):
+    # provided by the store
+    async def _rows(self, name: str, params: Params, db: Conn | None = None) -> list[Any]:
         raise NotImplementedError
 
-    def _transaction(self) -> AbstractAsyncContextManager[asyncpg.Connection]:
+    def _transaction(self) -> AbstractAsyncContextManager[Conn]:
         raise NotImplementedError
 
     # /reset ----------------------------------------------------------------------------------
@@ -37,13 +35,13 @@ class PostgresOpsMixin:
     async def add_to_counter(
         self, scope: str, window_start: int, amount: int, expires_at: float, now: float
     ) -> int:
-        async with self._transaction() as conn:
-            await self._rows("prune_counters", {"now": now}, conn)
+        async with self._transaction() as db:
+            await self._rows("prune_counters", {"now": now}, db)
             rows = await self._rows(
                 "add_to_counter",
                 {"scope": scope, "window_start": window_start, "amount": amount,
                  "expires_at": expires_at},
-                conn,
+                db,
             )  # fmt: skip
         return int(rows[0][0])
 
