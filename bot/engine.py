@@ -171,7 +171,6 @@ class Engine:
         now = self.clock.now()
         ttl = self.settings.lease_ttl_seconds
         try:
-            held_until = await self.store.lease_expiry(cid)  # a holder that never released it
             lease = await self.store.acquire_lease(cid, self.owner, now, ttl)
         except StoreError as exc:
             log.warning("conversation %s: cannot take the lease (%s); will retry", cid, exc)
@@ -185,8 +184,8 @@ class Engine:
             self._emit("lease_conflict", conversation=cid, retry_at=retry_at)
             return
         self._emit("lease_acquired", conversation=cid, token=lease.token)
-        if held_until is not None:
-            self._emit("lease_takeover", conversation=cid, expired_at=held_until)
+        if lease.taken_over:
+            self._emit("lease_takeover", conversation=cid, token=lease.token)
         try:
             await self._serve(lease)
         except asyncio.CancelledError:

@@ -60,6 +60,7 @@ class Lease:
     expires_at: float
     deadline_at: float | None
     failed_attempts: int
+    taken_over: bool = False  # the previous holder let it expire without releasing it
 
 
 @dataclass(frozen=True, slots=True)

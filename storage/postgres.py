@@ -315,14 +315,18 @@ class PostgresStore(OperatorQueries[asyncpg.Connection]):
         params = {"cid": cid, "owner": owner, "lease_now": self._lease_now(now), "ttl": ttl}
         async with self._transaction() as conn:
             row = await self._one("acquire_lease", params, conn)
+            taken_over = row is None
+            if taken_over:
+                row = await self._one("take_over_lease", params, conn)
             if row is None:
                 return None
             expires = float(row["lease_expires_at"])
             version = int(row["version"])
-            await self._rows(
-                "hold_timer", {"cid": cid, "expires_at": expires, "version": version}, conn
+            timer = await self._one(
+                "hold_timer_deadline",
+                {"cid": cid, "expires_at": expires, "version": version},
+                conn,
             )
-            timer = await self._one("timer_deadline", {"cid": cid}, conn)
         return Lease(
             conversation_id=cid,
             owner=owner,
@@ -332,6 +336,7 @@ class PostgresStore(OperatorQueries[asyncpg.Connection]):
             expires_at=expires,
             deadline_at=float(timer[0]) if timer else None,
             failed_attempts=int(row["failed_attempts"]),
+            taken_over=taken_over,
         )
 
     async def lease_expiry(self, conversation_id: str) -> float | None:

@@ -231,18 +231,19 @@ class SqliteStore(OperatorQueries[aiosqlite.Connection]):
         self, conversation_id: str, owner: str, now: float, ttl: float
     ) -> Lease | None:
         cid = conversation_id
+        params = {"cid": cid, "owner": owner, "now": now, "ttl": ttl}
         async with self._transaction() as db:
-            row = await self._one(
-                "acquire_lease", {"cid": cid, "owner": owner, "now": now, "ttl": ttl}, db
-            )
+            row = await self._one("acquire_lease", params, db)
+            taken_over = row is None
+            if taken_over:
+                row = await self._one("take_over_lease", params, db)
             if row is None:
                 return None
             expires = float(row["lease_expires_at"])
             version = int(row["version"])
-            await self._rows(
-                "hold_timer", {"cid": cid, "expires_at": expires, "version": version}, db
+            timer = await self._one(
+                "hold_timer_deadline", {"cid": cid, "expires_at": expires, "version": version}, db
             )
-            timer = await self._one("timer_deadline", {"cid": cid}, db)
         return Lease(
             conversation_id=cid,
             owner=owner,
@@ -252,6 +253,7 @@ class SqliteStore(OperatorQueries[aiosqlite.Connection]):
             expires_at=expires,
             deadline_at=float(timer[0]) if timer else None,
             failed_attempts=int(row["failed_attempts"]),
+            taken_over=taken_over,
         )
 
     async def lease_expiry(self, conversation_id: str) -> float | None:

@@ -130,19 +130,31 @@ FROM debounce_timers WHERE due_at <= :now ORDER BY due_at LIMIT :limit;
 UPDATE debounce_timers SET due_at = :due_at WHERE conversation_id = :cid AND due_at <= :now;
 
 -- name: acquire_lease
+-- Two compare-and-swaps tried in turn: a free lease, then (a takeover) one whose holder let it
+-- expire without releasing it.
 UPDATE conversations
 SET lease_owner = :owner, lease_token = lease_token + 1, lease_expires_at = :now + :ttl
-WHERE id = :cid AND (lease_owner IS NULL OR lease_expires_at < :now)
+WHERE id = :cid AND lease_owner IS NULL
 RETURNING lease_token, version, answered_version, lease_expires_at, failed_attempts;
+
+-- name: take_over_lease
+UPDATE conversations
+SET lease_owner = :owner, lease_token = lease_token + 1, lease_expires_at = :now + :ttl
+WHERE id = :cid AND lease_owner IS NOT NULL AND lease_expires_at < :now
+RETURNING lease_token, version, answered_version, lease_expires_at, failed_attempts;
+
+-- name: hold_timer_deadline
+-- `hold_timer`, returning the burst's deadline in the same statement.
+UPDATE debounce_timers
+SET due_at = CASE WHEN armed_version <= :version THEN MAX(due_at, :expires_at) ELSE due_at END
+WHERE conversation_id = :cid
+RETURNING deadline_at;
 
 -- name: hold_timer
 -- While a lease is held the timer waits for the lease's expiry (takeover after a crash), unless
 -- newer input re-armed it.
 UPDATE debounce_timers SET due_at = MAX(due_at, :expires_at)
 WHERE conversation_id = :cid AND armed_version <= :version;
-
--- name: timer_deadline
-SELECT deadline_at FROM debounce_timers WHERE conversation_id = :cid;
 
 -- name: lease_expiry
 SELECT lease_expires_at FROM conversations WHERE id = :cid AND lease_owner IS NOT NULL;

@@ -119,6 +119,10 @@ async def test_lease_is_exclusive_until_expiry_and_the_token_only_grows(store: S
     assert await store.lease_expiry(CID) == NOW + 30
     taken = await store.acquire_lease(CID, "b", NOW + 31, 30.0)
     assert taken is not None and taken.token > first.token and taken.owner == "b"
+    assert (first.taken_over, taken.taken_over) == (False, True)
+    await store.release_lease(CID, taken.token)
+    again = await store.acquire_lease(CID, "c", NOW + 32, 30.0)
+    assert again is not None and not again.taken_over  # released, not abandoned
 
 
 async def test_held_lease_pushes_the_timer_to_its_expiry_until_new_input(store: Store) -> None:
