@@ -33,6 +33,16 @@ class Arrival:
     at: float
 
 
+def has_arrivals(machine: BurstMachine) -> bool:
+    # Named functions, not lambdas: hypothesis describes lambdas by parsing their source, which
+    # has crashed CPython 3.11's AST constructor inside long test runs.
+    return bool(machine.arrivals)
+
+
+def has_open_calls(machine: BurstMachine) -> bool:
+    return bool(machine.open_calls())
+
+
 class BurstMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
@@ -78,14 +88,14 @@ class BurstMachine(RuleBasedStateMachine):
         self.arrivals.append(Arrival(key, message.message_id, result.version, self.clock.now()))
         self.settle()
 
-    @precondition(lambda self: self.arrivals)
+    @precondition(has_arrivals)
     @rule(data=st.data())
     def redeliver(self, data: st.DataObject) -> None:
         arrival = data.draw(st.sampled_from(self.arrivals))
         message = IncomingMessage(arrival.key, arrival.message_id, "u", "alice", "replayed")
         assert self.run(self.engine.ingest(message)).status == "duplicate"
 
-    @precondition(lambda self: self.arrivals)
+    @precondition(has_arrivals)
     @rule(data=st.data(), delete=st.booleans())
     def change(self, data: st.DataObject, delete: bool) -> None:
         arrival = data.draw(st.sampled_from(self.arrivals))
@@ -104,7 +114,7 @@ class BurstMachine(RuleBasedStateMachine):
         self.run(self.engine.deliver_due())
         self.settle()
 
-    @precondition(lambda self: self.open_calls())
+    @precondition(has_open_calls)
     @rule(data=st.data(), fail=st.booleans())
     def end_generation(self, data: st.DataObject, fail: bool) -> None:
         call = data.draw(st.sampled_from(self.open_calls()))
@@ -115,7 +125,7 @@ class BurstMachine(RuleBasedStateMachine):
             call.finish()
         self.settle()
 
-    @precondition(lambda self: self.open_calls())
+    @precondition(has_open_calls)
     @rule(data=st.data(), conversation=st.integers(0, 2), arrive_first=st.booleans())
     def end_generation_and_arrive_at_once(
         self, data: st.DataObject, conversation: int, arrive_first: bool
