@@ -1,4 +1,5 @@
-"""Result rows to records, shared by every store (sqlite3.Row and asyncpg.Record read alike)."""
+"""Rows to records and records to parameters, shared by every store (sqlite3.Row and
+asyncpg.Record read alike; every store's `.sql` uses the same parameter names)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from bot.store import (
     ConversationState,
     DueTimer,
     GenerationRecord,
+    NewReply,
     OutboxRow,
     StoredMessage,
     TokenUsage,
@@ -102,3 +104,47 @@ def generation_from_row(r: Row) -> GenerationRecord:
         ),
         error=r["error"],
     )
+
+
+# Records to statement parameters (the same names in every store's `.sql`) -----------------------
+def reply_params(
+    cid: str, reply: NewReply, answered_version: int, version: int, seen_version: int, now: float
+) -> dict[str, Any]:
+    """`insert_reply`: covers from the prompt's answered version when the engine gave it."""
+    usage = reply.usage
+    covers_from = (
+        answered_version if reply.covers_from_version is None else reply.covers_from_version
+    )
+    return {
+        "cid": cid,
+        "platform": cid.split("/", 1)[0],
+        "covers_from": covers_from,
+        "version": version,
+        "seen_version": seen_version,
+        "reply_to": reply.reply_to_message_id,
+        "text": reply.text,
+        "kind": reply.kind,
+        "now": now,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_read_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+    }
+
+
+def generation_params(record: GenerationRecord) -> dict[str, Any]:
+    usage = record.usage
+    return {
+        "cid": record.conversation_id,
+        "token": record.lease_token,
+        "from_version": record.from_version,
+        "to_version": record.to_version,
+        "started_at": record.started_at,
+        "ended_at": record.ended_at,
+        "outcome": record.outcome,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_read_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+        "error": record.error,
+    }

@@ -37,8 +37,10 @@ from storage.queries import load_queries, migrations
 from storage.rows import (
     Row,
     generation_from_row,
+    generation_params,
     message_from_row,
     outbox_from_row,
+    reply_params,
     state_from_row,
 )
 from storage.sqlite_batch import IngestBatcher, QueuedIngest, apply_ingest_batch
@@ -339,28 +341,10 @@ class SqliteStore(OperatorQueries[aiosqlite.Connection]):
                 return None
             row: OutboxRow | None = None
             if reply is not None:
-                usage = reply.usage
+                answered = int(before[0])
                 inserted = await self._one(
                     "insert_reply",
-                    {
-                        "cid": cid,
-                        "platform": cid.split("/", 1)[0],
-                        "covers_from": (
-                            int(before[0])
-                            if reply.covers_from_version is None
-                            else reply.covers_from_version
-                        ),
-                        "version": version,
-                        "seen_version": int(checked[0]),
-                        "reply_to": reply.reply_to_message_id,
-                        "text": reply.text,
-                        "kind": reply.kind,
-                        "now": now,
-                        "input_tokens": usage.input_tokens,
-                        "output_tokens": usage.output_tokens,
-                        "cache_read_tokens": usage.cache_read_tokens,
-                        "cache_write_tokens": usage.cache_write_tokens,
-                    },
+                    reply_params(cid, reply, answered, version, int(checked[0]), now),
                     db,
                 )
                 assert inserted is not None
@@ -384,24 +368,7 @@ class SqliteStore(OperatorQueries[aiosqlite.Connection]):
         return int(row[0])
 
     async def record_generation(self, record: GenerationRecord) -> None:
-        usage = record.usage
-        await self._rows(
-            "record_generation",
-            {
-                "cid": record.conversation_id,
-                "token": record.lease_token,
-                "from_version": record.from_version,
-                "to_version": record.to_version,
-                "started_at": record.started_at,
-                "ended_at": record.ended_at,
-                "outcome": record.outcome,
-                "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens,
-                "cache_read_tokens": usage.cache_read_tokens,
-                "cache_write_tokens": usage.cache_write_tokens,
-                "error": record.error,
-            },
-        )
+        await self._rows("record_generation", generation_params(record))
 
     # 6. deliver ------------------------------------------------------------------------------
     async def claim_replies(
