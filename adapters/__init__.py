@@ -1,1 +1,1 @@
-"""Platform adapters: translate platform events to `bot.events` and replies back, nothing more."""
+"""Platform adapters: platform events to `bot.core.events` and replies back, nothing more."""

@@ -13,8 +13,8 @@ import threading
 import time
 from typing import TextIO
 
-from bot.events import ConversationKey, IncomingMessage, Reply, ResetConversation
-from bot.frontend import Host
+from bot.core.events import ConversationKey, IncomingMessage, Reply, ResetConversation
+from bot.core.frontend import Host
 
 CONSOLE_KEY = ConversationKey("console", "local", "terminal")
 SETTLE_POLL_SECONDS = 0.05

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from benchmarks.fakes import PLATFORM, RecordingPlatform, StreamingModel
-from bot.clock import SystemClock
-from bot.engine import Engine, Supervision
-from bot.events import ConversationKey, IncomingMessage
-from bot.replier import BurstMessage, Prompt, Usage
-from bot.scheduler import Scheduler
-from bot.settings import EngineSettings
-from bot.store import Lease
+from bot.core.clock import SystemClock
+from bot.core.engine import Engine, Supervision
+from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.scheduler import Scheduler
+from bot.core.settings import EngineSettings
+from bot.core.store import Lease
+from bot.model.replier import BurstMessage, Prompt, Usage
 from storage.sqlite import SqliteStore
 
 WASTED_OUTCOMES = ("superseded", "discarded", "lease_lost", "failed")

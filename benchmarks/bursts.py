@@ -20,8 +20,8 @@ from benchmarks.bots import (
 )
 from benchmarks.fakes import PLATFORM, StreamingModel, Tally, tally
 from benchmarks.profiles import Profile
-from bot.events import ConversationKey, IncomingMessage
-from bot.settings import EngineSettings
+from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.settings import EngineSettings
 
 SYSTEMS = ("naive", "sleep-debounce", "complete-then-discard", "burstbot")
 

@@ -12,9 +12,9 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from bot.events import ConversationKey, Reply
-from bot.frontend import Host
-from bot.replier import Prompt, Usage
+from bot.core.events import ConversationKey, Reply
+from bot.core.frontend import Host
+from bot.model.replier import Prompt, Usage
 
 PLATFORM = "bench"
 

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 
 from benchmarks.fakes import PLATFORM, StreamingModel
 from benchmarks.profiles import Profile
-from bot.clock import SystemClock
-from bot.engine import Engine
-from bot.events import ConversationKey, IncomingMessage
-from bot.settings import EngineSettings
+from bot.core.clock import SystemClock
+from bot.core.engine import Engine
+from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.settings import EngineSettings
+from storage.rows import message_uid
 from storage.sqlite import Q, SqliteStore
-from storage.sqlite_batch import message_uid
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,10 @@ from pathlib import Path
 
 from benchmarks.fakes import PLATFORM, RecordingPlatform, StreamingModel
 from benchmarks.profiles import Profile
-from bot.clock import SystemClock
-from bot.engine import Engine
-from bot.scheduler import Scheduler
-from bot.settings import EngineSettings
+from bot.core.clock import SystemClock
+from bot.core.engine import Engine
+from bot.core.scheduler import Scheduler
+from bot.core.settings import EngineSettings
 from storage.sqlite import SqliteStore
 
 ROOT = str(Path(__file__).resolve().parent.parent)  # the child imports `benchmarks` from here

@@ -12,19 +12,21 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
-from bot.access import AccessPolicy
-from bot.clock import Clock, SystemClock
 from bot.config import Config, require_secret
-from bot.engine import Engine, Listener
-from bot.errors import ConfigError
-from bot.events import ConversationKey, Event, IncomingMessage, Reply, ResetConversation
-from bot.frontend import Frontend
-from bot.guards import CostGuards, CounterStore, Refusal, limits_active
-from bot.metrics import Metrics, MetricsServer
-from bot.replier import OfflineReplier, Replier
-from bot.scheduler import Scheduler
-from bot.settings import EngineSettings
-from bot.store import IngestResult, Store
+from bot.core.clock import Clock, SystemClock
+from bot.core.engine import Engine, Listener
+from bot.core.errors import ConfigError
+from bot.core.events import ConversationKey, Event, IncomingMessage, Reply, ResetConversation
+from bot.core.frontend import Frontend
+from bot.core.gate import Refusal
+from bot.core.scheduler import Scheduler
+from bot.core.settings import EngineSettings
+from bot.core.store import IngestResult, Store
+from bot.model.offline import OfflineReplier
+from bot.model.replier import Replier
+from bot.ops.access import AccessPolicy
+from bot.ops.guards import CostGuards, CounterStore, limits_active
+from bot.ops.metrics import Metrics, MetricsServer
 
 log = logging.getLogger("burstbot")
 
@@ -46,7 +48,7 @@ def build_replier(config: Config) -> Replier:
     if config.llm.provider == "offline":
         return OfflineReplier()
     require_secret(config.llm.api_key_env, "llm.api_key_env")  # before the SDK's slow import
-    from bot.claude import ClaudeReplier
+    from bot.model.claude import ClaudeReplier
 
     return ClaudeReplier.from_config(config)
 
@@ -74,6 +76,16 @@ def build_store(config: Config) -> Store:
     from storage import open_store
 
     return open_store(config.storage.url, config.storage.pool_size)
+
+
+class DemoWiring:
+    """`burstbot demo` builds its app through here, so the command never imports this module."""
+
+    def build_app(self, config: Config, replier: Replier, frontends: list[Frontend]) -> App:
+        return App(config, build_store(config), replier, frontends)
+
+    def build_store(self, config: Config) -> Store:
+        return build_store(config)
 
 
 class App:

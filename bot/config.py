@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from bot.errors import ConfigError
+from bot.core.errors import ConfigError
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
 DEFAULT_SYSTEM_PROMPT = (

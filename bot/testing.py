@@ -12,11 +12,11 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from bot.errors import BurstbotError, DeliveryError
-from bot.events import ConversationKey, Reply
-from bot.frontend import Host
-from bot.replier import Prompt, Usage
-from bot.store import Store
+from bot.core.errors import BurstbotError, DeliveryError
+from bot.core.events import ConversationKey, Reply
+from bot.core.frontend import Host
+from bot.core.store import Store
+from bot.model.replier import Prompt, Usage
 
 
 @dataclass(eq=False)
@@ -171,6 +171,6 @@ async def check_invariants(
 
 
 def delivery_error(message: str = "platform unavailable") -> DeliveryError:
-    from bot.errors import RetryableDeliveryError
+    from bot.core.errors import RetryableDeliveryError
 
     return RetryableDeliveryError(message)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bot.errors import ConfigError
-from bot.store import Store
+from bot.core.errors import ConfigError
+from bot.core.store import Store
 
 
 def open_store(url: str, pool_size: int = 10) -> Store:

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Generic, TypeVar
 
-from bot.inspection import ConversationSummary
-from bot.store import StoredMessage
+from bot.core.store import StoredMessage
+from bot.ops.inspection import ConversationSummary
 from storage.rows import message_from_row, summary_from_row
 
 Params = Mapping[str, Any]

@@ -29,9 +29,9 @@ from typing import Any, Literal
 
 import asyncpg
 
-from bot.errors import StoreError
-from bot.events import IncomingMessage, MessageDeleted, MessageEdited
-from bot.store import (
+from bot.core.errors import StoreError
+from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited
+from bot.core.store import (
     ConversationState,
     DueTimer,
     GenerationRecord,
@@ -50,11 +50,11 @@ from storage.rows import (
     generation_from_row,
     generation_params,
     message_from_row,
+    message_uid,
     outbox_from_row,
     reply_params,
     state_from_row,
 )
-from storage.sqlite import message_uid
 
 log = logging.getLogger("burstbot.storage")
 Params = Mapping[str, Any]

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from bot.inspection import ConversationSummary
-from bot.store import (
+from bot.core.store import (
     ConversationState,
     DueTimer,
     GenerationRecord,
@@ -15,12 +14,18 @@ from bot.store import (
     StoredMessage,
     TokenUsage,
 )
+from bot.ops.inspection import ConversationSummary
 
 
 class Row(Protocol):
     """A result row by column name (sqlite3.Row, asyncpg.Record)."""
 
     def __getitem__(self, key: str, /) -> Any: ...
+
+
+def message_uid(platform: str, workspace: str, message_id: str) -> str:
+    """Platform ids are unique per platform and workspace; the store's dedupe key says so."""
+    return f"{platform}/{workspace}/{message_id}"
 
 
 def message_from_row(r: Row) -> StoredMessage:

@@ -18,9 +18,9 @@ from typing import Any, Literal, TypeVar
 
 import aiosqlite
 
-from bot.errors import StoreError
-from bot.events import IncomingMessage, MessageDeleted, MessageEdited
-from bot.store import (
+from bot.core.errors import StoreError
+from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited
+from bot.core.store import (
     ConversationState,
     DueTimer,
     GenerationRecord,
@@ -39,12 +39,12 @@ from storage.rows import (
     generation_from_row,
     generation_params,
     message_from_row,
+    message_uid,
     outbox_from_row,
     reply_params,
     state_from_row,
 )
 from storage.sqlite_batch import IngestBatcher, QueuedIngest, apply_ingest_batch
-from storage.sqlite_batch import message_uid as message_uid  # the dedupe key other stores share
 
 Q = load_queries("sqlite.sql")
 MIGRATIONS = migrations(Q)

@@ -24,10 +24,11 @@ from dataclasses import dataclass
 
 import aiosqlite
 
-from bot.errors import StoreError
-from bot.events import IncomingMessage
-from bot.store import IngestResult, Timing
+from bot.core.errors import StoreError
+from bot.core.events import IncomingMessage
+from bot.core.store import IngestResult, Timing
 from storage.queries import load_queries
+from storage.rows import message_uid
 
 Q = load_queries("sqlite.sql")
 MAX_BATCH = 256
@@ -39,11 +40,6 @@ STEPS = (
     "arm_batch_timers",
 )
 SCRIPT = "BEGIN IMMEDIATE;\n" + "".join(f"{Q[step]}\n" for step in STEPS)
-
-
-def message_uid(platform: str, workspace: str, message_id: str) -> str:
-    """Platform ids are unique per platform and workspace; the store's dedupe key says so."""
-    return f"{platform}/{workspace}/{message_id}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from bot.app import App
-from bot.clock import FakeClock
 from bot.config import parse_config
+from bot.core.clock import FakeClock
 from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
 

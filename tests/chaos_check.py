@@ -26,7 +26,7 @@ import sys
 from collections import Counter, defaultdict
 from typing import TYPE_CHECKING, Any
 
-from bot.store import GenerationRecord, Store
+from bot.core.store import GenerationRecord, Store
 
 if TYPE_CHECKING:
     from tests.chaos_run import FakePlatform, Run

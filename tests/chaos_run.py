@@ -24,7 +24,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from bot.store import Store
+from bot.core.store import Store
 from storage import open_store
 
 

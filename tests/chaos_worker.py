@@ -21,10 +21,10 @@ from aiohttp import web
 
 from bot.app import App, build_store
 from bot.config import Config, parse_config
-from bot.errors import PermanentDeliveryError, RetryableDeliveryError, RetryableReplierError
-from bot.events import ConversationKey, IncomingMessage, Reply
-from bot.frontend import Host
-from bot.replier import Prompt, Usage
+from bot.core.errors import PermanentDeliveryError, RetryableDeliveryError, RetryableReplierError
+from bot.core.events import ConversationKey, IncomingMessage, Reply
+from bot.core.frontend import Host
+from bot.model.replier import Prompt, Usage
 
 PLATFORM = "chaos"
 

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from bot.clock import FakeClock
-from bot.engine import Engine
-from bot.events import ConversationKey, IncomingMessage
-from bot.settings import EngineSettings
+from bot.core.clock import FakeClock
+from bot.core.engine import Engine
+from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.settings import EngineSettings
 from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
 

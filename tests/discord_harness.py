@@ -21,10 +21,10 @@ from adapters.discord import DiscordFrontend
 from adapters.discord.client import gateway_intents
 from adapters.discord.indicator import TypingKeeper
 from bot.app import App
-from bot.clock import FakeClock
 from bot.config import Config, DiscordConfig, parse_config
-from bot.events import ConversationKey
-from bot.replier import Replier
+from bot.core.clock import FakeClock
+from bot.core.events import ConversationKey
+from bot.model.replier import Replier
 from storage.sqlite import SqliteStore
 
 Payload = dict[str, Any]

@@ -11,10 +11,10 @@ import pytest
 
 from adapters.slack import SlackFrontend
 from bot.app import App
-from bot.clock import FakeClock
 from bot.config import Config, parse_config
-from bot.events import ConversationKey
-from bot.frontend import Host
+from bot.core.clock import FakeClock
+from bot.core.events import ConversationKey
+from bot.core.frontend import Host
 from bot.testing import ScriptedReplier
 from storage.sqlite import SqliteStore
 from tests.fakes.slack_api import TEAM, EventSender, FakeSlackApi

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from bot.access import AccessPolicy
-from bot.clock import FakeClock
 from bot.config import AccessConfig
-from bot.events import ConversationKey, IncomingMessage, ResetConversation
+from bot.core.clock import FakeClock
+from bot.core.events import ConversationKey, IncomingMessage, ResetConversation
+from bot.ops.access import AccessPolicy
 from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
 from tests.apps import make_app, step

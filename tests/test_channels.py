@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from bot.clock import FakeClock
 from bot.config import parse_config
-from bot.errors import ConfigError
-from bot.events import ConversationKey, IncomingMessage
-from bot.settings import EngineSettings
+from bot.core.clock import FakeClock
+from bot.core.errors import ConfigError
+from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.settings import EngineSettings
 from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
 from tests.conftest import make_engine

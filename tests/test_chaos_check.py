@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from bot.events import ConversationKey, IncomingMessage
-from bot.store import NewReply, OutboxRow, Timing
+from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.store import NewReply, OutboxRow, Timing
 from storage.sqlite import SqliteStore
 from tests.chaos_check import check
 from tests.chaos_run import ENGINE, REPLIER, SIZES, FakePlatform, Run

@@ -10,12 +10,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bot.claude import ClaudeReplier
-from bot.clock import FakeClock
 from bot.config import parse_config
-from bot.engine import Engine
-from bot.events import IncomingMessage, MessageDeleted, MessageEdited
-from bot.replier import Prompt, Usage
+from bot.core.clock import FakeClock
+from bot.core.engine import Engine
+from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited
+from bot.model.claude import ClaudeReplier
+from bot.model.replier import Prompt, Usage
 from bot.testing import RecordingFrontend, check_invariants
 from storage.sqlite import SqliteStore
 from tests.conftest import KEY, SETTINGS, make_engine

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bot.claude import ClaudeReplier, to_messages
 from bot.config import parse_config
-from bot.errors import ConfigError, PermanentReplierError, RetryableReplierError
-from bot.replier import BurstMessage, Prompt, Turn, Usage
+from bot.core.errors import ConfigError, PermanentReplierError, RetryableReplierError
+from bot.model.claude import ClaudeReplier, to_messages
+from bot.model.replier import BurstMessage, Prompt, Turn, Usage
 from tests.fakes.anthropic_server import FakeAnthropic, Plan
 
 KEY_ENV = {"TEST_ANTHROPIC_KEY": "sk-test-not-a-real-key"}

@@ -6,9 +6,9 @@ import re
 import time
 from pathlib import Path
 
-from bot.clock import FakeClock
-from bot.errors import PermanentDeliveryError
-from bot.events import ConversationKey, IncomingMessage
+from bot.core.clock import FakeClock
+from bot.core.errors import PermanentDeliveryError
+from bot.core.events import ConversationKey, IncomingMessage
 from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
 from tests.conftest import make_engine
@@ -157,7 +157,7 @@ def test_demo_shows_one_reply_per_burst_and_the_timeline(tmp_path: Path) -> None
 
 
 def test_a_database_password_is_never_printed() -> None:
-    from bot.commands.check import check_config, display_url
+    from bot.cli.check import check_config, display_url
     from bot.config import parse_config
 
     url = "postgresql://bot:s3cret-pw@db.internal:5432/burstbot?sslmode=require"

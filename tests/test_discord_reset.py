@@ -13,9 +13,9 @@ import pytest
 from adapters.discord import DiscordFrontend
 from adapters.discord.commands import RESET_DESCRIPTION, RESET_DONE, RESET_REFUSED
 from bot.app import App
-from bot.clock import FakeClock
 from bot.config import DiscordConfig
-from bot.events import ConversationKey, IncomingMessage
+from bot.core.clock import FakeClock
+from bot.core.events import ConversationKey, IncomingMessage
 from bot.testing import ScriptedReplier
 from storage.sqlite import SqliteStore
 from tests.discord_harness import close_world, engine_config, open_world

@@ -20,10 +20,10 @@ from adapters.discord import DiscordFrontend, build_discord_frontend
 from adapters.discord.client import INTENT_HELP
 from adapters.discord.render import MESSAGE_LIMIT, nonce_for
 from bot.app import App
-from bot.clock import FakeClock
 from bot.config import DiscordConfig
-from bot.errors import ConfigError, PermanentDeliveryError, RetryableDeliveryError
-from bot.events import ConversationKey, Reply
+from bot.core.clock import FakeClock
+from bot.core.errors import ConfigError, PermanentDeliveryError, RetryableDeliveryError
+from bot.core.events import ConversationKey, Reply
 from bot.testing import ScriptedReplier
 from storage.sqlite import SqliteStore
 from tests.discord_harness import engine_config

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.clock import FakeClock
-from bot.errors import (
+from bot.core.clock import FakeClock
+from bot.core.errors import (
     PermanentDeliveryError,
     PermanentReplierError,
     RetryableDeliveryError,
     RetryableReplierError,
 )
-from bot.events import IncomingMessage, MessageDeleted, MessageEdited, Reply
+from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited, Reply
 from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
 from tests.conftest import KEY, make_engine, message

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bot.clock import FakeClock, settle
-from bot.events import ConversationKey, IncomingMessage
+from bot.core.clock import FakeClock, settle
+from bot.core.events import ConversationKey, IncomingMessage
 from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
 from tests.apps import make_app, step

@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 from bot.config import parse_config
-from bot.logs import REDACTED, configure_logging
+from bot.ops.logs import REDACTED, configure_logging
 from tests.test_cli import burstbot
 
 SECRET = "xoxb-1234-very-secret-token"

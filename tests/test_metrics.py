@@ -7,8 +7,8 @@ from pathlib import Path
 
 import aiohttp
 
-from bot.clock import FakeClock
-from bot.events import ConversationKey, IncomingMessage
+from bot.core.clock import FakeClock
+from bot.core.events import ConversationKey, IncomingMessage
 from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
 from tests.apps import make_app
@@ -76,8 +76,8 @@ async def test_metrics_count_a_burst_and_healthz_answers(
 async def test_a_busy_port_is_a_config_error(
     tmp_path: Path, clock: FakeClock, frontend: RecordingFrontend
 ) -> None:
-    from bot.errors import ConfigError
-    from bot.metrics import Metrics, MetricsServer
+    from bot.core.errors import ConfigError
+    from bot.ops.metrics import Metrics, MetricsServer
 
     async def healthy() -> None:
         return None
@@ -100,7 +100,7 @@ async def test_a_busy_port_is_a_config_error(
 async def test_takeovers_and_wasted_tokens_are_counted(
     store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
 ) -> None:
-    from bot.metrics import Metrics
+    from bot.ops.metrics import Metrics
     from tests.conftest import make_engine
 
     metrics = Metrics()

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from bot.errors import ConfigError, StoreError
-from bot.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEdited
-from bot.store import GenerationRecord, NewReply, Timing, TokenUsage
+from bot.core.errors import ConfigError, StoreError
+from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEdited
+from bot.core.store import GenerationRecord, NewReply, Timing, TokenUsage
 from storage import open_store
 from storage.postgres import MIGRATIONS, PostgresStore
 from storage.sqlite import SqliteStore
@@ -296,7 +296,7 @@ async def test_other_processes_hear_wakeup_hints(pg_stores: Factory) -> None:
 async def test_a_hint_wakes_the_scheduler_only_when_it_matters() -> None:
     from bot.app import App
     from bot.config import Config
-    from bot.replier import OfflineReplier
+    from bot.model.offline import OfflineReplier
     from bot.testing import RecordingFrontend
 
     app = App(Config(), SqliteStore(":memory:"), OfflineReplier(), [RecordingFrontend("test")])

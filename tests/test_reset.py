@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bot.clock import FakeClock
-from bot.store import Timing
+from bot.core.clock import FakeClock
+from bot.core.store import Timing
 from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
 from tests.conftest import KEY, make_engine, message

@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from bot.clock import FakeClock
-from bot.engine import Engine
-from bot.scheduler import Scheduler
-from bot.store import Timing
+from bot.core.clock import FakeClock
+from bot.core.engine import Engine
+from bot.core.scheduler import Scheduler
+from bot.core.store import Timing
 from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
 from tests.conftest import KEY, make_engine, message

@@ -14,9 +14,9 @@ import aiohttp
 import pytest
 
 from adapters.slack import SlackFrontend
-from bot.errors import ConfigError
-from bot.events import ConversationKey, Event
-from bot.store import IngestResult
+from bot.core.errors import ConfigError
+from bot.core.events import ConversationKey, Event
+from bot.core.store import IngestResult
 from bot.testing import check_invariants
 from tests.fakes.slack_api import BOT_ID, BOT_USER, TEAM, FakeSlackApi, channel_message, dm
 from tests.slack_harness import DM_KEY, Bot, api, bot, running_bot, slack_config, stored_texts, ts

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from adapters.slack.inbound import Identity, Placement, new_message, place, plain_text
 from adapters.slack.mrkdwn import neutralise_mentions, split_mrkdwn, to_mrkdwn
-from bot.events import ConversationKey, IncomingMessage
+from bot.core.events import ConversationKey, IncomingMessage
 
 ME = Identity("T1", "UBOT", "BBOT")
 

@@ -11,10 +11,10 @@ import yaml
 
 from adapters.slack import SlackFrontend, build_slack_frontend
 from adapters.slack.app import RESET_COMMAND
-from bot.clock import FakeClock
 from bot.config import SlackConfig
-from bot.errors import ConfigError, PermanentDeliveryError, RetryableDeliveryError
-from bot.events import ConversationKey, Reply
+from bot.core.clock import FakeClock
+from bot.core.errors import ConfigError, PermanentDeliveryError, RetryableDeliveryError
+from bot.core.events import ConversationKey, Reply
 from bot.testing import ScriptedReplier, check_invariants
 from tests.fakes.slack_api import TEAM, Failure, FakeSlackApi, dm
 from tests.slack_harness import DM_KEY, Bot, api, bot, running_bot, slack_config, ts

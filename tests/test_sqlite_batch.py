@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.events import ConversationKey, IncomingMessage
-from bot.store import IngestResult, Timing
-from storage.sqlite import MIGRATIONS, Q, SqliteStore, _statements, message_uid
+from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.store import IngestResult, Timing
+from storage.rows import message_uid
+from storage.sqlite import MIGRATIONS, Q, SqliteStore, _statements
 from storage.sqlite_batch import QueuedIngest
 
 TIMINGS = (Timing(2.0, 10.0), Timing(0.5, 1.0))

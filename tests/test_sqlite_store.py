@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.errors import StoreError
-from bot.store import Timing
+from bot.core.errors import StoreError
+from bot.core.store import Timing
 from storage.sqlite import MIGRATIONS, SqliteStore
 from tests.conftest import message
 

@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from bot.clock import FakeClock
-from bot.engine import Engine
-from bot.errors import RetryableDeliveryError, RetryableReplierError
-from bot.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEdited
+from bot.core.clock import FakeClock
+from bot.core.engine import Engine
+from bot.core.errors import RetryableDeliveryError, RetryableReplierError
+from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEdited
 from bot.testing import RecordingFrontend, ReplierCall, ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
 from tests.conftest import SETTINGS, make_engine

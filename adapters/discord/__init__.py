@@ -8,8 +8,8 @@ Modules: `routing` (what counts, conversation keys), `client` (gateway events in
 from __future__ import annotations
 
 from adapters.discord.client import DiscordFrontend
-from bot.clock import Clock
 from bot.config import DiscordConfig, require_secret
+from bot.core.clock import Clock
 
 __all__ = ["DiscordFrontend", "build_discord_frontend"]
 

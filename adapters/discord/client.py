@@ -22,10 +22,10 @@ from adapters.discord.indicator import TypingKeeper
 from adapters.discord.posting import post_reply
 from adapters.discord.render import allowed_mentions
 from adapters.discord.routing import Routing, message_text
-from bot.clock import Clock, SystemClock
 from bot.config import DiscordConfig
-from bot.errors import BurstbotError, ConfigError, RetryableDeliveryError
-from bot.events import (
+from bot.core.clock import Clock, SystemClock
+from bot.core.errors import BurstbotError, ConfigError, RetryableDeliveryError
+from bot.core.events import (
     ConversationKey,
     IncomingMessage,
     MessageDeleted,
@@ -33,7 +33,7 @@ from bot.events import (
     Reply,
     ResetConversation,
 )
-from bot.frontend import Host
+from bot.core.frontend import Host
 
 log = logging.getLogger("burstbot.discord")
 

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 import discord
 
-from bot.clock import Clock
+from bot.core.clock import Clock
 
 log = logging.getLogger("burstbot.discord")
 

@@ -19,8 +19,8 @@ import aiohttp
 import discord
 
 from adapters.discord.render import nonce_for, split_message
-from bot.errors import DeliveryError, PermanentDeliveryError, RetryableDeliveryError
-from bot.events import Reply
+from bot.core.errors import DeliveryError, PermanentDeliveryError, RetryableDeliveryError
+from bot.core.events import Reply
 
 log = logging.getLogger("burstbot.discord")
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import discord
 
 from bot.config import DiscordConfig
-from bot.errors import ConfigError
-from bot.events import ConversationKey
+from bot.core.errors import ConfigError
+from bot.core.events import ConversationKey
 
 PLATFORM = "discord"
 DM_WORKSPACE = "dm"

@@ -33,9 +33,9 @@ from adapters.slack import inbound
 from adapters.slack.inbound import Identity, Payload
 from adapters.slack.outbound import Outbound
 from bot.config import SlackConfig, require_secret
-from bot.errors import BurstbotError, ConfigError
-from bot.events import ConversationKey, IncomingMessage, Reply, ResetConversation
-from bot.frontend import Host
+from bot.core.errors import BurstbotError, ConfigError
+from bot.core.events import ConversationKey, IncomingMessage, Reply, ResetConversation
+from bot.core.frontend import Host
 
 log = logging.getLogger("burstbot.slack")
 

@@ -27,7 +27,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bot.events import (
+from bot.core.events import (
     ConversationKey,
     Event,
     IncomingMessage,

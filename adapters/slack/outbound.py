@@ -22,8 +22,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.inbound import Identity, split_message_id
 from adapters.slack.mrkdwn import MAX_PART_CHARS, split_mrkdwn, to_mrkdwn
-from bot.errors import DeliveryError, PermanentDeliveryError, RetryableDeliveryError
-from bot.events import ConversationKey, Reply
+from bot.core.errors import DeliveryError, PermanentDeliveryError, RetryableDeliveryError
+from bot.core.events import ConversationKey, Reply
 
 log = logging.getLogger("burstbot.slack")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.store import Store
+from bot.core.store import Store
 from storage.sqlite import SqliteStore
 from tests import pg
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from bot.events import ConversationKey, IncomingMessage, MessageDeleted
-from bot.guards import CounterStore
-from bot.inspection import StoreInspector
-from bot.store import NewReply, OutboxRow, Store, Timing
+from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted
+from bot.core.store import NewReply, OutboxRow, Store, Timing
+from bot.ops.guards import CounterStore
+from bot.ops.inspection import StoreInspector
 
 T = Timing(quiet_seconds=2.0, max_wait_seconds=10.0)
 KEY = ConversationKey("test", "w", "c1")

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from bot.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEdited
-from bot.store import NewReply, OutboxRow, Store, Timing, TokenUsage
+from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEdited
+from bot.core.store import NewReply, OutboxRow, Store, Timing, TokenUsage
 from tests.contract.conftest import Backend
 
 T = Timing(quiet_seconds=2.0, max_wait_seconds=10.0)
@@ -299,7 +299,7 @@ async def test_history_interleaves_messages_and_replies(store: Store) -> None:
 
 
 async def test_generation_records_are_kept(store: Store) -> None:
-    from bot.store import GenerationRecord
+    from bot.core.store import GenerationRecord
 
     record = GenerationRecord(CID, 1, 0, 3, NOW, NOW + 2, "superseded", TokenUsage(10, 7, 0, 0))
     await store.record_generation(record)

@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from bot.errors import StoreError
-from bot.events import ConversationKey, IncomingMessage
-from bot.store import IngestResult, Store, Timing
+from bot.core.errors import StoreError
+from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.store import IngestResult, Store, Timing
 from tests.contract.conftest import Backend
 
 T = Timing(quiet_seconds=2.0, max_wait_seconds=10.0)

@@ -27,8 +27,8 @@ import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Literal
 
-from bot.clock import Clock
-from bot.errors import (
+from bot.core.clock import Clock
+from bot.core.errors import (
     PermanentDeliveryError,
     PermanentReplierError,
     ReplierError,
@@ -36,13 +36,11 @@ from bot.errors import (
     RetryableReplierError,
     StoreError,
 )
-from bot.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEvent, Reply
-from bot.frontend import Frontend
-from bot.guards import BurstGate, Refusal
-from bot.prompt import build_prompt
-from bot.replier import Replier, Usage
-from bot.settings import EngineSettings
-from bot.store import (
+from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEvent, Reply
+from bot.core.frontend import Frontend
+from bot.core.gate import BurstGate, Refusal
+from bot.core.settings import EngineSettings
+from bot.core.store import (
     DueTimer,
     GenerationOutcome,
     GenerationRecord,
@@ -54,6 +52,8 @@ from bot.store import (
     StoredMessage,
     TokenUsage,
 )
+from bot.model.prompt import build_prompt
+from bot.model.replier import Replier, Usage
 
 log = logging.getLogger("burstbot.engine")
 
@@ -66,7 +66,7 @@ Listener = Callable[[str, dict[str, object]], None]
 
 
 class Engine:
-    """Owns the transitions; the scheduler (bot/scheduler.py) decides when to call `run_due`."""
+    """Owns the transitions; the scheduler (scheduler.py) decides when to call `run_due`."""
 
     def __init__(
         self,

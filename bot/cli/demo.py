@@ -11,16 +11,18 @@ import asyncio
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol, TextIO
 
-from bot.app import App, build_store
-from bot.commands.explain import explain_lines
+from bot.cli.explain import explain_lines
 from bot.config import Config, parse_config
-from bot.events import ConversationKey, IncomingMessage, Reply
-from bot.frontend import Host
-from bot.inspection import StoreInspector
-from bot.replier import OfflineReplier
+from bot.core.events import ConversationKey, IncomingMessage, Reply
+from bot.core.frontend import Frontend, Host
+from bot.core.store import Store
+from bot.model.offline import OfflineReplier
+from bot.model.replier import Replier
+from bot.ops.inspection import StoreInspector
 
 DEMO_KEY = ConversationKey("console", "demo", "terminal")
 SCRIPT: list[tuple[list[str], list[str]]] = [
@@ -30,6 +32,20 @@ SCRIPT: list[tuple[list[str], list[str]]] = [
     (["ok", "that's all"], []),
 ]
 STEP_TIMEOUT = 30.0
+
+
+class DemoApp(Protocol):
+    def subscribe(self, listener: Callable[[str, dict[str, object]], None]) -> None: ...
+
+    async def run(self) -> None: ...
+
+
+class Wiring(Protocol):
+    """What the entry point hands the demo from the composition root (`bot/app.py`)."""
+
+    def build_app(self, config: Config, replier: Replier, frontends: list[Frontend]) -> DemoApp: ...
+
+    def build_store(self, config: Config) -> Store: ...
 
 
 class DemoTyper:
@@ -115,20 +131,20 @@ def demo_config(database: Path, quiet: float) -> Config:
     )
 
 
-async def run_demo(quiet: float = 0.6, out: TextIO | None = None) -> int:
+async def run_demo(wiring: Wiring, quiet: float = 0.6, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     with tempfile.TemporaryDirectory(prefix="burstbot-demo-") as folder:
         database = Path(folder) / "demo.db"
         config = demo_config(database, quiet)
         typer = DemoTyper(out, typing_gap=quiet / 4)
-        app = App(config, build_store(config), OfflineReplier(token_delay=0.05), [typer])
+        app = wiring.build_app(config, OfflineReplier(token_delay=0.05), [typer])
         app.subscribe(typer.listen)
         out.write(f"burstbot demo: quiet window {quiet:g}s; offline replier\n\n")
         await app.run()
         if typer.failure is not None:
             out.write(f"demo did not finish: {typer.failure!r}\n")
             return 1
-        store = build_store(config)
+        store = wiring.build_store(config)
         await store.open()
         try:
             assert isinstance(store, StoreInspector)

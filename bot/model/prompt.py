@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bot.replier import BurstMessage, Prompt, Turn
-from bot.store import HistoryItem, StoredMessage
+from bot.core.store import HistoryItem, StoredMessage
+from bot.model.replier import BurstMessage, Prompt, Turn
 
 
 def estimate_tokens(text: str) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bot.config import AccessConfig
-from bot.events import ConversationKey
+from bot.core.events import ConversationKey
 
 
 def _matches(entries: Sequence[str], platform: str, value: str) -> bool:

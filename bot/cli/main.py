@@ -12,9 +12,9 @@ from pathlib import Path
 
 from bot import __version__
 from bot.config import Config, default_config, load_config
-from bot.errors import BurstbotError, ConfigError
-from bot.logs import configure_logging
-from bot.store import Store
+from bot.core.errors import BurstbotError, ConfigError
+from bot.core.store import Store
+from bot.ops.logs import configure_logging
 
 EXIT_USAGE = 2
 
@@ -59,9 +59,9 @@ async def _run(config: Config) -> None:
 
 async def _with_store(config: Config, command: str, args: argparse.Namespace) -> int:
     from bot.app import build_store
-    from bot.commands.explain import explain_lines, normalize_conversation_id
-    from bot.commands.status import status_lines
-    from bot.inspection import StoreInspector
+    from bot.cli.explain import explain_lines, normalize_conversation_id
+    from bot.cli.status import status_lines
+    from bot.ops.inspection import StoreInspector
 
     database = _sqlite_file(config.storage.url)
     if command != "migrate" and database is not None and not database.exists():
@@ -71,7 +71,7 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
     try:
         if command == "migrate":
             version = getattr(store, "schema_version", "?")
-            from bot.commands.check import display_url
+            from bot.cli.check import display_url
 
             print(f"{display_url(config.storage.url)}: schema at version {version}, up to date")
             return 0
@@ -104,7 +104,7 @@ def _sqlite_file(url: str) -> Path | None:
 
 
 def _check(config: Config, path: str | None) -> int:
-    from bot.commands.check import check_config
+    from bot.cli.check import check_config
 
     summary, problems = check_config(config)
     for problem in problems:
@@ -118,9 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "demo":
-            from bot.commands.demo import run_demo
+            from bot import app
+            from bot.cli.demo import run_demo
 
-            return asyncio.run(run_demo(quiet=args.quiet))
+            return asyncio.run(run_demo(app.DemoWiring(), quiet=args.quiet))
         config = _load(args.config)
         configure_logging(config, verbose=getattr(args, "verbose", False))
         if args.command == "run":

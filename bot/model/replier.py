@@ -1,14 +1,13 @@
-"""The replier contract and the offline replier.
+"""The replier contract.
 
 A replier turns one `Prompt` into reply text. It streams internally and must stop at once when its
 task is cancelled (the engine cancels superseded generations), and it keeps `usage` current while it
 streams, so tokens spent on a cancelled stream are still counted as wasted.
-Failures are raised as `RetryableReplierError` or `PermanentReplierError` (see `bot/errors.py`).
+Failures are raised as `RetryableReplierError` or `PermanentReplierError` (`bot/core/errors.py`).
 """
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -48,28 +47,3 @@ class Usage:
 
 class Replier(Protocol):
     async def generate(self, prompt: Prompt, usage: Usage) -> str: ...
-
-
-class OfflineReplier:
-    """Deterministic, no network: acknowledges the burst and quotes each of its messages.
-
-    `token_delay` simulates a model streaming one word every so often (on the real event loop; the
-    engine tests use their own fake replier instead).
-    """
-
-    def __init__(self, token_delay: float = 0.0) -> None:
-        self.token_delay = token_delay
-
-    async def generate(self, prompt: Prompt, usage: Usage) -> str:
-        count = len(prompt.burst)
-        noun = "message" if count == 1 else "messages"
-        lines = [f"Got your {count} {noun}:"]
-        lines += [f"> {m.author_name}: {m.text}" for m in prompt.burst]
-        text = "\n".join(lines)
-        usage.input_tokens += sum(len(t.text.split()) for t in prompt.history)
-        usage.input_tokens += len(prompt.burst_text().split())
-        for _ in text.split():
-            if self.token_delay:
-                await asyncio.sleep(self.token_delay)
-            usage.output_tokens += 1
-        return text

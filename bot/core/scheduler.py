@@ -11,7 +11,7 @@ import asyncio
 import logging
 import math
 
-from bot.engine import Engine
+from bot.core.engine import Engine
 
 log = logging.getLogger("burstbot.scheduler")
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from bot.events import ConversationKey
-from bot.inspection import StoreInspector
-from bot.store import GenerationRecord, OutboxRow, StoredMessage
+from bot.core.events import ConversationKey
+from bot.core.store import GenerationRecord, OutboxRow, StoredMessage
+from bot.ops.inspection import StoreInspector
 
 PREVIEW = 60
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from bot.events import IncomingMessage, MessageDeleted, MessageEdited
+from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited
 
 IngestStatus = Literal["accepted", "duplicate", "history", "unknown", "ignored"]
 """accepted: stored and the version bumped; duplicate: already stored; history: an edit or delete of

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bot.inspection import ConversationSummary, StoreInspector
+from bot.ops.inspection import ConversationSummary, StoreInspector
 
 
 def relative(at: float | None, now: float) -> str:

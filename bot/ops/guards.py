@@ -17,22 +17,14 @@ later refusals in that window are silent (and still logged).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from bot.config import LimitsConfig
-from bot.events import ConversationKey, IncomingMessage
-from bot.store import StoredMessage, TokenUsage
+from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.gate import Refusal
+from bot.core.store import StoredMessage, TokenUsage
 
 DAY_SECONDS = 86_400.0
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """Why a guard said no, and the notice to send (None: already sent this window)."""
-
-    reason: str
-    notice: str | None
 
 
 @runtime_checkable
@@ -44,18 +36,6 @@ class CounterStore(Protocol):
         ...
 
     async def read_counter(self, scope: str, window_start: int) -> int: ...
-
-
-class BurstGate(Protocol):
-    """What the engine asks before and after a model call (implemented by `CostGuards`)."""
-
-    async def admit(
-        self, key: ConversationKey, burst: Sequence[StoredMessage], now: float
-    ) -> Refusal | None: ...
-
-    async def charge(
-        self, key: ConversationKey, burst: Sequence[StoredMessage], usage: TokenUsage, now: float
-    ) -> None: ...
 
 
 def limits_active(limits: LimitsConfig) -> bool:

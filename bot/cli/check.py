@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 from bot.config import Config
-from bot.guards import limits_active
+from bot.ops.guards import limits_active
 
 
 def display_url(url: str) -> str:

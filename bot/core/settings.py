@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.config import ChannelConfig, Config
-from bot.events import ConversationKey
-from bot.store import Timing
+from bot.core.events import ConversationKey
+from bot.core.store import Timing
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
 from prometheus_client.exposition import generate_latest
 
-from bot.errors import ConfigError
+from bot.core.errors import ConfigError
 
 log = logging.getLogger("burstbot.metrics")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from bot.store import ConversationState, GenerationRecord, OutboxRow, StoredMessage
+from bot.core.store import ConversationState, GenerationRecord, OutboxRow, StoredMessage
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,17 +1,17 @@
 """The adapter contract: what an adapter may call, and what it must offer.
 
-An adapter (Slack, Discord, console) converts platform events into `bot.events` types and hands them
-to the `Host` (the running app: engine + store); for the way back it implements `Frontend`.
-`deliver` must be idempotent by `reply.id`: asked twice for one reply (a crash between posting and
-recording it), it posts once.
+An adapter (Slack, Discord, console) converts platform events into `bot.core.events` types and
+hands them to the `Host` (the running app: engine + store); for the way back it implements
+`Frontend`. `deliver` must be idempotent by `reply.id`: asked twice for one reply (a crash
+between posting and recording it), it posts once.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from bot.events import ConversationKey, Event, Reply
-from bot.store import IngestResult
+from bot.core.events import ConversationKey, Event, Reply
+from bot.core.store import IngestResult
 
 
 class Host(Protocol):

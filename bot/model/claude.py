@@ -8,7 +8,7 @@
   cancelled stream still shows what it cost ("wasted" tokens).
 - The stable prefix (system prompt, then the end of the history) carries `cache_control`, so the
   next burst of the same conversation reads it from the prompt cache.
-- SDK and transport exceptions are mapped here, at the edge, into `bot.errors`.
+- SDK and transport exceptions are mapped here, at the edge, into `bot.core.errors`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import httpx2
 from anthropic.types import CacheControlEphemeralParam, MessageParam, TextBlockParam
 
 from bot.config import Config, require_secret
-from bot.errors import PermanentReplierError, ReplierError, RetryableReplierError
-from bot.replier import Prompt, Usage
+from bot.core.errors import PermanentReplierError, ReplierError, RetryableReplierError
+from bot.model.replier import Prompt, Usage
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 # Error types an `error` event inside a 200 stream may carry that retrying cannot fix.

@@ -1,1 +1,0 @@
-"""The operator commands behind `burstbot` (the parser lives in `bot/cli.py`)."""

@@ -1,0 +1,1 @@
+"""The model side: the Replier protocol, the Claude and offline repliers, prompt building."""

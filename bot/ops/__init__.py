@@ -1,0 +1,1 @@
+"""Operations: metrics, logging, access lists, cost guards, inspection."""

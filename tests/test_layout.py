@@ -1,0 +1,93 @@
+"""The architecture's boundaries, read from the imports of every module (an AST walk).
+
+- The core (`bot/core/`, `bot/model/`) imports nothing from adapters, storage, operations, the
+  command line or the composition root: it runs on any store and any platform.
+- Adapters translate; they never reach into storage, operations, the CLI or the composition root.
+- Storage implements the core's `Store`; a backend module never imports another backend.
+- Only `bot/cli/main.py` (the entry point) and the composition root itself import `bot.app`.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BACKENDS = ("storage.sqlite", "storage.postgres")
+
+
+def imports_of(path: Path, package: str | None = None) -> set[str]:
+    """Every module a file imports, absolute and relative, at any depth (lazy imports too)."""
+    if package is None:
+        package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, base]) if base else ".".join(parent)
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def modules(*folders: str) -> list[Path]:
+    return sorted(p for folder in folders for p in (ROOT / folder).rglob("*.py"))
+
+
+def offenders(
+    files: list[Path], forbidden: tuple[str, ...], package: str | None = None
+) -> list[str]:
+    return [
+        f"{path.name} imports {name}"
+        for path in files
+        for name in sorted(imports_of(path, package))
+        if any(name == f or name.startswith(f + ".") for f in forbidden)
+    ]
+
+
+def test_the_core_imports_no_outer_layer() -> None:
+    forbidden = ("adapters", "storage", "bot.ops", "bot.cli", "bot.app")
+    assert offenders(modules("bot/core", "bot/model"), forbidden) == []
+
+
+def test_adapters_only_translate() -> None:
+    forbidden = ("storage", "bot.ops", "bot.cli", "bot.app")
+    assert offenders(modules("adapters"), forbidden) == []
+
+
+def test_storage_backends_stand_alone() -> None:
+    assert offenders(modules("storage"), ("adapters", "bot.cli", "bot.app")) == []
+    for backend in BACKENDS:
+        path = ROOT / (backend.replace(".", "/") + ".py")
+        others = tuple(b for b in BACKENDS if b != backend)
+        assert offenders([path], others) == []
+
+
+def test_only_the_entry_point_wires_the_app() -> None:
+    commands = [p for p in modules("bot/cli") if p.name != "main.py"]
+    assert offenders(commands, ("bot.app",)) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        (
+            "from storage.sqlite import SqliteStore",
+            {"storage.sqlite", "storage.sqlite.SqliteStore"},
+        ),
+        ("def f():\n    import adapters.slack", {"adapters.slack"}),
+        ("from ...storage import sqlite", {"storage", "storage.sqlite"}),
+    ],
+)
+def test_the_walk_sees_imports(tmp_path: Path, source: str, expected: set[str]) -> None:
+    """The checker itself can fail: lazy and relative imports are found too."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(source, encoding="utf-8")
+    assert expected <= imports_of(probe, package="bot.core")
+    assert offenders([probe], ("storage", "adapters"), package="bot.core") != []
