@@ -32,8 +32,12 @@ import asyncpg
 from bot.core.errors import StoreError
 from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited
 from bot.core.store import (
+    CommitOutcome,
+    Committed,
     ConversationState,
+    Discarded,
     DueTimer,
+    FinalCheck,
     GenerationRecord,
     HistoryItem,
     IngestResult,
@@ -405,24 +409,22 @@ class PostgresStore(OperatorQueries[asyncpg.Connection]):
     async def commit(
         self,
         conversation_id: str,
-        token: int,
-        version: int,
-        deadline_passed: bool,
+        check: FinalCheck,
         now: float,
         timing: Timing,
         reply: NewReply | None,
-    ) -> OutboxRow | Literal["skipped"] | None:
-        cid = conversation_id
+    ) -> CommitOutcome:
+        cid, token, version = conversation_id, check.token, check.version
         async with self._transaction() as conn:
             before = await self._one("lock_answered_version", {"cid": cid}, conn)
             checked = await self._one(
                 "final_check",
                 {"cid": cid, "token": token, "version": version,
-                 "deadline_passed": deadline_passed},
+                 "deadline_passed": check.deadline_passed},
                 conn,
             )  # fmt: skip
             if checked is None or before is None:
-                return None
+                return Discarded()
             row: OutboxRow | None = None
             if reply is not None:
                 answered = int(before[0])
@@ -440,7 +442,7 @@ class PostgresStore(OperatorQueries[asyncpg.Connection]):
                 {"cid": cid, "version": version, "now": now, "max_wait": timing.max_wait_seconds},
                 conn,
             )
-        return row if row is not None else "skipped"
+        return Committed(row)
 
     async def record_failure(self, conversation_id: str, token: int, retry_at: float) -> int | None:
         async with self._transaction() as conn:

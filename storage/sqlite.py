@@ -21,8 +21,12 @@ import aiosqlite
 from bot.core.errors import StoreError
 from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited
 from bot.core.store import (
+    CommitOutcome,
+    Committed,
     ConversationState,
+    Discarded,
     DueTimer,
+    FinalCheck,
     GenerationRecord,
     HistoryItem,
     IngestResult,
@@ -321,24 +325,22 @@ class SqliteStore(OperatorQueries[aiosqlite.Connection]):
     async def commit(
         self,
         conversation_id: str,
-        token: int,
-        version: int,
-        deadline_passed: bool,
+        check: FinalCheck,
         now: float,
         timing: Timing,
         reply: NewReply | None,
-    ) -> OutboxRow | Literal["skipped"] | None:
-        cid = conversation_id
+    ) -> CommitOutcome:
+        cid, token, version = conversation_id, check.token, check.version
         async with self._transaction() as db:
             before = await self._one("answered_version", {"cid": cid}, db)
             checked = await self._one(
                 "final_check",
                 {"cid": cid, "token": token, "version": version,
-                 "deadline_passed": 1 if deadline_passed else 0},
+                 "deadline_passed": 1 if check.deadline_passed else 0},
                 db,
             )  # fmt: skip
             if checked is None or before is None:
-                return None
+                return Discarded()
             row: OutboxRow | None = None
             if reply is not None:
                 answered = int(before[0])
@@ -355,7 +357,7 @@ class SqliteStore(OperatorQueries[aiosqlite.Connection]):
                 {"cid": cid, "version": version, "now": now, "max_wait": timing.max_wait_seconds},
                 db,
             )
-        return row if row is not None else "skipped"
+        return Committed(row)
 
     async def record_failure(self, conversation_id: str, token: int, retry_at: float) -> int | None:
         async with self._transaction() as db:

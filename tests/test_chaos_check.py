@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bot.core.events import ConversationKey, IncomingMessage
-from bot.core.store import NewReply, OutboxRow, Timing
+from bot.core.store import Committed, FinalCheck, NewReply, OutboxRow, Timing
 from storage.sqlite import SqliteStore
 from tests.chaos_check import check
 from tests.chaos_run import ENGINE, REPLIER, SIZES, FakePlatform, Run
@@ -30,7 +30,11 @@ async def answered() -> AsyncIterator[tuple[SqliteStore, Run, FakePlatform]]:
         await store.ingest(IncomingMessage(KEY, text, "u1", "user", text), NOW + n * 0.1, T)
     lease = await store.acquire_lease(KEY.id, "w", NOW + 1.0, 1.0)
     assert lease is not None
-    row = await store.commit(KEY.id, lease.token, 2, False, NOW + 1.2, T, NewReply("x"))
+    outcome = await store.commit(
+        KEY.id, FinalCheck(lease.token, 2, False), NOW + 1.2, T, NewReply("x")
+    )
+    assert isinstance(outcome, Committed)
+    row = outcome.reply
     assert isinstance(row, OutboxRow)
     run = Run(SIZES["ci"], "sqlite://", "http://unused", random.Random(1))
     run.acked = {"c0-m1": "c0", "c0-m2": "c0"}

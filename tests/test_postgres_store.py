@@ -19,7 +19,14 @@ import pytest
 
 from bot.core.errors import ConfigError, StoreError
 from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEdited
-from bot.core.store import GenerationRecord, NewReply, Timing, TokenUsage
+from bot.core.store import (
+    Committed,
+    FinalCheck,
+    GenerationRecord,
+    NewReply,
+    Timing,
+    TokenUsage,
+)
 from storage import open_store
 from storage.postgres import MIGRATIONS, PostgresStore
 from storage.sqlite import SqliteStore
@@ -116,7 +123,9 @@ class Differential:
         elif op in (15, 16):
             reply = rng.choice([None, NewReply(f"reply {now}", "answer", "m1", TokenUsage(3, 4))])
             at = version - rng.choice([0, 0, 1])
-            await self.both("commit", cid, token, at, rng.random() < 0.3, now, TIMING, reply)
+            await self.both(
+                "commit", cid, FinalCheck(token, at, rng.random() < 0.3), now, TIMING, reply
+            )
         elif op == 17:
             await self.both("record_failure", cid, token, now + 2.0)
             record = GenerationRecord(cid, token, 0, version, now - 1, now, "failed", error="x")
@@ -207,8 +216,10 @@ async def test_two_workers_never_claim_one_reply(pg_stores: Factory) -> None:
             await a.ingest(message(key, 10 * i + n), 1000.0, TIMING)
         lease = await a.acquire_lease(key.id, "w1", 1010.0, 30.0)
         assert lease is not None
-        row = await a.commit(key.id, lease.token, 4, False, 1010.0, TIMING, NewReply(f"r{i}"))
-        assert row is not None and row != "skipped"
+        row = await a.commit(
+            key.id, FinalCheck(lease.token, 4, False), 1010.0, TIMING, NewReply(f"r{i}")
+        )
+        assert isinstance(row, Committed) and row.reply is not None
     claimed = await asyncio.gather(
         *(s.claim_replies(f"w{i}", 1020.0, 30.0, ["test"], 1) for i, s in enumerate([a, b] * 3))
     )
@@ -285,7 +296,7 @@ async def test_other_processes_hear_wakeup_hints(pg_stores: Factory) -> None:
     await expect("timer 1001.5")
     lease = await a.acquire_lease(key.id, "w1", 1002.0, 30.0)
     assert lease is not None
-    await a.commit(key.id, lease.token, 1, False, 1002.0, TIMING, NewReply("x"))
+    await a.commit(key.id, FinalCheck(lease.token, 1, False), 1002.0, TIMING, NewReply("x"))
     await expect("outbox test")
     await a.ingest(message(key, 2), 1003.0, TIMING)
     assert await a.acquire_lease(key.id, "w9", 1010.0, 30.0) is not None

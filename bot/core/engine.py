@@ -41,7 +41,10 @@ from bot.core.frontend import Frontend
 from bot.core.gate import BurstGate, Refusal
 from bot.core.settings import EngineSettings
 from bot.core.store import (
+    Committed,
+    Discarded,
     DueTimer,
+    FinalCheck,
     GenerationOutcome,
     GenerationRecord,
     IngestResult,
@@ -212,10 +215,9 @@ class Engine:
         deadline = lease.deadline_at if lease.deadline_at is not None else math.inf
         started_at = self.clock.now()
         if not pending:
-            done = await self.store.commit(
-                cid, token, version, started_at >= deadline, started_at, timing, None
-            )
-            if done is None:
+            check = FinalCheck(token, version, deadline_passed=started_at >= deadline)
+            done = await self.store.commit(cid, check, started_at, timing, None)
+            if isinstance(done, Discarded):
                 await self.store.release_lease(cid, token)
                 return
             log.info("conversation %s: every message of the burst was deleted; skipped", cid)
@@ -269,8 +271,10 @@ class Engine:
         reply = NewReply(
             text, "answer", pending[-1].message_id, _frozen(usage), lease.answered_version
         )
-        row = await self.store.commit(cid, token, version, now >= deadline, now, timing, reply)
-        if not isinstance(row, OutboxRow):
+        check = FinalCheck(token, version, deadline_passed=now >= deadline)
+        committed = await self.store.commit(cid, check, now, timing, reply)
+        row = committed.reply if isinstance(committed, Committed) else None
+        if row is None:
             await self._record(lease, started_at, "discarded", usage)
             self._emit("discarded", conversation=cid, version=version)
             await self.store.release_lease(cid, token)
@@ -355,10 +359,9 @@ class Engine:
                 TokenUsage(),
                 lease.answered_version,
             )
-            row = await self.store.commit(
-                cid, token, lease.version, True, now, self.settings.timing_for(key), apology
-            )
-            if isinstance(row, OutboxRow):
+            check = FinalCheck(token, lease.version, deadline_passed=True)
+            done = await self.store.commit(cid, check, now, self.settings.timing_for(key), apology)
+            if isinstance(done, Committed) and (row := done.reply) is not None:
                 self._emit("apology", conversation=cid, reply_id=row.id)
                 await self.deliver_due(reply_id=row.id)
             return
@@ -382,10 +385,12 @@ class Engine:
                 refusal.notice, "apology", reply_to, TokenUsage(), lease.answered_version
             )
         timing = self.settings.timing_for(ConversationKey.parse(cid))
-        row = await self.store.commit(cid, token, lease.version, True, started_at, timing, notice)
-        if row is None:
+        check = FinalCheck(token, lease.version, deadline_passed=True)
+        done = await self.store.commit(cid, check, started_at, timing, notice)
+        if isinstance(done, Discarded):
             await self.store.release_lease(cid, token)
             return
+        row = done.reply
         log.warning("conversation %s: burst refused (%s); no model call", cid, refusal.reason)
         await self._record(lease, started_at, "skipped", Usage(), refusal.reason)
         self._emit("refused", conversation=cid, reason=refusal.reason, stage="burst")

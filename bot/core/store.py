@@ -106,6 +106,16 @@ class NewReply:
     covers_from_version: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class FinalCheck:
+    """Step 5's condition: the lease's fencing `token` still holds and `version` (V, the burst's
+    snapshot) is still current, unless the burst's deadline has passed."""
+
+    token: int
+    version: int
+    deadline_passed: bool
+
+
 OutboxState = Literal["pending", "sent", "failed"]
 
 
@@ -140,6 +150,21 @@ class ConversationState:
     failed_attempts: int
     timer: DueTimer | None
 
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """The final check passed: the burst is answered. `reply` is its outbox row, or None when it
+    was answered without a reply (every message deleted, a guard's silent refusal)."""
+
+    reply: OutboxRow | None
+
+
+@dataclass(frozen=True, slots=True)
+class Discarded:
+    """The final check failed: the token no longer fences, or newer input arrived in time."""
+
+
+CommitOutcome = Committed | Discarded
 
 GenerationOutcome = Literal["posted", "superseded", "discarded", "failed", "lease_lost", "skipped"]
 
@@ -240,16 +265,13 @@ class Store(Protocol):
     async def commit(
         self,
         conversation_id: str,
-        token: int,
-        version: int,
-        deadline_passed: bool,
+        check: FinalCheck,
         now: float,
         timing: Timing,
         reply: NewReply | None,
-    ) -> OutboxRow | Literal["skipped"] | None:
-        """One transaction: answered_version=V and lease released if the token still fences and (no
-        newer input or the deadline passed); then the outbox row (None reply = answered without a
-        reply) and the timer cleanup. Returns None when refused."""
+    ) -> CommitOutcome:
+        """One transaction: if `check` holds, answered_version=V and the lease released; then the
+        outbox row (None reply = answered without a reply) and the timer cleanup."""
         ...
 
     async def record_failure(self, conversation_id: str, token: int, retry_at: float) -> int | None:

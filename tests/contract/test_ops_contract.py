@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted
-from bot.core.store import NewReply, OutboxRow, Store, Timing
+from bot.core.store import Committed, FinalCheck, NewReply, OutboxRow, Store, Timing
 from bot.ops.guards import CounterStore
 from bot.ops.inspection import StoreInspector
 
@@ -23,7 +23,11 @@ def msg(n: int, text: str, key: ConversationKey = KEY) -> IncomingMessage:
 async def answer(store: Store, now: float, text: str) -> None:
     lease = await store.acquire_lease(CID, "o1", now, 30.0)
     assert lease is not None
-    row = await store.commit(CID, lease.token, lease.version, False, now, T, NewReply(text))
+    outcome = await store.commit(
+        CID, FinalCheck(lease.token, lease.version, False), now, T, NewReply(text)
+    )
+    assert isinstance(outcome, Committed)
+    row = outcome.reply
     assert isinstance(row, OutboxRow)
 
 
@@ -63,7 +67,9 @@ async def test_inspection_lists_active_conversations_and_every_message(store: St
     await store.ingest(IncomingMessage(quiet, "q1", "u1", "bob", "answered"), NOW, T)
     lease = await store.acquire_lease(quiet.id, "o1", NOW + 3, 30.0)
     assert lease is not None
-    await store.commit(quiet.id, lease.token, lease.version, False, NOW + 3, T, NewReply("ok"))
+    await store.commit(
+        quiet.id, FinalCheck(lease.token, lease.version, False), NOW + 3, T, NewReply("ok")
+    )
     [row] = await store.claim_replies("o1", NOW + 3, 30.0, ["test"], 10)
     assert await store.mark_sent(row.id, "o1", ["p1"], NOW + 3)
     await store.ingest(msg(1, "a"), NOW + 4, T)

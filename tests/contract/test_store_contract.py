@@ -7,7 +7,16 @@ import asyncio
 import pytest
 
 from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEdited
-from bot.core.store import NewReply, OutboxRow, Store, Timing, TokenUsage
+from bot.core.store import (
+    Committed,
+    Discarded,
+    FinalCheck,
+    NewReply,
+    OutboxRow,
+    Store,
+    Timing,
+    TokenUsage,
+)
 from tests.contract.conftest import Backend
 
 T = Timing(quiet_seconds=2.0, max_wait_seconds=10.0)
@@ -23,7 +32,11 @@ def msg(n: int, text: str = "hi", key: ConversationKey = KEY) -> IncomingMessage
 async def answer(store: Store, owner: str = "o1", now: float = NOW, text: str = "ok") -> OutboxRow:
     lease = await store.acquire_lease(CID, owner, now, 30.0)
     assert lease is not None
-    row = await store.commit(CID, lease.token, lease.version, False, now, T, NewReply(text))
+    outcome = await store.commit(
+        CID, FinalCheck(lease.token, lease.version, False), now, T, NewReply(text)
+    )
+    assert isinstance(outcome, Committed)
+    row = outcome.reply
     assert isinstance(row, OutboxRow)
     return row
 
@@ -216,8 +229,12 @@ async def test_commit_is_refused_when_newer_input_arrived_unless_deadline_passed
     assert lease is not None
     await store.ingest(msg(2), NOW + 3, T)
     reply = NewReply("stale")
-    assert await store.commit(CID, lease.token, 1, False, NOW + 4, T, reply) is None
-    row = await store.commit(CID, lease.token, 1, True, NOW + 4, T, reply)
+    assert (
+        await store.commit(CID, FinalCheck(lease.token, 1, False), NOW + 4, T, reply) == Discarded()
+    )
+    outcome = await store.commit(CID, FinalCheck(lease.token, 1, True), NOW + 4, T, reply)
+    assert isinstance(outcome, Committed)
+    row = outcome.reply
     assert isinstance(row, OutboxRow) and row.covers_to_version == 1
     assert row.seen_version == 2
 
@@ -228,7 +245,11 @@ async def test_a_reply_for_an_older_version_keeps_the_newer_timer(store: Store) 
     lease = await store.acquire_lease(CID, "a", NOW + 10, 30.0)
     assert lease is not None
     await store.ingest(msg(2), NOW + 11, T)  # past the deadline: the old reply still posts
-    row = await store.commit(CID, lease.token, 1, True, NOW + 12, T, NewReply("first"))
+    outcome = await store.commit(
+        CID, FinalCheck(lease.token, 1, True), NOW + 12, T, NewReply("first")
+    )
+    assert isinstance(outcome, Committed)
+    row = outcome.reply
     assert isinstance(row, OutboxRow)
     state = await store.conversation_state(CID)
     assert state is not None and state.timer is not None
@@ -243,9 +264,14 @@ async def test_a_stale_token_cannot_commit(store: Store) -> None:
     old = await store.acquire_lease(CID, "a", NOW, 30.0)
     new = await store.acquire_lease(CID, "b", NOW + 31, 30.0)
     assert old is not None and new is not None
-    assert await store.commit(CID, old.token, 1, True, NOW + 32, T, NewReply("old")) is None
-    assert isinstance(await store.commit(CID, new.token, 1, False, NOW + 32, T, NewReply("new")),
-                      OutboxRow)  # fmt: skip
+    assert (
+        await store.commit(CID, FinalCheck(old.token, 1, True), NOW + 32, T, NewReply("old"))
+        == Discarded()
+    )
+    assert isinstance(
+        await store.commit(CID, FinalCheck(new.token, 1, False), NOW + 32, T, NewReply("new")),
+        Committed,
+    )
     assert [r.text for r in await store.replies(CID)] == ["new"]
 
 
@@ -253,9 +279,13 @@ async def test_one_version_is_answered_once(store: Store) -> None:
     await store.ingest(msg(1), NOW, T)
     lease = await store.acquire_lease(CID, "a", NOW, 30.0)
     assert lease is not None
-    assert isinstance(await store.commit(CID, lease.token, 1, False, NOW, T, NewReply("1")),
-                      OutboxRow)  # fmt: skip
-    assert await store.commit(CID, lease.token, 1, True, NOW, T, NewReply("2")) is None
+    assert isinstance(
+        await store.commit(CID, FinalCheck(lease.token, 1, False), NOW, T, NewReply("1")), Committed
+    )
+    assert (
+        await store.commit(CID, FinalCheck(lease.token, 1, True), NOW, T, NewReply("2"))
+        == Discarded()
+    )
     assert len(await store.replies(CID)) == 1
 
 
@@ -264,7 +294,9 @@ async def test_commit_without_reply_marks_answered(store: Store) -> None:
     await store.delete(MessageDeleted(KEY, "m1"), NOW, T)
     lease = await store.acquire_lease(CID, "a", NOW + 3, 30.0)
     assert lease is not None
-    assert await store.commit(CID, lease.token, 2, False, NOW + 3, T, None) == "skipped"
+    assert await store.commit(
+        CID, FinalCheck(lease.token, 2, False), NOW + 3, T, None
+    ) == Committed(None)
     state = await store.conversation_state(CID)
     assert state is not None and state.answered_version == 2 and state.timer is None
     assert await store.replies(CID) == []
@@ -279,7 +311,7 @@ async def test_failure_counts_attempts_and_rearms(store: Store) -> None:
     assert await store.next_due_at() == NOW + 10
     again = await store.acquire_lease(CID, "a", NOW + 10, 30.0)
     assert again is not None and again.failed_attempts >= 1
-    await store.commit(CID, again.token, 1, False, NOW + 11, T, NewReply("x"))
+    await store.commit(CID, FinalCheck(again.token, 1, False), NOW + 11, T, NewReply("x"))
     state = await store.conversation_state(CID)
     assert state is not None and state.failed_attempts == 0
 
