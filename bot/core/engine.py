@@ -39,6 +39,7 @@ from bot.core.errors import (
 from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEvent, Reply
 from bot.core.frontend import Frontend
 from bot.core.gate import BurstGate, Refusal
+from bot.core.indicator import Indicator
 from bot.core.settings import EngineSettings
 from bot.core.store import (
     Committed,
@@ -88,6 +89,7 @@ class Engine:
         self.owner = owner
         self.frontends: dict[str, Frontend] = dict(frontends or {})
         self.gate = gate
+        self.indicator = Indicator(self.frontends)
         self.wakeup = asyncio.Event()
         self.sleeping_until = math.inf
         self._workers: dict[str, asyncio.Task[None]] = {}
@@ -129,7 +131,7 @@ class Engine:
                 bumped.set()
             if result.due_at is not None and result.due_at < self.sleeping_until:
                 self.wakeup.set()
-            self._indicate(event.key, busy=True)
+            self.indicator.show(event.key)
         return result
 
     async def flush(self, key: ConversationKey) -> None:
@@ -222,7 +224,7 @@ class Engine:
                 return
             log.info("conversation %s: every message of the burst was deleted; skipped", cid)
             await self._record(lease, started_at, "skipped", Usage(), "all messages deleted")
-            self._indicate(key, busy=False)
+            self.indicator.clear(key)
             return
 
         if self.gate is not None:
@@ -397,7 +399,7 @@ class Engine:
         if isinstance(row, OutboxRow):
             await self.deliver_due(reply_id=row.id)
         else:
-            self._indicate(ConversationKey.parse(cid), busy=False)
+            self.indicator.clear(ConversationKey.parse(cid))
 
     async def _charge(self, key: ConversationKey, burst: list[StoredMessage], usage: Usage) -> None:
         """Count the tokens a generation spent (finished or cancelled) against the budgets."""
@@ -494,23 +496,18 @@ class Engine:
             return
         await self.store.mark_sent(row.id, self.owner, posted, self.clock.now())
         self._emit("delivered", reply_id=row.id, conversation=row.conversation_id, parts=posted)
-        self._indicate(key, busy=False)
+        self.indicator.clear(key)
 
     async def _delivery_failed(self, row: OutboxRow, error: str) -> None:
         await self.store.mark_failed(row.id, self.owner, error)
         self._emit("delivery_failed", reply_id=row.id, error=error)
         log.error("reply r%d: permanent delivery failure: %s", row.id, error)
 
-    def _indicate(self, key: ConversationKey, busy: bool) -> None:
-        frontend = self.frontends.get(key.platform)
-        if frontend is not None:
-            self._spawn_delivery(_best_effort(frontend.show_busy(key, busy)))
-
     # lifecycle -------------------------------------------------------------------------------
     async def idle(self) -> None:
         """Wait until no worker or delivery of this process is running (tests, shutdown)."""
-        while self._workers or self._deliveries:
-            await asyncio.gather(*self._workers.values(), *self._deliveries, return_exceptions=True)
+        while running := [*self._workers.values(), *self._deliveries, *self.indicator.running]:
+            await asyncio.gather(*running, return_exceptions=True)
 
     async def shutdown(self) -> None:
         """Stop taking work, cancel generations, release our leases; timers and outbox stay."""
@@ -526,13 +523,6 @@ class Engine:
 async def _cancel(task: asyncio.Task[str]) -> None:
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-
-
-async def _best_effort(work: Awaitable[None]) -> None:
-    try:
-        await work
-    except Exception:
-        log.debug("thinking indicator failed", exc_info=True)
 
 
 def _frozen(usage: Usage) -> TokenUsage:
