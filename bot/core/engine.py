@@ -13,6 +13,7 @@ Rules (DESIGN.md §3), which this file keeps and nothing else changes:
 5. Final check + commit in one transaction (token still fences, and V is still current unless the
    deadline passed); otherwise discard.
 6. Deliver from the outbox under a claim, with the reply id as idempotency key; retry with backoff.
+   This step lives in `outbox.py`: the engine hands it each reply it commits, the scheduler sweeps.
 7. Model failures release and re-arm with backoff; after `max_attempts` (or a permanent error) the
    failure message is posted and the burst counts as answered. No message is lost either way.
 """
@@ -24,23 +25,23 @@ import contextlib
 import functools
 import logging
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Literal
 
 from bot.core.clock import Clock
 from bot.core.errors import (
-    PermanentDeliveryError,
     PermanentReplierError,
     ReplierError,
-    RetryableDeliveryError,
     RetryableReplierError,
     StoreError,
 )
-from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEvent, Reply
+from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEvent
 from bot.core.frontend import Frontend
 from bot.core.gate import BurstGate, Refusal
 from bot.core.indicator import Indicator
+from bot.core.outbox import Outbox
 from bot.core.settings import EngineSettings
+from bot.core.signals import Listener, Signals
 from bot.core.store import (
     Committed,
     Discarded,
@@ -62,11 +63,9 @@ from bot.model.replier import Replier, Usage
 log = logging.getLogger("burstbot.engine")
 
 HISTORY_LIMIT = 200
-DELIVERY_BATCH = 16
 
 
 Supervision = Literal["done", "superseded", "lease_lost"]
-Listener = Callable[[str, dict[str, object]], None]
 
 
 class Engine:
@@ -87,25 +86,22 @@ class Engine:
         self.clock = clock
         self.settings = settings
         self.owner = owner
-        self.frontends: dict[str, Frontend] = dict(frontends or {})
         self.gate = gate
-        self.indicator = Indicator(self.frontends)
+        self.signals = Signals()
+        self._emit = self.signals.emit
+        served = dict(frontends or {})
+        self.indicator = Indicator(served)
+        self.outbox = Outbox(store, clock, settings, owner, served, self.indicator, self.signals)
         self.wakeup = asyncio.Event()
         self.sleeping_until = math.inf
         self._workers: dict[str, asyncio.Task[None]] = {}
-        self._deliveries: set[asyncio.Task[None]] = set()
         self._version_bumped: dict[str, asyncio.Event] = {}
-        self._listeners: list[Listener] = []
         self._closing = False
 
     # observation ------------------------------------------------------------------------------
     def subscribe(self, listener: Listener) -> None:
         """Metrics and tests listen to named engine events (`ingested`, `superseded`, ...)."""
-        self._listeners.append(listener)
-
-    def _emit(self, name: str, **fields: object) -> None:
-        for listener in self._listeners:
-            listener(name, fields)
+        self.signals.subscribe(listener)
 
     @property
     def busy(self) -> int:
@@ -144,7 +140,7 @@ class Engine:
             return True
         if state.version > state.answered_version or key.id in self._workers:
             return False
-        return not any(r.state == "pending" for r in await self.store.replies(key.id))
+        return not await self.outbox.waiting(key.id)
 
     # 2. timers and leases --------------------------------------------------------------------
     async def run_due(self) -> int:
@@ -289,7 +285,7 @@ class Engine:
             version=version,
             latency=now - pending[-1].created_at,
         )
-        await self.deliver_due(reply_id=row.id)
+        await self.outbox.deliver_due(reply_id=row.id)
 
     async def _supervise(
         self, generation: asyncio.Task[str], lease: Lease, deadline: float
@@ -365,7 +361,7 @@ class Engine:
             done = await self.store.commit(cid, check, now, self.settings.timing_for(key), apology)
             if isinstance(done, Committed) and (row := done.reply) is not None:
                 self._emit("apology", conversation=cid, reply_id=row.id)
-                await self.deliver_due(reply_id=row.id)
+                await self.outbox.deliver_due(reply_id=row.id)
             return
         retry_at = now + self.settings.model_backoff_seconds * 2 ** (attempts - 1)
         log.warning(
@@ -397,7 +393,7 @@ class Engine:
         await self._record(lease, started_at, "skipped", Usage(), refusal.reason)
         self._emit("refused", conversation=cid, reason=refusal.reason, stage="burst")
         if isinstance(row, OutboxRow):
-            await self.deliver_due(reply_id=row.id)
+            await self.outbox.deliver_due(reply_id=row.id)
         else:
             self.indicator.clear(ConversationKey.parse(cid))
 
@@ -439,74 +435,10 @@ class Engine:
             output_tokens=usage.output_tokens,
         )
 
-    # 6. deliver ------------------------------------------------------------------------------
-    async def deliver_due(self, reply_id: int | None = None) -> int:
-        """Claim due outbox rows for the platforms this process serves and post them."""
-        if not self.frontends:
-            return 0
-        rows = await self.store.claim_replies(
-            self.owner,
-            self.clock.now(),
-            self.settings.lease_ttl_seconds,
-            sorted(self.frontends),
-            DELIVERY_BATCH,
-            reply_id,
-        )
-        if reply_id is not None:
-            for row in rows:
-                await self._deliver(row)
-        else:
-            for row in rows:
-                self._spawn_delivery(self._deliver(row))
-        return len(rows)
-
-    def _spawn_delivery(self, work: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(work)
-        self._deliveries.add(task)
-        task.add_done_callback(self._deliveries.discard)
-
-    async def _deliver(self, row: OutboxRow) -> None:
-        key = ConversationKey.parse(row.conversation_id)
-        reply = Reply(
-            id=f"r{row.id}",
-            key=key,
-            text=row.text,
-            covers_to_version=row.covers_to_version,
-            reply_to_message_id=row.reply_to_message_id,
-            attempt=row.attempts,
-        )
-        frontend = self.frontends[row.platform]
-        try:
-            posted = await frontend.deliver(reply)
-        except PermanentDeliveryError as exc:
-            await self._delivery_failed(row, str(exc))
-            return
-        except Exception as exc:
-            retry_after = exc.retry_after if isinstance(exc, RetryableDeliveryError) else None
-            if not isinstance(exc, RetryableDeliveryError):
-                log.exception("reply %s: adapter crashed while posting", reply.id)
-            if row.attempts >= self.settings.delivery_max_attempts:
-                await self._delivery_failed(row, f"gave up after {row.attempts} attempts: {exc}")
-                return
-            delay = self.settings.delivery_backoff_seconds * 2 ** (row.attempts - 1)
-            delay = max(delay, retry_after or 0.0)
-            await self.store.mark_retry(row.id, self.owner, self.clock.now() + delay, str(exc))
-            self._emit("delivery_retry", reply_id=row.id, attempt=row.attempts, delay=delay)
-            log.warning("reply %s: delivery failed (%s); retry in %.1fs", reply.id, exc, delay)
-            return
-        await self.store.mark_sent(row.id, self.owner, posted, self.clock.now())
-        self._emit("delivered", reply_id=row.id, conversation=row.conversation_id, parts=posted)
-        self.indicator.clear(key)
-
-    async def _delivery_failed(self, row: OutboxRow, error: str) -> None:
-        await self.store.mark_failed(row.id, self.owner, error)
-        self._emit("delivery_failed", reply_id=row.id, error=error)
-        log.error("reply r%d: permanent delivery failure: %s", row.id, error)
-
     # lifecycle -------------------------------------------------------------------------------
     async def idle(self) -> None:
         """Wait until no worker or delivery of this process is running (tests, shutdown)."""
-        while running := [*self._workers.values(), *self._deliveries, *self.indicator.running]:
+        while running := [*self._workers.values(), *self.outbox.running, *self.indicator.running]:
             await asyncio.gather(*running, return_exceptions=True)
 
     async def shutdown(self) -> None:
