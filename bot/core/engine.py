@@ -9,7 +9,8 @@ Rules (DESIGN.md §3), which this file keeps and nothing else changes:
    generation slot; if another worker holds it, back off and leave the timer armed.
 3. Collect: snapshot V; the burst is the pending messages up to V, edits applied, deletes dropped.
 4. Generate once; renew the lease every ttl/3 (failure aborts); on newer input before the deadline,
-   cancel the stream at once and let the re-armed timer fire.
+   cancel the stream at once and let the re-armed timer fire. The watch itself is `supervisor.py`;
+   what each of its outcomes means is decided here.
 5. Final check + commit in one transaction (token still fences, and V is still current unless the
    deadline passed); otherwise discard.
 6. Deliver from the outbox under a claim, with the reply id as idempotency key; retry with backoff.
@@ -26,7 +27,6 @@ import functools
 import logging
 import math
 from collections.abc import Mapping
-from typing import Literal
 
 from bot.core.clock import Clock
 from bot.core.errors import (
@@ -37,7 +37,7 @@ from bot.core.errors import (
 )
 from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEvent
 from bot.core.frontend import Frontend
-from bot.core.gate import BurstGate, Refusal
+from bot.core.gate import BurstGate, GuardStep, Refusal
 from bot.core.indicator import Indicator
 from bot.core.outbox import Outbox
 from bot.core.settings import EngineSettings
@@ -54,18 +54,15 @@ from bot.core.store import (
     NewReply,
     OutboxRow,
     Store,
-    StoredMessage,
     TokenUsage,
 )
+from bot.core.supervisor import Supervision, Supervisor
 from bot.model.prompt import build_prompt
 from bot.model.replier import Replier, Usage
 
 log = logging.getLogger("burstbot.engine")
 
 HISTORY_LIMIT = 200
-
-
-Supervision = Literal["done", "superseded", "lease_lost"]
 
 
 class Engine:
@@ -86,16 +83,16 @@ class Engine:
         self.clock = clock
         self.settings = settings
         self.owner = owner
-        self.gate = gate
+        self.guard = GuardStep(gate)
         self.signals = Signals()
         self._emit = self.signals.emit
         served = dict(frontends or {})
         self.indicator = Indicator(served)
         self.outbox = Outbox(store, clock, settings, owner, served, self.indicator, self.signals)
+        self.supervisor = Supervisor(store, clock, settings)
         self.wakeup = asyncio.Event()
         self.sleeping_until = math.inf
         self._workers: dict[str, asyncio.Task[None]] = {}
-        self._version_bumped: dict[str, asyncio.Event] = {}
         self._closing = False
 
     # observation ------------------------------------------------------------------------------
@@ -122,9 +119,7 @@ class Engine:
             result = await self.store.edit(event, now, timing)
         self._emit(result.status, conversation=result.conversation_id, version=result.version)
         if result.status == "accepted":
-            bumped = self._version_bumped.get(result.conversation_id)
-            if bumped is not None:
-                bumped.set()
+            self.supervisor.newer_input(result.conversation_id)
             if result.due_at is not None and result.due_at < self.sleeping_until:
                 self.wakeup.set()
             self.indicator.show(event.key)
@@ -223,11 +218,10 @@ class Engine:
             self.indicator.clear(key)
             return
 
-        if self.gate is not None:
-            refusal = await self.gate.admit(key, pending, started_at)
-            if refusal is not None:
-                await self._refuse(lease, pending[-1].message_id, started_at, refusal)
-                return
+        refusal = await self.guard.admit(key, pending, started_at)
+        if refusal is not None:
+            await self._refuse(lease, pending[-1].message_id, started_at, refusal)
+            return
 
         history = await self.store.history(cid, lease.answered_version, HISTORY_LIMIT)
         prompt = build_prompt(
@@ -239,14 +233,14 @@ class Engine:
         usage = Usage()
         self._emit("generating", conversation=cid, version=version, burst=len(pending))
         generation = asyncio.create_task(self.replier.generate(prompt, usage))
-        outcome = await self._supervise(generation, lease, deadline)
-        await self._charge(key, pending, usage)
-        if outcome == "superseded":
+        outcome = await self.supervisor.watch(generation, lease, deadline)
+        await self.guard.charge(key, pending, _frozen(usage), self.clock.now())
+        if outcome is Supervision.SUPERSEDED:
             await self._record(lease, started_at, "superseded", usage)
             self._emit("superseded", conversation=cid, wasted=usage.output_tokens)
             await self.store.release_lease(cid, token)
             return
-        if outcome == "lease_lost":
+        if outcome is Supervision.LEASE_LOST:
             await self._record(lease, started_at, "lease_lost", usage)
             log.warning("conversation %s: lease lost during generation; reply dropped", cid)
             return
@@ -286,50 +280,6 @@ class Engine:
             latency=now - pending[-1].created_at,
         )
         await self.outbox.deliver_due(reply_id=row.id)
-
-    async def _supervise(
-        self, generation: asyncio.Task[str], lease: Lease, deadline: float
-    ) -> Supervision:
-        """Wait for the generation while renewing the lease and watching for newer input."""
-        cid, ttl = lease.conversation_id, self.settings.lease_ttl_seconds
-        bumped = self._version_bumped.setdefault(cid, asyncio.Event())
-        bumped.clear()
-        now = self.clock.now()
-        next_renew, next_poll = now + ttl / 3, now + self.settings.poll_seconds
-        try:
-            while not generation.done():
-                sleeper = asyncio.ensure_future(self.clock.sleep(min(next_renew, next_poll) - now))
-                waiter = asyncio.ensure_future(bumped.wait())
-                try:
-                    await asyncio.wait(
-                        {generation, sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED
-                    )
-                finally:
-                    sleeper.cancel()
-                    waiter.cancel()
-                if generation.done():
-                    break
-                now = self.clock.now()
-                if bumped.is_set() or now >= next_poll:
-                    bumped.clear()
-                    next_poll = now + self.settings.poll_seconds
-                    if now < deadline and await self.store.current_version(cid) > lease.version:
-                        await _cancel(generation)
-                        return "superseded"
-                if now >= next_renew:
-                    renewed = await self.store.renew_lease(
-                        cid, lease.token, lease.version, now, ttl
-                    )
-                    if not renewed:
-                        await _cancel(generation)
-                        return "lease_lost"
-                    next_renew = now + ttl / 3
-            return "done"
-        except asyncio.CancelledError:
-            await _cancel(generation)
-            raise
-        finally:
-            self._version_bumped.pop(cid, None)
 
     async def _model_failed(
         self,
@@ -397,15 +347,6 @@ class Engine:
         else:
             self.indicator.clear(ConversationKey.parse(cid))
 
-    async def _charge(self, key: ConversationKey, burst: list[StoredMessage], usage: Usage) -> None:
-        """Count the tokens a generation spent (finished or cancelled) against the budgets."""
-        if self.gate is None:
-            return
-        try:
-            await self.gate.charge(key, burst, _frozen(usage), self.clock.now())
-        except StoreError as exc:
-            log.warning("conversation %s: token usage not counted (%s)", key.id, exc)
-
     async def _record(
         self,
         lease: Lease,
@@ -450,11 +391,6 @@ class Engine:
         released = await self.store.release_owner(self.owner)
         if released:
             log.info("released %d lease(s) on shutdown", released)
-
-
-async def _cancel(task: asyncio.Task[str]) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
 
 
 def _frozen(usage: Usage) -> TokenUsage:
