@@ -17,6 +17,11 @@ Rules (DESIGN.md §3), which this file keeps and nothing else changes:
    This step lives in `outbox.py`: the engine hands it each reply it commits, the scheduler sweeps.
 7. Model failures release and re-arm with backoff; after `max_attempts` (or a permanent error) the
    failure message is posted and the burst counts as answered. No message is lost either way.
+
+A `Burst` (burst.py) is what a worker collected under its lease; it builds the final check and the
+replies. Kept out of the transitions: the cost guards (`GuardStep`, gate.py: ask before a model
+call, count tokens after it), the thinking indicator (indicator.py) and the named events for
+metrics and tests (signals.py).
 """
 
 from __future__ import annotations
@@ -28,13 +33,9 @@ import logging
 import math
 from collections.abc import Mapping
 
+from bot.core.burst import Burst, spent
 from bot.core.clock import Clock
-from bot.core.errors import (
-    PermanentReplierError,
-    ReplierError,
-    RetryableReplierError,
-    StoreError,
-)
+from bot.core.errors import PermanentReplierError, ReplierError, RetryableReplierError, StoreError
 from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEvent
 from bot.core.frontend import Frontend
 from bot.core.gate import BurstGate, GuardStep, Refusal
@@ -46,15 +47,10 @@ from bot.core.store import (
     Committed,
     Discarded,
     DueTimer,
-    FinalCheck,
     GenerationOutcome,
-    GenerationRecord,
     IngestResult,
     Lease,
-    NewReply,
-    OutboxRow,
     Store,
-    TokenUsage,
 )
 from bot.core.supervisor import Supervision, Supervisor
 from bot.model.prompt import build_prompt
@@ -95,7 +91,6 @@ class Engine:
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._closing = False
 
-    # observation ------------------------------------------------------------------------------
     def subscribe(self, listener: Listener) -> None:
         """Metrics and tests listen to named engine events (`ingested`, `superseded`, ...)."""
         self.signals.subscribe(listener)
@@ -104,7 +99,7 @@ class Engine:
     def busy(self) -> int:
         return len(self._workers)
 
-    # 1. arrival ------------------------------------------------------------------------------
+    # 1. arrival -----------------------------------------------------------------------------------
     async def ingest(self, event: MessageEvent) -> IngestResult:
         if isinstance(event, IncomingMessage) and event.author_is_bot:
             self._emit("ignored", conversation=event.key.id, reason="bot author")
@@ -137,7 +132,7 @@ class Engine:
             return False
         return not await self.outbox.waiting(key.id)
 
-    # 2. timers and leases --------------------------------------------------------------------
+    # 2. timers and leases -------------------------------------------------------------------------
     async def run_due(self) -> int:
         """Start a worker for each due timer, as far as free generation slots allow."""
         if self._closing:
@@ -195,120 +190,118 @@ class Engine:
         with contextlib.suppress(Exception):
             await asyncio.shield(self.store.release_lease(lease.conversation_id, lease.token))
 
-    # 3-5. collect, generate, commit ----------------------------------------------------------
+    # 3. collect, and bursts answered without a model call -----------------------------------------
     async def _serve(self, lease: Lease) -> None:
-        cid, token, version = lease.conversation_id, lease.token, lease.version
+        cid = lease.conversation_id
+        if lease.version <= lease.answered_version:
+            await self.store.drop_timer(cid, lease.version)
+            await self.store.release_lease(cid, lease.token)
+            return
         key = ConversationKey.parse(cid)
-        timing = self.settings.timing_for(key)
-        if version <= lease.answered_version:
-            await self.store.drop_timer(cid, version)
-            await self.store.release_lease(cid, token)
+        pending = await self.store.pending_messages(cid, lease.answered_version, lease.version)
+        burst = Burst(lease, key, self.settings.timing_for(key), tuple(pending), self.clock.now())
+        if not burst.messages:
+            await self._all_deleted(burst)
             return
-        pending = await self.store.pending_messages(cid, lease.answered_version, version)
-        deadline = lease.deadline_at if lease.deadline_at is not None else math.inf
-        started_at = self.clock.now()
-        if not pending:
-            check = FinalCheck(token, version, deadline_passed=started_at >= deadline)
-            done = await self.store.commit(cid, check, started_at, timing, None)
-            if isinstance(done, Discarded):
-                await self.store.release_lease(cid, token)
-                return
-            log.info("conversation %s: every message of the burst was deleted; skipped", cid)
-            await self._record(lease, started_at, "skipped", Usage(), "all messages deleted")
-            self.indicator.clear(key)
-            return
-
-        refusal = await self.guard.admit(key, pending, started_at)
+        refusal = await self.guard.admit(key, burst.messages, burst.started_at)
         if refusal is not None:
-            await self._refuse(lease, pending[-1].message_id, started_at, refusal)
+            await self._refused(burst, refusal)
             return
+        await self._generate(burst)
 
+    async def _all_deleted(self, burst: Burst) -> None:
+        """Every message of the burst was deleted: answered without a reply (skipped, logged)."""
+        cid, now = burst.lease.conversation_id, burst.started_at
+        done = await self.store.commit(cid, burst.final_check(now), now, burst.timing, None)
+        if isinstance(done, Discarded):
+            await self.store.release_lease(cid, burst.lease.token)
+            return
+        log.info("conversation %s: every message of the burst was deleted; skipped", cid)
+        await self._record(burst, "skipped", Usage(), "all messages deleted")
+        self.indicator.clear(burst.key)
+
+    async def _refused(self, burst: Burst, refusal: Refusal) -> None:
+        """A cost guard stopped the burst: no model call. It is answered with the guard's notice,
+        or silently (skipped, logged) when that notice was already sent this window."""
+        cid, now = burst.lease.conversation_id, burst.started_at
+        notice = None if refusal.notice is None else burst.apology(refusal.notice)
+        check = burst.final_check_past_newer_input()
+        done = await self.store.commit(cid, check, now, burst.timing, notice)
+        if isinstance(done, Discarded):
+            await self.store.release_lease(cid, burst.lease.token)
+            return
+        log.warning("conversation %s: burst refused (%s); no model call", cid, refusal.reason)
+        await self._record(burst, "skipped", Usage(), refusal.reason)
+        self._emit("refused", conversation=cid, reason=refusal.reason, stage="burst")
+        if done.reply is None:
+            self.indicator.clear(burst.key)
+        else:
+            await self.outbox.deliver_due(reply_id=done.reply.id)
+
+    # 4. generate once -----------------------------------------------------------------------------
+    async def _generate(self, burst: Burst) -> None:
+        lease, cid = burst.lease, burst.lease.conversation_id
         history = await self.store.history(cid, lease.answered_version, HISTORY_LIMIT)
         prompt = build_prompt(
-            self.settings.system_prompt_for(key),
+            self.settings.system_prompt_for(burst.key),
             history,
-            pending,
+            burst.messages,
             self.settings.max_context_tokens,
         )
         usage = Usage()
-        self._emit("generating", conversation=cid, version=version, burst=len(pending))
+        self._emit("generating", conversation=cid, version=lease.version, burst=len(burst.messages))
         generation = asyncio.create_task(self.replier.generate(prompt, usage))
-        outcome = await self.supervisor.watch(generation, lease, deadline)
-        await self.guard.charge(key, pending, _frozen(usage), self.clock.now())
+        outcome = await self.supervisor.watch(generation, lease, burst.deadline)
+        await self.guard.charge(burst.key, burst.messages, spent(usage), self.clock.now())
         if outcome is Supervision.SUPERSEDED:
-            await self._record(lease, started_at, "superseded", usage)
+            await self._record(burst, "superseded", usage)
             self._emit("superseded", conversation=cid, wasted=usage.output_tokens)
-            await self.store.release_lease(cid, token)
+            await self.store.release_lease(cid, lease.token)
             return
         if outcome is Supervision.LEASE_LOST:
-            await self._record(lease, started_at, "lease_lost", usage)
+            await self._record(burst, "lease_lost", usage)
             log.warning("conversation %s: lease lost during generation; reply dropped", cid)
             return
-
         try:
-            text = generation.result()
-            if not text.strip():
-                raise RetryableReplierError("the model returned no text")
+            text = _text_of(generation, cid)
         except ReplierError as exc:
-            await self._model_failed(lease, started_at, usage, exc, pending[-1].message_id)
+            await self._model_failed(burst, usage, exc)
             return
-        except Exception as exc:
-            log.exception("conversation %s: replier crashed", cid)
-            await self._model_failed(
-                lease, started_at, usage, RetryableReplierError(repr(exc)), pending[-1].message_id
-            )
-            return
+        await self._commit(burst, text, usage)
 
+    # 5. final check + commit ----------------------------------------------------------------------
+    async def _commit(self, burst: Burst, text: str, usage: Usage) -> None:
+        lease, cid = burst.lease, burst.lease.conversation_id
         now = self.clock.now()
-        reply = NewReply(
-            text, "answer", pending[-1].message_id, _frozen(usage), lease.answered_version
-        )
-        check = FinalCheck(token, version, deadline_passed=now >= deadline)
-        committed = await self.store.commit(cid, check, now, timing, reply)
-        row = committed.reply if isinstance(committed, Committed) else None
+        reply = burst.answer(text, usage)
+        done = await self.store.commit(cid, burst.final_check(now), now, burst.timing, reply)
+        row = done.reply if isinstance(done, Committed) else None
         if row is None:
-            await self._record(lease, started_at, "discarded", usage)
-            self._emit("discarded", conversation=cid, version=version)
-            await self.store.release_lease(cid, token)
+            await self._record(burst, "discarded", usage)
+            self._emit("discarded", conversation=cid, version=lease.version)
+            await self.store.release_lease(cid, lease.token)
             return
-        await self._record(lease, started_at, "posted", usage)
+        await self._record(burst, "posted", usage)
+        latency = now - burst.messages[-1].created_at
         self._emit(
-            "committed",
-            conversation=cid,
-            reply_id=row.id,
-            version=version,
-            latency=now - pending[-1].created_at,
+            "committed", conversation=cid, reply_id=row.id, version=lease.version, latency=latency
         )
         await self.outbox.deliver_due(reply_id=row.id)
 
-    async def _model_failed(
-        self,
-        lease: Lease,
-        started_at: float,
-        usage: Usage,
-        exc: ReplierError,
-        reply_to: str,
-    ) -> None:
-        cid, token = lease.conversation_id, lease.token
-        key = ConversationKey.parse(cid)
+    # 7. model failures ----------------------------------------------------------------------------
+    async def _model_failed(self, burst: Burst, usage: Usage, exc: ReplierError) -> None:
+        lease, cid = burst.lease, burst.lease.conversation_id
         attempts = lease.failed_attempts + 1
-        await self._record(lease, started_at, "failed", usage, str(exc))
+        await self._record(burst, "failed", usage, str(exc))
         now = self.clock.now()
-        permanent = isinstance(exc, PermanentReplierError)
-        if permanent or attempts >= self.settings.model_max_attempts:
+        if isinstance(exc, PermanentReplierError) or attempts >= self.settings.model_max_attempts:
             log.error(
                 "conversation %s: model failed (%s, attempt %d); posting the failure message",
                 cid, exc, attempts,
             )  # fmt: skip
-            apology = NewReply(
-                self.settings.failure_message,
-                "apology",
-                reply_to,
-                TokenUsage(),
-                lease.answered_version,
-            )
-            check = FinalCheck(token, lease.version, deadline_passed=True)
-            done = await self.store.commit(cid, check, now, self.settings.timing_for(key), apology)
+            apology = burst.apology(self.settings.failure_message)
+            check = burst.final_check_past_newer_input()
+            done = await self.store.commit(cid, check, now, burst.timing, apology)
             if isinstance(done, Committed) and (row := done.reply) is not None:
                 self._emit("apology", conversation=cid, reply_id=row.id)
                 await self.outbox.deliver_due(reply_id=row.id)
@@ -318,65 +311,23 @@ class Engine:
             "conversation %s: model failed (%s); retry %d at +%.1fs",
             cid, exc, attempts, retry_at - now,
         )  # fmt: skip
-        await self.store.record_failure(cid, token, retry_at)
+        await self.store.record_failure(cid, lease.token, retry_at)
         self._emit("model_retry", conversation=cid, attempt=attempts)
 
-    async def _refuse(
-        self, lease: Lease, reply_to: str, started_at: float, refusal: Refusal
-    ) -> None:
-        """A cost guard stopped the burst: no model call. It is answered with the guard's notice,
-        or silently (skipped, logged) when that notice was already sent this window."""
-        cid, token = lease.conversation_id, lease.token
-        notice = None
-        if refusal.notice is not None:
-            notice = NewReply(
-                refusal.notice, "apology", reply_to, TokenUsage(), lease.answered_version
-            )
-        timing = self.settings.timing_for(ConversationKey.parse(cid))
-        check = FinalCheck(token, lease.version, deadline_passed=True)
-        done = await self.store.commit(cid, check, started_at, timing, notice)
-        if isinstance(done, Discarded):
-            await self.store.release_lease(cid, token)
-            return
-        row = done.reply
-        log.warning("conversation %s: burst refused (%s); no model call", cid, refusal.reason)
-        await self._record(lease, started_at, "skipped", Usage(), refusal.reason)
-        self._emit("refused", conversation=cid, reason=refusal.reason, stage="burst")
-        if isinstance(row, OutboxRow):
-            await self.outbox.deliver_due(reply_id=row.id)
-        else:
-            self.indicator.clear(ConversationKey.parse(cid))
-
+    # every generation ends in one record ----------------------------------------------------------
     async def _record(
-        self,
-        lease: Lease,
-        started_at: float,
-        outcome: GenerationOutcome,
-        usage: Usage,
-        error: str | None = None,
+        self, burst: Burst, outcome: GenerationOutcome, usage: Usage, error: str | None = None
     ) -> None:
-        await self.store.record_generation(
-            GenerationRecord(
-                conversation_id=lease.conversation_id,
-                lease_token=lease.token,
-                from_version=lease.answered_version,
-                to_version=lease.version,
-                started_at=started_at,
-                ended_at=self.clock.now(),
-                outcome=outcome,
-                usage=_frozen(usage),
-                error=error,
-            )
-        )
+        await self.store.record_generation(burst.record(outcome, usage, self.clock.now(), error))
         self._emit(
             "generation",
-            conversation=lease.conversation_id,
+            conversation=burst.lease.conversation_id,
             outcome=outcome,
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,
         )
 
-    # lifecycle -------------------------------------------------------------------------------
+    # lifecycle ------------------------------------------------------------------------------------
     async def idle(self) -> None:
         """Wait until no worker or delivery of this process is running (tests, shutdown)."""
         while running := [*self._workers.values(), *self.outbox.running, *self.indicator.running]:
@@ -393,7 +344,15 @@ class Engine:
             log.info("released %d lease(s) on shutdown", released)
 
 
-def _frozen(usage: Usage) -> TokenUsage:
-    return TokenUsage(
-        usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens
-    )
+def _text_of(generation: asyncio.Task[str], conversation_id: str) -> str:
+    """The reply text. An empty answer or a crashed replier is a retryable model failure."""
+    try:
+        text = generation.result()
+    except ReplierError:
+        raise
+    except Exception as exc:
+        log.exception("conversation %s: replier crashed", conversation_id)
+        raise RetryableReplierError(repr(exc)) from exc
+    if not text.strip():
+        raise RetryableReplierError("the model returned no text")
+    return text
