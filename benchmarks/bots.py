@@ -1,7 +1,7 @@
 """The systems the burst workloads drive: burstbot itself and three baselines.
 
 - `BurstbotBot`: the real `Engine` + `Scheduler` + `SqliteStore` (a file) on the system clock.
-- `CompleteThenDiscardBot`: the same engine with supervision disabled (a subclass whose `_supervise`
+- `CompleteThenDiscardBot`: the same engine with supervision disabled (a `Supervisor` whose `watch`
   just waits for the stream): versions, leases and the final check still hold, but a superseded
   generation runs to its end and is discarded at the final check.
 - `NaiveBot`: one model call and one reply per message, no debounce.
@@ -20,11 +20,12 @@ from typing import Protocol
 
 from benchmarks.fakes import PLATFORM, RecordingPlatform, StreamingModel
 from bot.core.clock import SystemClock
-from bot.core.engine import Engine, Supervision
+from bot.core.engine import Engine
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.scheduler import Scheduler
 from bot.core.settings import EngineSettings
 from bot.core.store import Lease
+from bot.core.supervisor import Supervision, Supervisor
 from bot.model.replier import BurstMessage, Prompt, Usage
 from storage.sqlite import SqliteStore
 
@@ -49,19 +50,19 @@ class Bot(Protocol):
         ...
 
 
-class CompleteThenDiscardEngine(Engine):
-    """The engine without cancellation: newer input is only noticed at the final check."""
+class WaitForTheEnd(Supervisor):
+    """No cancellation: newer input is only noticed at the final check."""
 
-    async def _supervise(
+    async def watch(
         self, generation: asyncio.Task[str], lease: Lease, deadline: float
     ) -> Supervision:
         await asyncio.wait({generation})
-        return "done"
+        return Supervision.DONE
 
 
 class BurstbotBot:
     name = "burstbot"
-    engine_class: type[Engine] = Engine
+    supervisor_class: type[Supervisor] | None = None
 
     def __init__(self, model: StreamingModel, settings: EngineSettings, directory: str) -> None:
         self.model = model
@@ -69,9 +70,11 @@ class BurstbotBot:
         self.settings = settings
         self.path = os.path.join(directory, f"{self.name}.db")
         self.store = SqliteStore(self.path)
-        self.engine = self.engine_class(
+        self.engine = Engine(
             self.store, model, SystemClock(), settings, "bench", {PLATFORM: self.platform}
         )
+        if self.supervisor_class is not None:
+            self.engine.supervisor = self.supervisor_class(self.store, self.engine.clock, settings)
         self.scheduler = Scheduler(self.engine)
         self._loop: asyncio.Task[None] | None = None
 
@@ -102,7 +105,7 @@ class BurstbotBot:
 
 class CompleteThenDiscardBot(BurstbotBot):
     name = "complete-then-discard"
-    engine_class = CompleteThenDiscardEngine
+    supervisor_class = WaitForTheEnd
 
 
 class _InMemoryBot:

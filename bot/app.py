@@ -14,13 +14,14 @@ from typing import Protocol, runtime_checkable
 
 from bot.config import Config, require_secret
 from bot.core.clock import Clock, SystemClock
-from bot.core.engine import Engine, Listener
+from bot.core.engine import Engine
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, Event, IncomingMessage, Reply, ResetConversation
 from bot.core.frontend import Frontend
 from bot.core.gate import Refusal
 from bot.core.scheduler import Scheduler
 from bot.core.settings import EngineSettings
+from bot.core.signals import Listener
 from bot.core.store import IngestResult, Store
 from bot.model.offline import OfflineReplier
 from bot.model.replier import Replier
@@ -103,6 +104,7 @@ class App:
         self.config = config
         self.store = store
         self.frontends = frontends
+        self.by_platform = {f.platform: f for f in frontends}
         self.access = AccessPolicy(config.access)
         self.guards: CostGuards | None = None
         if limits_active(config.limits):
@@ -115,7 +117,7 @@ class App:
             clock or SystemClock(),
             EngineSettings.from_config(config),
             owner or make_owner(config),
-            {f.platform: f for f in frontends},
+            self.by_platform,
             gate=self.guards,
         )
         self.scheduler = Scheduler(self.engine)
@@ -160,7 +162,7 @@ class App:
             key.id, event.author_id, refusal.reason, already,
         )  # fmt: skip
         self._emit("refused", conversation=key.id, stage="guard", reason=refusal.reason)
-        frontend = self.engine.frontends.get(key.platform)
+        frontend = self.by_platform.get(key.platform)
         if refusal.notice is not None and frontend is not None:
             notice = Reply(
                 id=f"n{secrets.token_hex(8)}",
@@ -214,7 +216,7 @@ class App:
             except ValueError:
                 wanted = False
         elif kind == "outbox":
-            wanted = detail in engine.frontends
+            wanted = detail in self.by_platform
         else:
             wanted = True
         if wanted:

@@ -30,5 +30,5 @@ async def step(app: App, clock: FakeClock, seconds: float = 2.0) -> None:
     await clock.advance(seconds)
     await app.engine.run_due()
     await app.engine.idle()
-    await app.engine.deliver_due()
+    await app.engine.outbox.deliver_due()
     await app.engine.idle()

@@ -58,7 +58,7 @@ class Bot:
             await self.clock.advance(seconds)
         await engine.run_due()
         await engine.idle()
-        await engine.deliver_due()
+        await engine.outbox.deliver_due()
         await engine.idle()
 
     async def send(self, event: dict[str, Any], **kwargs: Any) -> int:

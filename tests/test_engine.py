@@ -228,9 +228,9 @@ async def test_crash_between_commit_and_post_redelivers_with_the_same_key(
     assert row.state == "pending"
 
     survivor = make_engine(store, clock, ScriptedReplier(), frontend, owner="b")
-    assert await survivor.deliver_due() == 0  # the claim has not expired yet
+    assert await survivor.outbox.deliver_due() == 0  # the claim has not expired yet
     await clock.advance(31.0)
-    assert await survivor.deliver_due() == 1
+    assert await survivor.outbox.deliver_due() == 1
     await survivor.idle()
     assert frontend.attempts == ["r1", "r1"]  # same idempotency key both times
     assert len(frontend.posts) == 1
@@ -295,11 +295,11 @@ async def test_delivery_retries_with_backoff_and_gives_up_on_permanent_errors(
     await tick(engine, clock, 1.5)
     assert await store.next_outbox_at(["test"]) == clock.now() + 1.0
     await clock.advance(1.0)
-    await engine.deliver_due()
+    await engine.outbox.deliver_due()
     await engine.idle()
     assert await store.next_outbox_at(["test"]) == clock.now() + 10.0  # Retry-After honoured
     await clock.advance(10.0)
-    await engine.deliver_due()
+    await engine.outbox.deliver_due()
     await engine.idle()
     assert len(frontend.posts) == 1 and frontend.attempts == ["r1"] * 3
 

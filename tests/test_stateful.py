@@ -111,7 +111,7 @@ class BurstMachine(RuleBasedStateMachine):
     def advance(self, seconds: float) -> None:
         self.run(self.clock.advance(seconds))
         self.run(self.engine.run_due())
-        self.run(self.engine.deliver_due())
+        self.run(self.engine.outbox.deliver_due())
         self.settle()
 
     @precondition(has_open_calls)
@@ -171,7 +171,7 @@ class BurstMachine(RuleBasedStateMachine):
                     call.finish()
                 self.run(self.clock.advance(40.0))
                 self.run(self.engine.run_due())
-                self.run(self.engine.deliver_due())
+                self.run(self.engine.outbox.deliver_due())
                 self.run(self.engine.idle())
                 self.settle()
             self.run(check_invariants(self.store, [k.id for k in KEYS], quiescent=True))

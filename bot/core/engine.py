@@ -9,12 +9,19 @@ Rules (DESIGN.md §3), which this file keeps and nothing else changes:
    generation slot; if another worker holds it, back off and leave the timer armed.
 3. Collect: snapshot V; the burst is the pending messages up to V, edits applied, deletes dropped.
 4. Generate once; renew the lease every ttl/3 (failure aborts); on newer input before the deadline,
-   cancel the stream at once and let the re-armed timer fire.
+   cancel the stream at once and let the re-armed timer fire. The watch itself is `supervisor.py`;
+   what each of its outcomes means is decided here.
 5. Final check + commit in one transaction (token still fences, and V is still current unless the
    deadline passed); otherwise discard.
 6. Deliver from the outbox under a claim, with the reply id as idempotency key; retry with backoff.
+   This step lives in `outbox.py`: the engine hands it each reply it commits, the scheduler sweeps.
 7. Model failures release and re-arm with backoff; after `max_attempts` (or a permanent error) the
    failure message is posted and the burst counts as answered. No message is lost either way.
+
+A `Burst` (burst.py) is what a worker collected under its lease; it builds the final check and the
+replies. Kept out of the transitions: the cost guards (`GuardStep`, gate.py: ask before a model
+call, count tokens after it), the thinking indicator (indicator.py) and the named events for
+metrics and tests (signals.py).
 """
 
 from __future__ import annotations
@@ -24,48 +31,34 @@ import contextlib
 import functools
 import logging
 import math
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Literal
+from collections.abc import Mapping
 
+from bot.core.burst import Burst, spent
 from bot.core.clock import Clock
-from bot.core.errors import (
-    PermanentDeliveryError,
-    PermanentReplierError,
-    ReplierError,
-    RetryableDeliveryError,
-    RetryableReplierError,
-    StoreError,
-)
-from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEvent, Reply
+from bot.core.errors import PermanentReplierError, ReplierError, RetryableReplierError, StoreError
+from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEvent
 from bot.core.frontend import Frontend
-from bot.core.gate import BurstGate, Refusal
+from bot.core.gate import BurstGate, GuardStep, Refusal
+from bot.core.indicator import Indicator
+from bot.core.outbox import Outbox
 from bot.core.settings import EngineSettings
+from bot.core.signals import Listener, Signals
 from bot.core.store import (
     Committed,
     Discarded,
     DueTimer,
-    FinalCheck,
     GenerationOutcome,
-    GenerationRecord,
     IngestResult,
     Lease,
-    NewReply,
-    OutboxRow,
     Store,
-    StoredMessage,
-    TokenUsage,
 )
+from bot.core.supervisor import Supervision, Supervisor
 from bot.model.prompt import build_prompt
 from bot.model.replier import Replier, Usage
 
 log = logging.getLogger("burstbot.engine")
 
 HISTORY_LIMIT = 200
-DELIVERY_BATCH = 16
-
-
-Supervision = Literal["done", "superseded", "lease_lost"]
-Listener = Callable[[str, dict[str, object]], None]
 
 
 class Engine:
@@ -86,30 +79,27 @@ class Engine:
         self.clock = clock
         self.settings = settings
         self.owner = owner
-        self.frontends: dict[str, Frontend] = dict(frontends or {})
-        self.gate = gate
+        self.guard = GuardStep(gate)
+        self.signals = Signals()
+        self._emit = self.signals.emit
+        served = dict(frontends or {})
+        self.indicator = Indicator(served)
+        self.outbox = Outbox(store, clock, settings, owner, served, self.indicator, self.signals)
+        self.supervisor = Supervisor(store, clock, settings)
         self.wakeup = asyncio.Event()
         self.sleeping_until = math.inf
         self._workers: dict[str, asyncio.Task[None]] = {}
-        self._deliveries: set[asyncio.Task[None]] = set()
-        self._version_bumped: dict[str, asyncio.Event] = {}
-        self._listeners: list[Listener] = []
         self._closing = False
 
-    # observation ------------------------------------------------------------------------------
     def subscribe(self, listener: Listener) -> None:
         """Metrics and tests listen to named engine events (`ingested`, `superseded`, ...)."""
-        self._listeners.append(listener)
-
-    def _emit(self, name: str, **fields: object) -> None:
-        for listener in self._listeners:
-            listener(name, fields)
+        self.signals.subscribe(listener)
 
     @property
     def busy(self) -> int:
         return len(self._workers)
 
-    # 1. arrival ------------------------------------------------------------------------------
+    # 1. arrival -----------------------------------------------------------------------------------
     async def ingest(self, event: MessageEvent) -> IngestResult:
         if isinstance(event, IncomingMessage) and event.author_is_bot:
             self._emit("ignored", conversation=event.key.id, reason="bot author")
@@ -124,12 +114,10 @@ class Engine:
             result = await self.store.edit(event, now, timing)
         self._emit(result.status, conversation=result.conversation_id, version=result.version)
         if result.status == "accepted":
-            bumped = self._version_bumped.get(result.conversation_id)
-            if bumped is not None:
-                bumped.set()
+            self.supervisor.newer_input(result.conversation_id)
             if result.due_at is not None and result.due_at < self.sleeping_until:
                 self.wakeup.set()
-            self._indicate(event.key, busy=True)
+            self.indicator.show(event.key)
         return result
 
     async def flush(self, key: ConversationKey) -> None:
@@ -142,9 +130,9 @@ class Engine:
             return True
         if state.version > state.answered_version or key.id in self._workers:
             return False
-        return not any(r.state == "pending" for r in await self.store.replies(key.id))
+        return not await self.outbox.waiting(key.id)
 
-    # 2. timers and leases --------------------------------------------------------------------
+    # 2. timers and leases -------------------------------------------------------------------------
     async def run_due(self) -> int:
         """Start a worker for each due timer, as far as free generation slots allow."""
         if self._closing:
@@ -202,315 +190,148 @@ class Engine:
         with contextlib.suppress(Exception):
             await asyncio.shield(self.store.release_lease(lease.conversation_id, lease.token))
 
-    # 3-5. collect, generate, commit ----------------------------------------------------------
+    # 3. collect, and bursts answered without a model call -----------------------------------------
     async def _serve(self, lease: Lease) -> None:
-        cid, token, version = lease.conversation_id, lease.token, lease.version
+        cid = lease.conversation_id
+        if lease.version <= lease.answered_version:
+            await self.store.drop_timer(cid, lease.version)
+            await self.store.release_lease(cid, lease.token)
+            return
         key = ConversationKey.parse(cid)
-        timing = self.settings.timing_for(key)
-        if version <= lease.answered_version:
-            await self.store.drop_timer(cid, version)
-            await self.store.release_lease(cid, token)
+        pending = await self.store.pending_messages(cid, lease.answered_version, lease.version)
+        burst = Burst(lease, key, self.settings.timing_for(key), tuple(pending), self.clock.now())
+        if not burst.messages:
+            await self._all_deleted(burst)
             return
-        pending = await self.store.pending_messages(cid, lease.answered_version, version)
-        deadline = lease.deadline_at if lease.deadline_at is not None else math.inf
-        started_at = self.clock.now()
-        if not pending:
-            check = FinalCheck(token, version, deadline_passed=started_at >= deadline)
-            done = await self.store.commit(cid, check, started_at, timing, None)
-            if isinstance(done, Discarded):
-                await self.store.release_lease(cid, token)
-                return
-            log.info("conversation %s: every message of the burst was deleted; skipped", cid)
-            await self._record(lease, started_at, "skipped", Usage(), "all messages deleted")
-            self._indicate(key, busy=False)
+        refusal = await self.guard.admit(key, burst.messages, burst.started_at)
+        if refusal is not None:
+            await self._refused(burst, refusal)
             return
+        await self._generate(burst)
 
-        if self.gate is not None:
-            refusal = await self.gate.admit(key, pending, started_at)
-            if refusal is not None:
-                await self._refuse(lease, pending[-1].message_id, started_at, refusal)
-                return
+    async def _all_deleted(self, burst: Burst) -> None:
+        """Every message of the burst was deleted: answered without a reply (skipped, logged)."""
+        cid, now = burst.lease.conversation_id, burst.started_at
+        done = await self.store.commit(cid, burst.final_check(now), now, burst.timing, None)
+        if isinstance(done, Discarded):
+            await self.store.release_lease(cid, burst.lease.token)
+            return
+        log.info("conversation %s: every message of the burst was deleted; skipped", cid)
+        await self._record(burst, "skipped", Usage(), "all messages deleted")
+        self.indicator.clear(burst.key)
 
+    async def _refused(self, burst: Burst, refusal: Refusal) -> None:
+        """A cost guard stopped the burst: no model call. It is answered with the guard's notice,
+        or silently (skipped, logged) when that notice was already sent this window."""
+        cid, now = burst.lease.conversation_id, burst.started_at
+        notice = None if refusal.notice is None else burst.apology(refusal.notice)
+        check = burst.final_check_past_newer_input()
+        done = await self.store.commit(cid, check, now, burst.timing, notice)
+        if isinstance(done, Discarded):
+            await self.store.release_lease(cid, burst.lease.token)
+            return
+        log.warning("conversation %s: burst refused (%s); no model call", cid, refusal.reason)
+        await self._record(burst, "skipped", Usage(), refusal.reason)
+        self._emit("refused", conversation=cid, reason=refusal.reason, stage="burst")
+        if done.reply is None:
+            self.indicator.clear(burst.key)
+        else:
+            await self.outbox.deliver_due(reply_id=done.reply.id)
+
+    # 4. generate once -----------------------------------------------------------------------------
+    async def _generate(self, burst: Burst) -> None:
+        lease, cid = burst.lease, burst.lease.conversation_id
         history = await self.store.history(cid, lease.answered_version, HISTORY_LIMIT)
         prompt = build_prompt(
-            self.settings.system_prompt_for(key),
+            self.settings.system_prompt_for(burst.key),
             history,
-            pending,
+            burst.messages,
             self.settings.max_context_tokens,
         )
         usage = Usage()
-        self._emit("generating", conversation=cid, version=version, burst=len(pending))
+        self._emit("generating", conversation=cid, version=lease.version, burst=len(burst.messages))
         generation = asyncio.create_task(self.replier.generate(prompt, usage))
-        outcome = await self._supervise(generation, lease, deadline)
-        await self._charge(key, pending, usage)
-        if outcome == "superseded":
-            await self._record(lease, started_at, "superseded", usage)
+        outcome = await self.supervisor.watch(generation, lease, burst.deadline)
+        await self.guard.charge(burst.key, burst.messages, spent(usage), self.clock.now())
+        if outcome is Supervision.SUPERSEDED:
+            await self._record(burst, "superseded", usage)
             self._emit("superseded", conversation=cid, wasted=usage.output_tokens)
-            await self.store.release_lease(cid, token)
+            await self.store.release_lease(cid, lease.token)
             return
-        if outcome == "lease_lost":
-            await self._record(lease, started_at, "lease_lost", usage)
+        if outcome is Supervision.LEASE_LOST:
+            await self._record(burst, "lease_lost", usage)
             log.warning("conversation %s: lease lost during generation; reply dropped", cid)
             return
-
         try:
-            text = generation.result()
-            if not text.strip():
-                raise RetryableReplierError("the model returned no text")
+            text = _text_of(generation, cid)
         except ReplierError as exc:
-            await self._model_failed(lease, started_at, usage, exc, pending[-1].message_id)
+            await self._model_failed(burst, usage, exc)
             return
-        except Exception as exc:
-            log.exception("conversation %s: replier crashed", cid)
-            await self._model_failed(
-                lease, started_at, usage, RetryableReplierError(repr(exc)), pending[-1].message_id
-            )
-            return
+        await self._commit(burst, text, usage)
 
+    # 5. final check + commit ----------------------------------------------------------------------
+    async def _commit(self, burst: Burst, text: str, usage: Usage) -> None:
+        lease, cid = burst.lease, burst.lease.conversation_id
         now = self.clock.now()
-        reply = NewReply(
-            text, "answer", pending[-1].message_id, _frozen(usage), lease.answered_version
-        )
-        check = FinalCheck(token, version, deadline_passed=now >= deadline)
-        committed = await self.store.commit(cid, check, now, timing, reply)
-        row = committed.reply if isinstance(committed, Committed) else None
+        reply = burst.answer(text, usage)
+        done = await self.store.commit(cid, burst.final_check(now), now, burst.timing, reply)
+        row = done.reply if isinstance(done, Committed) else None
         if row is None:
-            await self._record(lease, started_at, "discarded", usage)
-            self._emit("discarded", conversation=cid, version=version)
-            await self.store.release_lease(cid, token)
+            await self._record(burst, "discarded", usage)
+            self._emit("discarded", conversation=cid, version=lease.version)
+            await self.store.release_lease(cid, lease.token)
             return
-        await self._record(lease, started_at, "posted", usage)
+        await self._record(burst, "posted", usage)
+        latency = now - burst.messages[-1].created_at
         self._emit(
-            "committed",
-            conversation=cid,
-            reply_id=row.id,
-            version=version,
-            latency=now - pending[-1].created_at,
+            "committed", conversation=cid, reply_id=row.id, version=lease.version, latency=latency
         )
-        await self.deliver_due(reply_id=row.id)
+        await self.outbox.deliver_due(reply_id=row.id)
 
-    async def _supervise(
-        self, generation: asyncio.Task[str], lease: Lease, deadline: float
-    ) -> Supervision:
-        """Wait for the generation while renewing the lease and watching for newer input."""
-        cid, ttl = lease.conversation_id, self.settings.lease_ttl_seconds
-        bumped = self._version_bumped.setdefault(cid, asyncio.Event())
-        bumped.clear()
-        now = self.clock.now()
-        next_renew, next_poll = now + ttl / 3, now + self.settings.poll_seconds
-        try:
-            while not generation.done():
-                sleeper = asyncio.ensure_future(self.clock.sleep(min(next_renew, next_poll) - now))
-                waiter = asyncio.ensure_future(bumped.wait())
-                try:
-                    await asyncio.wait(
-                        {generation, sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED
-                    )
-                finally:
-                    sleeper.cancel()
-                    waiter.cancel()
-                if generation.done():
-                    break
-                now = self.clock.now()
-                if bumped.is_set() or now >= next_poll:
-                    bumped.clear()
-                    next_poll = now + self.settings.poll_seconds
-                    if now < deadline and await self.store.current_version(cid) > lease.version:
-                        await _cancel(generation)
-                        return "superseded"
-                if now >= next_renew:
-                    renewed = await self.store.renew_lease(
-                        cid, lease.token, lease.version, now, ttl
-                    )
-                    if not renewed:
-                        await _cancel(generation)
-                        return "lease_lost"
-                    next_renew = now + ttl / 3
-            return "done"
-        except asyncio.CancelledError:
-            await _cancel(generation)
-            raise
-        finally:
-            self._version_bumped.pop(cid, None)
-
-    async def _model_failed(
-        self,
-        lease: Lease,
-        started_at: float,
-        usage: Usage,
-        exc: ReplierError,
-        reply_to: str,
-    ) -> None:
-        cid, token = lease.conversation_id, lease.token
-        key = ConversationKey.parse(cid)
+    # 7. model failures ----------------------------------------------------------------------------
+    async def _model_failed(self, burst: Burst, usage: Usage, exc: ReplierError) -> None:
+        lease, cid = burst.lease, burst.lease.conversation_id
         attempts = lease.failed_attempts + 1
-        await self._record(lease, started_at, "failed", usage, str(exc))
+        await self._record(burst, "failed", usage, str(exc))
         now = self.clock.now()
-        permanent = isinstance(exc, PermanentReplierError)
-        if permanent or attempts >= self.settings.model_max_attempts:
+        if isinstance(exc, PermanentReplierError) or attempts >= self.settings.model_max_attempts:
             log.error(
                 "conversation %s: model failed (%s, attempt %d); posting the failure message",
                 cid, exc, attempts,
             )  # fmt: skip
-            apology = NewReply(
-                self.settings.failure_message,
-                "apology",
-                reply_to,
-                TokenUsage(),
-                lease.answered_version,
-            )
-            check = FinalCheck(token, lease.version, deadline_passed=True)
-            done = await self.store.commit(cid, check, now, self.settings.timing_for(key), apology)
+            apology = burst.apology(self.settings.failure_message)
+            check = burst.final_check_past_newer_input()
+            done = await self.store.commit(cid, check, now, burst.timing, apology)
             if isinstance(done, Committed) and (row := done.reply) is not None:
                 self._emit("apology", conversation=cid, reply_id=row.id)
-                await self.deliver_due(reply_id=row.id)
+                await self.outbox.deliver_due(reply_id=row.id)
             return
         retry_at = now + self.settings.model_backoff_seconds * 2 ** (attempts - 1)
         log.warning(
             "conversation %s: model failed (%s); retry %d at +%.1fs",
             cid, exc, attempts, retry_at - now,
         )  # fmt: skip
-        await self.store.record_failure(cid, token, retry_at)
+        await self.store.record_failure(cid, lease.token, retry_at)
         self._emit("model_retry", conversation=cid, attempt=attempts)
 
-    async def _refuse(
-        self, lease: Lease, reply_to: str, started_at: float, refusal: Refusal
-    ) -> None:
-        """A cost guard stopped the burst: no model call. It is answered with the guard's notice,
-        or silently (skipped, logged) when that notice was already sent this window."""
-        cid, token = lease.conversation_id, lease.token
-        notice = None
-        if refusal.notice is not None:
-            notice = NewReply(
-                refusal.notice, "apology", reply_to, TokenUsage(), lease.answered_version
-            )
-        timing = self.settings.timing_for(ConversationKey.parse(cid))
-        check = FinalCheck(token, lease.version, deadline_passed=True)
-        done = await self.store.commit(cid, check, started_at, timing, notice)
-        if isinstance(done, Discarded):
-            await self.store.release_lease(cid, token)
-            return
-        row = done.reply
-        log.warning("conversation %s: burst refused (%s); no model call", cid, refusal.reason)
-        await self._record(lease, started_at, "skipped", Usage(), refusal.reason)
-        self._emit("refused", conversation=cid, reason=refusal.reason, stage="burst")
-        if isinstance(row, OutboxRow):
-            await self.deliver_due(reply_id=row.id)
-        else:
-            self._indicate(ConversationKey.parse(cid), busy=False)
-
-    async def _charge(self, key: ConversationKey, burst: list[StoredMessage], usage: Usage) -> None:
-        """Count the tokens a generation spent (finished or cancelled) against the budgets."""
-        if self.gate is None:
-            return
-        try:
-            await self.gate.charge(key, burst, _frozen(usage), self.clock.now())
-        except StoreError as exc:
-            log.warning("conversation %s: token usage not counted (%s)", key.id, exc)
-
+    # every generation ends in one record ----------------------------------------------------------
     async def _record(
-        self,
-        lease: Lease,
-        started_at: float,
-        outcome: GenerationOutcome,
-        usage: Usage,
-        error: str | None = None,
+        self, burst: Burst, outcome: GenerationOutcome, usage: Usage, error: str | None = None
     ) -> None:
-        await self.store.record_generation(
-            GenerationRecord(
-                conversation_id=lease.conversation_id,
-                lease_token=lease.token,
-                from_version=lease.answered_version,
-                to_version=lease.version,
-                started_at=started_at,
-                ended_at=self.clock.now(),
-                outcome=outcome,
-                usage=_frozen(usage),
-                error=error,
-            )
-        )
+        await self.store.record_generation(burst.record(outcome, usage, self.clock.now(), error))
         self._emit(
             "generation",
-            conversation=lease.conversation_id,
+            conversation=burst.lease.conversation_id,
             outcome=outcome,
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,
         )
 
-    # 6. deliver ------------------------------------------------------------------------------
-    async def deliver_due(self, reply_id: int | None = None) -> int:
-        """Claim due outbox rows for the platforms this process serves and post them."""
-        if not self.frontends:
-            return 0
-        rows = await self.store.claim_replies(
-            self.owner,
-            self.clock.now(),
-            self.settings.lease_ttl_seconds,
-            sorted(self.frontends),
-            DELIVERY_BATCH,
-            reply_id,
-        )
-        if reply_id is not None:
-            for row in rows:
-                await self._deliver(row)
-        else:
-            for row in rows:
-                self._spawn_delivery(self._deliver(row))
-        return len(rows)
-
-    def _spawn_delivery(self, work: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(work)
-        self._deliveries.add(task)
-        task.add_done_callback(self._deliveries.discard)
-
-    async def _deliver(self, row: OutboxRow) -> None:
-        key = ConversationKey.parse(row.conversation_id)
-        reply = Reply(
-            id=f"r{row.id}",
-            key=key,
-            text=row.text,
-            covers_to_version=row.covers_to_version,
-            reply_to_message_id=row.reply_to_message_id,
-            attempt=row.attempts,
-        )
-        frontend = self.frontends[row.platform]
-        try:
-            posted = await frontend.deliver(reply)
-        except PermanentDeliveryError as exc:
-            await self._delivery_failed(row, str(exc))
-            return
-        except Exception as exc:
-            retry_after = exc.retry_after if isinstance(exc, RetryableDeliveryError) else None
-            if not isinstance(exc, RetryableDeliveryError):
-                log.exception("reply %s: adapter crashed while posting", reply.id)
-            if row.attempts >= self.settings.delivery_max_attempts:
-                await self._delivery_failed(row, f"gave up after {row.attempts} attempts: {exc}")
-                return
-            delay = self.settings.delivery_backoff_seconds * 2 ** (row.attempts - 1)
-            delay = max(delay, retry_after or 0.0)
-            await self.store.mark_retry(row.id, self.owner, self.clock.now() + delay, str(exc))
-            self._emit("delivery_retry", reply_id=row.id, attempt=row.attempts, delay=delay)
-            log.warning("reply %s: delivery failed (%s); retry in %.1fs", reply.id, exc, delay)
-            return
-        await self.store.mark_sent(row.id, self.owner, posted, self.clock.now())
-        self._emit("delivered", reply_id=row.id, conversation=row.conversation_id, parts=posted)
-        self._indicate(key, busy=False)
-
-    async def _delivery_failed(self, row: OutboxRow, error: str) -> None:
-        await self.store.mark_failed(row.id, self.owner, error)
-        self._emit("delivery_failed", reply_id=row.id, error=error)
-        log.error("reply r%d: permanent delivery failure: %s", row.id, error)
-
-    def _indicate(self, key: ConversationKey, busy: bool) -> None:
-        frontend = self.frontends.get(key.platform)
-        if frontend is not None:
-            self._spawn_delivery(_best_effort(frontend.show_busy(key, busy)))
-
-    # lifecycle -------------------------------------------------------------------------------
+    # lifecycle ------------------------------------------------------------------------------------
     async def idle(self) -> None:
         """Wait until no worker or delivery of this process is running (tests, shutdown)."""
-        while self._workers or self._deliveries:
-            await asyncio.gather(*self._workers.values(), *self._deliveries, return_exceptions=True)
+        while running := [*self._workers.values(), *self.outbox.running, *self.indicator.running]:
+            await asyncio.gather(*running, return_exceptions=True)
 
     async def shutdown(self) -> None:
         """Stop taking work, cancel generations, release our leases; timers and outbox stay."""
@@ -523,19 +344,15 @@ class Engine:
             log.info("released %d lease(s) on shutdown", released)
 
 
-async def _cancel(task: asyncio.Task[str]) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-
-
-async def _best_effort(work: Awaitable[None]) -> None:
+def _text_of(generation: asyncio.Task[str], conversation_id: str) -> str:
+    """The reply text. An empty answer or a crashed replier is a retryable model failure."""
     try:
-        await work
-    except Exception:
-        log.debug("thinking indicator failed", exc_info=True)
-
-
-def _frozen(usage: Usage) -> TokenUsage:
-    return TokenUsage(
-        usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens
-    )
+        text = generation.result()
+    except ReplierError:
+        raise
+    except Exception as exc:
+        log.exception("conversation %s: replier crashed", conversation_id)
+        raise RetryableReplierError(repr(exc)) from exc
+    if not text.strip():
+        raise RetryableReplierError("the model returned no text")
+    return text

@@ -1,17 +1,21 @@
 """What the engine asks before and after a model call: the cost guards' view from the core.
 
 The implementation (`bot.ops.guards.CostGuards`) lives with operations; the engine only knows this
-protocol, so it can run without guards at all.
+protocol, so it can run without guards at all. `GuardStep` is how the engine uses it.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from bot.core.errors import StoreError
 from bot.core.events import ConversationKey
 from bot.core.store import StoredMessage, TokenUsage
+
+log = logging.getLogger("burstbot.gate")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,3 +36,29 @@ class BurstGate(Protocol):
     async def charge(
         self, key: ConversationKey, burst: Sequence[StoredMessage], usage: TokenUsage, now: float
     ) -> None: ...
+
+
+class GuardStep:
+    """The gate as the engine uses it: optional (no gate admits every burst), and a failure to
+    count tokens is logged, not raised: the tokens are spent and the reply matters more."""
+
+    def __init__(self, gate: BurstGate | None) -> None:
+        self.gate = gate
+
+    async def admit(
+        self, key: ConversationKey, burst: Sequence[StoredMessage], now: float
+    ) -> Refusal | None:
+        if self.gate is None:
+            return None
+        return await self.gate.admit(key, burst, now)
+
+    async def charge(
+        self, key: ConversationKey, burst: Sequence[StoredMessage], usage: TokenUsage, now: float
+    ) -> None:
+        """Count the tokens a generation spent (finished or cancelled) against the budgets."""
+        if self.gate is None:
+            return
+        try:
+            await self.gate.charge(key, burst, usage, now)
+        except StoreError as exc:
+            log.warning("conversation %s: token usage not counted (%s)", key.id, exc)

@@ -1,4 +1,4 @@
-"""The scheduler loop: sleep until the earliest due timer or outbox row, then run the engine.
+"""The scheduler loop: sleep until the earliest due timer or outbox row, then serve what is due.
 
 It sleeps on the engine's clock until the earliest `due_at` (an index lookup), wakes early when an
 in-process ingest arms a sooner timer or a worker frees a slot, and never sleeps longer than
@@ -26,17 +26,17 @@ class Scheduler:
         self.engine.wakeup.set()
 
     async def tick(self) -> float:
-        """Run one round; return the time the next round is wanted."""
+        """Start workers for due timers, sweep the outbox; return when the next round is wanted."""
         engine, store = self.engine, self.engine.store
         engine.wakeup.clear()
         await engine.run_due()
-        await engine.deliver_due()
+        await engine.outbox.deliver_due()
         now = engine.clock.now()
         wanted = now + engine.settings.poll_seconds
         next_due = await store.next_due_at()
         if next_due is not None and engine.busy < engine.settings.max_concurrent_generations:
             wanted = min(wanted, next_due)
-        next_outbox = await store.next_outbox_at(sorted(engine.frontends))
+        next_outbox = await engine.outbox.next_due_at()
         if next_outbox is not None:
             wanted = min(wanted, next_outbox)
         return max(wanted, now)

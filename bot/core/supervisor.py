@@ -1,0 +1,92 @@
+"""Step 4's watch (DESIGN.md §3): while the model streams, keep the lease and look for newer input.
+
+Rules:
+
+- Renew the lease every ttl/3 (a conditional update on its fencing token); a failed renewal
+  cancels the stream: another worker may own the conversation now.
+- Watch the version: this process's ingest says so at once, and a poll every `poll_seconds` sees
+  input that other processes stored. Newer input before the burst's deadline cancels the stream at
+  once, so nobody pays for tokens nobody will read; past the deadline the generation runs on (G4).
+
+The engine decides what each outcome means (`engine.py`, step 4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+
+from bot.core.clock import Clock
+from bot.core.settings import EngineSettings
+from bot.core.store import Lease, Store
+
+
+class Supervision(enum.Enum):
+    """How watching a generation ended."""
+
+    DONE = "done"
+    SUPERSEDED = "superseded"  # newer input before the deadline: the stream was cancelled
+    LEASE_LOST = "lease_lost"  # a renewal failed: the stream was cancelled
+
+
+class Supervisor:
+    def __init__(self, store: Store, clock: Clock, settings: EngineSettings) -> None:
+        self.store = store
+        self.clock = clock
+        self.settings = settings
+        self._version_bumped: dict[str, asyncio.Event] = {}
+
+    def newer_input(self, conversation_id: str) -> None:
+        """Ingest stored newer input: a watch over this conversation looks at once."""
+        bumped = self._version_bumped.get(conversation_id)
+        if bumped is not None:
+            bumped.set()
+
+    async def watch(
+        self, generation: asyncio.Task[str], lease: Lease, deadline: float
+    ) -> Supervision:
+        """Wait for the generation while renewing the lease and watching for newer input."""
+        cid, ttl = lease.conversation_id, self.settings.lease_ttl_seconds
+        bumped = self._version_bumped.setdefault(cid, asyncio.Event())
+        bumped.clear()
+        now = self.clock.now()
+        next_renew, next_poll = now + ttl / 3, now + self.settings.poll_seconds
+        try:
+            while not generation.done():
+                sleeper = asyncio.ensure_future(self.clock.sleep(min(next_renew, next_poll) - now))
+                waiter = asyncio.ensure_future(bumped.wait())
+                try:
+                    await asyncio.wait(
+                        {generation, sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    sleeper.cancel()
+                    waiter.cancel()
+                if generation.done():
+                    break
+                now = self.clock.now()
+                if bumped.is_set() or now >= next_poll:
+                    bumped.clear()
+                    next_poll = now + self.settings.poll_seconds
+                    if now < deadline and await self.store.current_version(cid) > lease.version:
+                        await _cancel(generation)
+                        return Supervision.SUPERSEDED
+                if now >= next_renew:
+                    renewed = await self.store.renew_lease(
+                        cid, lease.token, lease.version, now, ttl
+                    )
+                    if not renewed:
+                        await _cancel(generation)
+                        return Supervision.LEASE_LOST
+                    next_renew = now + ttl / 3
+            return Supervision.DONE
+        except asyncio.CancelledError:
+            await _cancel(generation)
+            raise
+        finally:
+            self._version_bumped.pop(cid, None)
+
+
+async def _cancel(task: asyncio.Task[str]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
