@@ -18,9 +18,9 @@ from bot.ops.inspection import ConversationSummary
 
 
 class Row(Protocol):
-    """A result row by column name (sqlite3.Row, asyncpg.Record)."""
+    """A result row by column name or position (sqlite3.Row, asyncpg.Record)."""
 
-    def __getitem__(self, key: str, /) -> Any: ...
+    def __getitem__(self, key: str | int, /) -> Any: ...
 
 
 def message_uid(platform: str, workspace: str, message_id: str) -> str:
