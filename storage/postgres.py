@@ -2,20 +2,19 @@
 
 The steps are the shared SQL store's (storage/sql_store.py); PostgreSQL supplies what differs:
 
-- a pool; each transaction runs at READ COMMITTED on one connection. Every compare-and-swap is one
-  conditional `UPDATE ... RETURNING`, whose row lock makes a concurrent writer wait and then
-  re-check the condition. A read-then-write step locks the conversation row first, so steps on one
-  conversation run one after the other; due timers and outbox rows are picked with
-  `FOR UPDATE SKIP LOCKED` (postgres.sql);
+- a pool; each transaction runs at READ COMMITTED on one connection. A compare-and-swap's row lock
+  makes a concurrent writer wait and then re-check the condition; a read-then-write step locks the
+  conversation row first, so steps on one conversation run one after the other. Due timers and
+  outbox rows are picked with `FOR UPDATE SKIP LOCKED` (postgres.sql);
 - numbered migrations tracked in `burstbot_schema_version`, serialized by an advisory lock, so
   processes starting together migrate once;
 - `LISTEN/NOTIFY` as a hint only: `listen(hint)` hears other processes arm timers, queue replies
   and release leases, so their schedulers look at once instead of at the next poll;
 - the clock: with `clock="database"` (production) lease and delivery-claim expiry are set and
-  compared with the database's `statement_timestamp()` (the shared SQL's `:lease_now` is compiled
-  to it), so hosts whose clocks disagree still agree on who holds a lease. Debounce timers and
-  delivery back-off stay on the caller's clock, which the engine also uses to judge deadlines.
-  With `clock="caller"` every time is the caller's `now` (tests on a fake clock, like SQLite).
+  compared with the database's `statement_timestamp()` (`:lease_now` is compiled to it), so hosts
+  whose clocks disagree still agree on who holds a lease. Debounce timers and delivery back-off
+  stay on the caller's clock, which the engine also uses to judge deadlines. With
+  `clock="caller"` every time is the caller's `now` (tests on a fake clock, like SQLite).
 """
 
 from __future__ import annotations
@@ -30,8 +29,8 @@ import asyncpg
 
 from bot.core.errors import StoreError
 from storage.queries import load_queries, migrations
-from storage.rows import Row
-from storage.sql_store import Params, SqlStore
+from storage.rows import Params, Row
+from storage.sql_store import SqlStore
 
 log = logging.getLogger("burstbot.storage")
 WAKEUP_CHANNEL = "burstbot_wakeup"
@@ -108,15 +107,13 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
 
     async def listen(self, hint: Callable[[str], None]) -> None:
         """Call `hint(payload)` on every wake-up hint (ours included); best effort."""
-
-        def received(_conn: object, _pid: int, _channel: str, payload: str) -> None:
-            hint(payload)
-
         try:
             self._listener = await asyncpg.connect(
                 self.dsn, timeout=self.connect_timeout, server_settings=self._settings
             )
-            await self._listener.add_listener(WAKEUP_CHANNEL, received)
+            await self._listener.add_listener(
+                WAKEUP_CHANNEL, lambda _conn, _pid, _channel, payload: hint(payload)
+            )
         except (*_DB_ERRORS, TimeoutError) as exc:
             log.warning("no wake-up hints from other processes (polling only): %s", exc)
 

@@ -24,9 +24,8 @@ Rules every step keeps:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
-from typing import Any, ClassVar, Generic, Literal, TypeVar
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal
 
 from bot.core.errors import StoreError
 from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited
@@ -46,32 +45,25 @@ from bot.core.store import (
     StoredMessage,
     Timing,
 )
-from storage.ops import OperatorQueries
+from storage.ops import Conn, OperatorQueries
 from storage.rows import (
+    Params,
     Row,
     generation_from_row,
     generation_params,
     message_from_row,
+    message_params,
     message_uid,
     outbox_from_row,
     reply_params,
     state_from_row,
 )
 
-Params = Mapping[str, Any]
-Conn = TypeVar("Conn")
 
-
-class SqlStore(OperatorQueries[Conn], ABC, Generic[Conn]):
+class SqlStore(OperatorQueries[Conn], ABC):
     MIGRATIONS: ClassVar[Sequence[str]]
 
-    # the seam (see the module docstring) -----------------------------------------------------
-    @abstractmethod
-    def _transaction(self) -> AbstractAsyncContextManager[Conn]: ...
-
-    @abstractmethod
-    async def _rows(self, name: str, params: Params, db: Conn | None = None) -> list[Row]: ...
-
+    # the seam (see the module docstring; `_transaction` and `_rows` are in storage/ops.py) ----
     @abstractmethod
     def _array(self, values: Sequence[str]) -> object: ...
 
@@ -118,25 +110,15 @@ class SqlStore(OperatorQueries[Conn], ABC, Generic[Conn]):
     async def ingest(self, message: IncomingMessage, now: float, timing: Timing) -> IngestResult:
         """Bump first, then insert with seq = the new version (the bump's row lock orders
         concurrent arrivals); a duplicate id rolls back to the savepoint and changes nothing."""
-        key = message.key
-        cid = key.id
+        cid = message.key.id
+        params = message_params(message, now)
         async with self._transaction() as db:
-            await self._rows(
-                "ensure_conversation", {"cid": cid, "platform": key.platform, "now": now}, db
-            )
+            await self._rows("ensure_conversation", params, db)
             await self._rows("ingest_savepoint", {}, db)
-            bumped = await self._one("bump_version", {"cid": cid}, db)
+            bumped = await self._one("bump_version", params, db)
             assert bumped is not None
             version = int(bumped[0])
-            inserted = await self._one(
-                "insert_message",
-                {"cid": cid, "seq": version, "now": now,
-                 "uid": message_uid(key.platform, key.workspace, message.message_id),
-                 "message_id": message.message_id, "author_id": message.author_id,
-                 "author_name": message.author_name, "text": message.text},
-                db,
-            )  # fmt: skip
-            if inserted is None:
+            if await self._one("insert_message", {**params, "seq": version}, db) is None:
                 await self._rows("undo_ingest", {}, db)
                 return IngestResult("duplicate", cid, version - 1)
             return await self._arm(db, cid, version, now, timing)
@@ -155,25 +137,21 @@ class SqlStore(OperatorQueries[Conn], ABC, Generic[Conn]):
         return IngestResult("accepted", cid, version, due_at)
 
     async def edit(self, event: MessageEdited, now: float, timing: Timing) -> IngestResult:
-        return await self._change(event.key.platform, event.key.workspace, event.message_id,
-                                  "edit_message", {"text": event.text}, now, timing)  # fmt: skip
+        return await self._change(event, "edit_message", {"text": event.text}, now, timing)
 
     async def delete(self, event: MessageDeleted, now: float, timing: Timing) -> IngestResult:
-        return await self._change(event.key.platform, event.key.workspace, event.message_id,
-                                  "delete_message", {}, now, timing)  # fmt: skip
+        return await self._change(event, "delete_message", {}, now, timing)
 
     async def _change(
         self,
-        platform: str,
-        workspace: str,
-        message_id: str,
+        event: MessageEdited | MessageDeleted,
         query: str,
         extra: Params,
         now: float,
         timing: Timing,
     ) -> IngestResult:
         """A pending message's change is new input (bump, re-arm); an answered one's is history."""
-        uid = message_uid(platform, workspace, message_id)
+        uid = message_uid(event.key.platform, event.key.workspace, event.message_id)
         async with self._transaction() as db:
             found = await self._one("find_message", {"uid": uid}, db)
             if found is None:
@@ -221,16 +199,11 @@ class SqlStore(OperatorQueries[Conn], ABC, Generic[Conn]):
                 "hold_timer_deadline", {"cid": cid, "expires_at": expires, "version": version}, db
             )
         return Lease(
-            conversation_id=cid,
-            owner=owner,
-            token=int(row["lease_token"]),
-            version=version,
-            answered_version=int(row["answered_version"]),
-            expires_at=expires,
+            conversation_id=cid, owner=owner, token=int(row["lease_token"]), version=version,
+            answered_version=int(row["answered_version"]), expires_at=expires,
             deadline_at=float(timer[0]) if timer else None,
-            failed_attempts=int(row["failed_attempts"]),
-            taken_over=taken_over,
-        )
+            failed_attempts=int(row["failed_attempts"]), taken_over=taken_over,
+        )  # fmt: skip
 
     async def lease_expiry(self, conversation_id: str) -> float | None:
         return await self._value("lease_expiry", {"cid": conversation_id})

@@ -28,8 +28,8 @@ from bot.core.errors import StoreError
 from bot.core.events import IncomingMessage
 from bot.core.store import IngestResult, Timing
 from storage.queries import load_queries, migrations
-from storage.rows import Row
-from storage.sql_store import Params, SqlStore
+from storage.rows import Params, Row
+from storage.sql_store import SqlStore
 from storage.sqlite_batch import IngestBatcher, QueuedIngest, apply_ingest_batch
 
 _MIN_MAX = {"LEAST(": "MIN(", "GREATEST(": "MAX("}
