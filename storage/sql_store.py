@@ -17,7 +17,7 @@ Rules every step keeps:
   step reads the returned rows, never a row count;
 - a step that reads and then writes runs in one `_transaction()`; a lone statement runs alone;
 - `lease_token` only ever increases: renew, release, commit and failure are conditional on it;
-- a transaction locks the conversation's row before its timer and its outbox rows;
+- a transaction that changes a conversation locks its row first, before its timer or outbox;
 - times are the caller's, except lease and claim expiry, which use `:lease_now` (see the SQL).
 """
 
@@ -126,12 +126,9 @@ class SqlStore(OperatorQueries[Conn], ABC):
     async def _arm(
         self, db: Conn, cid: str, version: int, now: float, timing: Timing
     ) -> IngestResult:
-        armed = await self._one(
-            "arm_timer",
-            {"cid": cid, "now": now, "quiet": timing.quiet_seconds,
-             "max_wait": timing.max_wait_seconds, "version": version},
-            db,
-        )  # fmt: skip
+        arm = {"cid": cid, "now": now, "quiet": timing.quiet_seconds,
+               "max_wait": timing.max_wait_seconds, "version": version}  # fmt: skip
+        armed = await self._one("arm_timer", arm, db)
         due_at = float(armed[0]) if armed else None
         await self._hint(db, f"timer {due_at}")
         return IngestResult("accepted", cid, version, due_at)
@@ -276,31 +273,21 @@ class SqlStore(OperatorQueries[Conn], ABC):
         cid, token, version = conversation_id, check.token, check.version
         async with self._transaction() as db:
             before = await self._one("lock_answered_version", {"cid": cid}, db)
-            checked = await self._one(
-                "final_check",
-                {"cid": cid, "token": token, "version": version,
-                 "deadline_passed": check.deadline_passed},
-                db,
-            )  # fmt: skip
+            final = {"cid": cid, "token": token, "version": version,
+                     "deadline_passed": check.deadline_passed}  # fmt: skip
+            checked = await self._one("final_check", final, db)
             if checked is None or before is None:
                 return Discarded()
             row: OutboxRow | None = None
             if reply is not None:
-                answered = int(before[0])
-                inserted = await self._one(
-                    "insert_reply",
-                    reply_params(cid, reply, answered, version, int(checked[0]), now),
-                    db,
-                )
+                params = reply_params(cid, reply, int(before[0]), version, int(checked[0]), now)
+                inserted = await self._one("insert_reply", params, db)
                 assert inserted is not None
                 row = self._outbox(inserted)
                 await self._hint(db, f"outbox {row.platform}")
             await self._rows("drop_timer", {"cid": cid, "version": version}, db)
-            await self._rows(
-                "restart_cap",
-                {"cid": cid, "version": version, "now": now, "max_wait": timing.max_wait_seconds},
-                db,
-            )
+            cap = {"cid": cid, "version": version, "now": now, "max_wait": timing.max_wait_seconds}
+            await self._rows("restart_cap", cap, db)
         return Committed(row)
 
     async def record_failure(self, conversation_id: str, token: int, retry_at: float) -> int | None:

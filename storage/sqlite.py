@@ -32,11 +32,13 @@ from storage.rows import Params, Row
 from storage.sql_store import SqlStore
 from storage.sqlite_batch import IngestBatcher, QueuedIngest, apply_ingest_batch
 
-_MIN_MAX = {"LEAST(": "MIN(", "GREATEST(": "MAX("}
-Q = {
-    name: re.sub(r"\b(LEAST|GREATEST)\(", lambda m: _MIN_MAX[m.group(0)], sql)
-    for name, sql in load_queries("sql_store.sql", "sqlite.sql").items()
-}
+
+def _for_sqlite(sql: str) -> str:
+    """The shared statements' LEAST and GREATEST are SQLite's multi-argument MIN and MAX."""
+    return re.sub(r"\bGREATEST\(", "MAX(", re.sub(r"\bLEAST\(", "MIN(", sql))
+
+
+Q = {name: _for_sqlite(sql) for name, sql in load_queries("sql_store.sql", "sqlite.sql").items()}
 MIGRATIONS = migrations(Q)
 T = TypeVar("T")
 
