@@ -1,8 +1,8 @@
 """Workload 3: an ingest flood from many concurrent senders into one process.
 
 burstbot: `Engine.ingest` (what adapters call) on the SQLite store, every sender awaiting its ack
-before sending its next message. Reference: plain `sqlite3` running the per-message statements of
-`storage/sqlite.sql` (`ensure_conversation`, `insert_message`, `bump_version`, `arm_timer`), one
+before sending its next message. Reference: plain `sqlite3` running the shared per-message
+statements (`ensure_conversation`, `bump_version`, `insert_message`, `arm_timer`), one
 `BEGIN IMMEDIATE` ... `COMMIT` per message, same PRAGMAs (WAL, synchronous=FULL), in a tight loop:
 the rate one writer can commit messages one at a time on this disk.
 """
@@ -77,10 +77,12 @@ async def raw_sqlite(profile: Profile, directory: str) -> IngestRow:
             cid, now, t = m.key.id, time.time(), time.perf_counter()
             db.execute("BEGIN IMMEDIATE")
             db.execute(Q["ensure_conversation"], {"cid": cid, "platform": PLATFORM, "now": now})
+            (version,) = db.execute(Q["bump_version"], {"cid": cid}).fetchone()
             db.execute(
                 Q["insert_message"],
                 {
                     "cid": cid,
+                    "seq": version,
                     "uid": message_uid(PLATFORM, "w", m.message_id),
                     "message_id": m.message_id,
                     "author_id": m.author_id,
@@ -89,7 +91,6 @@ async def raw_sqlite(profile: Profile, directory: str) -> IngestRow:
                     "now": now,
                 },
             ).fetchall()
-            (version,) = db.execute(Q["bump_version"], {"cid": cid}).fetchone()
             db.execute(
                 Q["arm_timer"],
                 {

@@ -1,30 +1,30 @@
-"""A store's operator side: `/reset`, cost-guard counters and read-only inspection.
+"""The store's operator side: `/reset`, cost-guard counters and read-only inspection.
 
-A mixin shared by every store: it runs the same named queries (each store's own `.sql` file)
-through the store's `_rows` and `_transaction`, so the pipeline files stay about the pipeline.
+A mixin of the SQL store (storage/sql_store.py), which supplies the two seam methods declared here;
+it keeps the pipeline file about the pipeline.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from abc import ABC, abstractmethod
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from bot.core.store import StoredMessage
 from bot.ops.inspection import ConversationSummary
-from storage.rows import message_from_row, summary_from_row
+from storage.rows import Params, Row, message_from_row, summary_from_row
 
-Params = Mapping[str, Any]
 Conn = TypeVar("Conn")
 
 
-class OperatorQueries(Generic[Conn]):
-    # provided by the store
-    async def _rows(self, name: str, params: Params, db: Conn | None = None) -> list[Any]:
-        raise NotImplementedError
-
+class OperatorQueries(ABC, Generic[Conn]):
+    @abstractmethod
     def _transaction(self) -> AbstractAsyncContextManager[Conn]:
-        raise NotImplementedError
+        """One transaction on one connection (see storage/sql_store.py)."""
+
+    @abstractmethod
+    async def _rows(self, name: str, params: Params, db: Conn | None = None) -> list[Row]:
+        """One statement by name, inside `db`'s transaction or on its own."""
 
     # /reset ----------------------------------------------------------------------------------
     async def reset_history(self, conversation_id: str) -> int | None:

@@ -1,7 +1,9 @@
 """SQL kept as data: `.sql` files of named statements, loaded once.
 
 A file holds blocks that start with `-- name: NAME`; everything up to the next marker is that
-statement. Migrations are the blocks named `migration_1`, `migration_2`, ... in order.
+statement. A store loads the shared file and its dialect's file together; a name defined twice, in
+one file or across them, is an error. Migrations are the blocks named `migration_1`, `migration_2`,
+... in order.
 """
 
 from __future__ import annotations
@@ -12,14 +14,15 @@ from importlib import resources
 _MARKER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
-def load_queries(filename: str) -> dict[str, str]:
-    text = resources.files("storage").joinpath(filename).read_text(encoding="utf-8")
-    parts = _MARKER.split(text)
+def load_queries(*filenames: str) -> dict[str, str]:
     queries: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        if name in queries:
-            raise ValueError(f"{filename}: query {name} defined twice")
-        queries[name] = body.strip()
+    for filename in filenames:
+        text = resources.files("storage").joinpath(filename).read_text(encoding="utf-8")
+        parts = _MARKER.split(text)
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in queries:
+                raise ValueError(f"{filename}: query {name} defined twice")
+            queries[name] = body.strip()
     return queries
 
 

@@ -28,7 +28,7 @@ from bot.core.errors import StoreError
 from bot.core.events import IncomingMessage
 from bot.core.store import IngestResult, Timing
 from storage.queries import load_queries
-from storage.rows import message_uid
+from storage.rows import message_params
 
 Q = load_queries("sqlite.sql")
 MAX_BATCH = 256
@@ -113,24 +113,11 @@ async def apply_ingest_batch(
     Five round trips to aiosqlite's thread whatever the batch size: fill the scratch table (private
     to this connection), begin and run every step as one script, read the results, commit, clear.
     """
-    rows = []
-    for k, item in enumerate(batch):
-        key = item.message.key
-        rows.append(
-            {
-                "k": k,
-                "cid": key.id,
-                "platform": key.platform,
-                "uid": message_uid(key.platform, key.workspace, item.message.message_id),
-                "message_id": item.message.message_id,
-                "author_id": item.message.author_id,
-                "author_name": item.message.author_name,
-                "text": item.message.text,
-                "now": item.now,
-                "quiet": item.timing.quiet_seconds,
-                "max_wait": item.timing.max_wait_seconds,
-            }
-        )
+    rows = [
+        {**message_params(item.message, item.now), "k": k, "quiet": item.timing.quiet_seconds,
+         "max_wait": item.timing.max_wait_seconds}
+        for k, item in enumerate(batch)
+    ]  # fmt: skip
     try:
         await db.executemany(Q["fill_ingest_batch"], rows)
         await db.executescript(SCRIPT)

@@ -1,6 +1,6 @@
-"""SQLite group commit: one batch of concurrent ingests leaves exactly what the per-message
-statements (`ensure_conversation`, `insert_message`, `bump_version`, `arm_timer`), run one message
-after another in arrival order, would leave."""
+"""SQLite group commit: one batch of concurrent ingests leaves exactly what the shared per-message
+statements (`ensure_conversation`, `bump_version`, `insert_message`, `arm_timer`; a duplicate rolls
+back to the savepoint), run one message after another in arrival order, would leave."""
 
 from __future__ import annotations
 
@@ -51,16 +51,19 @@ def reference(
         key = message.key
         db.execute("BEGIN IMMEDIATE")
         db.execute(Q["ensure_conversation"], {"cid": key.id, "platform": key.platform, "now": now})
+        db.execute(Q["ingest_savepoint"])
+        (version,) = db.execute(Q["bump_version"], {"cid": key.id}).fetchone()
         inserted = db.execute(
             Q["insert_message"],
-            {"cid": key.id, "uid": message_uid(key.platform, key.workspace, message.message_id),
+            {"cid": key.id, "seq": version,
+             "uid": message_uid(key.platform, key.workspace, message.message_id),
              "message_id": message.message_id, "author_id": message.author_id,
              "author_name": message.author_name, "text": message.text, "now": now},
         ).fetchall()  # fmt: skip
         if not inserted:
+            db.execute(Q["undo_ingest"])
             results.append(IngestResult("duplicate", key.id, 0))
         else:
-            (version,) = db.execute(Q["bump_version"], {"cid": key.id}).fetchone()
             (due_at,) = db.execute(
                 Q["arm_timer"],
                 {"cid": key.id, "now": now, "quiet": timing.quiet_seconds,

@@ -1,0 +1,351 @@
+"""One SQL store: the storage side of the pipeline (DESIGN.md §3), every step written once.
+
+`SqlStore` runs named statements (`sql_store.sql`, shared by both dialects, plus the backend's own
+`sqlite.sql` or `postgres.sql`) through a small seam that each backend fills in:
+
+- `_transaction()`: one transaction on one connection. SQLite opens it with `BEGIN IMMEDIATE` (a
+  deferred one fails with SQLITE_BUSY instead of waiting); PostgreSQL runs it at READ COMMITTED,
+  where the first statement that touches the conversation locks its row;
+- `_rows(name, params, db)`: one statement, inside `db`'s transaction or on its own;
+- `_array` / `_strings`: how a list of strings travels (JSON text in SQLite, an array in PG);
+- `_hint(db, payload)`: a wake-up hint for other processes, sent when `db` commits;
+- `_schema_in_use(db)` / `_migrate_to(db, number, script)`: the migrations' bookkeeping.
+
+Rules every step keeps:
+
+- every compare-and-swap is one conditional statement (`UPDATE ... WHERE ... RETURNING`) and the
+  step reads the returned rows, never a row count;
+- a step that reads and then writes runs in one `_transaction()`; a lone statement runs alone;
+- `lease_token` only ever increases: renew, release, commit and failure are conditional on it;
+- a transaction that changes a conversation locks its row first, before its timer or outbox;
+- times are the caller's, except lease and claim expiry, which use `:lease_now` (see the SQL).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal
+
+from bot.core.errors import StoreError
+from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited
+from bot.core.store import (
+    CommitOutcome,
+    Committed,
+    ConversationState,
+    Discarded,
+    DueTimer,
+    FinalCheck,
+    GenerationRecord,
+    HistoryItem,
+    IngestResult,
+    Lease,
+    NewReply,
+    OutboxRow,
+    StoredMessage,
+    Timing,
+)
+from storage.ops import Conn, OperatorQueries
+from storage.rows import (
+    Params,
+    Row,
+    generation_from_row,
+    generation_params,
+    message_from_row,
+    message_params,
+    message_uid,
+    outbox_from_row,
+    reply_params,
+    state_from_row,
+)
+
+
+class SqlStore(OperatorQueries[Conn], ABC):
+    MIGRATIONS: ClassVar[Sequence[str]]
+
+    # the seam (see the module docstring; `_transaction` and `_rows` are in storage/ops.py) ----
+    @abstractmethod
+    def _array(self, values: Sequence[str]) -> object: ...
+
+    @abstractmethod
+    def _strings(self, value: Any) -> tuple[str, ...]: ...
+
+    async def _hint(self, db: Conn, payload: str) -> None:
+        """No other process listens unless the backend says otherwise."""
+
+    @abstractmethod
+    async def _schema_in_use(self, db: Conn) -> int: ...
+
+    @abstractmethod
+    async def _migrate_to(self, db: Conn, number: int, script: str) -> None: ...
+
+    # plumbing --------------------------------------------------------------------------------
+    async def _one(self, name: str, params: Params, db: Conn | None = None) -> Row | None:
+        rows = await self._rows(name, params, db)
+        return rows[0] if rows else None
+
+    async def _value(self, name: str, params: Params) -> float | None:
+        row = await self._one(name, params)
+        return None if row is None or row[0] is None else float(row[0])
+
+    def _outbox(self, r: Row) -> OutboxRow:
+        return outbox_from_row(r, self._strings(r["platform_message_ids"]))
+
+    async def _migrate(self) -> None:
+        async with self._transaction() as db:
+            current = await self._schema_in_use(db)
+            if current > len(self.MIGRATIONS):
+                raise StoreError(
+                    f"database schema version {current} is newer than this burstbot "
+                    f"({len(self.MIGRATIONS)}); upgrade burstbot"
+                )
+            for number, script in enumerate(self.MIGRATIONS[current:], start=current + 1):
+                await self._migrate_to(db, number, script)
+
+    @property
+    def schema_version(self) -> int:
+        return len(self.MIGRATIONS)
+
+    # 1. arrival ------------------------------------------------------------------------------
+    async def ingest(self, message: IncomingMessage, now: float, timing: Timing) -> IngestResult:
+        """Bump first, then insert with seq = the new version (the bump's row lock orders
+        concurrent arrivals); a duplicate id rolls back to the savepoint and changes nothing."""
+        cid = message.key.id
+        params = message_params(message, now)
+        async with self._transaction() as db:
+            await self._rows("ensure_conversation", params, db)
+            await self._rows("ingest_savepoint", {}, db)
+            bumped = await self._one("bump_version", params, db)
+            assert bumped is not None
+            version = int(bumped[0])
+            if await self._one("insert_message", {**params, "seq": version}, db) is None:
+                await self._rows("undo_ingest", {}, db)
+                return IngestResult("duplicate", cid, version - 1)
+            return await self._arm(db, cid, version, now, timing)
+
+    async def _arm(
+        self, db: Conn, cid: str, version: int, now: float, timing: Timing
+    ) -> IngestResult:
+        arm = {"cid": cid, "now": now, "quiet": timing.quiet_seconds,
+               "max_wait": timing.max_wait_seconds, "version": version}  # fmt: skip
+        armed = await self._one("arm_timer", arm, db)
+        due_at = float(armed[0]) if armed else None
+        await self._hint(db, f"timer {due_at}")
+        return IngestResult("accepted", cid, version, due_at)
+
+    async def edit(self, event: MessageEdited, now: float, timing: Timing) -> IngestResult:
+        return await self._change(event, "edit_message", {"text": event.text}, now, timing)
+
+    async def delete(self, event: MessageDeleted, now: float, timing: Timing) -> IngestResult:
+        return await self._change(event, "delete_message", {}, now, timing)
+
+    async def _change(
+        self,
+        event: MessageEdited | MessageDeleted,
+        query: str,
+        extra: Params,
+        now: float,
+        timing: Timing,
+    ) -> IngestResult:
+        """A pending message's change is new input (bump, re-arm); an answered one's is history."""
+        uid = message_uid(event.key.platform, event.key.workspace, event.message_id)
+        async with self._transaction() as db:
+            found = await self._one("find_message", {"uid": uid}, db)
+            if found is None:
+                return IngestResult("unknown", "", 0)
+            cid = str(found["conversation_id"])
+            changed = await self._one(query, {"uid": uid, "now": now, **extra}, db)
+            pending = int(found["seq"]) > int(found["answered_version"])
+            if changed is None or not pending:
+                version = await self._one("current_version", {"cid": cid}, db)
+                status: Literal["history", "duplicate"] = "history" if changed else "duplicate"
+                return IngestResult(status, cid, int(version[0]) if version else 0)
+            bumped = await self._one("bump_version", {"cid": cid}, db)
+            assert bumped is not None
+            return await self._arm(db, cid, int(bumped[0]), now, timing)
+
+    async def flush(self, conversation_id: str, now: float) -> None:
+        await self._rows("flush_timer", {"cid": conversation_id, "now": now})
+
+    # 2. timers and leases --------------------------------------------------------------------
+    async def next_due_at(self) -> float | None:
+        return await self._value("next_due_at", {})
+
+    async def due_timers(self, now: float, limit: int) -> list[DueTimer]:
+        rows = await self._rows("due_timers", {"now": now, "limit": limit})
+        return [DueTimer(r[0], float(r[1]), float(r[2]), int(r[3])) for r in rows]
+
+    async def postpone_timer(self, conversation_id: str, due_at: float, now: float) -> None:
+        await self._rows("postpone_timer", {"cid": conversation_id, "due_at": due_at, "now": now})
+
+    async def acquire_lease(
+        self, conversation_id: str, owner: str, now: float, ttl: float
+    ) -> Lease | None:
+        cid = conversation_id
+        params = {"cid": cid, "owner": owner, "lease_now": now, "ttl": ttl}
+        async with self._transaction() as db:
+            row = await self._one("acquire_lease", params, db)
+            taken_over = row is None
+            if taken_over:
+                row = await self._one("take_over_lease", params, db)
+            if row is None:
+                return None
+            expires = float(row["lease_expires_at"])
+            version = int(row["version"])
+            timer = await self._one(
+                "hold_timer_deadline", {"cid": cid, "expires_at": expires, "version": version}, db
+            )
+        return Lease(
+            conversation_id=cid, owner=owner, token=int(row["lease_token"]), version=version,
+            answered_version=int(row["answered_version"]), expires_at=expires,
+            deadline_at=float(timer[0]) if timer else None,
+            failed_attempts=int(row["failed_attempts"]), taken_over=taken_over,
+        )  # fmt: skip
+
+    async def lease_expiry(self, conversation_id: str) -> float | None:
+        return await self._value("lease_expiry", {"cid": conversation_id})
+
+    async def renew_lease(
+        self, conversation_id: str, token: int, version: int, now: float, ttl: float
+    ) -> bool:
+        cid = conversation_id
+        params = {"cid": cid, "token": token, "lease_now": now, "ttl": ttl}
+        async with self._transaction() as db:
+            row = await self._one("renew_lease", params, db)
+            if row is None:
+                return False
+            await self._rows(
+                "hold_timer", {"cid": cid, "expires_at": float(row[0]), "version": version}, db
+            )
+        return True
+
+    async def release_lease(self, conversation_id: str, token: int) -> None:
+        async with self._transaction() as db:
+            released = await self._one(
+                "release_lease", {"cid": conversation_id, "token": token}, db
+            )
+            if released is not None:
+                await self._rows("restore_timer", {"cid": conversation_id}, db)
+
+    async def drop_timer(self, conversation_id: str, version: int) -> None:
+        await self._rows("drop_timer", {"cid": conversation_id, "version": version})
+
+    async def release_owner(self, owner: str) -> int:
+        async with self._transaction() as db:
+            released = await self._rows("release_owner_leases", {"owner": owner}, db)
+            cids = self._array([str(r[0]) for r in released])
+            await self._rows("restore_owner_timers", {"cids": cids}, db)
+            await self._rows("release_owner_claims", {"owner": owner}, db)
+            await self._hint(db, "released")
+        return len(released)
+
+    # 3. collect ------------------------------------------------------------------------------
+    async def current_version(self, conversation_id: str) -> int:
+        row = await self._one("current_version", {"cid": conversation_id})
+        return int(row[0]) if row else 0
+
+    async def pending_messages(
+        self, conversation_id: str, after_version: int, upto_version: int
+    ) -> list[StoredMessage]:
+        rows = await self._rows(
+            "pending_messages",
+            {"cid": conversation_id, "after": after_version, "upto": upto_version},
+        )
+        return [message_from_row(r) for r in rows]
+
+    async def history(
+        self, conversation_id: str, upto_version: int, limit: int
+    ) -> list[HistoryItem]:
+        rows = await self._rows(
+            "history", {"cid": conversation_id, "upto": upto_version, "limit": limit}
+        )
+        return [HistoryItem(r[0], str(r[1]), str(r[2]), int(r[3])) for r in reversed(rows)]
+
+    # 5. final check + commit -----------------------------------------------------------------
+    async def commit(
+        self,
+        conversation_id: str,
+        check: FinalCheck,
+        now: float,
+        timing: Timing,
+        reply: NewReply | None,
+    ) -> CommitOutcome:
+        cid, token, version = conversation_id, check.token, check.version
+        async with self._transaction() as db:
+            before = await self._one("lock_answered_version", {"cid": cid}, db)
+            final = {"cid": cid, "token": token, "version": version,
+                     "deadline_passed": check.deadline_passed}  # fmt: skip
+            checked = await self._one("final_check", final, db)
+            if checked is None or before is None:
+                return Discarded()
+            row: OutboxRow | None = None
+            if reply is not None:
+                params = reply_params(cid, reply, int(before[0]), version, int(checked[0]), now)
+                inserted = await self._one("insert_reply", params, db)
+                assert inserted is not None
+                row = self._outbox(inserted)
+                await self._hint(db, f"outbox {row.platform}")
+            await self._rows("drop_timer", {"cid": cid, "version": version}, db)
+            cap = {"cid": cid, "version": version, "now": now, "max_wait": timing.max_wait_seconds}
+            await self._rows("restart_cap", cap, db)
+        return Committed(row)
+
+    async def record_failure(self, conversation_id: str, token: int, retry_at: float) -> int | None:
+        async with self._transaction() as db:
+            row = await self._one("count_failure", {"cid": conversation_id, "token": token}, db)
+            if row is None:
+                return None
+            await self._rows(
+                "rearm_after_failure", {"cid": conversation_id, "retry_at": retry_at}, db
+            )
+        return int(row[0])
+
+    async def record_generation(self, record: GenerationRecord) -> None:
+        await self._rows("record_generation", generation_params(record))
+
+    # 6. deliver ------------------------------------------------------------------------------
+    async def claim_replies(
+        self,
+        owner: str,
+        now: float,
+        ttl: float,
+        platforms: Sequence[str],
+        limit: int,
+        reply_id: int | None = None,
+    ) -> list[OutboxRow]:
+        rows = await self._rows(
+            "claim_replies",
+            {"owner": owner, "now": now, "lease_now": now, "ttl": ttl,
+             "platforms": self._array(platforms), "limit": limit, "reply_id": reply_id},
+        )  # fmt: skip
+        return sorted((self._outbox(r) for r in rows), key=lambda r: r.id)
+
+    async def next_outbox_at(self, platforms: Sequence[str]) -> float | None:
+        return await self._value("next_outbox_at", {"platforms": self._array(platforms)})
+
+    async def mark_sent(
+        self, reply_id: int, owner: str, platform_message_ids: Sequence[str], now: float
+    ) -> bool:
+        params = {"id": reply_id, "ids": self._array(platform_message_ids), "now": now}
+        return await self._one("mark_sent", params) is not None
+
+    async def mark_retry(
+        self, reply_id: int, owner: str, next_attempt_at: float, error: str
+    ) -> bool:
+        params = {"id": reply_id, "owner": owner, "at": next_attempt_at, "error": error}
+        return await self._one("mark_retry", params) is not None
+
+    async def mark_failed(self, reply_id: int, owner: str, error: str) -> bool:
+        return await self._one("mark_failed", {"id": reply_id, "error": error}) is not None
+
+    # inspection ------------------------------------------------------------------------------
+    async def conversation_state(self, conversation_id: str) -> ConversationState | None:
+        r = await self._one("conversation_state", {"cid": conversation_id})
+        return None if r is None else state_from_row(conversation_id, r)
+
+    async def replies(self, conversation_id: str | None = None) -> list[OutboxRow]:
+        return [self._outbox(r) for r in await self._rows("replies", {"cid": conversation_id})]
+
+    async def generations(self, conversation_id: str | None = None) -> list[GenerationRecord]:
+        rows = await self._rows("generations", {"cid": conversation_id})
+        return [generation_from_row(r) for r in rows]

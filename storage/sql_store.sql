@@ -1,0 +1,273 @@
+-- The statements both dialects share, by name (sql_store.py runs them; sqlite.sql and postgres.sql
+-- hold the schema and the few statements that really differ). Times are seconds since the epoch.
+-- Every compare-and-swap is one conditional statement whose RETURNING rows the caller reads.
+--
+-- Written to run on both: `:name` parameters (PostgreSQL gets $n, one per name); a CAST where
+-- PostgreSQL cannot tell a parameter's type from its context (arithmetic, IS NULL, a bare boolean),
+-- with type names SQLite reads too (FLOAT8 has REAL affinity, BOOLEAN numeric); `NOT deleted`;
+-- LEAST/GREATEST, which SQLite runs as its multi-argument MIN/MAX.
+-- :lease_now is the clock leases and delivery claims expire by: the caller's `now`, or on
+-- PostgreSQL with clock="database" the statement's own timestamp, so hosts with skewed clocks agree.
+
+-- 1. arrival --------------------------------------------------------------------------------------
+
+-- name: ensure_conversation
+INSERT INTO conversations (id, platform, created_at) VALUES (:cid, :platform, :now)
+ON CONFLICT (id) DO NOTHING;
+
+-- name: ingest_savepoint
+-- A duplicate message id rolls back to here: the version bump is undone, nothing else changed.
+SAVEPOINT ingest;
+
+-- name: undo_ingest
+ROLLBACK TO SAVEPOINT ingest;
+
+-- name: bump_version
+-- Ingest bumps first: the row lock orders concurrent arrivals, so seq = the new version is unique.
+UPDATE conversations SET version = version + 1 WHERE id = :cid RETURNING version;
+
+-- name: insert_message
+INSERT INTO messages (conversation_id, seq, message_uid, message_id, author_id, author_name, text,
+                      created_at)
+VALUES (:cid, :seq, :uid, :message_id, :author_id, :author_name, :text, :now)
+ON CONFLICT (message_uid) DO NOTHING
+RETURNING seq;
+
+-- name: arm_timer
+-- The deadline is kept from the timer's first arming; the quiet window restarts with every change.
+INSERT INTO debounce_timers AS t (conversation_id, due_at, deadline_at, quiet_until, armed_version)
+VALUES (:cid,
+        LEAST(CAST(:now AS FLOAT8) + CAST(:quiet AS FLOAT8),
+              CAST(:now AS FLOAT8) + CAST(:max_wait AS FLOAT8)),
+        CAST(:now AS FLOAT8) + CAST(:max_wait AS FLOAT8),
+        CAST(:now AS FLOAT8) + CAST(:quiet AS FLOAT8),
+        :version)
+ON CONFLICT (conversation_id) DO UPDATE SET
+    quiet_until = excluded.quiet_until,
+    due_at = LEAST(excluded.quiet_until, t.deadline_at),
+    armed_version = excluded.armed_version
+RETURNING due_at;
+
+-- name: edit_message
+UPDATE messages SET text = :text, edited_at = :now
+WHERE message_uid = :uid AND NOT deleted
+RETURNING seq;
+
+-- name: delete_message
+UPDATE messages SET deleted = TRUE, edited_at = :now
+WHERE message_uid = :uid AND NOT deleted
+RETURNING seq;
+
+-- name: flush_timer
+UPDATE debounce_timers SET due_at = LEAST(due_at, :now) WHERE conversation_id = :cid;
+
+-- 2. timers and leases ----------------------------------------------------------------------------
+
+-- name: next_due_at
+SELECT MIN(due_at) FROM debounce_timers;
+
+-- name: postpone_timer
+UPDATE debounce_timers SET due_at = :due_at WHERE conversation_id = :cid AND due_at <= :now;
+
+-- name: acquire_lease
+-- Two compare-and-swaps tried in turn: a free lease, then (a takeover) one whose holder let it
+-- expire without releasing it.
+UPDATE conversations
+SET lease_owner = :owner, lease_token = lease_token + 1,
+    lease_expires_at = CAST(:lease_now AS FLOAT8) + CAST(:ttl AS FLOAT8)
+WHERE id = :cid AND lease_owner IS NULL
+RETURNING lease_token, version, answered_version, lease_expires_at, failed_attempts;
+
+-- name: take_over_lease
+UPDATE conversations
+SET lease_owner = :owner, lease_token = lease_token + 1,
+    lease_expires_at = CAST(:lease_now AS FLOAT8) + CAST(:ttl AS FLOAT8)
+WHERE id = :cid AND lease_owner IS NOT NULL AND lease_expires_at < CAST(:lease_now AS FLOAT8)
+RETURNING lease_token, version, answered_version, lease_expires_at, failed_attempts;
+
+-- name: hold_timer_deadline
+-- `hold_timer`, returning the burst's deadline in the same statement.
+UPDATE debounce_timers
+SET due_at = CASE WHEN armed_version <= :version THEN GREATEST(due_at, :expires_at) ELSE due_at END
+WHERE conversation_id = :cid
+RETURNING deadline_at;
+
+-- name: hold_timer
+-- While a lease is held the timer waits for the lease's expiry (takeover after a crash), unless
+-- newer input re-armed it.
+UPDATE debounce_timers SET due_at = GREATEST(due_at, :expires_at)
+WHERE conversation_id = :cid AND armed_version <= :version;
+
+-- name: lease_expiry
+SELECT lease_expires_at FROM conversations WHERE id = :cid AND lease_owner IS NOT NULL;
+
+-- name: renew_lease
+UPDATE conversations SET lease_expires_at = CAST(:lease_now AS FLOAT8) + CAST(:ttl AS FLOAT8)
+WHERE id = :cid AND lease_token = :token AND lease_owner IS NOT NULL
+RETURNING lease_expires_at;
+
+-- name: release_lease
+UPDATE conversations SET lease_owner = NULL, lease_expires_at = NULL
+WHERE id = :cid AND lease_token = :token AND lease_owner IS NOT NULL
+RETURNING id;
+
+-- name: restore_timer
+-- Back to the natural schedule (quiet window, capped by the deadline) once no lease holds it.
+UPDATE debounce_timers SET due_at = LEAST(due_at, quiet_until, deadline_at)
+WHERE conversation_id = :cid;
+
+-- name: drop_timer
+DELETE FROM debounce_timers WHERE conversation_id = :cid AND armed_version <= :version;
+
+-- name: release_owner_leases
+-- Conversation rows first, then their timers (`restore_owner_timers`): the usual lock order.
+UPDATE conversations SET lease_owner = NULL, lease_expires_at = NULL
+WHERE lease_owner = :owner
+RETURNING id;
+
+-- name: release_owner_claims
+UPDATE replies SET claim_owner = NULL, claim_expires_at = NULL
+WHERE claim_owner = :owner AND state = 'pending';
+
+-- 3. collect --------------------------------------------------------------------------------------
+
+-- name: current_version
+SELECT version FROM conversations WHERE id = :cid;
+
+-- name: pending_messages
+SELECT seq, message_id, author_id, author_name, text, created_at, edited_at, deleted
+FROM messages
+WHERE conversation_id = :cid AND seq > :after AND seq <= :upto AND NOT deleted
+ORDER BY seq;
+
+-- name: history
+SELECT role, author_name, text, version FROM (
+    SELECT 'user' AS role, author_name, text, seq AS version, 0 AS ord
+    FROM messages WHERE conversation_id = :cid AND seq <= :upto AND NOT deleted
+    UNION ALL
+    SELECT 'assistant', '', text, covers_to_version, 1
+    FROM replies WHERE conversation_id = :cid AND covers_to_version <= :upto
+                   AND state != 'failed' AND kind = 'answer'
+) AS turns
+WHERE version > (SELECT history_floor FROM conversations WHERE id = :cid)
+ORDER BY version DESC, ord DESC LIMIT :limit;
+
+-- 5. final check + commit -------------------------------------------------------------------------
+
+-- name: final_check
+UPDATE conversations
+SET answered_version = :version, lease_owner = NULL, lease_expires_at = NULL, failed_attempts = 0
+WHERE id = :cid AND lease_token = :token AND answered_version < :version
+  AND (version = :version OR CAST(:deadline_passed AS BOOLEAN))
+RETURNING version;
+
+-- name: insert_reply
+INSERT INTO replies (conversation_id, platform, covers_from_version, covers_to_version,
+                     seen_version, reply_to_message_id, text, kind, next_attempt_at, created_at,
+                     input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
+VALUES (:cid, :platform, :covers_from, :version, :seen_version, :reply_to, :text, :kind, :now, :now,
+        :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens)
+RETURNING *;
+
+-- name: restart_cap
+UPDATE debounce_timers
+SET deadline_at = CAST(:now AS FLOAT8) + CAST(:max_wait AS FLOAT8),
+    due_at = LEAST(quiet_until, CAST(:now AS FLOAT8) + CAST(:max_wait AS FLOAT8))
+WHERE conversation_id = :cid AND armed_version > :version;
+
+-- name: count_failure
+UPDATE conversations
+SET failed_attempts = failed_attempts + 1, lease_owner = NULL, lease_expires_at = NULL
+WHERE id = :cid AND lease_token = :token AND lease_owner IS NOT NULL
+RETURNING failed_attempts;
+
+-- name: rearm_after_failure
+INSERT INTO debounce_timers (conversation_id, due_at, deadline_at, quiet_until, armed_version)
+VALUES (:cid, :retry_at, :retry_at, :retry_at, 0)
+ON CONFLICT (conversation_id) DO UPDATE SET due_at = :retry_at;
+
+-- name: record_generation
+INSERT INTO generations (conversation_id, lease_token, from_version, to_version, started_at,
+                         ended_at, outcome, input_tokens, output_tokens, cache_read_tokens,
+                         cache_write_tokens, error)
+VALUES (:cid, :token, :from_version, :to_version, :started_at, :ended_at, :outcome,
+        :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens, :error);
+
+-- 6. deliver (claim_replies and next_outbox_at take a list: per dialect) -------------------------
+
+-- name: mark_sent
+UPDATE replies
+SET state = 'sent', platform_message_ids = :ids, sent_at = :now,
+    claim_owner = NULL, claim_expires_at = NULL
+WHERE id = :id AND state = 'pending'
+RETURNING id;
+
+-- name: mark_retry
+UPDATE replies
+SET next_attempt_at = :at, last_error = :error, claim_owner = NULL, claim_expires_at = NULL
+WHERE id = :id AND claim_owner = :owner AND state = 'pending'
+RETURNING id;
+
+-- name: mark_failed
+UPDATE replies
+SET state = 'failed', last_error = :error, claim_owner = NULL, claim_expires_at = NULL
+WHERE id = :id AND state = 'pending'
+RETURNING id;
+
+-- inspection --------------------------------------------------------------------------------------
+
+-- name: conversation_state
+SELECT c.id, c.version, c.answered_version, c.lease_owner, c.lease_token, c.lease_expires_at,
+       c.failed_attempts, t.due_at, t.deadline_at, t.armed_version
+FROM conversations c LEFT JOIN debounce_timers t ON t.conversation_id = c.id
+WHERE c.id = :cid;
+
+-- name: replies
+SELECT * FROM replies WHERE (CAST(:cid AS TEXT) IS NULL OR conversation_id = :cid) ORDER BY id;
+
+-- name: generations
+SELECT conversation_id, lease_token, from_version, to_version, started_at, ended_at, outcome,
+       input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, error
+FROM generations WHERE (CAST(:cid AS TEXT) IS NULL OR conversation_id = :cid) ORDER BY id;
+
+-- operator side (storage/ops.py) ------------------------------------------------------------------
+
+-- name: reset_history
+UPDATE conversations SET history_floor = version WHERE id = :cid RETURNING history_floor;
+
+-- name: add_to_counter
+INSERT INTO usage_counters AS c (scope, window_start, amount, expires_at)
+VALUES (:scope, :window_start, :amount, :expires_at)
+ON CONFLICT (scope, window_start) DO UPDATE SET amount = c.amount + excluded.amount
+RETURNING amount;
+
+-- name: prune_counters
+DELETE FROM usage_counters WHERE expires_at < :now;
+
+-- name: read_counter
+SELECT amount FROM usage_counters WHERE scope = :scope AND window_start = :window_start;
+
+-- name: list_conversations
+-- Newest activity first; `active` keeps only conversations with something in flight.
+SELECT * FROM (
+    SELECT c.id, c.version, c.answered_version, c.lease_owner, c.lease_token,
+           c.lease_expires_at, c.failed_attempts, c.history_floor,
+           t.due_at, t.deadline_at, t.armed_version,
+           (SELECT COUNT(*) FROM messages m
+            WHERE m.conversation_id = c.id AND m.seq > c.answered_version AND NOT m.deleted)
+               AS pending_messages,
+           (SELECT COUNT(*) FROM replies r WHERE r.conversation_id = c.id AND r.state = 'pending')
+               AS outbox_pending,
+           (SELECT COUNT(*) FROM replies r WHERE r.conversation_id = c.id AND r.state = 'failed')
+               AS outbox_failed,
+           COALESCE((SELECT MAX(created_at) FROM messages m WHERE m.conversation_id = c.id),
+                    c.created_at) AS last_activity_at
+    FROM conversations c LEFT JOIN debounce_timers t ON t.conversation_id = c.id
+) AS summary
+WHERE NOT CAST(:active AS BOOLEAN) OR version > answered_version OR due_at IS NOT NULL
+   OR lease_owner IS NOT NULL OR outbox_pending > 0 OR outbox_failed > 0
+ORDER BY last_activity_at DESC LIMIT :limit;
+
+-- name: all_messages
+SELECT seq, message_id, author_id, author_name, text, created_at, edited_at, deleted
+FROM messages WHERE conversation_id = :cid ORDER BY seq;
