@@ -83,6 +83,7 @@ class ConsoleFrontend:
 
     async def deliver(self, reply: Reply) -> list[str]:
         if reply.id not in self._printed:
+            reply.fence.check()
             self._printed.add(reply.id)
             await self.show_busy(reply.key, False)
             self.stdout.write(f"burstbot: {reply.text}\n")

@@ -1,8 +1,8 @@
 """Public fakes for tests of burstbot and of code built on it.
 
 - `ScriptedReplier`: a replier whose calls a test can hold open, finish, fail or stream into.
-- `RecordingFrontend`: a front end that records every post and dedupes by reply id like a platform
-  with idempotency keys would.
+- `RecordingFrontend`: a front end that records every raw post (one per part) and dedupes only the
+  way a platform lets an adapter: by reading back what is already shown.
 - `check_invariants`: G1–G4 over a store's final state and what the front end received.
 """
 
@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from bot.core.clock import Clock
 from bot.core.errors import BurstbotError, DeliveryError
 from bot.core.events import ConversationKey, Reply
 from bot.core.frontend import Host
@@ -90,17 +91,40 @@ class ScriptedReplier:
 
 @dataclass(frozen=True)
 class Post:
+    """One raw post as the platform received it: one part of one reply."""
+
     reply_id: str
     key: ConversationKey
     text: str
     covers_to_version: int
+    part: int = 0
 
 
 class RecordingFrontend:
-    """Records posts; a reply id already posted is not posted again (like a Discord nonce)."""
+    """A front end over a platform that records every raw post and dedupes nothing by itself.
 
-    def __init__(self, platform: str = "test") -> None:
+    It behaves like the real adapters over a platform like Slack, and never helps: a first attempt
+    posts straight away; a later attempt (`reply.attempt > 1`) first reads back the parts of that
+    reply the platform already shows and posts only the others. A part still in flight is not
+    shown yet, so two deliveries of one reply at once both post it, as they would on Slack.
+
+    `parts` splits each reply into that many posts; `post_seconds` makes every post take that long
+    on `clock` (a slow platform); `failures` are raised by the next calls, in order (a
+    `RetryableDeliveryError` with `retry_after` is a 429 with Retry-After).
+    """
+
+    def __init__(
+        self,
+        platform: str = "test",
+        *,
+        parts: int = 1,
+        post_seconds: float = 0.0,
+        clock: Clock | None = None,
+    ) -> None:
         self.platform = platform
+        self.parts = parts
+        self.post_seconds = post_seconds
+        self.clock = clock
         self.posts: list[Post] = []
         self.attempts: list[str] = []
         self.busy: dict[ConversationKey, bool] = {}
@@ -117,15 +141,38 @@ class RecordingFrontend:
         self.attempts.append(reply.id)
         if self.failures:
             raise self.failures.pop(0)
-        if not any(p.reply_id == reply.id for p in self.posts):
-            self.posts.append(Post(reply.id, reply.key, reply.text, reply.covers_to_version))
-        return [f"{reply.id}-p0"]
+        shown = (
+            {p.part for p in self.posts if p.reply_id == reply.id} if reply.attempt > 1 else set()
+        )
+        ids = []
+        for part, text in enumerate(split_evenly(reply.text, self.parts)):
+            if part not in shown:
+                reply.fence.check()
+                if self.post_seconds and self.clock is not None:
+                    await self.clock.sleep(self.post_seconds)
+                self.posts.append(Post(reply.id, reply.key, text, reply.covers_to_version, part))
+            ids.append(f"{reply.id}-p{part}")
+        return ids
 
     async def show_busy(self, key: ConversationKey, busy: bool) -> None:
         self.busy[key] = busy
 
     def texts(self, key: ConversationKey | None = None) -> list[str]:
         return [p.text for p in self.posts if key is None or p.key == key]
+
+    def replies(self) -> dict[str, list[int]]:
+        """Raw posts grouped by reply id: the parts each reply was posted as, in posting order."""
+        grouped: dict[str, list[int]] = {}
+        for post in self.posts:
+            grouped.setdefault(post.reply_id, []).append(post.part)
+        return grouped
+
+
+def split_evenly(text: str, parts: int) -> list[str]:
+    if parts <= 1:
+        return [text]
+    size = -(-len(text) // parts) or 1
+    return [text[i * size : (i + 1) * size] for i in range(parts)]
 
 
 class InvariantViolation(AssertionError):

@@ -137,24 +137,32 @@ WHERE conversation_id = ANY(:cids::text[]);
 -- name: claim_replies
 -- The queue pattern: rows another worker is claiming right now are skipped, not waited for. The
 -- pick is a materialized CTE so it runs once (an IN-subquery may be re-run per row, and a re-run
--- skips the rows this statement already locked and picks past the limit).
+-- skips the rows this statement already locked and picks past the limit). A row waits while an
+-- earlier reply of its conversation is pending (G9: in commit order).
 WITH picked AS MATERIALIZED (
-    SELECT id FROM replies
-    WHERE state = 'pending' AND next_attempt_at <= :now::float8
-      AND (claim_owner IS NULL OR claim_expires_at < :lease_now::float8)
-      AND platform = ANY(:platforms::text[])
-      AND (:reply_id::bigint IS NULL OR id = :reply_id::bigint)
-    ORDER BY id LIMIT :limit::integer
+    SELECT r.id FROM replies r
+    WHERE r.state = 'pending' AND r.next_attempt_at <= :now::float8
+      AND (r.claim_owner IS NULL OR r.claim_expires_at < :lease_now::float8)
+      AND r.platform = ANY(:platforms::text[])
+      AND (:reply_id::bigint IS NULL OR r.id = :reply_id::bigint)
+      AND NOT EXISTS (SELECT 1 FROM replies e
+                      WHERE e.conversation_id = r.conversation_id AND e.state = 'pending'
+                        AND e.id < r.id)
+    ORDER BY r.id LIMIT :limit::integer
     FOR UPDATE SKIP LOCKED)
 UPDATE replies
 SET claim_owner = :owner, claim_expires_at = :lease_now::float8 + :ttl::float8,
-    attempts = attempts + 1
+    attempts = attempts + 1, claim_token = claim_token + 1
 FROM picked
 WHERE replies.id = picked.id
 RETURNING replies.*;
 
 -- name: next_outbox_at
-SELECT MIN(CASE WHEN claim_owner IS NULL THEN next_attempt_at
-                ELSE GREATEST(next_attempt_at, claim_expires_at) END)
-FROM replies
-WHERE state = 'pending' AND platform = ANY(:platforms::text[]);
+-- Only the first pending reply of each conversation can be claimed next.
+SELECT MIN(CASE WHEN r.claim_owner IS NULL THEN r.next_attempt_at
+                ELSE GREATEST(r.next_attempt_at, r.claim_expires_at) END)
+FROM replies r
+WHERE r.state = 'pending' AND r.platform = ANY(:platforms::text[])
+  AND NOT EXISTS (SELECT 1 FROM replies e
+                  WHERE e.conversation_id = r.conversation_id AND e.state = 'pending'
+                    AND e.id < r.id);

@@ -75,7 +75,7 @@ def outbox_from_row(r: Row, platform_message_ids: tuple[str, ...]) -> OutboxRow:
         next_attempt_at=float(r["next_attempt_at"]),
         reply_to_message_id=r["reply_to_message_id"], platform_message_ids=platform_message_ids,
         created_at=float(r["created_at"]), sent_at=_time(r["sent_at"]),
-        last_error=r["last_error"],
+        last_error=r["last_error"], claim_token=int(r["claim_token"]),
     )  # fmt: skip
 
 

@@ -168,8 +168,9 @@ class SqlStore(OperatorQueries[Conn], ABC):
         await self._rows("flush_timer", {"cid": conversation_id, "now": now})
 
     # 2. timers and leases --------------------------------------------------------------------
-    async def next_due_at(self) -> float | None:
-        return await self._value("next_due_at", {})
+    async def next_due_at(self, skip: Sequence[str] = ()) -> float | None:
+        rows = await self._rows("earliest_timers", {"limit": len(skip) + 1})
+        return next((float(r[1]) for r in rows if r[0] not in skip), None)
 
     async def due_timers(self, now: float, limit: int) -> list[DueTimer]:
         rows = await self._rows("due_timers", {"now": now, "limit": limit})
@@ -323,20 +324,26 @@ class SqlStore(OperatorQueries[Conn], ABC):
     async def next_outbox_at(self, platforms: Sequence[str]) -> float | None:
         return await self._value("next_outbox_at", {"platforms": self._array(platforms)})
 
+    async def renew_claim(self, reply_id: int, claim_token: int, now: float, ttl: float) -> bool:
+        params = {"id": reply_id, "claim": claim_token, "lease_now": now, "ttl": ttl}
+        return await self._one("renew_claim", params) is not None
+
     async def mark_sent(
-        self, reply_id: int, owner: str, platform_message_ids: Sequence[str], now: float
+        self, reply_id: int, claim_token: int, platform_message_ids: Sequence[str], now: float
     ) -> bool:
-        params = {"id": reply_id, "ids": self._array(platform_message_ids), "now": now}
+        ids = self._array(platform_message_ids)
+        params = {"id": reply_id, "claim": claim_token, "ids": ids, "now": now}
         return await self._one("mark_sent", params) is not None
 
     async def mark_retry(
-        self, reply_id: int, owner: str, next_attempt_at: float, error: str
+        self, reply_id: int, claim_token: int, next_attempt_at: float, error: str
     ) -> bool:
-        params = {"id": reply_id, "owner": owner, "at": next_attempt_at, "error": error}
+        params = {"id": reply_id, "claim": claim_token, "at": next_attempt_at, "error": error}
         return await self._one("mark_retry", params) is not None
 
-    async def mark_failed(self, reply_id: int, owner: str, error: str) -> bool:
-        return await self._one("mark_failed", {"id": reply_id, "error": error}) is not None
+    async def mark_failed(self, reply_id: int, claim_token: int, error: str) -> bool:
+        params = {"id": reply_id, "claim": claim_token, "error": error}
+        return await self._one("mark_failed", params) is not None
 
     # inspection ------------------------------------------------------------------------------
     async def conversation_state(self, conversation_id: str) -> ConversationState | None:

@@ -63,8 +63,10 @@ UPDATE debounce_timers SET due_at = LEAST(due_at, :now) WHERE conversation_id = 
 
 -- 2. timers and leases ----------------------------------------------------------------------------
 
--- name: next_due_at
-SELECT MIN(due_at) FROM debounce_timers;
+-- name: earliest_timers
+-- The scheduler skips the conversations this process is already serving (their timers may be
+-- due at once: input past the deadline), so it reads a few more than it skips.
+SELECT conversation_id, due_at FROM debounce_timers ORDER BY due_at LIMIT :limit;
 
 -- name: postpone_timer
 UPDATE debounce_timers SET due_at = :due_at WHERE conversation_id = :cid AND due_at <= :now;
@@ -195,23 +197,30 @@ VALUES (:cid, :token, :from_version, :to_version, :started_at, :ended_at, :outco
 
 -- 6. deliver (claim_replies and next_outbox_at take a list: per dialect) -------------------------
 
+-- name: renew_claim
+-- A delivery keeps its claim while it posts (every ttl/3), like a generation keeps its lease.
+UPDATE replies SET claim_expires_at = CAST(:lease_now AS FLOAT8) + CAST(:ttl AS FLOAT8)
+WHERE id = :id AND claim_token = :claim AND state = 'pending' AND claim_owner IS NOT NULL
+RETURNING claim_expires_at;
+
 -- name: mark_sent
+-- Every mark is fenced by the claim token: a deliverer whose claim was taken changes nothing.
 UPDATE replies
 SET state = 'sent', platform_message_ids = :ids, sent_at = :now,
     claim_owner = NULL, claim_expires_at = NULL
-WHERE id = :id AND state = 'pending'
+WHERE id = :id AND claim_token = :claim AND state = 'pending'
 RETURNING id;
 
 -- name: mark_retry
 UPDATE replies
 SET next_attempt_at = :at, last_error = :error, claim_owner = NULL, claim_expires_at = NULL
-WHERE id = :id AND claim_owner = :owner AND state = 'pending'
+WHERE id = :id AND claim_token = :claim AND state = 'pending'
 RETURNING id;
 
 -- name: mark_failed
 UPDATE replies
 SET state = 'failed', last_error = :error, claim_owner = NULL, claim_expires_at = NULL
-WHERE id = :id AND state = 'pending'
+WHERE id = :id AND claim_token = :claim AND state = 'pending'
 RETURNING id;
 
 -- inspection --------------------------------------------------------------------------------------
@@ -271,3 +280,9 @@ ORDER BY last_activity_at DESC LIMIT :limit;
 -- name: all_messages
 SELECT seq, message_id, author_id, author_name, text, created_at, edited_at, deleted
 FROM messages WHERE conversation_id = :cid ORDER BY seq;
+
+-- name: migration_3
+-- Delivery is fenced like generation: every claim bumps claim_token, and renewals and marks are
+-- conditional on it. A conversation's replies are claimed in commit order, one at a time (G9).
+ALTER TABLE replies ADD COLUMN claim_token BIGINT NOT NULL DEFAULT 0;
+CREATE INDEX replies_pending_in_order ON replies(conversation_id, id) WHERE state = 'pending';

@@ -110,24 +110,33 @@ WHERE conversation_id IN (SELECT value FROM json_each(:cids));
 
 -- name: claim_replies
 -- INDEXED BY: left alone, the planner walks every reply ever sent in id order to honour ORDER BY
--- id LIMIT; the partial index holds only pending rows.
+-- id LIMIT; the partial index holds only pending rows. A row waits while an earlier reply of its
+-- conversation is pending (G9: in commit order; a Retry-After holds back that conversation only).
 UPDATE replies
-SET claim_owner = :owner, claim_expires_at = :now + :ttl, attempts = attempts + 1
+SET claim_owner = :owner, claim_expires_at = :now + :ttl, attempts = attempts + 1,
+    claim_token = claim_token + 1
 WHERE id IN (
-    SELECT id FROM replies INDEXED BY replies_pending
-    WHERE state = 'pending' AND next_attempt_at <= :now
-      AND (claim_owner IS NULL OR claim_expires_at < :now)
-      AND platform IN (SELECT value FROM json_each(:platforms))
-      AND (:reply_id IS NULL OR id = :reply_id)
-    ORDER BY id LIMIT :limit)
+    SELECT r.id FROM replies AS r INDEXED BY replies_pending
+    WHERE r.state = 'pending' AND r.next_attempt_at <= :now
+      AND (r.claim_owner IS NULL OR r.claim_expires_at < :now)
+      AND r.platform IN (SELECT value FROM json_each(:platforms))
+      AND (:reply_id IS NULL OR r.id = :reply_id)
+      AND NOT EXISTS (SELECT 1 FROM replies AS e
+                      WHERE e.conversation_id = r.conversation_id AND e.state = 'pending'
+                        AND e.id < r.id)
+    ORDER BY r.id LIMIT :limit)
   AND state = 'pending' AND (claim_owner IS NULL OR claim_expires_at < :now)
 RETURNING *;
 
 -- name: next_outbox_at
-SELECT MIN(CASE WHEN claim_owner IS NULL THEN next_attempt_at
-                ELSE MAX(next_attempt_at, claim_expires_at) END)
-FROM replies
-WHERE state = 'pending' AND platform IN (SELECT value FROM json_each(:platforms));
+-- Only the first pending reply of each conversation can be claimed next.
+SELECT MIN(CASE WHEN r.claim_owner IS NULL THEN r.next_attempt_at
+                ELSE MAX(r.next_attempt_at, r.claim_expires_at) END)
+FROM replies AS r
+WHERE r.state = 'pending' AND r.platform IN (SELECT value FROM json_each(:platforms))
+  AND NOT EXISTS (SELECT 1 FROM replies AS e
+                  WHERE e.conversation_id = r.conversation_id AND e.state = 'pending'
+                    AND e.id < r.id);
 
 -- Group commit (storage/sqlite_batch.py): concurrent ingests land in a per-connection scratch table
 -- and are applied with one statement per step, in arrival order, inside one transaction. The result

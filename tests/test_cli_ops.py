@@ -119,7 +119,7 @@ def test_migrate_creates_the_schema(tmp_path: Path) -> None:
     assert not (tmp_path / "burstbot.db").exists()
     result = burstbot(["migrate"], tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "sqlite:///burstbot.db: schema at version 2, up to date"
+    assert result.stdout.strip() == "sqlite:///burstbot.db: schema at version 3, up to date"
     assert (tmp_path / "burstbot.db").exists()
 
 

@@ -137,12 +137,14 @@ class Differential:
             await self.both("next_outbox_at", platforms)
             for row in rows:
                 choice = rng.randrange(3)
+                token = row.claim_token - rng.choice([0, 0, 0, 1])  # now and then a stale one
                 if choice == 0:
-                    await self.both("mark_sent", row.id, owner, [f"p{row.id}"], now)
+                    await self.both("renew_claim", row.id, token, now + 1.0, 30.0)
+                    await self.both("mark_sent", row.id, token, [f"p{row.id}"], now)
                 elif choice == 1:
-                    await self.both("mark_retry", row.id, owner, now + 3.0, "flaky")
+                    await self.both("mark_retry", row.id, token, now + 3.0, "flaky")
                 else:
-                    await self.both("mark_failed", row.id, owner, "gone")
+                    await self.both("mark_failed", row.id, token, "gone")
         else:
             await self.both("release_owner", rng.choice(["w1", "w2"]))
         await self.both("conversation_state", cid)

@@ -11,7 +11,7 @@ import pytest
 from storage.sqlite import MIGRATIONS, Q, _statements
 
 HOT = (
-    "next_due_at",
+    "earliest_timers",
     "due_timers",
     "acquire_lease",
     "take_over_lease",
@@ -22,13 +22,18 @@ HOT = (
     "claim_replies",
     "next_outbox_at",
     "mark_sent",
+    "renew_claim",
     "current_version",
 )
 PARAMS = {
     "now": 0.0, "limit": 16, "platforms": '["x"]', "owner": "o", "ttl": 1.0, "reply_id": None,
     "cid": "x/w/c/", "after": 0, "upto": 1, "token": 1, "version": 1, "deadline_passed": 0,
-    "id": 1, "ids": "[]", "expires_at": 1.0, "lease_now": 0.0,
+    "id": 1, "ids": "[]", "expires_at": 1.0, "lease_now": 0.0, "claim": 1,
 }  # fmt: skip
+
+
+# Walked in index order and stopped by LIMIT after a handful of rows: a scan only in name.
+INDEX_ORDERED = {"earliest_timers": "SCAN debounce_timers USING INDEX debounce_timers_due"}
 
 
 @pytest.fixture(scope="module")
@@ -45,4 +50,5 @@ def test_hot_statements_never_scan_a_table(db: sqlite3.Connection, name: str) ->
     plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + Q[name], PARAMS)]
     tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     scans = [step for step in plan if step.startswith("SCAN") and step.split()[1] in tables]
+    scans = [step for step in scans if step != INDEX_ORDERED.get(name)]
     assert not scans, f"{name}: {plan}"

@@ -38,6 +38,7 @@ async def post_reply(
     for index, text in enumerate(parts):
         if index in posted:
             continue
+        reply.fence.check()  # a delivery whose claim was taken stops before its next part
         reference = None
         target = reply.reply_to_message_id
         if index == 0 and target is not None and target.isdigit():

@@ -108,6 +108,7 @@ class Outbound:
             if index in posted:
                 ids.append(posted[index])
                 continue
+            reply.fence.check()  # a delivery whose claim was taken stops before its next part
             try:
                 response = await self.client.chat_postMessage(
                     channel=channel,

@@ -84,11 +84,13 @@ class Engine:
         self._emit = self.signals.emit
         served = dict(frontends or {})
         self.indicator = Indicator(served)
-        self.outbox = Outbox(store, clock, settings, owner, served, self.indicator, self.signals)
-        self.supervisor = Supervisor(store, clock, settings)
         self.wakeup = asyncio.Event()
+        self.outbox = Outbox(
+            store, clock, settings, owner, served, self.indicator, self.signals, self.wakeup.set
+        )
+        self.supervisor = Supervisor(store, clock, settings)
         self.sleeping_until = math.inf
-        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._workers: dict[str, asyncio.Task[bool]] = {}
         self._closing = False
 
     def subscribe(self, listener: Listener) -> None:
@@ -98,6 +100,11 @@ class Engine:
     @property
     def busy(self) -> int:
         return len(self._workers)
+
+    @property
+    def serving(self) -> list[str]:
+        """Conversations this process's workers hold: the scheduler does not wake for them."""
+        return list(self._workers)
 
     # 1. arrival -----------------------------------------------------------------------------------
     async def ingest(self, event: MessageEvent) -> IngestResult:
@@ -153,11 +160,14 @@ class Engine:
             started += 1
         return started
 
-    def _worker_done(self, conversation_id: str, _task: asyncio.Task[None]) -> None:
+    def _worker_done(self, conversation_id: str, task: asyncio.Task[bool]) -> None:
+        """A freed slot or a settled conversation may have work due now; a worker that could not
+        even take the lease (the store failing) does not wake the loop, or it would spin."""
         self._workers.pop(conversation_id, None)
-        self.wakeup.set()
+        if task.cancelled() or task.exception() is not None or task.result():
+            self.wakeup.set()
 
-    async def _work(self, timer: DueTimer) -> None:
+    async def _work(self, timer: DueTimer) -> bool:
         cid = timer.conversation_id
         now = self.clock.now()
         ttl = self.settings.lease_ttl_seconds
@@ -165,7 +175,7 @@ class Engine:
             lease = await self.store.acquire_lease(cid, self.owner, now, ttl)
         except StoreError as exc:
             log.warning("conversation %s: cannot take the lease (%s); will retry", cid, exc)
-            return
+            return False
         if lease is None:
             expiry = await self.store.lease_expiry(cid)
             retry_at = now + self.settings.busy_retry_seconds
@@ -173,7 +183,7 @@ class Engine:
                 retry_at = min(retry_at, expiry)
             await self.store.postpone_timer(cid, retry_at, now)
             self._emit("lease_conflict", conversation=cid, retry_at=retry_at)
-            return
+            return False
         self._emit("lease_acquired", conversation=cid, token=lease.token)
         if lease.taken_over:
             self._emit("lease_takeover", conversation=cid, token=lease.token)
@@ -185,6 +195,7 @@ class Engine:
         except Exception:
             log.exception("conversation %s: unexpected failure; lease released", cid)
             await self._release_quietly(lease)
+        return True
 
     async def _release_quietly(self, lease: Lease) -> None:
         with contextlib.suppress(Exception):

@@ -10,7 +10,8 @@
     │   └── PermanentReplierError    bad request, auth, not found: retrying cannot help
     └── DeliveryError            posting to the platform failed
         ├── RetryableDeliveryError   try again later (optionally after `retry_after` seconds)
-        └── PermanentDeliveryError   the post can never succeed (channel gone, no permission)
+        ├── PermanentDeliveryError   the post can never succeed (channel gone, no permission)
+        └── ClaimLost                this delivery's claim was taken or ran out: stop posting
 
 Code that catches library exceptions (anthropic, slack_sdk, discord, aiosqlite, asyncpg) re-raises
 one of these with `raise ... from exc`; the engine only ever handles this tree.
@@ -63,3 +64,7 @@ class RetryableDeliveryError(DeliveryError):
 
 class PermanentDeliveryError(DeliveryError):
     pass
+
+
+class ClaimLost(DeliveryError):
+    """Raised by a delivery fence before a part is posted: another worker may be delivering."""

@@ -7,6 +7,7 @@ into the engine. Every type is frozen: an event is a fact that already happened.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +85,19 @@ MessageEvent = IncomingMessage | MessageEdited | MessageDeleted
 Event = MessageEvent | ResetConversation
 
 
+class DeliveryFence(Protocol):
+    def check(self) -> None:
+        """Raise `ClaimLost` if the delivery may no longer post; adapters call it before each
+        part, so a delivery whose claim was taken stops before its next part."""
+
+
+class Unfenced:
+    """The fence of a reply posted outside the outbox (a guard's notice): always open."""
+
+    def check(self) -> None:
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class Reply:
     """One outbox row handed to an adapter for posting.
@@ -99,3 +113,4 @@ class Reply:
     reply_to_message_id: str | None = None
     attempt: int = 1
     already_posted: tuple[str, ...] = field(default=())
+    fence: DeliveryFence = field(default=Unfenced(), compare=False)

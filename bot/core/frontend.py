@@ -44,7 +44,9 @@ class Frontend(Protocol):
     async def deliver(self, reply: Reply) -> list[str]:
         """Post the reply; return the platform ids of what was posted (several if split).
 
-        Raise `RetryableDeliveryError` (optionally with `retry_after`) or `PermanentDeliveryError`.
+        Call `reply.fence.check()` before posting each part (it raises `ClaimLost` once another
+        worker may be delivering this reply). Raise `RetryableDeliveryError` (optionally with
+        `retry_after`) or `PermanentDeliveryError`.
         """
         ...
 

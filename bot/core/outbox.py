@@ -2,9 +2,15 @@
 
 Rules:
 
-- A row is posted only under a claim: the store hands it to one worker by compare-and-swap (owner
-  + expiry), so two workers never post one row at once; an unclaimed or expired `pending` row (a
-  crash between commit and post) is claimed again and re-delivered.
+- A row is posted only under a claim, fenced like a generation's lease: each claim bumps the row's
+  claim token, the claim is renewed every ttl/3 while parts are posted, and every renewal and mark
+  is a conditional statement on that token. A delivery that loses its claim (a renewal finds the
+  token moved, or the claim runs out before it could be renewed) stops before its next part; its
+  marks would change nothing anyway.
+- In order (G9): the store hands out a conversation's replies one at a time, in commit order; a
+  Retry-After on one reply holds back that conversation only.
+- A process never runs two deliveries of one reply: a row claimed again while an older delivery
+  of it still runs here stops the older one first.
 - The reply id is the idempotency key the front end posts with (Discord nonce, Slack metadata), so
   re-delivering a row whose post was never recorded posts nothing new.
 - A failed post is retried with exponential backoff, never sooner than the platform's Retry-After;
@@ -18,11 +24,12 @@ per claimed row, so a slow platform never holds up the loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from bot.core.clock import Clock
-from bot.core.errors import PermanentDeliveryError, RetryableDeliveryError
+from bot.core.errors import ClaimLost, PermanentDeliveryError, RetryableDeliveryError, StoreError
 from bot.core.events import ConversationKey, Reply
 from bot.core.frontend import Frontend
 from bot.core.indicator import Indicator
@@ -33,6 +40,29 @@ from bot.core.store import OutboxRow, Store
 log = logging.getLogger("burstbot.outbox")
 
 DELIVERY_BATCH = 16
+
+
+class ClaimFence:
+    """This process's view of one delivery claim: open until renewals stop succeeding.
+
+    The claim is trusted for two thirds of the TTL after the last successful renewal (measured
+    from before the renewal was sent), so a process that stalled past that stops before posting
+    again even if its renewal task has not run yet.
+    """
+
+    def __init__(self, clock: Clock, ttl: float) -> None:
+        self.clock = clock
+        self.ttl = ttl
+        self.lost = False
+        self.valid_until = clock.now() + ttl * 2 / 3
+
+    def renewed(self, at: float) -> None:
+        self.valid_until = at + self.ttl * 2 / 3
+
+    def check(self) -> None:
+        if self.lost or self.clock.now() >= self.valid_until:
+            self.lost = True
+            raise ClaimLost("the delivery claim was taken or ran out")
 
 
 class Outbox:
@@ -47,6 +77,7 @@ class Outbox:
         frontends: Mapping[str, Frontend],
         indicator: Indicator,
         signals: Signals,
+        on_settled: Callable[[], None] = lambda: None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -55,7 +86,9 @@ class Outbox:
         self.frontends = frontends
         self.indicator = indicator
         self.signals = signals
+        self.on_settled = on_settled  # a row settled: the next one of its conversation may go
         self.running: set[asyncio.Task[None]] = set()
+        self._posting: dict[int, asyncio.Task[list[str]]] = {}
 
     @property
     def platforms(self) -> list[str]:
@@ -86,7 +119,7 @@ class Outbox:
         return len(rows)
 
     async def next_due_at(self) -> float | None:
-        """When the earliest pending row of our platforms may be claimed (the scheduler wakes)."""
+        """When the earliest claimable row of our platforms may be claimed (the scheduler wakes)."""
         return await self.store.next_outbox_at(self.platforms)
 
     async def waiting(self, conversation_id: str) -> bool:
@@ -94,41 +127,100 @@ class Outbox:
         return any(r.state == "pending" for r in await self.store.replies(conversation_id))
 
     async def _deliver(self, row: OutboxRow) -> None:
-        key = ConversationKey.parse(row.conversation_id)
+        stale = self._posting.get(row.id)
+        if stale is not None:  # our own older delivery of this row outlived its claim: stop it
+            stale.cancel()
+            await asyncio.gather(stale, return_exceptions=True)
+        fence = ClaimFence(self.clock, self.settings.lease_ttl_seconds)
         reply = Reply(
             id=f"r{row.id}",
-            key=key,
+            key=ConversationKey.parse(row.conversation_id),
             text=row.text,
             covers_to_version=row.covers_to_version,
             reply_to_message_id=row.reply_to_message_id,
             attempt=row.attempts,
+            fence=fence,
         )
-        frontend = self.frontends[row.platform]
+        post = asyncio.ensure_future(self.frontends[row.platform].deliver(reply))
+        self._posting[row.id] = post
+        keeper = asyncio.ensure_future(self._keep_claim(row, fence, post))
         try:
-            posted = await frontend.deliver(reply)
+            posted = await post
+        except ClaimLost:
+            self._claim_lost(row)
+            return
+        except asyncio.CancelledError:
+            if not fence.lost or post is not self._posting.get(row.id):
+                raise
+            self._claim_lost(row)
+            return
         except PermanentDeliveryError as exc:
             await self._failed(row, str(exc))
             return
         except Exception as exc:
-            retry_after = exc.retry_after if isinstance(exc, RetryableDeliveryError) else None
-            if not isinstance(exc, RetryableDeliveryError):
-                log.exception("reply %s: adapter crashed while posting", reply.id)
-            if row.attempts >= self.settings.delivery_max_attempts:
-                await self._failed(row, f"gave up after {row.attempts} attempts: {exc}")
-                return
-            delay = self.settings.delivery_backoff_seconds * 2 ** (row.attempts - 1)
-            delay = max(delay, retry_after or 0.0)
-            await self.store.mark_retry(row.id, self.owner, self.clock.now() + delay, str(exc))
-            self.signals.emit("delivery_retry", reply_id=row.id, attempt=row.attempts, delay=delay)
-            log.warning("reply %s: delivery failed (%s); retry in %.1fs", reply.id, exc, delay)
+            await self._retry(row, exc)
             return
-        await self.store.mark_sent(row.id, self.owner, posted, self.clock.now())
-        self.signals.emit(
-            "delivered", reply_id=row.id, conversation=row.conversation_id, parts=posted
-        )
-        self.indicator.clear(key)
+        finally:
+            post.cancel()  # a no-op once it is done; otherwise our own cancellation ends it too
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+            if self._posting.get(row.id) is post:
+                del self._posting[row.id]
+        if await self.store.mark_sent(row.id, row.claim_token, posted, self.clock.now()):
+            self.signals.emit(
+                "delivered", reply_id=row.id, conversation=row.conversation_id, parts=posted
+            )
+            self.indicator.clear(reply.key)
+        else:
+            self._claim_lost(row)
+        self.on_settled()
+
+    async def _keep_claim(
+        self, row: OutboxRow, fence: ClaimFence, post: asyncio.Future[list[str]]
+    ) -> None:
+        """Renew the claim every ttl/3 while posting; a lost claim stops the post at once."""
+        ttl = self.settings.lease_ttl_seconds
+        while not post.done():
+            await self.clock.sleep(ttl / 3)
+            asked_at = self.clock.now()
+            try:
+                if await self.store.renew_claim(row.id, row.claim_token, asked_at, ttl):
+                    fence.renewed(asked_at)
+                    continue
+                fence.lost = True
+            except StoreError as exc:  # still ours until it runs out; try again
+                log.warning("reply r%d: cannot renew the delivery claim (%s)", row.id, exc)
+                with contextlib.suppress(ClaimLost):
+                    fence.check()
+            if fence.lost:
+                post.cancel()
+                return
+
+    def _claim_lost(self, row: OutboxRow) -> None:
+        self.signals.emit("delivery_claim_lost", reply_id=row.id)
+        log.warning("reply r%d: delivery claim lost; stopped (its new holder delivers it)", row.id)
+
+    async def _retry(self, row: OutboxRow, exc: Exception) -> None:
+        retry_after = exc.retry_after if isinstance(exc, RetryableDeliveryError) else None
+        if not isinstance(exc, RetryableDeliveryError):
+            log.error("reply r%d: adapter crashed while posting", row.id, exc_info=exc)
+        if row.attempts >= self.settings.delivery_max_attempts:
+            await self._failed(row, f"gave up after {row.attempts} attempts: {exc}")
+            return
+        delay = self.settings.delivery_backoff_seconds * 2 ** (row.attempts - 1)
+        delay = max(delay, retry_after or 0.0)
+        at = self.clock.now() + delay
+        if await self.store.mark_retry(row.id, row.claim_token, at, str(exc)):
+            self.signals.emit("delivery_retry", reply_id=row.id, attempt=row.attempts, delay=delay)
+            log.warning("reply r%d: delivery failed (%s); retry in %.1fs", row.id, exc, delay)
+        else:
+            self._claim_lost(row)
 
     async def _failed(self, row: OutboxRow, error: str) -> None:
-        await self.store.mark_failed(row.id, self.owner, error)
+        if not await self.store.mark_failed(row.id, row.claim_token, error):
+            self._claim_lost(row)
+            return
         self.signals.emit("delivery_failed", reply_id=row.id, error=error)
         log.error("reply r%d: permanent delivery failure: %s", row.id, error)
+        self.on_settled()

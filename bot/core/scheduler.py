@@ -3,6 +3,11 @@
 It sleeps on the engine's clock until the earliest `due_at` (an index lookup), wakes early when an
 in-process ingest arms a sooner timer or a worker frees a slot, and never sleeps longer than
 `poll_seconds`, so timers armed and leases abandoned by other processes are noticed.
+
+Never a busy loop: the next wake-up ignores the timers of conversations this process is already
+serving (input past a deadline leaves such a timer due at once; the worker's end wakes the loop),
+timers leased elsewhere are postponed by the engine, and rounds never start closer together than
+`FLOOR_SECONDS` (a store that fails fast cannot make the loop spin).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import math
 from bot.core.engine import Engine
 
 log = logging.getLogger("burstbot.scheduler")
+FLOOR_SECONDS = 0.05
 
 
 class Scheduler:
@@ -28,18 +34,19 @@ class Scheduler:
     async def tick(self) -> float:
         """Start workers for due timers, sweep the outbox; return when the next round is wanted."""
         engine, store = self.engine, self.engine.store
+        started = engine.clock.now()
         engine.wakeup.clear()
         await engine.run_due()
         await engine.outbox.deliver_due()
         now = engine.clock.now()
         wanted = now + engine.settings.poll_seconds
-        next_due = await store.next_due_at()
+        next_due = await store.next_due_at(skip=engine.serving)
         if next_due is not None and engine.busy < engine.settings.max_concurrent_generations:
             wanted = min(wanted, next_due)
         next_outbox = await engine.outbox.next_due_at()
         if next_outbox is not None:
             wanted = min(wanted, next_outbox)
-        return max(wanted, now)
+        return max(wanted, started + FLOOR_SECONDS)
 
     async def run(self) -> None:
         engine = self.engine

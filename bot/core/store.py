@@ -137,6 +137,7 @@ class OutboxRow:
     created_at: float
     sent_at: float | None
     last_error: str | None
+    claim_token: int = 0  # bumped by every claim: renewals and marks are fenced by it
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,8 +207,9 @@ class Store(Protocol):
         ...
 
     # 2. timers and leases --------------------------------------------------------------------
-    async def next_due_at(self) -> float | None:
-        """Earliest `due_at` of any armed timer (index lookup)."""
+    async def next_due_at(self, skip: Sequence[str] = ()) -> float | None:
+        """Earliest `due_at` of any armed timer (index lookup), leaving out the conversations in
+        `skip` (the ones this process is serving: their timers may be due at once)."""
         ...
 
     async def due_timers(self, now: float, limit: int) -> list[DueTimer]: ...
@@ -291,20 +293,27 @@ class Store(Protocol):
         limit: int,
         reply_id: int | None = None,
     ) -> list[OutboxRow]:
-        """CAS-claim pending rows that are due and unclaimed (or whose claim expired)."""
+        """CAS-claim pending rows that are due and unclaimed (or whose claim expired), bumping each
+        row's claim token; a row waits while an earlier reply of its conversation is pending."""
         ...
 
     async def next_outbox_at(self, platforms: Sequence[str]) -> float | None: ...
 
+    async def renew_claim(self, reply_id: int, claim_token: int, now: float, ttl: float) -> bool:
+        """CAS on the claim token: keep the claim while posting. False: the claim was taken."""
+        ...
+
     async def mark_sent(
-        self, reply_id: int, owner: str, platform_message_ids: Sequence[str], now: float
-    ) -> bool: ...
+        self, reply_id: int, claim_token: int, platform_message_ids: Sequence[str], now: float
+    ) -> bool:
+        """Every mark is conditional on the claim token: a stale deliverer changes nothing."""
+        ...
 
     async def mark_retry(
-        self, reply_id: int, owner: str, next_attempt_at: float, error: str
+        self, reply_id: int, claim_token: int, next_attempt_at: float, error: str
     ) -> bool: ...
 
-    async def mark_failed(self, reply_id: int, owner: str, error: str) -> bool: ...
+    async def mark_failed(self, reply_id: int, claim_token: int, error: str) -> bool: ...
 
     # inspection (tests, status, explain) -----------------------------------------------------
     async def conversation_state(self, conversation_id: str) -> ConversationState | None: ...

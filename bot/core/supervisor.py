@@ -4,6 +4,8 @@ Rules:
 
 - Renew the lease every ttl/3 (a conditional update on its fencing token); a failed renewal
   cancels the stream: another worker may own the conversation now.
+- Whatever ends the watch (done, superseded, lease lost, cancelled, a store error), the stream
+  is not left running: it is cancelled in `finally`.
 - Watch the version: this process's ingest says so at once, and a poll every `poll_seconds` sees
   input that other processes stored. Newer input before the burst's deadline cancels the stream at
   once, so nobody pays for tokens nobody will read; past the deadline the generation runs on (G4).
@@ -80,10 +82,10 @@ class Supervisor:
                         return Supervision.LEASE_LOST
                     next_renew = now + ttl / 3
             return Supervision.DONE
-        except asyncio.CancelledError:
-            await _cancel(generation)
-            raise
         finally:
+            # Whatever ends the watch (cancellation, a store error), no stream runs on unwatched.
+            if not generation.done():
+                await _cancel(generation)
             self._version_bumped.pop(cid, None)
 
 

@@ -71,7 +71,7 @@ async def test_inspection_lists_active_conversations_and_every_message(store: St
         quiet.id, FinalCheck(lease.token, lease.version, False), NOW + 3, T, NewReply("ok")
     )
     [row] = await store.claim_replies("o1", NOW + 3, 30.0, ["test"], 10)
-    assert await store.mark_sent(row.id, "o1", ["p1"], NOW + 3)
+    assert await store.mark_sent(row.id, row.claim_token, ["p1"], NOW + 3)
     await store.ingest(msg(1, "a"), NOW + 4, T)
     await store.ingest(msg(2, "b"), NOW + 5, T)
     await store.delete(MessageDeleted(KEY, "m2"), NOW + 6, T)

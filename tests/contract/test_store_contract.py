@@ -353,8 +353,8 @@ async def test_claims_are_exclusive_until_they_expire(store: Store) -> None:
 async def test_sent_rows_are_never_claimed_again(store: Store) -> None:
     await store.ingest(msg(1), NOW, T)
     row = await answer(store)
-    await store.claim_replies("a", NOW, 30.0, ["test"], 10)
-    assert await store.mark_sent(row.id, "a", ["p1", "p2"], NOW + 1)
+    [claimed] = await store.claim_replies("a", NOW, 30.0, ["test"], 10)
+    assert await store.mark_sent(row.id, claimed.claim_token, ["p1", "p2"], NOW + 1)
     assert await store.claim_replies("b", NOW + 100, 30.0, ["test"], 10) == []
     [sent] = await store.replies(CID)
     assert (sent.state, sent.platform_message_ids, sent.sent_at) == ("sent", ("p1", "p2"), NOW + 1)
@@ -364,14 +364,15 @@ async def test_sent_rows_are_never_claimed_again(store: Store) -> None:
 async def test_retry_waits_and_failed_is_final(store: Store) -> None:
     await store.ingest(msg(1), NOW, T)
     row = await answer(store)
-    await store.claim_replies("a", NOW, 30.0, ["test"], 10)
-    assert not await store.mark_retry(row.id, "someone-else", NOW + 5, "x")
-    assert await store.mark_retry(row.id, "a", NOW + 5, "timeout")
+    [claimed] = await store.claim_replies("a", NOW, 30.0, ["test"], 10)
+    assert not await store.mark_retry(row.id, claimed.claim_token - 1, NOW + 5, "x")
+    assert await store.mark_retry(row.id, claimed.claim_token, NOW + 5, "timeout")
     assert await store.next_outbox_at(["test"]) == NOW + 5
     assert await store.claim_replies("a", NOW + 4, 30.0, ["test"], 10) == []
     [again] = await store.claim_replies("a", NOW + 5, 30.0, ["test"], 10)
     assert again.last_error == "timeout"
-    assert await store.mark_failed(row.id, "a", "channel gone")
+    assert not await store.mark_failed(row.id, claimed.claim_token, "stale")  # claimed again
+    assert await store.mark_failed(row.id, again.claim_token, "channel gone")
     assert (await store.replies(CID))[0].state == "failed"
     assert await store.claim_replies("a", NOW + 100, 30.0, ["test"], 10) == []
 
@@ -379,9 +380,76 @@ async def test_retry_waits_and_failed_is_final(store: Store) -> None:
 @pytest.mark.parametrize("rows", [3])
 async def test_claim_by_id_takes_only_that_row(store: Store, rows: int) -> None:
     made = []
-    for i in range(rows):
-        await store.ingest(msg(i), NOW + i * 20, T)
-        made.append(await answer(store, now=NOW + i * 20 + 5, text=f"r{i}"))
+    for i in range(rows):  # one reply in each of three conversations
+        key = ConversationKey("test", "w1", f"c{i}")
+        await store.ingest(msg(i, key=key), NOW, T)
+        lease = await store.acquire_lease(key.id, "o1", NOW + 5, 30.0)
+        assert lease is not None
+        check = FinalCheck(lease.token, lease.version, deadline_passed=False)
+        outcome = await store.commit(key.id, check, NOW + 5, T, NewReply(f"r{i}"))
+        assert isinstance(outcome, Committed) and outcome.reply is not None
+        made.append(outcome.reply)
     [only] = await store.claim_replies("a", NOW + 100, 30.0, ["test"], 10, reply_id=made[1].id)
     assert only.id == made[1].id
     assert len(await store.claim_replies("b", NOW + 100, 30.0, ["test"], 10)) == 2
+
+
+async def answer_next(store: Store, n: int, now: float) -> OutboxRow:
+    """One more burst of one message in CID, answered at `now`."""
+    await store.ingest(msg(n), now, T)
+    return await answer(store, now=now + 1, text=f"reply {n}")
+
+
+async def test_a_conversations_replies_are_claimed_one_at_a_time_in_commit_order(
+    store: Store,
+) -> None:
+    """G9: a later reply waits while an earlier one of its conversation is pending, even when the
+    earlier one is held back (Retry-After) or claimed elsewhere; other conversations do not wait."""
+    first = await answer_next(store, 1, NOW)
+    second = await answer_next(store, 2, NOW + 2)
+    other_key = ConversationKey("test", "w1", "elsewhere")
+    await store.ingest(msg(9, key=other_key), NOW, T)
+    lease = await store.acquire_lease(other_key.id, "o1", NOW + 3, 30.0)
+    assert lease is not None
+    check = FinalCheck(lease.token, lease.version, deadline_passed=False)
+    await store.commit(other_key.id, check, NOW + 3, T, NewReply("other"))
+    claimed = await store.claim_replies("a", NOW + 4, 30.0, ["test"], 10)
+    assert sorted(r.text for r in claimed) == ["other", "reply 1"]
+    assert await store.claim_replies("b", NOW + 4, 30.0, ["test"], 10, reply_id=second.id) == []
+    [mine] = [r for r in claimed if r.id == first.id]
+    [theirs] = [r for r in claimed if r.id != first.id]
+    assert await store.mark_sent(theirs.id, theirs.claim_token, ["o1"], NOW + 4)
+    assert await store.mark_retry(first.id, mine.claim_token, NOW + 60, "429 Retry-After: 56")
+    assert await store.claim_replies("b", NOW + 5, 30.0, ["test"], 10) == []
+    assert await store.next_outbox_at(["test"]) == NOW + 60  # not the waiting second reply's
+    [again] = await store.claim_replies("b", NOW + 60, 30.0, ["test"], 10)
+    assert again.id == first.id
+    assert await store.mark_sent(first.id, again.claim_token, ["p1"], NOW + 61)
+    [then] = await store.claim_replies("b", NOW + 61, 30.0, ["test"], 10)
+    assert then.id == second.id
+
+
+async def test_a_claim_is_fenced_by_its_token_and_renewals_keep_it(store: Store) -> None:
+    row = await answer_next(store, 1, NOW - 1)  # committed at NOW
+    [first] = await store.claim_replies("a", NOW, 30.0, ["test"], 10)
+    assert await store.renew_claim(row.id, first.claim_token, NOW + 25, 30.0)
+    assert await store.claim_replies("b", NOW + 31, 30.0, ["test"], 10) == []  # renewed to +55
+    [second] = await store.claim_replies("b", NOW + 56, 30.0, ["test"], 10)
+    assert second.claim_token > first.claim_token
+    assert not await store.renew_claim(row.id, first.claim_token, NOW + 57, 30.0)
+    assert not await store.mark_sent(row.id, first.claim_token, ["stale"], NOW + 57)
+    assert not await store.mark_failed(row.id, first.claim_token, "stale")
+    assert not await store.mark_retry(row.id, first.claim_token, NOW + 90, "stale")
+    assert await store.mark_sent(row.id, second.claim_token, ["p1"], NOW + 58)
+    [sent] = await store.replies(CID)
+    assert (sent.state, sent.platform_message_ids) == ("sent", ("p1",))
+    assert not await store.renew_claim(row.id, second.claim_token, NOW + 59, 30.0)
+
+
+async def test_next_due_at_skips_the_conversations_a_process_serves(store: Store) -> None:
+    await store.ingest(msg(1), NOW, T)
+    other = ConversationKey("test", "w1", "elsewhere")
+    await store.ingest(msg(2, key=other), NOW + 5, T)
+    assert await store.next_due_at() == NOW + T.quiet_seconds
+    assert await store.next_due_at(skip=[CID]) == NOW + 5 + T.quiet_seconds
+    assert await store.next_due_at(skip=[CID, other.id]) is None

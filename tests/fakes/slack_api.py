@@ -69,6 +69,7 @@ class FakeSlackApi:
         self.statuses: list[tuple[str, str, str]] = []
         self.failures: dict[str, list[Failure]] = {}
         self.holds: dict[str, asyncio.Event] = {}
+        self.delays: dict[str, float] = {}
         self.held: dict[str, asyncio.Event] = {}
         self._ts = itertools.count(1)
         self._runner: web.AppRunner | None = None
@@ -103,6 +104,10 @@ class FakeSlackApi:
     # test controls ----------------------------------------------------------------------------
     def fail(self, method: str, failure: Failure, times: int = 1) -> None:
         self.failures.setdefault(method, []).extend([failure] * times)
+
+    def slow(self, method: str, seconds: float) -> None:
+        """Calls of `method` take effect at once and answer only after `seconds` (a slow API)."""
+        self.delays[method] = seconds
 
     def hold(self, method: str) -> asyncio.Event:
         """Calls of `method` take effect, then wait until the returned event is set."""
@@ -142,6 +147,8 @@ class FakeSlackApi:
         if handler is None:
             return web.json_response({"ok": False, "error": "unknown_method"}, status=404)
         result: dict[str, Any] = handler(args)
+        if method in self.delays:
+            await asyncio.sleep(self.delays[method])
         if method in self.holds:
             self.held[method].set()
             await self.holds[method].wait()
