@@ -387,11 +387,12 @@ inline claim(w, r) {
         h_i++
      :: else -> break
      od;
-     h_i = 0
-  :: else
+     h_i = 0;
+     printf("%c: claimed reply %d (token %d); the read-back shows part 1: %d, part 2: %d\n",
+            65 + w, r + 1, r_claims[r], d_have[w] & 1, d_have[w] >> 1)
+  :: else ->
+     printf("%c: claimed reply %d (token %d)\n", 65 + w, r + 1, r_claims[r])
   fi;
-  printf("%c: claimed reply %d (token %d), read back parts %d\n", 65 + w, r + 1, r_claims[r],
-         d_have[w]);
   next_part(w)
 }
 
@@ -496,11 +497,12 @@ inline expire_claim(r) {
   if
   :: claim_held(claim_holder(r), r) ->
      stalls++;
-     printf("%c: paused past the claim on reply %d\n", 65 + claim_holder(r), r + 1)
-  :: else
+     printf("%c: its claim on reply %d expires while it still works on it\n",
+            65 + claim_holder(r), r + 1)
+  :: else ->
+     printf("claim on reply %d expired\n", r + 1)
   fi;
-  r_expired[r] = true;
-  printf("claim on reply %d expired\n", r + 1)
+  r_expired[r] = true
 }
 
 proctype Chaos() {
@@ -516,11 +518,12 @@ end:
        if
        :: lease_held(lease_owner - 1) ->
           stalls++;
-          printf("%c: paused past its lease\n", 65 + lease_owner - 1)
-       :: else
+          printf("%c: its lease (token %d) expires while it still works on it\n",
+                 65 + lease_owner - 1, lease_token)
+       :: else ->
+          printf("lease token %d expired\n", lease_token)
        fi;
-       lease_expired = true;
-       printf("lease token %d expired\n", lease_token) }
+       lease_expired = true }
   /* a claim expires */
   :: d_step { can_expire(0) -> expire_claim(0) }
   :: d_step { can_expire(1) -> expire_claim(1) }
