@@ -1,4 +1,4 @@
-"""Store implementations of `bot.store.Store`; `open_store(url)` picks one by URL scheme."""
+"""Store implementations of `bot.core.store.Store`; `open_store(url)` picks one by scheme."""
 
 from __future__ import annotations
 
@@ -11,19 +11,17 @@ def open_store(url: str, pool_size: int = 10) -> Store:
     if url.startswith("sqlite://"):
         from storage.sqlite import SqliteStore
 
-        path = url.removeprefix("sqlite://")
-        path = path.removeprefix("/") if path.startswith("/") else path
+        path = url.removeprefix("sqlite://").removeprefix("/")  # sqlite:////abs or sqlite:///rel
         return SqliteStore(path or ":memory:")
     if url.startswith(("postgresql://", "postgres://")):
         try:
-            import asyncpg  # noqa: F401
+            import asyncpg  # noqa: F401  (an extra)
+
+            from storage.postgres import PostgresStore
         except ImportError:
             raise ConfigError(
-                "storage.url: PostgreSQL needs asyncpg; install it with "
-                "pip install 'burstbot[postgres]'"
+                "storage.url: PostgreSQL needs asyncpg; pip install 'burstbot[postgres]'"
             ) from None
-        from storage.postgres import PostgresStore
-
         return PostgresStore(url, pool_size=pool_size)
     scheme = url.split("://", 1)[0] if "://" in url else url[:20]  # never echo a password
     raise ConfigError(
