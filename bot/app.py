@@ -40,9 +40,11 @@ class WakeupHints(Protocol):
 
 
 def make_owner(config: Config) -> str:
-    if config.engine.owner:
-        return config.engine.owner
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+    """This process's name on leases and claims: unique even when several processes share one
+    config, because shutdown releases everything held under it (`<configured>:<host>:<pid>:<hex>`;
+    without `engine.owner`, just `<host>:<pid>:<hex>`)."""
+    unique = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+    return f"{config.engine.owner}:{unique}" if config.engine.owner else unique
 
 
 def build_replier(config: Config) -> Replier:
