@@ -152,6 +152,11 @@ class App:
                 return IngestResult("ignored", event.key.id, 0)
             if self.guards is not None:
                 refusal = await self.guards.check_message(event, self.engine.clock.now())
+                if refusal is not None and refusal.repeat:
+                    log.debug("conversation %s: repeat of refused message %s dropped",
+                              event.key.id, event.message_id)  # fmt: skip
+                    self._emit("duplicate", conversation=event.key.id, version=0)
+                    return IngestResult("duplicate", event.key.id, 0)
                 if refusal is not None:
                     return self._refused_by_guard(event, refusal)
         return await self.engine.ingest(event)

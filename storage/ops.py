@@ -45,6 +45,34 @@ class OperatorQueries(ABC, Generic[Conn]):
             )  # fmt: skip
         return int(rows[0][0])
 
+    async def add_once(
+        self,
+        key: str,
+        scope: str,
+        window_start: int,
+        expires_at: float,
+        key_expires_at: float,
+        now: float,
+    ) -> tuple[int, bool]:
+        """One transaction, so a repeat waits for the first call and reads what it counted."""
+        remembered = f"once:{key}"
+        async with self._transaction() as db:
+            await self._rows("prune_counters", {"now": now}, db)
+            claim = {"scope": remembered, "expires_at": key_expires_at}
+            if not await self._rows("claim_counter_key", claim, db):
+                known = {"scope": remembered, "window_start": 0}
+                rows = await self._rows("read_counter", known, db)
+                return (int(rows[0][0]) if rows else 0), False
+            rows = await self._rows(
+                "add_to_counter",
+                {"scope": scope, "window_start": window_start, "amount": 1,
+                 "expires_at": expires_at},
+                db,
+            )  # fmt: skip
+            total = int(rows[0][0])
+            await self._rows("remember_counter_total", {"scope": remembered, "amount": total}, db)
+        return total, True
+
     async def read_counter(self, scope: str, window_start: int) -> int:
         rows = await self._rows("read_counter", {"scope": scope, "window_start": window_start})
         return int(rows[0][0]) if rows else 0

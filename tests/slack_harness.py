@@ -24,10 +24,16 @@ TOKEN = "xoxb-test"
 DM_KEY = ConversationKey("slack", TEAM, "D1", "")
 
 
-def slack_config(api: FakeSlackApi, access: dict[str, Any] | None = None, **slack: Any) -> Config:
+def slack_config(
+    api: FakeSlackApi,
+    access: dict[str, Any] | None = None,
+    limits: dict[str, Any] | None = None,
+    **slack: Any,
+) -> Config:
     return parse_config(
         {
             "access": access or {},
+            "limits": limits or {},
             "console": {"enabled": False},
             "llm": {"provider": "offline"},
             "debounce": {"quiet_seconds": 1.5, "max_wait_seconds": 8.0},
@@ -76,9 +82,10 @@ async def running_bot(
     host_wrapper: Any = None,
     owner: str = "w1",
     access: dict[str, Any] | None = None,
+    limits: dict[str, Any] | None = None,
     **slack: Any,
 ) -> AsyncIterator[Bot]:
-    config = slack_config(api, access, **slack)
+    config = slack_config(api, access, limits, **slack)
     clock = clock or FakeClock()
     replier = replier or ScriptedReplier()
     store = SqliteStore(db)
