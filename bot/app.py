@@ -17,7 +17,7 @@ from bot.core.clock import Clock, SystemClock
 from bot.core.engine import Engine
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, Event, IncomingMessage, Reply, ResetConversation
-from bot.core.frontend import Frontend
+from bot.core.frontend import Frontend, stop_intake
 from bot.core.gate import Refusal
 from bot.core.scheduler import Scheduler
 from bot.core.settings import EngineSettings
@@ -30,6 +30,7 @@ from bot.ops.guards import CostGuards, CounterStore, limits_active
 from bot.ops.metrics import Metrics, MetricsServer
 
 log = logging.getLogger("burstbot")
+SHUTDOWN_GRACE_SECONDS = 5.0  # for replies being posted at shutdown; well inside systemd's 30 s
 
 
 @runtime_checkable
@@ -102,8 +103,10 @@ class App:
         frontends: list[Frontend],
         clock: Clock | None = None,
         owner: str | None = None,
+        shutdown_grace: float = SHUTDOWN_GRACE_SECONDS,
     ) -> None:
         self.config = config
+        self.shutdown_grace = shutdown_grace
         self.store = store
         self.frontends = frontends
         self.by_platform = {f.platform: f for f in frontends}
@@ -255,17 +258,34 @@ class App:
             await asyncio.wait({stop, scheduler}, return_when=asyncio.FIRST_COMPLETED)
             stop.cancel()
         finally:
-            for frontend in started:
-                with contextlib.suppress(Exception):
-                    await frontend.stop()
-            self.scheduler.stop()
-            await asyncio.gather(scheduler, return_exceptions=True)
-            await self.engine.shutdown()
-            await asyncio.gather(*self._notices, return_exceptions=True)
-            if self.metrics_server is not None:
-                await self.metrics_server.stop()
-            await self.store.close()
-            closer = getattr(self.engine.replier, "aclose", None)
-            if closer is not None:
-                with contextlib.suppress(Exception):
-                    await closer()
+            await self._shutdown(started, scheduler)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.remove_signal_handler(sig)
+
+    async def _shutdown(self, started: list[Frontend], scheduler: asyncio.Task[None]) -> None:
+        """In this order, so no reply is cut off halfway and nothing waits on a dead process:
+        stop intake; stop taking work (generations are cancelled); let commits, deliveries and
+        notices in flight finish within the grace period (then cancel them); stop the front
+        ends; release our leases and delivery claims; close the store."""
+        for frontend in started:
+            with contextlib.suppress(Exception):
+                await stop_intake(frontend)
+        self.engine.stop_taking_work()
+        self.scheduler.stop()
+        await asyncio.gather(scheduler, return_exceptions=True)
+        await self.engine.finish(self.shutdown_grace, self._notices)
+        for frontend in started:
+            with contextlib.suppress(Exception):
+                await frontend.stop()
+        try:
+            await self.engine.release()
+        except Exception as exc:  # they expire by themselves; the store must still be closed
+            log.warning("could not release leases on shutdown: %s", exc)
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
+        await self.store.close()
+        closer = getattr(self.engine.replier, "aclose", None)
+        if closer is not None:
+            with contextlib.suppress(Exception):
+                await closer()

@@ -97,11 +97,12 @@ async def running_bot(
     url = f"http://127.0.0.1:{frontend.http_port}{config.slack.http_path}"
     try:
         yield Bot(app, frontend, EventSender(url, SECRET), clock, replier, store)
-    finally:
-        # The engine first, like a crash: stopping the front end first would fail an in-flight
-        # post, and the shutdown would then cancel that delivery's store write halfway.
-        await frontend.stop()  # the order App.run uses
-        await app.engine.shutdown()
+    finally:  # the order App.run uses; tests step explicitly, so no grace period is needed
+        await frontend.stop_intake()
+        app.engine.stop_taking_work()
+        await app.engine.finish(0.0)
+        await frontend.stop()
+        await app.engine.release()
         await store.close()
 
 

@@ -6,6 +6,10 @@ gateway event seen twice (a RESUME replay, two processes on one shard) is one st
 engine dedupes by message id. The `/reset` slash command (`commands`) becomes `ResetConversation`
 for the conversation its user is in there. Out: `posting.post_reply`. Startup problems a user must
 fix (bad token, Message Content intent off, bad shard settings) become one `ConfigError` line.
+
+At shutdown there is no `stop_intake`: Discord never delivers an event again, so one refused would
+be lost, while one stored is answered by another process or after the restart; events are stored
+until `stop`.
 """
 
 from __future__ import annotations
