@@ -15,7 +15,7 @@ from typing import Protocol, runtime_checkable
 from bot.config import Config, require_secret
 from bot.core.clock import Clock, SystemClock
 from bot.core.engine import Engine
-from bot.core.errors import ConfigError
+from bot.core.errors import BurstbotError, ConfigError
 from bot.core.events import ConversationKey, Event, IncomingMessage, Reply, ResetConversation
 from bot.core.frontend import Frontend, stop_intake
 from bot.core.gate import Refusal
@@ -132,6 +132,7 @@ class App:
         self.subscribe(self.metrics.observe)
         self._notices: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
+        self.failure: BurstbotError | None = None
 
     def subscribe(self, listener: Listener) -> None:
         """Engine events plus the app's own (`refused` at arrival, `reset`)."""
@@ -215,6 +216,14 @@ class App:
     def request_stop(self) -> None:
         self._stop.set()
 
+    def frontend_failed(self, platform: str, error: BurstbotError) -> None:
+        """Stop everything cleanly; `run` then raises the first such error (the CLI exits 1, or 2
+        for a configuration problem), so a supervisor sees a failure and restarts the process."""
+        log.info("%s front end failed (%s); stopping", platform, error)
+        if self.failure is None:
+            self.failure = error
+        self.request_stop()
+
     def hint(self, payload: str) -> None:
         """Another process armed a timer, queued a reply or released leases: look now if it
         matters before the next poll (`timer <due_at>`, `outbox <platform>`, `released`)."""
@@ -234,7 +243,8 @@ class App:
 
     # lifecycle -------------------------------------------------------------------------------
     async def run(self) -> None:
-        """Serve until asked to stop (signal or a front end), then shut down cleanly."""
+        """Serve until asked to stop (signal or a front end), then shut down cleanly; raise the
+        error of a front end that failed for good, once everything has stopped."""
         await self.store.open()
         if isinstance(self.store, WakeupHints):
             await self.store.listen(self.hint)
@@ -262,6 +272,8 @@ class App:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(sig)
+        if self.failure is not None:
+            raise self.failure
 
     async def _shutdown(self, started: list[Frontend], scheduler: asyncio.Task[None]) -> None:
         """In this order, so no reply is cut off halfway and nothing waits on a dead process:

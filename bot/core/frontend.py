@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from bot.core.errors import BurstbotError
 from bot.core.events import ConversationKey, Event, Reply
 from bot.core.store import IngestResult
 
@@ -33,6 +34,11 @@ class Host(Protocol):
 
     def request_stop(self) -> None:
         """Ask the whole process to shut down gracefully (e.g. the console's stdin ended)."""
+        ...
+
+    def frontend_failed(self, platform: str, error: BurstbotError) -> None:
+        """This front end stopped working for good (a connection it cannot restore): the whole
+        process shuts down cleanly and then fails with `error`, so a supervisor restarts it."""
         ...
 
 
