@@ -15,9 +15,9 @@ from typing import Protocol, runtime_checkable
 from bot.config import Config, require_secret
 from bot.core.clock import Clock, SystemClock
 from bot.core.engine import Engine
-from bot.core.errors import ConfigError
+from bot.core.errors import BurstbotError, ConfigError
 from bot.core.events import ConversationKey, Event, IncomingMessage, Reply, ResetConversation
-from bot.core.frontend import Frontend
+from bot.core.frontend import Frontend, stop_intake
 from bot.core.gate import Refusal
 from bot.core.scheduler import Scheduler
 from bot.core.settings import EngineSettings
@@ -30,6 +30,7 @@ from bot.ops.guards import CostGuards, CounterStore, limits_active
 from bot.ops.metrics import Metrics, MetricsServer
 
 log = logging.getLogger("burstbot")
+SHUTDOWN_GRACE_SECONDS = 5.0  # for replies being posted at shutdown; well inside systemd's 30 s
 
 
 @runtime_checkable
@@ -40,9 +41,11 @@ class WakeupHints(Protocol):
 
 
 def make_owner(config: Config) -> str:
-    if config.engine.owner:
-        return config.engine.owner
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+    """This process's name on leases and claims: unique even when several processes share one
+    config, because shutdown releases everything held under it (`<configured>:<host>:<pid>:<hex>`;
+    without `engine.owner`, just `<host>:<pid>:<hex>`)."""
+    unique = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+    return f"{config.engine.owner}:{unique}" if config.engine.owner else unique
 
 
 def build_replier(config: Config) -> Replier:
@@ -100,8 +103,10 @@ class App:
         frontends: list[Frontend],
         clock: Clock | None = None,
         owner: str | None = None,
+        shutdown_grace: float = SHUTDOWN_GRACE_SECONDS,
     ) -> None:
         self.config = config
+        self.shutdown_grace = shutdown_grace
         self.store = store
         self.frontends = frontends
         self.by_platform = {f.platform: f for f in frontends}
@@ -127,6 +132,7 @@ class App:
         self.subscribe(self.metrics.observe)
         self._notices: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
+        self.failure: BurstbotError | None = None
 
     def subscribe(self, listener: Listener) -> None:
         """Engine events plus the app's own (`refused` at arrival, `reset`)."""
@@ -150,6 +156,11 @@ class App:
                 return IngestResult("ignored", event.key.id, 0)
             if self.guards is not None:
                 refusal = await self.guards.check_message(event, self.engine.clock.now())
+                if refusal is not None and refusal.repeat:
+                    log.debug("conversation %s: repeat of refused message %s dropped",
+                              event.key.id, event.message_id)  # fmt: skip
+                    self._emit("duplicate", conversation=event.key.id, version=0)
+                    return IngestResult("duplicate", event.key.id, 0)
                 if refusal is not None:
                     return self._refused_by_guard(event, refusal)
         return await self.engine.ingest(event)
@@ -205,6 +216,14 @@ class App:
     def request_stop(self) -> None:
         self._stop.set()
 
+    def frontend_failed(self, platform: str, error: BurstbotError) -> None:
+        """Stop everything cleanly; `run` then raises the first such error (the CLI exits 1, or 2
+        for a configuration problem), so a supervisor sees a failure and restarts the process."""
+        log.info("%s front end failed (%s); stopping", platform, error)
+        if self.failure is None:
+            self.failure = error
+        self.request_stop()
+
     def hint(self, payload: str) -> None:
         """Another process armed a timer, queued a reply or released leases: look now if it
         matters before the next poll (`timer <due_at>`, `outbox <platform>`, `released`)."""
@@ -224,7 +243,8 @@ class App:
 
     # lifecycle -------------------------------------------------------------------------------
     async def run(self) -> None:
-        """Serve until asked to stop (signal or a front end), then shut down cleanly."""
+        """Serve until asked to stop (signal or a front end), then shut down cleanly; raise the
+        error of a front end that failed for good, once everything has stopped."""
         await self.store.open()
         if isinstance(self.store, WakeupHints):
             await self.store.listen(self.hint)
@@ -248,17 +268,36 @@ class App:
             await asyncio.wait({stop, scheduler}, return_when=asyncio.FIRST_COMPLETED)
             stop.cancel()
         finally:
-            for frontend in started:
-                with contextlib.suppress(Exception):
-                    await frontend.stop()
-            self.scheduler.stop()
-            await asyncio.gather(scheduler, return_exceptions=True)
-            await self.engine.shutdown()
-            await asyncio.gather(*self._notices, return_exceptions=True)
-            if self.metrics_server is not None:
-                await self.metrics_server.stop()
-            await self.store.close()
-            closer = getattr(self.engine.replier, "aclose", None)
-            if closer is not None:
-                with contextlib.suppress(Exception):
-                    await closer()
+            await self._shutdown(started, scheduler)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.remove_signal_handler(sig)
+        if self.failure is not None:
+            raise self.failure
+
+    async def _shutdown(self, started: list[Frontend], scheduler: asyncio.Task[None]) -> None:
+        """In this order, so no reply is cut off halfway and nothing waits on a dead process:
+        stop intake; stop taking work (generations are cancelled); let commits, deliveries and
+        notices in flight finish within the grace period (then cancel them); stop the front
+        ends; release our leases and delivery claims; close the store."""
+        for frontend in started:
+            with contextlib.suppress(Exception):
+                await stop_intake(frontend)
+        self.engine.stop_taking_work()
+        self.scheduler.stop()
+        await asyncio.gather(scheduler, return_exceptions=True)
+        await self.engine.finish(self.shutdown_grace, self._notices)
+        for frontend in started:
+            with contextlib.suppress(Exception):
+                await frontend.stop()
+        try:
+            await self.engine.release()
+        except Exception as exc:  # they expire by themselves; the store must still be closed
+            log.warning("could not release leases on shutdown: %s", exc)
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
+        await self.store.close()
+        closer = getattr(self.engine.replier, "aclose", None)
+        if closer is not None:
+            with contextlib.suppress(Exception):
+                await closer()

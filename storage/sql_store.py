@@ -351,6 +351,28 @@ class SqlStore(ABC, Generic[Conn]):
             )  # fmt: skip
         return int(rows[0][0])
 
+    async def add_once(
+        self,
+        key: str,
+        scope: str,
+        window_start: int,
+        expires_at: float,
+        key_expires_at: float,
+        now: float,
+    ) -> tuple[int, bool]:
+        """One transaction, so a repeat waits for the first call and reads what it counted."""
+        remembered = {"scope": f"once:{key}", "expires_at": key_expires_at, "window_start": 0}
+        async with self._transaction() as db:
+            await self._rows("prune_counters", {"now": now}, db)
+            if not await self._rows("claim_counter_key", remembered, db):
+                known = await self._one("read_counter", remembered, db)
+                return (int(known[0]) if known else 0), False
+            count = {"scope": scope, "window_start": window_start, "amount": 1,
+                     "expires_at": expires_at}  # fmt: skip
+            total = int((await self._rows("add_to_counter", count, db))[0][0])
+            await self._rows("remember_counter_total", {**remembered, "amount": total}, db)
+        return total, True
+
     async def read_counter(self, scope: str, window_start: int) -> int:
         rows = await self._rows("read_counter", {"scope": scope, "window_start": window_start})
         return int(rows[0][0]) if rows else 0

@@ -250,6 +250,17 @@ VALUES (:scope, :window_start, :amount, :expires_at)
 ON CONFLICT (scope, window_start) DO UPDATE SET amount = c.amount + excluded.amount
 RETURNING amount;
 
+-- name: claim_counter_key
+-- add_once: the first call for a key inserts its row; a concurrent one waits for that
+-- transaction, then does nothing and reads the total it remembered.
+INSERT INTO usage_counters (scope, window_start, amount, expires_at)
+VALUES (:scope, 0, 0, :expires_at)
+ON CONFLICT (scope, window_start) DO NOTHING
+RETURNING amount;
+
+-- name: remember_counter_total
+UPDATE usage_counters SET amount = :amount WHERE scope = :scope AND window_start = 0;
+
 -- name: prune_counters
 DELETE FROM usage_counters WHERE expires_at < :now;
 

@@ -5,7 +5,8 @@ The steps are the shared SQL store's (storage/sql_store.py); SQLite supplies wha
 - one connection per store, so an asyncio lock keeps coroutines from interleaving statements inside
   each other's transactions. Every transaction starts with `BEGIN IMMEDIATE` (a deferred one fails
   with SQLITE_BUSY instead of waiting), and every statement, BEGIN, COMMIT and ROLLBACK runs to
-  completion even if its caller is cancelled, so the shared connection is never left mid-way;
+  completion even if its caller is cancelled (storage/sqlite_thread.py), so the shared connection
+  is never left mid-way;
 - WAL with a busy timeout; numbered migrations tracked in `PRAGMA user_version`;
 - group commit for ingest (storage/sqlite_batch.py);
 - lists travel as JSON text, and the shared SQL's LEAST/GREATEST run as SQLite's MIN/MAX.
@@ -18,9 +19,9 @@ import contextlib
 import json
 import re
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 import aiosqlite
 
@@ -31,6 +32,7 @@ from storage.queries import load_queries, migrations
 from storage.rows import Params, Row
 from storage.sql_store import SqlStore
 from storage.sqlite_batch import IngestBatcher, QueuedIngest, apply_ingest_batch
+from storage.sqlite_thread import to_completion
 
 
 def _for_sqlite(sql: str) -> str:
@@ -40,7 +42,6 @@ def _for_sqlite(sql: str) -> str:
 
 Q = {name: _for_sqlite(sql) for name, sql in load_queries("sql_store.sql", "sqlite.sql").items()}
 MIGRATIONS = migrations(Q)
-T = TypeVar("T")
 
 
 class SqliteStore(SqlStore[aiosqlite.Connection]):
@@ -95,24 +96,24 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         async with self._lock:
             db = self._conn()
             try:
-                await _to_completion(db.execute("BEGIN IMMEDIATE"))
+                await to_completion(db.execute("BEGIN IMMEDIATE"))
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot begin transaction: {exc}") from exc
             except asyncio.CancelledError:  # BEGIN ran; undo it before giving up the lock
                 with contextlib.suppress(Exception):
-                    await _to_completion(db.execute("ROLLBACK"))
+                    await to_completion(db.execute("ROLLBACK"))
                 raise
             try:
                 yield db
             except BaseException:
                 with contextlib.suppress(Exception):
-                    await _to_completion(db.execute("ROLLBACK"))
+                    await to_completion(db.execute("ROLLBACK"))
                 raise
             try:
-                await _to_completion(db.execute("COMMIT"))
+                await to_completion(db.execute("COMMIT"))
             except sqlite3.Error as exc:
                 with contextlib.suppress(Exception):
-                    await _to_completion(db.execute("ROLLBACK"))
+                    await to_completion(db.execute("ROLLBACK"))
                 raise StoreError(f"commit failed: {exc}") from exc
 
     async def _rows(
@@ -121,9 +122,9 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         """execute_fetchall is one call on aiosqlite's thread: execute, fetch and close."""
         try:
             if db is not None:
-                return list(await _to_completion(db.execute_fetchall(Q[name], params)))
+                return list(await to_completion(db.execute_fetchall(Q[name], params)))
             async with self._lock:
-                return list(await _to_completion(self._conn().execute_fetchall(Q[name], params)))
+                return list(await to_completion(self._conn().execute_fetchall(Q[name], params)))
         except sqlite3.Error as exc:
             raise StoreError(f"{name}: {exc}") from exc
 
@@ -141,23 +142,6 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
     async def _ingest_batch(self, batch: Sequence[QueuedIngest]) -> list[IngestResult]:
         async with self._lock:
             return await apply_ingest_batch(self._conn(), batch)
-
-
-async def _to_completion(statement: Awaitable[T]) -> T:
-    """Await a statement to its end even through cancellation, then re-raise the cancellation."""
-    task = asyncio.ensure_future(statement)
-    cancelled = False
-    while True:
-        try:
-            result = await asyncio.shield(task)
-            break
-        except asyncio.CancelledError:
-            if task.cancelled():
-                raise
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
-    return result
 
 
 def _statements(script: str) -> Iterable[str]:

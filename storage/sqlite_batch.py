@@ -29,6 +29,7 @@ from bot.core.events import IncomingMessage
 from bot.core.store import IngestResult, Timing
 from storage.queries import load_queries
 from storage.rows import message_params
+from storage.sqlite_thread import to_completion
 
 Q = load_queries("sqlite.sql")
 MAX_BATCH = 256
@@ -119,16 +120,17 @@ async def apply_ingest_batch(
         for k, item in enumerate(batch)
     ]  # fmt: skip
     try:
-        await db.executemany(Q["fill_ingest_batch"], rows)
-        await db.executescript(SCRIPT)
-        results = await db.execute_fetchall(Q["ingest_batch_results"])
-        await db.execute("COMMIT")
+        await to_completion(db.executemany(Q["fill_ingest_batch"], rows))
+        await to_completion(db.executescript(SCRIPT))
+        results = await to_completion(db.execute_fetchall(Q["ingest_batch_results"]))
+        await to_completion(db.execute("COMMIT"))
     except BaseException:
+        # Every step above has finished (see sqlite_thread.py), so the state is the real one.
         if db.in_transaction:
-            await asyncio.shield(db.execute("ROLLBACK"))
+            await to_completion(db.execute("ROLLBACK"))
         raise
     finally:
-        await asyncio.shield(db.execute(Q["clear_ingest_batch"]))
+        await to_completion(db.execute(Q["clear_ingest_batch"]))
     return [
         IngestResult("accepted", r["cid"], int(r["seq"]), float(r["due_at"]))
         if r["seq"] is not None

@@ -93,6 +93,11 @@ class FakePlatform:
         return web.json_response({"id": self.posts[nonce]["id"]})
 
 
+def configured_owner(lease_owner: str) -> str:
+    """The worker's configured name: a process appends `:host:pid:random` to it."""
+    return lease_owner.split(":", 1)[0]
+
+
 @dataclass
 class Worker:
     index: int
@@ -197,7 +202,8 @@ class Run:
                 for channel in channels:
                     state = await store.conversation_state(f"chaos/w/{channel}/")
                     if state is not None and state.lease_owner is not None:
-                        holders.setdefault(state.lease_owner, []).append(state.conversation_id)
+                        owner = configured_owner(state.lease_owner)
+                        holders.setdefault(owner, []).append(state.conversation_id)
                 victims = [w for w in self.workers.values() if w.owner in holders]
                 if not victims:
                     await asyncio.sleep(0.1)
@@ -210,7 +216,8 @@ class Run:
             leases: dict[str, float] = {}  # conversation -> lease expiry left by the victim
             for cid in holders[victim.owner]:
                 state = await store.conversation_state(cid)
-                if state and state.lease_owner == victim.owner and state.lease_expires_at:
+                held_by = configured_owner(state.lease_owner or "") if state else None
+                if state and held_by == victim.owner and state.lease_expires_at:
                     leases[cid] = state.lease_expires_at
             self.kills.append((killed_at, victim.owner, leases))
             del self.workers[victim.index]

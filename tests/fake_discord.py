@@ -2,7 +2,8 @@
 
 The real discord.py client talks to it over HTTP and a websocket. Like Discord, it dedupes a post
 whose `nonce` it has seen with `enforce_nonce` (returning the earlier message), and it can be told
-to fail a channel's next posts with a given status, or to close the gateway with a given code.
+to fail a channel's next posts with a given status, or to close the gateway with a given code
+(at IDENTIFY, or while running).
 """
 
 from __future__ import annotations
@@ -204,6 +205,13 @@ class FakeDiscord:
         return {"v": 10, "user": self.bot_user, "guilds": [], "session_id": "session-1",
                 "resume_gateway_url": str(self.gateway_url),
                 "application": {"id": str(APP_ID), "flags": 0}}  # fmt: skip
+
+    async def close_gateway(self, code: int) -> None:
+        """Close the running gateway connection with `code`, as Discord does (e.g. 4012 when the
+        API version is no longer served): a code discord.py cannot recover from ends it."""
+        assert self._socket is not None, "no gateway connection"
+        self.gateway_close_code = code  # a reconnect would be refused the same way
+        await self._socket.close(code=code)
 
     async def dispatch(self, event: str, data: Json) -> None:
         """Send one gateway event (a replay is the same data sent again)."""

@@ -24,10 +24,16 @@ TOKEN = "xoxb-test"
 DM_KEY = ConversationKey("slack", TEAM, "D1", "")
 
 
-def slack_config(api: FakeSlackApi, access: dict[str, Any] | None = None, **slack: Any) -> Config:
+def slack_config(
+    api: FakeSlackApi,
+    access: dict[str, Any] | None = None,
+    limits: dict[str, Any] | None = None,
+    **slack: Any,
+) -> Config:
     return parse_config(
         {
             "access": access or {},
+            "limits": limits or {},
             "console": {"enabled": False},
             "llm": {"provider": "offline"},
             "debounce": {"quiet_seconds": 1.5, "max_wait_seconds": 8.0},
@@ -76,9 +82,10 @@ async def running_bot(
     host_wrapper: Any = None,
     owner: str = "w1",
     access: dict[str, Any] | None = None,
+    limits: dict[str, Any] | None = None,
     **slack: Any,
 ) -> AsyncIterator[Bot]:
-    config = slack_config(api, access, **slack)
+    config = slack_config(api, access, limits, **slack)
     clock = clock or FakeClock()
     replier = replier or ScriptedReplier()
     store = SqliteStore(db)
@@ -90,11 +97,12 @@ async def running_bot(
     url = f"http://127.0.0.1:{frontend.http_port}{config.slack.http_path}"
     try:
         yield Bot(app, frontend, EventSender(url, SECRET), clock, replier, store)
-    finally:
-        # The engine first, like a crash: stopping the front end first would fail an in-flight
-        # post, and the shutdown would then cancel that delivery's store write halfway.
-        await frontend.stop()  # the order App.run uses
-        await app.engine.shutdown()
+    finally:  # the order App.run uses; tests step explicitly, so no grace period is needed
+        await frontend.stop_intake()
+        app.engine.stop_taking_work()
+        await app.engine.finish(0.0)
+        await frontend.stop()
+        await app.engine.release()
         await store.close()
 
 

@@ -22,9 +22,14 @@ from adapters.discord.render import MESSAGE_LIMIT, nonce_for
 from bot.app import App
 from bot.config import DiscordConfig
 from bot.core.clock import FakeClock
-from bot.core.errors import ConfigError, PermanentDeliveryError, RetryableDeliveryError
+from bot.core.errors import (
+    BurstbotError,
+    ConfigError,
+    PermanentDeliveryError,
+    RetryableDeliveryError,
+)
 from bot.core.events import ConversationKey, Reply
-from bot.testing import ScriptedReplier
+from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
 from tests.discord_harness import engine_config
 from tests.fake_discord import Failure, FakeDiscord
@@ -313,3 +318,67 @@ async def test_the_cli_stops_with_one_line_when_discord_refuses(
     assert process.returncode == 2, stderr.decode()
     [printed] = stderr.decode().strip().splitlines()
     assert printed.startswith(f"burstbot: config error: {line}")
+
+
+class WatchedFrontend(RecordingFrontend):
+    """Another front end of the same process: records how it was asked to stop."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    async def stop_intake(self) -> None:
+        self.calls.append("stop_intake")
+
+    async def stop(self) -> None:
+        self.calls.append("stop")
+        await super().stop()
+
+
+async def test_a_gateway_that_ends_for_good_fails_the_process_after_a_clean_stop(
+    fake: FakeDiscord, frontend: DiscordFrontend, tmp_path: Path, clock: FakeClock
+) -> None:
+    """discord.py gives up on close code 4012. The process must not carry on without Discord,
+    nor end as if asked to stop: `run` stops every front end cleanly, then raises."""
+    other = WatchedFrontend()
+    store = SqliteStore(str(tmp_path / "bot.db"))
+    app = App(engine_config(), store, ScriptedReplier(), [other, frontend], clock=clock, owner="w1")
+    running = asyncio.create_task(app.run())
+
+    async def serving() -> bool:
+        return bool(fake.command_posts)  # the last step of the Discord front end's start
+
+    await eventually(serving)
+    await fake.close_gateway(4012)
+    with pytest.raises(BurstbotError, match="discord: the gateway connection ended"):
+        await asyncio.wait_for(running, 10)
+    assert other.calls == ["stop_intake", "stop"]
+    assert store._db is None  # closed before the failure was raised
+
+
+async def test_the_cli_exits_1_with_one_line_when_the_gateway_ends_for_good(
+    fake: FakeDiscord, tmp_path: Path
+) -> None:
+    """systemd's `Restart=on-failure` restarts only a process that exits non-zero."""
+    config = tmp_path / "c.toml"
+    config.write_text(
+        '[llm]\nprovider = "offline"\n[console]\nenabled = false\n'
+        '[storage]\nurl = "sqlite:///b.db"\n[discord]\nenabled = true\n'
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", CLI_AGAINST_FAKE, fake.api_base, str(fake.gateway_url), str(config),
+        cwd=tmp_path, env={**os.environ, "DISCORD_TOKEN": fake.token, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        await fake.wait_for(lambda: bool(fake.command_posts), within=30)
+        await fake.close_gateway(4012)
+        async with asyncio.timeout(60):
+            _, stderr = await process.communicate()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == 1, stderr.decode()
+    [printed] = stderr.decode().strip().splitlines()
+    assert printed.startswith("burstbot: discord: the gateway connection ended")

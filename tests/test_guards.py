@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 from bot.core.clock import FakeClock, settle
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
@@ -40,6 +43,46 @@ async def test_rate_limit_refuses_before_storage_and_notices_once_per_window(
     await clock.advance(60)  # a new window
     assert (await app.ingest(msg(text="later"))).status == "accepted"
     await check_invariants(store, [KEY.id, OTHER.id], quiescent=False)
+
+
+async def test_a_repeat_delivery_is_never_counted_and_a_refused_ones_repeat_stays_refused(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """Two processes on one database each get one delivery of every message (Slack's
+    `app_mention`/`message` twins, a retry, a second connection on one shard)."""
+    stores = [SqliteStore(str(tmp_path / "shared.db")) for _ in range(2)]
+    for store in stores:
+        await store.open()
+    fronts = [RecordingFrontend(), RecordingFrontend()]
+    limits = {"user_messages_per_window": 2, "max_message_chars": 20, "window_seconds": 60}
+    limits.update(NOTICES)
+    a, b = (make_app(stores[n], clock, ScriptedReplier(), fronts[n], limits=limits) for n in (0, 1))
+    clock.jump(-(clock.now() % 60))  # start of a window
+    m1, m2, m3 = msg(text="one"), msg(text="two"), msg(text="three")
+    statuses = [
+        (await app.ingest(m)).status for app, m in [(a, m1), (b, m1), (b, m2), (a, m2), (a, m3)]
+    ]
+    assert statuses == ["accepted", "duplicate", "accepted", "duplicate", "ignored"]
+    assert (await b.ingest(m3)).status == "duplicate"  # refused where it first came: not stored
+    await settle()
+    assert fronts[0].texts(KEY) == ["slow down"] and fronts[1].texts(KEY) == []
+    stored = await stores[0].messages(KEY.id)
+    assert [m.text for m in stored] == ["one", "two"]
+    await clock.advance(60)  # a new window; two deliveries of one message at once
+    m4 = msg(text="four")
+    both = await asyncio.gather(a.ingest(m4), b.ingest(m4))
+    assert sorted(r.status for r in both) == ["accepted", "duplicate"]
+    assert (await a.ingest(msg(text="five"))).status == "accepted"  # m4 counted once
+    await settle()
+    assert fronts[0].texts(KEY) == ["slow down"] and fronts[1].texts(KEY) == []
+    too_long = msg(text="x" * 21)
+    assert (await a.ingest(too_long)).status == "ignored"
+    await clock.advance(60)  # its notice window is over: a repeat must still not notice again
+    assert (await b.ingest(too_long)).status == "duplicate"
+    await settle()
+    assert fronts[0].texts(KEY) == ["slow down", "too long"] and fronts[1].texts(KEY) == []
+    for store in stores:
+        await store.close()
 
 
 async def test_message_size_cap_refuses_with_a_notice(

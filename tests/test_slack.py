@@ -58,6 +58,24 @@ async def test_channel_mention_gets_one_reply_in_its_thread(api: FakeSlackApi, b
     assert "conversations.replies" not in api.methods()  # remembered, no lookup needed
 
 
+async def test_mention_twins_count_once_against_the_rate_limit(api: FakeSlackApi) -> None:
+    """Slack sends a channel mention twice (`app_mention` and `message`): one message, counted
+    once. Past the limit, both twins are refused, with one notice between them."""
+    limits = {"user_messages_per_window": 1, "window_seconds": 3600, "rate_notice": "slow down"}
+    async with running_bot(api, limits=limits) as bot:
+        for n, text in [(1, "what's our SLA?"), (2, "and for EU?")]:
+            mention = f"<@{BOT_USER}> {text}"
+            assert await bot.send(channel_message(ts(n), mention, event_type="app_mention")) == 200
+            assert await bot.send(channel_message(ts(n), mention)) == 200
+        await bot.step(1.5)
+        assert [(p.thread_ts, p.text) for p in api.posts()] == [
+            (ts(2), "slow down"),
+            (ts(1), "reply to: what's our SLA?"),
+        ]
+        key = ConversationKey("slack", TEAM, "C1", ts(2))
+        assert await bot.store.conversation_state(key.id) is None  # refused: never stored
+
+
 async def test_channel_messages_without_mention_are_ignored_unless_listened(
     api: FakeSlackApi,
 ) -> None:

@@ -6,6 +6,11 @@ gateway event seen twice (a RESUME replay, two processes on one shard) is one st
 engine dedupes by message id. The `/reset` slash command (`commands`) becomes `ResetConversation`
 for the conversation its user is in there. Out: `posting.post_reply`. Startup problems a user must
 fix (bad token, Message Content intent off, bad shard settings) become one `ConfigError` line.
+
+A gateway connection that ends for good while running (discord.py gave up reconnecting) is
+reported to the host as a failure, so the process stops and exits non-zero. At shutdown there is
+no `stop_intake`: Discord never delivers an event again, so one refused would be lost, while one
+stored is answered by another process or after the restart; events are stored until `stop`.
 """
 
 from __future__ import annotations
@@ -110,6 +115,7 @@ class DiscordFrontend:
         self._token = token
         self._ready = asyncio.Event()
         self._connection: asyncio.Task[None] | None = None
+        self._stopping = False
         self._posted: OrderedDict[str, dict[int, str]] = OrderedDict()
 
     # lifecycle -------------------------------------------------------------------------------
@@ -143,17 +149,18 @@ class DiscordFrontend:
         await commands.register_commands(self.client, self.client.tree)
 
     async def stop(self) -> None:
+        self._stopping = True
         await self.typing.close()
         await self.client.close()
         if self._connection is not None:
             await asyncio.gather(self._connection, return_exceptions=True)
 
     def _connection_ended(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled() or task.exception() is None:
-            return  # stopped on purpose
-        log.error("%s", _connect_error(task))
+        """discord.py reconnects by itself; if the connection ends anyway, it ended for good."""
+        if self._stopping or task.cancelled():
+            return
         if self.host is not None:
-            self.host.request_stop()
+            self.host.frontend_failed(self.platform, _connect_error(task))
 
     # in --------------------------------------------------------------------------------------
     async def on_ready(self) -> None:
@@ -267,6 +274,8 @@ class DiscordFrontend:
 def _connect_error(task: asyncio.Task[None]) -> BurstbotError:
     """One line for why the gateway connection ended."""
     exc = task.exception() if not task.cancelled() else None
+    if exc is None:
+        return BurstbotError("discord: the gateway connection closed")
     if isinstance(exc, discord.PrivilegedIntentsRequired):
         return ConfigError(INTENT_HELP)
     if isinstance(exc, discord.LoginFailure):

@@ -78,6 +78,7 @@ class SlackFrontend:
         self._threads: OrderedDict[tuple[str, str], tuple[bool, float]] = OrderedDict()
         self.identity = Identity("", "", "")
         self.http_port: int | None = None
+        self._accepting = True
 
     # lifecycle --------------------------------------------------------------------------------
     async def start(self, host: Host) -> None:
@@ -125,7 +126,17 @@ class SlackFrontend:
         log.info("slack: connected as %s in team %s (%s mode)", self.identity.bot_user_id,
                  self.identity.team_id, self.config.mode)  # fmt: skip
 
+    async def stop_intake(self) -> None:
+        """Shutdown: take no more events, keep posting. Slack delivers them again: in HTTP mode
+        it retries on our 503 (another process behind the load balancer, or the restarted one);
+        in Socket Mode it sends them over the app's other connections, or again later."""
+        self._accepting = False
+        if self._socket is not None:
+            await self._socket.close_async()
+            self._socket = None
+
     async def stop(self) -> None:
+        self._accepting = False
         if self._socket is not None:
             await self._socket.close_async()
             self._socket = None
@@ -157,6 +168,8 @@ class SlackFrontend:
 
     async def _serve_http(self, bolt: AsyncApp) -> None:
         async def endpoint(request: web.Request) -> web.Response:
+            if not self._accepting:
+                return web.Response(status=503, text="shutting down")
             return await to_aiohttp_response(
                 await bolt.async_dispatch(await to_bolt_request(request))
             )

@@ -31,7 +31,8 @@ import contextlib
 import functools
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from typing import Any
 
 from bot.core.burst import Burst, spent
 from bot.core.clock import Clock
@@ -91,6 +92,7 @@ class Engine:
         self.supervisor = Supervisor(store, clock, settings)
         self.sleeping_until = math.inf
         self._workers: dict[str, asyncio.Task[bool]] = {}
+        self._committing: set[str] = set()  # workers committing or delivering an outcome
         self._closing = False
 
     def subscribe(self, listener: Listener) -> None:
@@ -164,6 +166,7 @@ class Engine:
         """A freed slot or a settled conversation may have work due now; a worker that could not
         even take the lease (the store failing) does not wake the loop, or it would spin."""
         self._workers.pop(conversation_id, None)
+        self._committing.discard(conversation_id)
         if task.cancelled() or task.exception() is not None or task.result():
             self.wakeup.set()
 
@@ -223,6 +226,7 @@ class Engine:
     async def _all_deleted(self, burst: Burst) -> None:
         """Every message of the burst was deleted: answered without a reply (skipped, logged)."""
         cid, now = burst.lease.conversation_id, burst.started_at
+        self._committing.add(cid)
         done = await self.store.commit(cid, burst.final_check(now), now, burst.timing, None)
         if isinstance(done, Discarded):
             await self.store.release_lease(cid, burst.lease.token)
@@ -235,6 +239,7 @@ class Engine:
         """A cost guard stopped the burst: no model call. It is answered with the guard's notice,
         or silently (skipped, logged) when that notice was already sent this window."""
         cid, now = burst.lease.conversation_id, burst.started_at
+        self._committing.add(cid)
         notice = None if refusal.notice is None else burst.apology(refusal.notice)
         check = burst.final_check_past_newer_input()
         done = await self.store.commit(cid, check, now, burst.timing, notice)
@@ -283,6 +288,7 @@ class Engine:
     # 5. final check + commit ----------------------------------------------------------------------
     async def _commit(self, burst: Burst, text: str, usage: Usage) -> None:
         lease, cid = burst.lease, burst.lease.conversation_id
+        self._committing.add(cid)
         now = self.clock.now()
         reply = burst.answer(text, usage)
         done = await self.store.commit(cid, burst.final_check(now), now, burst.timing, reply)
@@ -302,6 +308,7 @@ class Engine:
     # 7. model failures ----------------------------------------------------------------------------
     async def _model_failed(self, burst: Burst, usage: Usage, exc: ReplierError) -> None:
         lease, cid = burst.lease, burst.lease.conversation_id
+        self._committing.add(cid)
         attempts = lease.failed_attempts + 1
         await self._record(burst, "failed", usage, str(exc))
         now = self.clock.now()
@@ -344,15 +351,51 @@ class Engine:
         while running := [*self._workers.values(), *self.outbox.running, *self.indicator.running]:
             await asyncio.gather(*running, return_exceptions=True)
 
-    async def shutdown(self) -> None:
-        """Stop taking work, cancel generations, release our leases; timers and outbox stay."""
+    def stop_taking_work(self) -> None:
+        """No new timers are served; generations still streaming are cancelled (each worker
+        releases its lease). Workers already committing or delivering an outcome go on (see
+        `finish`): a reply cut off halfway helps nobody."""
         self._closing = True
-        for task in list(self._workers.values()):
-            task.cancel()
+        for cid, task in self._workers.items():
+            if cid not in self._committing:
+                task.cancel()
+
+    async def finish(self, grace: float, others: Collection[asyncio.Task[None]] = ()) -> None:
+        """Give commits and deliveries in flight (and `others`, e.g. notices) `grace` seconds on
+        the engine's clock, then cancel what is left. A cancelled delivery keeps its claim until
+        `release`: the front ends stop first, so nothing of ours posts after another process
+        took the row over."""
+
+        def running() -> list[asyncio.Task[Any]]:
+            return [*self._workers.values(), *self.outbox.running, *self.indicator.running, *others]
+
+        timeout = asyncio.ensure_future(self.clock.sleep(grace))
+        try:
+            while (left := running()) and not timeout.done():
+                await asyncio.wait({*left, timeout}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timeout.cancel()
+        if left := running():
+            log.warning("shutdown: %d task(s) still committing or delivering; cancelled", len(left))
+            for task in left:
+                if not task.cancelling():  # a generation cancelled above is releasing its lease
+                    task.cancel()
+            await asyncio.gather(*left, return_exceptions=True)
         await self.idle()
+
+    async def release(self) -> None:
+        """Release every lease and delivery claim still held under our owner name, so another
+        process takes them over at once instead of waiting for them to expire."""
         released = await self.store.release_owner(self.owner)
         if released:
             log.info("released %d lease(s) on shutdown", released)
+
+    async def shutdown(self, grace: float = 0.0) -> None:
+        """Stop taking work, cancel generations, let deliveries finish within `grace`, release
+        our leases and claims; timers and the outbox stay in the database."""
+        self.stop_taking_work()
+        await self.finish(grace)
+        await self.release()
 
 
 def _text_of(generation: asyncio.Task[str], conversation_id: str) -> str:

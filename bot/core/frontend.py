@@ -4,12 +4,17 @@ An adapter (Slack, Discord, console) converts platform events into `bot.core.eve
 hands them to the `Host` (the running app: engine + store); for the way back it implements
 `Frontend`. `deliver` must be idempotent by `reply.id`: asked twice for one reply (a crash
 between posting and recording it), it posts once.
+
+Shutdown asks a front end twice: first to stop taking events (optional `stop_intake`, see
+`stop_intake` below), while replies in flight are still being posted through it; then, once they
+are done or cancelled, to `stop` altogether.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
+from bot.core.errors import BurstbotError
 from bot.core.events import ConversationKey, Event, Reply
 from bot.core.store import IngestResult
 
@@ -29,6 +34,11 @@ class Host(Protocol):
 
     def request_stop(self) -> None:
         """Ask the whole process to shut down gracefully (e.g. the console's stdin ended)."""
+        ...
+
+    def frontend_failed(self, platform: str, error: BurstbotError) -> None:
+        """This front end stopped working for good (a connection it cannot restore): the whole
+        process shuts down cleanly and then fails with `error`, so a supervisor restarts it."""
         ...
 
 
@@ -53,3 +63,14 @@ class Frontend(Protocol):
     async def show_busy(self, key: ConversationKey, busy: bool) -> None:
         """Start or stop the thinking indicator for a conversation (best effort, never raises)."""
         ...
+
+
+async def stop_intake(frontend: Frontend) -> None:
+    """Shutdown's first step: the front end takes no more events, but can still post.
+
+    Optional: a front end may define `async def stop_intake(self) -> None`. It should refuse only
+    what its platform delivers again (Slack retries an event that gets no 2xx); an event no
+    platform redelivers is better stored, since another process or the restart answers it."""
+    method = getattr(frontend, "stop_intake", None)
+    if method is not None:
+        await method()

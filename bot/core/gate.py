@@ -20,10 +20,14 @@ log = logging.getLogger("burstbot.gate")
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """Why a guard said no, and the notice to send (None: already sent this window)."""
+    """Why a guard said no, and the notice to send (None: already sent this window).
+
+    `repeat`: another delivery of a message refused before; the refusal was logged and noticed
+    then, so this one is dropped quietly, as a duplicate."""
 
     reason: str
     notice: str | None
+    repeat: bool = False
 
 
 class BurstGate(Protocol):

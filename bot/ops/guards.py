@@ -12,6 +12,14 @@ Where each check lives, and why:
 Counters live in the database (`CounterStore`), in fixed windows: the rate window for rate and
 size limits, the UTC day for budgets. Each notice is sent at most once per window and subject;
 later refusals in that window are silent (and still logged).
+
+A platform may deliver one message more than once (Slack's `app_mention`/`message` twins, retries,
+two processes on one shard), to any process. The arrival check is decided once per message id:
+the first delivery counts and decides, in one transaction with remembering the outcome
+(`add_once`); a repeat, wherever it lands, reads that outcome back. It never counts against the
+rate and never sends a notice, and a refused message's repeat is refused too (the engine would
+otherwise store it). A lookup of stored messages could not do this: a refused message is never
+stored, and twins arrive together, before either is.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from bot.core.gate import Refusal
 from bot.core.store import StoredMessage, TokenUsage
 
 DAY_SECONDS = 86_400.0
+REPEAT_MEMORY_SECONDS = 3_600.0  # well past Slack's last retry (5 minutes) and a gateway resume
 
 
 @runtime_checkable
@@ -33,6 +42,20 @@ class CounterStore(Protocol):
         self, scope: str, window_start: int, amount: int, expires_at: float, now: float
     ) -> int:
         """Atomically add to a windowed counter and return its new total (expired rows pruned)."""
+        ...
+
+    async def add_once(
+        self,
+        key: str,
+        scope: str,
+        window_start: int,
+        expires_at: float,
+        key_expires_at: float,
+        now: float,
+    ) -> tuple[int, bool]:
+        """Add 1 to a windowed counter once per `key` and remember the new total until
+        `key_expires_at`: returns (that total, True) for the first call and (the same total,
+        False) for every later one, which adds nothing, even when calls race."""
         ...
 
     async def read_counter(self, scope: str, window_start: int) -> int: ...
@@ -74,16 +97,28 @@ class CostGuards:
 
     # arrival ---------------------------------------------------------------------------------
     async def check_message(self, message: IncomingMessage, now: float) -> Refusal | None:
-        lim, platform = self.limits, message.key.platform
-        if lim.admins_exempt and self.is_admin(platform, message.author_id):
+        """Size, then rate; decided once per message id (see the module docstring)."""
+        lim, key = self.limits, message.key
+        if lim.admins_exempt and self.is_admin(key.platform, message.author_id):
             return None
-        user = f"{platform}:{message.author_id}"
+        user = f"{key.platform}:{message.author_id}"
+        delivery = f"{key.platform}/{key.workspace}/{message.message_id}"
+        window, expires = self._window(now)
+        remember = now + max(REPEAT_MEMORY_SECONDS, lim.window_seconds)
         if lim.max_message_chars and len(message.text) > lim.max_message_chars:
+            _, first = await self.counters.add_once(
+                f"too_long:{delivery}", f"too_long:{user}", window, expires, remember, now
+            )
+            if not first:
+                return Refusal("message_too_long", None, repeat=True)
             return await self._refuse("message_too_long", user, lim.size_notice, now)
         if lim.user_messages_per_window:
-            window, expires = self._window(now)
-            count = await self.counters.add_to_counter(f"rate:{user}", window, 1, expires, now)
+            count, first = await self.counters.add_once(
+                f"rate:{delivery}", f"rate:{user}", window, expires, remember, now
+            )
             if count > lim.user_messages_per_window:
+                if not first:
+                    return Refusal("rate_limited", None, repeat=True)
                 return await self._refuse("rate_limited", user, lim.rate_notice, now)
         return None
 

@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted
 from bot.core.store import Committed, FinalCheck, NewReply, OutboxRow, Store, Timing
 from bot.ops.guards import CounterStore
 from bot.ops.inspection import StoreInspector
+from tests.contract.conftest import Backend
 
 T = Timing(quiet_seconds=2.0, max_wait_seconds=10.0)
 KEY = ConversationKey("test", "w", "c1")
@@ -58,6 +61,24 @@ async def test_counters_add_atomically_per_window_and_expire(store: Store) -> No
     await store.add_to_counter("other", 1, 1, expires_at=300.0, now=150.0)  # prunes window 7
     assert await store.read_counter("rate:u", 7) == 0
     assert await store.read_counter("rate:u", 8) == 1
+
+
+async def test_a_key_adds_to_a_counter_once_and_repeats_its_total(backend: Backend) -> None:
+    """Twin deliveries of one message, racing on separate connections: exactly one adds."""
+    stores = [await backend.new_store() for _ in range(3)]
+    if not isinstance(stores[0], CounterStore):
+        pytest.skip("this backend keeps no cost-guard counters")
+    counters = [s for s in stores if isinstance(s, CounterStore)]
+    assert await counters[0].add_once("m0", "rate:u", 7, 100.0, 500.0, now=10.0) == (1, True)
+    outcomes = await asyncio.gather(
+        *(c.add_once("m1", "rate:u", 7, 100.0, 500.0, now=10.0) for c in counters for _ in "ab")
+    )
+    assert sorted(outcomes) == [(2, False)] * 5 + [(2, True)]
+    assert await counters[1].read_counter("rate:u", 7) == 2
+    assert await counters[2].add_once("m0", "rate:u", 8, 200.0, 500.0, now=150.0) == (1, False)
+    assert await counters[2].read_counter("rate:u", 8) == 0  # a repeat adds to no window
+    await counters[0].add_to_counter("other", 1, 1, expires_at=900.0, now=600.0)  # forgets m0
+    assert await counters[0].add_once("m0", "rate:u", 9, 900.0, 1000.0, now=600.0) == (1, True)
 
 
 async def test_inspection_lists_active_conversations_and_every_message(store: Store) -> None:
