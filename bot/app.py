@@ -76,7 +76,8 @@ def build_frontends(config: Config) -> list[Frontend]:
 def build_store(config: Config) -> Store:
     from storage import open_store
 
-    return open_store(config.storage.url, config.storage.pool_size)
+    storage = config.storage
+    return open_store(storage.url, storage.pool_size, storage.busy_timeout_seconds)
 
 
 class DemoWiring:
@@ -231,7 +232,11 @@ class App:
         if self.config.metrics.enabled:
             metrics = self.config.metrics
             server = MetricsServer(self.metrics, self.store.next_due_at, metrics.host, metrics.port)
-            await server.start()
+            try:
+                await server.start()
+            except BaseException:
+                await self.store.close()  # e.g. the port is taken: nothing else started yet
+                raise
             self.metrics_server = server
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -29,6 +29,7 @@ class Section(BaseModel):
 class StorageConfig(Section):
     url: str = "sqlite:///burstbot.db"
     pool_size: int = Field(default=10, ge=1, le=200)
+    busy_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
 
 
 class DebounceConfig(Section):

@@ -6,14 +6,14 @@ from bot.core.errors import ConfigError
 from bot.core.store import Store
 
 
-def open_store(url: str, pool_size: int = 10) -> Store:
+def open_store(url: str, pool_size: int = 10, busy_timeout_seconds: float = 10.0) -> Store:
     """Build (not yet open) the store named by `url`: sqlite:///path, sqlite://:memory:, postgresql://."""
     if url.startswith("sqlite://"):
         from storage.sqlite import SqliteStore
 
         path = url.removeprefix("sqlite://")
         path = path.removeprefix("/") if path.startswith("/") else path
-        return SqliteStore(path or ":memory:")
+        return SqliteStore(path or ":memory:", busy_timeout_ms=round(busy_timeout_seconds * 1000))
     if url.startswith(("postgresql://", "postgres://")):
         try:
             import asyncpg  # noqa: F401

@@ -54,8 +54,13 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         self._batcher = IngestBatcher(self._ingest_batch)
 
     async def open(self) -> None:
+        """Connect, configure and migrate. On any failure the connection is closed again: its
+        worker thread would otherwise keep the process alive after the error is reported."""
         try:
             self._db = await aiosqlite.connect(self.path, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+        try:
             self._db.row_factory = sqlite3.Row
             await self._db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
             if self.path != ":memory:":
@@ -65,14 +70,24 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
             await self._migrate()
             for statement in _statements(Q["create_ingest_batch"]):
                 await self._db.execute(statement)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+        except BaseException as exc:
+            await self._close_connection()
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+            raise
 
     async def close(self) -> None:
-        await self._batcher.wait_idle()
-        if self._db is not None:
-            await self._db.close()
-            self._db = None
+        """Safe to call more than once, and after a failed `open`."""
+        try:
+            await self._batcher.wait_idle()
+        finally:
+            await self._close_connection()
+
+    async def _close_connection(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            with contextlib.suppress(sqlite3.Error, ValueError):
+                await db.close()  # stops the worker thread even when closing reports an error
 
     # the seam --------------------------------------------------------------------------------
     async def _schema_in_use(self, db: aiosqlite.Connection) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,31 @@ async def test_a_cancelled_single_statement_leaves_no_statement_in_progress(pass
         assert await store.release_owner("nobody") == 0
     finally:
         await store.close()
+
+
+def connection_threads() -> int:
+    return sum("_connection_worker_thread" in t.name for t in threading.enumerate())
+
+
+@pytest.mark.parametrize("content", ["not a database", "newer schema", "foreign tables"])
+async def test_a_failed_open_closes_its_connection(tmp_path: Path, content: str) -> None:
+    """aiosqlite's worker thread would keep the process alive after the error is reported."""
+    path = tmp_path / "x.db"
+    if content == "not a database":
+        path.write_bytes(b"plain text, not SQLite\n" * 50)
+    else:
+        with sqlite3.connect(path) as db:
+            if content == "newer schema":
+                db.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
+            else:
+                db.execute("CREATE TABLE conversations (name TEXT)")
+    before = connection_threads()
+    store = SqliteStore(str(path))
+    with pytest.raises(StoreError):
+        await store.open()
+    for _ in range(100):
+        if connection_threads() == before:
+            break
+        await asyncio.sleep(0.01)
+    assert connection_threads() == before
+    await store.close()  # still safe afterwards

@@ -54,7 +54,18 @@ async def _run(config: Config) -> None:
     frontends = build_frontends(config)
     store = build_store(config)
     logging.getLogger("burstbot").info("replier: %s", config.llm.provider)
-    await App(config, store, replier, frontends).run()
+    try:
+        await App(config, store, replier, frontends).run()
+    finally:
+        await _close_quietly(store)  # also when startup or shutdown failed half-way
+
+
+async def _close_quietly(store: Store) -> None:
+    """Close the store on an error path; the first error is the one worth reporting."""
+    try:
+        await store.close()
+    except Exception as exc:
+        logging.getLogger("burstbot").warning("closing the store failed: %s", exc)
 
 
 async def _with_store(config: Config, command: str, args: argparse.Namespace) -> int:
@@ -67,8 +78,8 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
     if command != "migrate" and database is not None and not database.exists():
         raise ConfigError(f"storage.url: no database at {database} (run `burstbot migrate`)")
     store: Store = build_store(config)
-    await store.open()
     try:
+        await store.open()
         if command == "migrate":
             version = getattr(store, "schema_version", "?")
             from bot.cli.check import display_url
@@ -95,7 +106,7 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
         print("\n".join(lines))
         return 0
     finally:
-        await store.close()
+        await _close_quietly(store)
 
 
 def _sqlite_file(url: str) -> Path | None:
