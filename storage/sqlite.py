@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
@@ -57,9 +58,11 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         """Connect, configure and migrate. On any failure the connection is closed again: its
         worker thread would otherwise keep the process alive after the error is reported."""
         try:
+            _create_private(self.path)
             self._db = await aiosqlite.connect(self.path, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+        except (sqlite3.Error, OSError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise StoreError(f"cannot open SQLite database {self.path!r}: {reason}") from exc
         try:
             self._db.row_factory = sqlite3.Row
             await self._db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
@@ -173,6 +176,18 @@ async def _to_completion(statement: Awaitable[T]) -> T:
     if cancelled:
         raise asyncio.CancelledError
     return result
+
+
+def _create_private(path: str) -> None:
+    """Create a new database file readable by its owner only (0600) before SQLite opens it.
+
+    SQLite gives the WAL and shared-memory files the database file's permissions, so they are
+    private too. An existing file is left as it is.
+    """
+    if path == ":memory:" or path.startswith("file:"):
+        return
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 def _statements(script: str) -> Iterable[str]:

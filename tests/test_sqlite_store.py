@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
+import stat
 import threading
 from pathlib import Path
 
@@ -107,3 +109,26 @@ async def test_a_failed_open_closes_its_connection(tmp_path: Path, content: str)
         await asyncio.sleep(0.01)
     assert connection_threads() == before
     await store.close()  # still safe afterwards
+
+
+def file_modes(folder: Path) -> dict[str, int]:
+    return {f.name: stat.S_IMODE(f.stat().st_mode) for f in folder.iterdir()}
+
+
+async def test_the_database_and_its_wal_are_private_to_their_owner(tmp_path: Path) -> None:
+    previous = os.umask(0o022)  # the usual default, which would make new files 0644
+    try:
+        store = SqliteStore(str(tmp_path / "private.db"))
+        await store.open()
+        await store.ingest(message(1), 0.0, T)
+        modes = file_modes(tmp_path)
+        await store.close()
+    finally:
+        os.umask(previous)
+    assert modes == {"private.db": 0o600, "private.db-shm": 0o600, "private.db-wal": 0o600}
+
+
+def test_the_service_unit_keeps_new_files_private() -> None:
+    unit = (Path(__file__).resolve().parent.parent / "deploy" / "burstbot.service").read_text()
+    service = unit.split("[Service]", 1)[1].split("\n[", 1)[0]
+    assert "UMask=0077" in service.splitlines()
