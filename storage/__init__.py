@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 from bot.core.errors import ConfigError
 from bot.core.store import Store
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,29}")
 
 
 def open_store(url: str, pool_size: int = 10, busy_timeout_seconds: float = 10.0) -> Store:
@@ -25,7 +29,11 @@ def open_store(url: str, pool_size: int = 10, busy_timeout_seconds: float = 10.0
         from storage.postgres import PostgresStore
 
         return PostgresStore(url, pool_size=pool_size)
-    scheme = url.split("://", 1)[0] if "://" in url else url[:20]  # never echo a password
-    raise ConfigError(
-        f"storage.url: unsupported scheme {scheme!r} (use sqlite:/// or postgresql://)"
+    scheme, separator, _ = url.partition("://")
+    if separator and _SCHEME.fullmatch(scheme):
+        raise ConfigError(
+            f"storage.url: unsupported scheme {scheme!r} (use sqlite:/// or postgresql://)"
+        )
+    raise ConfigError(  # no part of it is shown: without a scheme, any part may be a password
+        "storage.url: not a storage URL (use sqlite:///path or postgresql://user@host/db)"
     )
