@@ -36,6 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     explain = commands.add_parser("explain", help="one conversation's timeline from stored data")
     explain.add_argument("conversation", help="platform/workspace/channel/thread (see status)")
     explain.add_argument("--config", help=config_help)
+    explain.add_argument(
+        "--redact", action="store_true", help="show message and reply lengths, not their text"
+    )
     migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
     migrate.add_argument("--config", help=config_help)
     demo = commands.add_parser("demo", help="watch a scripted fast typer get one reply per burst")
@@ -72,7 +75,7 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
     from bot.app import build_store
     from bot.cli.explain import explain_lines, normalize_conversation_id
     from bot.cli.status import status_lines
-    from bot.ops.inspection import StoreInspector
+    from bot.ops.inspection import StoreInspector, printable
 
     database = _sqlite_file(config.storage.url)
     if command != "migrate" and database is not None and not database.exists():
@@ -97,13 +100,13 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
             except ValueError as exc:
                 print(f"burstbot: {exc}", file=sys.stderr)
                 return EXIT_USAGE
-            found = await explain_lines(store, cid, now)
+            found = await explain_lines(store, cid, now, redact=args.redact)
             if found is None:
                 print(f"burstbot: no conversation {cid!r} (see `burstbot status --all`)",
                       file=sys.stderr)  # fmt: skip
                 return 1
             lines = found
-        print("\n".join(lines))
+        print("\n".join(printable(line) for line in lines))
         return 0
     finally:
         await _close_quietly(store)
