@@ -18,7 +18,7 @@ import logging
 import aiohttp
 import discord
 
-from adapters.discord.render import nonce_for, split_message
+from adapters.discord.render import nonce_for, split_message, to_discord
 from bot.core.errors import DeliveryError, PermanentDeliveryError, RetryableDeliveryError
 from bot.core.events import Reply
 
@@ -34,7 +34,7 @@ async def post_reply(
     mentions: discord.AllowedMentions,
 ) -> list[str]:
     """Post every part not yet in `posted`; return the message ids of all parts."""
-    parts = split_message(reply.text)
+    parts = split_message(to_discord(reply.text))
     for index, text in enumerate(parts):
         if index in posted:
             continue
