@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from markdown_it import MarkdownIt
@@ -29,6 +29,7 @@ from markdown_it.tree import SyntaxTreeNode
 
 ZERO_WIDTH_SPACE = "\u200b"
 RULE = "──────────"
+TRUNCATED_NOTE = "… (reply truncated: too long to post in full)"
 LINK_SCHEMES = ("http://", "https://", "mailto:")
 
 _BROADCAST = re.compile(r"@(channel|here|everyone)", re.IGNORECASE)
@@ -242,3 +243,20 @@ def plain_text(node: SyntaxTreeNode) -> str:
     if node.type in ("softbreak", "hardbreak"):
         return " "
     return "".join(plain_text(child) for child in node.children)
+
+
+def cap_parts(
+    parts: list[str], max_parts: int, limit: int, split: Callable[[str, int], list[str]]
+) -> list[str]:
+    """At most `max_parts` parts; when some are dropped, the last one kept ends with a note.
+
+    The last part is re-split to make room for the note, with the platform's own splitter, so its
+    code blocks stay balanced. Deterministic: a re-delivery computes the same parts.
+    """
+    if len(parts) <= max_parts:
+        return parts
+    kept = parts[:max_parts]
+    room = limit - len(TRUNCATED_NOTE) - 1
+    last = kept[-1] if len(kept[-1]) <= room else split(kept[-1], room)[0]
+    kept[-1] = f"{last}\n{TRUNCATED_NOTE}"
+    return kept

@@ -41,6 +41,13 @@ DAY = 86_400.0
 MANY = 1_000_000_000_000
 """The ceiling of counters and budgets: far above any real use, far below integer overflow."""
 STORAGE_SCHEMES = ("sqlite", "postgresql", "postgres")
+MAX_PARTS_PER_REPLY = 10
+"""Posts one reply may become: 35,000 characters on Slack, 20,000 on Discord (about 9,000 and
+5,000 tokens, several times the default `llm.max_tokens`); the rest is cut with a note."""
+MAX_MESSAGE_CHARS = 16_000
+"""About 4,000 tokens: half the default `llm.max_context_tokens`, so one message cannot crowd
+out the rest of its burst and the history; well above Discord's 2,000 (4,000 with Nitro) and
+any everyday Slack message. Longer ones are refused at arrival with `size_notice`."""
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,29}")
 
 
@@ -137,6 +144,7 @@ class SlackConfig(Section):
     listen_channels: list[str] = Field(default_factory=list)
     thinking_indicator: Literal["auto", "reaction", "off"] = "auto"
     thinking_reaction: str = Field(default="hourglass_flowing_sand", min_length=1)
+    max_parts_per_reply: int = Field(default=MAX_PARTS_PER_REPLY, ge=1, le=100)
 
 
 class DiscordConfig(Section):
@@ -147,6 +155,7 @@ class DiscordConfig(Section):
     scope: Literal["channel", "user"] = "channel"
     allow_dms: bool = True
     mention_author: bool = True
+    max_parts_per_reply: int = Field(default=MAX_PARTS_PER_REPLY, ge=1, le=100)
     shard_id: int | None = Field(default=None, ge=0, le=100_000)
     shard_count: int | None = Field(default=None, ge=1, le=100_000)
 
@@ -189,7 +198,7 @@ class LimitsConfig(Section):
     window_seconds: float = Field(default=60.0, gt=0, le=DAY)
     user_daily_tokens: int = Field(default=0, ge=0, le=MANY)
     global_daily_tokens: int = Field(default=0, ge=0, le=MANY)
-    max_message_chars: int = Field(default=0, ge=0, le=MANY)
+    max_message_chars: int = Field(default=MAX_MESSAGE_CHARS, ge=0, le=MANY)
     max_burst_chars: int = Field(default=0, ge=0, le=MANY)
     max_burst_messages: int = Field(default=0, ge=0, le=MANY)
     admins_exempt: bool = True

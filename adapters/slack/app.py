@@ -104,6 +104,7 @@ class SlackFrontend:
             self.identity,
             indicator=self.config.thinking_indicator,
             reaction=self.config.thinking_reaction,
+            max_parts=self.config.max_parts_per_reply,
         )
         bolt_logger = logging.getLogger("burstbot.slack.bolt")
         bolt_logger.addFilter(_drop_token_unused_warning)
