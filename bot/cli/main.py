@@ -64,7 +64,8 @@ async def _run(config: Config) -> None:
 
 
 async def _close_quietly(store: Store) -> None:
-    """Close the store on an error path; the first error is the one worth reporting."""
+    """Close the store whatever happened before; a failure to close is logged, not raised, so
+    the error that stopped the command is the one reported."""
     try:
         await store.close()
     except Exception as exc:
