@@ -1,4 +1,4 @@
-"""Store implementations of `bot.store.Store`; `open_store(url)` picks one by URL scheme."""
+"""Store implementations of `bot.core.store.Store`; `open_store(url)` picks one by scheme."""
 
 from __future__ import annotations
 
@@ -15,19 +15,17 @@ def open_store(url: str, pool_size: int = 10, busy_timeout_seconds: float = 10.0
     if url.startswith("sqlite://"):
         from storage.sqlite import SqliteStore
 
-        path = url.removeprefix("sqlite://")
-        path = path.removeprefix("/") if path.startswith("/") else path
+        path = url.removeprefix("sqlite://").removeprefix("/")  # sqlite:////abs or sqlite:///rel
         return SqliteStore(path or ":memory:", busy_timeout_ms=round(busy_timeout_seconds * 1000))
     if url.startswith(("postgresql://", "postgres://")):
         try:
-            import asyncpg  # noqa: F401
+            import asyncpg  # noqa: F401  (an extra)
+
+            from storage.postgres import PostgresStore
         except ImportError:
             raise ConfigError(
-                "storage.url: PostgreSQL needs asyncpg; install it with "
-                "pip install 'burstbot[postgres]'"
+                "storage.url: PostgreSQL needs asyncpg; pip install 'burstbot[postgres]'"
             ) from None
-        from storage.postgres import PostgresStore
-
         return PostgresStore(url, pool_size=pool_size)
     scheme, separator, _ = url.partition("://")
     if separator and _SCHEME.fullmatch(scheme):

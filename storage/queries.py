@@ -27,11 +27,7 @@ def load_queries(*filenames: str) -> dict[str, str]:
 
 
 def migrations(queries: dict[str, str]) -> list[str]:
-    found = sorted(
-        (int(name.removeprefix("migration_")), sql)
-        for name, sql in queries.items()
-        if name.startswith("migration_")
-    )
-    if [number for number, _ in found] != list(range(1, len(found) + 1)):
+    numbered = {int(n[10:]): q for n, q in queries.items() if n.startswith("migration_")}
+    if sorted(numbered) != list(range(1, len(numbered) + 1)):
         raise ValueError("migrations must be numbered 1, 2, 3, ... without gaps")
-    return [sql for _, sql in found]
+    return [numbered[number] for number in sorted(numbered)]

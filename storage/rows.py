@@ -4,23 +4,15 @@ asyncpg.Record read alike; every statement uses the same parameter names)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict
-from typing import Any, Protocol
+from dataclasses import asdict, fields
+from typing import Any, Protocol, TypeVar
 
+from bot.core import store as contract
 from bot.core.events import IncomingMessage
-from bot.core.store import (
-    ConversationState,
-    DueTimer,
-    GenerationRecord,
-    NewReply,
-    OutboxRow,
-    StoredMessage,
-    TokenUsage,
-)
 from bot.ops.inspection import ConversationSummary
 
 Params = Mapping[str, Any]
-_USAGE = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+R = TypeVar("R")
 
 
 class Row(Protocol):
@@ -34,63 +26,37 @@ def message_uid(platform: str, workspace: str, message_id: str) -> str:
     return f"{platform}/{workspace}/{message_id}"
 
 
-def message_from_row(r: Row) -> StoredMessage:
-    return StoredMessage(
-        seq=int(r["seq"]), message_id=str(r["message_id"]), author_id=str(r["author_id"]),
-        author_name=str(r["author_name"]), text=str(r["text"]),
-        created_at=float(r["created_at"]), edited_at=_time(r["edited_at"]),
-        deleted=bool(r["deleted"]),
-    )  # fmt: skip
+def _record(kind: type[R], r: Row, **computed: Any) -> R:
+    """A record from the row's columns of the same names (both drivers return the Python types the
+    schema declares), with the fields that are not plain columns given by the caller."""
+    names = (f.name for f in fields(kind) if f.name not in computed)  # type: ignore[arg-type]
+    return kind(**{name: r[name] for name in names}, **computed)
+
+
+def message_from_row(r: Row) -> contract.StoredMessage:
+    return _record(contract.StoredMessage, r, deleted=bool(r["deleted"]))
 
 
 def summary_from_row(r: Row) -> ConversationSummary:
-    return ConversationSummary(
-        state=state_from_row(str(r["id"]), r), history_floor=int(r["history_floor"]),
-        pending_messages=int(r["pending_messages"]), outbox_pending=int(r["outbox_pending"]),
-        outbox_failed=int(r["outbox_failed"]), last_activity_at=float(r["last_activity_at"]),
-    )  # fmt: skip
+    return _record(ConversationSummary, r, state=state_from_row(str(r["id"]), r))
 
 
-def state_from_row(conversation_id: str, r: Row) -> ConversationState:
+def state_from_row(conversation_id: str, r: Row) -> contract.ConversationState:
     timer = None
     if r["due_at"] is not None:
-        timer = DueTimer(
-            conversation_id, float(r["due_at"]), float(r["deadline_at"]), int(r["armed_version"])
+        timer = contract.DueTimer(
+            conversation_id, r["due_at"], r["deadline_at"], r["armed_version"]
         )
-    return ConversationState(
-        conversation_id=conversation_id, version=int(r["version"]),
-        answered_version=int(r["answered_version"]), lease_owner=r["lease_owner"],
-        lease_token=int(r["lease_token"]), lease_expires_at=_time(r["lease_expires_at"]),
-        failed_attempts=int(r["failed_attempts"]), timer=timer,
-    )  # fmt: skip
+    return _record(contract.ConversationState, r, conversation_id=conversation_id, timer=timer)
 
 
-def outbox_from_row(r: Row, platform_message_ids: tuple[str, ...]) -> OutboxRow:
+def outbox_from_row(r: Row, platform_message_ids: tuple[str, ...]) -> contract.OutboxRow:
     """`platform_message_ids` is decoded by the caller (JSON text in SQLite, an array in PG)."""
-    return OutboxRow(
-        id=int(r["id"]), conversation_id=str(r["conversation_id"]), platform=str(r["platform"]),
-        covers_from_version=int(r["covers_from_version"]),
-        covers_to_version=int(r["covers_to_version"]), seen_version=int(r["seen_version"]),
-        text=str(r["text"]), kind=str(r["kind"]), state=r["state"], attempts=int(r["attempts"]),
-        next_attempt_at=float(r["next_attempt_at"]),
-        reply_to_message_id=r["reply_to_message_id"], platform_message_ids=platform_message_ids,
-        created_at=float(r["created_at"]), sent_at=_time(r["sent_at"]),
-        last_error=r["last_error"], claim_token=int(r["claim_token"]),
-    )  # fmt: skip
+    return _record(contract.OutboxRow, r, platform_message_ids=platform_message_ids)
 
 
-def generation_from_row(r: Row) -> GenerationRecord:
-    usage = TokenUsage(*(int(r[name]) for name in _USAGE))
-    return GenerationRecord(
-        conversation_id=str(r["conversation_id"]), lease_token=int(r["lease_token"]),
-        from_version=int(r["from_version"]), to_version=int(r["to_version"]),
-        started_at=float(r["started_at"]), ended_at=float(r["ended_at"]),
-        outcome=r["outcome"], usage=usage, error=r["error"],
-    )  # fmt: skip
-
-
-def _time(value: Any) -> float | None:
-    return None if value is None else float(value)
+def generation_from_row(r: Row) -> contract.GenerationRecord:
+    return _record(contract.GenerationRecord, r, usage=_record(contract.TokenUsage, r))
 
 
 # Records to statement parameters (the same names in every dialect's statements) ----------------
@@ -104,7 +70,12 @@ def message_params(message: IncomingMessage, now: float) -> dict[str, Any]:
 
 
 def reply_params(
-    cid: str, reply: NewReply, answered_version: int, version: int, seen_version: int, now: float
+    cid: str,
+    reply: contract.NewReply,
+    answered_version: int,
+    version: int,
+    seen_version: int,
+    now: float,
 ) -> dict[str, Any]:
     """`insert_reply`: covers from the prompt's answered version when the engine gave it."""
     covers_from = (
@@ -116,7 +87,7 @@ def reply_params(
             **asdict(reply.usage)}  # fmt: skip
 
 
-def generation_params(record: GenerationRecord) -> dict[str, Any]:
+def generation_params(record: contract.GenerationRecord) -> dict[str, Any]:
     return {"cid": record.conversation_id, "token": record.lease_token,
             "from_version": record.from_version, "to_version": record.to_version,
             "started_at": record.started_at, "ended_at": record.ended_at,

@@ -25,45 +25,30 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+from contextlib import AbstractAsyncContextManager
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
+from bot.core import store as contract
 from bot.core.errors import StoreError
 from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited
-from bot.core.store import (
-    CommitOutcome,
-    Committed,
-    ConversationState,
-    Discarded,
-    DueTimer,
-    FinalCheck,
-    GenerationRecord,
-    HistoryItem,
-    IngestResult,
-    Lease,
-    NewReply,
-    OutboxRow,
-    StoredMessage,
-    Timing,
-)
-from storage.ops import Conn, OperatorQueries
-from storage.rows import (
-    Params,
-    Row,
-    generation_from_row,
-    generation_params,
-    message_from_row,
-    message_params,
-    message_uid,
-    outbox_from_row,
-    reply_params,
-    state_from_row,
-)
+from bot.core.store import IngestResult, OutboxRow, Timing
+from bot.ops.inspection import ConversationSummary
+from storage import rows as codec
+from storage.rows import Params, Row
+
+Conn = TypeVar("Conn")
 
 
-class SqlStore(OperatorQueries[Conn], ABC):
+class SqlStore(ABC, Generic[Conn]):
     MIGRATIONS: ClassVar[Sequence[str]]
 
-    # the seam (see the module docstring; `_transaction` and `_rows` are in storage/ops.py) ----
+    # the seam (see the module docstring) ----------------------------------------------------
+    @abstractmethod
+    def _transaction(self) -> AbstractAsyncContextManager[Conn]: ...
+
+    @abstractmethod
+    async def _rows(self, name: str, params: Params, db: Conn | None = None) -> list[Row]: ...
+
     @abstractmethod
     def _array(self, values: Sequence[str]) -> object: ...
 
@@ -89,7 +74,7 @@ class SqlStore(OperatorQueries[Conn], ABC):
         return None if row is None or row[0] is None else float(row[0])
 
     def _outbox(self, r: Row) -> OutboxRow:
-        return outbox_from_row(r, self._strings(r["platform_message_ids"]))
+        return codec.outbox_from_row(r, self._strings(r["platform_message_ids"]))
 
     async def _migrate(self) -> None:
         async with self._transaction() as db:
@@ -111,7 +96,7 @@ class SqlStore(OperatorQueries[Conn], ABC):
         """Bump first, then insert with seq = the new version (the bump's row lock orders
         concurrent arrivals); a duplicate id rolls back to the savepoint and changes nothing."""
         cid = message.key.id
-        params = message_params(message, now)
+        params = codec.message_params(message, now)
         async with self._transaction() as db:
             await self._rows("ensure_conversation", params, db)
             await self._rows("ingest_savepoint", {}, db)
@@ -148,7 +133,7 @@ class SqlStore(OperatorQueries[Conn], ABC):
         timing: Timing,
     ) -> IngestResult:
         """A pending message's change is new input (bump, re-arm); an answered one's is history."""
-        uid = message_uid(event.key.platform, event.key.workspace, event.message_id)
+        uid = codec.message_uid(event.key.platform, event.key.workspace, event.message_id)
         async with self._transaction() as db:
             found = await self._one("find_message", {"uid": uid}, db)
             if found is None:
@@ -172,16 +157,16 @@ class SqlStore(OperatorQueries[Conn], ABC):
         rows = await self._rows("earliest_timers", {"limit": len(skip) + 1})
         return next((float(r[1]) for r in rows if r[0] not in skip), None)
 
-    async def due_timers(self, now: float, limit: int) -> list[DueTimer]:
+    async def due_timers(self, now: float, limit: int) -> list[contract.DueTimer]:
         rows = await self._rows("due_timers", {"now": now, "limit": limit})
-        return [DueTimer(r[0], float(r[1]), float(r[2]), int(r[3])) for r in rows]
+        return [contract.DueTimer(r[0], float(r[1]), float(r[2]), int(r[3])) for r in rows]
 
     async def postpone_timer(self, conversation_id: str, due_at: float, now: float) -> None:
         await self._rows("postpone_timer", {"cid": conversation_id, "due_at": due_at, "now": now})
 
     async def acquire_lease(
         self, conversation_id: str, owner: str, now: float, ttl: float
-    ) -> Lease | None:
+    ) -> contract.Lease | None:
         cid = conversation_id
         params = {"cid": cid, "owner": owner, "lease_now": now, "ttl": ttl}
         async with self._transaction() as db:
@@ -196,7 +181,7 @@ class SqlStore(OperatorQueries[Conn], ABC):
             timer = await self._one(
                 "hold_timer_deadline", {"cid": cid, "expires_at": expires, "version": version}, db
             )
-        return Lease(
+        return contract.Lease(
             conversation_id=cid, owner=owner, token=int(row["lease_token"]), version=version,
             answered_version=int(row["answered_version"]), expires_at=expires,
             deadline_at=float(timer[0]) if timer else None,
@@ -247,30 +232,30 @@ class SqlStore(OperatorQueries[Conn], ABC):
 
     async def pending_messages(
         self, conversation_id: str, after_version: int, upto_version: int
-    ) -> list[StoredMessage]:
+    ) -> list[contract.StoredMessage]:
         rows = await self._rows(
             "pending_messages",
             {"cid": conversation_id, "after": after_version, "upto": upto_version},
         )
-        return [message_from_row(r) for r in rows]
+        return [codec.message_from_row(r) for r in rows]
 
     async def history(
         self, conversation_id: str, upto_version: int, limit: int
-    ) -> list[HistoryItem]:
+    ) -> list[contract.HistoryItem]:
         rows = await self._rows(
             "history", {"cid": conversation_id, "upto": upto_version, "limit": limit}
         )
-        return [HistoryItem(r[0], str(r[1]), str(r[2]), int(r[3])) for r in reversed(rows)]
+        return [contract.HistoryItem(r[0], str(r[1]), str(r[2]), int(r[3])) for r in reversed(rows)]
 
     # 5. final check + commit -----------------------------------------------------------------
     async def commit(
         self,
         conversation_id: str,
-        check: FinalCheck,
+        check: contract.FinalCheck,
         now: float,
         timing: Timing,
-        reply: NewReply | None,
-    ) -> CommitOutcome:
+        reply: contract.NewReply | None,
+    ) -> contract.CommitOutcome:
         cid, token, version = conversation_id, check.token, check.version
         async with self._transaction() as db:
             before = await self._one("lock_answered_version", {"cid": cid}, db)
@@ -278,10 +263,12 @@ class SqlStore(OperatorQueries[Conn], ABC):
                      "deadline_passed": check.deadline_passed}  # fmt: skip
             checked = await self._one("final_check", final, db)
             if checked is None or before is None:
-                return Discarded()
+                return contract.Discarded()
             row: OutboxRow | None = None
             if reply is not None:
-                params = reply_params(cid, reply, int(before[0]), version, int(checked[0]), now)
+                params = codec.reply_params(
+                    cid, reply, int(before[0]), version, int(checked[0]), now
+                )
                 inserted = await self._one("insert_reply", params, db)
                 assert inserted is not None
                 row = self._outbox(inserted)
@@ -289,7 +276,7 @@ class SqlStore(OperatorQueries[Conn], ABC):
             await self._rows("drop_timer", {"cid": cid, "version": version}, db)
             cap = {"cid": cid, "version": version, "now": now, "max_wait": timing.max_wait_seconds}
             await self._rows("restart_cap", cap, db)
-        return Committed(row)
+        return contract.Committed(row)
 
     async def record_failure(self, conversation_id: str, token: int, retry_at: float) -> int | None:
         async with self._transaction() as db:
@@ -301,8 +288,8 @@ class SqlStore(OperatorQueries[Conn], ABC):
             )
         return int(row[0])
 
-    async def record_generation(self, record: GenerationRecord) -> None:
-        await self._rows("record_generation", generation_params(record))
+    async def record_generation(self, record: contract.GenerationRecord) -> None:
+        await self._rows("record_generation", codec.generation_params(record))
 
     # 6. deliver ------------------------------------------------------------------------------
     async def claim_replies(
@@ -345,14 +332,50 @@ class SqlStore(OperatorQueries[Conn], ABC):
         params = {"id": reply_id, "claim": claim_token, "error": error}
         return await self._one("mark_failed", params) is not None
 
+    # /reset ----------------------------------------------------------------------------------
+    async def reset_history(self, conversation_id: str) -> int | None:
+        rows = await self._rows("reset_history", {"cid": conversation_id})
+        return int(rows[0][0]) if rows else None
+
+    # cost-guard counters (bot.ops.guards.CounterStore) ---------------------------------------
+    async def add_to_counter(
+        self, scope: str, window_start: int, amount: int, expires_at: float, now: float
+    ) -> int:
+        async with self._transaction() as db:
+            await self._rows("prune_counters", {"now": now}, db)
+            rows = await self._rows(
+                "add_to_counter",
+                {"scope": scope, "window_start": window_start, "amount": amount,
+                 "expires_at": expires_at},
+                db,
+            )  # fmt: skip
+        return int(rows[0][0])
+
+    async def read_counter(self, scope: str, window_start: int) -> int:
+        rows = await self._rows("read_counter", {"scope": scope, "window_start": window_start})
+        return int(rows[0][0]) if rows else 0
+
+    # operator inspection (bot.ops.inspection.StoreInspector) ----------------------------------
+    async def list_conversations(
+        self, active_only: bool = True, limit: int = 50
+    ) -> list[ConversationSummary]:
+        rows = await self._rows("list_conversations", {"active": active_only, "limit": limit})
+        return [codec.summary_from_row(r) for r in rows]
+
+    async def messages(self, conversation_id: str) -> list[contract.StoredMessage]:
+        rows = await self._rows("all_messages", {"cid": conversation_id})
+        return [codec.message_from_row(r) for r in rows]
+
     # inspection ------------------------------------------------------------------------------
-    async def conversation_state(self, conversation_id: str) -> ConversationState | None:
+    async def conversation_state(self, conversation_id: str) -> contract.ConversationState | None:
         r = await self._one("conversation_state", {"cid": conversation_id})
-        return None if r is None else state_from_row(conversation_id, r)
+        return None if r is None else codec.state_from_row(conversation_id, r)
 
     async def replies(self, conversation_id: str | None = None) -> list[OutboxRow]:
         return [self._outbox(r) for r in await self._rows("replies", {"cid": conversation_id})]
 
-    async def generations(self, conversation_id: str | None = None) -> list[GenerationRecord]:
+    async def generations(
+        self, conversation_id: str | None = None
+    ) -> list[contract.GenerationRecord]:
         rows = await self._rows("generations", {"cid": conversation_id})
-        return [generation_from_row(r) for r in rows]
+        return [codec.generation_from_row(r) for r in rows]

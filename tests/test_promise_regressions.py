@@ -6,6 +6,8 @@ import asyncio
 
 from bot.core.clock import FakeClock
 from bot.core.errors import RetryableDeliveryError, StoreError
+from bot.core.events import ConversationKey, Reply
+from bot.core.frontend import Host
 from bot.core.scheduler import Scheduler
 from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
@@ -104,3 +106,55 @@ async def test_a_reply_held_back_by_retry_after_is_not_overtaken(
     while await engine.outbox.deliver_due():
         await engine.idle()
     assert frontend.texts() == ["reply to: first", "reply to: second"]
+
+
+class StallingPlatform:
+    """Posts a two-part reply; the first delivery stalls between its parts until resumed (a
+    process paused by the OS), as a real deliverer can anywhere."""
+
+    platform = "test"
+
+    def __init__(self) -> None:
+        self.posts: list[tuple[str, int]] = []
+        self.stalled = asyncio.Event()
+        self.resume = asyncio.Event()
+
+    async def deliver(self, reply: Reply) -> list[str]:
+        for part in range(2):
+            if reply.attempt > 1 and (reply.id, part) in self.posts:
+                continue  # read back: the platform shows this part already
+            if part == 1 and reply.attempt == 1:
+                self.stalled.set()
+                await self.resume.wait()
+            reply.fence.check()
+            self.posts.append((reply.id, part))
+        return [f"{reply.id}-{part}" for part in range(2)]
+
+    async def show_busy(self, key: ConversationKey, busy: bool) -> None:
+        return None
+
+    async def start(self, host: Host) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+
+async def test_a_deliverer_that_stalled_past_its_claim_stops_before_its_next_part(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    platform = StallingPlatform()
+    a = make_engine(store, clock, ScriptedReplier(), platform, owner="a")  # type: ignore[arg-type]
+    b = make_engine(store, clock, ScriptedReplier(), platform, owner="b")  # type: ignore[arg-type]
+    await a.ingest(message(1))
+    await clock.advance(1.5)
+    await a.run_due()
+    await asyncio.wait_for(platform.stalled.wait(), 5.0)
+    clock.jump(SETTINGS.lease_ttl_seconds + 5)  # paused: nothing renewed the claim meanwhile
+    assert await b.outbox.deliver_due() == 1  # the claim ran out: b takes it over
+    await b.idle()
+    platform.resume.set()  # a wakes up in the middle of its delivery
+    await a.idle()
+    assert platform.posts == [("r1", 0), ("r1", 1)]
+    [row] = await store.replies(KEY.id)
+    assert row.state == "sent"

@@ -29,10 +29,11 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def write_config(tmp_path: Path, api: FakeSlackApi, port: int) -> Path:
+def write_config(tmp_path: Path, api: FakeSlackApi, port: int, extra: str = "") -> Path:
+    """`extra` adds TOML sections, and keys at the end of `[slack]`."""
     config = tmp_path / "burstbot.toml"
     config.write_text(
-        f"""
+        f"""{extra}
 [storage]
 url = "sqlite:///{tmp_path / "burstbot.db"}"
 

@@ -18,44 +18,10 @@ import pytest
 
 from adapters.slack.mrkdwn import split_mrkdwn, to_mrkdwn
 from tests.fakes.slack_api import EventSender, FakeSlackApi, dm
-from tests.test_slack_cli import SECRET, free_port, start_burstbot, until
+from tests.test_slack_cli import SECRET, free_port, start_burstbot, until, write_config
 
 TTL = 1.0
 PARAGRAPHS = [f"paragraph {n}: " + " ".join(f"word{n}x{i}" for i in range(330)) for n in range(4)]
-
-
-def write_config(tmp_path: Path, api: FakeSlackApi, port: int) -> Path:
-    config = tmp_path / "burstbot.toml"
-    config.write_text(
-        f"""
-[storage]
-url = "sqlite:///{tmp_path / "burstbot.db"}"
-
-[debounce]
-quiet_seconds = 0.3
-max_wait_seconds = 2.0
-
-[lease]
-ttl_seconds = {TTL}
-
-[engine]
-poll_seconds = 0.1
-
-[llm]
-provider = "offline"
-
-[console]
-enabled = false
-
-[slack]
-enabled = true
-mode = "http"
-thinking_indicator = "off"
-api_base_url = "{api.url}"
-http_port = {port}
-"""
-    )
-    return config
 
 
 @pytest.fixture
@@ -70,7 +36,8 @@ async def test_a_four_part_reply_reaches_a_slow_slack_exactly_once_in_order(
     api: FakeSlackApi, tmp_path: Path
 ) -> None:
     port = free_port()
-    process = await start_burstbot(write_config(tmp_path, api, port), "xoxb-test")
+    extra = f"[lease]\nttl_seconds = {TTL}\n"  # the poll stays 0.2 s: claims matter here
+    process = await start_burstbot(write_config(tmp_path, api, port, extra), "xoxb-test")
     sender = EventSender(f"http://127.0.0.1:{port}/slack/events", SECRET)
     text = "\n\n".join(PARAGRAPHS)
     expected = split_mrkdwn(to_mrkdwn(f"Got your 1 message:\n> alice: {text}"))

@@ -150,8 +150,9 @@ class Outbox:
             self._claim_lost(row)
             return
         except asyncio.CancelledError:
-            if not fence.lost or post is not self._posting.get(row.id):
-                raise
+            me = asyncio.current_task()
+            if not fence.lost or (me is not None and me.cancelling()):
+                raise  # we are being cancelled ourselves (shutdown), not stopped by the keeper
             self._claim_lost(row)
             return
         except PermanentDeliveryError as exc:
