@@ -15,7 +15,7 @@ from typing import Protocol, runtime_checkable
 from bot.config import Config, require_secret
 from bot.core.clock import Clock, SystemClock
 from bot.core.engine import Engine
-from bot.core.errors import BurstbotError, ConfigError
+from bot.core.errors import BurstbotError, ConfigError, StoreError
 from bot.core.events import ConversationKey, Event, IncomingMessage, Reply, ResetConversation
 from bot.core.frontend import Frontend, stop_intake
 from bot.core.gate import Refusal
@@ -79,7 +79,8 @@ def build_frontends(config: Config) -> list[Frontend]:
 def build_store(config: Config) -> Store:
     from storage import open_store
 
-    return open_store(config.storage.url, config.storage.pool_size)
+    storage = config.storage
+    return open_store(storage.url, storage.pool_size, storage.busy_timeout_seconds)
 
 
 class DemoWiring:
@@ -251,7 +252,11 @@ class App:
         if self.config.metrics.enabled:
             metrics = self.config.metrics
             server = MetricsServer(self.metrics, self.store.next_due_at, metrics.host, metrics.port)
-            await server.start()
+            try:
+                await server.start()
+            except BaseException:
+                await self.store.close()  # e.g. the port is taken: nothing else started yet
+                raise
             self.metrics_server = server
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -292,8 +297,10 @@ class App:
                 await frontend.stop()
         try:
             await self.engine.release()
-        except Exception as exc:  # they expire by themselves; the store must still be closed
-            log.warning("could not release leases on shutdown: %s", exc)
+        except StoreError as exc:  # they expire by themselves; the store must still be closed
+            self.failure = self.failure or StoreError(
+                f"could not release leases on shutdown ({exc}); they expire by themselves"
+            )
         if self.metrics_server is not None:
             await self.metrics_server.stop()
         await self.store.close()

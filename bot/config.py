@@ -2,16 +2,30 @@
 
 Every mistake becomes one `ConfigError` line naming the key (`debounce.quiet_secnds: unknown key`),
 so the CLI can print it and exit 2 instead of showing a traceback.
+
+Validation is strict: a value must already have its type (`"yes"` is not a boolean, `"0.5"` not a
+number; an integer is a fine number of seconds), numbers are finite and every one has bounds, so a
+typo like `1e308` seconds is refused instead of breaking the scheduler. The storage URL is never
+echoed in an error past its scheme: it may hold a password.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from bot.core.errors import ConfigError
 
@@ -22,18 +36,60 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
+HOUR = 3600.0
+DAY = 86_400.0
+MANY = 1_000_000_000_000
+"""The ceiling of counters and budgets: far above any real use, far below integer overflow."""
+STORAGE_SCHEMES = ("sqlite", "postgresql", "postgres")
+MAX_PARTS_PER_REPLY = 10
+"""Posts one reply may become: 35,000 characters on Slack, 20,000 on Discord (about 9,000 and
+5,000 tokens, several times the default `llm.max_tokens`); the rest is cut with a note."""
+MAX_MESSAGE_CHARS = 16_000
+"""About 4,000 tokens: half the default `llm.max_context_tokens`, so one message cannot crowd
+out the rest of its burst and the history; well above Discord's 2,000 (4,000 with Nitro) and
+any everyday Slack message. Longer ones are refused at arrival with `size_notice`."""
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,29}")
+
+
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class StorageConfig(Section):
     url: str = "sqlite:///burstbot.db"
     pool_size: int = Field(default=10, ge=1, le=200)
+    busy_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, url: str) -> str:
+        problem = storage_url_problem(url)
+        if problem:
+            raise ValueError(problem)
+        return url
+
+
+def storage_url_problem(url: str) -> str | None:
+    """What is wrong with a storage URL, naming at most its scheme (None: nothing)."""
+    scheme, separator, _ = url.partition("://")
+    if not separator or not _SCHEME.fullmatch(scheme):
+        return (
+            "not a storage URL: use sqlite:///path or postgresql://user@host/db "
+            "(the value is not shown: it may hold a password)"
+        )
+    if scheme not in STORAGE_SCHEMES:
+        return f"unsupported scheme {scheme!r} (use sqlite:/// or postgresql://)"
+    if scheme != "sqlite":
+        try:
+            _ = urlsplit(url).port  # a malformed host or port raises here, not at connect time
+        except ValueError:
+            return f"malformed {scheme} URL: check the host and port (the value is not shown)"
+    return None
 
 
 class DebounceConfig(Section):
-    quiet_seconds: float = Field(default=1.5, ge=0)
-    max_wait_seconds: float = Field(default=8.0, gt=0)
+    quiet_seconds: float = Field(default=1.5, ge=0, le=HOUR)
+    max_wait_seconds: float = Field(default=8.0, gt=0, le=DAY)
 
     @model_validator(mode="after")
     def _quiet_within_cap(self) -> DebounceConfig:
@@ -43,15 +99,15 @@ class DebounceConfig(Section):
 
 
 class LeaseConfig(Section):
-    ttl_seconds: float = Field(default=30.0, gt=0)
+    ttl_seconds: float = Field(default=30.0, gt=0, le=HOUR)
 
 
 class EngineConfig(Section):
-    max_concurrent_generations: int = Field(default=8, ge=1)
-    poll_seconds: float = Field(default=1.0, gt=0)
-    busy_retry_seconds: float = Field(default=1.0, gt=0)
-    delivery_max_attempts: int = Field(default=8, ge=1)
-    delivery_backoff_seconds: float = Field(default=1.0, gt=0)
+    max_concurrent_generations: int = Field(default=8, ge=1, le=10_000)
+    poll_seconds: float = Field(default=1.0, gt=0, le=HOUR)
+    busy_retry_seconds: float = Field(default=1.0, gt=0, le=HOUR)
+    delivery_max_attempts: int = Field(default=8, ge=1, le=1000)
+    delivery_backoff_seconds: float = Field(default=1.0, gt=0, le=HOUR)
     owner: str = ""
 
 
@@ -60,13 +116,13 @@ class LlmConfig(Section):
     model: str = DEFAULT_MODEL
     api_key_env: str = "ANTHROPIC_API_KEY"
     base_url: str = ""
-    max_tokens: int = Field(default=1024, ge=1)
+    max_tokens: int = Field(default=1024, ge=1, le=1_000_000)
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
-    max_context_tokens: int = Field(default=8000, ge=100)
-    timeout_seconds: float = Field(default=60.0, gt=0)
-    max_retries: int = Field(default=2, ge=0)
-    max_attempts: int = Field(default=3, ge=1)
-    retry_backoff_seconds: float = Field(default=2.0, ge=0)
+    max_context_tokens: int = Field(default=8000, ge=100, le=100_000_000)
+    timeout_seconds: float = Field(default=60.0, gt=0, le=DAY)
+    max_retries: int = Field(default=2, ge=0, le=100)
+    max_attempts: int = Field(default=3, ge=1, le=1000)
+    retry_backoff_seconds: float = Field(default=2.0, ge=0, le=HOUR)
     failure_message: str = "Sorry, I couldn't answer that just now. Please try again in a moment."
 
 
@@ -88,6 +144,7 @@ class SlackConfig(Section):
     listen_channels: list[str] = Field(default_factory=list)
     thinking_indicator: Literal["auto", "reaction", "off"] = "auto"
     thinking_reaction: str = Field(default="hourglass_flowing_sand", min_length=1)
+    max_parts_per_reply: int = Field(default=MAX_PARTS_PER_REPLY, ge=1, le=100)
 
 
 class DiscordConfig(Section):
@@ -98,8 +155,9 @@ class DiscordConfig(Section):
     scope: Literal["channel", "user"] = "channel"
     allow_dms: bool = True
     mention_author: bool = True
-    shard_id: int | None = Field(default=None, ge=0)
-    shard_count: int | None = Field(default=None, ge=1)
+    max_parts_per_reply: int = Field(default=MAX_PARTS_PER_REPLY, ge=1, le=100)
+    shard_id: int | None = Field(default=None, ge=0, le=100_000)
+    shard_count: int | None = Field(default=None, ge=1, le=100_000)
 
     @model_validator(mode="after")
     def _shard_pair(self) -> DiscordConfig:
@@ -136,13 +194,13 @@ class AccessConfig(Section):
 class LimitsConfig(Section):
     """Cost guards; 0 switches a limit off."""
 
-    user_messages_per_window: int = Field(default=0, ge=0)
-    window_seconds: float = Field(default=60.0, gt=0)
-    user_daily_tokens: int = Field(default=0, ge=0)
-    global_daily_tokens: int = Field(default=0, ge=0)
-    max_message_chars: int = Field(default=0, ge=0)
-    max_burst_chars: int = Field(default=0, ge=0)
-    max_burst_messages: int = Field(default=0, ge=0)
+    user_messages_per_window: int = Field(default=0, ge=0, le=MANY)
+    window_seconds: float = Field(default=60.0, gt=0, le=DAY)
+    user_daily_tokens: int = Field(default=0, ge=0, le=MANY)
+    global_daily_tokens: int = Field(default=0, ge=0, le=MANY)
+    max_message_chars: int = Field(default=MAX_MESSAGE_CHARS, ge=0, le=MANY)
+    max_burst_chars: int = Field(default=0, ge=0, le=MANY)
+    max_burst_messages: int = Field(default=0, ge=0, le=MANY)
     admins_exempt: bool = True
     rate_notice: str = "You're sending messages faster than I can take them; please slow down."
     size_notice: str = "That's more text than I can take at once; please send something shorter."
@@ -154,8 +212,8 @@ class ChannelConfig(Section):
 
     platform: str
     channel: str
-    quiet_seconds: float | None = Field(default=None, ge=0)
-    max_wait_seconds: float | None = Field(default=None, gt=0)
+    quiet_seconds: float | None = Field(default=None, ge=0, le=HOUR)
+    max_wait_seconds: float | None = Field(default=None, gt=0, le=DAY)
     system_prompt: str | None = None
 
 

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import re
+
 from bot.core.errors import ConfigError
 from bot.core.store import Store
 
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,29}")
 
-def open_store(url: str, pool_size: int = 10) -> Store:
+
+def open_store(url: str, pool_size: int = 10, busy_timeout_seconds: float = 10.0) -> Store:
     """Build (not yet open) the store named by `url`: sqlite:///path, sqlite://:memory:, postgresql://."""
     if url.startswith("sqlite://"):
         from storage.sqlite import SqliteStore
 
         path = url.removeprefix("sqlite://").removeprefix("/")  # sqlite:////abs or sqlite:///rel
-        return SqliteStore(path or ":memory:")
+        return SqliteStore(path or ":memory:", busy_timeout_ms=round(busy_timeout_seconds * 1000))
     if url.startswith(("postgresql://", "postgres://")):
         try:
             import asyncpg  # noqa: F401  (an extra)
@@ -23,7 +27,11 @@ def open_store(url: str, pool_size: int = 10) -> Store:
                 "storage.url: PostgreSQL needs asyncpg; pip install 'burstbot[postgres]'"
             ) from None
         return PostgresStore(url, pool_size=pool_size)
-    scheme = url.split("://", 1)[0] if "://" in url else url[:20]  # never echo a password
-    raise ConfigError(
-        f"storage.url: unsupported scheme {scheme!r} (use sqlite:/// or postgresql://)"
+    scheme, separator, _ = url.partition("://")
+    if separator and _SCHEME.fullmatch(scheme):
+        raise ConfigError(
+            f"storage.url: unsupported scheme {scheme!r} (use sqlite:/// or postgresql://)"
+        )
+    raise ConfigError(  # no part of it is shown: without a scheme, any part may be a password
+        "storage.url: not a storage URL (use sqlite:///path or postgresql://user@host/db)"
     )

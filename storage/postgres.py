@@ -99,6 +99,8 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
             )
         except (*_DB_ERRORS, TimeoutError) as exc:
             raise StoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+        except ValueError as exc:  # a malformed URL; its text may quote the password
+            raise StoreError("cannot connect to PostgreSQL: storage.url is malformed") from exc
         try:
             await self._migrate()
         except BaseException:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import sqlite3
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -55,8 +56,15 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         self._batcher = IngestBatcher(self._ingest_batch)
 
     async def open(self) -> None:
+        """Connect, configure and migrate. On any failure the connection is closed again: its
+        worker thread would otherwise keep the process alive after the error is reported."""
         try:
+            _create_private(self.path)
             self._db = await aiosqlite.connect(self.path, isolation_level=None)
+        except (sqlite3.Error, OSError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise StoreError(f"cannot open SQLite database {self.path!r}: {reason}") from exc
+        try:
             self._db.row_factory = sqlite3.Row
             await self._db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
             if self.path != ":memory:":
@@ -66,14 +74,24 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
             await self._migrate()
             for statement in _statements(Q["create_ingest_batch"]):
                 await self._db.execute(statement)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+        except BaseException as exc:
+            await self._close_connection()
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+            raise
 
     async def close(self) -> None:
-        await self._batcher.wait_idle()
-        if self._db is not None:
-            await self._db.close()
-            self._db = None
+        """Safe to call more than once, and after a failed `open`."""
+        try:
+            await self._batcher.wait_idle()
+        finally:
+            await self._close_connection()
+
+    async def _close_connection(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            with contextlib.suppress(sqlite3.Error, ValueError):
+                await db.close()  # stops the worker thread even when closing reports an error
 
     # the seam --------------------------------------------------------------------------------
     async def _schema_in_use(self, db: aiosqlite.Connection) -> int:
@@ -142,6 +160,18 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
     async def _ingest_batch(self, batch: Sequence[QueuedIngest]) -> list[IngestResult]:
         async with self._lock:
             return await apply_ingest_batch(self._conn(), batch)
+
+
+def _create_private(path: str) -> None:
+    """Create a new database file readable by its owner only (0600) before SQLite opens it.
+
+    SQLite gives the WAL and shared-memory files the database file's permissions, so they are
+    private too. An existing file is left as it is.
+    """
+    if path == ":memory:" or path.startswith("file:"):
+        return
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 def _statements(script: str) -> Iterable[str]:

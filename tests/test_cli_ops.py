@@ -165,3 +165,54 @@ def test_a_database_password_is_never_printed() -> None:
     config = parse_config({"storage": {"url": url}, "llm": {"provider": "offline"}})
     summary, problems = check_config(config, environ={})
     assert problems == [] and "s3cret-pw" not in "\n".join(summary)
+
+
+EVIL = ConversationKey("test", "w1", "evil\x1b]0;owned\x07")
+
+
+async def prepare_hostile(path: Path) -> None:
+    """A chat user who sends terminal escapes and bidi overrides, and a matching reply."""
+    store = SqliteStore(str(path))
+    await store.open()
+    clock = FakeClock(start=time.time() - 30)
+    replier = ScriptedReplier(hold=True)
+    engine = make_engine(store, clock, replier, RecordingFrontend())
+    text = "secret plan \x1b[2J\x1b[31mred\u202eevil\u2066 \x9b6n end"
+    await engine.ingest(IncomingMessage(EVIL, "m1", "u1", "mallory\x1b[8m", text))
+    await clock.advance(2)
+    await engine.run_due()
+    (await replier.next_call(0)).finish("the secret answer \u202e\x1b[0m")
+    await engine.idle()
+    await store.close()
+
+
+def only_printable(output: str) -> bool:
+    return all(line.isprintable() for line in output.splitlines())
+
+
+async def test_explain_and_status_escape_control_and_bidi_characters(tmp_path: Path) -> None:
+    await prepare_hostile(tmp_path / "ops.db")
+    config = tmp_path / "c.toml"
+    config.write_text(f'[storage]\nurl = "sqlite:///{tmp_path / "ops.db"}"\n')
+    status = burstbot(["status", "--all", "--config", str(config)], tmp_path)
+    assert status.returncode == 0, status.stderr
+    assert only_printable(status.stdout)
+    assert "test/w1/evil\\x1b]0;owned\\x07/" in status.stdout
+    explain = burstbot(["explain", EVIL.id, "--config", str(config)], tmp_path)
+    assert explain.returncode == 0, explain.stderr
+    assert only_printable(explain.stdout)
+    assert "mallory\\x1b[8m: secret plan \\x1b[2J\\x1b[31mred\\u202eevil\\u2066 \\x9b6n" in (
+        explain.stdout
+    )
+    assert "the secret answer \\u202e\\x1b[0m" in explain.stdout
+
+
+async def test_explain_redact_hides_message_and_reply_text(tmp_path: Path) -> None:
+    await prepare_hostile(tmp_path / "ops.db")
+    config = tmp_path / "c.toml"
+    config.write_text(f'[storage]\nurl = "sqlite:///{tmp_path / "ops.db"}"\n')
+    result = burstbot(["explain", EVIL.id, "--redact", "--config", str(config)], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "secret" not in result.stdout and only_printable(result.stdout)
+    assert "received  #1 mallory\\x1b[8m: [38 chars]" in result.stdout
+    assert "committed, covers v1: [23 chars]" in result.stdout

@@ -11,6 +11,7 @@ from discord.ext.test import backend
 from discord.ext.test import factories as facts
 
 from adapters.discord.render import MESSAGE_LIMIT, nonce_for
+from adapters.markdown import TRUNCATED_NOTE
 from bot.config import DiscordConfig
 from bot.core.clock import FakeClock
 from bot.core.engine import Engine
@@ -359,3 +360,25 @@ async def backend_deny_send(world: DiscordWorld) -> None:
     backend.update_text_channel(
         world.listened, everyone, discord.PermissionOverwrite(send_messages=False)
     )
+
+
+async def test_a_reply_longer_than_the_part_cap_is_truncated_with_a_note(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    replier = ScriptedReplier(hold=True)
+    config = DiscordConfig(enabled=True, max_parts_per_reply=2)
+    world = await open_world(store, clock, replier, config)
+    try:
+        await world.say(world.listened, world.alice, "write a novel")
+        await world.advance(1.5)
+        await world.app.engine.run_due()
+        (await replier.next_call(0)).finish("\n\n".join(f"chapter {n} " * 60 for n in range(40)))
+        await world.app.engine.idle()
+        parts = world.sent()
+        assert len(parts) == 2 and all(len(p.content) <= MESSAGE_LIMIT for p in parts)
+        assert parts[0].content.startswith("chapter 0 ")
+        assert parts[1].content.endswith("\n" + TRUNCATED_NOTE)
+        [row] = await store.replies(world.key(world.listened).id)
+        assert row.state == "sent" and len(row.platform_message_ids) == 2
+    finally:
+        await close_world(world)

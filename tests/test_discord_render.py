@@ -14,6 +14,7 @@ from adapters.discord.render import (
     allowed_mentions,
     nonce_for,
     split_message,
+    to_discord,
 )
 
 
@@ -111,3 +112,63 @@ def test_nonces_are_short_stable_and_distinct_per_reply_and_part() -> None:
 def test_allowed_mentions_never_include_everyone_roles_or_users() -> None:
     assert allowed_mentions(True).to_dict() == {"parse": [], "replied_user": True}
     assert allowed_mentions(False).to_dict() == {"parse": []}
+
+
+@pytest.mark.parametrize(
+    ("markdown", "discord_text"),
+    [
+        ("**bold** *it* ~~gone~~ `code`", "**bold** *it* ~~gone~~ `code`"),
+        ("[hey](<@123>)", "hey (@123)"),
+        ("[role](<@&456>) [chan](<#789>)", "role (@&456) chan (#789)"),
+        ("[hey](@U123)", "hey (@U123)"),
+        ("[x](javascript:alert(1))", "\\[x\\](javascript:alert(1))"),
+        ("[x](data:text/html,hi)", "\\[x\\](data:text/html,hi)"),
+        ("[[1]](https://x.io)", "[\\[1\\]](https://x.io)"),
+        ("hi <@123> <@&4> <#5> <t:1:R> <:e:6>", "hi \\<@123> \\<@&4> \\<#5> \\<t:1:R> \\<:e:6>"),
+        ("@everyone @here", "@\u200beveryone @\u200bhere"),
+        ("[docs](https://x.io/a)", "[docs](https://x.io/a)"),
+        (
+            "[Python](https://en.wikipedia.org/wiki/Python_(programming_language))",
+            "[Python](https://en.wikipedia.org/wiki/Python_(programming_language))",
+        ),
+        (
+            "see https://en.wikipedia.org/wiki/Python_(programming_language).",
+            "see <https://en.wikipedia.org/wiki/Python_(programming_language)>.",
+        ),
+        ("see https://example.org", "see https://example.org"),
+        ("snake_case_name and 2 * 3", "snake_case_name and 2 \\* 3"),
+        ("a \\*literal\\* star", "a \\*literal\\* star"),
+        ("\\# not a heading\n\\- not a list", "\\# not a heading\n\\- not a list"),
+        ("so about | the deploy || spoiler", "so about | the deploy \\|\\| spoiler"),
+        ("```python\nprint('<@1>')\n```", "```python\nprint('<@1>')\n```"),
+        ("# Title\n#### Small", "# Title\n**Small**"),
+        ("> alice: hey\n> alice: more", "> alice: hey\n> alice: more"),
+    ],
+)  # fmt: skip
+def test_to_discord_keeps_markdown_and_defuses_mentions_and_link_targets(
+    markdown: str, discord_text: str
+) -> None:
+    assert to_discord(markdown) == discord_text
+
+
+def test_to_discord_renders_tables_as_code_blocks() -> None:
+    assert to_discord("| a | b |\n|---|---|\n| 1 | <@2> |") == (
+        "```\na | b\n--+-----\n1 | <@2>\n```"
+    )
+
+
+_PIECES = ["<", ">", "@", "123", "&", "#", "!", "|", "[", "]", "(", ")", "http://a.io",
+           "https://x.io/(y)", "mailto:a@b.io", "javascript:x", " ", "\n", "*", "_", "t:", ":e:",
+           "everyone", "here", "\\"]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=60))
+def test_no_mention_syntax_or_foreign_link_target_survives(pieces: list[str]) -> None:
+    out = to_discord("".join(pieces))
+    for at in (i for i, ch in enumerate(out) if ch == "<"):
+        escaped = (len(out[:at]) - len(out[:at].rstrip("\\"))) % 2 == 1  # an odd run of \\
+        assert escaped or out.startswith(("<http://", "<https://"), at), out
+    for match in re.finditer(r"(?<!\\)\]\(", out):
+        assert out.startswith(("http://", "https://", "mailto:"), match.end()), out
+    assert "@everyone" not in out and "@here" not in out

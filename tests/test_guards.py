@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from bot.config import MAX_MESSAGE_CHARS
 from bot.core.clock import FakeClock, settle
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
@@ -195,3 +196,18 @@ async def test_wasted_tokens_of_a_superseded_stream_count_against_the_budget(
     assert len(replier.calls) == 1  # the budget is spent: no second call
     [notice] = await store.replies(KEY.id)
     assert notice.kind == "apology" and notice.covers_to_version == 2
+
+
+async def test_messages_are_capped_by_default(
+    store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    """A megabyte pasted into a chat never reaches the model unless the operator allows it."""
+    replier = ScriptedReplier()
+    app = make_app(store, clock, replier, frontend)
+    assert app.guards is not None and app.config.limits.max_message_chars == MAX_MESSAGE_CHARS
+    assert (await app.ingest(msg(text="x" * 1_000_000))).status == "ignored"
+    assert (await app.ingest(msg(text="x" * MAX_MESSAGE_CHARS))).status == "accepted"
+    await step(app, clock)
+    assert [len(c.texts[0]) for c in replier.calls] == [MAX_MESSAGE_CHARS]
+    off = make_app(store, clock, ScriptedReplier(), frontend, limits={"max_message_chars": 0})
+    assert off.guards is None

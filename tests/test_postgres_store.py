@@ -283,6 +283,15 @@ async def test_unreachable_database_is_a_store_error() -> None:
         await store.open()
 
 
+@pytest.mark.parametrize(
+    "dsn", ["postgresql://u:s3cret@db.internal:abc/db", "postgresql://u:s3cret@[db.internal/db"]
+)
+async def test_a_malformed_url_is_a_store_error_that_quotes_none_of_it(dsn: str) -> None:
+    with pytest.raises(StoreError) as error:
+        await PostgresStore(dsn, connect_timeout=2.0).open()
+    assert str(error.value) == "cannot connect to PostgreSQL: storage.url is malformed"
+
+
 # wake-up hints -------------------------------------------------------------------------------
 async def test_other_processes_hear_wakeup_hints(pg_stores: Factory) -> None:
     a, b = await pg_stores(), await pg_stores()

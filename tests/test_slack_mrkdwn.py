@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -150,3 +152,61 @@ def test_shared_files_are_named_in_the_text() -> None:
     message = new_message(placement, "D1", event, ME)
     assert isinstance(message, IncomingMessage)
     assert (message.message_id, message.text) == ("D1:1.5", "look\n[shared: graph.png, notes]")
+
+
+@pytest.mark.parametrize(
+    ("markdown", "mrkdwn"),
+    [
+        ("[hey](@U123)", "hey (@U123)"),
+        ("[hey](<@U456>)", "hey (@U456)"),
+        ("[d](!group)", "d (!group)"),
+        ("[d](<!subteam^S1|devs>)", "d (!subteam%5ES1%7Cdevs)"),
+        ("[here](<!here>)", "here (!here)"),
+        ("[rel](/path) [frag](#top)", "rel (/path) frag (#top)"),
+        ("[x](javascript:alert(1))", "[x](javascript:alert(1))"),
+        ("<javascript:alert(1)>", "&lt;javascript:alert(1)&gt;"),
+        ("[x](data:text/html,hi)", "[x](data:text/html,hi)"),
+        ("![i](data:image/png;base64,AA)", "i (data:image/png;base64,AA)"),
+        ("[mail](mailto:a@b.io) <a@b.io>", "<mailto:a@b.io|mail> <mailto:a@b.io|a@b.io>"),
+        ("![chart](https://x.io/c.png)", "<https://x.io/c.png|chart>"),
+        (
+            "[Python](https://en.wikipedia.org/wiki/Python_(programming_language))",
+            "<https://en.wikipedia.org/wiki/Python_(programming_language)|Python>",
+        ),
+        (
+            "see https://en.wikipedia.org/wiki/Python_(programming_language).",
+            "see <https://en.wikipedia.org/wiki/Python_(programming_language)>.",
+        ),
+        ("[a|b](https://x.io/a|b)", "<https://x.io/a%7Cb|a/b>"),
+        ("hi <@U999> <#C1> <!date^1|x>", "hi &lt;@U999&gt; &lt;#C1&gt; &lt;!date^1|x&gt;"),
+    ],
+)  # fmt: skip
+def test_only_http_and_mailto_targets_become_links(markdown: str, mrkdwn: str) -> None:
+    assert to_mrkdwn(markdown) == mrkdwn
+
+
+def test_tables_become_aligned_code_blocks() -> None:
+    table = "| name | qty |\n|:--|--:|\n| apple | 3 |\n| **kiwi** <x> | 12 |"
+    assert to_mrkdwn("Stock:\n\n" + table) == (
+        "Stock:\n\n```\nname     | qty\n---------+----\napple    |   3\nkiwi &lt;x&gt; |  12\n```"
+    )
+
+
+def test_blank_lines_between_blocks_are_kept() -> None:
+    assert (
+        to_mrkdwn("one\ntwo\n\nthree\n\n- a\n- b\n\n> q") == "one\ntwo\n\nthree\n\n• a\n• b\n\n> q"
+    )
+
+
+_PIECES = ["<", ">", "@U1", "!here", "!channel", "|", "[", "]", "(", ")", "http://a.io",
+           "https://x.io/(y)", "mailto:a@b.io", "javascript:x", "data:x", " ", "\n", "*", "_",
+           "`", "#", "-", "!", "&", "x", "^", "subteam", "@here"]  # fmt: skip
+
+
+@given(st.lists(st.sampled_from(_PIECES), max_size=60))
+def test_every_angle_bracket_in_the_output_is_an_allowed_link(pieces: list[str]) -> None:
+    out = to_mrkdwn("".join(pieces))
+    for at in (i for i, ch in enumerate(out) if ch == "<"):
+        assert out.startswith(("<http://", "<https://", "<mailto:"), at), out
+    text = re.sub(r"<[^>]*>", "", out).lower()  # what is shown as text, links left out
+    assert "@here" not in text and "@channel" not in text

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from adapters.markdown import TRUNCATED_NOTE
 from adapters.slack import SlackFrontend, build_slack_frontend
 from adapters.slack.app import RESET_COMMAND
+from adapters.slack.mrkdwn import MAX_PART_CHARS
 from bot.config import SlackConfig
 from bot.core.clock import FakeClock
 from bot.core.errors import ConfigError, PermanentDeliveryError, RetryableDeliveryError
@@ -154,3 +156,22 @@ def test_manifest_subscribes_to_what_the_adapter_reads_with_the_scopes_it_needs(
     assert commands == [RESET_COMMAND]  # the one command the adapter listens for
     assert manifest["settings"]["socket_mode_enabled"] is True
     assert manifest["features"]["bot_user"]["display_name"]
+
+
+async def test_a_reply_longer_than_the_part_cap_is_truncated_with_a_note(
+    api: FakeSlackApi,
+) -> None:
+    replier = ScriptedReplier(hold=True)
+    async with running_bot(api, replier=replier, max_parts_per_reply=3) as bot:
+        await bot.send(dm(ts(1), "write a novel"))
+        await bot.clock.advance(1.5)
+        await bot.app.engine.run_due()
+        code = "```\n" + "\n".join(f"line {n} " + "x" * 70 for n in range(400)) + "\n```"
+        (await replier.next_call(0)).finish("Here it is:\n\n" + code)
+        await bot.step()
+        parts = [p.text for p in api.posts()]
+        assert len(parts) == 3 and all(len(p) <= MAX_PART_CHARS for p in parts)
+        assert parts[-1].endswith("```\n" + TRUNCATED_NOTE)
+        assert all(p.count("```") % 2 == 0 for p in parts)
+        [row] = await bot.store.replies(DM_KEY.id)
+        assert row.state == "sent" and len(row.platform_message_ids) == 3

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
+import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -78,3 +81,54 @@ async def test_a_cancelled_single_statement_leaves_no_statement_in_progress(pass
         assert await store.release_owner("nobody") == 0
     finally:
         await store.close()
+
+
+def connection_threads() -> int:
+    return sum("_connection_worker_thread" in t.name for t in threading.enumerate())
+
+
+@pytest.mark.parametrize("content", ["not a database", "newer schema", "foreign tables"])
+async def test_a_failed_open_closes_its_connection(tmp_path: Path, content: str) -> None:
+    """aiosqlite's worker thread would keep the process alive after the error is reported."""
+    path = tmp_path / "x.db"
+    if content == "not a database":
+        path.write_bytes(b"plain text, not SQLite\n" * 50)
+    else:
+        with sqlite3.connect(path) as db:
+            if content == "newer schema":
+                db.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
+            else:
+                db.execute("CREATE TABLE conversations (name TEXT)")
+    before = connection_threads()
+    store = SqliteStore(str(path))
+    with pytest.raises(StoreError):
+        await store.open()
+    for _ in range(100):
+        if connection_threads() == before:
+            break
+        await asyncio.sleep(0.01)
+    assert connection_threads() == before
+    await store.close()  # still safe afterwards
+
+
+def file_modes(folder: Path) -> dict[str, int]:
+    return {f.name: stat.S_IMODE(f.stat().st_mode) for f in folder.iterdir()}
+
+
+async def test_the_database_and_its_wal_are_private_to_their_owner(tmp_path: Path) -> None:
+    previous = os.umask(0o022)  # the usual default, which would make new files 0644
+    try:
+        store = SqliteStore(str(tmp_path / "private.db"))
+        await store.open()
+        await store.ingest(message(1), 0.0, T)
+        modes = file_modes(tmp_path)
+        await store.close()
+    finally:
+        os.umask(previous)
+    assert modes == {"private.db": 0o600, "private.db-shm": 0o600, "private.db-wal": 0o600}
+
+
+def test_the_service_unit_keeps_new_files_private() -> None:
+    unit = (Path(__file__).resolve().parent.parent / "deploy" / "burstbot.service").read_text()
+    service = unit.split("[Service]", 1)[1].split("\n[", 1)[0]
+    assert "UMask=0077" in service.splitlines()

@@ -109,6 +109,7 @@ class DiscordFrontend:
     ) -> None:
         self.routing = Routing.from_config(config)
         self.allowed_mentions = allowed_mentions(config.mention_author)
+        self.max_parts = config.max_parts_per_reply
         self.typing = typing or TypingKeeper(clock or SystemClock())
         self.client = GatewayClient(self, config, intents or gateway_intents())
         self.host: Host | None = None
@@ -250,7 +251,7 @@ class DiscordFrontend:
             while len(self._posted) > REMEMBERED_REPLIES:
                 self._posted.popitem(last=False)
         channel = self._channel(reply.key)
-        return await post_reply(channel, reply, posted, self.allowed_mentions)
+        return await post_reply(channel, reply, posted, self.allowed_mentions, self.max_parts)
 
     async def show_busy(self, key: ConversationKey, busy: bool) -> None:
         if not busy:

@@ -18,7 +18,8 @@ import logging
 import aiohttp
 import discord
 
-from adapters.discord.render import nonce_for, split_message
+from adapters.discord.render import MESSAGE_LIMIT, nonce_for, split_message, to_discord
+from adapters.markdown import cap_parts
 from bot.core.errors import DeliveryError, PermanentDeliveryError, RetryableDeliveryError
 from bot.core.events import Reply
 
@@ -32,9 +33,14 @@ async def post_reply(
     reply: Reply,
     posted: dict[int, str],
     mentions: discord.AllowedMentions,
+    max_parts: int = 10,
 ) -> list[str]:
-    """Post every part not yet in `posted`; return the message ids of all parts."""
-    parts = split_message(reply.text)
+    """Post every part not yet in `posted` (at most `max_parts`, the last one then saying the
+    reply was truncated); return the message ids of all parts."""
+    parts = split_message(to_discord(reply.text))
+    if len(parts) > max_parts:
+        log.info("reply %s: %d parts, posting the first %d", reply.id, len(parts), max_parts)
+        parts = cap_parts(parts, max_parts, MESSAGE_LIMIT, split_message)
     for index, text in enumerate(parts):
         if index in posted:
             continue

@@ -7,19 +7,94 @@ of the part and reopens it (with its language) at the start of the next, so ever
 Each part carries a nonce derived from the reply and the part: discord.py sends it with
 `enforce_nonce`, so Discord itself returns the earlier message instead of posting a second copy
 when a crashed worker's reply is delivered again.
+
+Before splitting, the model's Markdown is rendered for Discord by `to_discord` (the parser and the
+rules against pings are adapters/markdown.py's): Discord renders Markdown itself, so the output
+stays Markdown, but text is re-escaped so it shows as written, `<` is escaped (no `<@id>`,
+`<@&role>`, `<#channel>` or `<t:…>` syntax from the model), only http(s) and mailto targets become
+links, and tables become code blocks. Allowed mentions block pings as well (`allowed_mentions`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 
 import discord
+from markdown_it.tree import SyntaxTreeNode
+
+from adapters.markdown import Renderer, defuse_broadcasts
 
 MESSAGE_LIMIT = 2000
 NONCE_LENGTH = 25
 FENCE = "```"
 _LONGEST_FENCE_OPENER = 100
 _SEPARATORS = ("\n\n", "\n", " ")
+
+
+ZERO_WIDTH_SPACE = "\u200b"
+_ALWAYS_ESCAPED = re.compile(r"([\\*~`<\[\]])")
+_UNDERSCORE = re.compile(r"(?<!\w)_|_(?!\w)")  # intraword `_` (snake_case) is not emphasis
+_BLOCK_START = re.compile(r"^(\s*(?:\d+)?)(#|>|(?<!\d)[-+]|(?<=\d)[.)])(?=\s)")
+_BARE_URL_END = re.compile(r"[A-Za-z0-9/]$")
+_BALANCED_PARENS = re.compile(r"(?:\([^()\s]*\)|[^()\s])*")
+
+
+class DiscordRenderer(Renderer):
+    bullet_marker = "- "
+    formatted_link_labels = True
+
+    def bullet(self) -> str:
+        return self.bullet_marker
+
+    def text(self, text: str) -> str:
+        text = _ALWAYS_ESCAPED.sub(r"\\\1", text)
+        text = _UNDERSCORE.sub(r"\\_", text).replace("||", "\\|\\|")
+        return defuse_broadcasts(text)
+
+    def paragraph_line(self, line: str) -> str:
+        """Text that Discord would read as a heading, quote or list item at a line start."""
+        return _BLOCK_START.sub(lambda m: m.group(1) + "\\" + m.group(2), line, count=1)
+
+    def code_span(self, code: str) -> str:
+        if not code.strip():
+            return self.text(code)
+        fence = "``" if "`" in code else "`"
+        return f"{fence} {code} {fence}" if fence == "``" else f"`{code}`"
+
+    def code_block(self, code: str, language: str) -> list[str]:
+        body = code.replace(FENCE, "``" + ZERO_WIDTH_SPACE + "`")
+        language = language if re.fullmatch(r"[\w+#.-]{1,30}", language) else ""
+        return [FENCE + language, *body.split("\n"), FENCE]
+
+    def emphasis(self, kind: str, inner: str) -> str:
+        mark = {"strong": "**", "em": "*", "s": "~~"}[kind]
+        return f"{mark}{inner}{mark}"
+
+    def link(self, href: str, label: str, raw_label: str) -> str:
+        if href.lower().startswith("mailto:"):  # Discord links http(s) only: the rest is text
+            shown = raw_label.strip()
+            return self.text(href if not shown or shown == href else f"{shown} ({href})")
+        href = defuse_broadcasts(href)  # Discord looks for @everyone anywhere in a message
+        if not raw_label.strip() or raw_label.strip() == href:
+            return href if _BARE_URL_END.search(href) else f"<{href}>"
+        if not _BALANCED_PARENS.fullmatch(href):
+            href = href.replace("(", "%28").replace(")", "%29")
+        return f"[{label}]({href})"
+
+    def heading(self, level: int, inline: SyntaxTreeNode) -> str:
+        title = self.inline(inline).strip()
+        if not title:
+            return ""
+        return f"{'#' * level} {title}" if level <= 3 else f"**{title}**"
+
+
+_RENDERER = DiscordRenderer()
+
+
+def to_discord(markdown: str) -> str:
+    """The model's Markdown as Discord Markdown (see the module docstring)."""
+    return _RENDERER.render(markdown)
 
 
 def split_message(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:

@@ -7,7 +7,10 @@ and runs the listener afterwards. So the app is built with `process_before_respo
 modes and the listener returns only after `host.ingest(...)` has stored the message. If storing
 fails the listener raises, Bolt answers 500 (HTTP) or sends no ack (Socket Mode), and Slack
 delivers the event again. Retries (`X-Slack-Retry-Num`) are handled like first deliveries — the
-store dedupes by message id — and so are the `app_mention`/`message` twins of one message.
+store dedupes by message id — and so are the `app_mention`/`message` twins of one message. An
+event that can never be stored (no channel, a field of the wrong type) is acked with a warning
+instead: a retry would fail the same way. In HTTP mode, adapters/slack/endpoint.py checks the
+signature before Bolt parses anything.
 
 The `/reset` slash command works the same way: the ack is the command's answer, so it is sent
 after the reset is stored, as an ephemeral message only the person who typed it sees.
@@ -23,13 +26,13 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import inbound
+from adapters.slack.endpoint import MAX_BODY_BYTES, endpoint, server_log
 from adapters.slack.inbound import Identity, Payload
 from adapters.slack.outbound import Outbound
 from bot.config import SlackConfig, require_secret
@@ -105,6 +108,7 @@ class SlackFrontend:
             self.identity,
             indicator=self.config.thinking_indicator,
             reaction=self.config.thinking_reaction,
+            max_parts=self.config.max_parts_per_reply,
         )
         bolt_logger = logging.getLogger("burstbot.slack.bolt")
         bolt_logger.addFilter(_drop_token_unused_warning)
@@ -167,16 +171,18 @@ class SlackFrontend:
         return Identity(str(auth["team_id"]), str(auth["user_id"]), str(auth["bot_id"]))
 
     async def _serve_http(self, bolt: AsyncApp) -> None:
-        async def endpoint(request: web.Request) -> web.Response:
-            if not self._accepting:
-                return web.Response(status=503, text="shutting down")
-            return await to_aiohttp_response(
-                await bolt.async_dispatch(await to_bolt_request(request))
-            )
+        """The signature is verified over the raw body before Bolt sees it (endpoint.py)."""
+        verified = endpoint(bolt, self._signing_secret, frozenset({RESET_COMMAND}), time.time)
 
-        server = web.Application()
-        server.router.add_post(self.config.http_path, endpoint)
-        runner = web.AppRunner(server, access_log=None)
+        async def handler(request: web.Request) -> web.StreamResponse:
+            if not self._accepting:  # stopping: Slack retries the event elsewhere or later
+                return web.Response(status=503, text="shutting down")
+            response: web.StreamResponse = await verified(request)
+            return response
+
+        server = web.Application(client_max_size=MAX_BODY_BYTES)
+        server.router.add_post(self.config.http_path, handler)
+        runner = web.AppRunner(server, access_log=None, logger=server_log)
         await runner.setup()
         site = web.TCPSite(runner, self.config.http_host, self.config.http_port)
         try:
@@ -229,6 +235,11 @@ class SlackFrontend:
 
     async def _accept(self, event: Payload, body: Payload, mentioned: bool) -> None:
         assert self._host is not None and self._outbound is not None
+        problem = inbound.event_problem(event)
+        if problem is not None:  # Slack would only send it again: ack it and say why
+            log.warning("slack: ignored a malformed %r event %r: %s", event.get("type"),
+                        body.get("event_id"), problem)  # fmt: skip
+            return
         team = str(body.get("team_id") or event.get("team") or self.identity.team_id)
         subtype = str(event.get("subtype") or "")
         if subtype in ("message_changed", "message_deleted"):

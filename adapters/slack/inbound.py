@@ -17,6 +17,9 @@ What counts (all decided here, from the payload alone, except "a thread we are p
 
 `app_mention` and `message` twins compute the same key and the same id (`"{channel}:{ts}"`), so
 the store keeps one of them. Slack `ts` values are unique per channel only, hence the channel.
+
+`event_problem` checks the fields all of this reads before any of it runs: an event Slack signed
+but that lacks a channel or has a field of the wrong type is acknowledged and logged, not retried.
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ _CHANNEL_LINK = re.compile(r"<#([CG][A-Z0-9]+)(?:\|([^>]*))?>")
 _SPECIAL = re.compile(r"<!(channel|here|everyone)(?:\|[^>]*)?>")
 _SUBTEAM = re.compile(r"<!subteam\^[A-Z0-9]+(?:\|([^>]*))?>")
 _LINK = re.compile(r"<([^>|]+)(?:\|([^>]*))?>")
+_TS = re.compile(r"[0-9]{1,12}\.[0-9]{1,9}")
+_STRING_FIELDS = ("type", "subtype", "channel", "channel_type", "user", "text", "team",
+                  "parent_user_id", "deleted_ts")  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +69,44 @@ class Placement:
 
     key: ConversationKey
     needs_thread_check: bool = False
+
+
+def event_problem(event: Payload) -> str | None:
+    """What makes a `message` / `app_mention` event unusable (None: nothing)."""
+    if not isinstance(event.get("channel"), str) or not event["channel"]:
+        return "no channel"
+    problem = _message_problem(event)
+    if problem:
+        return problem
+    for field in ("message", "previous_message"):
+        inner = event.get(field)
+        if inner is None:
+            continue
+        if not isinstance(inner, Mapping):
+            return f"{field} is not an object"
+        problem = _message_problem(inner)
+        if problem:
+            return f"{field}.{problem}"
+    return None
+
+
+def _message_problem(message: Payload) -> str | None:
+    for field in _STRING_FIELDS:
+        if message.get(field) is not None and not isinstance(message[field], str):
+            return f"{field} is not a string"
+    for field in ("ts", "thread_ts", "deleted_ts"):
+        value = message.get(field)
+        if value is not None and not (isinstance(value, str) and _TS.fullmatch(value)):
+            return f"{field} is not a Slack timestamp"
+    for field in ("user_profile", "bot_profile"):
+        if message.get(field) is not None and not isinstance(message[field], Mapping):
+            return f"{field} is not an object"
+    files = message.get("files")
+    if files is not None and not (
+        isinstance(files, list) and all(isinstance(f, Mapping) for f in files)
+    ):
+        return "files is not a list of objects"
+    return None
 
 
 def message_id(channel: str, ts: str) -> str:

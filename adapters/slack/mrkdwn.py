@@ -1,14 +1,19 @@
 """Claude's Markdown → Slack mrkdwn, split below Slack's message limit, and never a ping.
 
-Slack mrkdwn is not Markdown: bold is `*x*`, italics `_x_`, links `<url|label>`, no headings, and
-`&`, `<`, `>` must be escaped. Escaping every `<` of model output is also what makes it unable to
-ping: `<!channel>`, `<!here>`, `<!everyone>` and `<!subteam^…>` only work as raw control sequences.
-Bare `@channel`/`@here`/`@everyone` get a zero-width space after the `@` as well.
+Slack mrkdwn is not Markdown: bold is `*x*`, italics `_x_`, strikethrough `~x~`, links
+`<url|label>`, no headings or tables, and `&`, `<`, `>` must be escaped everywhere, code included.
+The Markdown is parsed by adapters/markdown.py, which also holds the rules against pings: escaping
+every `<` of the model's text is what makes `<!channel>`, `<!here>`, `<@U123>` and
+`<!subteam^…>` inert, and only http(s) and mailto targets become `<url|label>` links.
 """
 
 from __future__ import annotations
 
 import re
+
+from markdown_it.tree import SyntaxTreeNode
+
+from adapters.markdown import Renderer, defuse_broadcasts
 
 MAX_PART_CHARS = 3500
 """Slack truncates `text` at 40,000 characters and advises staying under 4,000."""
@@ -16,23 +21,7 @@ MAX_PART_CHARS = 3500
 FENCE = "```"
 ZERO_WIDTH_SPACE = "\u200b"
 
-_FENCE_LINE = re.compile(r"^\s*(```|~~~)")
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
-_QUOTE = re.compile(r"^\s{0,3}>\s?(.*)$")
-_BULLET = re.compile(r"^(\s*)[-*+]\s+(?:\[( |x|X)\]\s+)?(.*)$")
-_ORDERED = re.compile(r"^(\s*)(\d+)[.)]\s+(.*)$")
-_RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
-_CODE_SPAN = re.compile(r"(`+)(.+?)\1")
-_LINK = re.compile(r"!?\[([^\]\n]*)\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
-_AUTOLINK = re.compile(r"<((?:https?|mailto):[^>\s]+)>")
-_BOLD_ITALIC = re.compile(r"(\*\*\*|___)(?=\S)(.+?)(?<=\S)\1")
-_BOLD = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1")
-_ITALIC_STAR = re.compile(r"(?<![\w*])\*(?=[^\s*])([^*\n]+?)(?<=[^\s*])\*(?![\w*])")
-_STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
-_PLACEHOLDER = re.compile("\x00(\\d+)\x00")
 _SPECIAL_MENTION = re.compile(r"<!(?:channel|here|everyone|subteam\^)[^>]*>", re.IGNORECASE)
-_BARE_MENTION = re.compile(r"@(channel|here|everyone)\b", re.IGNORECASE)
-_BOLD_MARK = "\x01"
 
 
 def escape(text: str) -> str:
@@ -40,67 +29,44 @@ def escape(text: str) -> str:
 
 
 def neutralise_mentions(text: str) -> str:
-    """Make `<!channel>`, `<!here>`, `<!everyone>`, `<!subteam^…>` and bare `@here` inert."""
-    text = _SPECIAL_MENTION.sub(lambda m: escape(m.group(0)), text)
-    return _BARE_MENTION.sub(lambda m: "@" + ZERO_WIDTH_SPACE + m.group(1), text)
+    """Make `<!channel>`, `<!here>`, `<!everyone>`, `<!subteam^…>` and bare `@here` inert in
+    text that is already mrkdwn (model output goes through `to_mrkdwn`, which escapes every `<`)."""
+    return defuse_broadcasts(_SPECIAL_MENTION.sub(lambda m: escape(m.group(0)), text))
+
+
+class SlackRenderer(Renderer):
+    def text(self, text: str) -> str:
+        return defuse_broadcasts(escape(text)).replace(FENCE, "``" + ZERO_WIDTH_SPACE + "`")
+
+    def code_span(self, code: str) -> str:
+        code = defuse_broadcasts(escape(code.replace("`", "'")))
+        return f"`{code}`" if code.strip() else code
+
+    def code_block(self, code: str, language: str) -> list[str]:
+        # A language tag would show as the first line of code in Slack, so it is dropped.
+        body = defuse_broadcasts(escape(code)).replace(FENCE, "``" + ZERO_WIDTH_SPACE + "`")
+        return [FENCE, *body.split("\n"), FENCE]
+
+    def emphasis(self, kind: str, inner: str) -> str:
+        mark = {"strong": "*", "em": "_", "s": "~"}[kind]
+        return f"{mark}{inner}{mark}"
+
+    def link(self, href: str, label: str, raw_label: str) -> str:
+        url = escape(href).replace("|", "%7C")
+        label = " ".join(label.replace("|", "/").split())
+        return f"<{url}|{label}>" if label and raw_label.strip() != href else f"<{url}>"
+
+    def heading(self, level: int, inline: SyntaxTreeNode) -> str:
+        title = self.inline(inline, formatting=False).strip()
+        return f"*{title}*" if title else ""
+
+
+_RENDERER = SlackRenderer()
 
 
 def to_mrkdwn(markdown: str) -> str:
-    """Convert Markdown (bold, italics, links, headings, lists, quotes, code) to Slack mrkdwn."""
-    out: list[str] = []
-    in_code = False
-    for line in markdown.replace("\r\n", "\n").replace("\x00", "").replace("\x01", "").split("\n"):
-        if _FENCE_LINE.match(line):
-            out.append(FENCE)  # a language tag would show as the first line of code in Slack
-            in_code = not in_code
-        elif in_code:
-            out.append(escape(line))
-        else:
-            out.append(_block(line))
-    if in_code:
-        out.append(FENCE)
-    return neutralise_mentions("\n".join(out).strip("\n"))
-
-
-def _block(line: str) -> str:
-    if m := _HEADING.match(line):
-        title = _inline(m.group(1)).replace("*", "")
-        return f"*{title}*" if title else ""
-    if _RULE.match(line):
-        return "──────────"
-    if m := _QUOTE.match(line):
-        return "> " + _inline(m.group(1))
-    if m := _BULLET.match(line):
-        box = {" ": "☐ ", "x": "☑ ", "X": "☑ "}.get(m.group(2) or "", "")
-        return f"{m.group(1)}• {box}{_inline(m.group(3))}"
-    if m := _ORDERED.match(line):
-        return f"{m.group(1)}{m.group(2)}. {_inline(m.group(3))}"
-    return _inline(line)
-
-
-def _inline(text: str) -> str:
-    kept: list[str] = []
-
-    def keep(rendered: str) -> str:
-        kept.append(rendered)
-        return f"\x00{len(kept) - 1}\x00"
-
-    text = _CODE_SPAN.sub(lambda m: keep("`" + escape(m.group(2).strip()) + "`"), text)
-    text = _LINK.sub(lambda m: keep(_link(m.group(2), m.group(1))), text)
-    text = _AUTOLINK.sub(lambda m: keep(_link(m.group(1), "")), text)
-    text = escape(text)
-    text = _BOLD_ITALIC.sub(lambda m: f"{_BOLD_MARK}_{m.group(2)}_{_BOLD_MARK}", text)
-    text = _BOLD.sub(lambda m: _BOLD_MARK + m.group(2) + _BOLD_MARK, text)
-    text = _ITALIC_STAR.sub(r"_\1_", text)
-    text = _STRIKE.sub(r"~\1~", text)
-    text = text.replace(_BOLD_MARK, "*")
-    return _PLACEHOLDER.sub(lambda m: kept[int(m.group(1))], text)
-
-
-def _link(url: str, label: str) -> str:
-    url = escape(url).replace("|", "%7C")
-    label = escape(label.replace("|", "/")).strip()
-    return f"<{url}|{label}>" if label and label != url else f"<{url}>"
+    """Convert the model's Markdown to Slack mrkdwn (see the module docstring)."""
+    return _RENDERER.render(markdown)
 
 
 def split_mrkdwn(text: str, limit: int = MAX_PART_CHARS) -> list[str]:

@@ -20,6 +20,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.markdown import cap_parts
 from adapters.slack.inbound import Identity, split_message_id
 from adapters.slack.mrkdwn import MAX_PART_CHARS, split_mrkdwn, to_mrkdwn
 from bot.core.errors import DeliveryError, PermanentDeliveryError, RetryableDeliveryError
@@ -86,6 +87,7 @@ class Outbound:
         reaction: str = "hourglass_flowing_sand",
         status_text: str = "is thinking…",
         part_chars: int = MAX_PART_CHARS,
+        max_parts: int = 10,
     ) -> None:
         self.client = client
         self.identity = identity
@@ -93,6 +95,7 @@ class Outbound:
         self.reaction = reaction
         self.status_text = status_text
         self.part_chars = part_chars
+        self.max_parts = max_parts
         self.status_available = indicator == "auto"
         self._latest: OrderedDict[ConversationKey, str] = OrderedDict()
         self._reacted: dict[ConversationKey, str] = {}
@@ -102,6 +105,10 @@ class Outbound:
     async def deliver(self, reply: Reply) -> list[str]:
         channel, thread = reply.key.channel, reply.key.thread
         parts = split_mrkdwn(to_mrkdwn(reply.text), self.part_chars) or ["…"]
+        if len(parts) > self.max_parts:
+            log.info("reply %s: %d parts, posting the first %d", reply.id, len(parts),
+                     self.max_parts)  # fmt: skip
+            parts = cap_parts(parts, self.max_parts, self.part_chars, split_mrkdwn)
         posted = await self._posted_parts(reply) if reply.attempt > 1 else {}
         ids: list[str] = []
         for index, text in enumerate(parts):

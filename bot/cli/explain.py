@@ -1,7 +1,9 @@
 """`burstbot explain CONVERSATION`: one conversation's story, rebuilt from stored data.
 
 received → (burst) → lease → generation with tokens → superseded / posted / failed, in time
-order. Every line comes from a row: messages, generations and the outbox.
+order. Every line comes from a row: messages, generations and the outbox. Stored text is shown
+through `printable` (no terminal escapes from chat users); with `redact`, message and reply text
+is replaced by its length.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from datetime import UTC, datetime
 
 from bot.core.events import ConversationKey
 from bot.core.store import GenerationRecord, OutboxRow, StoredMessage
-from bot.ops.inspection import StoreInspector
+from bot.ops.inspection import StoreInspector, printable
 
 PREVIEW = 60
 
@@ -27,19 +29,22 @@ def _clock(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%H:%M:%S.%f")[:-3]
 
 
-def _preview(text: str) -> str:
+def _preview(text: str, redact: bool) -> str:
+    if redact:
+        return f"[{len(text)} chars]"
     flat = " ".join(text.split())
-    return flat if len(flat) <= PREVIEW else flat[: PREVIEW - 1] + "…"
+    return printable(flat if len(flat) <= PREVIEW else flat[: PREVIEW - 1] + "…")
 
 
 def _versions(low_exclusive: int, high: int) -> str:
     return f"v{high}" if high == low_exclusive + 1 else f"v{low_exclusive + 1}-v{high}"
 
 
-def _message_events(m: StoredMessage) -> list[tuple[float, int, str]]:
-    events = [(m.created_at, 0, f"received  #{m.seq} {m.author_name}: {_preview(m.text)}")]
+def _message_events(m: StoredMessage, redact: bool) -> list[tuple[float, int, str]]:
+    text = _preview(m.text, redact)
+    events = [(m.created_at, 0, f"received  #{m.seq} {printable(m.author_name)}: {text}")]
     if m.edited_at is not None:
-        what = f"deleted   #{m.seq}" if m.deleted else f"edited    #{m.seq} → {_preview(m.text)}"
+        what = f"deleted   #{m.seq}" if m.deleted else f"edited    #{m.seq} → {text}"
         events.append((m.edited_at, 0, what))
     return events
 
@@ -57,9 +62,9 @@ def _generation_events(
         "posted": f"answered ({tokens})",
         "superseded": f"superseded by newer input, stream cancelled ({tokens}; output wasted)",
         "discarded": f"discarded at the final check ({tokens})",
-        "failed": f"model failed: {g.error} ({tokens})",
+        "failed": f"model failed: {printable(g.error or '')} ({tokens})",
         "lease_lost": f"lease lost; reply dropped ({tokens})",
-        "skipped": f"no model call: {g.error}",
+        "skipped": f"no model call: {printable(g.error or '')}",
     }.get(outcome, outcome)
     seconds = g.ended_at - g.started_at
     return [
@@ -72,7 +77,7 @@ def _generation_events(
     ]
 
 
-def _reply_events(r: OutboxRow) -> list[tuple[float, int, str]]:
+def _reply_events(r: OutboxRow, redact: bool) -> list[tuple[float, int, str]]:
     covers = _versions(r.covers_from_version, r.covers_to_version)
     kind = "" if r.kind == "answer" else f" [{r.kind}]"
     seen = "" if r.seen_version == r.covers_to_version else f" (deadline: v{r.seen_version} seen)"
@@ -80,22 +85,22 @@ def _reply_events(r: OutboxRow) -> list[tuple[float, int, str]]:
         (
             r.created_at,
             3,
-            f"reply r{r.id}{kind} committed, covers {covers}{seen}: {_preview(r.text)}",
+            f"reply r{r.id}{kind} committed, covers {covers}{seen}: {_preview(r.text, redact)}",
         )
     ]
     if r.state == "sent" and r.sent_at is not None:
-        parts = ", ".join(r.platform_message_ids) or "-"
+        parts = printable(", ".join(r.platform_message_ids)) or "-"
         events.append((r.sent_at, 4, f"posted    r{r.id} after {r.attempts} attempt(s) as {parts}"))
     elif r.state == "failed":
         events.append(
             (
                 r.next_attempt_at,
                 4,
-                f"FAILED    r{r.id} after {r.attempts} attempt(s): {r.last_error}",
+                f"FAILED    r{r.id} after {r.attempts} attempt(s): {printable(r.last_error or '')}",
             )
         )
     else:
-        note = f"; last error: {r.last_error}" if r.last_error else ""
+        note = f"; last error: {printable(r.last_error)}" if r.last_error else ""
         events.append(
             (r.next_attempt_at, 4, f"pending   r{r.id}, {r.attempts} attempt(s) so far{note}")
         )
@@ -103,23 +108,23 @@ def _reply_events(r: OutboxRow) -> list[tuple[float, int, str]]:
 
 
 async def explain_lines(
-    inspector: StoreInspector, conversation_id: str, now: float
+    inspector: StoreInspector, conversation_id: str, now: float, redact: bool = False
 ) -> list[str] | None:
     state = await inspector.conversation_state(conversation_id)
     if state is None:
         return None
     events: list[tuple[float, int, str]] = []
     for message in await inspector.messages(conversation_id):
-        events += _message_events(message)
+        events += _message_events(message, redact)
     replies = await inspector.replies(conversation_id)
     committed = {r.covers_to_version: r.created_at for r in replies}
     for generation in await inspector.generations(conversation_id):
         at = committed.get(generation.to_version) if generation.outcome == "posted" else None
         events += _generation_events(generation, at)
     for reply in replies:
-        events += _reply_events(reply)
+        events += _reply_events(reply, redact)
     events.sort(key=lambda e: (e[0], e[1]))
-    lines = [f"conversation {conversation_id}"]
+    lines = [f"conversation {printable(conversation_id)}"]
     start = events[0][0] if events else now
     for at, _, text in events:
         lines.append(f"  {_clock(at)} +{at - start:7.3f}s  {text}")
@@ -129,7 +134,8 @@ async def explain_lines(
             f"; timer due {_clock(state.timer.due_at)} (deadline {_clock(state.timer.deadline_at)})"
         )
     if state.lease_owner is not None and state.lease_expires_at is not None:
-        summary += f"; leased by {state.lease_owner} until {_clock(state.lease_expires_at)}"
+        owner = printable(state.lease_owner)
+        summary += f"; leased by {owner} until {_clock(state.lease_expires_at)}"
     if state.failed_attempts:
         summary += f"; {state.failed_attempts} failed model attempt(s)"
     lines.append(summary)

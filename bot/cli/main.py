@@ -36,6 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     explain = commands.add_parser("explain", help="one conversation's timeline from stored data")
     explain.add_argument("conversation", help="platform/workspace/channel/thread (see status)")
     explain.add_argument("--config", help=config_help)
+    explain.add_argument(
+        "--redact", action="store_true", help="show message and reply lengths, not their text"
+    )
     migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
     migrate.add_argument("--config", help=config_help)
     demo = commands.add_parser("demo", help="watch a scripted fast typer get one reply per burst")
@@ -54,21 +57,33 @@ async def _run(config: Config) -> None:
     frontends = build_frontends(config)
     store = build_store(config)
     logging.getLogger("burstbot").info("replier: %s", config.llm.provider)
-    await App(config, store, replier, frontends).run()
+    try:
+        await App(config, store, replier, frontends).run()
+    finally:
+        await _close_quietly(store)  # also when startup or shutdown failed half-way
+
+
+async def _close_quietly(store: Store) -> None:
+    """Close the store whatever happened before; a failure to close is logged, not raised, so
+    the error that stopped the command is the one reported."""
+    try:
+        await store.close()
+    except Exception as exc:
+        logging.getLogger("burstbot").warning("closing the store failed: %s", exc)
 
 
 async def _with_store(config: Config, command: str, args: argparse.Namespace) -> int:
     from bot.app import build_store
     from bot.cli.explain import explain_lines, normalize_conversation_id
     from bot.cli.status import status_lines
-    from bot.ops.inspection import StoreInspector
+    from bot.ops.inspection import StoreInspector, printable
 
     database = _sqlite_file(config.storage.url)
     if command != "migrate" and database is not None and not database.exists():
         raise ConfigError(f"storage.url: no database at {database} (run `burstbot migrate`)")
     store: Store = build_store(config)
-    await store.open()
     try:
+        await store.open()
         if command == "migrate":
             version = getattr(store, "schema_version", "?")
             from bot.cli.check import display_url
@@ -86,16 +101,16 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
             except ValueError as exc:
                 print(f"burstbot: {exc}", file=sys.stderr)
                 return EXIT_USAGE
-            found = await explain_lines(store, cid, now)
+            found = await explain_lines(store, cid, now, redact=args.redact)
             if found is None:
                 print(f"burstbot: no conversation {cid!r} (see `burstbot status --all`)",
                       file=sys.stderr)  # fmt: skip
                 return 1
             lines = found
-        print("\n".join(lines))
+        print("\n".join(printable(line) for line in lines))
         return 0
     finally:
-        await store.close()
+        await _close_quietly(store)
 
 
 def _sqlite_file(url: str) -> Path | None:

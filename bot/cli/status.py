@@ -1,10 +1,13 @@
-"""`burstbot status`: what is in flight right now, read from the database."""
+"""`burstbot status`: what is in flight right now, read from the database.
+
+Ids and owner names are shown through `printable`: they come from platforms and other processes.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bot.ops.inspection import ConversationSummary, StoreInspector
+from bot.ops.inspection import ConversationSummary, StoreInspector, printable
 
 
 def relative(at: float | None, now: float) -> str:
@@ -35,10 +38,11 @@ def _row(item: ConversationSummary, now: float) -> list[str]:
         expires = state.lease_expires_at
         expired = expires is not None and expires < now
         verb = "expired" if expired else "expires"
-        lease = f"{state.lease_owner} #{state.lease_token}, {verb} {relative(expires, now)}"
+        owner = printable(state.lease_owner)
+        lease = f"{owner} #{state.lease_token}, {verb} {relative(expires, now)}"
     outbox = f"{item.outbox_pending} pending, {item.outbox_failed} failed"
     return [
-        state.conversation_id,
+        printable(state.conversation_id),
         f"{state.answered_version}/{state.version}",
         str(item.pending_messages),
         timer,

@@ -1,0 +1,164 @@
+"""The HTTP-mode endpoint: verify the signature over the raw body, then hand the request to Bolt.
+
+Anyone on the network can reach this endpoint, so nothing parses a request before its signature
+is checked (Bolt parses the body and the timestamp header first, and answers junk with a 500 and
+a traceback). In order:
+
+1. the body is read as bytes (more than `MAX_BODY_BYTES` → 413);
+2. `X-Slack-Request-Timestamp` must be a plain number (else 400), `X-Slack-Signature` present and
+   the timestamp within five minutes (else 401); the signature is Slack's v0 HMAC-SHA256 of
+   `v0:{timestamp}:{body}` with the signing secret, compared in constant time (else 401);
+3. a signed request must be something this app handles: a JSON object (URL verification or an
+   `event_callback` whose event is an object), or a form for a slash command. Anything else was
+   signed by Slack but cannot be used; it gets a 200, so Slack does not retry it;
+4. Bolt dispatches it. The listeners check each event's fields (adapters/slack/inbound.py) and
+   ack a malformed one with a 200 as well; a store failure still answers 500, so Slack retries.
+
+Each refused or ignored request is one WARNING line naming the reason, never a traceback; that
+includes requests aiohttp itself refuses as malformed HTTP (`server_log`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
+from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.request.async_request import AsyncBoltRequest
+
+log = logging.getLogger("burstbot.slack")
+
+MAX_BODY_BYTES = 1024 * 1024
+MAX_CLOCK_SKEW_SECONDS = 300
+HANDLED_EVENTS = frozenset({"message", "app_mention"})
+_TIMESTAMP = re.compile(r"[0-9]{1,15}")
+
+
+class _MalformedHttpInOneLine(logging.Filter):
+    """aiohttp logs a request it cannot parse (a bad Content-Length, chunk size or header) with a
+    traceback at ERROR: several lines a request, for anyone to trigger. One WARNING line instead;
+    any other error keeps its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError):
+            peer = re.search(r" from (\S+)", record.getMessage())
+            detail = (error.message or "").strip().splitlines() or [type(error).__name__]
+            record.msg = "slack: refused a malformed HTTP request from %s: %s (HTTP %d)"
+            record.args = (peer.group(1) if peer else "?", detail[0].rstrip(":"), error.code)
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+server_log = logging.getLogger("burstbot.slack.http")
+"""The logger aiohttp's server uses for the endpoint (see `_MalformedHttpInOneLine`)."""
+server_log.addFilter(_MalformedHttpInOneLine())
+
+
+class Rejection(Exception):
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def verify(
+    headers: Mapping[str, str], body: bytes, signing_secret: str, now: float
+) -> Rejection | None:
+    """Why an unsigned or wrongly signed request is refused (None: Slack signed it)."""
+    timestamp = headers.get("X-Slack-Request-Timestamp")
+    signature = headers.get("X-Slack-Signature")
+    if timestamp is None or signature is None:
+        return Rejection(401, "no signature headers")
+    if not _TIMESTAMP.fullmatch(timestamp):
+        return Rejection(400, "malformed timestamp header")
+    if abs(now - int(timestamp)) > MAX_CLOCK_SKEW_SECONDS:
+        return Rejection(401, "timestamp too old or in the future")
+    base = b"v0:" + timestamp.encode() + b":" + body
+    expected = "v0=" + hmac.new(signing_secret.encode(), base, hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(expected.encode(), signature.encode("utf-8", "replace")):
+        return Rejection(401, "bad signature")
+    return None
+
+
+def signed_problem(body: Any, commands: frozenset[str]) -> str | None:
+    """Why a signed body, as Bolt parsed it, is not one this app can handle (None: dispatch)."""
+    if not isinstance(body, dict):
+        return "body is not a JSON object"
+    kind = body.get("type")
+    if kind == "url_verification":
+        return None if isinstance(body.get("challenge"), str) else "URL check without a challenge"
+    if "ssl_check" in body:
+        return None
+    if "command" in body:
+        command = body.get("command")
+        return None if command in commands else "a slash command this app does not have"
+    if kind != "event_callback":
+        return "neither an event, a slash command nor a URL check"
+    for field in ("team_id", "api_app_id", "event_id", "enterprise_id"):
+        if body.get(field) is not None and not isinstance(body[field], str):
+            return f"{field} is not a string"
+    authorizations = body.get("authorizations")
+    if authorizations is not None and not (
+        isinstance(authorizations, list) and all(isinstance(a, dict) for a in authorizations)
+    ):
+        return "authorizations is not a list of objects"
+    event = body.get("event")
+    if not isinstance(event, dict):
+        return "event is not an object"
+    if event.get("type") not in HANDLED_EVENTS:
+        return "an event type this app does not subscribe to"
+    return None
+
+
+def endpoint(
+    bolt: AsyncApp, signing_secret: str, commands: frozenset[str], clock: Callable[[], float]
+) -> Callable[[web.Request], Any]:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return _refused(request, Rejection(413, "body too large"))
+        rejection = verify(request.headers, body, signing_secret, clock())
+        if rejection is not None:
+            return _refused(request, rejection)
+        try:
+            raw = body.decode("utf-8")
+        except UnicodeDecodeError:
+            return _ignored("body is not UTF-8")
+        try:  # Bolt parses the body (JSON or a form) and reads its context here
+            bolt_request = AsyncBoltRequest(
+                body=raw, query=request.query_string, headers=dict(request.headers)
+            )
+        except (ValueError, RecursionError):
+            return _ignored("body is not valid JSON")
+        except Exception as exc:
+            return _ignored(f"Bolt could not read it ({type(exc).__name__})")
+        problem = signed_problem(bolt_request.body, commands)
+        if problem is not None:
+            return _ignored(problem)
+        try:
+            return await to_aiohttp_response(await bolt.async_dispatch(bolt_request))
+        except Exception as exc:  # a payload shape Bolt trips over; retrying cannot help
+            return _ignored(f"Bolt could not read it ({type(exc).__name__})")
+
+    return handle
+
+
+def _refused(request: web.Request, rejection: Rejection) -> web.Response:
+    log.warning("slack: refused a request from %s: %s (HTTP %d)", request.remote,
+                rejection.reason, rejection.status)  # fmt: skip
+    return web.Response(status=rejection.status, text=rejection.reason)
+
+
+def _ignored(problem: str) -> web.Response:
+    log.warning("slack: ignored a signed request: %s", problem)
+    return web.Response(status=200)
