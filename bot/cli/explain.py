@@ -1,7 +1,8 @@
 """`burstbot explain CONVERSATION`: one conversation's story, rebuilt from stored data.
 
 received → (burst) → lease → generation with tokens → superseded / posted / failed, in time
-order. Every line comes from a row: messages, generations and the outbox.
+order. Every line comes from a row: messages, generations and the outbox. A message that came in
+through catch-up (sent while no process listened) or waited for its thread to be looked up says so.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from bot.core.store import GenerationRecord, OutboxRow, StoredMessage
 from bot.ops.inspection import StoreInspector
 
 PREVIEW = 60
+VIA = {"catch-up": " (via catch-up)", "held": " (held until its thread was looked up)"}
 
 
 def normalize_conversation_id(text: str) -> str:
@@ -37,7 +39,8 @@ def _versions(low_exclusive: int, high: int) -> str:
 
 
 def _message_events(m: StoredMessage) -> list[tuple[float, int, str]]:
-    events = [(m.created_at, 0, f"received  #{m.seq} {m.author_name}: {_preview(m.text)}")]
+    via = VIA.get(m.via, f" ({m.via})" if m.via else "")
+    events = [(m.created_at, 0, f"received  #{m.seq} {m.author_name}{via}: {_preview(m.text)}")]
     if m.edited_at is not None:
         what = f"deleted   #{m.seq}" if m.deleted else f"edited    #{m.seq} → {_preview(m.text)}"
         events.append((m.edited_at, 0, what))
