@@ -179,6 +179,11 @@ class ThreadBook:
         self._settings = settings
         self._deciders: dict[str, Background] = {}
 
+    async def idle(self) -> None:
+        """Until every held message seen so far is decided (tests)."""
+        for decider in list(self._deciders.values()):
+            await decider.idle()
+
     async def status(self, key: ConversationKey) -> bool | None:
         return await self.memory.thread_status(key.id)
 

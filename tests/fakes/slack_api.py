@@ -46,11 +46,20 @@ class PostedMessage:
     user: str = BOT_USER
     bot_id: str | None = BOT_ID
 
+    subtype: str | None = None
+
+    @property
+    def top_level(self) -> bool:
+        """In the channel's history: not a thread reply (unless broadcast to the channel)."""
+        return not self.thread_ts or self.thread_ts == self.ts or self.subtype == "thread_broadcast"
+
     def as_api(self, with_metadata: bool) -> dict[str, Any]:
         out: dict[str, Any] = {"type": "message", "ts": self.ts, "text": self.text}
         out["user"] = self.user
         if self.bot_id:
             out["bot_id"] = self.bot_id
+        if self.subtype:
+            out["subtype"] = self.subtype
         if self.thread_ts:
             out["thread_ts"] = self.thread_ts
         if with_metadata and self.metadata:
@@ -64,6 +73,7 @@ class FakeSlackApi:
         self.status_supported = status_supported
         self.messages: list[PostedMessage] = []
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.users: dict[str, str] = {"U1": "alice", "U2": "bob"}  # users.info: id → name
         self.reactions: set[tuple[str, str, str]] = set()
         self.reaction_log: list[tuple[str, str, str]] = []
         self.statuses: list[tuple[str, str, str]] = []
@@ -118,6 +128,7 @@ class FakeSlackApi:
     def add_user_message(
         self, channel: str, ts: str, text: str, user: str = "U1", thread_ts: str | None = None
     ) -> None:
+        """A person's message in Slack's history (sent while no bot listened: no event)."""
         self.messages.append(PostedMessage(channel, ts, text, thread_ts, None, user, None))
 
     def posts(self, channel: str | None = None) -> list[PostedMessage]:
@@ -178,25 +189,60 @@ class FakeSlackApi:
         return {"channel": message.channel, "ts": ts, "message": message.as_api(True)}
 
     def _conversations_replies(self, args: dict[str, Any]) -> dict[str, Any]:
+        """A thread, oldest first (the parent, then the replies)."""
         thread = str(args["ts"])
         found = [
             m
             for m in self.messages
             if m.channel == args["channel"] and (m.ts == thread or m.thread_ts == thread)
         ]
-        return self._page(found, args)
+        return self._page(found, args, newest_first=False, default_limit=1000)
 
     def _conversations_history(self, args: dict[str, Any]) -> dict[str, Any]:
-        found = [m for m in self.messages if m.channel == args["channel"] and not m.thread_ts]
-        return self._page(found, args)
+        """Top-level messages (thread replies only when broadcast), newest first."""
+        found = [m for m in self.messages if m.channel == args["channel"] and m.top_level]
+        return self._page(found, args, newest_first=True, default_limit=100)
 
-    @staticmethod
-    def _page(found: list[PostedMessage], args: dict[str, Any]) -> dict[str, Any]:
-        oldest = float(args.get("oldest") or 0)
+    def _page(
+        self, found: list[PostedMessage], args: dict[str, Any], newest_first: bool,
+        default_limit: int,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Slack's time range (`oldest`/`latest` exclusive unless `inclusive`) and cursor pages."""
+        inclusive = str(args.get("inclusive", "")).lower() in ("1", "true")
+        oldest, latest = float(args.get("oldest") or 0), float(args.get("latest") or 1e12)
         with_metadata = str(args.get("include_all_metadata", "")).lower() in ("1", "true")
-        found = [m for m in found if float(m.ts) >= oldest]
-        found.sort(key=lambda m: float(m.ts))
-        return {"messages": [m.as_api(with_metadata) for m in found], "has_more": False}
+        found = [
+            m for m in found
+            if (oldest <= float(m.ts) <= latest if inclusive else oldest < float(m.ts) < latest)
+        ]  # fmt: skip
+        found.sort(key=lambda m: float(m.ts), reverse=newest_first)
+        start = int(args.get("cursor") or 0)
+        limit = min(int(args.get("limit") or default_limit), 1000)
+        page, rest = found[start : start + limit], found[start + limit :]
+        out: dict[str, Any] = {
+            "messages": [self._with_thread(m, m.as_api(with_metadata)) for m in page],
+            "has_more": bool(rest),
+        }
+        if rest:
+            out["response_metadata"] = {"next_cursor": str(start + limit)}
+        return out
+
+    def _with_thread(self, message: PostedMessage, out: dict[str, Any]) -> dict[str, Any]:
+        """A thread's parent carries its reply count and latest reply, as in Slack's history."""
+        replies = [m for m in self.messages if m.channel == message.channel
+                   and m.thread_ts == message.ts and m.ts != message.ts]  # fmt: skip
+        if replies:
+            out.update(thread_ts=message.ts, reply_count=len(replies),
+                       latest_reply=max((m.ts for m in replies), key=float))  # fmt: skip
+        return out
+
+    def _users_info(self, args: dict[str, Any]) -> dict[str, Any]:
+        user = str(args.get("user", ""))
+        if user not in self.users:
+            return {"error": "user_not_found"}
+        name = self.users[user]
+        return {"user": {"id": user, "name": name.lower(), "real_name": name,
+                         "profile": {"display_name": name, "real_name": name}}}  # fmt: skip
 
     def _reactions_add(self, args: dict[str, Any]) -> dict[str, Any]:
         entry = (str(args["channel"]), str(args["timestamp"]), str(args["name"]))
