@@ -27,14 +27,16 @@ LISTENED_KEY = ConversationKey("slack", TEAM, "C9", "")
 RATE_LIMITED = Failure(status=429, error="ratelimited", headers={"Retry-After": "30"})
 
 
-async def until(condition: Callable[[], bool], clock: FakeClock | None = None) -> None:
-    """Bounded wait for real I/O; with a clock, time moves a second at a time meanwhile (a
-    sleeper that registers late never misses its wake-up)."""
+async def until(
+    condition: Callable[[], bool], clock: FakeClock | None = None, step: float = 1.0
+) -> None:
+    """Bounded wait for real I/O; with a clock, time moves `step` seconds at a time meanwhile
+    (a sleeper that registers late never misses its wake-up)."""
     deadline = time.monotonic() + 10
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         if clock is not None:
-            await clock.advance(1.0)
+            await clock.advance(step)
         await asyncio.sleep(0.01)
 
 
@@ -184,3 +186,20 @@ async def test_a_live_message_after_the_restart_does_not_hide_the_gap(api: FakeS
         texts = [m.text for m in await bot.store.messages(DM_KEY.id)]
         assert sorted(texts) == ["after it", "before the gap", "during the gap"]
         assert sorted(bot.replier.calls[-1].texts) == ["after it", "during the gap"]
+
+
+async def test_a_catch_up_waiting_out_a_rate_limit_never_delays_live_events(
+    api: FakeSlackApi,
+) -> None:
+    api.add_user_message("C9", ts(1), "sent while down")
+    api.fail("conversations.history", Failure(429, "ratelimited", {"Retry-After": "600"}))
+    clock = FakeClock(start=START)
+    async with running_bot(api, clock=clock, catch_up=True, listen_channels=["C9"]) as bot:
+        await until(lambda: "conversations.history" in api.methods())
+        assert await bot.send(dm(ts(2), "hi, live")) == 200
+        await bot.step(1.5)
+        assert [c.texts for c in bot.replier.calls] == [["hi, live"]]  # catch-up still waits
+        await until(lambda: api.methods().count("conversations.history") == 2, clock, step=30)
+        await bot.settle()
+        await bot.step(1.5)
+        assert [c.texts for c in bot.replier.calls][1:] == [["sent while down"]]

@@ -80,7 +80,7 @@ class CostGuards:
         user = f"{platform}:{message.author_id}"
         if lim.max_message_chars and len(message.text) > lim.max_message_chars:
             return await self._refuse("message_too_long", user, lim.size_notice, now)
-        if lim.user_messages_per_window:
+        if lim.user_messages_per_window and message.via != "catch-up":  # sent over time, earlier
             window, expires = self._window(now)
             count = await self.counters.add_to_counter(f"rate:{user}", window, 1, expires, now)
             if count > lim.user_messages_per_window:
