@@ -184,8 +184,9 @@ class History:
             read = functools.partial(self._call, "users_info", user=user)
             try:
                 info = await run.read(f"user {user}", read)
-            except FetchError as exc:
-                log.info("slack: no name for %s (%s)", user, exc)
+            except FetchError as exc:  # a name is a nicety: the id will do, this process long
+                log.info("slack: no name for %s (%s); using the id", user, exc)
+                self._names[user] = user
                 return user
             profile = (info.get("user") or {}).get("profile") or {}
             name = profile.get("display_name") or profile.get("real_name")
