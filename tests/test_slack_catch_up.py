@@ -203,3 +203,22 @@ async def test_a_catch_up_waiting_out_a_rate_limit_never_delays_live_events(
         await bot.settle()
         await bot.step(1.5)
         assert [c.texts for c in bot.replier.calls][1:] == [["sent while down"]]
+
+
+async def test_a_thread_whose_lookup_keeps_failing_does_not_hold_up_the_others(
+    api: FakeSlackApi,
+) -> None:
+    seed_thread_we_answered(api)  # ts(5)
+    api.add_user_message("C1", ts(15), f"<@{BOT_USER}> another", user="U2")
+    api.add_user_message("C1", ts(16), "answer", user=BOT_USER, thread_ts=ts(15))
+    api.messages[-1].bot_id = BOT_ID
+    api.fail("conversations.replies", Failure(status=500), times=12)  # two rounds of tries
+    async with running_bot(api) as bot:
+        assert await bot.send(channel_message(ts(7), "first thread", thread_ts=ts(5))) == 200
+        assert await bot.send(channel_message(ts(17), "second thread", thread_ts=ts(15))) == 200
+        await until(lambda: api.methods().count("conversations.replies") == 14, bot.clock, 2)
+        await bot.settle()
+        await bot.step(1.5)
+        threads = [a["ts"] for m, a in api.calls if m == "conversations.replies"]
+        assert threads[12:] == [ts(15), ts(5)]  # the second was decided before the first
+        assert sorted(c.texts for c in bot.replier.calls) == [["first thread"], ["second thread"]]

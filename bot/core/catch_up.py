@@ -204,12 +204,20 @@ class ThreadBook:
         return job
 
     async def _decide(self, platform: str, lookup: Lookup) -> None:
+        """Thread by thread; one whose lookup keeps failing does not hold up the others, and
+        the job runs again (after a backoff) while any is left undecided."""
         while held := await self.memory.held(platform, HELD_BATCH):
             threads: dict[ConversationKey, list[IncomingMessage]] = {}
             for message in held:
                 threads.setdefault(message.key, []).append(message)
+            failed: FetchError | None = None
             for key, messages in threads.items():
-                await self._settle(key, messages, lookup)
+                try:
+                    await self._settle(key, messages, lookup)
+                except FetchError as exc:
+                    failed = failed or exc
+            if failed is not None:
+                raise failed
 
     async def _settle(
         self, key: ConversationKey, messages: list[IncomingMessage], lookup: Lookup
