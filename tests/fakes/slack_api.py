@@ -7,13 +7,22 @@ lost, or a post that hangs. `EventSender` posts correctly signed Events API requ
 HTTP endpoint, with `X-Slack-Retry-Num` for retries, and slash commands. For Socket Mode,
 `apps.connections.open` hands out a WebSocket on the same server; `push_envelope` sends an event
 over it and `acks` records the envelope ids the bot acknowledged.
+
+To try burstbot by hand against it: `python -m tests.fakes.slack_api --port 8766 --events-url
+http://127.0.0.1:3000/slack/events --signing-secret S`. `POST /fake/say` (form: `channel`,
+`text`, optional `user`, `thread_ts`) is a person writing: the message lands in history and is
+sent once as a signed event, as Slack does (if nobody listens, the event is lost); `GET
+/fake/posts` lists what bots posted.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
 import itertools
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,7 +90,7 @@ class FakeSlackApi:
         self.holds: dict[str, asyncio.Event] = {}
         self.delays: dict[str, float] = {}
         self.held: dict[str, asyncio.Event] = {}
-        self._ts = itertools.count(1)
+        self._last_ts = 0.0
         self._runner: web.AppRunner | None = None
         self.url = ""
         self.app_token = "xapp-test"
@@ -92,13 +101,15 @@ class FakeSlackApi:
         self._envelopes = itertools.count(1)
 
     # lifecycle --------------------------------------------------------------------------------
-    async def start(self) -> FakeSlackApi:
+    async def start(self, port: int = 0) -> FakeSlackApi:
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._handle)
         app.router.add_get("/socket", self._socket)
+        app.router.add_post("/fake/say", self._say)
+        app.router.add_get("/fake/posts", self._posts)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", port)
         await site.start()
         self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/api/"
         return self
@@ -130,6 +141,33 @@ class FakeSlackApi:
     ) -> None:
         """A person's message in Slack's history (sent while no bot listened: no event)."""
         self.messages.append(PostedMessage(channel, ts, text, thread_ts, None, user, None))
+
+    # by hand (see the module docstring) -------------------------------------------------------
+    events: EventSender | None = None
+
+    async def _say(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        channel, text = str(form["channel"]), str(form["text"])
+        user, thread_ts = str(form.get("user", "U1")), form.get("thread_ts")
+        ts = self._next_ts()
+        self.add_user_message(channel, ts, text, user, str(thread_ts) if thread_ts else None)
+        status: int | str = "no events url"
+        if self.events is not None:
+            event = {"type": "message", "channel": channel, "user": user, "text": text, "ts": ts,
+                     "channel_type": "im" if channel.startswith("D") else "channel",
+                     "user_profile": {"display_name": self.users.get(user, user)}}  # fmt: skip
+            if thread_ts:
+                event["thread_ts"] = str(thread_ts)
+            try:
+                status = await self.events.send(event)
+            except aiohttp.ClientError as exc:
+                status = f"event lost: {exc}"
+        return web.json_response({"ts": ts, "event": status})
+
+    async def _posts(self, request: web.Request) -> web.Response:
+        posts = [{"channel": m.channel, "ts": m.ts, "thread_ts": m.thread_ts, "text": m.text}
+                 for m in self.posts()]  # fmt: skip
+        return web.json_response(posts)
 
     def posts(self, channel: str | None = None) -> list[PostedMessage]:
         return [m for m in self.messages if m.bot_id and (channel is None or m.channel == channel)]
@@ -177,11 +215,16 @@ class FakeSlackApi:
         return {"team_id": TEAM, "team": "Acme", "user_id": BOT_USER, "user": "burstbot",
                 "bot_id": BOT_ID, "url": "https://acme.slack.com/"}  # fmt: skip
 
+    def _next_ts(self) -> str:
+        """A new message's ts: the time, in microseconds, always later than the last one."""
+        self._last_ts = max(round(time.time(), 6), round(self._last_ts + 0.000001, 6))
+        return f"{self._last_ts:.6f}"
+
     def _chat_postMessage(self, args: dict[str, Any]) -> dict[str, Any]:
         metadata = args.get("metadata")
         if isinstance(metadata, str):
             metadata = json.loads(metadata)
-        ts = f"{int(time.time())}.{next(self._ts):06d}"
+        ts = self._next_ts()
         message = PostedMessage(
             str(args["channel"]), ts, str(args.get("text", "")), args.get("thread_ts"), metadata
         )
@@ -405,3 +448,29 @@ def channel_message(
     if event_type == "message":
         event["channel_type"] = "channel"
     return event
+
+
+async def _serve(port: int, events_url: str, signing_secret: str) -> None:
+    api = await FakeSlackApi().start(port)
+    if events_url:
+        api.events = EventSender(events_url, signing_secret)
+    logging.getLogger("fake-slack").warning("fake Slack Web API on %s", api.url)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await api.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="A fake Slack Web API on 127.0.0.1")
+    parser.add_argument("--port", type=int, default=8766)
+    parser.add_argument("--events-url", default="", help="where to send each message as an event")
+    parser.add_argument("--signing-secret", default="", help="signs those events")
+    args = parser.parse_args()
+    logging.basicConfig(format="%(message)s")
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(args.port, args.events_url, args.signing_secret))
+
+
+if __name__ == "__main__":
+    main()
