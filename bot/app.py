@@ -216,11 +216,10 @@ class App:
         (`before`: when they began connecting); each keeps its runner for its reconnects."""
         if not self.catch_up_settings.enabled:
             return
+        clock, settings = self.engine.clock, self.catch_up_settings
         for frontend in frontends:
             if isinstance(frontend, CatchUpSource):
-                memory = self.threads.memory
-                clock, settings = self.engine.clock, self.catch_up_settings
-                catch_up = CatchUp(frontend, memory, self.ingest, clock, settings)
+                catch_up = CatchUp(frontend, self.threads.memory, self.ingest, clock, settings)
                 frontend.use_catch_up(catch_up)
                 self.catch_ups.append(catch_up)
                 catch_up.request(before)
