@@ -369,8 +369,10 @@ class CatchUp:
         points = {ConversationKey.parse(cid): newest for cid, newest in stored.items()}
         if not everything:
             points = {key: points.get(key) for key in only}
-        log.info("catch-up (%s): %d conversation(s) to read%s", platform, len(points),
-                 " and the listened channels" if everything else "")  # fmt: skip
+        hours = self.settings.max_age_seconds / 3600
+        log.info("catch-up (%s): reading %d conversation(s)%s", platform, len(points),
+                 f" active in the last {hours:g} h, and any listened channels" if everything
+                 else "")  # fmt: skip
         run = CatchUpRun(self, points, since, everything)
         await self.source.catch_up(run)
         self.passes += 1
