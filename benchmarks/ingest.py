@@ -89,6 +89,7 @@ async def raw_sqlite(profile: Profile, directory: str) -> IngestRow:
                     "author_name": m.author_name,
                     "text": m.text,
                     "now": now,
+                    "via": "",
                 },
             ).fetchall()
             db.execute(

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
 from bot.config import Config, require_secret
+from bot.core.catch_up import CatchUp, CatchUpSettings, CatchUpSource, FrontendMemory, ThreadBook
 from bot.core.clock import Clock, SystemClock
 from bot.core.engine import Engine
 from bot.core.errors import BurstbotError, ConfigError, StoreError
@@ -127,6 +128,11 @@ class App:
             gate=self.guards,
         )
         self.scheduler = Scheduler(self.engine)
+        if not isinstance(store, FrontendMemory):
+            raise ConfigError("storage: this backend cannot remember threads or catch up")
+        self.catch_up_settings = CatchUpSettings.from_config(config)
+        self.threads = ThreadBook(store, self.engine.clock, self.ingest, self.catch_up_settings)
+        self.catch_ups: list[CatchUp] = []
         self.metrics = Metrics()
         self.metrics_server: MetricsServer | None = None
         self._listeners: list[Listener] = []
@@ -225,6 +231,19 @@ class App:
             self.failure = error
         self.request_stop()
 
+    def start_catch_up(self, frontends: list[Frontend], before: float) -> None:
+        """Front ends that can, fetch in the background what was sent while none of them listened
+        (`before`: when they began connecting); each keeps its runner for its reconnects."""
+        if not self.catch_up_settings.enabled:
+            return
+        clock, settings = self.engine.clock, self.catch_up_settings
+        for frontend in frontends:
+            if isinstance(frontend, CatchUpSource):
+                catch_up = CatchUp(frontend, self.threads.memory, self.ingest, clock, settings)
+                frontend.use_catch_up(catch_up)
+                self.catch_ups.append(catch_up)
+                catch_up.request(before)
+
     def hint(self, payload: str) -> None:
         """Another process armed a timer, queued a reply or released leases: look now if it
         matters before the next poll (`timer <due_at>`, `outbox <platform>`, `released`)."""
@@ -264,10 +283,12 @@ class App:
                 loop.add_signal_handler(sig, self.request_stop)
         scheduler = asyncio.create_task(self.scheduler.run())
         started: list[Frontend] = []
+        connecting_at = self.engine.clock.now()
         try:
             for frontend in self.frontends:
                 await frontend.start(self)
                 started.append(frontend)
+            self.start_catch_up(started, connecting_at)
             log.info("burstbot running as %s", self.engine.owner)
             stop = asyncio.create_task(self._stop.wait())
             await asyncio.wait({stop, scheduler}, return_when=asyncio.FIRST_COMPLETED)

@@ -168,6 +168,14 @@ class DiscordConfig(Section):
         return self
 
 
+class CatchUpConfig(Section):
+    """Fetching what was sent while no process listened (start, reconnects)."""
+
+    enabled: bool = True
+    max_age_hours: float = Field(default=24.0, gt=0)
+    max_pages: int = Field(default=10, ge=1)
+
+
 class LoggingConfig(Section):
     format: Literal["plain", "json"] = "plain"
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
@@ -226,6 +234,7 @@ class Config(Section):
     console: ConsoleConfig = ConsoleConfig()
     slack: SlackConfig = SlackConfig()
     discord: DiscordConfig = DiscordConfig()
+    catch_up: CatchUpConfig = CatchUpConfig()
     logging: LoggingConfig = LoggingConfig()
     metrics: MetricsConfig = MetricsConfig()
     access: AccessConfig = AccessConfig()

@@ -8,7 +8,7 @@ from dataclasses import asdict, fields
 from typing import Any, Protocol, TypeVar
 
 from bot.core import store as contract
-from bot.core.events import IncomingMessage
+from bot.core.events import ConversationKey, IncomingMessage
 from bot.ops.inspection import ConversationSummary
 
 Params = Mapping[str, Any]
@@ -65,8 +65,14 @@ def message_params(message: IncomingMessage, now: float) -> dict[str, Any]:
     key = message.key
     return {"cid": key.id, "platform": key.platform, "now": now,
             "uid": message_uid(key.platform, key.workspace, message.message_id),
-            "message_id": message.message_id, "author_id": message.author_id,
+            "message_id": message.message_id, "author_id": message.author_id, "via": message.via,
             "author_name": message.author_name, "text": message.text}  # fmt: skip
+
+
+def held_from_row(r: Row) -> IncomingMessage:
+    """A held message comes back as it was held, marked as one that waited for its thread."""
+    return _record(IncomingMessage, r, key=ConversationKey.parse(r["conversation_id"]),
+                   author_is_bot=False, is_dm=False, via="held")  # fmt: skip
 
 
 def reply_params(

@@ -124,14 +124,8 @@ class SqlStore(ABC, Generic[Conn]):
     async def delete(self, event: MessageDeleted, now: float, timing: Timing) -> IngestResult:
         return await self._change(event, "delete_message", {}, now, timing)
 
-    async def _change(
-        self,
-        event: MessageEdited | MessageDeleted,
-        query: str,
-        extra: Params,
-        now: float,
-        timing: Timing,
-    ) -> IngestResult:
+    async def _change(self, event: MessageEdited | MessageDeleted, query: str, extra: Params,
+                      now: float, timing: Timing) -> IngestResult:  # fmt: skip
         """A pending message's change is new input (bump, re-arm); an answered one's is history."""
         uid = codec.message_uid(event.key.platform, event.key.workspace, event.message_id)
         async with self._transaction() as db:
@@ -230,32 +224,22 @@ class SqlStore(ABC, Generic[Conn]):
         row = await self._one("current_version", {"cid": conversation_id})
         return int(row[0]) if row else 0
 
-    async def pending_messages(
-        self, conversation_id: str, after_version: int, upto_version: int
-    ) -> list[contract.StoredMessage]:
-        rows = await self._rows(
-            "pending_messages",
-            {"cid": conversation_id, "after": after_version, "upto": upto_version},
-        )
-        return [codec.message_from_row(r) for r in rows]
+    async def pending_messages(self, conversation_id: str, after_version: int, upto_version: int,
+                               ) -> list[contract.StoredMessage]:  # fmt: skip
+        params = {"cid": conversation_id, "after": after_version, "upto": upto_version}
+        return [codec.message_from_row(r) for r in await self._rows("pending_messages", params)]
 
-    async def history(
-        self, conversation_id: str, upto_version: int, limit: int
-    ) -> list[contract.HistoryItem]:
+    async def history(self, conversation_id: str, upto_version: int, limit: int,
+                      ) -> list[contract.HistoryItem]:  # fmt: skip
         rows = await self._rows(
             "history", {"cid": conversation_id, "upto": upto_version, "limit": limit}
         )
         return [contract.HistoryItem(r[0], str(r[1]), str(r[2]), int(r[3])) for r in reversed(rows)]
 
     # 5. final check + commit -----------------------------------------------------------------
-    async def commit(
-        self,
-        conversation_id: str,
-        check: contract.FinalCheck,
-        now: float,
-        timing: Timing,
-        reply: contract.NewReply | None,
-    ) -> contract.CommitOutcome:
+    async def commit(self, conversation_id: str, check: contract.FinalCheck, now: float,
+                     timing: Timing, reply: contract.NewReply | None,
+                     ) -> contract.CommitOutcome:  # fmt: skip
         cid, token, version = conversation_id, check.token, check.version
         async with self._transaction() as db:
             before = await self._one("lock_answered_version", {"cid": cid}, db)
@@ -283,24 +267,17 @@ class SqlStore(ABC, Generic[Conn]):
             row = await self._one("count_failure", {"cid": conversation_id, "token": token}, db)
             if row is None:
                 return None
-            await self._rows(
-                "rearm_after_failure", {"cid": conversation_id, "retry_at": retry_at}, db
-            )
+            rearm = {"cid": conversation_id, "retry_at": retry_at}
+            await self._rows("rearm_after_failure", rearm, db)
         return int(row[0])
 
     async def record_generation(self, record: contract.GenerationRecord) -> None:
         await self._rows("record_generation", codec.generation_params(record))
 
     # 6. deliver ------------------------------------------------------------------------------
-    async def claim_replies(
-        self,
-        owner: str,
-        now: float,
-        ttl: float,
-        platforms: Sequence[str],
-        limit: int,
-        reply_id: int | None = None,
-    ) -> list[OutboxRow]:
+    async def claim_replies(self, owner: str, now: float, ttl: float, platforms: Sequence[str],
+                            limit: int, reply_id: int | None = None,
+                            ) -> list[OutboxRow]:  # fmt: skip
         rows = await self._rows(
             "claim_replies",
             {"owner": owner, "now": now, "lease_now": now, "ttl": ttl,
@@ -337,10 +314,32 @@ class SqlStore(ABC, Generic[Conn]):
         rows = await self._rows("reset_history", {"cid": conversation_id})
         return int(rows[0][0]) if rows else None
 
+    # what front ends remember (bot.core.catch_up.FrontendMemory) -----------------------------
+    async def thread_status(self, conversation_id: str) -> bool | None:
+        row = await self._one("thread_status", {"cid": conversation_id})
+        return None if row is None or row[0] is None else bool(row[0])
+
+    async def remember_thread(self, conversation_id: str, ours: bool, now: float) -> None:
+        await self._rows("remember_thread", {"cid": conversation_id, "ours": ours, "now": now})
+
+    async def hold(self, message: IncomingMessage, now: float) -> None:
+        await self._rows("hold_message", codec.message_params(message, now))
+
+    async def held(self, platform: str, limit: int) -> list[IncomingMessage]:
+        rows = await self._rows("held_messages", {"platform": platform, "limit": limit})
+        return [codec.held_from_row(r) for r in rows]
+
+    async def unhold(self, message: IncomingMessage) -> None:
+        await self._rows("unhold_message", codec.message_params(message, 0.0))
+
+    async def catch_up_points(self, platform: str, since: float, before: float,
+                              ) -> dict[str, str | None]:  # fmt: skip
+        params = {"platform": platform, "since": since, "before": before}
+        return {str(r[0]): r[1] for r in await self._rows("catch_up_points", params)}
+
     # cost-guard counters (bot.ops.guards.CounterStore) ---------------------------------------
-    async def add_to_counter(
-        self, scope: str, window_start: int, amount: int, expires_at: float, now: float
-    ) -> int:
+    async def add_to_counter(self, scope: str, window_start: int, amount: int, expires_at: float,
+                             now: float) -> int:  # fmt: skip
         async with self._transaction() as db:
             await self._rows("prune_counters", {"now": now}, db)
             rows = await self._rows(
@@ -378,9 +377,8 @@ class SqlStore(ABC, Generic[Conn]):
         return int(rows[0][0]) if rows else 0
 
     # operator inspection (bot.ops.inspection.StoreInspector) ----------------------------------
-    async def list_conversations(
-        self, active_only: bool = True, limit: int = 50
-    ) -> list[ConversationSummary]:
+    async def list_conversations(self, active_only: bool = True, limit: int = 50,
+                                 ) -> list[ConversationSummary]:  # fmt: skip
         rows = await self._rows("list_conversations", {"active": active_only, "limit": limit})
         return [codec.summary_from_row(r) for r in rows]
 

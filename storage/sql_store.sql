@@ -28,8 +28,8 @@ UPDATE conversations SET version = version + 1 WHERE id = :cid RETURNING version
 
 -- name: insert_message
 INSERT INTO messages (conversation_id, seq, message_uid, message_id, author_id, author_name, text,
-                      created_at)
-VALUES (:cid, :seq, :uid, :message_id, :author_id, :author_name, :text, :now)
+                      created_at, via)
+VALUES (:cid, :seq, :uid, :message_id, :author_id, :author_name, :text, :now, :via)
 ON CONFLICT (message_uid) DO NOTHING
 RETURNING seq;
 
@@ -137,7 +137,7 @@ WHERE claim_owner = :owner AND state = 'pending';
 SELECT version FROM conversations WHERE id = :cid;
 
 -- name: pending_messages
-SELECT seq, message_id, author_id, author_name, text, created_at, edited_at, deleted
+SELECT seq, message_id, author_id, author_name, text, created_at, edited_at, deleted, via
 FROM messages
 WHERE conversation_id = :cid AND seq > :after AND seq <= :upto AND NOT deleted
 ORDER BY seq;
@@ -289,11 +289,68 @@ WHERE NOT CAST(:active AS BOOLEAN) OR version > answered_version OR due_at IS NO
 ORDER BY last_activity_at DESC LIMIT :limit;
 
 -- name: all_messages
-SELECT seq, message_id, author_id, author_name, text, created_at, edited_at, deleted
+SELECT seq, message_id, author_id, author_name, text, created_at, edited_at, deleted, via
 FROM messages WHERE conversation_id = :cid ORDER BY seq;
+
+-- what front ends remember (bot/core/catch_up.py) -----------------------------------------------
+
+-- name: thread_status
+-- A thread is ours when we hold a conversation for it; otherwise a lookup decided (NULL: never).
+SELECT CASE WHEN EXISTS (SELECT 1 FROM conversations WHERE id = :cid) THEN TRUE
+            ELSE (SELECT ours FROM known_threads WHERE conversation_id = :cid) END;
+
+-- name: remember_thread
+INSERT INTO known_threads (conversation_id, ours, decided_at) VALUES (:cid, :ours, :now)
+ON CONFLICT (conversation_id) DO UPDATE SET ours = excluded.ours, decided_at = excluded.decided_at;
+
+-- name: hold_message
+INSERT INTO held_messages (message_uid, conversation_id, platform, message_id, author_id,
+                           author_name, text, held_at)
+VALUES (:uid, :cid, :platform, :message_id, :author_id, :author_name, :text, :now)
+ON CONFLICT (message_uid) DO NOTHING;
+
+-- name: held_messages
+SELECT conversation_id, message_id, author_id, author_name, text FROM held_messages
+WHERE platform = :platform ORDER BY held_at, message_uid LIMIT :limit;
+
+-- name: unhold_message
+DELETE FROM held_messages WHERE message_uid = :uid;
+
+-- name: catch_up_points
+-- Each conversation of a platform with a message stored since :since, and the platform id of its
+-- newest message stored before :before (NULL: none); catch-up fetches what came after it.
+SELECT c.id, (SELECT m.message_id FROM messages m
+              WHERE m.conversation_id = c.id AND m.created_at < :before
+              ORDER BY m.seq DESC LIMIT 1) AS message_id
+FROM conversations c
+WHERE c.platform = :platform
+  AND c.id IN (SELECT r.conversation_id FROM messages r WHERE r.created_at >= :since)
+ORDER BY c.id;
 
 -- name: migration_3
 -- Delivery is fenced like generation: every claim bumps claim_token, and renewals and marks are
 -- conditional on it. A conversation's replies are claimed in commit order, one at a time (G9).
 ALTER TABLE replies ADD COLUMN claim_token BIGINT NOT NULL DEFAULT 0;
 CREATE INDEX replies_pending_in_order ON replies(conversation_id, id) WHERE state = 'pending';
+
+-- name: migration_4
+-- How each message arrived (catch-up, held for a thread lookup), the arrival index catch-up reads,
+-- thread lookups remembered, and messages held until their thread is decided.
+ALTER TABLE messages ADD COLUMN via TEXT NOT NULL DEFAULT '';
+CREATE INDEX messages_arrival ON messages(created_at);
+CREATE TABLE known_threads (
+    conversation_id   TEXT PRIMARY KEY,
+    ours              BOOLEAN NOT NULL,
+    decided_at        FLOAT8 NOT NULL
+);
+CREATE TABLE held_messages (
+    message_uid       TEXT PRIMARY KEY,
+    conversation_id   TEXT NOT NULL,
+    platform          TEXT NOT NULL,
+    message_id        TEXT NOT NULL,
+    author_id         TEXT NOT NULL,
+    author_name       TEXT NOT NULL,
+    text              TEXT NOT NULL,
+    held_at           FLOAT8 NOT NULL
+);
+CREATE INDEX held_messages_platform ON held_messages(platform, held_at);

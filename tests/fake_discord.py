@@ -2,8 +2,14 @@
 
 The real discord.py client talks to it over HTTP and a websocket. Like Discord, it dedupes a post
 whose `nonce` it has seen with `enforce_nonce` (returning the earlier message), and it can be told
-to fail a channel's next posts with a given status, or to close the gateway with a given code
-(at IDENTIFY, or while running).
+to fail a channel's next posts with a given status, or to close the gateway (with a given code:
+at IDENTIFY, or while running; without one, a network cut the client reconnects after).
+
+Channels (`add_channel`) and their history: every message created or dispatched is in its
+channel's history, and `said` adds one no bot received (sent while no process ran). Reads work as
+on Discord: `GET /channels/{id}`, and `GET /channels/{id}/messages` with `after` (the `limit`
+messages right after it), `before`, or neither (the newest), each page newest first; a channel's
+next reads can be told to fail. A RESUME is refused (op 9): the client identifies anew.
 """
 
 from __future__ import annotations
@@ -46,8 +52,13 @@ class FakeDiscord:
         self.commands_status = 200  # e.g. 403: the command endpoints refuse
         self.command_posts: list[Json] = []
         self.callbacks: list[Json] = []  # interaction responses, with "interaction_id"
+        self.channels: dict[int, Json] = {}  # what GET /channels/{id} returns
+        self.guilds: list[int] = []  # sent after READY (GUILD_CREATE) with their channels
+        self.history: dict[int, list[Json]] = {}  # each channel's messages, oldest first
+        self.read_failures: dict[int, list[Failure]] = {}  # a channel's next reads fail
+        self.reads: list[tuple[int, dict[str, str]]] = []  # every history read and its query
         self._by_nonce: dict[str, Json] = {}
-        self._ids = itertools.count(1_300_000_000_000_000_000)
+        self._ids = _Snowflakes()
         self._socket: web.WebSocketResponse | None = None
         self._sequence = itertools.count(1)
         self._runner: web.AppRunner | None = None
@@ -59,6 +70,8 @@ class FakeDiscord:
         app.router.add_get("/api/v10/users/@me", self._me)
         app.router.add_get("/api/v10/oauth2/applications/@me", self._application)
         app.router.add_post("/api/v10/channels/{channel_id}/messages", self._post_message)
+        app.router.add_get("/api/v10/channels/{channel_id}/messages", self._read_messages)
+        app.router.add_get("/api/v10/channels/{channel_id}", self._read_channel)
         app.router.add_post("/api/v10/channels/{channel_id}/typing", self._typing)
         app.router.add_get("/api/v10/applications/{app_id}/commands", self._commands)
         app.router.add_post("/api/v10/applications/{app_id}/commands", self._upsert_command)
@@ -121,6 +134,7 @@ class FakeDiscord:
         if "message_reference" in body:
             message["message_reference"] = body["message_reference"]
         self.created.append({**message, "request": body})
+        self.history.setdefault(channel_id, []).append(message)
         if nonce is not None:
             self._by_nonce[nonce] = message
         return _json(message)
@@ -175,6 +189,63 @@ class FakeDiscord:
                                 "mute": False, "flags": 0, "permissions": "0"})  # fmt: skip
         return data
 
+    # channels and history ---------------------------------------------------------------------
+    def add_channel(self, channel_id: int, kind: str, guild_id: int | None = None,
+                    recipient: Json | None = None, parent_id: int | None = None,
+                    owner_id: int | None = None) -> Json:  # fmt: skip
+        """A DM (`kind="dm"`), a guild text channel ("text") or a thread ("thread")."""
+        data: Json = {"id": str(channel_id), "last_message_id": None, "flags": 0}
+        if kind == "dm":
+            data.update(type=1, recipients=[recipient])
+        else:
+            data.update(guild_id=str(guild_id), name=f"{kind}-{channel_id}", position=0,
+                        permission_overwrites=[], nsfw=False, rate_limit_per_user=0,
+                        parent_id=str(parent_id) if parent_id else None)  # fmt: skip
+            data["type"] = 0
+        if kind == "thread":
+            data.update(type=11, owner_id=str(owner_id), message_count=0, member_count=1,
+                        thread_metadata={"archived": False, "auto_archive_duration": 1440,
+                                         "archive_timestamp": _now(), "locked": False})  # fmt: skip
+        self.channels[channel_id] = data
+        return data
+
+    def said(self, channel_id: int, author: Json, content: str, **extra: Any) -> Json:
+        """A message in the channel's history that no gateway delivered."""
+        message = self.message(channel_id, author, content, **extra)
+        self.history.setdefault(channel_id, []).append(message)
+        return message
+
+    async def _read_channel(self, request: web.Request) -> web.Response:
+        channel_id = int(request.match_info["channel_id"])
+        failure = self._read_failure(channel_id)
+        if failure is not None:
+            return _json(failure.body, status=failure.status, headers=failure.headers)
+        if channel_id not in self.channels:
+            return _json({"message": "Unknown Channel", "code": 10003}, status=404)
+        return _json(self.channels[channel_id])
+
+    async def _read_messages(self, request: web.Request) -> web.Response:
+        channel_id = int(request.match_info["channel_id"])
+        self.reads.append((channel_id, dict(request.query)))
+        failure = self._read_failure(channel_id)
+        if failure is not None:
+            return _json(failure.body, status=failure.status, headers=failure.headers)
+        if channel_id not in self.channels:
+            return _json({"message": "Unknown Channel", "code": 10003}, status=404)
+        limit = min(int(request.query.get("limit", 50)), 100)
+        found = sorted(self.history.get(channel_id, []), key=lambda m: int(m["id"]))
+        if "after" in request.query:
+            after = int(request.query["after"])
+            page = [m for m in found if int(m["id"]) > after][:limit]
+        else:
+            before = int(request.query.get("before", 1 << 63))
+            page = [m for m in found if int(m["id"]) < before][-limit:]
+        return _json(list(reversed(page)))  # newest first, as Discord sends them
+
+    def _read_failure(self, channel_id: int) -> Failure | None:
+        queued = self.read_failures.get(channel_id) or []
+        return queued.pop(0) if queued else None
+
     def message(self, channel_id: int, author: Json, content: str, **extra: Any) -> Json:
         return {"id": str(next(self._ids)), "channel_id": str(channel_id), "author": author,
                 "content": content, "timestamp": _now(), "edited_timestamp": None, "tts": False,
@@ -199,23 +270,52 @@ class FakeDiscord:
                     await socket.close(code=self.gateway_close_code)
                     break
                 await self.dispatch("READY", self._ready())
+                for guild_id in self.guilds:
+                    await self.dispatch("GUILD_CREATE", self._guild(guild_id))
+            elif payload["op"] == 6:  # RESUME: this fake keeps no sessions to resume
+                await socket.send_json({"op": 9, "d": False})
         return socket
 
     def _ready(self) -> Json:
-        return {"v": 10, "user": self.bot_user, "guilds": [], "session_id": "session-1",
+        guilds = [{"id": str(g), "unavailable": True} for g in self.guilds]
+        return {"v": 10, "user": self.bot_user, "guilds": guilds, "session_id": "session-1",
                 "resume_gateway_url": str(self.gateway_url),
                 "application": {"id": str(APP_ID), "flags": 0}}  # fmt: skip
 
-    async def close_gateway(self, code: int) -> None:
-        """Close the running gateway connection with `code`, as Discord does (e.g. 4012 when the
-        API version is no longer served): a code discord.py cannot recover from ends it."""
+    def _guild(self, guild_id: int) -> Json:
+        """GUILD_CREATE: the guild with its channels and active threads."""
+        mine = [c for c in self.channels.values() if c.get("guild_id") == str(guild_id)]
+        everyone = {"id": str(guild_id), "name": "@everyone", "permissions": "1024",
+                    "position": 0, "color": 0, "hoist": False, "managed": False,
+                    "mentionable": False, "flags": 0}  # fmt: skip
+        return {"id": str(guild_id), "name": f"guild-{guild_id}", "owner_id": str(BOT_ID + 1),
+                "roles": [everyone], "emojis": [], "stickers": [], "features": [],
+                "member_count": 1, "members": [], "voice_states": [], "presences": [],
+                "channels": [c for c in mine if c["type"] != 11],
+                "threads": [c for c in mine if c["type"] == 11], "large": False,
+                "unavailable": False, "joined_at": _now(), "premium_tier": 0,
+                "afk_timeout": 300, "verification_level": 0, "default_message_notifications": 0,
+                "explicit_content_filter": 0, "mfa_level": 0, "system_channel_flags": 0,
+                "preferred_locale": "en-US", "nsfw_level": 0}  # fmt: skip
+
+    async def close_gateway(self, code: int | None = None) -> None:
+        """Drop the gateway connection: without a code, a network cut the client reconnects
+        after; with one, as Discord does (e.g. 4012 when the API version is no longer served),
+        and a code discord.py cannot recover from ends it."""
         assert self._socket is not None, "no gateway connection"
+        if code is None:
+            await self._socket.close()
+            return
         self.gateway_close_code = code  # a reconnect would be refused the same way
         await self._socket.close(code=code)
 
     async def dispatch(self, event: str, data: Json) -> None:
         """Send one gateway event (a replay is the same data sent again)."""
         assert self._socket is not None, "no gateway connection"
+        if event == "MESSAGE_CREATE":
+            channel = self.history.setdefault(int(data["channel_id"]), [])
+            if all(m["id"] != data["id"] for m in channel):
+                channel.append(data)
         await self._socket.send_json({"op": 0, "t": event, "s": next(self._sequence), "d": data})
 
     async def wait_for(self, predicate: Any, within: float = 5.0) -> None:
@@ -223,6 +323,25 @@ class FakeDiscord:
         async with asyncio.timeout(within):
             while not predicate():  # noqa: ASYNC110
                 await asyncio.sleep(0.005)
+
+
+class _Snowflakes:
+    """Ids as Discord makes them: the creation time (ms since 2015) above 22 bits, increasing."""
+
+    DISCORD_EPOCH_MS = 1_420_070_400_000
+
+    def __init__(self) -> None:
+        self._last = 0
+
+    def __next__(self) -> int:
+        now_ms = int(datetime.datetime.now(datetime.UTC).timestamp() * 1000)
+        self._last = max(self._last + 1, (now_ms - self.DISCORD_EPOCH_MS) << 22)
+        return self._last
+
+
+def snowflake_at(when: datetime.datetime) -> int:
+    """The smallest id of a message created at `when` (a message from long ago)."""
+    return (int(when.timestamp() * 1000) - _Snowflakes.DISCORD_EPOCH_MS) << 22
 
 
 def _json(data: Json, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:

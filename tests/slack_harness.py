@@ -67,6 +67,13 @@ class Bot:
         await engine.outbox.deliver_due()
         await engine.idle()
 
+    async def settle(self) -> None:
+        """Wait for background reads: held threads decided, catch-up passes done."""
+        await self.app.threads.idle()
+        for catch_up in self.app.catch_ups:
+            await catch_up.idle()
+        await self.app.threads.idle()
+
     async def send(self, event: dict[str, Any], **kwargs: Any) -> int:
         status = await self.sender.send(event, **kwargs)
         await self.app.engine.idle()  # thinking-indicator calls started by the ingest
@@ -83,6 +90,7 @@ async def running_bot(
     owner: str = "w1",
     access: dict[str, Any] | None = None,
     limits: dict[str, Any] | None = None,
+    catch_up: bool = False,
     **slack: Any,
 ) -> AsyncIterator[Bot]:
     config = slack_config(api, access, limits, **slack)
@@ -93,7 +101,10 @@ async def running_bot(
     app = App(config, store, replier, [frontend], clock=clock, owner=owner)
     await store.open()
     host: Host = host_wrapper(app) if host_wrapper else app
+    connecting_at = clock.now()
     await frontend.start(host)
+    if catch_up:  # what App.run does once its front ends are up
+        app.start_catch_up([frontend], connecting_at)
     url = f"http://127.0.0.1:{frontend.http_port}{config.slack.http_path}"
     try:
         yield Bot(app, frontend, EventSender(url, SECRET), clock, replier, store)

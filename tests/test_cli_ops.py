@@ -6,9 +6,11 @@ import re
 import time
 from pathlib import Path
 
+from bot.cli.explain import explain_lines
 from bot.core.clock import FakeClock
 from bot.core.errors import PermanentDeliveryError
 from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.store import Timing
 from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
 from tests.conftest import make_engine
@@ -119,7 +121,7 @@ def test_migrate_creates_the_schema(tmp_path: Path) -> None:
     assert not (tmp_path / "burstbot.db").exists()
     result = burstbot(["migrate"], tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "sqlite:///burstbot.db: schema at version 3, up to date"
+    assert result.stdout.strip() == "sqlite:///burstbot.db: schema at version 4, up to date"
     assert (tmp_path / "burstbot.db").exists()
 
 
@@ -216,3 +218,18 @@ async def test_explain_redact_hides_message_and_reply_text(tmp_path: Path) -> No
     assert "secret" not in result.stdout and only_printable(result.stdout)
     assert "received  #1 mallory\\x1b[8m: [38 chars]" in result.stdout
     assert "committed, covers v1: [23 chars]" in result.stdout
+
+
+async def test_explain_says_which_messages_came_in_through_catch_up(store: SqliteStore) -> None:
+    key = ConversationKey("slack", "T1", "D1")
+    timing = Timing(quiet_seconds=1.0, max_wait_seconds=5.0)
+    for n, via in enumerate(["", "catch-up", "held"]):
+        message = IncomingMessage(key, f"D1:{n}", "U1", "alice", f"text {n}", via=via)
+        await store.ingest(message, 1_000.0 + n, timing)
+    lines = await explain_lines(store, key.id, 1_010.0)
+    assert lines is not None
+    assert [line.split("s  ", 1)[1] for line in lines[1:-1]] == [
+        "received  #1 alice: text 0",
+        "received  #2 alice (via catch-up): text 1",
+        "received  #3 alice (held until its thread was looked up): text 2",
+    ]

@@ -18,6 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from storage.sqlite import MIGRATIONS
+
+SCHEMA = len(MIGRATIONS)
+
 ROOT = Path(__file__).resolve().parent.parent
 EXIT_WITHIN_SECONDS = 10.0
 
@@ -62,7 +66,7 @@ def test_a_database_from_a_newer_burstbot(tmp_path: Path, command: str) -> None:
     args = [command, "--config", str(write_config(tmp_path))]
     code, lines = burstbot([*args, "slack/T1/C1/"] if command == "explain" else args, tmp_path)
     assert (code, lines) == (
-        1, ["burstbot: database schema version 99 is newer than this burstbot (3); upgrade "
+        1, [f"burstbot: database schema version 99 is newer than this burstbot ({SCHEMA}); upgrade "
             "burstbot"]
     )  # fmt: skip
 

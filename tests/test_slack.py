@@ -100,6 +100,7 @@ async def test_thread_we_are_not_part_of_is_ignored_and_ours_is_found_after_rest
     async with running_bot(api, db=str(tmp_path / "b.db")) as bot:
         assert await bot.send(channel_message(ts(2), "reply", thread_ts=ts(1))) == 200
         assert await bot.send(channel_message(ts(7), "thanks! one more", thread_ts=ts(5))) == 200
+        await bot.settle()  # both threads looked up in the background, after the acks
         await bot.step(1.5)
         [post] = api.posts(channel="C1")[1:]  # [0] is the seeded earlier answer
         assert post.thread_ts == ts(5)

@@ -61,7 +61,8 @@ def reference(
             {"cid": key.id, "seq": version,
              "uid": message_uid(key.platform, key.workspace, message.message_id),
              "message_id": message.message_id, "author_id": message.author_id,
-             "author_name": message.author_name, "text": message.text, "now": now},
+             "author_name": message.author_name, "text": message.text, "now": now,
+             "via": message.via},
         ).fetchall()  # fmt: skip
         if not inserted:
             db.execute(Q["undo_ingest"])

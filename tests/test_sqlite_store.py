@@ -49,6 +49,27 @@ async def test_migrations_are_numbered_and_run_once(tmp_path: Path) -> None:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
+async def test_a_version_3_database_upgrades_and_keeps_its_messages(tmp_path: Path) -> None:
+    path = tmp_path / "v3.db"
+    with sqlite3.connect(path) as db:
+        for number, script in enumerate(MIGRATIONS[:3], start=1):
+            db.executescript(script)
+            db.execute(f"PRAGMA user_version = {number}")
+        db.execute("INSERT INTO conversations (id, platform, created_at) VALUES ('a/b/c/', 'a', 1)")
+        db.execute(
+            "INSERT INTO messages (conversation_id, seq, message_uid, message_id, author_id, "
+            "author_name, text, created_at) VALUES ('a/b/c/', 1, 'a/b/m1', 'm1', 'u', 'n', 'hi', 1)"
+        )
+    store = SqliteStore(str(path))
+    await store.open()
+    try:
+        [kept] = await store.messages("a/b/c/")
+        assert (kept.text, kept.via) == ("hi", "")
+        assert await store.catch_up_points("a", 0.0, 2.0) == {"a/b/c/": "m1"}
+    finally:
+        await store.close()
+
+
 async def test_a_newer_schema_is_refused_with_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "future.db"
     with sqlite3.connect(path) as db:

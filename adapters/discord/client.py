@@ -3,9 +3,14 @@
 In: a message that counts (`routing.Routing`) becomes an `IncomingMessage` and is stored before
 its handler returns; content edits and deletes become `MessageEdited` / `MessageDeleted`. The same
 gateway event seen twice (a RESUME replay, two processes on one shard) is one stored message: the
-engine dedupes by message id. The `/reset` slash command (`commands`) becomes `ResetConversation`
-for the conversation its user is in there. Out: `posting.post_reply`. Startup problems a user must
-fix (bad token, Message Content intent off, bad shard settings) become one `ConfigError` line.
+engine dedupes by message id. Discord never delivers an event again, so a message the store
+refuses (busy) is tried again a few times with backoff, and one that still fails is left to
+catch-up (history.py), asked to read that conversation from just before the failure. Catch-up
+also runs at start and after a reconnect that began a new session (READY again, not RESUMED:
+a resumed session replays what it missed). The `/reset` slash command (`commands`) becomes
+`ResetConversation` for the conversation its user is in there. Out: `posting.post_reply`. Startup
+problems a user must fix (bad token, Message Content intent off, bad shard settings) become one
+`ConfigError` line.
 
 A gateway connection that ends for good while running (discord.py gave up reconnecting) is
 reported to the host as a failure, so the process stops and exits non-zero. At shutdown there is
@@ -23,13 +28,15 @@ import aiohttp
 import discord
 
 from adapters.discord import commands
+from adapters.discord.history import History
 from adapters.discord.indicator import TypingKeeper
 from adapters.discord.posting import post_reply
 from adapters.discord.render import allowed_mentions
 from adapters.discord.routing import Routing, message_text
 from bot.config import DiscordConfig
+from bot.core.catch_up import CatchUp, CatchUpRun
 from bot.core.clock import Clock, SystemClock
-from bot.core.errors import BurstbotError, ConfigError, RetryableDeliveryError
+from bot.core.errors import BurstbotError, ConfigError, RetryableDeliveryError, StoreError
 from bot.core.events import (
     ConversationKey,
     IncomingMessage,
@@ -47,6 +54,8 @@ INTENT_HELP = (
     "(your application → Bot → Privileged Gateway Intents → Message Content Intent)"
 )
 REMEMBERED_REPLIES = 1000
+INGEST_ATTEMPTS = 4
+INGEST_RETRY_SECONDS = 0.25  # then 1 s, 4 s: about 5 s in all before catch-up takes over
 _SHARD_CLOSE_CODES = {4010: "invalid shard", 4011: "sharding required"}
 
 
@@ -83,6 +92,12 @@ class GatewayClient(discord.Client):
     async def on_ready(self) -> None:
         await self.frontend.on_ready()
 
+    async def on_disconnect(self) -> None:
+        self.frontend.on_disconnect()
+
+    async def on_resumed(self) -> None:
+        self.frontend.on_resumed()
+
     async def on_message(self, message: discord.Message) -> None:
         await self.frontend.on_message(message)
 
@@ -110,9 +125,13 @@ class DiscordFrontend:
         self.routing = Routing.from_config(config)
         self.allowed_mentions = allowed_mentions(config.mention_author)
         self.max_parts = config.max_parts_per_reply
-        self.typing = typing or TypingKeeper(clock or SystemClock())
+        self.clock = clock or SystemClock()
+        self.typing = typing or TypingKeeper(self.clock)
         self.client = GatewayClient(self, config, intents or gateway_intents())
+        self.history = History(self.client, lambda: self.routing, self.incoming)
         self.host: Host | None = None
+        self._catch_up: CatchUp | None = None
+        self._lost_at: float | None = None  # when the gateway connection last dropped
         self._token = token
         self._ready = asyncio.Event()
         self._connection: asyncio.Task[None] | None = None
@@ -151,6 +170,8 @@ class DiscordFrontend:
 
     async def stop(self) -> None:
         self._stopping = True
+        if self._catch_up is not None:
+            await self._catch_up.stop()
         await self.typing.close()
         await self.client.close()
         if self._connection is not None:
@@ -168,16 +189,28 @@ class DiscordFrontend:
         user, client = self.client.user, self.client
         shard = f" (shard {client.shard_id}/{client.shard_count})" if client.shard_count else ""
         log.info("discord: connected as %s%s in %d guild(s)", user, shard, len(client.guilds))
+        if self._ready.is_set() and self._catch_up is not None:
+            log.info("discord: a new gateway session; catching up")
+            self._catch_up.request(self._lost_at or self.clock.now())
+        self._lost_at = None
         self._ready.set()
 
-    async def on_message(self, message: discord.Message) -> None:
+    def on_disconnect(self) -> None:
+        if self._lost_at is None:
+            self._lost_at = self.clock.now()
+
+    def on_resumed(self) -> None:
+        self._lost_at = None  # Discord replays what the session missed
+
+    def incoming(self, message: discord.Message) -> IncomingMessage | None:
+        """A message that counts, as a neutral event (live or from history)."""
         me = self.client.user
-        if self.host is None or me is None or not self.routing.counts(message, me.id):
-            return
+        if me is None or not self.routing.counts(message, me.id):
+            return None
         text = message_text(message)
         if not text.strip():
-            return
-        event = IncomingMessage(
+            return None
+        return IncomingMessage(
             key=self.routing.key_of(message),
             message_id=str(message.id),
             author_id=str(message.author.id),
@@ -185,7 +218,37 @@ class DiscordFrontend:
             text=text,
             is_dm=message.guild is None,
         )
-        await self.host.ingest(event)
+
+    async def on_message(self, message: discord.Message) -> None:
+        event = self.incoming(message)
+        if self.host is None or event is None:
+            return
+        failed_at, delay = self.clock.now(), INGEST_RETRY_SECONDS
+        for attempt in range(1, INGEST_ATTEMPTS + 1):
+            try:
+                await self.host.ingest(event)
+                return
+            except StoreError as exc:
+                error = exc
+            if attempt < INGEST_ATTEMPTS:
+                log.warning("discord: cannot store message %s (%s); trying again in %.2f s",
+                            event.message_id, error, delay)  # fmt: skip
+                await self.clock.sleep(delay)
+                delay *= 4
+        if self._catch_up is None:
+            log.error("discord: message %s in %s lost: not stored (%s) and catch-up is off",
+                      event.message_id, event.key.id, error)  # fmt: skip
+            return
+        log.error("discord: message %s in %s not stored (%s); catch-up will fetch it",
+                  event.message_id, event.key.id, error)  # fmt: skip
+        self._catch_up.request(failed_at, only=event.key)
+
+    # catch-up ---------------------------------------------------------------------------------
+    def use_catch_up(self, catch_up: CatchUp) -> None:
+        self._catch_up = catch_up
+
+    async def catch_up(self, run: CatchUpRun) -> None:
+        await self.history.catch_up(run)
 
     async def on_reset(self, interaction: discord.Interaction) -> None:
         """`/reset`: clear the history of the conversation the person is in here, if allowed."""

@@ -14,14 +14,23 @@ signature before Bolt parses anything.
 
 The `/reset` slash command works the same way: the ack is the command's answer, so it is sent
 after the reset is stored, as an ephemeral message only the person who typed it sees.
+
+A thread reply without a mention counts only in a thread we are part of. The store knows the
+threads it holds conversations for, and remembers what earlier lookups decided; a reply in a
+thread it does not know is held (stored, then acked) and decided in the background with a
+`conversations.replies` lookup (history.py), so nothing slow runs before the ack and a failed
+lookup (a 429) is retried instead of dropping the message.
+
+Catch-up (bot/core/catch_up.py, history.py) runs after start and after every Socket Mode
+reconnect (a new `hello`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
-from collections import OrderedDict
 from typing import Any
 
 import aiohttp
@@ -33,9 +42,11 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import inbound
 from adapters.slack.endpoint import MAX_BODY_BYTES, endpoint, server_log
+from adapters.slack.history import History
 from adapters.slack.inbound import Identity, Payload
 from adapters.slack.outbound import Outbound
 from bot.config import SlackConfig, require_secret
+from bot.core.catch_up import Background, CatchUp, CatchUpRun
 from bot.core.errors import BurstbotError, ConfigError
 from bot.core.events import ConversationKey, IncomingMessage, Reply, ResetConversation
 from bot.core.frontend import Host
@@ -51,8 +62,6 @@ RESET_IN_THREADS = (
 )
 RESET_REFUSED = "Not allowed here."
 RESET_FAILED = "Could not clear the history just now; please try again."
-THREAD_MEMORY = 10_000
-NOT_IN_THREAD_TTL_SECONDS = 60.0
 API_TIMEOUT_SECONDS = 10
 SOCKET_CONNECT_TIMEOUT_SECONDS = 30.0
 
@@ -78,7 +87,10 @@ class SlackFrontend:
         self._outbound: Outbound | None = None
         self._runner: web.AppRunner | None = None
         self._socket: Any = None
-        self._threads: OrderedDict[tuple[str, str], tuple[bool, float]] = OrderedDict()
+        self._history: History | None = None
+        self._decider: Background | None = None
+        self._catch_up: CatchUp | None = None
+        self._hellos = 0
         self.identity = Identity("", "", "")
         self.http_port: int | None = None
         self._accepting = True
@@ -110,6 +122,9 @@ class SlackFrontend:
             reaction=self.config.thinking_reaction,
             max_parts=self.config.max_parts_per_reply,
         )
+        self._history = History(
+            self._client, self.identity, self.listen_channels, self._outbound.saw_message
+        )
         bolt_logger = logging.getLogger("burstbot.slack.bolt")
         bolt_logger.addFilter(_drop_token_unused_warning)
         bolt = AsyncApp(
@@ -127,6 +142,7 @@ class SlackFrontend:
             await self._serve_http(bolt)
         else:
             await self._connect_socket(bolt)
+        self._decider = host.threads.decide_with(self.platform, self._history.thread_is_ours)
         log.info("slack: connected as %s in team %s (%s mode)", self.identity.bot_user_id,
                  self.identity.team_id, self.config.mode)  # fmt: skip
 
@@ -141,6 +157,9 @@ class SlackFrontend:
 
     async def stop(self) -> None:
         self._accepting = False
+        for job in (self._catch_up, self._decider):
+            if job is not None:
+                await job.stop()
         if self._socket is not None:
             await self._socket.close_async()
             self._socket = None
@@ -218,6 +237,7 @@ class SlackFrontend:
             raise BurstbotError(f"slack: cannot open a Socket Mode connection ({exc})") from exc
         self._socket = AsyncSocketModeHandler(bolt, self._app_token)
         self._socket.client.wss_uri = opened["url"]
+        self._socket.client.on_message_listeners.append(self._on_socket_message)
         try:
             await asyncio.wait_for(self._socket.connect_async(), SOCKET_CONNECT_TIMEOUT_SECONDS)
         except TimeoutError as exc:
@@ -255,12 +275,18 @@ class SlackFrontend:
         if placement is None:
             return
         key = placement.key
-        if placement.needs_thread_check and not await self._in_our_thread(channel, event):
-            return
         message = inbound.new_message(placement, channel, event, self.identity)
         assert isinstance(message, IncomingMessage)
-        if key.thread:
-            self._remember_thread(channel, key.thread, True)
+        if (
+            placement.needs_thread_check
+            and event.get("parent_user_id") != self.identity.bot_user_id
+        ):
+            ours = await self._host.threads.status(key)
+            if ours is False:
+                return
+            if ours is None:  # stored now, decided in the background: acked either way
+                await self._host.threads.hold(message)
+                return
         self._outbound.saw_message(key, message.message_id)
         await self._host.ingest(message)
 
@@ -283,54 +309,32 @@ class SlackFrontend:
             return RESET_DONE
         return RESET_IN_THREADS
 
-    async def _in_our_thread(self, channel: str, event: Payload) -> bool:
-        """A thread we are part of: we started it, were mentioned in it, or replied in it.
+    # catch-up ---------------------------------------------------------------------------------
+    def use_catch_up(self, catch_up: CatchUp) -> None:
+        self._catch_up = catch_up
 
-        Remembered in memory; on a miss (after a restart, or another process served the thread)
-        one `conversations.replies` call decides. "Not ours" is only trusted for a minute, because
-        another process may join the thread meanwhile.
-        """
-        assert self._client is not None
-        thread_ts = str(event.get("thread_ts"))
-        if event.get("parent_user_id") == self.identity.bot_user_id:
-            return True
-        known = self._threads.get((channel, thread_ts))
-        if known is not None and (
-            known[0] or time.monotonic() - known[1] < NOT_IN_THREAD_TTL_SECONDS
-        ):
-            return known[0]
+    async def catch_up(self, run: CatchUpRun) -> None:
+        assert self._history is not None, "catch-up before start"
+        await self._history.catch_up(run)
+
+    async def _on_socket_message(self, message: Any) -> None:
+        """A `hello` opens every Socket Mode connection: after the first, we reconnected, and
+        events sent meanwhile may be lost. Events of the new connection arrive after it."""
         try:
-            page = await self._client.conversations_replies(
-                channel=channel, ts=thread_ts, limit=200
-            )
-        except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
-            log.warning("slack: cannot read thread %s/%s (%s); message not counted", channel,
-                        thread_ts, exc)  # fmt: skip
-            return False
-        ours = any(
-            (
-                inbound.is_from_bot(m, self.identity)
-                and m.get("bot_id") in (None, self.identity.bot_id)
-            )
-            or inbound.mentions(m, self.identity)
-            for m in page.get("messages") or []
-        )
-        self._remember_thread(channel, thread_ts, ours)
-        return ours
-
-    def _remember_thread(self, channel: str, thread_ts: str, ours: bool) -> None:
-        self._threads[(channel, thread_ts)] = (ours, time.monotonic())
-        self._threads.move_to_end((channel, thread_ts))
-        while len(self._threads) > THREAD_MEMORY:
-            self._threads.popitem(last=False)
+            kind = json.loads(message.data).get("type")
+        except (TypeError, ValueError, AttributeError):
+            return
+        if kind != "hello":
+            return
+        self._hellos += 1
+        if self._hellos > 1 and self._catch_up is not None:
+            log.info("slack: reconnected; catching up")
+            self._catch_up.request(self._catch_up.clock.now())
 
     # convert out ------------------------------------------------------------------------------
     async def deliver(self, reply: Reply) -> list[str]:
         assert self._outbound is not None, "deliver before start"
-        ids = await self._outbound.deliver(reply)
-        if reply.key.thread:
-            self._remember_thread(reply.key.channel, reply.key.thread, True)
-        return ids
+        return await self._outbound.deliver(reply)
 
     async def show_busy(self, key: ConversationKey, busy: bool) -> None:
         if self._outbound is not None:

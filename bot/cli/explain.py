@@ -1,9 +1,10 @@
 """`burstbot explain CONVERSATION`: one conversation's story, rebuilt from stored data.
 
 received → (burst) → lease → generation with tokens → superseded / posted / failed, in time
-order. Every line comes from a row: messages, generations and the outbox. Stored text is shown
-through `printable` (no terminal escapes from chat users); with `redact`, message and reply text
-is replaced by its length.
+order. Every line comes from a row: messages, generations and the outbox. A message that came in
+through catch-up (sent while no process listened) or waited for its thread to be looked up says so.
+Stored text is shown through `printable` (no terminal escapes from chat users); with `redact`,
+message and reply text is replaced by its length.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from bot.core.store import GenerationRecord, OutboxRow, StoredMessage
 from bot.ops.inspection import StoreInspector, printable
 
 PREVIEW = 60
+VIA = {"catch-up": " (via catch-up)", "held": " (held until its thread was looked up)"}
 
 
 def normalize_conversation_id(text: str) -> str:
@@ -42,7 +44,8 @@ def _versions(low_exclusive: int, high: int) -> str:
 
 def _message_events(m: StoredMessage, redact: bool) -> list[tuple[float, int, str]]:
     text = _preview(m.text, redact)
-    events = [(m.created_at, 0, f"received  #{m.seq} {printable(m.author_name)}: {text}")]
+    via = VIA.get(m.via, f" ({printable(m.via)})" if m.via else "")
+    events = [(m.created_at, 0, f"received  #{m.seq} {printable(m.author_name)}{via}: {text}")]
     if m.edited_at is not None:
         what = f"deleted   #{m.seq}" if m.deleted else f"edited    #{m.seq} → {text}"
         events.append((m.edited_at, 0, what))

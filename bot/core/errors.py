@@ -8,10 +8,12 @@
     ├── ReplierError             the model call failed
     │   ├── RetryableReplierError    rate limit, overload, timeout, connection, 5xx
     │   └── PermanentReplierError    bad request, auth, not found: retrying cannot help
-    └── DeliveryError            posting to the platform failed
-        ├── RetryableDeliveryError   try again later (optionally after `retry_after` seconds)
-        ├── PermanentDeliveryError   the post can never succeed (channel gone, no permission)
-        └── ClaimLost                this delivery's claim was taken or ran out: stop posting
+    ├── DeliveryError            posting to the platform failed
+    │   ├── RetryableDeliveryError   try again later (optionally after `retry_after` seconds)
+    │   ├── PermanentDeliveryError   the post can never succeed (channel gone, no permission)
+    │   └── ClaimLost                this delivery's claim was taken or ran out: stop posting
+    └── FetchError               reading from the platform failed (catch-up, thread lookups): try
+                                 again later (after `retry_after` seconds), unless `permanent`
 
 Code that catches library exceptions (anthropic, slack_sdk, discord, aiosqlite, asyncpg) re-raises
 one of these with `raise ... from exc`; the engine only ever handles this tree.
@@ -68,3 +70,12 @@ class PermanentDeliveryError(DeliveryError):
 
 class ClaimLost(DeliveryError):
     """Raised by a delivery fence before a part is posted: another worker may be delivering."""
+
+
+class FetchError(BurstbotError):
+    def __init__(
+        self, message: str, retry_after: float | None = None, permanent: bool = False
+    ) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.permanent = permanent

@@ -54,6 +54,9 @@ class IncomingMessage:
     text: str
     author_is_bot: bool = False
     is_dm: bool = False  # a direct message to the bot (the access policy's `dm_policy` applies)
+    via: str = ""
+    """How it reached us: "" live, "catch-up" (fetched after downtime), "held" (kept until its
+    thread was looked up). Stored with the message; `burstbot explain` shows it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,12 +14,16 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from bot.core.catch_up import ThreadBook
 from bot.core.errors import BurstbotError
 from bot.core.events import ConversationKey, Event, Reply
 from bot.core.store import IngestResult
 
 
 class Host(Protocol):
+    threads: ThreadBook
+    """Which threads are ours (from the store), and messages held until a lookup decides."""
+
     async def ingest(self, event: Event) -> IngestResult:
         """Store the event durably (milliseconds) and return; ack the platform only after this."""
         ...

@@ -73,6 +73,7 @@ class StoredMessage:
     created_at: float
     edited_at: float | None
     deleted: bool
+    via: str = ""  # as `IncomingMessage.via`
 
 
 @dataclass(frozen=True, slots=True)

@@ -112,7 +112,7 @@ class CostGuards:
             if not first:
                 return Refusal("message_too_long", None, repeat=True)
             return await self._refuse("message_too_long", user, lim.size_notice, now)
-        if lim.user_messages_per_window:
+        if lim.user_messages_per_window and message.via != "catch-up":  # sent over time, earlier
             count, first = await self.counters.add_once(
                 f"rate:{delivery}", f"rate:{user}", window, expires, remember, now
             )

@@ -7,13 +7,22 @@ lost, or a post that hangs. `EventSender` posts correctly signed Events API requ
 HTTP endpoint, with `X-Slack-Retry-Num` for retries, and slash commands. For Socket Mode,
 `apps.connections.open` hands out a WebSocket on the same server; `push_envelope` sends an event
 over it and `acks` records the envelope ids the bot acknowledged.
+
+To try burstbot by hand against it: `python -m tests.fakes.slack_api --port 8766 --events-url
+http://127.0.0.1:3000/slack/events --signing-secret S`. `POST /fake/say` (form: `channel`,
+`text`, optional `user`, `thread_ts`) is a person writing: the message lands in history and is
+sent once as a signed event, as Slack does (if nobody listens, the event is lost); `GET
+/fake/posts` lists what bots posted.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
 import itertools
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,11 +55,20 @@ class PostedMessage:
     user: str = BOT_USER
     bot_id: str | None = BOT_ID
 
+    subtype: str | None = None
+
+    @property
+    def top_level(self) -> bool:
+        """In the channel's history: not a thread reply (unless broadcast to the channel)."""
+        return not self.thread_ts or self.thread_ts == self.ts or self.subtype == "thread_broadcast"
+
     def as_api(self, with_metadata: bool) -> dict[str, Any]:
         out: dict[str, Any] = {"type": "message", "ts": self.ts, "text": self.text}
         out["user"] = self.user
         if self.bot_id:
             out["bot_id"] = self.bot_id
+        if self.subtype:
+            out["subtype"] = self.subtype
         if self.thread_ts:
             out["thread_ts"] = self.thread_ts
         if with_metadata and self.metadata:
@@ -64,6 +82,7 @@ class FakeSlackApi:
         self.status_supported = status_supported
         self.messages: list[PostedMessage] = []
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.users: dict[str, str] = {"U1": "alice", "U2": "bob"}  # users.info: id → name
         self.reactions: set[tuple[str, str, str]] = set()
         self.reaction_log: list[tuple[str, str, str]] = []
         self.statuses: list[tuple[str, str, str]] = []
@@ -71,7 +90,7 @@ class FakeSlackApi:
         self.holds: dict[str, asyncio.Event] = {}
         self.delays: dict[str, float] = {}
         self.held: dict[str, asyncio.Event] = {}
-        self._ts = itertools.count(1)
+        self._last_ts = 0.0
         self._runner: web.AppRunner | None = None
         self.url = ""
         self.app_token = "xapp-test"
@@ -82,13 +101,15 @@ class FakeSlackApi:
         self._envelopes = itertools.count(1)
 
     # lifecycle --------------------------------------------------------------------------------
-    async def start(self) -> FakeSlackApi:
+    async def start(self, port: int = 0) -> FakeSlackApi:
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._handle)
         app.router.add_get("/socket", self._socket)
+        app.router.add_post("/fake/say", self._say)
+        app.router.add_get("/fake/posts", self._posts)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", port)
         await site.start()
         self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/api/"
         return self
@@ -118,7 +139,35 @@ class FakeSlackApi:
     def add_user_message(
         self, channel: str, ts: str, text: str, user: str = "U1", thread_ts: str | None = None
     ) -> None:
+        """A person's message in Slack's history (sent while no bot listened: no event)."""
         self.messages.append(PostedMessage(channel, ts, text, thread_ts, None, user, None))
+
+    # by hand (see the module docstring) -------------------------------------------------------
+    events: EventSender | None = None
+
+    async def _say(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        channel, text = str(form["channel"]), str(form["text"])
+        user, thread_ts = str(form.get("user", "U1")), form.get("thread_ts")
+        ts = self._next_ts()
+        self.add_user_message(channel, ts, text, user, str(thread_ts) if thread_ts else None)
+        status: int | str = "no events url"
+        if self.events is not None:
+            event = {"type": "message", "channel": channel, "user": user, "text": text, "ts": ts,
+                     "channel_type": "im" if channel.startswith("D") else "channel",
+                     "user_profile": {"display_name": self.users.get(user, user)}}  # fmt: skip
+            if thread_ts:
+                event["thread_ts"] = str(thread_ts)
+            try:
+                status = await self.events.send(event)
+            except aiohttp.ClientError as exc:
+                status = f"event lost: {exc}"
+        return web.json_response({"ts": ts, "event": status})
+
+    async def _posts(self, request: web.Request) -> web.Response:
+        posts = [{"channel": m.channel, "ts": m.ts, "thread_ts": m.thread_ts, "text": m.text}
+                 for m in self.posts()]  # fmt: skip
+        return web.json_response(posts)
 
     def posts(self, channel: str | None = None) -> list[PostedMessage]:
         return [m for m in self.messages if m.bot_id and (channel is None or m.channel == channel)]
@@ -166,11 +215,16 @@ class FakeSlackApi:
         return {"team_id": TEAM, "team": "Acme", "user_id": BOT_USER, "user": "burstbot",
                 "bot_id": BOT_ID, "url": "https://acme.slack.com/"}  # fmt: skip
 
+    def _next_ts(self) -> str:
+        """A new message's ts: the time, in microseconds, always later than the last one."""
+        self._last_ts = max(round(time.time(), 6), round(self._last_ts + 0.000001, 6))
+        return f"{self._last_ts:.6f}"
+
     def _chat_postMessage(self, args: dict[str, Any]) -> dict[str, Any]:
         metadata = args.get("metadata")
         if isinstance(metadata, str):
             metadata = json.loads(metadata)
-        ts = f"{int(time.time())}.{next(self._ts):06d}"
+        ts = self._next_ts()
         message = PostedMessage(
             str(args["channel"]), ts, str(args.get("text", "")), args.get("thread_ts"), metadata
         )
@@ -178,25 +232,60 @@ class FakeSlackApi:
         return {"channel": message.channel, "ts": ts, "message": message.as_api(True)}
 
     def _conversations_replies(self, args: dict[str, Any]) -> dict[str, Any]:
+        """A thread, oldest first (the parent, then the replies)."""
         thread = str(args["ts"])
         found = [
             m
             for m in self.messages
             if m.channel == args["channel"] and (m.ts == thread or m.thread_ts == thread)
         ]
-        return self._page(found, args)
+        return self._page(found, args, newest_first=False, default_limit=1000)
 
     def _conversations_history(self, args: dict[str, Any]) -> dict[str, Any]:
-        found = [m for m in self.messages if m.channel == args["channel"] and not m.thread_ts]
-        return self._page(found, args)
+        """Top-level messages (thread replies only when broadcast), newest first."""
+        found = [m for m in self.messages if m.channel == args["channel"] and m.top_level]
+        return self._page(found, args, newest_first=True, default_limit=100)
 
-    @staticmethod
-    def _page(found: list[PostedMessage], args: dict[str, Any]) -> dict[str, Any]:
-        oldest = float(args.get("oldest") or 0)
+    def _page(
+        self, found: list[PostedMessage], args: dict[str, Any], newest_first: bool,
+        default_limit: int,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Slack's time range (`oldest`/`latest` exclusive unless `inclusive`) and cursor pages."""
+        inclusive = str(args.get("inclusive", "")).lower() in ("1", "true")
+        oldest, latest = float(args.get("oldest") or 0), float(args.get("latest") or 1e12)
         with_metadata = str(args.get("include_all_metadata", "")).lower() in ("1", "true")
-        found = [m for m in found if float(m.ts) >= oldest]
-        found.sort(key=lambda m: float(m.ts))
-        return {"messages": [m.as_api(with_metadata) for m in found], "has_more": False}
+        found = [
+            m for m in found
+            if (oldest <= float(m.ts) <= latest if inclusive else oldest < float(m.ts) < latest)
+        ]  # fmt: skip
+        found.sort(key=lambda m: float(m.ts), reverse=newest_first)
+        start = int(args.get("cursor") or 0)
+        limit = min(int(args.get("limit") or default_limit), 1000)
+        page, rest = found[start : start + limit], found[start + limit :]
+        out: dict[str, Any] = {
+            "messages": [self._with_thread(m, m.as_api(with_metadata)) for m in page],
+            "has_more": bool(rest),
+        }
+        if rest:
+            out["response_metadata"] = {"next_cursor": str(start + limit)}
+        return out
+
+    def _with_thread(self, message: PostedMessage, out: dict[str, Any]) -> dict[str, Any]:
+        """A thread's parent carries its reply count and latest reply, as in Slack's history."""
+        replies = [m for m in self.messages if m.channel == message.channel
+                   and m.thread_ts == message.ts and m.ts != message.ts]  # fmt: skip
+        if replies:
+            out.update(thread_ts=message.ts, reply_count=len(replies),
+                       latest_reply=max((m.ts for m in replies), key=float))  # fmt: skip
+        return out
+
+    def _users_info(self, args: dict[str, Any]) -> dict[str, Any]:
+        user = str(args.get("user", ""))
+        if user not in self.users:
+            return {"error": "user_not_found"}
+        name = self.users[user]
+        return {"user": {"id": user, "name": name.lower(), "real_name": name,
+                         "profile": {"display_name": name, "real_name": name}}}  # fmt: skip
 
     def _reactions_add(self, args: dict[str, Any]) -> dict[str, Any]:
         entry = (str(args["channel"]), str(args["timestamp"]), str(args["name"]))
@@ -359,3 +448,29 @@ def channel_message(
     if event_type == "message":
         event["channel_type"] = "channel"
     return event
+
+
+async def _serve(port: int, events_url: str, signing_secret: str) -> None:
+    api = await FakeSlackApi().start(port)
+    if events_url:
+        api.events = EventSender(events_url, signing_secret)
+    logging.getLogger("fake-slack").warning("fake Slack Web API on %s", api.url)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await api.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="A fake Slack Web API on 127.0.0.1")
+    parser.add_argument("--port", type=int, default=8766)
+    parser.add_argument("--events-url", default="", help="where to send each message as an event")
+    parser.add_argument("--signing-secret", default="", help="signs those events")
+    args = parser.parse_args()
+    logging.basicConfig(format="%(message)s")
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(args.port, args.events_url, args.signing_secret))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""Reading Slack's history: is a thread ours, and what was sent while no process listened.
+
+Both read pages (`cursor`) of `conversations.replies` (a thread, oldest first) or
+`conversations.history` (a channel's or DM's top-level messages, newest first). A failed read
+becomes a `FetchError`: with Slack's `Retry-After` on a 429 (these methods are heavily
+rate-limited for many apps), permanent when Slack says it can never work (channel gone, not in
+the channel, missing scope). The caller (bot/core/catch_up.py) waits and reads again.
+
+Thread lookup: ours when one of its messages is ours (our bot id) or mentions us; every page is
+read (up to `LOOKUP_MAX_PAGES`), not just the first.
+
+Catch-up: for each conversation the store knows (active within the window), the messages after
+its newest stored one — `oldest` is exclusive on Slack — and for each listened channel the
+messages since the window start, plus the threads under it that had replies since. Each message
+goes through the same rules as a live event (inbound.py). History carries no `channel_type` and
+no `user_profile`: the channel id tells a DM (`D…`), and `users.info` names the author (once per
+user and process; the id stands in when that fails).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.slack import inbound
+from adapters.slack.inbound import Identity, Payload
+from adapters.slack.outbound import delivery_error
+from bot.core.catch_up import CatchUpRun
+from bot.core.errors import FetchError, PermanentDeliveryError, RetryableDeliveryError
+from bot.core.events import ConversationKey, IncomingMessage
+
+log = logging.getLogger("burstbot.slack")
+
+PAGE = 200
+LOOKUP_MAX_PAGES = 50
+
+
+def fetch_error(exc: Exception, what: str) -> FetchError:
+    """The same classification as posting: a 429 with its Retry-After, permanent Slack errors."""
+    mapped = delivery_error(exc, what)
+    retry_after = mapped.retry_after if isinstance(mapped, RetryableDeliveryError) else None
+    return FetchError(str(mapped), retry_after, isinstance(mapped, PermanentDeliveryError))
+
+
+def _ts(message: Payload) -> float:
+    return float(message.get("ts") or 0)
+
+
+class History:
+    """Reads for one workspace (one bot token)."""
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        identity: Identity,
+        listen_channels: frozenset[str],
+        saw: Callable[[ConversationKey, str], None],
+    ) -> None:
+        self.client = client
+        self.identity = identity
+        self.listen_channels = listen_channels
+        self._saw = saw  # the thinking indicator's "latest message", as for a live event
+        self._names: dict[str, str] = {}
+
+    async def _call(self, method: str, **args: Any) -> dict[str, Any]:
+        try:
+            response = await getattr(self.client, method)(**args)
+        except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
+            raise fetch_error(exc, method.replace("_", ".")) from exc
+        return dict(response.data) if isinstance(response.data, dict) else {}
+
+    # is this thread ours? ---------------------------------------------------------------------
+    async def thread_is_ours(self, key: ConversationKey) -> bool:
+        cursor = ""
+        for _ in range(LOOKUP_MAX_PAGES):
+            page = await self._call("conversations_replies", channel=key.channel, ts=key.thread,
+                                    limit=PAGE, cursor=cursor or None)  # fmt: skip
+            if any(self._ours(m) for m in page.get("messages") or []):
+                return True
+            cursor = (page.get("response_metadata") or {}).get("next_cursor") or ""
+            if not cursor:
+                return False
+        log.warning("thread %s: no sign of us in %d pages; taken as not ours", key.id,
+                    LOOKUP_MAX_PAGES)  # fmt: skip
+        return False
+
+    def _ours(self, message: Payload) -> bool:
+        ours = (None, self.identity.bot_id)
+        mine = inbound.is_from_bot(message, self.identity) and message.get("bot_id") in ours
+        return mine or inbound.mentions(message, self.identity)
+
+    # catch-up ---------------------------------------------------------------------------------
+    async def catch_up(self, run: CatchUpRun) -> None:
+        """Fetch what was missed and `run.ingest` what counts, conversation by conversation."""
+        team = self.identity.team_id
+        targets = {k: v for k, v in run.points.items() if k.workspace == team}
+        if run.listened:
+            for channel in sorted(self.listen_channels):
+                targets.setdefault(ConversationKey(inbound.PLATFORM, team, channel, ""), None)
+        queue = list(targets)
+        while queue:
+            key = queue.pop(0)
+            newest = targets[key]
+            after = max(float(inbound.split_message_id(newest)[1] or 0) if newest else 0.0,
+                        run.window_start)  # fmt: skip
+            try:
+                messages = await self._read(run, key, after)
+            except FetchError as exc:
+                if not exc.permanent:
+                    raise
+                run.skip(key.id, str(exc))
+                continue
+            counted = []
+            for message in messages:
+                for thread in self._threads_with_news(key, message, after):
+                    if thread not in targets:
+                        targets[thread] = None
+                        queue.append(thread)
+                event = await self._counted(run, key, message)
+                if event is not None:
+                    counted.append(event)
+                    self._saw(event.key, event.message_id)
+            await run.ingest(key.id, counted)
+
+    async def _read(self, run: CatchUpRun, key: ConversationKey, after: float) -> list[Payload]:
+        """The messages after `after`, oldest first; at most `run.max_pages` pages."""
+        args: dict[str, Any] = {"channel": key.channel, "oldest": f"{after:.6f}", "limit": PAGE}
+        method = "conversations_history"
+        if key.thread:
+            method, args["ts"] = "conversations_replies", key.thread
+        messages: list[Payload] = []
+        cursor = ""
+        for number in range(1, run.max_pages + 1):
+            read: Callable[[], Awaitable[dict[str, Any]]] = functools.partial(
+                self._call, method, **args, cursor=cursor or None
+            )
+            page = await run.read(f"catch-up {key.id} page {number}", read)
+            messages += page.get("messages") or []
+            cursor = (page.get("response_metadata") or {}).get("next_cursor") or ""
+            if not cursor:
+                break
+        else:
+            run.truncated(key.id)
+        return sorted((m for m in messages if _ts(m) > after), key=_ts)
+
+    def _threads_with_news(
+        self, key: ConversationKey, message: Payload, after: float
+    ) -> list[ConversationKey]:
+        """A listened channel's thread with replies since `after` (history shows only parents)."""
+        if key.thread or key.channel not in self.listen_channels:
+            return []
+        if not message.get("reply_count") or float(message.get("latest_reply") or 0) <= after:
+            return []
+        return [ConversationKey(inbound.PLATFORM, key.workspace, key.channel, str(message["ts"]))]
+
+    async def _counted(
+        self, run: CatchUpRun, key: ConversationKey, message: Payload
+    ) -> IncomingMessage | None:
+        """The live rules (inbound.py) applied to a message read from history."""
+        channel = key.channel
+        channel_type = "im" if channel.startswith("D") else "channel"
+        payload = {**message, "channel": channel, "channel_type": channel_type}
+        if str(message.get("subtype") or "") not in inbound.NEW_MESSAGE_SUBTYPES:
+            return None
+        if inbound.is_from_bot(message, self.identity):
+            return None
+        placement = inbound.place(key.workspace, channel, channel_type, payload, self.identity,
+                                  self.listen_channels)  # fmt: skip
+        if placement is None or (placement.needs_thread_check and placement.key != key):
+            return None  # a thread reply counts when its thread is ours: the one being read
+        if not payload.get("user_profile") and payload.get("user"):
+            payload["user_profile"] = {"display_name": await self._name(run, str(payload["user"]))}
+        event = inbound.new_message(placement, channel, payload, self.identity)
+        return event if isinstance(event, IncomingMessage) else None
+
+    async def _name(self, run: CatchUpRun, user: str) -> str:
+        if user not in self._names:
+            read = functools.partial(self._call, "users_info", user=user)
+            try:
+                info = await run.read(f"user {user}", read)
+            except FetchError as exc:  # a name is a nicety: the id will do, this process long
+                log.info("slack: no name for %s (%s); using the id", user, exc)
+                self._names[user] = user
+                return user
+            profile = (info.get("user") or {}).get("profile") or {}
+            name = profile.get("display_name") or profile.get("real_name")
+            self._names[user] = str(name or (info.get("user") or {}).get("name") or user)
+        return self._names[user]

@@ -1,0 +1,76 @@
+"""What every store remembers for front ends (`FrontendMemory`): threads, held messages, where
+catch-up starts, and how each message arrived. Run against every backend (see conftest)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from bot.core.catch_up import FrontendMemory
+from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.store import Store, Timing
+
+T = Timing(quiet_seconds=2.0, max_wait_seconds=10.0)
+DM = ConversationKey("slack", "T1", "D1")
+THREAD = ConversationKey("slack", "T1", "C1", "1700000000.000005")
+NOW = 1_000.0
+
+
+def msg(n: int, key: ConversationKey = DM, via: str = "") -> IncomingMessage:
+    return IncomingMessage(key, f"{key.channel}:{n}", "U1", "alice", f"text {n}", via=via)
+
+
+def memory(store: Store) -> FrontendMemory:
+    assert isinstance(store, FrontendMemory)
+    return store
+
+
+async def test_a_thread_is_ours_once_we_hold_its_conversation_or_a_lookup_said_so(
+    store: Store,
+) -> None:
+    book = memory(store)
+    other = ConversationKey("slack", "T1", "C1", "1700000000.000009")
+    assert await book.thread_status(THREAD.id) is None
+    await book.remember_thread(other.id, False, NOW)
+    assert await book.thread_status(other.id) is False
+    await book.remember_thread(other.id, True, NOW + 1)  # decided again: the last answer holds
+    assert await book.thread_status(other.id) is True
+    await store.ingest(msg(1, THREAD), NOW, T)
+    assert await book.thread_status(THREAD.id) is True
+
+
+async def test_held_messages_are_kept_once_in_order_until_unheld(store: Store) -> None:
+    book = memory(store)
+    first, second = msg(1, THREAD), msg(2, THREAD)
+    await book.hold(first, NOW)
+    await book.hold(second, NOW + 1)
+    await book.hold(first, NOW + 2)  # Slack's retry of the same event
+    await book.hold(msg(3, ConversationKey("discord", "g", "c")), NOW)
+    held = await book.held("slack", 10)
+    assert held == [replace(first, via="held"), replace(second, via="held")]
+    assert await book.held("slack", 1) == [replace(first, via="held")]
+    await book.unhold(held[0])
+    assert [m.message_id for m in await book.held("slack", 10)] == [second.message_id]
+    assert await store.conversation_state(THREAD.id) is None  # held is not accepted input
+
+
+async def test_catch_up_points_name_the_newest_message_stored_before_the_cut_off(
+    store: Store,
+) -> None:
+    book = memory(store)
+    old = ConversationKey("slack", "T1", "D9")
+    await store.ingest(msg(1, old), NOW - 100_000, T)  # outside the window
+    await store.ingest(msg(1), NOW - 50, T)
+    await store.ingest(msg(2), NOW - 40, T)
+    await store.ingest(msg(3), NOW + 5, T)  # stored after the cut-off: a live message
+    await store.ingest(msg(1, THREAD), NOW + 6, T)  # a conversation first seen after it
+    await store.ingest(msg(1, ConversationKey("discord", "g", "c")), NOW, T)
+    points = await book.catch_up_points("slack", NOW - 86_400, NOW)
+    assert points == {DM.id: "D1:2", THREAD.id: None}
+
+
+async def test_each_message_remembers_how_it_arrived(store: Store) -> None:
+    await store.ingest(msg(1), NOW, T)
+    await store.ingest(msg(2, via="catch-up"), NOW, T)
+    await store.ingest(msg(3, via="held"), NOW, T)
+    pending = await store.pending_messages(DM.id, 0, 3)
+    assert [m.via for m in pending] == ["", "catch-up", "held"]
