@@ -350,15 +350,8 @@ class SqlStore(ABC, Generic[Conn]):
             )  # fmt: skip
         return int(rows[0][0])
 
-    async def add_once(
-        self,
-        key: str,
-        scope: str,
-        window_start: int,
-        expires_at: float,
-        key_expires_at: float,
-        now: float,
-    ) -> tuple[int, bool]:
+    async def add_once(self, key: str, scope: str, window_start: int, expires_at: float,
+                       key_expires_at: float, now: float) -> tuple[int, bool]:  # fmt: skip
         """One transaction, so a repeat waits for the first call and reads what it counted."""
         remembered = {"scope": f"once:{key}", "expires_at": key_expires_at, "window_start": 0}
         async with self._transaction() as db:

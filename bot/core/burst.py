@@ -6,9 +6,12 @@ messages up to V, the start time), so a worker's later steps all speak about the
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
 from dataclasses import dataclass
 
+from bot.core.errors import ReplierError, RetryableReplierError
 from bot.core.events import ConversationKey
 from bot.core.store import (
     FinalCheck,
@@ -21,6 +24,8 @@ from bot.core.store import (
     TokenUsage,
 )
 from bot.model.replier import Usage
+
+log = logging.getLogger("burstbot.engine")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,3 +81,17 @@ def spent(usage: Usage) -> TokenUsage:
     return TokenUsage(
         usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens
     )
+
+
+def reply_text(generation: asyncio.Task[str], conversation_id: str) -> str:
+    """The reply text. An empty answer or a crashed replier is a retryable model failure."""
+    try:
+        text = generation.result()
+    except ReplierError:
+        raise
+    except Exception as exc:
+        log.exception("conversation %s: replier crashed", conversation_id)
+        raise RetryableReplierError(repr(exc)) from exc
+    if not text.strip():
+        raise RetryableReplierError("the model returned no text")
+    return text

@@ -34,9 +34,9 @@ import math
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from bot.core.burst import Burst, spent
+from bot.core.burst import Burst, reply_text, spent
 from bot.core.clock import Clock
-from bot.core.errors import PermanentReplierError, ReplierError, RetryableReplierError, StoreError
+from bot.core.errors import PermanentReplierError, ReplierError, StoreError
 from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEvent
 from bot.core.frontend import Frontend
 from bot.core.gate import BurstGate, GuardStep, Refusal
@@ -279,7 +279,7 @@ class Engine:
             log.warning("conversation %s: lease lost during generation; reply dropped", cid)
             return
         try:
-            text = _text_of(generation, cid)
+            text = reply_text(generation, cid)
         except ReplierError as exc:
             await self._model_failed(burst, usage, exc)
             return
@@ -396,17 +396,3 @@ class Engine:
         self.stop_taking_work()
         await self.finish(grace)
         await self.release()
-
-
-def _text_of(generation: asyncio.Task[str], conversation_id: str) -> str:
-    """The reply text. An empty answer or a crashed replier is a retryable model failure."""
-    try:
-        text = generation.result()
-    except ReplierError:
-        raise
-    except Exception as exc:
-        log.exception("conversation %s: replier crashed", conversation_id)
-        raise RetryableReplierError(repr(exc)) from exc
-    if not text.strip():
-        raise RetryableReplierError("the model returned no text")
-    return text
