@@ -2,7 +2,8 @@
 
 Lines typed quickly form one burst and get one reply. When stdin ends, pending input is answered at
 once (no need to wait for the quiet window) and the process is asked to stop. A line `/reset`
-clears the conversation's history for later prompts.
+clears the conversation's history for later prompts. A store that fails ends the session with an
+error (`Host.frontend_failed`), so the process exits non-zero instead of hanging.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import threading
 import time
 from typing import TextIO
 
+from bot.core.errors import BurstbotError
 from bot.core.events import ConversationKey, IncomingMessage, Reply, ResetConversation
 from bot.core.frontend import Host
 
@@ -42,11 +44,19 @@ class ConsoleFrontend:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self, host: Host) -> None:
-        self._task = asyncio.create_task(self._read(host))
+        self._task = asyncio.create_task(self._serve(host))
 
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
+
+    async def _serve(self, host: Host) -> None:
+        """A store that fails (locked, read-only) ends the terminal session: the process stops
+        cleanly and exits non-zero instead of waiting on a reader that is gone."""
+        try:
+            await self._read(host)
+        except BurstbotError as exc:
+            host.frontend_failed(self.platform, exc)
 
     async def _read(self, host: Host) -> None:
         lines: asyncio.Queue[str | None] = asyncio.Queue()

@@ -133,3 +133,33 @@ def test_a_store_error_during_shutdown(tmp_path: Path) -> None:
     assert process.returncode == 1 and len(lines) == 1, stderr
     assert lines[0].startswith("burstbot: ") and "database is locked" in lines[0]
     assert took < 5.0
+
+
+def test_a_store_error_while_chatting_in_the_terminal(tmp_path: Path) -> None:
+    """The terminal's message cannot be stored (another process took the write lock after the
+    bot started): the session ends with one error line and exit 1, instead of a reader that
+    died and a process that waits forever."""
+    config = write_config(tmp_path, storage="busy_timeout_seconds = 0.3\n")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bot", "run", "-v", "--config", str(config)],
+        cwd=tmp_path, env=environment(), text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stdin is not None and process.stderr is not None
+    locker = sqlite3.connect(tmp_path / "burstbot.db", isolation_level=None, timeout=5)
+    try:
+        deadline = time.monotonic() + EXIT_WITHIN_SECONDS
+        while "burstbot running as" not in process.stderr.readline():
+            assert time.monotonic() < deadline and process.poll() is None
+        locker.execute("BEGIN IMMEDIATE")  # held until the bot has exited
+        process.stdin.write("hello\n")
+        process.stdin.close()
+        process.wait(timeout=EXIT_WITHIN_SECONDS)
+    finally:
+        locker.close()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    last = process.stderr.read().strip().splitlines()[-1]
+    assert process.returncode == 1, last
+    assert last.startswith("burstbot: ") and "database is locked" in last
