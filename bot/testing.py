@@ -3,20 +3,21 @@
 - `ScriptedReplier`: a replier whose calls a test can hold open, finish, fail or stream into.
 - `RecordingFrontend`: a front end that records every raw post (one per part) and dedupes only the
   way a platform lets an adapter: by reading back what is already shown.
-- `check_invariants`: G1–G4 over a store's final state and what the front end received.
+- `check_invariants`: G1, G2, G3 and G9 over a store's outbox and state, and (given a
+  `RecordingFrontend`) over the raw posts: each part once, in order.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bot.core.clock import Clock
 from bot.core.errors import BurstbotError, DeliveryError
 from bot.core.events import ConversationKey, Reply
 from bot.core.frontend import Host
-from bot.core.store import Store
+from bot.core.store import OutboxRow, Store
 from bot.model.replier import Prompt, Usage
 
 
@@ -175,6 +176,9 @@ def split_evenly(text: str, parts: int) -> list[str]:
     return [text[i * size : (i + 1) * size] for i in range(parts)]
 
 
+EPSILON = 1e-6  # fake clocks land exactly on deadlines
+
+
 class InvariantViolation(AssertionError):
     pass
 
@@ -184,37 +188,130 @@ async def check_invariants(
     conversation_ids: Sequence[str],
     *,
     quiescent: bool = True,
+    max_wait_seconds: float | None = None,
+    frontend: RecordingFrontend | None = None,
 ) -> dict[str, int]:
-    """Check G1–G2 (and the bookkeeping behind G3) from the store's outbox and state.
+    """Check G1, G2, G3 and G9 from the store's outbox and state, and what `frontend` received.
 
-    G1: committed replies of a conversation cover disjoint, contiguous version ranges.
+    G1: the replies of a conversation cover disjoint version ranges, none past `answered_version`.
     G2 (when `quiescent`): every version is answered and every reply is sent (or failed, logged).
-    Returns counts for a summary line.
+    G3 (given `max_wait_seconds`): an answer committed past newer input (`seen_version >
+    covers_to_version`) was committed at or after its burst's deadline, `max_wait_seconds` after
+    the burst began: its first message, or the previous reply's commit if later (a commit
+    restarts the cap). A burst whose first version is no visible message (deleted, or an edit)
+    is not judged: its first arrival is unknown.
+    G9: a reply is sent only once every earlier reply of its conversation is settled (sent or
+    failed), and the sent ones were sent in commit order.
+    Raw posts (given `frontend`): each part of a reply posted at most once and in order, a
+    conversation's replies posted one after another in commit order, and (when `quiescent`)
+    every sent reply showing all its parts.
+
+    Raises `InvariantViolation` naming each breach; returns counts for a summary line.
     """
-    counts = {"conversations": 0, "replies": 0, "duplicates": 0, "unanswered": 0, "failed": 0}
+    counts = dict.fromkeys(
+        ("conversations", "replies", "duplicates", "unanswered", "failed", "stale"), 0
+    ) | dict.fromkeys(("out_of_order", "duplicate_posts", "missing_parts"), 0)
+    problems: list[str] = []
+
+    def breach(name: str, what: str) -> None:
+        counts[name] += 1
+        problems.append(what)
+
+    rows_by_reply_id: dict[str, OutboxRow] = {}
     for cid in conversation_ids:
         state = await store.conversation_state(cid)
         if state is None:
             continue
         counts["conversations"] += 1
-        replies = sorted(await store.replies(cid), key=lambda r: r.covers_to_version)
-        covered_to = 0
+        replies = sorted(await store.replies(cid), key=lambda r: r.id)
+        messages = {m.seq: m for m in await store.pending_messages(cid, 0, state.version)}
+        covered_to, previous_commit, previous_sent_at = 0, None, None
+        settled_so_far = True
         for reply in replies:
+            rows_by_reply_id[f"r{reply.id}"] = reply
             counts["replies"] += 1
             if reply.covers_from_version < covered_to:
-                counts["duplicates"] += 1
+                breach("duplicates", f"G1: r{reply.id} covers versions covered before ({cid})")
+            if reply.covers_to_version > state.answered_version:
+                breach("duplicates", f"G1: r{reply.id} covers past answered_version ({cid})")
             covered_to = max(covered_to, reply.covers_to_version)
             if reply.state == "failed":
                 counts["failed"] += 1
             elif quiescent and reply.state != "sent":
-                counts["unanswered"] += 1
-        if replies and replies[-1].covers_to_version > state.answered_version:
-            counts["duplicates"] += 1
+                breach("unanswered", f"G2: r{reply.id} is still {reply.state} ({cid})")
+            if reply.state == "sent":
+                if not settled_so_far:
+                    breach("out_of_order", f"G9: r{reply.id} sent before an earlier reply ({cid})")
+                sent_at = reply.sent_at or 0.0
+                if previous_sent_at is not None and sent_at < previous_sent_at:
+                    breach("out_of_order", f"G9: r{reply.id} sent before its predecessor ({cid})")
+                previous_sent_at = sent_at
+            settled_so_far = settled_so_far and reply.state in ("sent", "failed")
+            first = messages.get(reply.covers_from_version + 1)
+            if (
+                max_wait_seconds is not None
+                and reply.kind == "answer"
+                and reply.seen_version > reply.covers_to_version
+                and first is not None
+            ):
+                began = max(first.created_at, previous_commit or first.created_at)
+                early = began + max_wait_seconds - reply.created_at
+                if early > EPSILON:
+                    breach(
+                        "stale",
+                        f"G3: r{reply.id} committed past newer input (v{reply.seen_version} > "
+                        f"v{reply.covers_to_version}) {early:.3f}s before its deadline ({cid})",
+                    )
+            previous_commit = reply.created_at
         if quiescent and state.answered_version < state.version:
-            counts["unanswered"] += 1
-    if counts["duplicates"] or counts["unanswered"]:
-        raise InvariantViolation(f"invariants violated: {counts}")
+            breach(
+                "unanswered", f"G2: {cid} answered to v{state.answered_version} of v{state.version}"
+            )
+    if frontend is not None:
+        check_posts(frontend, rows_by_reply_id, set(conversation_ids), quiescent, breach)
+    if problems:
+        raise InvariantViolation("invariants violated: " + "; ".join(problems))
     return counts
+
+
+def check_posts(
+    frontend: RecordingFrontend,
+    rows: Mapping[str, OutboxRow],
+    conversation_ids: set[str],
+    quiescent: bool,
+    breach: Callable[[str, str], None],
+) -> None:
+    """The raw posts against the outbox rows: once per part, parts in order, replies in order."""
+    parts: dict[str, list[int]] = {}
+    last_reply: dict[str, str] = {}  # conversation -> reply whose parts were posted last
+    done: set[str] = set()  # replies a later reply of their conversation was posted after
+    for post in frontend.posts:
+        cid = post.key.id
+        if cid not in conversation_ids:
+            continue
+        seen = parts.setdefault(post.reply_id, [])
+        if post.part in seen:
+            breach("duplicate_posts", f"part {post.part} of {post.reply_id} posted again ({cid})")
+        elif post.part != max(seen, default=-1) + 1:
+            breach("out_of_order", f"part {post.part} of {post.reply_id} posted after {seen}")
+        seen.append(post.part)
+        previous = last_reply.get(cid)
+        if previous is not None and previous != post.reply_id:
+            if post.reply_id in done or reply_number(post.reply_id) < reply_number(previous):
+                breach("out_of_order", f"G9: {post.reply_id} posted after {previous} ({cid})")
+            done.add(previous)
+        last_reply[cid] = post.reply_id
+    for reply_id, row in rows.items():
+        if (
+            quiescent
+            and row.state == "sent"
+            and sorted(set(parts.get(reply_id, []))) != list(range(frontend.parts))
+        ):
+            breach("missing_parts", f"{reply_id} is sent but shows parts {parts.get(reply_id)}")
+
+
+def reply_number(reply_id: str) -> int:
+    return int(reply_id.removeprefix("r"))
 
 
 def delivery_error(message: str = "platform unavailable") -> DeliveryError:

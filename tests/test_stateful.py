@@ -1,5 +1,7 @@
 """Randomized interleavings (hypothesis): arrivals, duplicates, edits, deletes, timers, generation
-ends and failures, delivery failures and frozen workers — G1–G4 must hold after every step."""
+ends and failures, input after a deadline while generating, delivery failures (429 with
+Retry-After), a platform slower than the claim and frozen workers. After every step the store and
+the raw posts must keep G1, G3 and G9 (`check_invariants`); at the end G2 and G4 hold too."""
 
 from __future__ import annotations
 
@@ -10,13 +12,26 @@ from typing import Any, TypeVar
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 
 from bot.core.clock import FakeClock
 from bot.core.engine import Engine
 from bot.core.errors import RetryableDeliveryError, RetryableReplierError
 from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEdited
-from bot.testing import RecordingFrontend, ReplierCall, ScriptedReplier, check_invariants
+from bot.core.store import Committed, FinalCheck, NewReply
+from bot.testing import (
+    InvariantViolation,
+    RecordingFrontend,
+    ReplierCall,
+    ScriptedReplier,
+    check_invariants,
+)
 from storage.sqlite import SqliteStore
 from tests.conftest import SETTINGS, make_engine
 
@@ -43,6 +58,12 @@ def has_open_calls(machine: BurstMachine) -> bool:
     return bool(machine.open_calls())
 
 
+def no_post_in_flight(machine: BurstMachine) -> bool:
+    """The design's timing assumption (docs/model): a deliverer never stalls with a post on its
+    way to the platform, which checks no claim token. Freezing one then would double-post."""
+    return not any(engine.outbox._posting for engine in machine.engines)
+
+
 class BurstMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
@@ -50,9 +71,10 @@ class BurstMachine(RuleBasedStateMachine):
         self.clock = FakeClock()
         self.store = SqliteStore(":memory:")
         self.run(self.store.open())
-        self.platform = RecordingFrontend()
+        self.platform = RecordingFrontend(parts=2, clock=self.clock)
         self.replier = self.run(self._make_replier())
         self.engines: list[Engine] = []
+        self._new_engine()  # a second process on the store, sweeping the outbox too
         self.engine = self._new_engine()
         self.arrivals: list[Arrival] = []
         self.counter = 0
@@ -78,6 +100,10 @@ class BurstMachine(RuleBasedStateMachine):
         return [c for c in self.replier.calls if not c._outcome.done() and not c.cancelled]
 
     # rules -----------------------------------------------------------------------------------
+    @initialize(slow=st.booleans())
+    def platform_speed(self, slow: bool) -> None:
+        self.slow_platform(slow)
+
     @rule(conversation=st.integers(0, 2), text=st.sampled_from(["yes", "no", "hm"]))
     def arrive(self, conversation: int, text: str) -> None:
         self.counter += 1
@@ -107,11 +133,13 @@ class BurstMachine(RuleBasedStateMachine):
         self.run(self.engine.ingest(event))
         self.settle()
 
-    @rule(seconds=st.sampled_from([0.5, 1.0, 1.5, 3.0, 8.0, 31.0]))
-    def advance(self, seconds: float) -> None:
+    @rule(seconds=st.sampled_from([0.5, 1.0, 1.5, 3.0, 8.0, 31.0]), newest_first=st.booleans())
+    def advance(self, seconds: float, newest_first: bool = False) -> None:
+        """Time passes; every process, a frozen one that woke up too, serves what is due."""
         self.run(self.clock.advance(seconds))
-        self.run(self.engine.run_due())
-        self.run(self.engine.outbox.deliver_due())
+        for engine in reversed(self.engines) if newest_first else self.engines:
+            self.run(engine.run_due())
+            self.run(engine.outbox.deliver_due())
         self.settle()
 
     @precondition(has_open_calls)
@@ -145,13 +173,33 @@ class BurstMachine(RuleBasedStateMachine):
             call.finish()
             self.arrive(conversation, "racing")
 
-    @rule()
-    def break_next_delivery(self) -> None:
-        self.platform.failures.append(RetryableDeliveryError("502"))
+    @precondition(has_open_calls)
+    @rule(pick=st.integers(0, 2))
+    def arrive_after_the_deadline(self, pick: int) -> None:
+        """More input while a generation runs past its burst's deadline: the reply goes out (G4)
+        with the newer input left for the next burst, and only because the deadline passed (G3)."""
+        states = [self.run(self.store.conversation_state(k.id)) for k in KEYS]
+        held = [k for k, state in zip(KEYS, states, strict=True) if state and state.lease_owner]
+        if not held:
+            return
+        self.run(self.clock.advance(SETTINGS.max_wait_seconds))
+        self.arrive(KEYS.index(held[pick % len(held)]), "late")
 
+    @rule(retry_after=st.sampled_from([None, 5.0, 45.0]))
+    def break_next_delivery(self, retry_after: float | None) -> None:
+        """A 502, or a 429 with Retry-After (longer than the claim, at 45 s)."""
+        self.platform.failures.append(RetryableDeliveryError("502 or 429", retry_after))
+
+    @rule(slow=st.booleans())
+    def slow_platform(self, slow: bool) -> None:
+        """Each part takes 0.8 × the claim TTL to post: a reply outlives one claim."""
+        self.platform.post_seconds = 0.8 * SETTINGS.lease_ttl_seconds if slow else 0.0
+
+    @precondition(no_post_in_flight)
     @rule()
     def freeze_worker(self) -> None:
-        """The current process stalls past its lease TTL; a new one takes over."""
+        """The current process stalls past its lease TTL; a new one takes over (the stalled one
+        carries on when time next passes)."""
         self.clock.jump(SETTINGS.lease_ttl_seconds + 1)
         self.engine = self._new_engine()
         self.run(self.engine.run_due())
@@ -159,13 +207,23 @@ class BurstMachine(RuleBasedStateMachine):
 
     # invariants ------------------------------------------------------------------------------
     @invariant()
-    def no_message_is_covered_twice(self) -> None:
-        self.run(check_invariants(self.store, [k.id for k in KEYS], quiescent=False))
+    def no_message_is_covered_twice_and_posts_go_once_in_order(self) -> None:
+        self.run(self.check(quiescent=False))
+
+    async def check(self, quiescent: bool) -> None:
+        await check_invariants(
+            self.store,
+            [k.id for k in KEYS],
+            quiescent=quiescent,
+            max_wait_seconds=SETTINGS.max_wait_seconds,
+            frontend=self.platform,
+        )
 
     def teardown(self) -> None:
         try:
             self.replier.hold = False
             self.platform.failures.clear()
+            self.platform.post_seconds = 0.0
             for _ in range(40):
                 for call in self.open_calls():
                     call.finish()
@@ -174,7 +232,7 @@ class BurstMachine(RuleBasedStateMachine):
                 self.run(self.engine.outbox.deliver_due())
                 self.run(self.engine.idle())
                 self.settle()
-            self.run(check_invariants(self.store, [k.id for k in KEYS], quiescent=True))
+            self.run(self.check(quiescent=True))
             self.run(self._check_timing())
         finally:
             for engine in self.engines:
@@ -185,7 +243,8 @@ class BurstMachine(RuleBasedStateMachine):
             self.loop.close()
 
     async def _check_timing(self) -> None:
-        """G3 and G4 from stored facts: commit times, generation starts, arrival times."""
+        """G3 and G4 from arrival times, which also know messages deleted since (a burst whose first
+        message was deleted is beyond `check_invariants`' G3), commit times, generation starts."""
         quiet, max_wait = SETTINGS.quiet_seconds, SETTINGS.max_wait_seconds
         for key in KEYS:
             mine = [a for a in self.arrivals if a.key == key]
@@ -214,3 +273,113 @@ TestBurstMachine.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+# the checker the machine relies on can fail ----------------------------------------------------
+async def two_replies_in_two_parts(
+    store: SqliteStore, clock: FakeClock
+) -> tuple[RecordingFrontend, Engine]:
+    """Two bursts, one after the other, each answered by a reply posted as two parts."""
+    frontend = RecordingFrontend(parts=2)
+    engine = make_engine(store, clock, ScriptedReplier(), frontend)
+    for n in (1, 2):
+        await engine.ingest(IncomingMessage(KEYS[0], f"m{n}", "u", "alice", f"text {n}"))
+        await clock.advance(SETTINGS.quiet_seconds)
+        await engine.run_due()
+        await engine.idle()
+    assert frontend.replies() == {"r1": [0, 1], "r2": [0, 1]}
+    return frontend, engine
+
+
+async def violations(
+    store: SqliteStore, frontend: RecordingFrontend, quiescent: bool = True
+) -> str:
+    try:
+        await check_invariants(
+            store,
+            [KEYS[0].id],
+            quiescent=quiescent,
+            max_wait_seconds=SETTINGS.max_wait_seconds,
+            frontend=frontend,
+        )
+    except InvariantViolation as exc:
+        return str(exc)
+    return ""
+
+
+async def test_invariants_hold_for_two_replies_posted_once_in_order(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    frontend, _ = await two_replies_in_two_parts(store, clock)
+    assert await violations(store, frontend) == ""
+
+
+async def test_invariants_see_a_part_posted_twice(store: SqliteStore, clock: FakeClock) -> None:
+    frontend, _ = await two_replies_in_two_parts(store, clock)
+    frontend.posts.insert(2, frontend.posts[1])
+    assert "part 1 of r1 posted again" in await violations(store, frontend)
+
+
+async def test_invariants_see_parts_out_of_order(store: SqliteStore, clock: FakeClock) -> None:
+    frontend, _ = await two_replies_in_two_parts(store, clock)
+    frontend.posts[0], frontend.posts[1] = frontend.posts[1], frontend.posts[0]
+    assert "part 1 of r1 posted after []" in await violations(store, frontend)
+
+
+async def test_invariants_see_replies_posted_out_of_commit_order(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    frontend, _ = await two_replies_in_two_parts(store, clock)
+    frontend.posts[:] = frontend.posts[2:] + frontend.posts[:2]
+    assert "G9: r1 posted after r2" in await violations(store, frontend)
+
+
+async def test_invariants_see_a_reply_interleaved_with_the_next(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    frontend, _ = await two_replies_in_two_parts(store, clock)
+    frontend.posts[1], frontend.posts[2] = frontend.posts[2], frontend.posts[1]
+    assert "G9: r1 posted after r2" in await violations(store, frontend)
+
+
+async def test_invariants_see_a_sent_reply_missing_a_part(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    frontend, _ = await two_replies_in_two_parts(store, clock)
+    del frontend.posts[3]
+    assert "r2 is sent but shows parts [0]" in await violations(store, frontend)
+
+
+async def test_invariants_see_a_reply_sent_while_an_earlier_one_waits(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    frontend = RecordingFrontend()
+    engine = make_engine(store, clock, ScriptedReplier(), frontend)
+    frontend.failures.append(RetryableDeliveryError("429", retry_after=60.0))
+    for n in (1, 2):
+        await engine.ingest(IncomingMessage(KEYS[0], f"m{n}", "u", "alice", f"text {n}"))
+        await clock.advance(SETTINGS.quiet_seconds)
+        await engine.run_due()
+        await engine.idle()
+    first, second = await store.replies(KEYS[0].id)
+    assert (first.state, second.state) == ("pending", "pending")
+    assert await violations(store, frontend, quiescent=False) == ""
+    assert await store.mark_sent(second.id, second.claim_token, ["x"], clock.now())
+    assert "G9: r2 sent before an earlier reply" in await violations(store, frontend, False)
+
+
+async def test_invariants_see_a_commit_past_newer_input_before_the_deadline(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    timing = SETTINGS.timing_for(KEYS[0])
+    await store.ingest(IncomingMessage(KEYS[0], "m1", "u", "alice", "one"), clock.now(), timing)
+    lease = await store.acquire_lease(KEYS[0].id, "w", clock.now() + 2.0, 30.0)
+    assert lease is not None
+    await store.ingest(IncomingMessage(KEYS[0], "m2", "u", "alice", "two"), clock.now() + 3, timing)
+    check = FinalCheck(lease.token, 1, deadline_passed=True)  # it had not: 4 s of 8
+    done = await store.commit(KEYS[0].id, check, clock.now() + 4.0, timing, NewReply("hi"))
+    assert isinstance(done, Committed) and done.reply is not None
+    assert done.reply.seen_version == 2
+    frontend = RecordingFrontend()
+    found = await violations(store, frontend, quiescent=False)
+    assert "G3: r1 committed past newer input (v2 > v1) 4.000s before its deadline" in found
