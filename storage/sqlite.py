@@ -54,6 +54,8 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         self._batcher = IngestBatcher(self._ingest_batch)
 
     async def open(self) -> None:
+        """Connect, set up and migrate; on failure close again (aiosqlite's connection thread
+        would otherwise keep the process from exiting)."""
         try:
             self._db = await aiosqlite.connect(self.path, isolation_level=None)
             self._db.row_factory = sqlite3.Row
@@ -65,8 +67,14 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
             await self._migrate()
             for statement in _statements(Q["create_ingest_batch"]):
                 await self._db.execute(statement)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+        except BaseException as exc:
+            if self._db is not None:
+                with contextlib.suppress(Exception):
+                    await self._db.close()
+                self._db = None
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+            raise
 
     async def close(self) -> None:
         await self._batcher.wait_idle()

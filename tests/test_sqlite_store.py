@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,27 @@ async def test_a_cancelled_single_statement_leaves_no_statement_in_progress(pass
         assert await store.release_owner("nobody") == 0
     finally:
         await store.close()
+
+
+async def test_an_open_that_fails_leaves_no_connection_thread_behind(tmp_path: Path) -> None:
+    """A database locked past the busy timeout at start: the error, and nothing left running
+    (aiosqlite's non-daemon thread kept such a process alive after its error, never exiting)."""
+    path = tmp_path / "locked.db"
+    first = SqliteStore(str(path))
+    await first.open()
+    await first.close()
+    before = set(threading.enumerate())
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        store = SqliteStore(str(path), busy_timeout_ms=50)
+        with pytest.raises(StoreError, match="locked"):
+            await store.open()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    for _ in range(100):
+        if not [t for t in set(threading.enumerate()) - before if t.is_alive()]:
+            break
+        await asyncio.sleep(0.01)
+    assert not [t for t in set(threading.enumerate()) - before if t.is_alive()]
