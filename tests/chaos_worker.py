@@ -2,7 +2,10 @@
 
 It takes messages over HTTP (`POST /ingest`, like Slack's HTTP mode behind a load balancer), runs a
 replier that streams slowly and fails at random (rate limit, overload, timeout), and posts replies
-to the fake platform in the parent process with the reply id as idempotency key.
+to the fake platform in the parent process, split into parts, the way the real adapters do: in a
+Discord-like conversation each part carries a nonce derived from the reply id and the process
+remembers the parts it saw posted; in a Slack-like one a re-delivery first reads back the parts the
+platform already shows for that reply id.
 
 Run by `tests/chaos_run.py`: `python -m tests.chaos_worker '<json settings>'`; prints
 `READY <port>` once it serves, and exits on SIGTERM (SIGKILL is the point of the exercise).
@@ -11,20 +14,25 @@ Run by `tests/chaos_run.py`: `python -m tests.chaos_worker '<json settings>'`; p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
-from aiohttp import web
+from aiohttp import ClientResponse, web
 
 from bot.app import App, build_store
 from bot.config import Config, parse_config
 from bot.core.errors import PermanentDeliveryError, RetryableDeliveryError, RetryableReplierError
 from bot.core.events import ConversationKey, IncomingMessage, Reply
 from bot.core.frontend import Host
+from bot.core.store import Store
 from bot.model.replier import Prompt, Usage
+from storage.sqlite import SqliteStore
+from tests.chaos_run import SLACK, mode_of, split_text
 
 PLATFORM = "chaos"
 
@@ -74,6 +82,7 @@ class PlatformFrontend:
         self.owner = owner
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
+        self._posted: dict[str, dict[int, str]] = {}  # Discord-like: reply id -> parts posted
 
     async def start(self, host: Host) -> None:
         async def ingest(request: web.Request) -> web.Response:
@@ -100,19 +109,47 @@ class PlatformFrontend:
             await self._session.close()
 
     async def deliver(self, reply: Reply) -> list[str]:
-        assert self._session is not None
-        body = {"nonce": reply.id, "conversation": reply.key.id, "text": reply.text,
+        parts = split_text(reply.text)
+        if mode_of(reply.key.channel) == SLACK:
+            posted = await self._shown(reply) if reply.attempt > 1 else {}
+        else:  # like the Discord adapter: what this process saw posted, then the nonce
+            posted = self._posted.setdefault(reply.id, {})
+        for index, text in enumerate(parts):
+            if index in posted:
+                continue
+            reply.fence.check()  # a delivery whose claim was taken stops before its next part
+            posted[index] = await self._post(reply, index, len(parts), text)
+        return [posted[index] for index in range(len(parts))]
+
+    async def _post(self, reply: Reply, part: int, parts: int, text: str) -> str:
+        body = {"reply": reply.id, "part": part, "parts": parts, "nonce": f"{reply.id}.{part}",
+                "channel": reply.key.channel, "conversation": reply.key.id, "text": text,
                 "owner": self.owner, "attempt": reply.attempt}  # fmt: skip
+        async with self._call("post", "/post", json=body) as response:
+            return str((await response.json())["id"])
+
+    async def _shown(self, reply: Reply) -> dict[int, str]:
+        """The parts of this reply the conversation already shows (Slack: found by metadata)."""
+        async with self._call("get", "/posts", params={"reply": reply.id}) as response:
+            shown = (await response.json())["parts"]
+        return {int(part): str(post_id) for part, post_id in shown.items()}
+
+    @contextlib.asynccontextmanager
+    async def _call(self, method: str, path: str, **kwargs: Any) -> AsyncIterator[ClientResponse]:
+        """One platform call; its failures mapped to the delivery error tree."""
+        assert self._session is not None
         try:
-            async with self._session.post(f"{self.base_url}/post", json=body) as response:
-                if response.status == 200:
-                    return [str((await response.json())["id"])]
-                if response.status == 429 or response.status >= 500:
+            async with self._session.request(method, self.base_url + path, **kwargs) as response:
+                if response.status == 429:
                     after = response.headers.get("Retry-After")
                     raise RetryableDeliveryError(
-                        f"platform said {response.status}", float(after) if after else None
+                        "platform said 429", float(after) if after else None
                     )
-                raise PermanentDeliveryError(f"platform said {response.status}")
+                if response.status >= 500:
+                    raise RetryableDeliveryError(f"platform said {response.status}")
+                if response.status != 200:
+                    raise PermanentDeliveryError(f"platform said {response.status}")
+                yield response
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise RetryableDeliveryError(f"platform unreachable: {exc!r}") from exc
 
@@ -142,12 +179,20 @@ def config_for(settings: dict[str, Any]) -> Config:
     )  # fmt: skip
 
 
+def store_for(config: Config, settings: dict[str, Any]) -> Store:
+    """The App's store; on SQLite with a busy timeout shorter than the parent's longer locks."""
+    url = config.storage.url
+    if url.startswith("sqlite:///"):
+        return SqliteStore(url.removeprefix("sqlite:///"), int(settings["sqlite_busy_timeout_ms"]))
+    return build_store(config)
+
+
 async def serve(settings: dict[str, Any]) -> None:
     """The real composition root (`App`: store, engine, scheduler, wake-up hints, SIGTERM)."""
     config = config_for(settings)
     frontend = PlatformFrontend(str(settings["platform_url"]), config.engine.owner)
     replier = ChaosReplier(random.Random(), settings)
-    await App(config, build_store(config), replier, [frontend]).run()
+    await App(config, store_for(config, settings), replier, [frontend]).run()
 
 
 if __name__ == "__main__":

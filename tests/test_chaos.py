@@ -1,4 +1,6 @@
-"""Chaos runs: the guarantees hold across OS processes that are SIGKILLed while generating.
+"""Chaos runs: the guarantees hold across OS processes that are SIGKILLed while generating, on a
+platform that is slow, rate-limits and dedupes only like Discord or not at all like Slack, with
+input after deadlines and a store that is busy now and then (see `tests/chaos_run.py`).
 
 In the test suite a CI-sized run on each database (SQLite file; PostgreSQL when
 `BURSTBOT_TEST_POSTGRES_DSN` is reachable). Standalone, any size:
@@ -31,13 +33,16 @@ def violations(counts: dict[str, Any]) -> list[str]:
         f"{name}={counts[name]}"
         for name in (
             "duplicates",
+            "duplicate_posts_raw",
             "unanswered",
             "stored_twice",
             "not_posted",
             "unseen",
+            "out_of_order",
             "late",
             "no_takeover",
             "slow_takeovers",
+            "over_idle_budget",
         )
         if counts[name]
     ]
@@ -50,6 +55,11 @@ def assert_guarantees(counts: dict[str, Any], size: str) -> None:
     assert counts["kills_while_generating"] >= 1, "no worker was killed while generating"
     assert counts["takeovers"] >= 1
     assert counts["conversations"] >= SIZES[size].conversations
+    # the faults happened: a kit whose faults never fire checks nothing
+    for fault in ("multi_part", "retry_after", "slow_posts", "late_input", "store_busy"):
+        assert counts[fault] >= 1, f"no {fault} in this run"
+    assert counts["discord_like"] >= 1 and counts["slack_like"] >= 1
+    assert counts["idle_samples"] >= SIZES[size].workers, "no quiet spell was measured"
 
 
 def postgres_url(schema: str) -> str:

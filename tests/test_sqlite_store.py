@@ -153,3 +153,27 @@ def test_the_service_unit_keeps_new_files_private() -> None:
     unit = (Path(__file__).resolve().parent.parent / "deploy" / "burstbot.service").read_text()
     service = unit.split("[Service]", 1)[1].split("\n[", 1)[0]
     assert "UMask=0077" in service.splitlines()
+
+
+async def test_an_open_that_fails_leaves_no_connection_thread_behind(tmp_path: Path) -> None:
+    """A database locked past the busy timeout at start: the error, and nothing left running
+    (aiosqlite's non-daemon thread kept such a process alive after its error, never exiting)."""
+    path = tmp_path / "locked.db"
+    first = SqliteStore(str(path))
+    await first.open()
+    await first.close()
+    before = set(threading.enumerate())
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        store = SqliteStore(str(path), busy_timeout_ms=50)
+        with pytest.raises(StoreError, match="locked"):
+            await store.open()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    for _ in range(100):
+        if not [t for t in set(threading.enumerate()) - before if t.is_alive()]:
+            break
+        await asyncio.sleep(0.01)
+    assert not [t for t in set(threading.enumerate()) - before if t.is_alive()]
