@@ -152,6 +152,7 @@ class RecordingFrontend:
                 if self.post_seconds and self.clock is not None:
                     await self.clock.sleep(self.post_seconds)
                 self.posts.append(Post(reply.id, reply.key, text, reply.covers_to_version, part))
+                await reply.fence.posted(part, f"{reply.id}-p{part}")
             ids.append(f"{reply.id}-p{part}")
         return ids
 

@@ -292,6 +292,10 @@ class SqlStore(ABC, Generic[Conn]):
         params = {"id": reply_id, "claim": claim_token, "lease_now": now, "ttl": ttl}
         return await self._one("renew_claim", params) is not None
 
+    async def record_parts(self, reply_id: int, claim_token: int, ids: Sequence[str]) -> bool:
+        params = {"id": reply_id, "claim": claim_token, "ids": self._array(ids)}
+        return await self._one("record_parts", params) is not None
+
     async def mark_sent(
         self, reply_id: int, claim_token: int, platform_message_ids: Sequence[str], now: float
     ) -> bool:

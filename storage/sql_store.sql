@@ -203,6 +203,12 @@ UPDATE replies SET claim_expires_at = CAST(:lease_now AS FLOAT8) + CAST(:ttl AS 
 WHERE id = :id AND claim_token = :claim AND state = 'pending' AND claim_owner IS NOT NULL
 RETURNING claim_expires_at;
 
+-- name: record_parts
+-- The parts of a reply posted so far: a retry (any process, after a crash too) skips them.
+UPDATE replies SET platform_message_ids = :ids
+WHERE id = :id AND claim_token = :claim AND state = 'pending'
+RETURNING id;
+
 -- name: mark_sent
 -- Every mark is fenced by the claim token: a deliverer whose claim was taken changes nothing.
 UPDATE replies

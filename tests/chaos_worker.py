@@ -113,12 +113,13 @@ class PlatformFrontend:
         if mode_of(reply.key.channel) == SLACK:
             posted = await self._shown(reply) if reply.attempt > 1 else {}
         else:  # like the Discord adapter: what this process saw posted, then the nonce
-            posted = self._posted.setdefault(reply.id, {})
+            posted = self._posted.setdefault(reply.id, dict(enumerate(reply.already_posted)))
         for index, text in enumerate(parts):
             if index in posted:
                 continue
             reply.fence.check()  # a delivery whose claim was taken stops before its next part
             posted[index] = await self._post(reply, index, len(parts), text)
+            await reply.fence.posted(index, posted[index])
         return [posted[index] for index in range(len(parts))]
 
     async def _post(self, reply: Reply, part: int, parts: int, text: str) -> str:

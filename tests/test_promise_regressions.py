@@ -158,3 +158,56 @@ async def test_a_deliverer_that_stalled_past_its_claim_stops_before_its_next_par
     assert platform.posts == [("r1", 0), ("r1", 1)]
     [row] = await store.replies(KEY.id)
     assert row.state == "sent"
+
+
+class ForgetfulPlatform:
+    """Like Discord past its nonce window: dedupes nothing; the adapter skips only the parts the
+    outbox says were posted (`reply.already_posted`). The first attempt fails after part 0."""
+
+    platform = "test"
+
+    def __init__(self) -> None:
+        self.posts: list[tuple[str, int]] = []
+        self.fail_once = True
+
+    async def deliver(self, reply: Reply) -> list[str]:
+        posted = dict(enumerate(reply.already_posted))
+        for part in range(2):
+            if part in posted:
+                continue
+            reply.fence.check()
+            if part == 1 and self.fail_once:
+                self.fail_once = False
+                raise RetryableDeliveryError("503 while posting part 2")
+            self.posts.append((reply.id, part))
+            posted[part] = f"{reply.id}-{part}"
+            await reply.fence.posted(part, posted[part])
+        return [posted[part] for part in range(2)]
+
+    async def show_busy(self, key: ConversationKey, busy: bool) -> None:
+        return None
+
+    async def start(self, host: Host) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+
+async def test_a_retry_by_another_process_posts_only_the_missing_parts(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    platform = ForgetfulPlatform()
+    a = make_engine(store, clock, ScriptedReplier(), platform, owner="a")  # type: ignore[arg-type]
+    await a.ingest(message(1))
+    await clock.advance(1.5)
+    await a.run_due()
+    await a.idle()
+    assert platform.posts == [("r1", 0)]
+    b = make_engine(store, clock, ScriptedReplier(), platform, owner="b")  # type: ignore[arg-type]
+    await clock.advance(60.0)
+    assert await b.outbox.deliver_due() == 1
+    await b.idle()
+    assert platform.posts == [("r1", 0), ("r1", 1)]
+    [row] = await store.replies(KEY.id)
+    assert (row.state, row.platform_message_ids) == ("sent", ("r1-0", "r1-1"))

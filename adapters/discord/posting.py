@@ -54,6 +54,7 @@ async def post_reply(
         nonce = nonce_for(reply.id, reply.key.id, index, text)
         message = await _send(channel, text, nonce, reference, mentions)
         posted[index] = str(message.id)
+        await reply.fence.posted(index, posted[index])
     return [posted[index] for index in range(len(parts))]
 
 

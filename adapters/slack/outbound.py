@@ -136,6 +136,7 @@ class Outbound:
             except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
                 raise delivery_error(exc, f"reply {reply.id} part {index}") from exc
             ids.append(f"{channel}:{response['ts']}")
+            await reply.fence.posted(index, ids[-1])
         await self._clear_indicator(reply.key, reply.reply_to_message_id)
         return ids
 

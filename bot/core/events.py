@@ -93,11 +93,18 @@ class DeliveryFence(Protocol):
         """Raise `ClaimLost` if the delivery may no longer post; adapters call it before each
         part, so a delivery whose claim was taken stops before its next part."""
 
+    async def posted(self, part: int, platform_id: str) -> None:
+        """Record, durably, that `part` reached the platform; adapters call it after each part,
+        so a retry by any process (after a crash too) posts only the parts still missing."""
+
 
 class Unfenced:
     """The fence of a reply posted outside the outbox (a guard's notice): always open."""
 
     def check(self) -> None:
+        return None
+
+    async def posted(self, part: int, platform_id: str) -> None:
         return None
 
 

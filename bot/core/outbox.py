@@ -50,9 +50,12 @@ class ClaimFence:
     again even if its renewal task has not run yet.
     """
 
-    def __init__(self, clock: Clock, ttl: float) -> None:
+    def __init__(self, clock: Clock, ttl: float, store: Store, row: OutboxRow) -> None:
         self.clock = clock
         self.ttl = ttl
+        self.store = store
+        self.row = row
+        self.parts = dict(enumerate(row.platform_message_ids))
         self.lost = False
         self.valid_until = clock.now() + ttl * 2 / 3
 
@@ -63,6 +66,15 @@ class ClaimFence:
         if self.lost or self.clock.now() >= self.valid_until:
             self.lost = True
             raise ClaimLost("the delivery claim was taken or ran out")
+
+    async def posted(self, part: int, platform_id: str) -> None:
+        self.parts[part] = platform_id
+        done = [self.parts[i] for i in range(len(self.parts)) if i in self.parts]
+        try:
+            if not await self.store.record_parts(self.row.id, self.row.claim_token, done):
+                self.lost = True  # the claim moved on: the next check stops this delivery
+        except StoreError as exc:  # the platform's own idempotency key still guards a retry
+            log.warning("reply r%d: posted parts not recorded (%s)", self.row.id, exc)
 
 
 class Outbox:
@@ -131,7 +143,7 @@ class Outbox:
         if stale is not None:  # our own older delivery of this row outlived its claim: stop it
             stale.cancel()
             await asyncio.gather(stale, return_exceptions=True)
-        fence = ClaimFence(self.clock, self.settings.lease_ttl_seconds)
+        fence = ClaimFence(self.clock, self.settings.lease_ttl_seconds, self.store, row)
         reply = Reply(
             id=f"r{row.id}",
             key=ConversationKey.parse(row.conversation_id),
@@ -139,6 +151,7 @@ class Outbox:
             covers_to_version=row.covers_to_version,
             reply_to_message_id=row.reply_to_message_id,
             attempt=row.attempts,
+            already_posted=row.platform_message_ids,  # parts a failed attempt got out
             fence=fence,
         )
         post = asyncio.ensure_future(self.frontends[row.platform].deliver(reply))

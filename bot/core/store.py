@@ -304,6 +304,12 @@ class Store(Protocol):
         """CAS on the claim token: keep the claim while posting. False: the claim was taken."""
         ...
 
+    async def record_parts(
+        self, reply_id: int, claim_token: int, platform_message_ids: Sequence[str]
+    ) -> bool:
+        """The parts posted so far (in order), kept on the pending row under the claim token."""
+        ...
+
     async def mark_sent(
         self, reply_id: int, claim_token: int, platform_message_ids: Sequence[str], now: float
     ) -> bool:
