@@ -108,11 +108,24 @@ async def test_a_reply_held_back_by_retry_after_is_not_overtaken(
     assert frontend.texts() == ["reply to: first", "reply to: second"]
 
 
-class StallingPlatform:
-    """Posts a two-part reply; the first delivery stalls between its parts until resumed (a
-    process paused by the OS), as a real deliverer can anywhere."""
+class TwoPartPlatform:
+    """A test platform that posts each reply as two parts; no indicator, nothing to connect."""
 
     platform = "test"
+
+    async def show_busy(self, key: ConversationKey, busy: bool) -> None:
+        return None
+
+    async def start(self, host: Host) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+
+class StallingPlatform(TwoPartPlatform):
+    """Posts a two-part reply; the first delivery stalls between its parts until resumed (a
+    process paused by the OS), as a real deliverer can anywhere."""
 
     def __init__(self) -> None:
         self.posts: list[tuple[str, int]] = []
@@ -129,15 +142,6 @@ class StallingPlatform:
             reply.fence.check()
             self.posts.append((reply.id, part))
         return [f"{reply.id}-{part}" for part in range(2)]
-
-    async def show_busy(self, key: ConversationKey, busy: bool) -> None:
-        return None
-
-    async def start(self, host: Host) -> None:
-        return None
-
-    async def stop(self) -> None:
-        return None
 
 
 async def test_a_deliverer_that_stalled_past_its_claim_stops_before_its_next_part(
@@ -160,11 +164,9 @@ async def test_a_deliverer_that_stalled_past_its_claim_stops_before_its_next_par
     assert row.state == "sent"
 
 
-class ForgetfulPlatform:
+class ForgetfulPlatform(TwoPartPlatform):
     """Like Discord past its nonce window: dedupes nothing; the adapter skips only the parts the
     outbox says were posted (`reply.already_posted`). The first attempt fails after part 0."""
-
-    platform = "test"
 
     def __init__(self) -> None:
         self.posts: list[tuple[str, int]] = []
@@ -183,15 +185,6 @@ class ForgetfulPlatform:
             posted[part] = f"{reply.id}-{part}"
             await reply.fence.posted(part, posted[part])
         return [posted[part] for part in range(2)]
-
-    async def show_busy(self, key: ConversationKey, busy: bool) -> None:
-        return None
-
-    async def start(self, host: Host) -> None:
-        return None
-
-    async def stop(self) -> None:
-        return None
 
 
 async def test_a_retry_by_another_process_posts_only_the_missing_parts(
