@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 
 import pytest
 
 from bot.core.clock import FakeClock
 from bot.core.engine import Engine
+from bot.core.errors import StoreError
 from bot.core.scheduler import Scheduler
 from bot.core.store import Timing
 from bot.testing import RecordingFrontend, ScriptedReplier
@@ -77,3 +79,39 @@ async def test_timers_armed_by_another_process_are_found_by_polling(
     await clock.advance(30.0)  # the poll interval
     await eventually(lambda: len(frontend.posts) == 1)
     assert frontend.posts[0].key == KEY
+
+
+async def test_a_store_outage_is_logged_once_when_it_starts_and_once_when_it_ends(
+    store: SqliteStore,
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    engine = make_engine(store, clock, ScriptedReplier(), frontend, poll_seconds=1.0)
+    failed_rounds = 0
+
+    async def store_down(skip: object = ()) -> float | None:
+        nonlocal failed_rounds
+        failed_rounds += 1
+        raise StoreError("database is locked")
+
+    monkeypatch.setattr(store, "next_due_at", store_down)
+    scheduler = Scheduler(engine)
+    task = asyncio.create_task(scheduler.run())
+    with caplog.at_level(logging.WARNING, logger="burstbot.scheduler"):
+        for _ in range(5):
+            await asyncio.sleep(0.02)
+            await clock.advance(1.0)
+        monkeypatch.undo()  # the database is back
+        await clock.advance(1.0)
+        await eventually(lambda: any("again" in r.getMessage() for r in caplog.records))
+    scheduler.stop()
+    await task
+    await engine.shutdown()
+    assert failed_rounds >= 3
+    messages = [r.getMessage() for r in caplog.records if r.name == "burstbot.scheduler"]
+    assert len(messages) == 2, messages
+    assert messages[0].startswith("store unavailable (database is locked)")
+    assert messages[1].startswith("store available again after")
+    assert all(r.exc_info is None for r in caplog.records)

@@ -8,6 +8,9 @@ Never a busy loop: the next wake-up ignores the timers of conversations this pro
 serving (input past a deadline leaves such a timer due at once; the worker's end wakes the loop),
 timers leased elsewhere are postponed by the engine, and rounds never start closer together than
 `FLOOR_SECONDS` (a store that fails fast cannot make the loop spin).
+
+A store that cannot be reached (locked past its busy timeout, a database restarting) is logged
+once when the outage starts and once when it ends, not with a traceback on every round.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import logging
 import math
 
 from bot.core.engine import Engine
+from bot.core.errors import StoreError
 
 log = logging.getLogger("burstbot.scheduler")
 FLOOR_SECONDS = 0.05
@@ -26,6 +30,7 @@ class Scheduler:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._stopping = asyncio.Event()
+        self._store_failing_since: float | None = None
 
     def stop(self) -> None:
         self._stopping.set()
@@ -53,6 +58,10 @@ class Scheduler:
         while not self._stopping.is_set():
             try:
                 wanted = await self.tick()
+                self._store_recovered()
+            except StoreError as exc:
+                self._store_failed(exc)
+                wanted = engine.clock.now() + engine.settings.poll_seconds
             except Exception:
                 log.exception("scheduler round failed; retrying after the poll interval")
                 wanted = engine.clock.now() + engine.settings.poll_seconds
@@ -67,3 +76,15 @@ class Scheduler:
                 sleeper.cancel()
                 waiter.cancel()
                 engine.sleeping_until = math.inf
+
+    def _store_failed(self, exc: StoreError) -> None:
+        if self._store_failing_since is None:
+            self._store_failing_since = self.engine.clock.now()
+            log.warning("store unavailable (%s); retrying every %.1f s", exc,
+                        self.engine.settings.poll_seconds)  # fmt: skip
+
+    def _store_recovered(self) -> None:
+        if self._store_failing_since is not None:
+            lasted = self.engine.clock.now() - self._store_failing_since
+            self._store_failing_since = None
+            log.warning("store available again after %.1f s", lasted)
