@@ -34,6 +34,7 @@ import math
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from bot.core.attachments import AttachmentLoader
 from bot.core.burst import Burst, reply_text, spent
 from bot.core.clock import Clock
 from bot.core.errors import PermanentReplierError, ReplierError, StoreError
@@ -54,7 +55,7 @@ from bot.core.store import (
     Store,
 )
 from bot.core.supervisor import Supervision, Supervisor
-from bot.model.prompt import build_prompt
+from bot.model.prompt import PromptStep
 from bot.model.replier import Replier, Usage
 
 log = logging.getLogger("burstbot.engine")
@@ -90,6 +91,8 @@ class Engine:
             store, clock, settings, owner, served, self.indicator, self.signals, self.wakeup.set
         )
         self.supervisor = Supervisor(store, clock, settings)
+        files = AttachmentLoader(store, served, settings.attachments, clock)
+        self.prompts = PromptStep(settings, files)
         self.sleeping_until = math.inf
         self._workers: dict[str, asyncio.Task[bool]] = {}
         self._committing: set[str] = set()  # workers committing or delivering an outcome
@@ -258,15 +261,10 @@ class Engine:
     async def _generate(self, burst: Burst) -> None:
         lease, cid = burst.lease, burst.lease.conversation_id
         history = await self.store.history(cid, lease.answered_version, HISTORY_LIMIT)
-        prompt = build_prompt(
-            self.settings.system_prompt_for(burst.key),
-            history,
-            burst.messages,
-            self.settings.max_context_tokens,
-        )
         usage = Usage()
         self._emit("generating", conversation=cid, version=lease.version, burst=len(burst.messages))
-        generation = asyncio.create_task(self.replier.generate(prompt, usage))
+        prompted = self.prompts.generate(self.replier, burst.key, history, burst.messages, usage)
+        generation = asyncio.create_task(prompted)
         outcome = await self.supervisor.watch(generation, lease, burst.deadline)
         await self.guard.charge(burst.key, burst.messages, spent(usage), self.clock.now())
         if outcome is Supervision.SUPERSEDED:
