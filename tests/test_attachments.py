@@ -203,7 +203,7 @@ async def test_the_offline_replier_says_what_it_got() -> None:
     text = await OfflineReplier().generate(prompt, usage)
     assert text.splitlines() == [
         "Got your 1 message:",
-        "> alice: ",
+        "> alice: [shot.png, a.zip]",
         "> [got image shot.png: 48 bytes]",
         "> [file a.zip (application/zip, 48 bytes) not included: unsupported file type]",
     ]

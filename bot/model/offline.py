@@ -31,7 +31,7 @@ class OfflineReplier:
         noun = "message" if count == 1 else "messages"
         lines = [f"Got your {count} {noun}:"]
         for m in prompt.burst:
-            lines.append(f"> {m.author_name}: {m.text}")
+            lines.append(f"> {m.heading()}")
             lines += [f"> {_described(f)}" for f in m.files]
         text = "\n".join(lines)
         usage.input_tokens += sum(len(t.text.split()) for t in prompt.history)

@@ -22,14 +22,17 @@ class BurstMessage:
     text: str
     files: tuple[LoadedFile, ...] = ()
 
-    def line(self) -> str:
-        """`author: text` (a message of files only: their names), then a note line for each file
-        the model does not get."""
+    def heading(self) -> str:
+        """`author: text`; a message of files only shows their names as its text."""
         text = self.text
         if not text.strip() and self.files:
             text = "[" + ", ".join(f.attachment.name for f in self.files) + "]"
+        return f"{self.author_name}: {text}"
+
+    def line(self) -> str:
+        """The heading, then a note line for each file the model does not get."""
         notes = [f.note_line() for f in self.files if f.content is None]
-        return "\n".join([f"{self.author_name}: {text}", *notes])
+        return "\n".join([self.heading(), *notes])
 
 
 @dataclass(frozen=True, slots=True)
