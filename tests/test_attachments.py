@@ -3,6 +3,7 @@ fetching once, the context budget, the offline replier and the cost guards."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from dataclasses import replace
 
@@ -24,9 +25,10 @@ from bot.core.store import HistoryItem, StoredMessage
 from bot.model.offline import OfflineReplier
 from bot.model.prompt import NO_ROOM, build_prompt
 from bot.model.replier import Usage
-from bot.testing import RecordingFrontend, ScriptedReplier
+from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
 from tests.apps import make_app, step
+from tests.conftest import make_engine
 
 KEY = ConversationKey("test", "w1", "c1")
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 40
@@ -231,3 +233,52 @@ def test_attachment_limits_are_validated_strictly() -> None:
                 {"max_per_message": -1}, {"max_total_bytes": 1.5}, {"max_files": 3}):  # fmt: skip
         with pytest.raises(ConfigError, match="attachments"):
             parse_config({"attachments": bad})
+
+
+class SlowFiles(RecordingFrontend):
+    """A platform whose downloads wait until the test lets them finish."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started: list[str] = []
+        self.cancelled: list[str] = []
+        self.asked = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
+        self.started.append(attachment.platform_id)
+        self.asked.set()
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(attachment.platform_id)
+            raise
+        return PNG
+
+
+async def test_newer_input_during_a_download_supersedes_it_and_one_reply_covers_all(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    """The download runs inside the supervised generation: newer input cancels it at once (its
+    outcome is not recorded, so the next generation fetches it again) and nothing is lost."""
+    files, replier = SlowFiles(), ScriptedReplier()
+    engine = make_engine(store, clock, replier, files)
+    await engine.ingest(IncomingMessage(KEY, "m1", "u1", "alice", "", attachments=(file(1),)))
+    await clock.advance(1.5)
+    await engine.run_due()
+    await asyncio.wait_for(files.asked.wait(), 5.0)
+    await engine.ingest(IncomingMessage(KEY, "m2", "u1", "alice", "what is this?"))
+    await engine.idle()
+    assert files.cancelled == ["F1"] and replier.calls == []
+    assert [g.outcome for g in await store.generations(KEY.id)] == ["superseded"]
+    assert await store.attachment_file("test/w1/F1") is None
+    files.release.set()
+    await clock.advance(1.5)
+    await engine.run_due()
+    await engine.idle()
+    assert files.started == ["F1", "F1"]
+    [call] = replier.calls
+    assert [m.heading() for m in call.prompt.burst] == ["alice: [a.png]", "alice: what is this?"]
+    assert call.prompt.burst[0].files[0].content == PNG
+    assert len(files.posts) == 1
+    await check_invariants(store, [KEY.id])

@@ -239,3 +239,21 @@ async def test_without_the_bot_token_slack_gives_a_sign_in_page_not_the_file(
     [request] = server.requests
     assert "not included: download failed (got a web page instead of the file)" in text_of(request)
     assert api.refused_downloads == ["F8"] and api.downloads == []
+
+
+async def test_a_file_deleted_before_the_answer_drops_out_with_the_edit(
+    api: FakeSlackApi, server: FakeAnthropic, claude_bot: Bot
+) -> None:
+    """Slack turns a deleted file into a tombstone in a `message_changed`: an edit that
+    removes the file, so nothing is downloaded for it."""
+    file = api.share_file("F9", "oops.png", png(2, 2), "image/png")
+    first = {"type": "message", "user": "U1", "text": "see", "ts": ts(1), "files": [file]}
+    assert await claude_bot.send(shared(1, "see", file)) == 200
+    tombstone = {"id": "F9", "mode": "tombstone"}
+    changed = {"type": "message", "subtype": "message_changed", "channel": "D1",
+               "channel_type": "im", "ts": ts(2), "hidden": True,
+               "message": {**first, "files": [tombstone]}, "previous_message": first}  # fmt: skip
+    assert await claude_bot.send(changed) == 200
+    await claude_bot.step(1.5)
+    [request] = server.requests
+    assert text_of(request) == "alice: see" and api.downloads == []

@@ -24,6 +24,8 @@ def attachments(message: Any) -> tuple[Attachment, ...]:
     """The files of a message payload (`files` was checked to be a list of objects)."""
     found: list[Attachment] = []
     for index, file in enumerate(message.get("files") or []):
+        if file.get("mode") == "tombstone":  # deleted: Slack keeps only a placeholder
+            continue
         # An id-less file (never seen in practice) is known by its message and place on it.
         file_id = str(file.get("id") or f"{message.get('ts')}#{index}").replace("/", "_")
         found.append(
