@@ -282,3 +282,25 @@ async def test_newer_input_during_a_download_supersedes_it_and_one_reply_covers_
     assert call.prompt.burst[0].files[0].content == PNG
     assert len(files.posts) == 1
     await check_invariants(store, [KEY.id])
+
+
+def test_a_long_text_file_in_the_burst_is_cut_to_the_context_and_images_stay() -> None:
+    log = file(1, "app.log", "text/plain", 400_000)
+    shot = file(2)
+    content = ("line ü\n" * 50_000).encode()  # 400,000 bytes: about 100,000 tokens
+    files = (
+        LoadedFile(shot, "image", "image/png", PNG),
+        LoadedFile(log, "text", "text/plain", content),
+    )
+    burst = [StoredMessage(1, "m1", "u1", "alice", "why?", 0.0, None, False, "", (shot, log))]
+    [message] = build_prompt("", [], burst, 8000, [files]).burst
+    image, text = message.files
+    assert image.content == PNG  # always sent: 1,600 tokens of the 8,000
+    assert text.content is not None and text.tokens <= 8000 - 1600
+    head, marker = text.content.decode().rsplit("\n", 1)
+    assert content.decode().startswith(head)
+    assert marker.startswith("[cut here to fit the context: the first ") and marker.endswith(
+        " of 391 KB]"
+    )
+    [cramped] = build_prompt("", [], burst, 1800, [files]).burst
+    assert cramped.files[1].note == "about 100001 tokens, more than the context has left"

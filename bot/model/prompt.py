@@ -1,8 +1,9 @@
 """Building one prompt per burst: earlier turns trimmed to a token budget, then the whole burst.
 
-Files travel with the message they came with. The burst's files are always included (the
-attachment limits bound them); earlier turns, and then their files, fill what budget is left,
-newest first. A file left out for want of room is named in a note instead.
+Files travel with the message they came with. The burst's images and PDFs are always included
+(the attachment limits bound them); its text files are cut to the budget left. Earlier turns, and
+then their files, fill what budget is left, newest first. A file left out for want of room is
+named in a note instead.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from bot.config import MAX_REQUEST_FILE_BYTES
-from bot.core.attachments import AttachmentLoader, LoadedFile
+from bot.core.attachments import AttachmentLoader, LoadedFile, human_size
 from bot.core.events import ConversationKey
 from bot.core.settings import EngineSettings
 from bot.core.store import HistoryItem, StoredMessage
@@ -19,6 +20,7 @@ from bot.model.replier import BurstMessage, Prompt, Replier, Turn, Usage
 
 NO_ROOM = "no room left in the context"
 MAX_IMAGES = 100
+MIN_TEXT_TOKENS = 250  # less room than this: a note instead of a stub of the file
 
 
 def estimate_tokens(text: str) -> int:
@@ -57,11 +59,14 @@ def build_prompt(
     """The burst is always kept whole; history fills what budget is left, newest turns first,
     and its files while the context, `max_file_bytes` and the image count allow."""
     room = Room(max_context_tokens - estimate_tokens(system), max_file_bytes)
-    messages: list[BurstMessage] = []
-    for message, loaded in zip(burst, list(burst_files) or [() for _ in burst], strict=True):
-        files = tuple(_burst_file(f, room) for f in loaded)
-        messages.append(BurstMessage(message.author_name, message.text, files))
-        room.tokens -= estimate_tokens(messages[-1].line())
+    pairs = list(zip(burst, list(burst_files) or [() for _ in burst], strict=True))
+    room.tokens -= sum(
+        estimate_tokens(BurstMessage(m.author_name, m.text, f).line()) for m, f in pairs
+    )
+    messages = tuple(
+        BurstMessage(m.author_name, m.text, tuple(_burst_file(file, room) for file in files))
+        for m, files in pairs
+    )
     kept: list[Turn] = []
     for index in range(len(history) - 1, -1, -1):
         item = history[index]
@@ -80,17 +85,32 @@ def build_prompt(
                 notes.append((file if file.content is None else file.as_note(NO_ROOM)).note_line())
         kept.append(Turn(item.role, "\n".join([text, *notes]), tuple(included)))
     kept.reverse()
-    return Prompt(system=system, history=tuple(kept), burst=tuple(messages))
+    return Prompt(system=system, history=tuple(kept), burst=messages)
 
 
 def _burst_file(file: LoadedFile, room: Room) -> LoadedFile:
-    """The burst's files are always sent (the attachment limits bound them), up to 100 images."""
+    """The burst's images and PDFs are always sent (the attachment limits bound them), up to 100
+    images. Text is the one kind whose tokens the byte limits do not bound (5 MB of log is over a
+    million tokens): a text file longer than the context has left is cut to fit."""
     if file.content is None:
         return file
     if file.kind == "image" and room.images < 1:
         return file.as_note(f"Claude reads at most {MAX_IMAGES} images at once")
+    if file.kind == "text" and file.tokens > room.tokens:
+        if room.tokens < MIN_TEXT_TOKENS:
+            return file.as_note(f"about {file.tokens} tokens, more than the context has left")
+        file = _cut(file, room.tokens)
     room.take(file)
     return file
+
+
+def _cut(file: LoadedFile, tokens: int) -> LoadedFile:
+    """The start of a text file, about `tokens` long, saying where it was cut."""
+    assert file.content is not None
+    kept = file.content[: tokens * 4 - 400].decode("utf-8", errors="ignore")
+    total, shown = human_size(len(file.content)), human_size(len(kept.encode()))
+    marker = f"\n[cut here to fit the context: the first {shown} of {total}]"
+    return LoadedFile(file.attachment, "text", "text/plain", (kept + marker).encode())
 
 
 class PromptStep:
