@@ -18,7 +18,10 @@ async def download(
     url: str,
     max_bytes: int,
     headers: Mapping[str, str] | None = None,
+    web_page_expected: bool = False,
 ) -> bytes:
+    """The body of `url`. A web page where a file was expected is refused (Slack's sign-in page,
+    sent when the token may not read files) unless the file is itself a web page."""
     if not url:
         raise FetchError("the platform gave no download link", permanent=True)
     timeout = aiohttp.ClientTimeout(total=DOWNLOAD_TIMEOUT_SECONDS)
@@ -26,7 +29,7 @@ async def download(
         async with session.get(url, headers=headers, timeout=timeout) as response:
             if response.status != 200:
                 raise FetchError(f"HTTP {response.status}", permanent=response.status < 500)
-            if response.content_type == "text/html":  # Slack's sign-in page: no files:read scope
+            if response.content_type == "text/html" and not web_page_expected:
                 raise FetchError("got a web page instead of the file", permanent=True)
             if (response.content_length or 0) > max_bytes:
                 raise FetchError("larger than the limit", permanent=True)

@@ -257,3 +257,15 @@ async def test_a_file_deleted_before_the_answer_drops_out_with_the_edit(
     await claude_bot.step(1.5)
     [request] = server.requests
     assert text_of(request) == "alice: see" and api.downloads == []
+
+
+async def test_a_shared_web_page_is_read_as_text_not_taken_for_the_sign_in_page(
+    api: FakeSlackApi, server: FakeAnthropic, claude_bot: Bot
+) -> None:
+    page = b"<html><body>500 Internal Server Error</body></html>"
+    file = api.share_file("F10", "error.html", page, "text/html")
+    assert await claude_bot.send(shared(1, "what broke?", file)) == 200
+    await claude_bot.step(1.5)
+    [request] = server.requests
+    [block] = files_of(request, "document")
+    assert block["source"]["data"] == page.decode()

@@ -56,4 +56,6 @@ async def fetch(
     host = urlsplit(attachment.url).hostname or ""
     if attachment.url and host not in trusted_hosts:
         raise FetchError(f"not a Slack file link ({host})", permanent=True)
-    return await download(session, attachment.url, max_bytes, {"Authorization": f"Bearer {token}"})
+    headers = {"Authorization": f"Bearer {token}"}
+    html = attachment.mime_type.split(";")[0].strip().lower() == "text/html"
+    return await download(session, attachment.url, max_bytes, headers, web_page_expected=html)
