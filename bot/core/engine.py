@@ -10,7 +10,8 @@ Rules (DESIGN.md §3), which this file keeps and nothing else changes:
 3. Collect: snapshot V; the burst is the pending messages up to V, edits applied, deletes dropped.
 4. Generate once; renew the lease every ttl/3 (failure aborts); on newer input before the deadline,
    cancel the stream at once and let the re-armed timer fire. The watch itself is `supervisor.py`;
-   what each of its outcomes means is decided here.
+   what each of its outcomes means is decided here. The burst's files are fetched inside the
+   watched generation (`PromptStep`), never at arrival.
 5. Final check + commit in one transaction (token still fences, and V is still current unless the
    deadline passed); otherwise discard.
 6. Deliver from the outbox under a claim, with the reply id as idempotency key; retry with backoff.
