@@ -90,6 +90,7 @@ async def raw_sqlite(profile: Profile, directory: str) -> IngestRow:
                     "text": m.text,
                     "now": now,
                     "via": "",
+                    "attachments": "[]",
                 },
             ).fetchall()
             db.execute(

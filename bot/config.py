@@ -48,6 +48,10 @@ MAX_MESSAGE_CHARS = 16_000
 """About 4,000 tokens: half the default `llm.max_context_tokens`, so one message cannot crowd
 out the rest of its burst and the history; well above Discord's 2,000 (4,000 with Nitro) and
 any everyday Slack message. Longer ones are refused at arrival with `size_notice`."""
+MAX_ATTACHMENT_BYTES = 5 * 1024 * 1024
+"""Per file, by default: Claude's limit for one image (PDFs may be larger)."""
+MAX_REQUEST_FILE_BYTES = 24 * 1024 * 1024
+"""Files one model request may carry: base64 makes them a third larger, and Claude takes 32 MB."""
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,29}")
 
 
@@ -215,6 +219,18 @@ class LimitsConfig(Section):
     budget_notice: str = "I've reached my usage limit for today; please try again tomorrow."
 
 
+class AttachmentsConfig(Section):
+    """Files on messages (images, PDFs, text) sent to the model; the rest become one-line notes.
+
+    Claude takes images up to 5 MB each and requests up to 32 MB, which base64 fills with 24 MB
+    of files: `max_bytes` applies on top of the per-kind limits, `max_total_bytes` to a request."""
+
+    enabled: bool = True
+    max_bytes: int = Field(default=MAX_ATTACHMENT_BYTES, ge=1, le=MAX_REQUEST_FILE_BYTES)
+    max_per_message: int = Field(default=5, ge=0, le=100)
+    max_total_bytes: int = Field(default=4 * MAX_ATTACHMENT_BYTES, ge=1, le=MAX_REQUEST_FILE_BYTES)
+
+
 class ChannelConfig(Section):
     """Per-channel overrides (`[[channels]]`); unset keys fall back to the global ones."""
 
@@ -239,6 +255,7 @@ class Config(Section):
     metrics: MetricsConfig = MetricsConfig()
     access: AccessConfig = AccessConfig()
     limits: LimitsConfig = LimitsConfig()
+    attachments: AttachmentsConfig = AttachmentsConfig()
     channels: list[ChannelConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")

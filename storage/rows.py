@@ -3,12 +3,13 @@ asyncpg.Record read alike; every statement uses the same parameter names)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields
 from typing import Any, Protocol, TypeVar
 
 from bot.core import store as contract
-from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.events import Attachment, ConversationKey, IncomingMessage, MessageEdited
 from bot.ops.inspection import ConversationSummary
 
 Params = Mapping[str, Any]
@@ -33,8 +34,24 @@ def _record(kind: type[R], r: Row, **computed: Any) -> R:
     return kind(**{name: r[name] for name in names}, **computed)
 
 
+def attachments_json(attachments: Sequence[Attachment]) -> str:
+    return json.dumps([asdict(a) for a in attachments])
+
+
+def attachments_from_json(text: str) -> tuple[Attachment, ...]:
+    """Stored descriptions back as records (keys a later version may add are left out)."""
+    names = {f.name for f in fields(Attachment)}
+    return tuple(Attachment(**{k: v for k, v in d.items() if k in names}) for d in json.loads(text))
+
+
 def message_from_row(r: Row) -> contract.StoredMessage:
-    return _record(contract.StoredMessage, r, deleted=bool(r["deleted"]))
+    return _record(contract.StoredMessage, r, deleted=bool(r["deleted"]),
+                   attachments=attachments_from_json(r["attachments"]))  # fmt: skip
+
+
+def history_from_row(r: Row) -> contract.HistoryItem:
+    attachments = attachments_from_json(r["attachments"])
+    return _record(contract.HistoryItem, r, version=int(r["version"]), attachments=attachments)
 
 
 def summary_from_row(r: Row) -> ConversationSummary:
@@ -66,13 +83,21 @@ def message_params(message: IncomingMessage, now: float) -> dict[str, Any]:
     return {"cid": key.id, "platform": key.platform, "now": now,
             "uid": message_uid(key.platform, key.workspace, message.message_id),
             "message_id": message.message_id, "author_id": message.author_id, "via": message.via,
-            "author_name": message.author_name, "text": message.text}  # fmt: skip
+            "author_name": message.author_name, "text": message.text,
+            "attachments": attachments_json(message.attachments)}  # fmt: skip
+
+
+def edit_params(event: MessageEdited) -> dict[str, Any]:
+    """`edit_message`: files replaced only when the edit names them (NULL keeps them)."""
+    files = None if event.attachments is None else attachments_json(event.attachments)
+    return {"text": event.text, "attachments": files}
 
 
 def held_from_row(r: Row) -> IncomingMessage:
     """A held message comes back as it was held, marked as one that waited for its thread."""
     return _record(IncomingMessage, r, key=ConversationKey.parse(r["conversation_id"]),
-                   author_is_bot=False, is_dm=False, via="held")  # fmt: skip
+                   author_is_bot=False, is_dm=False, via="held",
+                   attachments=attachments_from_json(r["attachments"]))  # fmt: skip
 
 
 def reply_params(

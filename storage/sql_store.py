@@ -23,10 +23,10 @@ Rules every step keeps:
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, ClassVar, Generic, Literal, TypeVar
+from typing import Any, ClassVar, Literal
 
 from bot.core import store as contract
 from bot.core.errors import StoreError
@@ -34,12 +34,11 @@ from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited
 from bot.core.store import IngestResult, OutboxRow, Timing
 from bot.ops.inspection import ConversationSummary
 from storage import rows as codec
+from storage.files import Conn, FileSteps
 from storage.rows import Params, Row
 
-Conn = TypeVar("Conn")
 
-
-class SqlStore(ABC, Generic[Conn]):
+class SqlStore(FileSteps[Conn]):
     MIGRATIONS: ClassVar[Sequence[str]]
 
     # the seam (see the module docstring) ----------------------------------------------------
@@ -119,7 +118,7 @@ class SqlStore(ABC, Generic[Conn]):
         return IngestResult("accepted", cid, version, due_at)
 
     async def edit(self, event: MessageEdited, now: float, timing: Timing) -> IngestResult:
-        return await self._change(event, "edit_message", {"text": event.text}, now, timing)
+        return await self._change(event, "edit_message", codec.edit_params(event), now, timing)
 
     async def delete(self, event: MessageDeleted, now: float, timing: Timing) -> IngestResult:
         return await self._change(event, "delete_message", {}, now, timing)
@@ -234,7 +233,7 @@ class SqlStore(ABC, Generic[Conn]):
         rows = await self._rows(
             "history", {"cid": conversation_id, "upto": upto_version, "limit": limit}
         )
-        return [contract.HistoryItem(r[0], str(r[1]), str(r[2]), int(r[3])) for r in reversed(rows)]
+        return [codec.history_from_row(r) for r in reversed(rows)]
 
     # 5. final check + commit -----------------------------------------------------------------
     async def commit(self, conversation_id: str, check: contract.FinalCheck, now: float,

@@ -28,8 +28,8 @@ UPDATE conversations SET version = version + 1 WHERE id = :cid RETURNING version
 
 -- name: insert_message
 INSERT INTO messages (conversation_id, seq, message_uid, message_id, author_id, author_name, text,
-                      created_at, via)
-VALUES (:cid, :seq, :uid, :message_id, :author_id, :author_name, :text, :now, :via)
+                      created_at, via, attachments)
+VALUES (:cid, :seq, :uid, :message_id, :author_id, :author_name, :text, :now, :via, :attachments)
 ON CONFLICT (message_uid) DO NOTHING
 RETURNING seq;
 
@@ -49,7 +49,9 @@ ON CONFLICT (conversation_id) DO UPDATE SET
 RETURNING due_at;
 
 -- name: edit_message
-UPDATE messages SET text = :text, edited_at = :now
+-- An edit that names the message's files replaces them (NULL: the platform did not say; kept).
+UPDATE messages
+SET text = :text, edited_at = :now, attachments = COALESCE(CAST(:attachments AS TEXT), attachments)
 WHERE message_uid = :uid AND NOT deleted
 RETURNING seq;
 
@@ -137,17 +139,18 @@ WHERE claim_owner = :owner AND state = 'pending';
 SELECT version FROM conversations WHERE id = :cid;
 
 -- name: pending_messages
-SELECT seq, message_id, author_id, author_name, text, created_at, edited_at, deleted, via
+SELECT seq, message_id, author_id, author_name, text, created_at, edited_at, deleted, via,
+       attachments
 FROM messages
 WHERE conversation_id = :cid AND seq > :after AND seq <= :upto AND NOT deleted
 ORDER BY seq;
 
 -- name: history
-SELECT role, author_name, text, version FROM (
-    SELECT 'user' AS role, author_name, text, seq AS version, 0 AS ord
+SELECT role, author_name, text, version, attachments FROM (
+    SELECT 'user' AS role, author_name, text, seq AS version, 0 AS ord, attachments
     FROM messages WHERE conversation_id = :cid AND seq <= :upto AND NOT deleted
     UNION ALL
-    SELECT 'assistant', '', text, covers_to_version, 1
+    SELECT 'assistant', '', text, covers_to_version, 1, '[]'
     FROM replies WHERE conversation_id = :cid AND covers_to_version <= :upto
                    AND state != 'failed' AND kind = 'answer'
 ) AS turns
@@ -295,7 +298,8 @@ WHERE NOT CAST(:active AS BOOLEAN) OR version > answered_version OR due_at IS NO
 ORDER BY last_activity_at DESC LIMIT :limit;
 
 -- name: all_messages
-SELECT seq, message_id, author_id, author_name, text, created_at, edited_at, deleted, via
+SELECT seq, message_id, author_id, author_name, text, created_at, edited_at, deleted, via,
+       attachments
 FROM messages WHERE conversation_id = :cid ORDER BY seq;
 
 -- what front ends remember (bot/core/catch_up.py) -----------------------------------------------
@@ -311,12 +315,12 @@ ON CONFLICT (conversation_id) DO UPDATE SET ours = excluded.ours, decided_at = e
 
 -- name: hold_message
 INSERT INTO held_messages (message_uid, conversation_id, platform, message_id, author_id,
-                           author_name, text, held_at)
-VALUES (:uid, :cid, :platform, :message_id, :author_id, :author_name, :text, :now)
+                           author_name, text, held_at, attachments)
+VALUES (:uid, :cid, :platform, :message_id, :author_id, :author_name, :text, :now, :attachments)
 ON CONFLICT (message_uid) DO NOTHING;
 
 -- name: held_messages
-SELECT conversation_id, message_id, author_id, author_name, text FROM held_messages
+SELECT conversation_id, message_id, author_id, author_name, text, attachments FROM held_messages
 WHERE platform = :platform ORDER BY held_at, message_uid LIMIT :limit;
 
 -- name: unhold_message
@@ -332,6 +336,23 @@ FROM conversations c
 WHERE c.platform = :platform
   AND c.id IN (SELECT r.conversation_id FROM messages r WHERE r.created_at >= :since)
 ORDER BY c.id;
+
+-- attachments (bot/core/attachments.py, storage/files.py) ---------------------------------------
+
+-- name: attachment_file
+SELECT f.sha256, f.note, b.content
+FROM attachment_files f LEFT JOIN attachment_blobs b ON b.sha256 = f.sha256
+WHERE f.attachment_uid = :uid;
+
+-- name: keep_attachment_blob
+INSERT INTO attachment_blobs (sha256, content, stored_at) VALUES (:sha256, :content, :now)
+ON CONFLICT (sha256) DO NOTHING;
+
+-- name: keep_attachment_file
+-- The first outcome recorded for a file wins: it is fetched at most once.
+INSERT INTO attachment_files (attachment_uid, sha256, note, fetched_at)
+VALUES (:uid, :sha256, :note, :now)
+ON CONFLICT (attachment_uid) DO NOTHING;
 
 -- name: migration_3
 -- Delivery is fenced like generation: every claim bumps claim_token, and renewals and marks are
@@ -360,3 +381,21 @@ CREATE TABLE held_messages (
     held_at           FLOAT8 NOT NULL
 );
 CREATE INDEX held_messages_platform ON held_messages(platform, held_at);
+
+-- name: migration_5
+-- Files on messages: their descriptions stored with the message (a JSON list, held messages too),
+-- and what each file's one fetch gave: its bytes, kept once per SHA-256, or why there are none.
+-- SQLite keeps a blob as given whatever the declared type, so BYTEA serves both dialects.
+ALTER TABLE messages ADD COLUMN attachments TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE held_messages ADD COLUMN attachments TEXT NOT NULL DEFAULT '[]';
+CREATE TABLE attachment_blobs (
+    sha256            TEXT PRIMARY KEY,
+    content           BYTEA NOT NULL,
+    stored_at         FLOAT8 NOT NULL
+);
+CREATE TABLE attachment_files (
+    attachment_uid    TEXT PRIMARY KEY,
+    sha256            TEXT REFERENCES attachment_blobs(sha256),
+    note              TEXT,
+    fetched_at        FLOAT8 NOT NULL
+);

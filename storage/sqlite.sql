@@ -157,15 +157,16 @@ CREATE TEMP TABLE IF NOT EXISTS ingest_batch (
     quiet       REAL NOT NULL,
     max_wait    REAL NOT NULL,
     via         TEXT NOT NULL,
+    attachments TEXT NOT NULL,
     seq         INTEGER               -- set for accepted messages, NULL for duplicates
 );
 CREATE INDEX IF NOT EXISTS temp.ingest_batch_uid ON ingest_batch(uid);
 
 -- name: fill_ingest_batch
 INSERT INTO temp.ingest_batch (k, cid, platform, uid, message_id, author_id, author_name, text, now,
-                               quiet, max_wait, via)
+                               quiet, max_wait, via, attachments)
 VALUES (:k, :cid, :platform, :uid, :message_id, :author_id, :author_name, :text, :now, :quiet,
-        :max_wait, :via);
+        :max_wait, :via, :attachments);
 
 -- name: ensure_batch_conversations
 INSERT INTO conversations (id, platform, created_at)
@@ -186,8 +187,8 @@ WHERE ingest_batch.k = numbered.k;
 
 -- name: insert_batch_messages
 INSERT INTO messages (conversation_id, seq, message_uid, message_id, author_id, author_name, text,
-                      created_at, via)
-SELECT cid, seq, uid, message_id, author_id, author_name, text, now, via
+                      created_at, via, attachments)
+SELECT cid, seq, uid, message_id, author_id, author_name, text, now, via, attachments
 FROM temp.ingest_batch WHERE seq IS NOT NULL ORDER BY k;
 
 -- name: bump_batch_versions

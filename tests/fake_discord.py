@@ -58,6 +58,8 @@ class FakeDiscord:
         self.read_failures: dict[int, list[Failure]] = {}  # a channel's next reads fail
         self.reads: list[tuple[int, dict[str, str]]] = []  # every history read and its query
         self._by_nonce: dict[str, Json] = {}
+        self.uploads: dict[str, bytes] = {}  # the CDN's files, by attachment id
+        self.cdn_downloads: list[str] = []  # attachment ids asked of the CDN, in order
         self._ids = _Snowflakes()
         self._socket: web.WebSocketResponse | None = None
         self._sequence = itertools.count(1)
@@ -77,6 +79,7 @@ class FakeDiscord:
         app.router.add_post("/api/v10/applications/{app_id}/commands", self._upsert_command)
         app.router.add_post("/api/v10/interactions/{id}/{token}/callback", self._callback)
         app.router.add_get("/gateway", self._gateway)
+        app.router.add_get("/attachments/{channel_id}/{attachment_id}/{filename}", self._cdn)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -245,6 +248,31 @@ class FakeDiscord:
     def _read_failure(self, channel_id: int) -> Failure | None:
         queued = self.read_failures.get(channel_id) or []
         return queued.pop(0) if queued else None
+
+    def upload(
+        self, channel_id: int, filename: str, content: bytes, content_type: str | None,
+        size: int | None = None, **extra: Any,
+    ) -> Json:  # fmt: skip
+        """A file someone attached: the attachment object of a message payload. Its CDN link is
+        signed (`ex`, `is`, `hm`) like Discord's; `size` is the declared size (default: real)."""
+        attachment_id = str(next(self._ids))
+        self.uploads[attachment_id] = content
+        url = (f"http://127.0.0.1:{self.port}/attachments/{channel_id}/{attachment_id}/{filename}"
+               f"?ex=6a000000&is=69f00000&hm=ab12")  # fmt: skip
+        out = {"id": attachment_id, "filename": filename, "url": url, "proxy_url": url,
+               "size": len(content) if size is None else size, **extra}  # fmt: skip
+        if content_type is not None:
+            out["content_type"] = content_type
+        return out
+
+    async def _cdn(self, request: web.Request) -> web.Response:
+        """Discord's CDN: no token, a signed link; a file that is gone is a 404."""
+        attachment_id = request.match_info["attachment_id"]
+        self.cdn_downloads.append(attachment_id)
+        content = self.uploads.get(attachment_id)
+        if content is None or "hm" not in request.query:
+            return web.Response(status=404, text="Not Found")
+        return web.Response(body=content, content_type="application/octet-stream")
 
     def message(self, channel_id: int, author: Json, content: str, **extra: Any) -> Json:
         return {"id": str(next(self._ids)), "channel_id": str(channel_id), "author": author,

@@ -34,6 +34,23 @@ def test_piped_lines_get_exactly_one_reply_quoting_all(tmp_path: Path) -> None:
     assert "offline replier" in result.stderr
 
 
+def test_a_local_file_attached_in_the_terminal_is_read_by_the_offline_replier(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "shot.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(100))
+    (tmp_path / "app.zip").write_bytes(b"PK\x03\x04")
+    typed = "/attach shot.png\n/attach missing.png\n/attach app.zip\nwhat does this error mean?\n"
+    result = burstbot(["run"], tmp_path, stdin=typed)
+    assert result.returncode == 0, result.stderr
+    assert "(no such file: missing.png)" in result.stdout
+    assert result.stdout.count("burstbot:") == 1
+    assert (
+        "> you: [shot.png]\n> [got image shot.png: 108 bytes]\n> you: [app.zip]\n"
+        "> [file app.zip (application/zip, 4 bytes) not included: unsupported file type]\n"
+        "> you: what does this error mean?"
+    ) in result.stdout
+
+
 def test_second_run_continues_the_same_database(tmp_path: Path) -> None:
     burstbot(["run"], tmp_path, stdin="first\n")
     result = burstbot(["run"], tmp_path, stdin="second\n")

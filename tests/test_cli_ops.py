@@ -9,10 +9,10 @@ from pathlib import Path
 from bot.cli.explain import explain_lines
 from bot.core.clock import FakeClock
 from bot.core.errors import PermanentDeliveryError
-from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.events import Attachment, ConversationKey, IncomingMessage
 from bot.core.store import Timing
 from bot.testing import RecordingFrontend, ScriptedReplier
-from storage.sqlite import SqliteStore
+from storage.sqlite import MIGRATIONS, SqliteStore
 from tests.conftest import make_engine
 from tests.test_cli import burstbot
 
@@ -121,7 +121,8 @@ def test_migrate_creates_the_schema(tmp_path: Path) -> None:
     assert not (tmp_path / "burstbot.db").exists()
     result = burstbot(["migrate"], tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "sqlite:///burstbot.db: schema at version 4, up to date"
+    expected = f"sqlite:///burstbot.db: schema at version {len(MIGRATIONS)}, up to date"
+    assert result.stdout.strip() == expected
     assert (tmp_path / "burstbot.db").exists()
 
 
@@ -233,3 +234,17 @@ async def test_explain_says_which_messages_came_in_through_catch_up(store: Sqlit
         "received  #2 alice (via catch-up): text 1",
         "received  #3 alice (held until its thread was looked up): text 2",
     ]
+
+
+async def test_explain_names_each_messages_files_and_redact_counts_them(
+    store: SqliteStore,
+) -> None:
+    key = ConversationKey("slack", "T1", "D1")
+    shot = Attachment("F1", "secret-plan.png", "image/png", 10, "https://files.example/F1")
+    message = IncomingMessage(key, "D1:1", "U1", "alice", "look", attachments=(shot,))
+    await store.ingest(message, 1_000.0, Timing(quiet_seconds=1.0, max_wait_seconds=5.0))
+    shown = await explain_lines(store, key.id, 1_010.0)
+    hidden = await explain_lines(store, key.id, 1_010.0, redact=True)
+    assert shown is not None and hidden is not None
+    assert shown[1].split("s  ", 1)[1] == "received  #1 alice: look [+ secret-plan.png]"
+    assert hidden[1].split("s  ", 1)[1] == "received  #1 alice: [4 chars] [+ 1 file(s)]"

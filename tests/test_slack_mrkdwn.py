@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from adapters.slack.inbound import Identity, Placement, new_message, place, plain_text
 from adapters.slack.mrkdwn import neutralise_mentions, split_mrkdwn, to_mrkdwn
-from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.events import Attachment, ConversationKey, IncomingMessage
 
 ME = Identity("T1", "UBOT", "BBOT")
 
@@ -145,13 +145,20 @@ def test_plain_channel_message_does_not_count() -> None:
     assert place("T1", "C1", "channel", labelled, ME, set()) is not None
 
 
-def test_shared_files_are_named_in_the_text() -> None:
+def test_shared_files_become_attachments_of_the_message() -> None:
     placement = Placement(ConversationKey("slack", "T1", "D1"))
+    graph = {"id": "F1", "name": "graph.png", "mimetype": "image/png", "size": 2048,
+             "url_private_download": "https://files.slack.com/F1/graph.png", "original_w": 640,
+             "original_h": 480}  # fmt: skip
     event = {"ts": "1.5", "user": "U1", "text": "look", "subtype": "file_share",
-             "files": [{"name": "graph.png"}, {"title": "notes"}]}  # fmt: skip
+             "files": [graph, {"title": "notes"}]}  # fmt: skip
     message = new_message(placement, "D1", event, ME)
     assert isinstance(message, IncomingMessage)
-    assert (message.message_id, message.text) == ("D1:1.5", "look\n[shared: graph.png, notes]")
+    assert (message.message_id, message.text) == ("D1:1.5", "look")
+    assert message.attachments == (
+        Attachment("F1", "graph.png", "image/png", 2048, graph["url_private_download"], 640, 480),
+        Attachment("1.5#1", "notes", "", 0, ""),
+    )
 
 
 @pytest.mark.parametrize(

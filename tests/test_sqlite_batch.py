@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from bot.core.errors import StoreError
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.store import IngestResult, Timing
-from storage.rows import message_uid
+from storage.rows import attachments_json, message_uid
 from storage.sqlite import MIGRATIONS, Q, SqliteStore, _statements
 from storage.sqlite_batch import QueuedIngest
 
@@ -62,7 +62,7 @@ def reference(
              "uid": message_uid(key.platform, key.workspace, message.message_id),
              "message_id": message.message_id, "author_id": message.author_id,
              "author_name": message.author_name, "text": message.text, "now": now,
-             "via": message.via},
+             "via": message.via, "attachments": attachments_json(message.attachments)},
         ).fetchall()  # fmt: skip
         if not inserted:
             db.execute(Q["undo_ingest"])

@@ -27,7 +27,7 @@ from collections import OrderedDict
 import aiohttp
 import discord
 
-from adapters.discord import commands
+from adapters.discord import commands, files
 from adapters.discord.history import History
 from adapters.discord.indicator import TypingKeeper
 from adapters.discord.posting import post_reply
@@ -38,6 +38,7 @@ from bot.core.catch_up import CatchUp, CatchUpRun
 from bot.core.clock import Clock, SystemClock
 from bot.core.errors import BurstbotError, ConfigError, RetryableDeliveryError, StoreError
 from bot.core.events import (
+    Attachment,
     ConversationKey,
     IncomingMessage,
     MessageDeleted,
@@ -207,8 +208,8 @@ class DiscordFrontend:
         me = self.client.user
         if me is None or not self.routing.counts(message, me.id):
             return None
-        text = message_text(message)
-        if not text.strip():
+        text, attached = message_text(message), files.attachments(message)
+        if not text.strip() and not attached:
             return None
         return IncomingMessage(
             key=self.routing.key_of(message),
@@ -217,6 +218,7 @@ class DiscordFrontend:
             author_name=message.author.display_name,
             text=text,
             is_dm=message.guild is None,
+            attachments=attached,
         )
 
     async def on_message(self, message: discord.Message) -> None:
@@ -273,12 +275,17 @@ class DiscordFrontend:
         message, before = payload.message, payload.cached_message
         if self.host is None or message.author.bot or not self.routing.serves(payload.guild_id):
             return
-        if before is not None and before.content == message.content:
-            return  # an embed unfurl or a pin, not a content edit
+        attached = files.attachments(message)
+        if before is not None and (before.content, files.attachments(before)) == (
+            message.content,
+            attached,
+        ):
+            return  # an embed unfurl or a pin, not an edit (a file removed is one)
         if before is None and message.edited_at is None:
             return  # uncached and never edited: an embed update of an unedited message
         key = self.routing.key(payload.guild_id, payload.channel_id, message.author.id)
-        await self.host.ingest(MessageEdited(key, str(message.id), message_text(message)))
+        edit = MessageEdited(key, str(message.id), message_text(message), attached)
+        await self.host.ingest(edit)
 
     async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
         cached = payload.cached_message
@@ -302,6 +309,9 @@ class DiscordFrontend:
         author_id = cached.author.id if cached is not None else None
         key = self.routing.key(guild_id, channel_id, author_id)
         await self.host.ingest(MessageDeleted(key, str(message_id)))
+
+    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
+        return await files.fetch(attachment, max_bytes)
 
     # out -------------------------------------------------------------------------------------
     async def deliver(self, reply: Reply) -> list[str]:

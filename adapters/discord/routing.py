@@ -74,10 +74,8 @@ class Routing:
 
 
 def message_text(message: discord.Message) -> str:
-    """What the model reads: mentions shown as names, attachments listed by file name."""
-    lines = [message.clean_content] if message.content else []
-    lines += [f"[attachment: {a.filename}]" for a in message.attachments]
-    return "\n".join(lines)
+    """What the model reads: mentions shown as names (files travel as attachments)."""
+    return message.clean_content if message.content else ""
 
 
 def _replies_to(message: discord.Message, me: int) -> bool:

@@ -32,6 +32,7 @@ import json
 import logging
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -40,15 +41,15 @@ from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack import inbound
+from adapters.slack import files, inbound
 from adapters.slack.endpoint import MAX_BODY_BYTES, endpoint, server_log
 from adapters.slack.history import History
 from adapters.slack.inbound import Identity, Payload
 from adapters.slack.outbound import Outbound
 from bot.config import SlackConfig, require_secret
 from bot.core.catch_up import Background, CatchUp, CatchUpRun
-from bot.core.errors import BurstbotError, ConfigError
-from bot.core.events import ConversationKey, IncomingMessage, Reply, ResetConversation
+from bot.core.errors import BurstbotError, ConfigError, FetchError
+from bot.core.events import Attachment, ConversationKey, IncomingMessage, Reply, ResetConversation
 from bot.core.frontend import Host
 
 log = logging.getLogger("burstbot.slack")
@@ -330,6 +331,14 @@ class SlackFrontend:
         if self._hellos > 1 and self._catch_up is not None:
             log.info("slack: reconnected; catching up")
             self._catch_up.request(self._catch_up.clock.now())
+
+    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
+        """A file's bytes, with the bot token (see adapters/slack/files.py)."""
+        if self._session is None:
+            raise FetchError("slack: not connected")
+        base = urlsplit(self.config.api_base_url or DEFAULT_API_BASE_URL).hostname
+        hosts = files.SLACK_FILE_HOSTS | {base or ""}
+        return await files.fetch(self._session, self._bot_token, attachment, max_bytes, hosts)
 
     # convert out ------------------------------------------------------------------------------
     async def deliver(self, reply: Reply) -> list[str]:

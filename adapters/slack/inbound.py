@@ -10,7 +10,9 @@ What counts (all decided here, from the payload alone, except "a thread we are p
   conversation is its thread: `thread_ts`, or its own `ts` when it starts one;
 - elsewhere a thread reply without a mention counts only if the thread is one we are part of;
   the front end decides that (`Placement.needs_thread_check`);
-- `message_changed` / `message_deleted` become `MessageEdited` / `MessageDeleted`; other subtypes
+- a message's `files` become its attachments (adapters/slack/files.py), downloaded later;
+- `message_changed` / `message_deleted` become `MessageEdited` / `MessageDeleted` (text and
+  files: adding or removing a file is an edit); other subtypes
   (joins, topic changes, ...) are ignored;
 - the `/reset` slash command becomes `ResetConversation` for the channel or DM it was typed in
   (a slash command names its channel but no thread, so the key's thread is always "").
@@ -30,6 +32,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from adapters.slack import files
 from bot.core.events import (
     ConversationKey,
     Event,
@@ -179,9 +182,6 @@ def author_name(message: Payload) -> str:
 
 def new_message(placement: Placement, channel: str, message: Payload, identity: Identity) -> Event:
     text = plain_text(str(message.get("text") or ""), identity)
-    files = [str(f.get("name") or f.get("title") or "file") for f in message.get("files") or []]
-    if files:  # the model cannot see attachments; at least it knows they were there
-        text = f"{text}\n[shared: {', '.join(files)}]".strip()
     return IncomingMessage(
         key=placement.key,
         message_id=message_id(channel, str(message["ts"])),
@@ -189,6 +189,7 @@ def new_message(placement: Placement, channel: str, message: Payload, identity: 
         author_name=author_name(message),
         text=text,
         is_dm=message.get("channel_type") == "im",
+        attachments=files.attachments(message),
     )
 
 
@@ -229,10 +230,15 @@ def change(
     if not ts or is_from_bot(message, identity):
         return None
     text = plain_text(str(message.get("text") or ""), identity)
-    if previous and plain_text(str(previous.get("text") or ""), identity) == text:
-        return None  # an unfurl or attachment update, not an edit by the person
+    attached = files.attachments(message)
+    if previous and (plain_text(str(previous.get("text") or ""), identity), attached) == (
+        text,
+        files.attachments(previous),
+    ):
+        return None  # an unfurl, not an edit by the person (a file added or removed is one)
     placement = place(team, channel, channel_type, message, identity, listen_channels)
-    return MessageEdited(_key_of(placement, team, channel, message), message_id(channel, ts), text)
+    key = _key_of(placement, team, channel, message)
+    return MessageEdited(key, message_id(channel, ts), text, attached)
 
 
 def _key_of(

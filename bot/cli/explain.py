@@ -44,6 +44,9 @@ def _versions(low_exclusive: int, high: int) -> str:
 
 def _message_events(m: StoredMessage, redact: bool) -> list[tuple[float, int, str]]:
     text = _preview(m.text, redact)
+    if m.attachments:  # file names are content too: redacted, only their count shows
+        names = [f"{len(m.attachments)} file(s)"] if redact else [a.name for a in m.attachments]
+        text = f"{text} [+ {printable(', '.join(names))}]"
     via = VIA.get(m.via, f" ({printable(m.via)})" if m.via else "")
     events = [(m.created_at, 0, f"received  #{m.seq} {printable(m.author_name)}{via}: {text}")]
     if m.edited_at is not None:

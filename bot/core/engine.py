@@ -10,7 +10,8 @@ Rules (DESIGN.md §3), which this file keeps and nothing else changes:
 3. Collect: snapshot V; the burst is the pending messages up to V, edits applied, deletes dropped.
 4. Generate once; renew the lease every ttl/3 (failure aborts); on newer input before the deadline,
    cancel the stream at once and let the re-armed timer fire. The watch itself is `supervisor.py`;
-   what each of its outcomes means is decided here.
+   what each of its outcomes means is decided here. The burst's files are fetched inside the
+   watched generation (`PromptStep`), never at arrival.
 5. Final check + commit in one transaction (token still fences, and V is still current unless the
    deadline passed); otherwise discard.
 6. Deliver from the outbox under a claim, with the reply id as idempotency key; retry with backoff.
@@ -34,6 +35,7 @@ import math
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from bot.core.attachments import AttachmentLoader
 from bot.core.burst import Burst, reply_text, spent
 from bot.core.clock import Clock
 from bot.core.errors import PermanentReplierError, ReplierError, StoreError
@@ -54,7 +56,7 @@ from bot.core.store import (
     Store,
 )
 from bot.core.supervisor import Supervision, Supervisor
-from bot.model.prompt import build_prompt
+from bot.model.prompt import PromptStep
 from bot.model.replier import Replier, Usage
 
 log = logging.getLogger("burstbot.engine")
@@ -90,6 +92,8 @@ class Engine:
             store, clock, settings, owner, served, self.indicator, self.signals, self.wakeup.set
         )
         self.supervisor = Supervisor(store, clock, settings)
+        files = AttachmentLoader(store, served, settings.attachments, clock)
+        self.prompts = PromptStep(settings, files)
         self.sleeping_until = math.inf
         self._workers: dict[str, asyncio.Task[bool]] = {}
         self._committing: set[str] = set()  # workers committing or delivering an outcome
@@ -258,15 +262,10 @@ class Engine:
     async def _generate(self, burst: Burst) -> None:
         lease, cid = burst.lease, burst.lease.conversation_id
         history = await self.store.history(cid, lease.answered_version, HISTORY_LIMIT)
-        prompt = build_prompt(
-            self.settings.system_prompt_for(burst.key),
-            history,
-            burst.messages,
-            self.settings.max_context_tokens,
-        )
         usage = Usage()
         self._emit("generating", conversation=cid, version=lease.version, burst=len(burst.messages))
-        generation = asyncio.create_task(self.replier.generate(prompt, usage))
+        prompted = self.prompts.generate(self.replier, burst.key, history, burst.messages, usage)
+        generation = asyncio.create_task(prompted)
         outcome = await self.supervisor.watch(generation, lease, burst.deadline)
         await self.guard.charge(burst.key, burst.messages, spent(usage), self.clock.now())
         if outcome is Supervision.SUPERSEDED:

@@ -44,6 +44,25 @@ class ConversationKey:
 
 
 @dataclass(frozen=True, slots=True)
+class Attachment:
+    """A file on a message, as the platform described it at arrival.
+
+    Only this description is stored with the message (the ack never waits for a download); the
+    bytes are fetched from `url` when the burst is answered. `platform_id` is stable per platform
+    and workspace (Slack file id, Discord attachment id); `size` is the declared size in bytes
+    (0: unknown); `width`/`height` are an image's pixels when the platform says (0: unknown).
+    """
+
+    platform_id: str
+    name: str
+    mime_type: str
+    size: int
+    url: str
+    width: int = 0
+    height: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class IncomingMessage:
     """A user message as an adapter accepted it; `message_id` is the platform's id (dedupe key)."""
 
@@ -57,13 +76,17 @@ class IncomingMessage:
     via: str = ""
     """How it reached us: "" live, "catch-up" (fetched after downtime), "held" (kept until its
     thread was looked up). Stored with the message; `burstbot explain` shows it."""
+    attachments: tuple[Attachment, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class MessageEdited:
+    """New text, and the files the message now has (None: the platform did not say; kept)."""
+
     key: ConversationKey
     message_id: str
     text: str
+    attachments: tuple[Attachment, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from bot.config import ChannelConfig, Config
+from bot.config import AttachmentsConfig, ChannelConfig, Config
 from bot.core.events import ConversationKey
 from bot.core.store import Timing
 
@@ -25,6 +25,7 @@ class EngineSettings:
     system_prompt: str = "You are a helpful assistant."
     max_context_tokens: int = 8000
     channels: tuple[ChannelConfig, ...] = ()
+    attachments: AttachmentsConfig = field(default_factory=AttachmentsConfig)
 
     @classmethod
     def from_config(cls, config: Config) -> EngineSettings:
@@ -43,6 +44,7 @@ class EngineSettings:
             system_prompt=config.llm.system_prompt,
             max_context_tokens=config.llm.max_context_tokens,
             channels=tuple(config.channels),
+            attachments=config.attachments,
         )
 
     @property

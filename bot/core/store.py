@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited
+from bot.core.events import Attachment, IncomingMessage, MessageDeleted, MessageEdited
 
 IngestStatus = Literal["accepted", "duplicate", "history", "unknown", "ignored"]
 """accepted: stored and the version bumped; duplicate: already stored; history: an edit or delete of
@@ -74,6 +74,7 @@ class StoredMessage:
     edited_at: float | None
     deleted: bool
     via: str = ""  # as `IncomingMessage.via`
+    attachments: tuple[Attachment, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +85,7 @@ class HistoryItem:
     author_name: str
     text: str
     version: int
+    attachments: tuple[Attachment, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

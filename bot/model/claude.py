@@ -14,15 +14,26 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 from collections.abc import Mapping
-from typing import Literal
+from typing import Literal, cast
 
 import anthropic
 import httpx2
-from anthropic.types import CacheControlEphemeralParam, MessageParam, TextBlockParam
+from anthropic.types import (
+    Base64ImageSourceParam,
+    Base64PDFSourceParam,
+    CacheControlEphemeralParam,
+    DocumentBlockParam,
+    ImageBlockParam,
+    MessageParam,
+    PlainTextSourceParam,
+    TextBlockParam,
+)
 
 from bot.config import Config, require_secret
+from bot.core.attachments import LoadedFile
 from bot.core.errors import PermanentReplierError, ReplierError, RetryableReplierError
 from bot.model.replier import Prompt, Usage
 
@@ -41,6 +52,8 @@ PERMANENT_ERROR_TYPES = frozenset(
 CACHE_PREFIX: CacheControlEphemeralParam = {"type": "ephemeral"}
 
 Role = Literal["user", "assistant"]
+Block = TextBlockParam | ImageBlockParam | DocumentBlockParam
+ImageMediaType = Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
 
 
 def estimate_output_tokens(streamed_chars: int) -> int:
@@ -48,40 +61,79 @@ def estimate_output_tokens(streamed_chars: int) -> int:
     return streamed_chars // 4 + 1 if streamed_chars else 0
 
 
+def file_block(file: LoadedFile) -> Block:
+    """A file the model reads: an image block, a PDF document, or a plain-text document."""
+    assert file.content is not None
+    if file.kind == "text":
+        text = file.content.decode("utf-8")
+        source: PlainTextSourceParam = {"type": "text", "media_type": "text/plain", "data": text}
+        return {"type": "document", "source": source, "title": file.attachment.name}
+    data = base64.b64encode(file.content).decode("ascii")
+    if file.kind == "pdf":
+        pdf: Base64PDFSourceParam = {
+            "type": "base64",
+            "media_type": "application/pdf",
+            "data": data,
+        }
+        return {"type": "document", "source": pdf, "title": file.attachment.name}
+    media_type = cast(ImageMediaType, file.media_type)
+    image: Base64ImageSourceParam = {"type": "base64", "media_type": media_type, "data": data}
+    return {"type": "image", "source": image}
+
+
+def burst_blocks(prompt: Prompt) -> list[Block]:
+    """The burst as one turn's blocks: its text, each file right after the message it came with.
+    A burst without files is one text block."""
+    blocks: list[Block] = []
+    lines: list[str] = []
+    for message in prompt.burst:
+        lines.append(message.line())
+        readable = [file_block(f) for f in message.files if f.content is not None]
+        if readable:
+            blocks.append({"type": "text", "text": "\n".join(lines)})
+            blocks += readable
+            lines = []
+    if lines or not blocks:
+        blocks.append({"type": "text", "text": "\n".join(lines)})
+    return blocks
+
+
 def to_messages(prompt: Prompt) -> tuple[list[TextBlockParam], list[MessageParam]]:
     """Map a prompt to the Messages API: system blocks and alternating user/assistant turns.
 
-    Consecutive turns of one role become one message with several text blocks (roles must
-    alternate; block boundaries keep each author's text apart). The conversation must open with a
-    user turn, so assistant turns left at the start by history trimming are dropped. The burst is
-    the last block of the final user message; the cache breakpoints sit on the system prompt and on
-    the last history block — the part that is the same for the next burst.
+    Consecutive turns of one role become one message with several blocks (roles must alternate;
+    block boundaries keep each author's text apart); a turn's files follow its text. The
+    conversation must open with a user turn, so assistant turns left at the start by history
+    trimming are dropped. The burst ends the final user message (`burst_blocks`); the cache
+    breakpoints sit on the system prompt and on the last history block — the part that is the
+    same for the next burst.
     """
     system: list[TextBlockParam] = []
     if prompt.system.strip():
         system.append({"type": "text", "text": prompt.system, "cache_control": CACHE_PREFIX})
-    turns: list[tuple[Role, list[TextBlockParam]]] = []
+    turns: list[tuple[Role, list[Block]]] = []
     for turn in prompt.history:
         if not turn.text.strip() or (not turns and turn.role == "assistant"):
             continue
-        block: TextBlockParam = {"type": "text", "text": turn.text}
+        blocks: list[Block] = [{"type": "text", "text": turn.text}]
+        blocks += [file_block(f) for f in turn.files if f.content is not None]
         if turns and turns[-1][0] == turn.role:
-            turns[-1][1].append(block)
+            turns[-1][1].extend(blocks)
         else:
-            turns.append((turn.role, [block]))
+            turns.append((turn.role, blocks))
     if turns:
         turns[-1][1][-1]["cache_control"] = CACHE_PREFIX
-    burst: TextBlockParam = {"type": "text", "text": prompt.burst_text()}
+    burst = burst_blocks(prompt)
     if turns and turns[-1][0] == "user":
-        turns[-1][1].append(burst)
+        turns[-1][1].extend(burst)
     else:
-        turns.append(("user", [burst]))
+        turns.append(("user", burst))
     messages: list[MessageParam] = []
-    for role, blocks in turns:
+    for role, content in turns:
         if role == "user":
-            messages.append({"role": "user", "content": blocks})
+            messages.append({"role": "user", "content": content})
         else:
-            messages.append({"role": "assistant", "content": blocks})
+            messages.append({"role": "assistant", "content": content})
     return system, messages
 
 

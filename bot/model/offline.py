@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import asyncio
 
+from bot.core.attachments import LoadedFile, human_size
 from bot.model.replier import Prompt, Usage
 
 
+def _described(file: LoadedFile) -> str:
+    """`[got image screenshot.png: 18.2 KB]`, or the file's note when it was not read."""
+    if file.content is None:
+        return file.note_line()
+    return f"[got {file.kind} {file.attachment.name}: {human_size(len(file.content))}]"
+
+
 class OfflineReplier:
-    """Deterministic, no network: acknowledges the burst and quotes each of its messages.
+    """Deterministic, no network: acknowledges the burst and quotes each of its messages, with a
+    line for each file (what it got, or why not).
 
     `token_delay` simulates a model streaming one word every so often (on the real event loop; the
     engine tests use their own fake replier instead).
@@ -21,10 +30,16 @@ class OfflineReplier:
         count = len(prompt.burst)
         noun = "message" if count == 1 else "messages"
         lines = [f"Got your {count} {noun}:"]
-        lines += [f"> {m.author_name}: {m.text}" for m in prompt.burst]
+        for m in prompt.burst:
+            lines.append(f"> {m.heading()}")
+            lines += [f"> {_described(f)}" for f in m.files]
         text = "\n".join(lines)
         usage.input_tokens += sum(len(t.text.split()) for t in prompt.history)
         usage.input_tokens += len(prompt.burst_text().split())
+        files = [f for t in prompt.history for f in t.files] + [
+            f for m in prompt.burst for f in m.files
+        ]
+        usage.input_tokens += sum(f.tokens for f in files if f.content is not None)
         for _ in text.split():
             if self.token_delay:
                 await asyncio.sleep(self.token_delay)

@@ -11,17 +11,35 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from bot.core.attachments import LoadedFile
+
 
 @dataclass(frozen=True, slots=True)
 class BurstMessage:
+    """One message of the burst, with the files it came with (content, or a note each)."""
+
     author_name: str
     text: str
+    files: tuple[LoadedFile, ...] = ()
+
+    def heading(self) -> str:
+        """`author: text`; a message of files only shows their names as its text."""
+        text = self.text
+        if not text.strip() and self.files:
+            text = "[" + ", ".join(f.attachment.name for f in self.files) + "]"
+        return f"{self.author_name}: {text}"
+
+    def line(self) -> str:
+        """The heading, then a note line for each file the model does not get."""
+        notes = [f.note_line() for f in self.files if f.content is None]
+        return "\n".join([self.heading(), *notes])
 
 
 @dataclass(frozen=True, slots=True)
 class Turn:
     role: Literal["user", "assistant"]
     text: str
+    files: tuple[LoadedFile, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +50,7 @@ class Prompt:
 
     def burst_text(self) -> str:
         """The final user turn: every message of the burst, each labelled with its author."""
-        return "\n".join(f"{m.author_name}: {m.text}" for m in self.burst)
+        return "\n".join(m.line() for m in self.burst)
 
 
 @dataclass(slots=True)

@@ -5,7 +5,8 @@ Where each check lives, and why:
 - at arrival (`check_message`, called by the app before storage): characters per message and the
   per-user message rate. A refused message is never stored, so it cannot start or grow a burst.
 - before the model call (`admit`, called by the engine with the whole burst): messages and
-  characters per burst, and the daily token budgets (per user and global). A refused burst is
+  characters per burst, and the daily token budgets (per user and global), which also refuse a
+  burst whose files' estimated tokens would overrun what is left of them. A refused burst is
   committed as answered with a short notice instead of a model reply, so nothing stays pending.
 - after every model call (`charge`), finished or cancelled: its tokens count against the budgets.
 
@@ -28,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from bot.config import LimitsConfig
+from bot.core.attachments import estimate_tokens
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.gate import Refusal
 from bot.core.store import StoredMessage, TokenUsage
@@ -84,6 +86,17 @@ def spent_tokens(usage: TokenUsage) -> int:
     )
 
 
+def attachment_tokens(burst: Sequence[StoredMessage]) -> int:
+    """What the burst's files will cost, estimated from their descriptions before any download
+    (see bot/core/attachments.py: images by their dimensions, else 1,600 each)."""
+    return sum(estimate_tokens(a) for m in burst for a in m.attachments)
+
+
+def _over(used: int, files: int, budget: int) -> bool:
+    """Spent already, or the burst's files alone would take the budget past its end."""
+    return used >= budget or used + files > budget
+
+
 class CostGuards:
     def __init__(
         self,
@@ -135,12 +148,13 @@ class CostGuards:
         if sized and lim.max_burst_chars and chars > lim.max_burst_chars:
             return await self._refuse("burst_too_long", key.id, lim.size_notice, now)
         day = int(now // DAY_SECONDS)
+        files = attachment_tokens(burst)
         budget = lim.global_daily_tokens
-        if budget and await self.counters.read_counter("tokens:global", day) >= budget:
+        if budget and _over(await self.counters.read_counter("tokens:global", day), files, budget):
             return await self._refuse("global_budget", key.id, lim.budget_notice, now, daily=True)
         budget = lim.user_daily_tokens
         for user in users if budget else []:
-            if await self.counters.read_counter(f"tokens:{user}", day) >= budget:
+            if _over(await self.counters.read_counter(f"tokens:{user}", day), files, budget):
                 return await self._refuse("user_budget", user, lim.budget_notice, now, daily=True)
         return None
 

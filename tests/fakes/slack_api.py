@@ -76,6 +76,13 @@ class PostedMessage:
         return out
 
 
+@dataclass
+class SharedFile:
+    name: str
+    content: bytes
+    mimetype: str
+
+
 class FakeSlackApi:
     def __init__(self, token: str = "xoxb-test", status_supported: bool = False) -> None:
         self.token = token
@@ -99,12 +106,17 @@ class FakeSlackApi:
         self.ack_received = asyncio.Event()
         self.sockets: list[web.WebSocketResponse] = []
         self._envelopes = itertools.count(1)
+        self.files: dict[str, SharedFile] = {}
+        self.downloads: list[str] = []  # file ids whose download was asked with the right token
+        self.refused_downloads: list[str] = []  # ... asked without it (got the sign-in page)
+        self.timeline: list[str] = []  # "download <id>" as each starts; tests add their own marks
 
     # lifecycle --------------------------------------------------------------------------------
     async def start(self, port: int = 0) -> FakeSlackApi:
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._handle)
         app.router.add_get("/socket", self._socket)
+        app.router.add_get("/files-pri/{team_file}/download/{name}", self._download)
         app.router.add_post("/fake/say", self._say)
         app.router.add_get("/fake/posts", self._posts)
         self._runner = web.AppRunner(app, access_log=None)
@@ -141,6 +153,33 @@ class FakeSlackApi:
     ) -> None:
         """A person's message in Slack's history (sent while no bot listened: no event)."""
         self.messages.append(PostedMessage(channel, ts, text, thread_ts, None, user, None))
+
+    def share_file(
+        self, file_id: str, name: str, content: bytes, mimetype: str, size: int | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:  # fmt: skip
+        """A file someone uploaded: the object Slack puts in a message's `files`. `size` is what
+        Slack declares (default: the real size); the bytes are served to the bot token only."""
+        self.files[file_id] = SharedFile(name, content, mimetype)
+        base = self.url.removesuffix("/api/")
+        return {"id": file_id, "name": name, "title": name, "mimetype": mimetype,
+                "filetype": name.rsplit(".", 1)[-1], "size": len(content) if size is None else size,
+                "url_private": f"{base}/files-pri/{TEAM}-{file_id}/{name}",
+                "url_private_download": f"{base}/files-pri/{TEAM}-{file_id}/download/{name}",
+                **extra}  # fmt: skip
+
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        """Like files.slack.com: without the bot token, a 200 sign-in page, not the file."""
+        file_id = request.match_info["team_file"].removeprefix(f"{TEAM}-")
+        if request.headers.get("Authorization") != f"Bearer {self.token}":
+            self.refused_downloads.append(file_id)
+            return web.Response(text="<html>Sign in to Slack</html>", content_type="text/html")
+        self.timeline.append(f"download {file_id}")
+        self.downloads.append(file_id)
+        shared = self.files.get(file_id)
+        if shared is None or shared.name != request.match_info["name"]:
+            return web.Response(status=404, text="file not found")
+        return web.Response(body=shared.content, content_type=shared.mimetype)
 
     # by hand (see the module docstring) -------------------------------------------------------
     events: EventSender | None = None
