@@ -10,16 +10,17 @@ import secrets
 import signal
 import socket
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from bot.config import Config, require_secret
+from bot.config import Config, load_config, require_secret
 from bot.core.catch_up import CatchUp, CatchUpSettings, CatchUpSource, FrontendMemory, ThreadBook
 from bot.core.clock import Clock, SystemClock
 from bot.core.engine import Engine
 from bot.core.errors import BurstbotError, ConfigError, StoreError
 from bot.core.events import ConversationKey, Event, IncomingMessage, Reply, ResetConversation
 from bot.core.frontend import Frontend, stop_intake
-from bot.core.gate import Refusal
+from bot.core.gate import GuardStep, Refusal
 from bot.core.scheduler import Scheduler
 from bot.core.settings import EngineSettings
 from bot.core.signals import Listener
@@ -28,7 +29,9 @@ from bot.model.offline import OfflineReplier
 from bot.model.replier import Replier
 from bot.ops.access import AccessPolicy
 from bot.ops.guards import CostGuards, CounterStore, limits_active
+from bot.ops.logs import configure_logging
 from bot.ops.metrics import Metrics, MetricsServer
+from bot.ops.reload import ReloadPlan, plan_reload
 
 log = logging.getLogger("burstbot")
 SHUTDOWN_GRACE_SECONDS = 5.0  # for replies being posted at shutdown; well inside systemd's 30 s
@@ -113,11 +116,7 @@ class App:
         self.frontends = frontends
         self.by_platform = {f.platform: f for f in frontends}
         self.access = AccessPolicy(config.access)
-        self.guards: CostGuards | None = None
-        if limits_active(config.limits):
-            if not isinstance(store, CounterStore):
-                raise ConfigError("limits: this storage backend cannot keep cost-guard counters")
-            self.guards = CostGuards(config.limits, store, self.access.is_admin)
+        self.guards = self._cost_guards(config, self.access)
         self.engine = Engine(
             store,
             replier,
@@ -140,6 +139,43 @@ class App:
         self._notices: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
         self.failure: BurstbotError | None = None
+        self.config_path: Path | None = None  # where SIGHUP re-reads the config (CLI: --config)
+        self.verbose = False  # the CLI's -v, kept when a reload changes logging
+
+    def _cost_guards(self, config: Config, access: AccessPolicy) -> CostGuards | None:
+        if not limits_active(config.limits):
+            return None
+        if not isinstance(self.store, CounterStore):
+            raise ConfigError("limits: this storage backend cannot keep cost-guard counters")
+        return CostGuards(config.limits, self.store, access.is_admin)
+
+    def reload(self) -> ReloadPlan | None:
+        """SIGHUP: re-read `config_path`. Live settings apply from the next burst or message;
+        changed restart-only ones are logged and keep their running value; a file that does not
+        load is refused with one line and the running config stays."""
+        if self.config_path is None:
+            log.warning("reload: started without a config file; nothing to re-read")
+            return None
+        try:
+            plan = plan_reload(self.config, load_config(self.config_path))
+            access = AccessPolicy(plan.config.access)
+            guards = self._cost_guards(plan.config, access)
+        except ConfigError as exc:
+            log.error("reload refused, the running config stays: %s", exc)
+            self._emit("reload_refused", reason=str(exc))
+            return None
+        if plan.config.logging != self.config.logging:
+            configure_logging(plan.config, verbose=self.verbose)
+        self.config, self.access, self.guards = plan.config, access, guards
+        self.engine.guard = GuardStep(guards)
+        self.engine.settings = EngineSettings.from_config(plan.config)
+        log.warning(
+            "config reloaded from %s: %s", self.config_path, ", ".join(plan.applied) or "no change"
+        )
+        if plan.needs_restart:
+            log.warning("reload: these need a restart to change: %s", ", ".join(plan.needs_restart))
+        self._emit("reloaded", applied=plan.applied, needs_restart=plan.needs_restart)
+        return plan
 
     def subscribe(self, listener: Listener) -> None:
         """Engine events plus the app's own (`refused` at arrival, `reset`)."""
@@ -278,9 +314,14 @@ class App:
                 raise
             self.metrics_server = server
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        handlers: dict[signal.Signals, Callable[[], object]] = {
+            signal.SIGINT: self.request_stop,
+            signal.SIGTERM: self.request_stop,
+            signal.SIGHUP: self.reload,
+        }
+        for sig, handler in handlers.items():
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, self.request_stop)
+                loop.add_signal_handler(sig, handler)
         scheduler = asyncio.create_task(self.scheduler.run())
         started: list[Frontend] = []
         connecting_at = self.engine.clock.now()
@@ -295,7 +336,7 @@ class App:
             stop.cancel()
         finally:
             await self._shutdown(started, scheduler)
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in handlers:
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(sig)
         if self.failure is not None:

@@ -109,6 +109,8 @@ class EngineConfig(Section):
     delivery_max_attempts: int = Field(default=8, ge=1, le=1000)
     delivery_backoff_seconds: float = Field(default=1.0, gt=0, le=HOUR)
     owner: str = ""
+    pid_file: str = ""
+    """Where `burstbot run` writes its process id for `burstbot reload` ("": nowhere)."""
 
 
 class LlmConfig(Section):

@@ -39,6 +39,11 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument(
         "--redact", action="store_true", help="show message and reply lengths, not their text"
     )
+    reload = commands.add_parser(
+        "reload", help="make a running `burstbot run` re-read its config (SIGHUP)"
+    )
+    reload.add_argument("--config", help="the config file (its engine.pid_file names the process)")
+    reload.add_argument("--pid", type=int, help="the process to signal (instead of the pid file)")
     migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
     migrate.add_argument("--config", help=config_help)
     demo = commands.add_parser("demo", help="watch a scripted fast typer get one reply per burst")
@@ -50,17 +55,38 @@ def _load(path: str | None) -> Config:
     return load_config(path) if path else default_config()
 
 
-async def _run(config: Config) -> None:
+async def _run(config: Config, path: str | None, verbose: bool) -> None:
     from bot.app import App, build_frontends, build_replier, build_store
+    from bot.ops.reload import remove_pid_file, write_pid_file
 
     replier = build_replier(config)
     frontends = build_frontends(config)
     store = build_store(config)
     logging.getLogger("burstbot").info("replier: %s", config.llm.provider)
+    pid_file = config.engine.pid_file
     try:
-        await App(config, store, replier, frontends).run()
+        app = App(config, store, replier, frontends)
+        app.config_path, app.verbose = (Path(path) if path else None), verbose
+        if pid_file:
+            write_pid_file(pid_file)
+        await app.run()
     finally:
+        if pid_file:
+            remove_pid_file(pid_file)
         await _close_quietly(store)  # also when startup or shutdown failed half-way
+
+
+def _reload(config: Config, path: str | None, pid: int | None) -> int:
+    """Check the file first (a broken one is refused here too), then signal the process."""
+    from bot.ops.reload import read_pid_file, send_reload
+
+    if pid is None:
+        if not config.engine.pid_file:
+            raise ConfigError("reload: give --pid, or set engine.pid_file in the config")
+        pid = read_pid_file(config.engine.pid_file)
+    send_reload(pid)
+    print(f"burstbot: asked process {pid} to reload {path or 'its config'} (see its log)")
+    return 0
 
 
 async def _close_quietly(store: Store) -> None:
@@ -138,11 +164,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return asyncio.run(run_demo(app.DemoWiring(), quiet=args.quiet))
         config = _load(args.config)
-        configure_logging(config, verbose=getattr(args, "verbose", False))
+        if args.command == "reload":
+            return _reload(config, args.config, args.pid)
+        verbose = getattr(args, "verbose", False)
+        configure_logging(config, verbose=verbose)
         if args.command == "run":
             if args.config is None:
                 print(_default_banner(config), file=sys.stderr)
-            asyncio.run(_run(config))
+            asyncio.run(_run(config, args.config, verbose))
         elif args.command == "check-config":
             return _check(config, args.config)
         else:
