@@ -119,6 +119,7 @@ class LlmConfig(Section):
     api_key_env: str = "ANTHROPIC_API_KEY"
     base_url: str = ""
     max_tokens: int = Field(default=1024, ge=1, le=1_000_000)
+    temperature: float | None = None  # refused with a reason: see `_no_sampling`
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     max_context_tokens: int = Field(default=8000, ge=100, le=100_000_000)
     timeout_seconds: float = Field(default=60.0, gt=0, le=DAY)
@@ -126,6 +127,21 @@ class LlmConfig(Section):
     max_attempts: int = Field(default=3, ge=1, le=1000)
     retry_backoff_seconds: float = Field(default=2.0, ge=0, le=HOUR)
     failure_message: str = "Sorry, I couldn't answer that just now. Please try again in a moment."
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature(cls, value: float | None) -> None:
+        return _no_sampling(value)
+
+
+def _no_sampling(value: float | None) -> None:
+    """A known key with a clear refusal instead of "unknown key": the Messages API version the
+    SDK speaks (2026-10-21) answers any sampling parameter with a 400, on every model."""
+    if value is not None:
+        raise ValueError(
+            "not supported: the Claude Messages API no longer accepts sampling parameters "
+            "(temperature, top_p, top_k); remove it"
+        )
 
 
 class ConsoleConfig(Section):
@@ -225,6 +241,14 @@ class ChannelConfig(Section):
     quiet_seconds: float | None = Field(default=None, ge=0, le=HOUR)
     max_wait_seconds: float | None = Field(default=None, gt=0, le=DAY)
     system_prompt: str | None = None
+    model: str | None = Field(default=None, min_length=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+    temperature: float | None = None  # refused with a reason, as `llm.temperature`
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature(cls, value: float | None) -> None:
+        return _no_sampling(value)
 
 
 class Config(Section):

@@ -259,7 +259,7 @@ class Engine:
         lease, cid = burst.lease, burst.lease.conversation_id
         history = await self.store.history(cid, lease.answered_version, HISTORY_LIMIT)
         prompt = build_prompt(
-            self.settings.system_prompt_for(burst.key),
+            self.settings.voice_for(burst.key),
             history,
             burst.messages,
             self.settings.max_context_tokens,

@@ -8,6 +8,8 @@
   cancelled stream still shows what it cost ("wasted" tokens).
 - The stable prefix (system prompt, then the end of the history) carries `cache_control`, so the
   next burst of the same conversation reads it from the prompt cache.
+- A prompt may carry its conversation's model and `max_tokens` (`[[channels]]`); unset ones fall
+  back to this replier's (`[llm]`).
 - SDK and transport exceptions are mapped here, at the edge, into `bot.core.errors`.
 """
 
@@ -159,14 +161,16 @@ class ClaudeReplier:
         reported_output = 0
         stop_reason: str | None = None
         finished = False
+        usage.model = prompt.model or self.model
         async with self.client.messages.stream(
-            model=self.model,
-            max_tokens=self.max_tokens,
+            model=usage.model,
+            max_tokens=prompt.max_tokens or self.max_tokens,
             system=system or anthropic.omit,
             messages=messages,
         ) as stream:
             async for event in stream:
                 if event.type == "message_start":
+                    usage.model = event.message.model or usage.model
                     start = event.message.usage
                     usage.input_tokens += start.input_tokens
                     usage.cache_write_tokens += start.cache_creation_input_tokens or 0

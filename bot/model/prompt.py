@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bot.core.store import HistoryItem, StoredMessage
-from bot.model.replier import BurstMessage, Prompt, Turn
+from bot.model.replier import BurstMessage, Prompt, Turn, Voice
 
 
 def estimate_tokens(text: str) -> int:
@@ -14,12 +14,15 @@ def estimate_tokens(text: str) -> int:
 
 
 def build_prompt(
-    system: str,
+    voice: str | Voice,
     history: Sequence[HistoryItem],
     burst: Sequence[StoredMessage],
     max_context_tokens: int,
 ) -> Prompt:
-    """The burst is always kept whole; history fills what budget is left, newest turns first."""
+    """The burst is always kept whole; history fills what budget is left, newest turns first.
+    `voice` is the system prompt, or it with the conversation's model settings."""
+    voice = Voice(voice) if isinstance(voice, str) else voice
+    system = voice.system
     messages = tuple(BurstMessage(m.author_name, m.text) for m in burst)
     budget = max_context_tokens - estimate_tokens(system)
     budget -= sum(estimate_tokens(f"{m.author_name}: {m.text}") for m in messages)
@@ -32,4 +35,4 @@ def build_prompt(
         budget -= cost
         kept.append(Turn(item.role, text))
     kept.reverse()
-    return Prompt(system=system, history=tuple(kept), burst=messages)
+    return Prompt(system, tuple(kept), messages, voice.model, voice.max_tokens)
