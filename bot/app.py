@@ -32,6 +32,7 @@ from bot.ops.guards import CostGuards, CounterStore, limits_active
 from bot.ops.logs import configure_logging
 from bot.ops.metrics import Metrics, MetricsServer
 from bot.ops.reload import ReloadPlan, plan_reload
+from bot.ops.usage import PriceTable
 
 log = logging.getLogger("burstbot")
 SHUTDOWN_GRACE_SECONDS = 5.0  # for replies being posted at shutdown; well inside systemd's 30 s
@@ -132,7 +133,7 @@ class App:
         self.catch_up_settings = CatchUpSettings.from_config(config)
         self.threads = ThreadBook(store, self.engine.clock, self.ingest, self.catch_up_settings)
         self.catch_ups: list[CatchUp] = []
-        self.metrics = Metrics()
+        self.metrics = Metrics(PriceTable(config.prices))
         self.metrics_server: MetricsServer | None = None
         self._listeners: list[Listener] = []
         self.subscribe(self.metrics.observe)
@@ -169,6 +170,7 @@ class App:
         self.config, self.access, self.guards = plan.config, access, guards
         self.engine.guard = GuardStep(guards)
         self.engine.settings = EngineSettings.from_config(plan.config)
+        self.metrics.prices = PriceTable(plan.config.prices)
         log.warning(
             "config reloaded from %s: %s", self.config_path, ", ".join(plan.applied) or "no change"
         )

@@ -233,6 +233,16 @@ class LimitsConfig(Section):
     budget_notice: str = "I've reached my usage limit for today; please try again tomorrow."
 
 
+class PriceConfig(Section):
+    """One model's prices in USD per million tokens (`[prices."claude-…"]`); cache prices
+    default to the usual ratios: reads a tenth of input, writes 1.25 times input."""
+
+    input: float = Field(ge=0, le=100_000)
+    output: float = Field(ge=0, le=100_000)
+    cache_read: float | None = Field(default=None, ge=0, le=100_000)
+    cache_write: float | None = Field(default=None, ge=0, le=100_000)
+
+
 class ChannelConfig(Section):
     """Per-channel overrides (`[[channels]]`); unset keys fall back to the global ones."""
 
@@ -266,6 +276,8 @@ class Config(Section):
     access: AccessConfig = AccessConfig()
     limits: LimitsConfig = LimitsConfig()
     channels: list[ChannelConfig] = Field(default_factory=list)
+    prices: dict[str, PriceConfig] = Field(default_factory=dict)
+    """Added to (or replacing entries of) the built-in table in `bot/ops/usage.py`."""
 
     @model_validator(mode="after")
     def _channel_timing_consistent(self) -> Config:

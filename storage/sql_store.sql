@@ -191,9 +191,10 @@ ON CONFLICT (conversation_id) DO UPDATE SET due_at = :retry_at;
 -- name: record_generation
 INSERT INTO generations (conversation_id, lease_token, from_version, to_version, started_at,
                          ended_at, outcome, input_tokens, output_tokens, cache_read_tokens,
-                         cache_write_tokens, error)
+                         cache_write_tokens, error, model, user_id)
 VALUES (:cid, :token, :from_version, :to_version, :started_at, :ended_at, :outcome,
-        :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens, :error);
+        :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens, :error,
+        :model, :user_id);
 
 -- 6. deliver (claim_replies and next_outbox_at take a list: per dialect) -------------------------
 
@@ -242,7 +243,7 @@ SELECT * FROM replies WHERE (CAST(:cid AS TEXT) IS NULL OR conversation_id = :ci
 
 -- name: generations
 SELECT conversation_id, lease_token, from_version, to_version, started_at, ended_at, outcome,
-       input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, error
+       input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, error, model, user_id
 FROM generations WHERE (CAST(:cid AS TEXT) IS NULL OR conversation_id = :cid) ORDER BY id;
 
 -- operator side (storage/ops.py) ------------------------------------------------------------------
@@ -360,3 +361,9 @@ CREATE TABLE held_messages (
     held_at           FLOAT8 NOT NULL
 );
 CREATE INDEX held_messages_platform ON held_messages(platform, held_at);
+
+-- name: migration_5
+-- Usage reports (`burstbot usage`): the model that answered each generation, and the user it
+-- answered (the author of the burst's last message, whom the reply answers).
+ALTER TABLE generations ADD COLUMN model TEXT NOT NULL DEFAULT '';
+ALTER TABLE generations ADD COLUMN user_id TEXT NOT NULL DEFAULT '';

@@ -97,6 +97,9 @@ async def test_a_channel_can_have_its_own_model_and_max_tokens(
     assert (fast["model"], fast["max_tokens"]) == ("claude-haiku-4-5", 300)
     assert (slow["model"], slow["max_tokens"]) == ("claude-sonnet-5-5", 1024)
     assert not {"temperature", "top_p", "top_k"} & {*fast, *slow}
+    records = {g.conversation_id: g for g in await store.generations()}
+    assert (records[FAST.id].model, records[FAST.id].user_id) == ("claude-haiku-4-5", "u1")
+    assert records[SLOW.id].model == "claude-sonnet-5-5"
 
 
 def test_channel_model_settings_are_checked() -> None:

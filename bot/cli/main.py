@@ -44,10 +44,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     reload.add_argument("--config", help="the config file (its engine.pid_file names the process)")
     reload.add_argument("--pid", type=int, help="the process to signal (instead of the pid file)")
+    usage = commands.add_parser("usage", help="model tokens and estimated cost, from the store")
+    usage.add_argument("--config", help=config_help)
+    usage.add_argument("--since", help="7d, 24h, 30m, or a UTC date (default: everything)")
+    usage.add_argument("--by", choices=("model", "user", "channel"), default="model")
     migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
     migrate.add_argument("--config", help=config_help)
     demo = commands.add_parser("demo", help="watch a scripted fast typer get one reply per burst")
     demo.add_argument("--quiet", type=float, default=0.6, help="quiet window in seconds")
+    demo.add_argument("--database", help="keep the demo's SQLite database at this path")
     return parser
 
 
@@ -121,6 +126,14 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
         now = time.time()
         if command == "status":
             lines = await status_lines(store, now, show_all=args.all, limit=args.limit)
+        elif command == "usage":
+            from bot.ops.usage import PriceTable, summarize, usage_lines
+
+            since = args.since_at
+            rows, total = summarize(
+                await store.generations(), PriceTable(config.prices), args.by, since
+            )
+            lines = usage_lines(rows, total, args.by, since)
         else:
             try:
                 cid = normalize_conversation_id(args.conversation)
@@ -162,10 +175,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             from bot import app
             from bot.cli.demo import run_demo
 
-            return asyncio.run(run_demo(app.DemoWiring(), quiet=args.quiet))
+            keep = Path(args.database) if args.database else None
+            return asyncio.run(run_demo(app.DemoWiring(), quiet=args.quiet, keep=keep))
         config = _load(args.config)
         if args.command == "reload":
             return _reload(config, args.config, args.pid)
+        if args.command == "usage":
+            from bot.ops.usage import parse_since
+
+            try:
+                args.since_at = parse_since(args.since) if args.since else 0.0
+            except ValueError as exc:
+                print(f"burstbot: {exc}", file=sys.stderr)
+                return EXIT_USAGE
         verbose = getattr(args, "verbose", False)
         configure_logging(config, verbose=verbose)
         if args.command == "run":

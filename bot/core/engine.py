@@ -32,6 +32,7 @@ import functools
 import logging
 import math
 from collections.abc import Collection, Mapping
+from dataclasses import asdict
 from typing import Any
 
 from bot.core.burst import Burst, reply_text, spent
@@ -336,14 +337,10 @@ class Engine:
     async def _record(
         self, burst: Burst, outcome: GenerationOutcome, usage: Usage, error: str | None = None
     ) -> None:
-        await self.store.record_generation(burst.record(outcome, usage, self.clock.now(), error))
-        self._emit(
-            "generation",
-            conversation=burst.lease.conversation_id,
-            outcome=outcome,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-        )
+        record = burst.record(outcome, usage, self.clock.now(), error)
+        await self.store.record_generation(record)
+        fields = {"outcome": outcome, "model": record.model, **asdict(record.usage)}
+        self._emit("generation", conversation=burst.lease.conversation_id, **fields)
 
     # lifecycle ------------------------------------------------------------------------------------
     async def idle(self) -> None:

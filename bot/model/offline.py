@@ -23,6 +23,7 @@ class OfflineReplier:
         lines = [f"Got your {count} {noun}:"]
         lines += [f"> {m.author_name}: {m.text}" for m in prompt.burst]
         text = "\n".join(lines)
+        usage.model = "offline"
         usage.input_tokens += sum(len(t.text.split()) for t in prompt.history)
         usage.input_tokens += len(prompt.burst_text().split())
         for _ in text.split():

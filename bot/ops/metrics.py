@@ -17,10 +17,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.exposition import generate_latest
 
 from bot.core.errors import ConfigError
+from bot.ops.usage import WASTED_OUTCOMES, PriceTable
 
 log = logging.getLogger("burstbot.metrics")
 
-WASTED_OUTCOMES = frozenset({"superseded", "lease_lost", "discarded"})
 SIMPLE_COUNTERS = {
     "generating": ("bursts", "Bursts handed to the model (one model call each)"),
     "delivered": ("replies_posted", "Replies posted to a platform"),
@@ -38,7 +38,8 @@ INGEST_STATUSES = ("accepted", "duplicate", "history", "unknown", "ignored")
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, prices: PriceTable | None = None) -> None:
+        self.prices = prices or PriceTable()  # replaced by a reload
         self.registry = CollectorRegistry()
         r = self.registry
         self.ingested = Counter(
@@ -55,6 +56,18 @@ class Metrics:
         )
         self.tokens = Counter(
             "burstbot_tokens", "Model tokens: input, output, wasted", ["kind"], registry=r
+        )
+        self.model_tokens = Counter(
+            "burstbot_model_tokens",
+            "Model tokens by model and kind: input, output, cache_read, cache_write",
+            ["model", "kind"],
+            registry=r,
+        )
+        self.cost = Counter(
+            "burstbot_estimated_cost_usd",
+            "Estimated model cost in USD from the price table (`burstbot usage` prices it alike)",
+            ["model"],
+            registry=r,
         )
         self.counters = {
             event: Counter(f"burstbot_{name}", text, registry=r)
@@ -95,11 +108,23 @@ class Metrics:
             self.tokens.labels("output").inc(output)
             if fields.get("outcome") in WASTED_OUTCOMES:
                 self.tokens.labels("wasted").inc(output)
+            self._count_model_usage(fields)
         elif name == "refused":
             stage = str(fields.get("stage", ""))
             self.refused.labels(stage, str(fields.get("reason", ""))).inc()
             if stage != "burst":
                 self.ingested.labels("ignored").inc()
+
+    def _count_model_usage(self, fields: dict[str, object]) -> None:
+        model = str(fields.get("model") or "(no model)")
+        kinds = ("input", "output", "cache_read", "cache_write")
+        tokens = [int(_number(fields.get(f"{kind}_tokens"))) for kind in kinds]
+        for kind, count in zip(kinds, tokens, strict=True):
+            if count:
+                self.model_tokens.labels(model, kind).inc(count)
+        cost = self.prices.cost(model, *tokens) if any(tokens) else None
+        if cost is not None:
+            self.cost.labels(model).inc(cost)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
