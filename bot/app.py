@@ -25,6 +25,7 @@ from bot.core.scheduler import Scheduler
 from bot.core.settings import EngineSettings
 from bot.core.signals import Listener
 from bot.core.store import IngestResult, Store
+from bot.core.typing_window import TypingStore, author_typing
 from bot.model.offline import OfflineReplier
 from bot.model.replier import Replier
 from bot.ops.access import AccessPolicy
@@ -75,7 +76,8 @@ def build_frontends(config: Config) -> list[Frontend]:
     if config.discord.enabled:
         from adapters.discord import build_discord_frontend
 
-        frontends.append(build_discord_frontend(config.discord))
+        typing = config.debounce.typing_aware
+        frontends.append(build_discord_frontend(config.discord, typing_intents=typing))
     if not frontends:
         raise ConfigError("config: no front end enabled (console, slack or discord)")
     return frontends
@@ -257,6 +259,15 @@ class App:
 
     async def is_settled(self, key: ConversationKey) -> bool:
         return await self.engine.is_settled(key)
+
+    async def typing(self, key: ConversationKey, author_id: str) -> None:
+        debounce = self.config.debounce
+        if not debounce.typing_aware or not isinstance(self.store, TypingStore):
+            return
+        engine = self.engine
+        due = await author_typing(self.store, engine.clock, debounce.typing_seconds, key, author_id)
+        if due is not None:
+            self._emit("typing", conversation=key.id, due_at=due)
 
     def request_stop(self) -> None:
         self._stop.set()

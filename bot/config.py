@@ -90,6 +90,10 @@ def storage_url_problem(url: str) -> str | None:
 class DebounceConfig(Section):
     quiet_seconds: float = Field(default=1.5, ge=0, le=HOUR)
     max_wait_seconds: float = Field(default=8.0, gt=0, le=DAY)
+    typing_aware: bool = True
+    """Discord: wait while an author of the pending burst is typing (never past the deadline)."""
+    typing_seconds: float = Field(default=10.0, gt=0, le=HOUR)
+    """How long one typing notice keeps the burst open (Discord shows one for 10 seconds)."""
 
     @model_validator(mode="after")
     def _quiet_within_cap(self) -> DebounceConfig:

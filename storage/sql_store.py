@@ -10,7 +10,6 @@
 - `_array` / `_strings`: how a list of strings travels (JSON text in SQLite, an array in PG);
 - `_hint(db, payload)`: a wake-up hint for other processes, sent when `db` commits;
 - `_schema_in_use(db)` / `_migrate_to(db, number, script)`: the migrations' bookkeeping.
-
 Rules every step keeps:
 
 - every compare-and-swap is one conditional statement (`UPDATE ... WHERE ... RETURNING`) and the
@@ -35,11 +34,12 @@ from bot.core.store import IngestResult, OutboxRow, Timing
 from bot.ops.inspection import ConversationSummary
 from storage import rows as codec
 from storage.rows import Params, Row
+from storage.upkeep import Upkeep
 
 Conn = TypeVar("Conn")
 
 
-class SqlStore(ABC, Generic[Conn]):
+class SqlStore(Upkeep, ABC, Generic[Conn]):
     MIGRATIONS: ClassVar[Sequence[str]]
 
     # the seam (see the module docstring) ----------------------------------------------------

@@ -58,6 +58,19 @@ UPDATE messages SET deleted = TRUE, edited_at = :now
 WHERE message_uid = :uid AND NOT deleted
 RETURNING seq;
 
+-- name: extend_quiet_for_typing
+-- An author of the pending burst is typing: its quiet window lasts until :until, never past the
+-- deadline and never shorter than it was (a lease's hold stays). A conversation with nothing
+-- pending from that author matches no row: nothing is created or changed.
+UPDATE debounce_timers
+SET quiet_until = GREATEST(quiet_until, LEAST(CAST(:until AS FLOAT8), deadline_at)),
+    due_at = GREATEST(due_at, LEAST(CAST(:until AS FLOAT8), deadline_at))
+WHERE conversation_id = :cid
+  AND EXISTS (SELECT 1 FROM messages m JOIN conversations c ON c.id = m.conversation_id
+              WHERE m.conversation_id = :cid AND m.author_id = :author
+                AND m.seq > c.answered_version AND NOT m.deleted)
+RETURNING due_at;
+
 -- name: flush_timer
 UPDATE debounce_timers SET due_at = LEAST(due_at, :now) WHERE conversation_id = :cid;
 

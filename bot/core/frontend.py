@@ -36,6 +36,11 @@ class Host(Protocol):
         """Nothing pending, generating or waiting in the outbox for this conversation."""
         ...
 
+    async def typing(self, key: ConversationKey, author_id: str) -> None:
+        """`author_id` started typing here (a notice, not a message: nothing is stored for it);
+        with a pending burst of theirs, its quiet window waits for them (typing_window.py)."""
+        ...
+
     def request_stop(self) -> None:
         """Ask the whole process to shut down gracefully (e.g. the console's stdin ended)."""
         ...
