@@ -33,6 +33,7 @@ from bot.ops.guards import CostGuards, CounterStore, limits_active
 from bot.ops.logs import configure_logging
 from bot.ops.metrics import Metrics, MetricsServer
 from bot.ops.reload import ReloadPlan, plan_reload
+from bot.ops.retention import Retention, RetentionStore
 from bot.ops.usage import PriceTable
 
 log = logging.getLogger("burstbot")
@@ -136,6 +137,9 @@ class App:
         self.threads = ThreadBook(store, self.engine.clock, self.ingest, self.catch_up_settings)
         self.catch_ups: list[CatchUp] = []
         self.metrics = Metrics(PriceTable(config.prices))
+        self.retention = None
+        if isinstance(store, RetentionStore):
+            self.retention = Retention(store, self.engine.clock, lambda: self.config.retention)
         self.metrics_server: MetricsServer | None = None
         self._listeners: list[Listener] = []
         self.subscribe(self.metrics.observe)
@@ -336,6 +340,7 @@ class App:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, handler)
         scheduler = asyncio.create_task(self.scheduler.run())
+        sweeper = asyncio.create_task(self.retention.run()) if self.retention else None
         started: list[Frontend] = []
         connecting_at = self.engine.clock.now()
         try:
@@ -348,6 +353,9 @@ class App:
             await asyncio.wait({stop, scheduler}, return_when=asyncio.FIRST_COMPLETED)
             stop.cancel()
         finally:
+            if sweeper is not None:
+                sweeper.cancel()
+                await asyncio.gather(sweeper, return_exceptions=True)
             await self._shutdown(started, scheduler)
             for sig in handlers:
                 with contextlib.suppress(NotImplementedError, RuntimeError):

@@ -198,6 +198,13 @@ class CatchUpConfig(Section):
     max_pages: int = Field(default=10, ge=1)
 
 
+class RetentionConfig(Section):
+    """Deleting old stored text (`bot/ops/retention.py`); 0 keeps everything."""
+
+    max_age_days: float = Field(default=0, ge=0, le=36_500)
+    sweep_seconds: float = Field(default=HOUR, gt=0, le=DAY)
+
+
 class LoggingConfig(Section):
     format: Literal["plain", "json"] = "plain"
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
@@ -275,6 +282,7 @@ class Config(Section):
     slack: SlackConfig = SlackConfig()
     discord: DiscordConfig = DiscordConfig()
     catch_up: CatchUpConfig = CatchUpConfig()
+    retention: RetentionConfig = RetentionConfig()
     logging: LoggingConfig = LoggingConfig()
     metrics: MetricsConfig = MetricsConfig()
     access: AccessConfig = AccessConfig()
@@ -282,6 +290,16 @@ class Config(Section):
     channels: list[ChannelConfig] = Field(default_factory=list)
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
     """Added to (or replacing entries of) the built-in table in `bot/ops/usage.py`."""
+
+    @model_validator(mode="after")
+    def _retention_outlives_catch_up(self) -> Config:
+        days, catch_up = self.retention.max_age_days, self.catch_up
+        if days and catch_up.enabled and days * 24 <= catch_up.max_age_hours:
+            raise ValueError(
+                "retention.max_age_days must be longer than catch_up.max_age_hours, or catch-up "
+                "would fetch deleted messages again as new ones"
+            )
+        return self
 
     @model_validator(mode="after")
     def _channel_timing_consistent(self) -> Config:

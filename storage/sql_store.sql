@@ -312,6 +312,58 @@ ORDER BY last_activity_at DESC LIMIT :limit;
 SELECT seq, message_id, author_id, author_name, text, created_at, edited_at, deleted, via
 FROM messages WHERE conversation_id = :cid ORDER BY seq;
 
+-- retention and erasure (storage/upkeep.py): never pending work -----------------------------------
+
+-- name: prune_messages
+-- Answered messages older than the cutoff; pending input (seq above answered_version) stays.
+DELETE FROM messages
+WHERE created_at < :cutoff
+  AND seq <= (SELECT c.answered_version FROM conversations c WHERE c.id = messages.conversation_id)
+RETURNING seq;
+
+-- name: prune_replies
+-- Posted (or given up) replies; one still waiting in the outbox stays.
+DELETE FROM replies WHERE created_at < :cutoff AND state != 'pending' RETURNING id;
+
+-- name: prune_generations
+DELETE FROM generations WHERE ended_at < :cutoff RETURNING id;
+
+-- name: forget_user_messages
+-- Erased in place: the row keeps its platform id, so a redelivery is still known and dropped.
+UPDATE messages SET text = '', author_name = '', author_id = '', deleted = TRUE
+WHERE author_id = :user
+  AND (CAST(:platform AS TEXT) IS NULL
+       OR conversation_id IN (SELECT id FROM conversations WHERE platform = :platform))
+RETURNING seq;
+
+-- name: forget_user_held
+DELETE FROM held_messages
+WHERE author_id = :user AND (CAST(:platform AS TEXT) IS NULL OR platform = :platform)
+RETURNING message_uid;
+
+-- name: forget_user_generations
+UPDATE generations SET user_id = ''
+WHERE user_id = :user
+  AND (CAST(:platform AS TEXT) IS NULL
+       OR conversation_id IN (SELECT id FROM conversations WHERE platform = :platform))
+RETURNING id;
+
+-- name: forget_conversation_messages
+UPDATE messages SET text = '', author_name = '', author_id = '', deleted = TRUE
+WHERE conversation_id = :cid AND (text != '' OR author_id != '')
+RETURNING seq;
+
+-- name: forget_conversation_replies
+-- A reply still waiting in the outbox is posted first (erasing it would post an empty message).
+UPDATE replies SET text = '' WHERE conversation_id = :cid AND state != 'pending' AND text != ''
+RETURNING id;
+
+-- name: forget_conversation_held
+DELETE FROM held_messages WHERE conversation_id = :cid RETURNING message_uid;
+
+-- name: unsent_replies
+SELECT COUNT(*) FROM replies WHERE conversation_id = :cid AND state = 'pending';
+
 -- what front ends remember (bot/core/catch_up.py) -----------------------------------------------
 
 -- name: thread_status

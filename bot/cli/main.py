@@ -48,6 +48,11 @@ def _parser() -> argparse.ArgumentParser:
     usage.add_argument("--config", help=config_help)
     usage.add_argument("--since", help="7d, 24h, 30m, or a UTC date (default: everything)")
     usage.add_argument("--by", choices=("model", "user", "channel"), default="model")
+    forget = commands.add_parser("forget", help="erase a person's or a conversation's stored text")
+    forget.add_argument("--config", help=config_help)
+    who = forget.add_mutually_exclusive_group(required=True)
+    who.add_argument("--user", help="a user id, or platform:id (slack:U123, discord:4711)")
+    who.add_argument("--conversation", help="platform/workspace/channel/thread (see status)")
     migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
     migrate.add_argument("--config", help=config_help)
     demo = commands.add_parser("demo", help="watch a scripted fast typer get one reply per burst")
@@ -126,6 +131,17 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
         now = time.time()
         if command == "status":
             lines = await status_lines(store, now, show_all=args.all, limit=args.limit)
+        elif command == "forget":
+            from bot.ops.retention import RetentionStore, forget
+
+            if not isinstance(store, RetentionStore):
+                raise ConfigError("storage.url: this storage backend cannot erase data")
+            try:
+                conversation = args.conversation and normalize_conversation_id(args.conversation)
+            except ValueError as exc:
+                print(f"burstbot: {exc}", file=sys.stderr)
+                return EXIT_USAGE
+            lines = [await forget(store, args.user, conversation)]
         elif command == "usage":
             from bot.ops.usage import PriceTable, summarize, usage_lines
 
