@@ -30,6 +30,7 @@ from bot.model.offline import OfflineReplier
 from bot.model.replier import Replier
 from bot.ops.access import AccessPolicy
 from bot.ops.guards import CostGuards, CounterStore, limits_active
+from bot.ops.health import Health
 from bot.ops.logs import configure_logging
 from bot.ops.metrics import Metrics, MetricsServer
 from bot.ops.reload import ReloadPlan, plan_reload
@@ -323,7 +324,11 @@ class App:
             await self.store.listen(self.hint)
         if self.config.metrics.enabled:
             metrics = self.config.metrics
-            server = MetricsServer(self.metrics, self.store.next_due_at, metrics.host, metrics.port)
+            health = Health(self.store, self.frontends, self.metrics, self.engine.clock,
+                            lambda: self.engine.busy)  # fmt: skip
+            server = MetricsServer(
+                self.metrics, health.report, metrics.host, metrics.port, health.refresh
+            )
             try:
                 await server.start()
             except BaseException:

@@ -361,6 +361,13 @@ RETURNING id;
 -- name: forget_conversation_held
 DELETE FROM held_messages WHERE conversation_id = :cid RETURNING message_uid;
 
+-- name: backlog
+-- For the gauges: replies waiting in the outbox, and the oldest unanswered message's arrival.
+SELECT (SELECT COUNT(*) FROM replies WHERE state = 'pending') AS outbox_depth,
+       (SELECT MIN(m.created_at) FROM conversations c
+        JOIN messages m ON m.conversation_id = c.id AND m.seq > c.answered_version
+        WHERE c.version > c.answered_version AND NOT m.deleted) AS oldest_pending_at;
+
 -- name: unsent_replies
 SELECT COUNT(*) FROM replies WHERE conversation_id = :cid AND state = 'pending';
 

@@ -25,6 +25,11 @@ class Upkeep(ABC):
         rows = await self._rows("extend_quiet_for_typing", params)
         return float(rows[0][0]) if rows else None
 
+    async def backlog(self) -> tuple[int, float | None]:
+        """`/metrics` gauges: replies in the outbox, the oldest unanswered message's arrival."""
+        [row] = await self._rows("backlog", {})
+        return int(row[0]), None if row[1] is None else float(row[1])
+
     async def _counts(self, names: tuple[str, ...], prefix: str, params: Params) -> dict[str, int]:
         """Each statement alone (each is complete by itself; running them again is harmless)."""
         return {name: len(await self._rows(f"{prefix}_{name}", params)) for name in names}

@@ -182,6 +182,12 @@ class DiscordFrontend:
         if self._connection is not None:
             await asyncio.gather(self._connection, return_exceptions=True)
 
+    def health(self) -> tuple[bool, str]:
+        """`/healthz`: the gateway session is up (READY, not lost since, not closed)."""
+        if self._ready.is_set() and self._lost_at is None and not self.client.is_closed():
+            return True, "gateway connected"
+        return False, "gateway reconnecting" if self._ready.is_set() else "gateway not connected"
+
     def _connection_ended(self, task: asyncio.Task[None]) -> None:
         """discord.py reconnects by itself; if the connection ends anyway, it ended for good."""
         if self._stopping or task.cancelled():

@@ -74,6 +74,16 @@ class Frontend(Protocol):
         ...
 
 
+def frontend_health(frontend: Frontend) -> tuple[bool, str]:
+    """Whether a front end can receive now, and how it is connected (`/healthz`). Optional: a
+    front end may define `def health(self) -> tuple[bool, str]`; without it, (True, "running")."""
+    method = getattr(frontend, "health", None)
+    if method is None:
+        return True, "running"
+    ok, state = method()
+    return bool(ok), str(state)
+
+
 async def stop_intake(frontend: Frontend) -> None:
     """Shutdown's first step: the front end takes no more events, but can still post.
 

@@ -13,7 +13,7 @@ import socket
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
 from bot.core.errors import ConfigError
@@ -73,6 +73,17 @@ class Metrics:
             event: Counter(f"burstbot_{name}", text, registry=r)
             for event, (name, text) in SIMPLE_COUNTERS.items()
         }
+        self.outbox_depth = Gauge(
+            "burstbot_outbox_depth", "Replies waiting in the outbox (every process)", registry=r
+        )
+        self.oldest_pending_age = Gauge(
+            "burstbot_oldest_pending_message_age_seconds",
+            "Age of the oldest unanswered message (every process; 0 when none)",
+            registry=r,
+        )
+        self.generations_in_flight = Gauge(
+            "burstbot_generations_in_flight", "Model calls this process runs now", registry=r
+        )
         self.burst_size = Histogram(
             "burstbot_burst_size_messages",
             "Messages per burst handed to the model",
@@ -135,13 +146,21 @@ def _number(value: object) -> float:
 
 
 class MetricsServer:
-    """`/metrics` (Prometheus text format) and `/healthz` (the store answers a query)."""
+    """`/metrics` (Prometheus text format) and `/healthz`: `health` returns a report whose "ok"
+    decides 200 or 503 (anything else that returns counts as healthy; raising is 503); `refresh`
+    sets the gauges before each scrape."""
 
     def __init__(
-        self, metrics: Metrics, health: Callable[[], Awaitable[object]], host: str, port: int
+        self,
+        metrics: Metrics,
+        health: Callable[[], Awaitable[object]],
+        host: str,
+        port: int,
+        refresh: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.metrics = metrics
         self.health = health
+        self.refresh = refresh
         self.host = host
         self.port = port
         self._runner: web.AppRunner | None = None
@@ -171,12 +190,19 @@ class MetricsServer:
             self._runner = None
 
     async def _metrics(self, _request: web.Request) -> web.Response:
+        if self.refresh is not None:
+            try:
+                await asyncio.wait_for(self.refresh(), timeout=5.0)
+            except Exception as exc:  # the counters are still worth serving
+                log.warning("metrics: gauges not refreshed (%s)", exc)
         body = self.metrics.exposition()
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _healthz(self, _request: web.Request) -> web.Response:
         try:
-            await asyncio.wait_for(self.health(), timeout=5.0)
+            report = await asyncio.wait_for(self.health(), timeout=5.0)
         except Exception as exc:
             return web.json_response({"ok": False, "error": type(exc).__name__}, status=503)
+        if isinstance(report, dict) and "ok" in report:
+            return web.json_response(report, status=200 if report["ok"] else 503)
         return web.json_response({"ok": True})
