@@ -131,6 +131,8 @@ class LlmConfig(Section):
     max_attempts: int = Field(default=3, ge=1, le=1000)
     retry_backoff_seconds: float = Field(default=2.0, ge=0, le=HOUR)
     failure_message: str = "Sorry, I couldn't answer that just now. Please try again in a moment."
+    cut_note: str = "_(This answer was cut short: it reached its length limit.)_"
+    """Ends a reply the model stopped at `max_tokens` ("" adds nothing)."""
 
     @field_validator("temperature")
     @classmethod

@@ -10,6 +10,8 @@
   next burst of the same conversation reads it from the prompt cache.
 - A prompt may carry its conversation's model and `max_tokens` (`[[channels]]`); unset ones fall
   back to this replier's (`[llm]`).
+- A reply the model stopped at `max_tokens` ends with `cut_note`, so nobody mistakes it for a
+  whole answer.
 - SDK and transport exceptions are mapped here, at the edge, into `bot.core.errors`.
 """
 
@@ -119,11 +121,13 @@ class ClaudeReplier:
         model: str,
         max_tokens: int,
         timeout_seconds: float,
+        cut_note: str = "",
     ) -> None:
         self.client = client
         self.model = model
         self.max_tokens = max_tokens
         self.timeout_seconds = timeout_seconds
+        self.cut_note = cut_note
 
     @classmethod
     def from_config(cls, config: Config, environ: Mapping[str, str] | None = None) -> ClaudeReplier:
@@ -137,7 +141,7 @@ class ClaudeReplier:
             max_retries=llm.max_retries,
             timeout=llm.timeout_seconds,
         )
-        return cls(client, llm.model, llm.max_tokens, llm.timeout_seconds)
+        return cls(client, llm.model, llm.max_tokens, llm.timeout_seconds, llm.cut_note)
 
     async def aclose(self) -> None:
         await self.client.close()
@@ -197,4 +201,6 @@ class ClaudeReplier:
         text = "".join(parts).strip()
         if not text and stop_reason == "refusal":
             raise PermanentReplierError("Claude declined to answer this burst")
+        if text and stop_reason == "max_tokens" and self.cut_note:
+            text = f"{text}\n\n{self.cut_note}"
         return text
