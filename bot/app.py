@@ -10,25 +10,32 @@ import secrets
 import signal
 import socket
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from bot.config import Config, require_secret
+from bot.config import Config, load_config, require_secret
 from bot.core.catch_up import CatchUp, CatchUpSettings, CatchUpSource, FrontendMemory, ThreadBook
 from bot.core.clock import Clock, SystemClock
 from bot.core.engine import Engine
 from bot.core.errors import BurstbotError, ConfigError, StoreError
 from bot.core.events import ConversationKey, Event, IncomingMessage, Reply, ResetConversation
 from bot.core.frontend import Frontend, stop_intake
-from bot.core.gate import Refusal
+from bot.core.gate import GuardStep, Refusal
 from bot.core.scheduler import Scheduler
 from bot.core.settings import EngineSettings
 from bot.core.signals import Listener
 from bot.core.store import IngestResult, Store
+from bot.core.typing_window import TypingStore, author_typing
 from bot.model.offline import OfflineReplier
 from bot.model.replier import Replier
 from bot.ops.access import AccessPolicy
 from bot.ops.guards import CostGuards, CounterStore, limits_active
+from bot.ops.health import Health
+from bot.ops.logs import configure_logging
 from bot.ops.metrics import Metrics, MetricsServer
+from bot.ops.reload import ReloadPlan, plan_reload
+from bot.ops.retention import Retention, RetentionStore
+from bot.ops.usage import PriceTable
 
 log = logging.getLogger("burstbot")
 SHUTDOWN_GRACE_SECONDS = 5.0  # for replies being posted at shutdown; well inside systemd's 30 s
@@ -71,7 +78,8 @@ def build_frontends(config: Config) -> list[Frontend]:
     if config.discord.enabled:
         from adapters.discord import build_discord_frontend
 
-        frontends.append(build_discord_frontend(config.discord))
+        typing = config.debounce.typing_aware
+        frontends.append(build_discord_frontend(config.discord, typing_intents=typing))
     if not frontends:
         raise ConfigError("config: no front end enabled (console, slack or discord)")
     return frontends
@@ -113,11 +121,7 @@ class App:
         self.frontends = frontends
         self.by_platform = {f.platform: f for f in frontends}
         self.access = AccessPolicy(config.access)
-        self.guards: CostGuards | None = None
-        if limits_active(config.limits):
-            if not isinstance(store, CounterStore):
-                raise ConfigError("limits: this storage backend cannot keep cost-guard counters")
-            self.guards = CostGuards(config.limits, store, self.access.is_admin)
+        self.guards = self._cost_guards(config, self.access)
         self.engine = Engine(
             store,
             replier,
@@ -133,13 +137,54 @@ class App:
         self.catch_up_settings = CatchUpSettings.from_config(config)
         self.threads = ThreadBook(store, self.engine.clock, self.ingest, self.catch_up_settings)
         self.catch_ups: list[CatchUp] = []
-        self.metrics = Metrics()
+        self.metrics = Metrics(PriceTable(config.prices))
+        self.retention = None
+        if isinstance(store, RetentionStore):
+            self.retention = Retention(store, self.engine.clock, lambda: self.config.retention)
         self.metrics_server: MetricsServer | None = None
         self._listeners: list[Listener] = []
         self.subscribe(self.metrics.observe)
         self._notices: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
         self.failure: BurstbotError | None = None
+        self.config_path: Path | None = None  # where SIGHUP re-reads the config (CLI: --config)
+        self.verbose = False  # the CLI's -v, kept when a reload changes logging
+
+    def _cost_guards(self, config: Config, access: AccessPolicy) -> CostGuards | None:
+        if not limits_active(config.limits):
+            return None
+        if not isinstance(self.store, CounterStore):
+            raise ConfigError("limits: this storage backend cannot keep cost-guard counters")
+        return CostGuards(config.limits, self.store, access.is_admin)
+
+    def reload(self) -> ReloadPlan | None:
+        """SIGHUP: re-read `config_path`. Live settings apply from the next burst or message;
+        changed restart-only ones are logged and keep their running value; a file that does not
+        load is refused with one line and the running config stays."""
+        if self.config_path is None:
+            log.warning("reload: started without a config file; nothing to re-read")
+            return None
+        try:
+            plan = plan_reload(self.config, load_config(self.config_path))
+            access = AccessPolicy(plan.config.access)
+            guards = self._cost_guards(plan.config, access)
+        except ConfigError as exc:
+            log.error("reload refused, the running config stays: %s", exc)
+            self._emit("reload_refused", reason=str(exc))
+            return None
+        if plan.config.logging != self.config.logging:
+            configure_logging(plan.config, verbose=self.verbose)
+        self.config, self.access, self.guards = plan.config, access, guards
+        self.engine.guard = GuardStep(guards)
+        self.engine.settings = EngineSettings.from_config(plan.config)
+        self.metrics.prices = PriceTable(plan.config.prices)
+        log.warning(
+            "config reloaded from %s: %s", self.config_path, ", ".join(plan.applied) or "no change"
+        )
+        if plan.needs_restart:
+            log.warning("reload: these need a restart to change: %s", ", ".join(plan.needs_restart))
+        self._emit("reloaded", applied=plan.applied, needs_restart=plan.needs_restart)
+        return plan
 
     def subscribe(self, listener: Listener) -> None:
         """Engine events plus the app's own (`refused` at arrival, `reset`)."""
@@ -220,6 +265,15 @@ class App:
     async def is_settled(self, key: ConversationKey) -> bool:
         return await self.engine.is_settled(key)
 
+    async def typing(self, key: ConversationKey, author_id: str) -> None:
+        debounce = self.config.debounce
+        if not debounce.typing_aware or not isinstance(self.store, TypingStore):
+            return
+        engine = self.engine
+        due = await author_typing(self.store, engine.clock, debounce.typing_seconds, key, author_id)
+        if due is not None:
+            self._emit("typing", conversation=key.id, due_at=due)
+
     def request_stop(self) -> None:
         self._stop.set()
 
@@ -270,7 +324,11 @@ class App:
             await self.store.listen(self.hint)
         if self.config.metrics.enabled:
             metrics = self.config.metrics
-            server = MetricsServer(self.metrics, self.store.next_due_at, metrics.host, metrics.port)
+            health = Health(self.store, self.frontends, self.metrics, self.engine.clock,
+                            lambda: self.engine.busy)  # fmt: skip
+            server = MetricsServer(
+                self.metrics, health.report, metrics.host, metrics.port, health.refresh
+            )
             try:
                 await server.start()
             except BaseException:
@@ -278,10 +336,16 @@ class App:
                 raise
             self.metrics_server = server
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        handlers: dict[signal.Signals, Callable[[], object]] = {
+            signal.SIGINT: self.request_stop,
+            signal.SIGTERM: self.request_stop,
+            signal.SIGHUP: self.reload,
+        }
+        for sig, handler in handlers.items():
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, self.request_stop)
+                loop.add_signal_handler(sig, handler)
         scheduler = asyncio.create_task(self.scheduler.run())
+        sweeper = asyncio.create_task(self.retention.run()) if self.retention else None
         started: list[Frontend] = []
         connecting_at = self.engine.clock.now()
         try:
@@ -294,8 +358,11 @@ class App:
             await asyncio.wait({stop, scheduler}, return_when=asyncio.FIRST_COMPLETED)
             stop.cancel()
         finally:
+            if sweeper is not None:
+                sweeper.cancel()
+                await asyncio.gather(sweeper, return_exceptions=True)
             await self._shutdown(started, scheduler)
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in handlers:
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(sig)
         if self.failure is not None:

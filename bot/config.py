@@ -94,6 +94,10 @@ def storage_url_problem(url: str) -> str | None:
 class DebounceConfig(Section):
     quiet_seconds: float = Field(default=1.5, ge=0, le=HOUR)
     max_wait_seconds: float = Field(default=8.0, gt=0, le=DAY)
+    typing_aware: bool = True
+    """Discord: wait while an author of the pending burst is typing (never past the deadline)."""
+    typing_seconds: float = Field(default=10.0, gt=0, le=HOUR)
+    """How long one typing notice keeps the burst open (Discord shows one for 10 seconds)."""
 
     @model_validator(mode="after")
     def _quiet_within_cap(self) -> DebounceConfig:
@@ -113,6 +117,8 @@ class EngineConfig(Section):
     delivery_max_attempts: int = Field(default=8, ge=1, le=1000)
     delivery_backoff_seconds: float = Field(default=1.0, gt=0, le=HOUR)
     owner: str = ""
+    pid_file: str = ""
+    """Where `burstbot run` writes its process id for `burstbot reload` ("": nowhere)."""
 
 
 class LlmConfig(Section):
@@ -121,6 +127,7 @@ class LlmConfig(Section):
     api_key_env: str = "ANTHROPIC_API_KEY"
     base_url: str = ""
     max_tokens: int = Field(default=1024, ge=1, le=1_000_000)
+    temperature: float | None = None  # refused with a reason: see `_no_sampling`
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     max_context_tokens: int = Field(default=8000, ge=100, le=100_000_000)
     timeout_seconds: float = Field(default=60.0, gt=0, le=DAY)
@@ -128,6 +135,23 @@ class LlmConfig(Section):
     max_attempts: int = Field(default=3, ge=1, le=1000)
     retry_backoff_seconds: float = Field(default=2.0, ge=0, le=HOUR)
     failure_message: str = "Sorry, I couldn't answer that just now. Please try again in a moment."
+    cut_note: str = "_(This answer was cut short: it reached its length limit.)_"
+    """Ends a reply the model stopped at `max_tokens` ("" adds nothing)."""
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature(cls, value: float | None) -> None:
+        return _no_sampling(value)
+
+
+def _no_sampling(value: float | None) -> None:
+    """A known key with a clear refusal instead of "unknown key": the Messages API version the
+    SDK speaks (2026-10-21) answers any sampling parameter with a 400, on every model."""
+    if value is not None:
+        raise ValueError(
+            "not supported: the Claude Messages API no longer accepts sampling parameters "
+            "(temperature, top_p, top_k); remove it"
+        )
 
 
 class ConsoleConfig(Section):
@@ -178,6 +202,13 @@ class CatchUpConfig(Section):
     enabled: bool = True
     max_age_hours: float = Field(default=24.0, gt=0)
     max_pages: int = Field(default=10, ge=1)
+
+
+class RetentionConfig(Section):
+    """Deleting old stored text (`bot/ops/retention.py`); 0 keeps everything."""
+
+    max_age_days: float = Field(default=0, ge=0, le=36_500)
+    sweep_seconds: float = Field(default=HOUR, gt=0, le=DAY)
 
 
 class LoggingConfig(Section):
@@ -231,6 +262,16 @@ class AttachmentsConfig(Section):
     max_total_bytes: int = Field(default=4 * MAX_ATTACHMENT_BYTES, ge=1, le=MAX_REQUEST_FILE_BYTES)
 
 
+class PriceConfig(Section):
+    """One model's prices in USD per million tokens (`[prices."claude-…"]`); cache prices
+    default to the usual ratios: reads a tenth of input, writes 1.25 times input."""
+
+    input: float = Field(ge=0, le=100_000)
+    output: float = Field(ge=0, le=100_000)
+    cache_read: float | None = Field(default=None, ge=0, le=100_000)
+    cache_write: float | None = Field(default=None, ge=0, le=100_000)
+
+
 class ChannelConfig(Section):
     """Per-channel overrides (`[[channels]]`); unset keys fall back to the global ones."""
 
@@ -239,6 +280,14 @@ class ChannelConfig(Section):
     quiet_seconds: float | None = Field(default=None, ge=0, le=HOUR)
     max_wait_seconds: float | None = Field(default=None, gt=0, le=DAY)
     system_prompt: str | None = None
+    model: str | None = Field(default=None, min_length=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+    temperature: float | None = None  # refused with a reason, as `llm.temperature`
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature(cls, value: float | None) -> None:
+        return _no_sampling(value)
 
 
 class Config(Section):
@@ -251,12 +300,25 @@ class Config(Section):
     slack: SlackConfig = SlackConfig()
     discord: DiscordConfig = DiscordConfig()
     catch_up: CatchUpConfig = CatchUpConfig()
+    retention: RetentionConfig = RetentionConfig()
     logging: LoggingConfig = LoggingConfig()
     metrics: MetricsConfig = MetricsConfig()
     access: AccessConfig = AccessConfig()
     limits: LimitsConfig = LimitsConfig()
     attachments: AttachmentsConfig = AttachmentsConfig()
     channels: list[ChannelConfig] = Field(default_factory=list)
+    prices: dict[str, PriceConfig] = Field(default_factory=dict)
+    """Added to (or replacing entries of) the built-in table in `bot/ops/usage.py`."""
+
+    @model_validator(mode="after")
+    def _retention_outlives_catch_up(self) -> Config:
+        days, catch_up = self.retention.max_age_days, self.catch_up
+        if days and catch_up.enabled and days * 24 <= catch_up.max_age_hours:
+            raise ValueError(
+                "retention.max_age_days must be longer than catch_up.max_age_hours, or catch-up "
+                "would fetch deleted messages again as new ones"
+            )
+        return self
 
     @model_validator(mode="after")
     def _channel_timing_consistent(self) -> Config:

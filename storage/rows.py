@@ -122,4 +122,5 @@ def generation_params(record: contract.GenerationRecord) -> dict[str, Any]:
     return {"cid": record.conversation_id, "token": record.lease_token,
             "from_version": record.from_version, "to_version": record.to_version,
             "started_at": record.started_at, "ended_at": record.ended_at,
-            "outcome": record.outcome, "error": record.error, **asdict(record.usage)}  # fmt: skip
+            "outcome": record.outcome, "error": record.error, "model": record.model,
+            "user_id": record.user_id, **asdict(record.usage)}  # fmt: skip

@@ -10,7 +10,6 @@
 - `_array` / `_strings`: how a list of strings travels (JSON text in SQLite, an array in PG);
 - `_hint(db, payload)`: a wake-up hint for other processes, sent when `db` commits;
 - `_schema_in_use(db)` / `_migrate_to(db, number, script)`: the migrations' bookkeeping.
-
 Rules every step keeps:
 
 - every compare-and-swap is one conditional statement (`UPDATE ... WHERE ... RETURNING`) and the
@@ -36,9 +35,10 @@ from bot.ops.inspection import ConversationSummary
 from storage import rows as codec
 from storage.files import Conn, FileSteps
 from storage.rows import Params, Row
+from storage.upkeep import Upkeep
 
 
-class SqlStore(FileSteps[Conn]):
+class SqlStore(Upkeep, FileSteps[Conn]):
     MIGRATIONS: ClassVar[Sequence[str]]
 
     # the seam (see the module docstring) ----------------------------------------------------

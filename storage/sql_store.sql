@@ -60,6 +60,19 @@ UPDATE messages SET deleted = TRUE, edited_at = :now
 WHERE message_uid = :uid AND NOT deleted
 RETURNING seq;
 
+-- name: extend_quiet_for_typing
+-- An author of the pending burst is typing: its quiet window lasts until :until, never past the
+-- deadline and never shorter than it was (a lease's hold stays). A conversation with nothing
+-- pending from that author matches no row: nothing is created or changed.
+UPDATE debounce_timers
+SET quiet_until = GREATEST(quiet_until, LEAST(CAST(:until AS FLOAT8), deadline_at)),
+    due_at = GREATEST(due_at, LEAST(CAST(:until AS FLOAT8), deadline_at))
+WHERE conversation_id = :cid
+  AND EXISTS (SELECT 1 FROM messages m JOIN conversations c ON c.id = m.conversation_id
+              WHERE m.conversation_id = :cid AND m.author_id = :author
+                AND m.seq > c.answered_version AND NOT m.deleted)
+RETURNING due_at;
+
 -- name: flush_timer
 UPDATE debounce_timers SET due_at = LEAST(due_at, :now) WHERE conversation_id = :cid;
 
@@ -194,9 +207,10 @@ ON CONFLICT (conversation_id) DO UPDATE SET due_at = :retry_at;
 -- name: record_generation
 INSERT INTO generations (conversation_id, lease_token, from_version, to_version, started_at,
                          ended_at, outcome, input_tokens, output_tokens, cache_read_tokens,
-                         cache_write_tokens, error)
+                         cache_write_tokens, error, model, user_id)
 VALUES (:cid, :token, :from_version, :to_version, :started_at, :ended_at, :outcome,
-        :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens, :error);
+        :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens, :error,
+        :model, :user_id);
 
 -- 6. deliver (claim_replies and next_outbox_at take a list: per dialect) -------------------------
 
@@ -245,7 +259,7 @@ SELECT * FROM replies WHERE (CAST(:cid AS TEXT) IS NULL OR conversation_id = :ci
 
 -- name: generations
 SELECT conversation_id, lease_token, from_version, to_version, started_at, ended_at, outcome,
-       input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, error
+       input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, error, model, user_id
 FROM generations WHERE (CAST(:cid AS TEXT) IS NULL OR conversation_id = :cid) ORDER BY id;
 
 -- operator side (storage/ops.py) ------------------------------------------------------------------
@@ -301,6 +315,65 @@ ORDER BY last_activity_at DESC LIMIT :limit;
 SELECT seq, message_id, author_id, author_name, text, created_at, edited_at, deleted, via,
        attachments
 FROM messages WHERE conversation_id = :cid ORDER BY seq;
+
+-- retention and erasure (storage/upkeep.py): never pending work -----------------------------------
+
+-- name: prune_messages
+-- Answered messages older than the cutoff; pending input (seq above answered_version) stays.
+DELETE FROM messages
+WHERE created_at < :cutoff
+  AND seq <= (SELECT c.answered_version FROM conversations c WHERE c.id = messages.conversation_id)
+RETURNING seq;
+
+-- name: prune_replies
+-- Posted (or given up) replies; one still waiting in the outbox stays.
+DELETE FROM replies WHERE created_at < :cutoff AND state != 'pending' RETURNING id;
+
+-- name: prune_generations
+DELETE FROM generations WHERE ended_at < :cutoff RETURNING id;
+
+-- name: forget_user_messages
+-- Erased in place: the row keeps its platform id, so a redelivery is still known and dropped.
+UPDATE messages SET text = '', author_name = '', author_id = '', deleted = TRUE
+WHERE author_id = :user
+  AND (CAST(:platform AS TEXT) IS NULL
+       OR conversation_id IN (SELECT id FROM conversations WHERE platform = :platform))
+RETURNING seq;
+
+-- name: forget_user_held
+DELETE FROM held_messages
+WHERE author_id = :user AND (CAST(:platform AS TEXT) IS NULL OR platform = :platform)
+RETURNING message_uid;
+
+-- name: forget_user_generations
+UPDATE generations SET user_id = ''
+WHERE user_id = :user
+  AND (CAST(:platform AS TEXT) IS NULL
+       OR conversation_id IN (SELECT id FROM conversations WHERE platform = :platform))
+RETURNING id;
+
+-- name: forget_conversation_messages
+UPDATE messages SET text = '', author_name = '', author_id = '', deleted = TRUE
+WHERE conversation_id = :cid AND (text != '' OR author_id != '')
+RETURNING seq;
+
+-- name: forget_conversation_replies
+-- A reply still waiting in the outbox is posted first (erasing it would post an empty message).
+UPDATE replies SET text = '' WHERE conversation_id = :cid AND state != 'pending' AND text != ''
+RETURNING id;
+
+-- name: forget_conversation_held
+DELETE FROM held_messages WHERE conversation_id = :cid RETURNING message_uid;
+
+-- name: backlog
+-- For the gauges: replies waiting in the outbox, and the oldest unanswered message's arrival.
+SELECT (SELECT COUNT(*) FROM replies WHERE state = 'pending') AS outbox_depth,
+       (SELECT MIN(m.created_at) FROM conversations c
+        JOIN messages m ON m.conversation_id = c.id AND m.seq > c.answered_version
+        WHERE c.version > c.answered_version AND NOT m.deleted) AS oldest_pending_at;
+
+-- name: unsent_replies
+SELECT COUNT(*) FROM replies WHERE conversation_id = :cid AND state = 'pending';
 
 -- what front ends remember (bot/core/catch_up.py) -----------------------------------------------
 
@@ -399,3 +472,9 @@ CREATE TABLE attachment_files (
     note              TEXT,
     fetched_at        FLOAT8 NOT NULL
 );
+
+-- name: migration_6
+-- Usage reports (`burstbot usage`): the model that answered each generation, and the user it
+-- answered (the author of the burst's last message, whom the reply answers).
+ALTER TABLE generations ADD COLUMN model TEXT NOT NULL DEFAULT '';
+ALTER TABLE generations ADD COLUMN user_id TEXT NOT NULL DEFAULT '';

@@ -346,6 +346,23 @@ class FakeDiscord:
                 channel.append(data)
         await self._socket.send_json({"op": 0, "t": event, "s": next(self._sequence), "d": data})
 
+    async def typing_start(self, channel_id: int, user: Json, guild_id: int | None = None) -> bool:
+        """Someone starts typing. Like Discord, TYPING_START reaches only a bot that identified
+        with the typing intent for that kind of channel (guild: 1 << 11, DM: 1 << 14); returns
+        whether it was sent."""
+        assert self.identify is not None, "no identified gateway session"
+        needed = 1 << 11 if guild_id is not None else 1 << 14
+        if not self.identify["intents"] & needed:
+            return False
+        now = int(datetime.datetime.now(datetime.UTC).timestamp())
+        data: Json = {"channel_id": str(channel_id), "user_id": user["id"], "timestamp": now}
+        if guild_id is not None:
+            data["guild_id"] = str(guild_id)
+            data["member"] = {"user": user, "roles": [], "joined_at": _now(), "deaf": False,
+                              "mute": False, "flags": 0}  # fmt: skip
+        await self.dispatch("TYPING_START", data)
+        return True
+
     async def wait_for(self, predicate: Any, within: float = 5.0) -> None:
         """Bounded wait for real I/O (the client's requests) to arrive."""
         async with asyncio.timeout(within):

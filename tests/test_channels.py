@@ -1,15 +1,19 @@
-"""Per-channel overrides of debounce and system prompt (`[[channels]]`)."""
+"""Per-channel overrides of debounce, system prompt and model settings (`[[channels]]`)."""
 
 from __future__ import annotations
+
+import pytest
 
 from bot.config import parse_config
 from bot.core.clock import FakeClock
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.settings import EngineSettings
+from bot.model.claude import ClaudeReplier
 from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
 from tests.conftest import make_engine
+from tests.fakes.anthropic_server import FakeAnthropic
 
 FAST = ConversationKey("test", "w1", "fast")
 SLOW = ConversationKey("test", "w1", "slow")
@@ -62,3 +66,52 @@ def test_an_override_that_contradicts_the_cap_is_a_config_error() -> None:
         assert str(exc) == "channels.0: quiet_seconds must not exceed max_wait_seconds"
     else:
         raise AssertionError("accepted a quiet window longer than the cap")
+
+
+async def test_a_channel_can_have_its_own_model_and_max_tokens(
+    store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    """The requests the real SDK sends to the fake Messages API carry each channel's settings;
+    a conversation without an override keeps `[llm]`'s. No sampling parameter is ever sent."""
+    server = await FakeAnthropic().start()
+    config = parse_config({
+        "llm": {"base_url": server.base_url, "api_key_env": "TEST_ANTHROPIC_KEY",
+                "model": "claude-sonnet-5-5", "max_tokens": 1024},
+        "channels": [{"platform": "test", "channel": "fast", "model": "claude-haiku-4-5",
+                      "max_tokens": 300}],
+    })  # fmt: skip
+    claude = ClaudeReplier.from_config(config, {"TEST_ANTHROPIC_KEY": "sk-test"})
+    engine = make_engine(store, clock, claude, frontend)
+    engine.settings = EngineSettings.from_config(config)
+    try:
+        for n, key in enumerate((FAST, SLOW)):
+            await engine.ingest(IncomingMessage(key, f"m{n}", "u1", "alice", f"to {key.channel}"))
+        await clock.advance(1.5)
+        await engine.run_due()
+        await engine.idle()
+    finally:
+        await claude.aclose()
+        await server.stop()
+    sent = {r.last_user_text: r.body for r in server.requests}
+    fast, slow = sent["alice: to fast"], sent["alice: to slow"]
+    assert (fast["model"], fast["max_tokens"]) == ("claude-haiku-4-5", 300)
+    assert (slow["model"], slow["max_tokens"]) == ("claude-sonnet-5-5", 1024)
+    assert not {"temperature", "top_p", "top_k"} & {*fast, *slow}
+    records = {g.conversation_id: g for g in await store.generations()}
+    assert (records[FAST.id].model, records[FAST.id].user_id) == ("claude-haiku-4-5", "u1")
+    assert records[SLOW.id].model == "claude-sonnet-5-5"
+
+
+def test_channel_model_settings_are_checked() -> None:
+    for bad, where in (
+        ({"temperature": 0.5}, "channels.0.temperature: not supported: the Claude Messages API"),
+        ({"max_tokens": 0}, "channels.0.max_tokens"),
+        ({"model": ""}, "channels.0.model"),
+    ):
+        with pytest.raises(ConfigError, match=where):
+            parse_config({"channels": [{"platform": "slack", "channel": "C1", **bad}]})
+
+
+def test_a_temperature_anywhere_is_refused_with_the_reason() -> None:
+    with pytest.raises(ConfigError, match=r"^llm.temperature: not supported: .* sampling"):
+        parse_config({"llm": {"temperature": 1.0}})

@@ -224,3 +224,37 @@ def test_missing_key_names_the_variable() -> None:
     config = parse_config({"llm": {"api_key_env": "BURSTBOT_NO_SUCH_KEY"}})
     with pytest.raises(ConfigError, match="BURSTBOT_NO_SUCH_KEY"):
         ClaudeReplier.from_config(config, {})
+
+
+# replies cut at max_tokens ---------------------------------------------------------------------
+async def test_a_reply_cut_at_max_tokens_ends_with_the_cut_note(server: FakeAnthropic) -> None:
+    """The fake stops generating at the request's max_tokens, as the API does; the reply says
+    it was cut. One that fits gets no note, and `cut_note = ""` adds nothing."""
+    long_answer = " ".join(f"word{n}" for n in range(200))
+    short = claude(server.base_url, max_tokens=20)
+    silent = claude(server.base_url, max_tokens=20, cut_note="")
+    try:
+        server.queue(Plan(text=long_answer), Plan(text="fits easily"), Plan(text=long_answer))
+        cut = await short.generate(Prompt("", (), BURST), Usage())
+        whole = await short.generate(Prompt("", (), BURST), Usage())
+        bare = await silent.generate(Prompt("", (), BURST), Usage())
+    finally:
+        await short.aclose()
+        await silent.aclose()
+    assert [s.stop_reason for s in server.streams] == ["max_tokens", "end_turn", "max_tokens"]
+    note = parse_config({}).llm.cut_note
+    body, _, ending = cut.rpartition("\n\n")
+    assert ending == note and long_answer.startswith(body) and len(body) < len(long_answer)
+    assert whole == "fits easily"
+    assert bare == body
+
+
+async def test_a_channel_max_tokens_cuts_its_replies_with_the_note(server: FakeAnthropic) -> None:
+    replier = claude(server.base_url, max_tokens=1024)
+    server.queue(Plan(text=" ".join(["word"] * 100)))
+    try:
+        text = await replier.generate(Prompt("", (), BURST, max_tokens=10), Usage())
+    finally:
+        await replier.aclose()
+    assert server.requests[0].body["max_tokens"] == 10
+    assert text.endswith("\n\n" + parse_config({}).llm.cut_note)

@@ -44,6 +44,7 @@ ALICE = {"id": "200000000000000001", "username": "alice", "discriminator": "0",
          "global_name": "Alice", "avatar": None}  # fmt: skip
 CHANNEL_KEY = ConversationKey("discord", str(GUILD_ID), str(CHANNEL_ID))
 NEEDED_INTENTS = (1 << 0) | (1 << 9) | (1 << 12) | (1 << 15)  # guilds, guild/DM messages, content
+TYPING_INTENTS = (1 << 11) | (1 << 14)  # guild and DM typing: `[debounce] typing_aware`
 
 
 @pytest.fixture
@@ -75,7 +76,8 @@ async def test_a_dm_over_the_gateway_is_answered_once_with_the_right_post(
 ) -> None:
     app = App(engine_config(), store, ScriptedReplier(), [frontend], clock=clock, owner="w1")
     await frontend.start(app)
-    assert fake.identify is not None and fake.identify["intents"] == NEEDED_INTENTS
+    assert fake.identify is not None
+    assert fake.identify["intents"] == NEEDED_INTENTS | TYPING_INTENTS
 
     first = fake.message(DM_ID, ALICE, "hello there")
     await fake.dispatch("MESSAGE_CREATE", first)

@@ -52,7 +52,11 @@ async def test_metrics_count_a_burst_and_healthz_answers(
                 assert response.headers["Content-Type"].startswith("text/plain")
                 body = await response.text()
             async with http.get(f"{base}/healthz") as response:
-                assert (response.status, await response.json()) == (200, {"ok": True})
+                assert (response.status, await response.json()) == (200, {
+                    "ok": True,
+                    "store": {"ok": True, "state": "answering"},
+                    "frontends": {"test": {"ok": True, "state": "running"}},
+                })  # fmt: skip
     finally:
         app.request_stop()
         await running

@@ -60,13 +60,15 @@ INGEST_RETRY_SECONDS = 0.25  # then 1 s, 4 s: about 5 s in all before catch-up t
 _SHARD_CLOSE_CODES = {4010: "invalid shard", 4011: "sharding required"}
 
 
-def gateway_intents() -> discord.Intents:
-    """Guilds (channels, threads), guild and DM messages, and their content. Nothing more."""
+def gateway_intents(typing: bool = True) -> discord.Intents:
+    """Guilds (channels, threads), guild and DM messages, and their content; with `typing`, the
+    (unprivileged) typing notices that keep a pending burst open. Nothing more."""
     intents = discord.Intents.none()
     intents.guilds = True
     intents.guild_messages = True
     intents.dm_messages = True
     intents.message_content = True
+    intents.typing = typing
     return intents
 
 
@@ -104,6 +106,9 @@ class GatewayClient(discord.Client):
 
     async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
         await self.frontend.on_raw_message_edit(payload)
+
+    async def on_raw_typing(self, payload: discord.RawTypingEvent) -> None:
+        await self.frontend.on_raw_typing(payload)
 
     async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
         await self.frontend.on_raw_message_delete(payload)
@@ -177,6 +182,12 @@ class DiscordFrontend:
         await self.client.close()
         if self._connection is not None:
             await asyncio.gather(self._connection, return_exceptions=True)
+
+    def health(self) -> tuple[bool, str]:
+        """`/healthz`: the gateway session is up (READY, not lost since, not closed)."""
+        if self._ready.is_set() and self._lost_at is None and not self.client.is_closed():
+            return True, "gateway connected"
+        return False, "gateway reconnecting" if self._ready.is_set() else "gateway not connected"
 
     def _connection_ended(self, task: asyncio.Task[None]) -> None:
         """discord.py reconnects by itself; if the connection ends anyway, it ended for good."""
@@ -270,6 +281,19 @@ class DiscordFrontend:
             log.exception("discord: /reset of %s failed", key.id)
             return commands.RESET_FAILED
         return commands.RESET_DONE if result.status == "history" else commands.RESET_REFUSED
+
+    async def on_raw_typing(self, payload: discord.RawTypingEvent) -> None:
+        """Someone started typing: a notice for the host, never stored (a failure is logged)."""
+        me = self.client.user
+        if self.host is None or me is None or payload.user_id == me.id:
+            return
+        if not self.routing.serves(payload.guild_id):
+            return
+        key = self.routing.key(payload.guild_id, payload.channel_id, payload.user_id)
+        try:
+            await self.host.typing(key, str(payload.user_id))
+        except StoreError as exc:  # only a wait is lost: the burst is answered on time
+            log.warning("discord: typing notice in %s not applied (%s)", key.id, exc)
 
     async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
         message, before = payload.message, payload.cached_message

@@ -97,6 +97,15 @@ class SlackFrontend:
         self._accepting = True
 
     # lifecycle --------------------------------------------------------------------------------
+    def health(self) -> tuple[bool, str]:
+        """`/healthz`: HTTP mode listens, or socket mode's websocket to Slack is open."""
+        if self.config.mode == "http":
+            listening = self._runner is not None and self._accepting
+            return listening, f"http listener on port {self.http_port}" if listening else "down"
+        session = None if self._socket is None else self._socket.client.current_session
+        connected = session is not None and not session.closed
+        return connected, "socket mode connected" if connected else "socket mode disconnected"
+
     async def start(self, host: Host) -> None:
         try:
             await self._start(host)

@@ -131,10 +131,13 @@ def demo_config(database: Path, quiet: float) -> Config:
     )
 
 
-async def run_demo(wiring: Wiring, quiet: float = 0.6, out: TextIO | None = None) -> int:
+async def run_demo(
+    wiring: Wiring, quiet: float = 0.6, out: TextIO | None = None, keep: Path | None = None
+) -> int:
+    """`keep`: write the demo's database there and leave it (for `burstbot usage`, `explain`)."""
     out = out or sys.stdout
     with tempfile.TemporaryDirectory(prefix="burstbot-demo-") as folder:
-        database = Path(folder) / "demo.db"
+        database = keep or Path(folder) / "demo.db"
         config = demo_config(database, quiet)
         typer = DemoTyper(out, typing_gap=quiet / 4)
         app = wiring.build_app(config, OfflineReplier(token_delay=0.05), [typer])
@@ -152,4 +155,8 @@ async def run_demo(wiring: Wiring, quiet: float = 0.6, out: TextIO | None = None
         finally:
             await store.close()
         out.write("\n" + "\n".join(lines) + "\n")
+        if keep is not None:
+            url = f"sqlite:///{keep}"
+            out.write(f"\nkept the database at {keep}: try `burstbot usage` with [storage] url = "
+                      f"{url!r}\n")  # fmt: skip
     return 0

@@ -39,10 +39,25 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument(
         "--redact", action="store_true", help="show message and reply lengths, not their text"
     )
+    reload = commands.add_parser(
+        "reload", help="make a running `burstbot run` re-read its config (SIGHUP)"
+    )
+    reload.add_argument("--config", help="the config file (its engine.pid_file names the process)")
+    reload.add_argument("--pid", type=int, help="the process to signal (instead of the pid file)")
+    usage = commands.add_parser("usage", help="model tokens and estimated cost, from the store")
+    usage.add_argument("--config", help=config_help)
+    usage.add_argument("--since", help="7d, 24h, 30m, or a UTC date (default: everything)")
+    usage.add_argument("--by", choices=("model", "user", "channel"), default="model")
+    forget = commands.add_parser("forget", help="erase a person's or a conversation's stored text")
+    forget.add_argument("--config", help=config_help)
+    who = forget.add_mutually_exclusive_group(required=True)
+    who.add_argument("--user", help="a user id, or platform:id (slack:U123, discord:4711)")
+    who.add_argument("--conversation", help="platform/workspace/channel/thread (see status)")
     migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
     migrate.add_argument("--config", help=config_help)
     demo = commands.add_parser("demo", help="watch a scripted fast typer get one reply per burst")
     demo.add_argument("--quiet", type=float, default=0.6, help="quiet window in seconds")
+    demo.add_argument("--database", help="keep the demo's SQLite database at this path")
     return parser
 
 
@@ -50,17 +65,38 @@ def _load(path: str | None) -> Config:
     return load_config(path) if path else default_config()
 
 
-async def _run(config: Config) -> None:
+async def _run(config: Config, path: str | None, verbose: bool) -> None:
     from bot.app import App, build_frontends, build_replier, build_store
+    from bot.ops.reload import remove_pid_file, write_pid_file
 
     replier = build_replier(config)
     frontends = build_frontends(config)
     store = build_store(config)
     logging.getLogger("burstbot").info("replier: %s", config.llm.provider)
+    pid_file = config.engine.pid_file
     try:
-        await App(config, store, replier, frontends).run()
+        app = App(config, store, replier, frontends)
+        app.config_path, app.verbose = (Path(path) if path else None), verbose
+        if pid_file:
+            write_pid_file(pid_file)
+        await app.run()
     finally:
+        if pid_file:
+            remove_pid_file(pid_file)
         await _close_quietly(store)  # also when startup or shutdown failed half-way
+
+
+def _reload(config: Config, path: str | None, pid: int | None) -> int:
+    """Check the file first (a broken one is refused here too), then signal the process."""
+    from bot.ops.reload import read_pid_file, send_reload
+
+    if pid is None:
+        if not config.engine.pid_file:
+            raise ConfigError("reload: give --pid, or set engine.pid_file in the config")
+        pid = read_pid_file(config.engine.pid_file)
+    send_reload(pid)
+    print(f"burstbot: asked process {pid} to reload {path or 'its config'} (see its log)")
+    return 0
 
 
 async def _close_quietly(store: Store) -> None:
@@ -95,6 +131,25 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
         now = time.time()
         if command == "status":
             lines = await status_lines(store, now, show_all=args.all, limit=args.limit)
+        elif command == "forget":
+            from bot.ops.retention import RetentionStore, forget
+
+            if not isinstance(store, RetentionStore):
+                raise ConfigError("storage.url: this storage backend cannot erase data")
+            try:
+                conversation = args.conversation and normalize_conversation_id(args.conversation)
+            except ValueError as exc:
+                print(f"burstbot: {exc}", file=sys.stderr)
+                return EXIT_USAGE
+            lines = [await forget(store, args.user, conversation)]
+        elif command == "usage":
+            from bot.ops.usage import PriceTable, summarize, usage_lines
+
+            since = args.since_at
+            rows, total = summarize(
+                await store.generations(), PriceTable(config.prices), args.by, since
+            )
+            lines = usage_lines(rows, total, args.by, since)
         else:
             try:
                 cid = normalize_conversation_id(args.conversation)
@@ -136,13 +191,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             from bot import app
             from bot.cli.demo import run_demo
 
-            return asyncio.run(run_demo(app.DemoWiring(), quiet=args.quiet))
+            keep = Path(args.database) if args.database else None
+            return asyncio.run(run_demo(app.DemoWiring(), quiet=args.quiet, keep=keep))
         config = _load(args.config)
-        configure_logging(config, verbose=getattr(args, "verbose", False))
+        if args.command == "reload":
+            return _reload(config, args.config, args.pid)
+        if args.command == "usage":
+            from bot.ops.usage import parse_since
+
+            try:
+                args.since_at = parse_since(args.since) if args.since else 0.0
+            except ValueError as exc:
+                print(f"burstbot: {exc}", file=sys.stderr)
+                return EXIT_USAGE
+        verbose = getattr(args, "verbose", False)
+        configure_logging(config, verbose=verbose)
         if args.command == "run":
             if args.config is None:
                 print(_default_banner(config), file=sys.stderr)
-            asyncio.run(_run(config))
+            asyncio.run(_run(config, args.config, verbose))
         elif args.command == "check-config":
             return _check(config, args.config)
         else:

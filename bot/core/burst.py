@@ -73,6 +73,8 @@ class Burst:
             outcome=outcome,
             usage=spent(usage),
             error=error,
+            model=usage.model,
+            user_id=self.messages[-1].author_id if self.messages else "",
         )
 
 

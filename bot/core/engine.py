@@ -33,6 +33,7 @@ import functools
 import logging
 import math
 from collections.abc import Collection, Mapping
+from dataclasses import asdict
 from typing import Any
 
 from bot.core.attachments import AttachmentLoader
@@ -93,7 +94,7 @@ class Engine:
         )
         self.supervisor = Supervisor(store, clock, settings)
         files = AttachmentLoader(store, served, settings.attachments, clock)
-        self.prompts = PromptStep(settings, files)
+        self.prompts = PromptStep(lambda: self.settings, files)
         self.sleeping_until = math.inf
         self._workers: dict[str, asyncio.Task[bool]] = {}
         self._committing: set[str] = set()  # workers committing or delivering an outcome
@@ -335,14 +336,10 @@ class Engine:
     async def _record(
         self, burst: Burst, outcome: GenerationOutcome, usage: Usage, error: str | None = None
     ) -> None:
-        await self.store.record_generation(burst.record(outcome, usage, self.clock.now(), error))
-        self._emit(
-            "generation",
-            conversation=burst.lease.conversation_id,
-            outcome=outcome,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-        )
+        record = burst.record(outcome, usage, self.clock.now(), error)
+        await self.store.record_generation(record)
+        fields = {"outcome": outcome, "model": record.model, **asdict(record.usage)}
+        self._emit("generation", conversation=burst.lease.conversation_id, **fields)
 
     # lifecycle ------------------------------------------------------------------------------------
     async def idle(self) -> None:

@@ -36,6 +36,11 @@ class Host(Protocol):
         """Nothing pending, generating or waiting in the outbox for this conversation."""
         ...
 
+    async def typing(self, key: ConversationKey, author_id: str) -> None:
+        """`author_id` started typing here (a notice, not a message: nothing is stored for it);
+        with a pending burst of theirs, its quiet window waits for them (typing_window.py)."""
+        ...
+
     def request_stop(self) -> None:
         """Ask the whole process to shut down gracefully (e.g. the console's stdin ended)."""
         ...
@@ -67,6 +72,16 @@ class Frontend(Protocol):
     async def show_busy(self, key: ConversationKey, busy: bool) -> None:
         """Start or stop the thinking indicator for a conversation (best effort, never raises)."""
         ...
+
+
+def frontend_health(frontend: Frontend) -> tuple[bool, str]:
+    """Whether a front end can receive now, and how it is connected (`/healthz`). Optional: a
+    front end may define `def health(self) -> tuple[bool, str]`; without it, (True, "running")."""
+    method = getattr(frontend, "health", None)
+    if method is None:
+        return True, "running"
+    ok, state = method()
+    return bool(ok), str(state)
 
 
 async def stop_intake(frontend: Frontend) -> None:

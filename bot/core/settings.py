@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from bot.config import AttachmentsConfig, ChannelConfig, Config
 from bot.core.events import ConversationKey
 from bot.core.store import Timing
+from bot.model.replier import Voice
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,8 @@ class EngineSettings:
     max_context_tokens: int = 8000
     channels: tuple[ChannelConfig, ...] = ()
     attachments: AttachmentsConfig = field(default_factory=AttachmentsConfig)
+    model: str | None = None  # None: the replier's own
+    max_tokens: int | None = None
 
     @classmethod
     def from_config(cls, config: Config) -> EngineSettings:
@@ -45,6 +48,8 @@ class EngineSettings:
             max_context_tokens=config.llm.max_context_tokens,
             channels=tuple(config.channels),
             attachments=config.attachments,
+            model=config.llm.model,
+            max_tokens=config.llm.max_tokens,
         )
 
     @property
@@ -68,8 +73,10 @@ class EngineSettings:
             self.max_wait_seconds if cap is None else cap,
         )
 
-    def system_prompt_for(self, key: ConversationKey) -> str:
+    def voice_for(self, key: ConversationKey) -> Voice:
+        """System prompt, model and max_tokens: the channel's, else the global ones."""
         channel = self._channel(key)
-        if channel is None or channel.system_prompt is None:
-            return self.system_prompt
-        return channel.system_prompt
+        if channel is None:
+            return Voice(self.system_prompt, self.model, self.max_tokens)
+        prompt = self.system_prompt if channel.system_prompt is None else channel.system_prompt
+        return Voice(prompt, channel.model or self.model, channel.max_tokens or self.max_tokens)

@@ -184,6 +184,8 @@ class GenerationRecord:
     outcome: GenerationOutcome
     usage: TokenUsage = field(default_factory=TokenUsage)
     error: str | None = None
+    model: str = ""  # as the replier reported it ("" when no model was called)
+    user_id: str = ""  # the platform id of whom the reply answers (the burst's last author)
 
 
 class Store(Protocol):

@@ -8,6 +8,10 @@
   cancelled stream still shows what it cost ("wasted" tokens).
 - The stable prefix (system prompt, then the end of the history) carries `cache_control`, so the
   next burst of the same conversation reads it from the prompt cache.
+- A prompt may carry its conversation's model and `max_tokens` (`[[channels]]`); unset ones fall
+  back to this replier's (`[llm]`).
+- A reply the model stopped at `max_tokens` ends with `cut_note`, so nobody mistakes it for a
+  whole answer.
 - SDK and transport exceptions are mapped here, at the edge, into `bot.core.errors`.
 """
 
@@ -169,11 +173,13 @@ class ClaudeReplier:
         model: str,
         max_tokens: int,
         timeout_seconds: float,
+        cut_note: str = "",
     ) -> None:
         self.client = client
         self.model = model
         self.max_tokens = max_tokens
         self.timeout_seconds = timeout_seconds
+        self.cut_note = cut_note
 
     @classmethod
     def from_config(cls, config: Config, environ: Mapping[str, str] | None = None) -> ClaudeReplier:
@@ -187,7 +193,7 @@ class ClaudeReplier:
             max_retries=llm.max_retries,
             timeout=llm.timeout_seconds,
         )
-        return cls(client, llm.model, llm.max_tokens, llm.timeout_seconds)
+        return cls(client, llm.model, llm.max_tokens, llm.timeout_seconds, llm.cut_note)
 
     async def aclose(self) -> None:
         await self.client.close()
@@ -211,14 +217,16 @@ class ClaudeReplier:
         reported_output = 0
         stop_reason: str | None = None
         finished = False
+        usage.model = prompt.model or self.model
         async with self.client.messages.stream(
-            model=self.model,
-            max_tokens=self.max_tokens,
+            model=usage.model,
+            max_tokens=prompt.max_tokens or self.max_tokens,
             system=system or anthropic.omit,
             messages=messages,
         ) as stream:
             async for event in stream:
                 if event.type == "message_start":
+                    usage.model = event.message.model or usage.model
                     start = event.message.usage
                     usage.input_tokens += start.input_tokens
                     usage.cache_write_tokens += start.cache_creation_input_tokens or 0
@@ -245,4 +253,6 @@ class ClaudeReplier:
         text = "".join(parts).strip()
         if not text and stop_reason == "refusal":
             raise PermanentReplierError("Claude declined to answer this burst")
+        if text and stop_reason == "max_tokens" and self.cut_note:
+            text = f"{text}\n\n{self.cut_note}"
         return text

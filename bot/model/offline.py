@@ -34,6 +34,7 @@ class OfflineReplier:
             lines.append(f"> {m.heading()}")
             lines += [f"> {_described(f)}" for f in m.files]
         text = "\n".join(lines)
+        usage.model = "offline"
         usage.input_tokens += sum(len(t.text.split()) for t in prompt.history)
         usage.input_tokens += len(prompt.burst_text().split())
         files = [f for t in prompt.history for f in t.files] + [

@@ -8,7 +8,7 @@ named in a note instead.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from bot.config import MAX_REQUEST_FILE_BYTES
@@ -16,7 +16,7 @@ from bot.core.attachments import AttachmentLoader, LoadedFile, human_size
 from bot.core.events import ConversationKey
 from bot.core.settings import EngineSettings
 from bot.core.store import HistoryItem, StoredMessage
-from bot.model.replier import BurstMessage, Prompt, Replier, Turn, Usage
+from bot.model.replier import BurstMessage, Prompt, Replier, Turn, Usage, Voice
 
 NO_ROOM = "no room left in the context"
 MAX_IMAGES = 100
@@ -48,7 +48,7 @@ class Room:
 
 
 def build_prompt(
-    system: str,
+    voice: str | Voice,
     history: Sequence[HistoryItem],
     burst: Sequence[StoredMessage],
     max_context_tokens: int,
@@ -57,7 +57,10 @@ def build_prompt(
     max_file_bytes: int = MAX_REQUEST_FILE_BYTES,
 ) -> Prompt:
     """The burst is always kept whole; history fills what budget is left, newest turns first,
-    and its files while the context, `max_file_bytes` and the image count allow."""
+    and its files while the context, `max_file_bytes` and the image count allow. `voice` is the
+    system prompt, or it with the conversation's model settings."""
+    voice = Voice(voice) if isinstance(voice, str) else voice
+    system = voice.system
     room = Room(max_context_tokens - estimate_tokens(system), max_file_bytes)
     pairs = list(zip(burst, list(burst_files) or [() for _ in burst], strict=True))
     room.tokens -= sum(
@@ -85,7 +88,7 @@ def build_prompt(
                 notes.append((file if file.content is None else file.as_note(NO_ROOM)).note_line())
         kept.append(Turn(item.role, "\n".join([text, *notes]), tuple(included)))
     kept.reverse()
-    return Prompt(system=system, history=tuple(kept), burst=messages)
+    return Prompt(system, tuple(kept), messages, voice.model, voice.max_tokens)
 
 
 def _burst_file(file: LoadedFile, room: Room) -> LoadedFile:
@@ -116,9 +119,9 @@ def _cut(file: LoadedFile, tokens: int) -> LoadedFile:
 class PromptStep:
     """Step 4's input, built inside the generation task the engine supervises: the burst's files
     are fetched there (the lease is renewed and newer input cancels it meanwhile), then one
-    prompt goes to the replier."""
+    prompt goes to the replier. `settings` is read at each burst: a reload replaces them."""
 
-    def __init__(self, settings: EngineSettings, files: AttachmentLoader) -> None:
+    def __init__(self, settings: Callable[[], EngineSettings], files: AttachmentLoader) -> None:
         self.settings = settings
         self.files = files
 
@@ -130,12 +133,13 @@ class PromptStep:
         burst: Sequence[StoredMessage],
         usage: Usage,
     ) -> str:
-        max_tokens = self.settings.max_context_tokens
+        settings = self.settings()
+        max_tokens = settings.max_context_tokens
         burst_files = await self.files.burst(key, burst)
         history_files = await self.files.history(key, history, max_tokens)
-        system = self.settings.system_prompt_for(key)
-        max_bytes = self.settings.attachments.max_total_bytes
+        voice = settings.voice_for(key)
+        max_bytes = settings.attachments.max_total_bytes
         prompt = build_prompt(
-            system, history, burst, max_tokens, burst_files, history_files, max_bytes
+            voice, history, burst, max_tokens, burst_files, history_files, max_bytes
         )
         return await replier.generate(prompt, usage)

@@ -43,10 +43,22 @@ class Turn:
 
 
 @dataclass(frozen=True, slots=True)
+class Voice:
+    """How a conversation is answered: its system prompt and model settings (per channel).
+    None leaves a setting to the replier's own default."""
+
+    system: str
+    model: str | None = None
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Prompt:
     system: str
     history: tuple[Turn, ...]
     burst: tuple[BurstMessage, ...]
+    model: str | None = None
+    max_tokens: int | None = None
 
     def burst_text(self) -> str:
         """The final user turn: every message of the burst, each labelled with its author."""
@@ -61,6 +73,7 @@ class Usage:
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    model: str = ""  # the model that answered, as the replier knows it (usage reports)
 
 
 class Replier(Protocol):

@@ -13,14 +13,14 @@ import socket
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
 from bot.core.errors import ConfigError
+from bot.ops.usage import WASTED_OUTCOMES, PriceTable
 
 log = logging.getLogger("burstbot.metrics")
 
-WASTED_OUTCOMES = frozenset({"superseded", "lease_lost", "discarded"})
 SIMPLE_COUNTERS = {
     "generating": ("bursts", "Bursts handed to the model (one model call each)"),
     "delivered": ("replies_posted", "Replies posted to a platform"),
@@ -38,7 +38,8 @@ INGEST_STATUSES = ("accepted", "duplicate", "history", "unknown", "ignored")
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, prices: PriceTable | None = None) -> None:
+        self.prices = prices or PriceTable()  # replaced by a reload
         self.registry = CollectorRegistry()
         r = self.registry
         self.ingested = Counter(
@@ -56,10 +57,33 @@ class Metrics:
         self.tokens = Counter(
             "burstbot_tokens", "Model tokens: input, output, wasted", ["kind"], registry=r
         )
+        self.model_tokens = Counter(
+            "burstbot_model_tokens",
+            "Model tokens by model and kind: input, output, cache_read, cache_write",
+            ["model", "kind"],
+            registry=r,
+        )
+        self.cost = Counter(
+            "burstbot_estimated_cost_usd",
+            "Estimated model cost in USD from the price table (`burstbot usage` prices it alike)",
+            ["model"],
+            registry=r,
+        )
         self.counters = {
             event: Counter(f"burstbot_{name}", text, registry=r)
             for event, (name, text) in SIMPLE_COUNTERS.items()
         }
+        self.outbox_depth = Gauge(
+            "burstbot_outbox_depth", "Replies waiting in the outbox (every process)", registry=r
+        )
+        self.oldest_pending_age = Gauge(
+            "burstbot_oldest_pending_message_age_seconds",
+            "Age of the oldest unanswered message (every process; 0 when none)",
+            registry=r,
+        )
+        self.generations_in_flight = Gauge(
+            "burstbot_generations_in_flight", "Model calls this process runs now", registry=r
+        )
         self.burst_size = Histogram(
             "burstbot_burst_size_messages",
             "Messages per burst handed to the model",
@@ -95,11 +119,23 @@ class Metrics:
             self.tokens.labels("output").inc(output)
             if fields.get("outcome") in WASTED_OUTCOMES:
                 self.tokens.labels("wasted").inc(output)
+            self._count_model_usage(fields)
         elif name == "refused":
             stage = str(fields.get("stage", ""))
             self.refused.labels(stage, str(fields.get("reason", ""))).inc()
             if stage != "burst":
                 self.ingested.labels("ignored").inc()
+
+    def _count_model_usage(self, fields: dict[str, object]) -> None:
+        model = str(fields.get("model") or "(no model)")
+        kinds = ("input", "output", "cache_read", "cache_write")
+        tokens = [int(_number(fields.get(f"{kind}_tokens"))) for kind in kinds]
+        for kind, count in zip(kinds, tokens, strict=True):
+            if count:
+                self.model_tokens.labels(model, kind).inc(count)
+        cost = self.prices.cost(model, *tokens) if any(tokens) else None
+        if cost is not None:
+            self.cost.labels(model).inc(cost)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
@@ -110,13 +146,21 @@ def _number(value: object) -> float:
 
 
 class MetricsServer:
-    """`/metrics` (Prometheus text format) and `/healthz` (the store answers a query)."""
+    """`/metrics` (Prometheus text format) and `/healthz`: `health` returns a report whose "ok"
+    decides 200 or 503 (anything else that returns counts as healthy; raising is 503); `refresh`
+    sets the gauges before each scrape."""
 
     def __init__(
-        self, metrics: Metrics, health: Callable[[], Awaitable[object]], host: str, port: int
+        self,
+        metrics: Metrics,
+        health: Callable[[], Awaitable[object]],
+        host: str,
+        port: int,
+        refresh: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.metrics = metrics
         self.health = health
+        self.refresh = refresh
         self.host = host
         self.port = port
         self._runner: web.AppRunner | None = None
@@ -146,12 +190,19 @@ class MetricsServer:
             self._runner = None
 
     async def _metrics(self, _request: web.Request) -> web.Response:
+        if self.refresh is not None:
+            try:
+                await asyncio.wait_for(self.refresh(), timeout=5.0)
+            except Exception as exc:  # the counters are still worth serving
+                log.warning("metrics: gauges not refreshed (%s)", exc)
         body = self.metrics.exposition()
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _healthz(self, _request: web.Request) -> web.Response:
         try:
-            await asyncio.wait_for(self.health(), timeout=5.0)
+            report = await asyncio.wait_for(self.health(), timeout=5.0)
         except Exception as exc:
             return web.json_response({"ok": False, "error": type(exc).__name__}, status=503)
+        if isinstance(report, dict) and "ok" in report:
+            return web.json_response(report, status=200 if report["ok"] else 503)
         return web.json_response({"ok": True})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
@@ -335,7 +336,9 @@ async def test_generation_records_are_kept(store: Store) -> None:
 
     record = GenerationRecord(CID, 1, 0, 3, NOW, NOW + 2, "superseded", TokenUsage(10, 7, 0, 0))
     await store.record_generation(record)
-    assert await store.generations(CID) == [record]
+    priced = replace(record, usage=TokenUsage(1, 2, 3, 4), model="claude-haiku-4-5", user_id="U7")
+    await store.record_generation(priced)
+    assert await store.generations(CID) == [record, priced]
 
 
 # 6. outbox -----------------------------------------------------------------------------------

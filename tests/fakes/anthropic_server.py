@@ -106,6 +106,7 @@ class StreamRecord:
     deltas_sent: int = 0
     paused: bool = False
     outcome: Literal["streaming", "completed", "error", "disconnected"] = "streaming"
+    stop_reason: str = "end_turn"  # "max_tokens" when the request's max_tokens cut the reply
 
 
 def echo_reply(request: RecordedRequest) -> str:
@@ -186,15 +187,18 @@ class FakeAnthropic:
         words = re.findall(r"\S+\s*", text) or [text]
         step = plan.words_per_delta
         chunks = ["".join(words[i : i + step]) for i in range(0, len(words), step)]
+        thinking = count_tokens(plan.thinking) if plan.thinking else 0
+        chunks, stop_reason = _within(chunks, int(recorded.body["max_tokens"]) - thinking)
         usage = self._input_usage(recorded)
-        output_tokens = sum(count_tokens(c) for c in chunks)
-        if plan.thinking:
-            output_tokens += count_tokens(plan.thinking)
+        output_tokens = thinking + sum(count_tokens(c) for c in chunks)
         if not recorded.body.get("stream"):
-            return web.json_response(
-                _message(recorded, text, {**usage, "output_tokens": output_tokens}, "end_turn")
+            body = _message(
+                recorded, "".join(chunks), {**usage, "output_tokens": output_tokens}, stop_reason
             )
-        record = StreamRecord(len(self.requests) - 1, len(chunks), output_tokens)
+            return web.json_response(body)
+        record = StreamRecord(
+            len(self.requests) - 1, len(chunks), output_tokens, stop_reason=stop_reason
+        )
         self.streams.append(record)
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await response.prepare(request)
@@ -270,7 +274,7 @@ class FakeAnthropic:
         await send("content_block_stop", {"type": "content_block_stop", "index": text_index})
         await send("message_delta", {
             "type": "message_delta",
-            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "delta": {"stop_reason": record.stop_reason, "stop_sequence": None},
             "usage": {"output_tokens": record.output_tokens},
         })  # fmt: skip
         await send("message_stop", {"type": "message_stop"})
@@ -300,6 +304,18 @@ class FakeAnthropic:
             "cache_creation_input_tokens": write,
             "cache_read_input_tokens": read,
         }
+
+
+def _within(chunks: list[str], max_tokens: int) -> tuple[list[str], str]:
+    """Like the API, generation stops at the request's `max_tokens` (stop_reason max_tokens)."""
+    kept: list[str] = []
+    spent = 0
+    for chunk in chunks:
+        if spent + count_tokens(chunk) > max_tokens:
+            return kept, "max_tokens"
+        kept.append(chunk)
+        spent += count_tokens(chunk)
+    return kept, "end_turn"
 
 
 def _raise_if_gone(request: web.Request) -> None:

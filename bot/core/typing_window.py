@@ -1,0 +1,33 @@
+"""Typing-aware quiet window: an author of the pending burst is still typing, so wait for them.
+
+A typing notice (Discord's TYPING_START; Slack sends none to apps) from someone whose message is
+pending pushes the conversation's timer to `now + typing_seconds`: never past the burst's deadline
+(G4 still holds: a person who types forever still gets a reply then), never earlier than it was
+due. A typing notice stores nothing: for a conversation with nothing pending from that person
+(or no conversation at all) the store's one conditional UPDATE matches no row. The next message
+re-arms the timer as usual (`quiet_seconds` after it), so the reply follows the finished thought.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from bot.core.clock import Clock
+from bot.core.events import ConversationKey
+
+
+@runtime_checkable
+class TypingStore(Protocol):
+    async def extend_quiet(
+        self, conversation_id: str, author_id: str, until: float
+    ) -> float | None:
+        """Stretch an armed timer's quiet window to `until` (capped by its deadline) if `author_id`
+        has a pending message there; the timer's due time, or None when nothing matched."""
+        ...
+
+
+async def author_typing(
+    store: TypingStore, clock: Clock, typing_seconds: float, key: ConversationKey, author_id: str
+) -> float | None:
+    """The due time of the conversation's timer after the notice, None if it has none to stretch."""
+    return await store.extend_quiet(key.id, author_id, clock.now() + typing_seconds)

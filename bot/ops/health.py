@@ -1,0 +1,65 @@
+"""What `/healthz` and the gauges of `/metrics` report for one process.
+
+`/healthz` is 200 only while the store answers a query and every front end can receive (Slack's
+socket or HTTP listener, Discord's gateway session); the body names each part and its state, so
+a container healthcheck or a monitor sees which part failed. The gauges are read at scrape time:
+outbox depth and the age of the oldest unanswered message come from the store (every process's
+work), generations in flight from this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
+
+from bot.core.clock import Clock
+from bot.core.frontend import Frontend, frontend_health
+from bot.core.store import Store
+from bot.ops.metrics import Metrics
+
+STORE_CHECK_SECONDS = 4.0
+
+
+@runtime_checkable
+class BacklogStore(Protocol):
+    async def backlog(self) -> tuple[int, float | None]:
+        """Replies waiting in the outbox, and when the oldest unanswered message arrived."""
+        ...
+
+
+class Health:
+    def __init__(
+        self,
+        store: Store,
+        frontends: Sequence[Frontend],
+        metrics: Metrics,
+        clock: Clock,
+        in_flight: Callable[[], int],
+    ) -> None:
+        self.store = store
+        self.frontends = frontends
+        self.metrics = metrics
+        self.clock = clock
+        self.in_flight = in_flight
+
+    async def report(self) -> dict[str, object]:
+        try:
+            await asyncio.wait_for(self.store.next_due_at(), STORE_CHECK_SECONDS)
+            store = {"ok": True, "state": "answering"}
+        except Exception as exc:
+            store = {"ok": False, "state": f"failing ({type(exc).__name__})"}
+        frontends: dict[str, dict[str, object]] = {}
+        for frontend in self.frontends:
+            ok, state = frontend_health(frontend)
+            frontends[frontend.platform] = {"ok": ok, "state": state}
+        healthy = bool(store["ok"]) and all(part["ok"] for part in frontends.values())
+        return {"ok": healthy, "store": store, "frontends": frontends}
+
+    async def refresh(self) -> None:
+        self.metrics.generations_in_flight.set(self.in_flight())
+        if isinstance(self.store, BacklogStore):
+            depth, oldest = await self.store.backlog()
+            age = 0.0 if oldest is None else max(0.0, self.clock.now() - oldest)
+            self.metrics.outbox_depth.set(depth)
+            self.metrics.oldest_pending_age.set(age)

@@ -1,0 +1,104 @@
+"""Reloading the config of a running process (SIGHUP, `burstbot reload`).
+
+What a running process can take on at once is what it reads per burst or per message: debounce,
+prompts, models and their limits, access lists, cost guards, channel overrides and logging. What it
+built at start cannot change under it: the store, the front ends and their ports or tokens, the
+metrics listener, leases and engine sizing, the model client (provider, key, endpoint, timeouts)
+and catch-up. A reload keeps the running values of those and names each changed one as needing a
+restart; a file that does not load is refused whole and the running config stays.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bot.config import Config
+from bot.core.errors import ConfigError
+
+RESTART_SECTIONS = (
+    "storage", "console", "slack", "discord", "metrics", "engine", "lease", "catch_up",
+)  # fmt: skip
+RESTART_LLM_KEYS = ("provider", "api_key_env", "base_url", "timeout_seconds", "max_retries")
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadPlan:
+    config: Config
+    """The config to run with: the new file's live settings, the running restart-only ones."""
+    applied: tuple[str, ...]
+    """Changed keys that take effect with the next burst (`debounce.quiet_seconds`)."""
+    needs_restart: tuple[str, ...]
+    """Changed keys that keep their running value until the process restarts."""
+
+
+def _changed(old: Any, new: Any, where: str) -> list[str]:
+    """Dotted keys whose values differ (lists such as `channels` count as one key)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = dict.fromkeys([*old, *new])
+        found: list[str] = []
+        for key in keys:
+            found += _changed(old.get(key), new.get(key), f"{where}.{key}" if where else key)
+        return found
+    return [] if old == new else [where]
+
+
+def plan_reload(running: Config, loaded: Config) -> ReloadPlan:
+    """Split what changed between the running config and a freshly loaded one."""
+    changed = _changed(running.model_dump(), loaded.model_dump(), "")
+    restart_keys = {*RESTART_SECTIONS, *(f"llm.{key}" for key in RESTART_LLM_KEYS)}
+
+    def needs_restart(key: str) -> bool:
+        return any(key == k or key.startswith(k + ".") for k in restart_keys)
+
+    kept: dict[str, object] = {name: getattr(running, name) for name in RESTART_SECTIONS}
+    kept["llm"] = loaded.llm.model_copy(
+        update={key: getattr(running.llm, key) for key in RESTART_LLM_KEYS}
+    )
+    return ReloadPlan(
+        config=loaded.model_copy(update=kept),
+        applied=tuple(k for k in changed if not needs_restart(k)),
+        needs_restart=tuple(k for k in changed if needs_restart(k)),
+    )
+
+
+def write_pid_file(path: str) -> None:
+    """`burstbot run` records its process id where `burstbot reload` will look for it."""
+    try:
+        Path(path).write_text(f"{os.getpid()}\n", encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"engine.pid_file: cannot write {path} ({exc.strerror})") from None
+
+
+def remove_pid_file(path: str) -> None:
+    """Remove the pid file at exit, but only if it is still ours (a newer process may own it)."""
+    try:
+        if Path(path).read_text(encoding="utf-8").strip() == str(os.getpid()):
+            Path(path).unlink()
+    except OSError:
+        pass
+
+
+def read_pid_file(path: str) -> int:
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(
+            f"engine.pid_file: cannot read {path} ({exc.strerror}); is burstbot running?"
+        ) from None
+    if not text.isdigit() or int(text) <= 1:
+        raise ConfigError(f"engine.pid_file: {path} does not hold a process id")
+    return int(text)
+
+
+def send_reload(pid: int) -> None:
+    """SIGHUP to a running `burstbot run`; it logs what it applied or why it refused the file."""
+    try:
+        os.kill(pid, signal.SIGHUP)
+    except ProcessLookupError:
+        raise ConfigError(f"no process {pid}: is burstbot running? (stale pid file?)") from None
+    except PermissionError:
+        raise ConfigError(f"not allowed to signal process {pid}") from None

@@ -1,0 +1,84 @@
+"""Retention and erasure: old stored text goes away by itself, a person's or a conversation's on
+request. Pending work is never touched: unanswered messages, replies still in the outbox and
+armed timers stay until the pipeline is done with them.
+
+- `[retention] max_age_days`: a running process deletes answered messages, settled replies and
+  generation records older than that, every `sweep_seconds` (several processes may sweep: the
+  deletes are idempotent). It must exceed catch-up's window, or catch-up would fetch a deleted
+  message again as new (the config refuses it).
+- `burstbot forget --user ID` / `--conversation ID`: erase in place. Messages keep their row and
+  platform id with empty text, name and author, so a redelivery is recognised and dropped
+  instead of stored again; a conversation's posted replies are emptied too, a reply still in the
+  outbox is posted first (then forget again). Both are logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+from bot.config import DAY, RetentionConfig
+from bot.core.clock import Clock
+
+log = logging.getLogger("burstbot.retention")
+
+
+@runtime_checkable
+class RetentionStore(Protocol):
+    async def prune(self, cutoff: float) -> dict[str, int]: ...
+
+    async def forget_user(self, user_id: str, platform: str | None) -> dict[str, int]: ...
+
+    async def forget_conversation(self, conversation_id: str) -> dict[str, int]: ...
+
+
+def summary(counts: dict[str, int]) -> str:
+    return ", ".join(f"{count} {name.replace('_', ' ')}" for name, count in counts.items())
+
+
+class Retention:
+    """The sweeper of a running process; it reads the settings at every sweep (reloadable)."""
+
+    def __init__(
+        self, store: RetentionStore, clock: Clock, settings: Callable[[], RetentionConfig]
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.settings = settings
+        self.sweeps = 0  # sweeps finished (tests wait on it)
+
+    async def sweep(self) -> dict[str, int] | None:
+        """Delete what is older than `max_age_days` now; None when retention is off."""
+        days = self.settings().max_age_days
+        if not days:
+            return None
+        counts = await self.store.prune(self.clock.now() - days * DAY)
+        if any(counts.values()):
+            log.info("retention: deleted what was older than %g days: %s", days, summary(counts))
+        return counts
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.sweep()
+            except Exception as exc:  # the next sweep tries again; nothing pending is at risk
+                log.warning("retention: sweep failed (%s); trying again later", exc)
+            self.sweeps += 1
+            await self.clock.sleep(self.settings().sweep_seconds)
+
+
+async def forget(store: RetentionStore, user: str | None, conversation: str | None) -> str:
+    """`burstbot forget`: erase one person's (`platform:id` or a bare id) or one conversation's
+    stored text; returns what was erased, also logged."""
+    if conversation is not None:
+        counts = await store.forget_conversation(conversation)
+        what = f"conversation {conversation}"
+    else:
+        assert user is not None
+        platform, _, user_id = user.rpartition(":")
+        counts = await store.forget_user(user_id, platform or None)
+        what = f"user {user}"
+    line = f"forget {what}: erased {summary(counts)}"
+    log.warning("%s", line)
+    return line

@@ -1,0 +1,166 @@
+"""What the model cost: tokens per model, user or channel from the stored generations, priced.
+
+Every generation (answered, superseded, discarded, failed) is stored with its token counts, the
+model that ran it and the user it answered, so the report counts what was paid for, including the
+work thrown away: `wasted` is the output of generations that were cancelled by newer input, lost
+their lease or failed the final check (as the `wasted` metric counts it).
+
+Prices are USD per million tokens: the built-in table below for current Claude models, which
+`[prices."model"]` entries in the config extend or replace. A model id matches the longest table
+entry it starts with (`claude-sonnet-5-5-20261001` is priced as `claude-sonnet-5-5`). A model
+that matches nothing is shown without a cost rather than guessed.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from bot.config import PriceConfig
+from bot.core.events import ConversationKey
+from bot.core.store import GenerationRecord
+
+Grouping = Literal["model", "user", "channel"]
+WASTED_OUTCOMES = frozenset({"superseded", "lease_lost", "discarded"})
+MILLION = 1_000_000
+
+
+def _price(input: float, output: float) -> PriceConfig:
+    return PriceConfig(input=input, output=output)
+
+
+DEFAULT_PRICES: dict[str, PriceConfig] = {
+    "claude-opus-4-8": _price(5.0, 25.0),
+    "claude-opus-4-5": _price(5.0, 25.0),
+    "claude-sonnet-5-5": _price(3.0, 15.0),
+    "claude-sonnet-5": _price(3.0, 15.0),
+    "claude-sonnet-4-6": _price(3.0, 15.0),
+    "claude-sonnet-4-5": _price(3.0, 15.0),
+    "claude-haiku-4-5": _price(1.0, 5.0),
+    "offline": _price(0.0, 0.0),
+}
+
+
+class PriceTable:
+    def __init__(self, configured: Mapping[str, PriceConfig] | None = None) -> None:
+        self.prices = {**DEFAULT_PRICES, **(configured or {})}
+
+    def price_of(self, model: str) -> PriceConfig | None:
+        matches = [name for name in self.prices if model == name or model.startswith(name + "-")]
+        return self.prices[max(matches, key=len)] if matches else None
+
+    def cost(
+        self, model: str, input: int, output: int, cache_read: int, cache_write: int
+    ) -> float | None:
+        """Estimated USD, or None for a model without a price."""
+        price = self.price_of(model)
+        if price is None:
+            return None
+        read = price.input / 10 if price.cache_read is None else price.cache_read
+        write = price.input * 1.25 if price.cache_write is None else price.cache_write
+        total = input * price.input + output * price.output
+        return (total + cache_read * read + cache_write * write) / MILLION
+
+
+@dataclass(slots=True)
+class UsageRow:
+    key: str
+    generations: int = 0
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    wasted: int = 0
+    cost: float = 0.0
+    unpriced: int = 0  # generations with tokens whose model has no price (not in `cost`)
+
+    def add(self, record: GenerationRecord, prices: PriceTable) -> None:
+        u = record.usage
+        self.generations += 1
+        self.input += u.input_tokens
+        self.output += u.output_tokens
+        self.cache_read += u.cache_read_tokens
+        self.cache_write += u.cache_write_tokens
+        if record.outcome in WASTED_OUTCOMES:
+            self.wasted += u.output_tokens
+        tokens = (u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens)
+        cost = prices.cost(record.model, *tokens) if any(tokens) else 0.0
+        if cost is None:
+            self.unpriced += 1
+        else:
+            self.cost += cost
+
+
+def group_key(record: GenerationRecord, by: Grouping) -> str:
+    if by == "model":
+        return record.model or "(no model)"
+    key = ConversationKey.parse(record.conversation_id)
+    if by == "user":
+        return f"{key.platform}:{record.user_id}" if record.user_id else "(unknown)"
+    return f"{key.platform}/{key.workspace}/{key.channel}"
+
+
+def summarize(
+    records: Iterable[GenerationRecord], prices: PriceTable, by: Grouping, since: float = 0.0
+) -> tuple[list[UsageRow], UsageRow]:
+    """Rows (most expensive first) and the total, for generations that ended since `since`."""
+    rows: dict[str, UsageRow] = {}
+    total = UsageRow("total")
+    for record in records:
+        if record.ended_at < since:
+            continue
+        key = group_key(record, by)
+        rows.setdefault(key, UsageRow(key)).add(record, prices)
+        total.add(record, prices)
+    ordered = sorted(rows.values(), key=lambda r: (-r.cost, -r.unpriced, r.key))
+    return ordered, total
+
+
+def parse_since(text: str, now: float | None = None) -> float:
+    """`7d`, `24h`, `30m` ago, or a UTC date or time (`2026-11-01`, `2026-11-01T12:00`)."""
+    now = time.time() if now is None else now
+    relative = re.fullmatch(r"(\d+(?:\.\d+)?)([dhm])", text.strip())
+    if relative:
+        amount, unit = float(relative[1]), relative[2]
+        return now - amount * {"d": 86_400, "h": 3_600, "m": 60}[unit]
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"--since {text!r}: use a duration (7d, 24h, 30m) or a UTC date (2026-11-01)"
+        ) from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def usage_lines(
+    rows: list[UsageRow], total: UsageRow, by: Grouping, since: float | None
+) -> list[str]:
+    """A plain text table; cost is an estimate from the price table ("?" when unpriced)."""
+    when = "all time"
+    if since:
+        when = "since " + datetime.fromtimestamp(since, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    header = (by, "gens", "input", "output", "cache read", "cache write", "wasted", "cost (USD)")
+    body = [_cells(row) for row in rows]
+    table = [header, *body, _cells(total)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+
+    def render(cells: tuple[str, ...]) -> str:
+        first = cells[0].ljust(widths[0])
+        return "  ".join([first, *(c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))])
+
+    rule = "-" * len(render(header))
+    lines = [f"model usage, {when}, by {by} (cost estimated from the price table)", ""]
+    lines += [render(header), rule, *(render(cells) for cells in body), rule, render(table[-1])]
+    if total.unpriced:
+        lines.append("+? = some tokens of a model without a price: add it under [prices]")
+    return lines
+
+
+def _cells(row: UsageRow) -> tuple[str, ...]:
+    cost = f"{row.cost:.4f}" + ("+?" if row.unpriced else "")
+    numbers = (row.generations, row.input, row.output, row.cache_read, row.cache_write, row.wasted)
+    return (row.key, *(f"{n:,}" for n in numbers), cost)

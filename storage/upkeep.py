@@ -1,0 +1,53 @@
+"""Statements outside the burst pipeline, mixed into `SqlStore`: a typing notice stretching a
+pending burst's quiet window (`bot/core/typing_window.py`), retention and erasure on request
+(`bot/ops/retention.py`). None of them touches pending work: unanswered messages, replies still
+in the outbox, armed timers."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from storage.rows import Params, Row
+
+PRUNED = ("messages", "replies", "generations")
+
+
+class Upkeep(ABC):
+    @abstractmethod
+    async def _rows(self, name: str, params: Params, db: Any = None) -> list[Row]: ...
+
+    async def extend_quiet(
+        self, conversation_id: str, author_id: str, until: float
+    ) -> float | None:
+        """One conditional UPDATE of an armed timer (see `extend_quiet_for_typing`)."""
+        params = {"cid": conversation_id, "author": author_id, "until": until}
+        rows = await self._rows("extend_quiet_for_typing", params)
+        return float(rows[0][0]) if rows else None
+
+    async def backlog(self) -> tuple[int, float | None]:
+        """`/metrics` gauges: replies in the outbox, the oldest unanswered message's arrival."""
+        [row] = await self._rows("backlog", {})
+        return int(row[0]), None if row[1] is None else float(row[1])
+
+    async def _counts(self, names: tuple[str, ...], prefix: str, params: Params) -> dict[str, int]:
+        """Each statement alone (each is complete by itself; running them again is harmless)."""
+        return {name: len(await self._rows(f"{prefix}_{name}", params)) for name in names}
+
+    async def prune(self, cutoff: float) -> dict[str, int]:
+        """Delete answered messages, settled replies and generations older than `cutoff`."""
+        return await self._counts(PRUNED, "prune", {"cutoff": cutoff})
+
+    async def forget_user(self, user_id: str, platform: str | None) -> dict[str, int]:
+        """Erase a person's messages (text, name, id) everywhere, or on one platform."""
+        params = {"user": user_id, "platform": platform}
+        return await self._counts(("messages", "held", "generations"), "forget_user", params)
+
+    async def forget_conversation(self, conversation_id: str) -> dict[str, int]:
+        """Erase a conversation's messages and posted replies (and leave all of it out of later
+        prompts, as `/reset` does); count the replies still unsent."""
+        params = {"cid": conversation_id}
+        await self._rows("reset_history", params)
+        counts = await self._counts(("messages", "replies", "held"), "forget_conversation", params)
+        unsent = await self._rows("unsent_replies", params)
+        return {**counts, "unsent_replies_kept": int(unsent[0][0])}

@@ -1,0 +1,118 @@
+"""Retention and erasure on every backend (`RetentionStore`): old answered text goes, pending work
+(unanswered messages, replies in the outbox, armed timers) stays; `forget` erases in place."""
+
+from __future__ import annotations
+
+from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.store import (
+    Committed,
+    FinalCheck,
+    GenerationRecord,
+    NewReply,
+    Store,
+    Timing,
+    TokenUsage,
+)
+from bot.ops.inspection import StoreInspector
+from bot.ops.retention import RetentionStore
+
+T = Timing(quiet_seconds=1.0, max_wait_seconds=8.0)
+KEY = ConversationKey("test", "w", "c1")
+OTHER = ConversationKey("other", "w", "c2")
+DAY = 86_400.0
+OLD, NOW = 1_000.0, 1_000.0 + 40 * DAY
+
+
+def said(n: int, author: str = "u1", key: ConversationKey = KEY) -> IncomingMessage:
+    return IncomingMessage(key, f"{key.channel}-m{n}", author, f"name-{author}", f"text {n}")
+
+
+def upkeep(store: Store) -> RetentionStore:
+    assert isinstance(store, RetentionStore)
+    return store
+
+
+def inspector(store: Store) -> StoreInspector:
+    assert isinstance(store, StoreInspector)
+    return store
+
+
+async def answer(store: Store, now: float, text: str, key: ConversationKey = KEY) -> None:
+    lease = await store.acquire_lease(key.id, "o1", now, 30.0)
+    assert lease is not None
+    check = FinalCheck(lease.token, lease.version, False)
+    assert isinstance(await store.commit(key.id, check, now, T, NewReply(text)), Committed)
+    record = GenerationRecord(key.id, lease.token, lease.answered_version, lease.version, now - 1,
+                              now, "posted", TokenUsage(5, 5), model="m", user_id="u1")  # fmt: skip
+    await store.record_generation(record)
+
+
+async def mark_sent(store: Store, now: float) -> None:
+    for row in await store.claim_replies("o1", now, 30.0, [KEY.platform], 10):
+        assert await store.mark_sent(row.id, row.claim_token, ["p1"], now)
+
+
+async def test_retention_deletes_old_answered_text_and_keeps_pending_work(store: Store) -> None:
+    await store.ingest(said(1), OLD, T)
+    await answer(store, OLD + 2, "old answer, posted")
+    await mark_sent(store, OLD + 3)
+    await store.ingest(said(2), OLD + 10, T)
+    await answer(store, OLD + 12, "old answer, never posted")  # still in the outbox
+    await store.ingest(said(3), OLD + 20, T)  # old, but never answered: pending input
+    counts = await upkeep(store).prune(NOW - 30 * DAY)
+    assert counts == {"messages": 2, "replies": 1, "generations": 2}
+    assert [m.text for m in await inspector(store).messages(KEY.id)] == ["text 3"]
+    assert [r.text for r in await store.replies(KEY.id)] == ["old answer, never posted"]
+    state = await store.conversation_state(KEY.id)
+    assert state is not None and state.timer is not None and state.version == 3  # armed
+    assert await upkeep(store).prune(NOW - 30 * DAY) == {
+        "messages": 0, "replies": 0, "generations": 0
+    }  # fmt: skip
+    # the pending message is answered as usual afterwards
+    lease = await store.acquire_lease(KEY.id, "o2", NOW, 30.0)
+    assert lease is not None
+    assert [m.text for m in await store.pending_messages(KEY.id, lease.answered_version, 3)] == [
+        "text 3"
+    ]
+
+
+async def test_forget_user_erases_their_text_everywhere_and_only_theirs(store: Store) -> None:
+    await store.ingest(said(1, "u1"), OLD, T)
+    await store.ingest(said(2, "u2"), OLD + 0.5, T)
+    await answer(store, OLD + 2, "answer")
+    await store.ingest(said(3, "u1", OTHER), OLD + 3, T)
+    counts = await upkeep(store).forget_user("u1", None)
+    assert counts == {"messages": 2, "held": 0, "generations": 1}
+    messages = await inspector(store).messages(KEY.id)
+    assert [(m.author_id, m.author_name, m.text, m.deleted) for m in messages] == [
+        ("", "", "", True), ("u2", "name-u2", "text 2", False),
+    ]  # fmt: skip
+    [other] = await inspector(store).messages(OTHER.id)
+    assert (other.text, other.deleted) == ("", True)  # pending: its burst has nothing left
+    assert [g.user_id for g in await store.generations()] == [""]
+    # the erased message keeps its id: a redelivery is a duplicate, not new text
+    assert (await store.ingest(said(1, "u1"), NOW, T)).status == "duplicate"
+
+
+async def test_forget_user_on_one_platform_leaves_the_others(store: Store) -> None:
+    await store.ingest(said(1, "u1"), OLD, T)
+    await store.ingest(said(2, "u1", OTHER), OLD, T)
+    assert (await upkeep(store).forget_user("u1", "other"))["messages"] == 1
+    [kept] = await inspector(store).messages(KEY.id)
+    assert kept.text == "text 1"
+
+
+async def test_forget_conversation_erases_messages_and_posted_replies(store: Store) -> None:
+    await store.ingest(said(1), OLD, T)
+    await answer(store, OLD + 2, "posted answer")
+    await mark_sent(store, OLD + 3)
+    await store.ingest(said(2), OLD + 4, T)
+    await answer(store, OLD + 5, "waiting in the outbox")
+    await store.ingest(said(3, "u9", OTHER), OLD, T)
+    counts = await upkeep(store).forget_conversation(KEY.id)
+    assert counts == {"messages": 2, "replies": 1, "held": 0, "unsent_replies_kept": 1}
+    assert {m.text for m in await inspector(store).messages(KEY.id)} == {""}
+    assert [r.text for r in await store.replies(KEY.id)] == ["", "waiting in the outbox"]
+    assert [h.text for h in await store.history(KEY.id, 5, 10)] == []
+    [untouched] = await inspector(store).messages(OTHER.id)
+    assert untouched.text == "text 3"

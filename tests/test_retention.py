@@ -1,0 +1,120 @@
+"""Retention in a running app (fake clock) and `burstbot forget` from the command line."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from bot.config import parse_config
+from bot.core.clock import FakeClock
+from bot.core.errors import ConfigError
+from bot.core.events import ConversationKey, IncomingMessage
+from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
+from storage.sqlite import SqliteStore
+from tests.apps import make_app, step
+from tests.test_cli import burstbot
+
+KEY = ConversationKey("test", "w1", "c1")
+DAY = 86_400.0
+
+
+def said(n: int, author: str = "u1", key: ConversationKey = KEY) -> IncomingMessage:
+    return IncomingMessage(key, f"m{n}", author, author, f"text {n}")
+
+
+async def test_the_running_app_sweeps_old_text_on_its_clock_and_logs_it(
+    store: SqliteStore,
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = make_app(
+        store, clock, ScriptedReplier(), frontend,
+        retention={"max_age_days": 1.5, "sweep_seconds": DAY}, catch_up={"max_age_hours": 24},
+    )  # fmt: skip
+    assert app.retention is not None
+    await app.ingest(said(1))
+    await step(app, clock)
+    assert frontend.texts() == ["reply to: text 1"]
+    retention = app.retention
+
+    async def swept(count: int) -> None:  # bounded wait for the store's I/O, not for time
+        async with asyncio.timeout(5):
+            while retention.sweeps < count:  # noqa: ASYNC110
+                await asyncio.sleep(0.005)
+
+    with caplog.at_level(logging.INFO, "burstbot.retention"):
+        sweeper = asyncio.create_task(retention.run())
+        await swept(1)  # the first sweep, at start
+        await clock.advance(DAY)  # the second, a day later on the engine's clock
+        await swept(2)
+        assert len(await store.messages(KEY.id)) == 1  # a day old: kept
+        await app.ingest(said(2))  # pending when the next sweep runs: kept
+        await clock.advance(DAY)  # the third: the first burst is two days old now
+        await swept(3)
+        sweeper.cancel()
+        await asyncio.gather(sweeper, return_exceptions=True)
+    assert [m.text for m in await store.messages(KEY.id)] == ["text 2"]
+    assert await store.replies(KEY.id) == [] and await store.generations() == []
+    assert "older than 1.5 days: 1 messages, 1 replies, 1 generations" in caplog.text
+    await step(app, clock)
+    assert frontend.texts() == ["reply to: text 1", "reply to: text 2"]
+    await check_invariants(store, [KEY.id])
+
+
+async def test_retention_off_by_default_deletes_nothing(
+    store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    app = make_app(store, clock, ScriptedReplier(), frontend)
+    await app.ingest(said(1))
+    await step(app, clock)
+    await clock.advance(400 * DAY)
+    assert app.retention is not None and await app.retention.sweep() is None
+    assert len(await store.messages(KEY.id)) == 1
+
+
+def test_retention_shorter_than_catch_up_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"retention\.max_age_days must be longer than catch_up"):
+        parse_config({"retention": {"max_age_days": 0.5}})
+    parse_config({"retention": {"max_age_days": 0.5}, "catch_up": {"enabled": False}})
+
+
+async def prepared(path: Path) -> None:
+    store = SqliteStore(str(path))
+    await store.open()
+    try:
+        clock, frontend = FakeClock(), RecordingFrontend()
+        app = make_app(store, clock, ScriptedReplier(), frontend)
+        await app.ingest(said(1, "alice"))
+        await app.ingest(said(2, "bob"))
+        await step(app, clock)
+    finally:
+        await store.close()
+
+
+def stored_text(folder: Path) -> tuple[list[str], list[str]]:
+    with sqlite3.connect(folder / "burstbot.db") as db:
+        messages = [r[0] for r in db.execute("SELECT text FROM messages ORDER BY seq")]
+        replies = [r[0] for r in db.execute("SELECT text FROM replies ORDER BY id")]
+    return messages, replies
+
+
+def test_forget_from_the_command_line(tmp_path: Path) -> None:
+    asyncio.run(prepared(tmp_path / "burstbot.db"))
+    user = burstbot(["forget", "--user", "test:bob"], tmp_path)  # the burst's last author
+    assert user.returncode == 0, user.stderr
+    line = "forget user test:bob: erased 1 messages, 0 held, 1 generations"
+    assert user.stdout.strip() == line
+    assert line in user.stderr  # logged too (a warning: the default level shows it)
+    assert stored_text(tmp_path) == (["text 1", ""], ["reply to: text 1 | text 2"])
+    conversation = burstbot(["forget", "--conversation", KEY.id], tmp_path)
+    assert conversation.stdout.strip() == (
+        f"forget conversation {KEY.id}: erased 1 messages, 1 replies, 0 held, 0 unsent replies kept"
+    )
+    assert stored_text(tmp_path) == (["", ""], [""])
+    neither = burstbot(["forget"], tmp_path)
+    assert neither.returncode == 2
