@@ -332,9 +332,34 @@ DELETE FROM replies WHERE created_at < :cutoff AND state != 'pending' RETURNING 
 -- name: prune_generations
 DELETE FROM generations WHERE ended_at < :cutoff RETURNING id;
 
+-- name: prune_files
+-- Files fetched before the cutoff: a later burst that names one again fetches it again.
+DELETE FROM attachment_files WHERE fetched_at < :cutoff RETURNING attachment_uid;
+
+-- name: prune_blobs
+-- Bytes no file outcome refers to any more.
+DELETE FROM attachment_blobs
+WHERE sha256 NOT IN (SELECT sha256 FROM attachment_files WHERE sha256 IS NOT NULL)
+RETURNING sha256;
+
+-- name: forget_file
+DELETE FROM attachment_files WHERE attachment_uid = :uid;
+
+-- name: user_files
+-- The files on a person's messages, read before `forget_user_messages` erases their descriptions.
+SELECT conversation_id, attachments FROM messages
+WHERE author_id = :user AND attachments != '[]'
+  AND (CAST(:platform AS TEXT) IS NULL
+       OR conversation_id IN (SELECT id FROM conversations WHERE platform = :platform));
+
+-- name: conversation_files
+SELECT conversation_id, attachments FROM messages
+WHERE conversation_id = :cid AND attachments != '[]';
+
 -- name: forget_user_messages
 -- Erased in place: the row keeps its platform id, so a redelivery is still known and dropped.
-UPDATE messages SET text = '', author_name = '', author_id = '', deleted = TRUE
+UPDATE messages SET text = '', author_name = '', author_id = '', deleted = TRUE,
+                    attachments = '[]'
 WHERE author_id = :user
   AND (CAST(:platform AS TEXT) IS NULL
        OR conversation_id IN (SELECT id FROM conversations WHERE platform = :platform))
@@ -353,8 +378,9 @@ WHERE user_id = :user
 RETURNING id;
 
 -- name: forget_conversation_messages
-UPDATE messages SET text = '', author_name = '', author_id = '', deleted = TRUE
-WHERE conversation_id = :cid AND (text != '' OR author_id != '')
+UPDATE messages SET text = '', author_name = '', author_id = '', deleted = TRUE,
+                    attachments = '[]'
+WHERE conversation_id = :cid AND (text != '' OR author_id != '' OR attachments != '[]')
 RETURNING seq;
 
 -- name: forget_conversation_replies

@@ -8,9 +8,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
-from storage.rows import Params, Row
+from bot.core.attachments import attachment_uid
+from bot.core.events import ConversationKey
+from storage.rows import Params, Row, attachments_from_json
 
-PRUNED = ("messages", "replies", "generations")
+PRUNED = ("messages", "replies", "generations", "files", "blobs")
 
 
 class Upkeep(ABC):
@@ -41,13 +43,27 @@ class Upkeep(ABC):
     async def forget_user(self, user_id: str, platform: str | None) -> dict[str, int]:
         """Erase a person's messages (text, name, id) everywhere, or on one platform."""
         params = {"user": user_id, "platform": platform}
-        return await self._counts(("messages", "held", "generations"), "forget_user", params)
+        files = await self._forget_files("user_files", params)
+        counts = await self._counts(("messages", "held", "generations"), "forget_user", params)
+        return {**counts, "files": files}
 
     async def forget_conversation(self, conversation_id: str) -> dict[str, int]:
         """Erase a conversation's messages and posted replies (and leave all of it out of later
         prompts, as `/reset` does); count the replies still unsent."""
         params = {"cid": conversation_id}
         await self._rows("reset_history", params)
+        files = await self._forget_files("conversation_files", params)
         counts = await self._counts(("messages", "replies", "held"), "forget_conversation", params)
         unsent = await self._rows("unsent_replies", params)
-        return {**counts, "unsent_replies_kept": int(unsent[0][0])}
+        return {**counts, "files": files, "unsent_replies_kept": int(unsent[0][0])}
+
+    async def _forget_files(self, selected: str, params: Params) -> int:
+        """Delete the kept files (and bytes no other file shares) of the messages `selected`
+        reads, before their descriptions are erased with the text."""
+        uids = {attachment_uid(ConversationKey.parse(str(r[0])), a)
+                for r in await self._rows(selected, params)
+                for a in attachments_from_json(str(r[1]))}  # fmt: skip
+        for uid in uids:
+            await self._rows("forget_file", {"uid": uid})
+        await self._rows("prune_blobs", {})
+        return len(uids)

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
-from bot.core.events import ConversationKey, IncomingMessage
+import hashlib
+
+from bot.core.attachments import AttachmentStore, StoredFile, attachment_uid
+from bot.core.events import Attachment, ConversationKey, IncomingMessage
 from bot.core.store import (
     Committed,
     FinalCheck,
@@ -60,13 +63,13 @@ async def test_retention_deletes_old_answered_text_and_keeps_pending_work(store:
     await answer(store, OLD + 12, "old answer, never posted")  # still in the outbox
     await store.ingest(said(3), OLD + 20, T)  # old, but never answered: pending input
     counts = await upkeep(store).prune(NOW - 30 * DAY)
-    assert counts == {"messages": 2, "replies": 1, "generations": 2}
+    assert counts == {"messages": 2, "replies": 1, "generations": 2, "files": 0, "blobs": 0}
     assert [m.text for m in await inspector(store).messages(KEY.id)] == ["text 3"]
     assert [r.text for r in await store.replies(KEY.id)] == ["old answer, never posted"]
     state = await store.conversation_state(KEY.id)
     assert state is not None and state.timer is not None and state.version == 3  # armed
     assert await upkeep(store).prune(NOW - 30 * DAY) == {
-        "messages": 0, "replies": 0, "generations": 0
+        "messages": 0, "replies": 0, "generations": 0, "files": 0, "blobs": 0
     }  # fmt: skip
     # the pending message is answered as usual afterwards
     lease = await store.acquire_lease(KEY.id, "o2", NOW, 30.0)
@@ -82,7 +85,7 @@ async def test_forget_user_erases_their_text_everywhere_and_only_theirs(store: S
     await answer(store, OLD + 2, "answer")
     await store.ingest(said(3, "u1", OTHER), OLD + 3, T)
     counts = await upkeep(store).forget_user("u1", None)
-    assert counts == {"messages": 2, "held": 0, "generations": 1}
+    assert counts == {"messages": 2, "held": 0, "generations": 1, "files": 0}
     messages = await inspector(store).messages(KEY.id)
     assert [(m.author_id, m.author_name, m.text, m.deleted) for m in messages] == [
         ("", "", "", True), ("u2", "name-u2", "text 2", False),
@@ -110,9 +113,58 @@ async def test_forget_conversation_erases_messages_and_posted_replies(store: Sto
     await answer(store, OLD + 5, "waiting in the outbox")
     await store.ingest(said(3, "u9", OTHER), OLD, T)
     counts = await upkeep(store).forget_conversation(KEY.id)
-    assert counts == {"messages": 2, "replies": 1, "held": 0, "unsent_replies_kept": 1}
+    assert counts == {"messages": 2, "replies": 1, "held": 0, "files": 0, "unsent_replies_kept": 1}
     assert {m.text for m in await inspector(store).messages(KEY.id)} == {""}
     assert [r.text for r in await store.replies(KEY.id)] == ["", "waiting in the outbox"]
     assert [h.text for h in await store.history(KEY.id, 5, 10)] == []
     [untouched] = await inspector(store).messages(OTHER.id)
     assert untouched.text == "text 3"
+
+
+SHOT = Attachment("F1", "shot.png", "image/png", 4, "https://files.example/F1")
+PDF = Attachment("F2", "report.pdf", "application/pdf", 4, "https://files.example/F2")
+
+
+async def keep(store: Store, key: ConversationKey, attachment: Attachment, content: bytes,
+               now: float) -> str:  # fmt: skip
+    assert isinstance(store, AttachmentStore)
+    uid = attachment_uid(key, attachment)
+    file = StoredFile(hashlib.sha256(content).hexdigest(), None, content)
+    await store.keep_attachment_file(uid, file, now)
+    return uid
+
+
+async def test_forget_user_erases_their_files_and_the_bytes_only_they_had(store: Store) -> None:
+    assert isinstance(store, AttachmentStore)
+    await store.ingest(IncomingMessage(KEY, "m1", "u1", "alice", "look", attachments=(SHOT,)),
+                       OLD, T)  # fmt: skip
+    await store.ingest(IncomingMessage(KEY, "m2", "u2", "bob", "mine", attachments=(PDF,)), OLD, T)
+    shot = await keep(store, KEY, SHOT, b"\x89PNG", OLD + 1)
+    report = await keep(store, KEY, PDF, b"%PDF", OLD + 1)
+    counts = await upkeep(store).forget_user("u1", None)
+    assert (counts["messages"], counts["files"]) == (1, 1)
+    assert await store.attachment_file(shot) is None
+    assert await store.attachment_file(report) is not None
+    erased, kept = await inspector(store).messages(KEY.id)
+    assert (erased.attachments, kept.attachments) == ((), (PDF,))
+
+
+async def test_forget_conversation_erases_its_files(store: Store) -> None:
+    assert isinstance(store, AttachmentStore)
+    await store.ingest(IncomingMessage(KEY, "m1", "u1", "alice", "", attachments=(SHOT,)), OLD, T)
+    shot = await keep(store, KEY, SHOT, b"\x89PNG", OLD + 1)
+    counts = await upkeep(store).forget_conversation(KEY.id)
+    assert (counts["messages"], counts["files"]) == (1, 1)
+    assert await store.attachment_file(shot) is None
+    [erased] = await inspector(store).messages(KEY.id)
+    assert erased.attachments == ()
+
+
+async def test_retention_deletes_old_files_and_bytes_nothing_refers_to(store: Store) -> None:
+    assert isinstance(store, AttachmentStore)
+    old = await keep(store, KEY, SHOT, b"old bytes", OLD)
+    new = await keep(store, KEY, PDF, b"new bytes", NOW)
+    counts = await upkeep(store).prune(NOW - 30 * DAY)
+    assert (counts["files"], counts["blobs"]) == (1, 1)
+    assert await store.attachment_file(old) is None
+    assert await store.attachment_file(new) is not None
