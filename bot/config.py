@@ -126,6 +126,13 @@ class LlmConfig(Section):
     failure_message: str = "Sorry, I couldn't answer that just now. Please try again in a moment."
 
 
+class StreamingConfig(Section):
+    """Replies appear as the model writes them: one message per burst, edited as it grows."""
+
+    enabled: bool = True
+    interval_seconds: float = Field(default=1.0, ge=0.05, le=HOUR)
+
+
 class ConsoleConfig(Section):
     enabled: bool = True
     user_name: str = "you"
@@ -223,6 +230,7 @@ class ChannelConfig(Section):
     quiet_seconds: float | None = Field(default=None, ge=0, le=HOUR)
     max_wait_seconds: float | None = Field(default=None, gt=0, le=DAY)
     system_prompt: str | None = None
+    streaming: bool | None = None
 
 
 class Config(Section):
@@ -239,6 +247,7 @@ class Config(Section):
     metrics: MetricsConfig = MetricsConfig()
     access: AccessConfig = AccessConfig()
     limits: LimitsConfig = LimitsConfig()
+    streaming: StreamingConfig = StreamingConfig()
     channels: list[ChannelConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")

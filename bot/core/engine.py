@@ -53,6 +53,7 @@ from bot.core.store import (
     Lease,
     Store,
 )
+from bot.core.streaming import Drafts
 from bot.core.supervisor import Supervision, Supervisor
 from bot.model.prompt import build_prompt
 from bot.model.replier import Replier, Usage
@@ -90,6 +91,7 @@ class Engine:
             store, clock, settings, owner, served, self.indicator, self.signals, self.wakeup.set
         )
         self.supervisor = Supervisor(store, clock, settings)
+        self.drafts = Drafts(store, clock, settings, served, self.outbox.waiting)
         self.sleeping_until = math.inf
         self._workers: dict[str, asyncio.Task[bool]] = {}
         self._committing: set[str] = set()  # workers committing or delivering an outcome
@@ -227,6 +229,7 @@ class Engine:
         """Every message of the burst was deleted: answered without a reply (skipped, logged)."""
         cid, now = burst.lease.conversation_id, burst.started_at
         self._committing.add(cid)
+        await self.drafts.discard(burst)
         done = await self.store.commit(cid, burst.final_check(now), now, burst.timing, None)
         if isinstance(done, Discarded):
             await self.store.release_lease(cid, burst.lease.token)
@@ -267,7 +270,9 @@ class Engine:
         usage = Usage()
         self._emit("generating", conversation=cid, version=lease.version, burst=len(burst.messages))
         generation = asyncio.create_task(self.replier.generate(prompt, usage))
-        outcome = await self.supervisor.watch(generation, lease, burst.deadline)
+        stream = self.drafts.follow(burst, usage, generation)  # G10: shown as it grows
+        outcome = await self.supervisor.watch(generation, lease, burst.deadline, stream.renewed)
+        await stream.stop(outcome)
         await self.guard.charge(burst.key, burst.messages, spent(usage), self.clock.now())
         if outcome is Supervision.SUPERSEDED:
             await self._record(burst, "superseded", usage)
@@ -299,10 +304,8 @@ class Engine:
             await self.store.release_lease(cid, lease.token)
             return
         await self._record(burst, "posted", usage)
-        latency = now - burst.messages[-1].created_at
-        self._emit(
-            "committed", conversation=cid, reply_id=row.id, version=lease.version, latency=latency
-        )
+        self._emit("committed", conversation=cid, reply_id=row.id, version=lease.version,
+                   latency=now - burst.messages[-1].created_at)  # fmt: skip
         await self.outbox.deliver_due(reply_id=row.id)
 
     # 7. model failures ----------------------------------------------------------------------------
@@ -337,13 +340,8 @@ class Engine:
         self, burst: Burst, outcome: GenerationOutcome, usage: Usage, error: str | None = None
     ) -> None:
         await self.store.record_generation(burst.record(outcome, usage, self.clock.now(), error))
-        self._emit(
-            "generation",
-            conversation=burst.lease.conversation_id,
-            outcome=outcome,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-        )
+        self._emit("generation", conversation=burst.lease.conversation_id, outcome=outcome,
+                   input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)  # fmt: skip
 
     # lifecycle ------------------------------------------------------------------------------------
     async def idle(self) -> None:

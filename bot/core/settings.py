@@ -24,6 +24,9 @@ class EngineSettings:
     failure_message: str = "Sorry, I couldn't answer that just now."
     system_prompt: str = "You are a helpful assistant."
     max_context_tokens: int = 8000
+    streaming: bool = False  # `[streaming] enabled` (on by default there); needs a front end
+    # that can draft (see `bot.core.streaming`)
+    streaming_interval_seconds: float = 1.0
     channels: tuple[ChannelConfig, ...] = ()
 
     @classmethod
@@ -42,6 +45,8 @@ class EngineSettings:
             failure_message=config.llm.failure_message,
             system_prompt=config.llm.system_prompt,
             max_context_tokens=config.llm.max_context_tokens,
+            streaming=config.streaming.enabled,
+            streaming_interval_seconds=config.streaming.interval_seconds,
             channels=tuple(config.channels),
         )
 
@@ -71,3 +76,10 @@ class EngineSettings:
         if channel is None or channel.system_prompt is None:
             return self.system_prompt
         return channel.system_prompt
+
+    def streams(self, key: ConversationKey) -> bool:
+        """Streaming for one conversation: its channel's `[[channels]]` override, else global."""
+        channel = self._channel(key)
+        if channel is None or channel.streaming is None:
+            return self.streaming
+        return channel.streaming

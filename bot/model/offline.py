@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 from bot.model.replier import Prompt, Usage
 
@@ -25,8 +26,9 @@ class OfflineReplier:
         text = "\n".join(lines)
         usage.input_tokens += sum(len(t.text.split()) for t in prompt.history)
         usage.input_tokens += len(prompt.burst_text().split())
-        for _ in text.split():
+        for word in re.findall(r"\S+\s*", text):  # one token a word, streamed as it comes
             if self.token_delay:
                 await asyncio.sleep(self.token_delay)
             usage.output_tokens += 1
+            usage.streamed.append(word)
         return text
