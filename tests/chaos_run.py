@@ -93,7 +93,7 @@ SLOW_POST = (0.8, 2.0)
 # A slow post shows this long (x TTL) after it arrived. DESIGN's timing assumption (docs/model):
 # shorter than a deliverer killed mid-post leaves its claim (at least 2/3 of the TTL).
 SLOW_SHOW = (0.0, 0.3)
-STREAMING_INTERVAL = 0.05  # 1 s of edits, scaled like the lease TTL (30 s -> 1 s)
+STREAMING_INTERVAL = 0.1  # edits while streaming: a few per generation (it lasts 0.1–0.5 s)
 DISCORD_NONCE_WINDOW = 5.0  # "a few minutes", scaled like the lease TTL (30 s -> 1 s); < a CI run
 PART_CHARS = 32  # a reply longer than this goes out in parts (about three quoted messages each)
 # the driver

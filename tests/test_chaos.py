@@ -78,6 +78,17 @@ async def test_processes_on_one_sqlite_file_keep_the_guarantees(tmp_path: Path) 
 
 
 @pytest.mark.slow
+async def test_streaming_processes_keep_one_message_per_burst(tmp_path: Path) -> None:
+    """Issue 15: with streaming on, SIGKILLs mid-stream and takeovers still end with one message
+    per burst: no raw duplicate, no draft left that no reply finished."""
+    counts = await run_chaos("ci", f"sqlite:///{tmp_path / 'chaos.db'}", streaming=True)
+    print(summary_line("sqlite streaming", "ci", counts))
+    assert_guarantees(counts, "ci")
+    assert counts["streamed"] >= 1 and counts["edits"] >= counts["streamed"]
+    assert counts["stray_drafts"] == 0
+
+
+@pytest.mark.slow
 async def test_processes_on_postgres_keep_the_guarantees() -> None:
     pg.dsn()  # skips with the reason when no PostgreSQL is reachable
     schema = await pg.create_schema("burstbot_chaos")
