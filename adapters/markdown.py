@@ -265,6 +265,7 @@ def cap_parts(
 _FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})", re.MULTILINE)
 _HALF_LINK = re.compile(r"!?\[[^\]\n]*(\]\([^)\n]*)?$")
 _CODE_SPAN = re.compile(r"`[^`]*`")
+_HALF_FENCE = re.compile(r"\n {0,3}(`{1,2}|~{1,2})$")
 
 
 def settle_partial(markdown: str) -> str:
@@ -278,8 +279,8 @@ def settle_partial(markdown: str) -> str:
             opener = fence
         elif fence[0] == opener[0] and len(fence) >= len(opener):
             opener = None
-    if opener is not None:
-        return markdown.rstrip("`~ ") + "\n" + opener
+    if opener is not None:  # a closing fence begun on the last line is left out
+        return _HALF_FENCE.sub("", markdown).rstrip("\n") + "\n" + opener
     text = _HALF_LINK.sub("", markdown).rstrip()
     paragraph = text.rsplit("\n\n", 1)[-1]
     if paragraph.count("`") % 2:

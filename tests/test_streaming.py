@@ -292,7 +292,7 @@ async def test_a_long_answer_ends_as_the_draft_plus_follow_up_parts(
     await check_invariants(store, [KEY.id], frontend=frontend)
 
 
-async def test_edits_that_fail_stop_the_stream_and_the_reply_still_arrives(
+async def test_a_rate_limited_edit_waits_out_its_retry_after(
     store: SqliteStore, clock: FakeClock
 ) -> None:
     frontend = streaming_frontend(clock)

@@ -20,8 +20,9 @@ Rules (DESIGN.md §3), which this file keeps and nothing else changes:
 
 A `Burst` (burst.py) is what a worker collected under its lease; it builds the final check and the
 replies. Kept out of the transitions: the cost guards (`GuardStep`, gate.py: ask before a model
-call, count tokens after it), the thinking indicator (indicator.py) and the named events for
-metrics and tests (signals.py).
+call, count tokens after it), the streamed draft (streaming.py: shown while the model writes,
+handed to the reply by the commit), the thinking indicator (indicator.py) and the named events
+(signals.py).
 """
 
 from __future__ import annotations
