@@ -260,3 +260,33 @@ def cap_parts(
     last = kept[-1] if len(kept[-1]) <= room else split(kept[-1], room)[0]
     kept[-1] = f"{last}\n{TRUNCATED_NOTE}"
     return kept
+
+
+_FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})", re.MULTILINE)
+_HALF_LINK = re.compile(r"!?\[[^\]\n]*(\]\([^)\n]*)?$")
+_CODE_SPAN = re.compile(r"`[^`]*`")
+_HALF_FENCE = re.compile(r"\n {0,3}(`{1,2}|~{1,2})$")
+
+
+def settle_partial(markdown: str) -> str:
+    """Text the model is still writing, made whole enough to render as it will end up: an open
+    code fence, code span, `**` or `~~` is closed, and a link begun at the very end is left out
+    until it is finished (a draft never shows `[label](http://exa`)."""
+    opener: str | None = None
+    for match in _FENCE_LINE.finditer(markdown):
+        fence = match.group(1)
+        if opener is None:
+            opener = fence
+        elif fence[0] == opener[0] and len(fence) >= len(opener):
+            opener = None
+    if opener is not None:  # a closing fence begun on the last line is left out
+        return _HALF_FENCE.sub("", markdown).rstrip("\n") + "\n" + opener
+    text = _HALF_LINK.sub("", markdown).rstrip()
+    paragraph = text.rsplit("\n\n", 1)[-1]
+    if paragraph.count("`") % 2:
+        return text + "`"
+    outside_code = _CODE_SPAN.sub("", paragraph)
+    for marker in ("**", "~~"):
+        if outside_code.count(marker) % 2:
+            text = text.rstrip(marker[0]) + marker if not text.endswith(marker) else text[:-2]
+    return text.rstrip()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -54,7 +54,11 @@ class WaitForTheEnd(Supervisor):
     """No cancellation: newer input is only noticed at the final check."""
 
     async def watch(
-        self, generation: asyncio.Task[str], lease: Lease, deadline: float
+        self,
+        generation: asyncio.Task[str],
+        lease: Lease,
+        deadline: float,
+        on_renewed: Callable[[float], None] = lambda at: None,
     ) -> Supervision:
         await asyncio.wait({generation})
         return Supervision.DONE

@@ -154,6 +154,13 @@ def _no_sampling(value: float | None) -> None:
         )
 
 
+class StreamingConfig(Section):
+    """Replies appear as the model writes them: one message per burst, edited as it grows."""
+
+    enabled: bool = True
+    interval_seconds: float = Field(default=1.0, ge=0.05, le=HOUR)
+
+
 class ConsoleConfig(Section):
     enabled: bool = True
     user_name: str = "you"
@@ -289,6 +296,8 @@ class ChannelConfig(Section):
     def _temperature(cls, value: float | None) -> None:
         return _no_sampling(value)
 
+    streaming: bool | None = None
+
 
 class Config(Section):
     storage: StorageConfig = StorageConfig()
@@ -306,6 +315,7 @@ class Config(Section):
     access: AccessConfig = AccessConfig()
     limits: LimitsConfig = LimitsConfig()
     attachments: AttachmentsConfig = AttachmentsConfig()
+    streaming: StreamingConfig = StreamingConfig()
     channels: list[ChannelConfig] = Field(default_factory=list)
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
     """Added to (or replacing entries of) the built-in table in `bot/ops/usage.py`."""
@@ -338,14 +348,9 @@ class Config(Section):
 
     def secret_env_names(self) -> list[str]:
         """Every environment variable this config reads a secret from (for log redaction)."""
-        names = [
-            self.llm.api_key_env,
-            self.slack.bot_token_env,
-            self.slack.app_token_env,
-            self.slack.signing_secret_env,
-            self.discord.token_env,
-            *self.logging.redact_env,
-        ]
+        slack, discord = self.slack, self.discord
+        names = [self.llm.api_key_env, slack.bot_token_env, slack.app_token_env,
+                 slack.signing_secret_env, discord.token_env, *self.logging.redact_env]  # fmt: skip
         return list(dict.fromkeys(name for name in names if name))
 
 

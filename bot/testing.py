@@ -2,7 +2,9 @@
 
 - `ScriptedReplier`: a replier whose calls a test can hold open, finish, fail or stream into.
 - `RecordingFrontend`: a front end that records every raw post (one per part) and dedupes only the
-  way a platform lets an adapter: by reading back what is already shown.
+  way a platform lets an adapter: by reading back what is already shown. With `drafts=True` it
+  streams too: a draft is one raw post, its edits are recorded apart (`edits`), and `visible`
+  shows what each message says now.
 - `check_invariants`: G1, G2, G3 and G9 over a store's outbox and state, and (given a
   `RecordingFrontend`) over the raw posts: each part once, in order.
 """
@@ -10,12 +12,13 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from bot.core.clock import Clock
 from bot.core.errors import BurstbotError, DeliveryError
-from bot.core.events import ConversationKey, Reply
+from bot.core.events import ConversationKey, Draft, Reply
 from bot.core.frontend import Host
 from bot.core.store import OutboxRow, Store
 from bot.model.replier import Prompt, Usage
@@ -35,9 +38,11 @@ class ReplierCall:
     def texts(self) -> list[str]:
         return [m.text for m in self.prompt.burst]
 
-    def stream(self, tokens: int) -> None:
-        """Pretend the model produced `tokens` more output tokens."""
+    def stream(self, tokens: int, text: str = "") -> None:
+        """Pretend the model wrote `tokens` more output tokens, and `text` (a draft shows it)."""
         self.usage.output_tokens += tokens
+        if text:
+            self.usage.streamed.append(text)
 
     def finish(self, text: str | None = None) -> None:
         if not self._outcome.done():
@@ -100,6 +105,19 @@ class Post:
     covers_to_version: int
     part: int = 0
 
+    @property
+    def message_id(self) -> str:
+        return f"{self.reply_id}-p{self.part}"
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One edit of a message (a draft growing, or finished by its reply), at `at` on the clock."""
+
+    message_id: str
+    text: str
+    at: float
+
 
 class RecordingFrontend:
     """A front end over a platform that records every raw post and dedupes nothing by itself.
@@ -121,8 +139,14 @@ class RecordingFrontend:
         parts: int = 1,
         post_seconds: float = 0.0,
         clock: Clock | None = None,
+        drafts: bool = False,
     ) -> None:
         self.platform = platform
+        self.drafts = self if drafts else None
+        self.edits: list[Edit] = []
+        self.edit_failures: list[BurstbotError] = []
+        self.shown: dict[str, str] = {}  # message id -> its text now, once edited
+        self.deleted: set[str] = set()
         self.parts = parts
         self.post_seconds = post_seconds
         self.clock = clock
@@ -147,6 +171,11 @@ class RecordingFrontend:
         )
         ids = []
         for part, text in enumerate(split_evenly(reply.text, self.parts)):
+            if part == 0 and reply.draft is not None and part not in shown:
+                reply.fence.check()
+                ids.append(await self._finish_draft(reply, reply.draft, text))
+                await reply.fence.posted(part, ids[-1])
+                continue
             if part not in shown:
                 reply.fence.check()
                 if self.post_seconds and self.clock is not None:
@@ -155,6 +184,42 @@ class RecordingFrontend:
                 await reply.fence.posted(part, f"{reply.id}-p{part}")
             ids.append(f"{reply.id}-p{part}")
         return ids
+
+    async def _finish_draft(self, reply: Reply, draft: Draft, text: str) -> str:
+        """The draft's message, found by its key if its id was lost (posted if it never landed),
+        edited to the reply's first part."""
+        message_id = draft.message_id or await self.post_draft(
+            reply.key, draft.key, text, reply.reply_to_message_id, lost=True
+        )
+        await self.edit_draft(reply.key, message_id, text)
+        return message_id
+
+    async def post_draft(
+        self, key: ConversationKey, draft_key: str, text: str, reply_to: str | None, lost: bool
+    ) -> str:
+        found = [p for p in self.posts if p.reply_id == draft_key] if lost else []
+        if found:
+            return found[0].message_id
+        self.posts.append(Post(draft_key, key, text, 0))
+        return self.posts[-1].message_id
+
+    async def edit_draft(self, key: ConversationKey, message_id: str, text: str) -> None:
+        if self.edit_failures:
+            raise self.edit_failures.pop(0)
+        self.edits.append(Edit(message_id, text, self.clock.now() if self.clock else 0.0))
+        self.shown[message_id] = text
+
+    async def delete_draft(self, key: ConversationKey, draft: Draft) -> None:
+        found = [p.message_id for p in self.posts if p.reply_id == draft.key]
+        self.deleted.update(found)
+
+    def visible(self, key: ConversationKey | None = None) -> list[str]:
+        """What the conversation shows now: each message (post or draft) with its latest text."""
+        return [
+            self.shown.get(p.message_id, p.text)
+            for p in self.posts
+            if (key is None or p.key == key) and p.message_id not in self.deleted
+        ]
 
     async def show_busy(self, key: ConversationKey, busy: bool) -> None:
         self.busy[key] = busy
@@ -286,10 +351,12 @@ def check_posts(
     parts: dict[str, list[int]] = {}
     last_reply: dict[str, str] = {}  # conversation -> reply whose parts were posted last
     done: set[str] = set()  # replies a later reply of their conversation was posted after
-    for post in frontend.posts:
-        cid = post.key.id
+    finished = {row.draft_key: reply_id for reply_id, row in rows.items() if row.draft_key}
+    for raw in frontend.posts:
+        cid = raw.key.id
         if cid not in conversation_ids:
             continue
+        post = replace(raw, reply_id=finished.get(raw.reply_id, raw.reply_id))  # a draft: part 0
         seen = parts.setdefault(post.reply_id, [])
         if post.part in seen:
             breach("duplicate_posts", f"part {post.part} of {post.reply_id} posted again ({cid})")
@@ -312,7 +379,9 @@ def check_posts(
 
 
 def reply_number(reply_id: str) -> int:
-    return int(reply_id.removeprefix("r"))
+    """The outbox row of a reply id; a draft no reply finished yet is the newest message."""
+    number = reply_id.removeprefix("r")
+    return int(number) if number.isdigit() else sys.maxsize
 
 
 def delivery_error(message: str = "platform unavailable") -> DeliveryError:

@@ -33,12 +33,13 @@ from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited
 from bot.core.store import IngestResult, OutboxRow, Timing
 from bot.ops.inspection import ConversationSummary
 from storage import rows as codec
+from storage.drafts import DraftSteps
 from storage.files import Conn, FileSteps
 from storage.rows import Params, Row
 from storage.upkeep import Upkeep
 
 
-class SqlStore(Upkeep, FileSteps[Conn]):
+class SqlStore(Upkeep, FileSteps[Conn], DraftSteps[Conn]):
     MIGRATIONS: ClassVar[Sequence[str]]
 
     # the seam (see the module docstring) ----------------------------------------------------
@@ -252,9 +253,7 @@ class SqlStore(Upkeep, FileSteps[Conn]):
                 params = codec.reply_params(
                     cid, reply, int(before[0]), version, int(checked[0]), now
                 )
-                inserted = await self._one("insert_reply", params, db)
-                assert inserted is not None
-                row = self._outbox(inserted)
+                row = await self._insert_reply(db, params)
                 await self._hint(db, f"outbox {row.platform}")
             await self._rows("drop_timer", {"cid": cid, "version": version}, db)
             cap = {"cid": cid, "version": version, "now": now, "max_wait": timing.max_wait_seconds}

@@ -453,6 +453,35 @@ INSERT INTO attachment_files (attachment_uid, sha256, note, fetched_at)
 VALUES (:uid, :sha256, :note, :now)
 ON CONFLICT (attachment_uid) DO NOTHING;
 
+-- streaming: a conversation's draft (storage/drafts.py) --------------------------------------------
+
+-- name: draft
+SELECT draft_key, draft_message_id FROM conversations WHERE id = :cid AND draft_key IS NOT NULL;
+
+-- name: record_draft
+-- Under the lease: first the key alone (before the first post), then the key with the message id.
+UPDATE conversations SET draft_key = :key, draft_message_id = :message_id
+WHERE id = :cid AND lease_token = :token AND lease_owner IS NOT NULL
+  AND (draft_key IS NULL OR draft_key = :key)
+RETURNING id;
+
+-- name: drop_draft
+UPDATE conversations SET draft_key = NULL, draft_message_id = NULL
+WHERE id = :cid AND lease_token = :token AND lease_owner IS NOT NULL AND draft_key = :key
+RETURNING id;
+
+-- name: hand_draft_to_reply
+-- In the commit's transaction: the reply finishes the conversation's draft (its first part edits
+-- that message), and the conversation's next burst starts a draft of its own.
+UPDATE replies
+SET draft_key = (SELECT c.draft_key FROM conversations c WHERE c.id = :cid),
+    draft_message_id = (SELECT c.draft_message_id FROM conversations c WHERE c.id = :cid)
+WHERE id = :id
+RETURNING *;
+
+-- name: clear_draft
+UPDATE conversations SET draft_key = NULL, draft_message_id = NULL WHERE id = :cid;
+
 -- name: migration_3
 -- Delivery is fenced like generation: every claim bumps claim_token, and renewals and marks are
 -- conditional on it. A conversation's replies are claimed in commit order, one at a time (G9).
@@ -504,3 +533,12 @@ CREATE TABLE attachment_files (
 -- answered (the author of the burst's last message, whom the reply answers).
 ALTER TABLE generations ADD COLUMN model TEXT NOT NULL DEFAULT '';
 ALTER TABLE generations ADD COLUMN user_id TEXT NOT NULL DEFAULT '';
+
+-- name: migration_7
+-- Streaming: the draft a conversation's generations stream into (kept across superseded
+-- generations and takeovers, its key being the first post's idempotency key), and the draft a
+-- committed reply finishes.
+ALTER TABLE conversations ADD COLUMN draft_key TEXT;
+ALTER TABLE conversations ADD COLUMN draft_message_id TEXT;
+ALTER TABLE replies ADD COLUMN draft_key TEXT;
+ALTER TABLE replies ADD COLUMN draft_message_id TEXT;

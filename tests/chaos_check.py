@@ -8,6 +8,8 @@ the row to the version range it covers. A reply is posted when every one of its 
   per reply id and part, counted raw, whatever the platform deduped or not).
 - unanswered: acknowledged messages covered by no posted reply (G2, G7 — lost ones count too).
 - not_posted: replies whose parts are not all shown.
+- stray_drafts: streamed drafts no reply finished (with streaming on): a second visible message
+  for a burst (G10). `streamed` counts the replies whose first part is a finished draft.
 - unseen: posted answers whose text (the parts joined) does not quote exactly the messages they
   cover (the reply saw its whole burst and nothing else).
 - out_of_order: a reply part shown before an earlier part of its reply, or a reply whose first
@@ -84,8 +86,9 @@ class Shown:
 
     @property
     def last_at(self) -> float:
-        """When its last part first showed: the reply was whole from then on."""
-        return max(copies[0]["stored_at"] for copies in self.copies.values())
+        """When its last part first showed (a streamed draft: when it was finished): the reply
+        was whole from then on."""
+        return max(c[0].get("final_at", c[0]["stored_at"]) for c in self.copies.values())
 
     @property
     def settled_at(self) -> float:
@@ -104,8 +107,8 @@ def shown_replies(platform: FakePlatform) -> dict[str, Shown]:
     shown: dict[str, Shown] = defaultdict(Shown)
     for attempt in platform.attempts:
         shown[attempt["reply"]].requests.append(attempt)
-    for post in platform.posts:
-        reply = shown[post["reply"]]
+    for post in platform.posts:  # a streamed draft counts as part 0 of the reply finishing it
+        reply = shown[post.get("finished_by", post["reply"])]
         reply.parts = max(reply.parts, int(post["parts"]))
         reply.copies.setdefault(int(post["part"]), []).append(post)
     return shown
@@ -289,6 +292,9 @@ async def check(
         "replies": counts["replies"],
         "multi_part": counts["multi_part"],
         "posts": len(platform.posts),
+        "edits": platform.edits,
+        "streamed": sum(1 for p in platform.posts if p.get("finished_by")),
+        "stray_drafts": sum(1 for p in platform.posts if is_stray_draft(p)),
         "post_attempts": len(platform.attempts),
         "post_failures": platform.failures,
         "retry_after": platform.rate_limited,
@@ -409,6 +415,11 @@ def report_doubled(cid: str, row: OutboxRow, reply: Shown, run: Run) -> None:
         f"stored={stored} kills={kills} store_busy={busy}",
         file=sys.stderr,
     )
+
+
+def is_stray_draft(post: dict[str, Any]) -> bool:
+    """A streamed draft (posted under its key, `d…`) that no reply finished."""
+    return str(post["reply"]).startswith("d") and not post.get("finished_by")
 
 
 def summary_line(db: str, size: str, counts: dict[str, Any]) -> str:

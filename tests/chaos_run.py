@@ -93,6 +93,7 @@ SLOW_POST = (0.8, 2.0)
 # A slow post shows this long (x TTL) after it arrived. DESIGN's timing assumption (docs/model):
 # shorter than a deliverer killed mid-post leaves its claim (at least 2/3 of the TTL).
 SLOW_SHOW = (0.0, 0.3)
+STREAMING_INTERVAL = 0.1  # edits while streaming: a few per generation (it lasts 0.1–0.5 s)
 DISCORD_NONCE_WINDOW = 5.0  # "a few minutes", scaled like the lease TTL (30 s -> 1 s); < a CI run
 PART_CHARS = 32  # a reply longer than this goes out in parts (about three quoted messages each)
 # the driver
@@ -152,6 +153,7 @@ class FakePlatform:
         self.rate_limited = 0
         self.slow = 0
         self.deduped = 0
+        self.edits = 0
 
     async def post(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -204,13 +206,33 @@ class FakePlatform:
         return post
 
     async def shown(self, request: web.Request) -> web.Response:
-        """What a conversation shows of one reply: part -> the first stored post of that part."""
+        """What a conversation shows of one reply: part -> the first stored post of that part
+        (a streamed draft is found by its key, or by the reply that finished it)."""
         reply = request.query["reply"]
         parts: dict[str, str] = {}
         for post in self.posts:
-            if post["reply"] == reply:
+            if reply in (post["reply"], post.get("finished_by")):
                 parts.setdefault(str(post["part"]), post["id"])
         return web.json_response({"parts": parts})
+
+    async def edit(self, request: web.Request) -> web.Response:
+        """Edit a stored post (a streamed draft growing, or finished by its reply: `reply` and
+        `parts` then say which reply it now is the first part of). Fails like a post may."""
+        body = await request.json()
+        self.edits += 1
+        roll = self.rng.random()
+        if roll < P_POST_FAIL_BEFORE:
+            return web.Response(status=503)
+        if roll < P_POST_FAIL_BEFORE + P_POST_RATE_LIMITED:
+            self.rate_limited += 1
+            return web.Response(status=429, headers={"Retry-After": "1"})
+        post = next((p for p in self.posts if p["id"] == body["id"]), None)
+        if post is None:
+            return web.Response(status=404)
+        post["text"] = body["text"]
+        if body.get("reply"):
+            post.update(finished_by=body["reply"], parts=body["parts"], final_at=time.time())
+        return web.json_response({"id": post["id"]})
 
 
 def configured_owner(lease_owner: str) -> str:
@@ -256,6 +278,7 @@ class Run:
     cpu: list[tuple[str, float, float, float]] = field(default_factory=list)
     worker_starts: dict[str, float] = field(default_factory=dict)  # owner -> when it started
     sent: Counter[str] = field(default_factory=Counter)  # channel -> messages sent so far
+    streaming: bool = False  # workers stream answers into drafts they edit (`STREAMING_INTERVAL`)
 
     def __post_init__(self) -> None:
         self.sending.set()
@@ -286,6 +309,8 @@ class Run:
             "sqlite_busy_timeout_ms": WORKER_SQLITE_BUSY_TIMEOUT_MS,
             "platform_url": self.platform_url,
             "engine": ENGINE,
+            "streaming": self.streaming,
+            "streaming_interval": STREAMING_INTERVAL,
             **REPLIER,
         }
         started_at = time.time()
@@ -574,7 +599,9 @@ async def quiesce(store: Store, channels: list[str], within: float) -> None:
         await asyncio.sleep(0.5)
 
 
-async def run_chaos(size_name: str, db_url: str, seed: int | None = None) -> dict[str, Any]:
+async def run_chaos(
+    size_name: str, db_url: str, seed: int | None = None, streaming: bool = False
+) -> dict[str, Any]:
     """Run the whole exercise and return the checker's counts (see `tests/chaos_check.py`)."""
     from tests.chaos_check import check
 
@@ -585,12 +612,14 @@ async def run_chaos(size_name: str, db_url: str, seed: int | None = None) -> dic
     app = web.Application()
     app.router.add_post("/post", platform.post)
     app.router.add_get("/posts", platform.shown)
+    app.router.add_post("/edit", platform.edit)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     store = open_store(db_url, pool_size=2)
     run = Run(size, db_url, f"http://127.0.0.1:{runner.addresses[0][1]}", rng, store)
+    run.streaming = streaming
     channels = [f"c{i}" for i in range(size.conversations)]
     background: list[asyncio.Task[None]] = []
     try:

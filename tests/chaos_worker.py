@@ -27,7 +27,7 @@ from aiohttp import ClientResponse, web
 from bot.app import App, build_store
 from bot.config import Config, parse_config
 from bot.core.errors import PermanentDeliveryError, RetryableDeliveryError, RetryableReplierError
-from bot.core.events import ConversationKey, IncomingMessage, Reply
+from bot.core.events import ConversationKey, Draft, IncomingMessage, Reply
 from bot.core.frontend import Host
 from bot.core.store import Store
 from bot.model.replier import Prompt, Usage
@@ -63,9 +63,12 @@ class ChaosReplier:
                 if roll < self.p_hang:
                     await asyncio.sleep(self.timeout * 10)
                 words = [m.text for m in prompt.burst]
-                for _ in range(4 + 2 * len(words)):
+                shown = ["saw:", *words]  # streamed as it goes (a draft shows it)
+                for n in range(4 + 2 * len(words)):
                     await asyncio.sleep(self.token_delay * self.rng.uniform(0.5, 1.5))
                     usage.output_tokens += 1
+                    if n < len(shown):
+                        usage.streamed.append(shown[n] if n == 0 else " " + shown[n])
                 return "saw: " + " ".join(words)
         except TimeoutError:
             raise RetryableReplierError("generation timed out (injected hang)") from None
@@ -77,9 +80,10 @@ class PlatformFrontend:
 
     platform = PLATFORM
 
-    def __init__(self, base_url: str, owner: str) -> None:
+    def __init__(self, base_url: str, owner: str, streaming: bool = False) -> None:
         self.base_url = base_url
         self.owner = owner
+        self.drafts = self if streaming else None
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
         self._posted: dict[str, dict[int, str]] = {}  # Discord-like: reply id -> parts posted
@@ -118,9 +122,43 @@ class PlatformFrontend:
             if index in posted:
                 continue
             reply.fence.check()  # a delivery whose claim was taken stops before its next part
-            posted[index] = await self._post(reply, index, len(parts), text)
+            if index == 0 and reply.draft is not None:  # the streamed draft, finished
+                posted[index] = await self._finish(reply, reply.draft, len(parts), text)
+            else:
+                posted[index] = await self._post(reply, index, len(parts), text)
             await reply.fence.posted(index, posted[index])
         return [posted[index] for index in range(len(parts))]
+
+    # streaming (the core's DraftSurface): a draft is one post, then edits ---------------------
+    async def post_draft(
+        self, key: ConversationKey, draft_key: str, text: str, reply_to: str | None, lost: bool
+    ) -> str:
+        """Slack-like: a lost post is found by reading back; Discord-like: by the nonce."""
+        if lost and mode_of(key.channel) == SLACK:
+            async with self._call("get", "/posts", params={"reply": draft_key}) as response:
+                found = (await response.json())["parts"].get("0")
+            if found is not None:
+                return str(found)
+        body = {"reply": draft_key, "part": 0, "parts": 1, "nonce": draft_key,
+                "channel": key.channel, "conversation": key.id, "text": text,
+                "owner": self.owner, "attempt": 2 if lost else 1}  # fmt: skip
+        async with self._call("post", "/post", json=body) as response:
+            return str((await response.json())["id"])
+
+    async def edit_draft(self, key: ConversationKey, message_id: str, text: str) -> None:
+        async with self._call("post", "/edit", json={"id": message_id, "text": text}):
+            return None
+
+    async def delete_draft(self, key: ConversationKey, draft: Draft) -> None:
+        raise PermanentDeliveryError("the chaos platform deletes nothing (no deletes are sent)")
+
+    async def _finish(self, reply: Reply, draft: Draft, parts: int, text: str) -> str:
+        message_id = draft.message_id or await self.post_draft(
+            reply.key, draft.key, text, reply.reply_to_message_id, lost=True
+        )
+        body = {"id": message_id, "text": text, "reply": reply.id, "parts": parts}
+        async with self._call("post", "/edit", json=body):
+            return message_id
 
     async def _post(self, reply: Reply, part: int, parts: int, text: str) -> str:
         body = {"reply": reply.id, "part": part, "parts": parts, "nonce": f"{reply.id}.{part}",
@@ -176,6 +214,8 @@ def config_for(settings: dict[str, Any]) -> Config:
                     "retry_backoff_seconds": engine["model_backoff_seconds"],
                     "failure_message": engine["failure_message"]},
             "console": {"enabled": False},
+            "streaming": {"enabled": bool(settings.get("streaming")),
+                          "interval_seconds": settings.get("streaming_interval", 1.0)},
         }
     )  # fmt: skip
 
@@ -191,7 +231,8 @@ def store_for(config: Config, settings: dict[str, Any]) -> Store:
 async def serve(settings: dict[str, Any]) -> None:
     """The real composition root (`App`: store, engine, scheduler, wake-up hints, SIGTERM)."""
     config = config_for(settings)
-    frontend = PlatformFrontend(str(settings["platform_url"]), config.engine.owner)
+    streaming = bool(settings.get("streaming"))
+    frontend = PlatformFrontend(str(settings["platform_url"]), config.engine.owner, streaming)
     replier = ChaosReplier(random.Random(), settings)
     await App(config, store_for(config, settings), replier, [frontend]).run()
 

@@ -10,6 +10,10 @@ channel's history, and `said` adds one no bot received (sent while no process ra
 on Discord: `GET /channels/{id}`, and `GET /channels/{id}/messages` with `after` (the `limit`
 messages right after it), `before`, or neither (the newest), each page newest first; a channel's
 next reads can be told to fail. A RESUME is refused (op 9): the client identifies anew.
+
+A bot may edit (PATCH) and delete its own messages; content over 2000 characters is refused with
+Discord's 400, and the next edits can be told to fail (`edit_failures`, e.g. a 429). `calls`
+lists what the bot did (POST, PATCH, DELETE), `shown` what its messages in a channel say now.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import asyncio
 import datetime
 import itertools
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +31,7 @@ from aiohttp import WSMsgType, web
 
 Json = dict[str, Any]
 BOT_ID = 100_000_000_000_000_001
+MESSAGE_LIMIT = 2000
 APP_ID = 100_000_000_000_000_002
 
 
@@ -60,6 +66,10 @@ class FakeDiscord:
         self._by_nonce: dict[str, Json] = {}
         self.uploads: dict[str, bytes] = {}  # the CDN's files, by attachment id
         self.cdn_downloads: list[str] = []  # attachment ids asked of the CDN, in order
+        self.edits: list[Json] = []  # every edit that took effect: message id, content, time
+        self.edit_failures: list[Failure] = []  # the next edits fail (e.g. 429 + Retry-After)
+        self.deleted: list[str] = []
+        self.calls: list[tuple[str, str, str]] = []  # what bots did: method, message id, content
         self._ids = _Snowflakes()
         self._socket: web.WebSocketResponse | None = None
         self._sequence = itertools.count(1)
@@ -74,6 +84,9 @@ class FakeDiscord:
         app.router.add_post("/api/v10/channels/{channel_id}/messages", self._post_message)
         app.router.add_get("/api/v10/channels/{channel_id}/messages", self._read_messages)
         app.router.add_get("/api/v10/channels/{channel_id}", self._read_channel)
+        message_path = "/api/v10/channels/{channel_id}/messages/{message_id}"
+        app.router.add_patch(message_path, self._edit_message)
+        app.router.add_delete(message_path, self._delete_message)
         app.router.add_post("/api/v10/channels/{channel_id}/typing", self._typing)
         app.router.add_get("/api/v10/applications/{app_id}/commands", self._commands)
         app.router.add_post("/api/v10/applications/{app_id}/commands", self._upsert_command)
@@ -129,6 +142,8 @@ class FakeDiscord:
         if queued and (not queued[0].only_with_reference or "message_reference" in body):
             failure = queued.pop(0)
             return _json(failure.body, status=failure.status, headers=failure.headers)
+        if len(body.get("content", "")) > MESSAGE_LIMIT:
+            return _too_long()
         nonce = body.get("nonce")
         if body.get("enforce_nonce") and nonce in self._by_nonce:
             return _json(self._by_nonce[nonce])
@@ -137,10 +152,53 @@ class FakeDiscord:
         if "message_reference" in body:
             message["message_reference"] = body["message_reference"]
         self.created.append({**message, "request": body})
+        self.calls.append(("POST", message["id"], message["content"]))
         self.history.setdefault(channel_id, []).append(message)
         if nonce is not None:
             self._by_nonce[nonce] = message
         return _json(message)
+
+    def _find(self, request: web.Request) -> Json | None:
+        channel = self.history.get(int(request.match_info["channel_id"]), [])
+        return next((m for m in channel if m["id"] == request.match_info["message_id"]), None)
+
+    async def _edit_message(self, request: web.Request) -> web.Response:
+        """PATCH a message: only its author may; the content must fit, as on Discord."""
+        if not self._authorized(request):
+            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+        body: Json = await request.json()
+        if self.edit_failures:
+            failure = self.edit_failures.pop(0)
+            return _json(failure.body, status=failure.status, headers=failure.headers)
+        message = self._find(request)
+        if message is None:
+            return _json({"message": "Unknown Message", "code": 10008}, status=404)
+        if message["author"]["id"] != self.bot_user["id"]:
+            return _json({"message": "Cannot edit a message authored by another user",
+                          "code": 50005}, status=403)  # fmt: skip
+        content = body.get("content", message["content"])
+        if len(content) > MESSAGE_LIMIT:
+            return _too_long()
+        message.update(content=content, edited_timestamp=_now())
+        self.edits.append({"id": message["id"], "content": content, "at": time.monotonic()})
+        self.calls.append(("PATCH", message["id"], content))
+        return _json(message)
+
+    async def _delete_message(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+        message = self._find(request)
+        if message is None:
+            return _json({"message": "Unknown Message", "code": 10008}, status=404)
+        self.history[int(request.match_info["channel_id"])].remove(message)
+        self.deleted.append(message["id"])
+        self.calls.append(("DELETE", message["id"], ""))
+        return web.Response(status=204)
+
+    def shown(self, channel_id: int) -> list[str]:
+        """What the bot's messages in a channel say now, oldest first."""
+        history = self.history.get(channel_id, [])
+        return [m["content"] for m in history if m["author"]["id"] == self.bot_user["id"]]
 
     async def _commands(self, request: web.Request) -> web.Response:
         if not self._authorized(request):
@@ -387,6 +445,12 @@ class _Snowflakes:
 def snowflake_at(when: datetime.datetime) -> int:
     """The smallest id of a message created at `when` (a message from long ago)."""
     return (int(when.timestamp() * 1000) - _Snowflakes.DISCORD_EPOCH_MS) << 22
+
+
+def _too_long() -> web.Response:
+    error = {"code": "BASE_TYPE_MAX_LENGTH", "message": "Must be 2000 or fewer in length."}
+    errors = {"content": {"_errors": [error]}}
+    return _json({"message": "Invalid Form Body", "code": 50035, "errors": errors}, status=400)
 
 
 def _json(data: Json, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:

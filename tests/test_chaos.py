@@ -43,6 +43,7 @@ def violations(counts: dict[str, Any]) -> list[str]:
             "no_takeover",
             "slow_takeovers",
             "over_idle_budget",
+            "stray_drafts",
         )
         if counts[name]
     ]
@@ -77,6 +78,17 @@ async def test_processes_on_one_sqlite_file_keep_the_guarantees(tmp_path: Path) 
 
 
 @pytest.mark.slow
+async def test_streaming_processes_keep_one_message_per_burst(tmp_path: Path) -> None:
+    """Issue 15: with streaming on, SIGKILLs mid-stream and takeovers still end with one message
+    per burst: no raw duplicate, no draft left that no reply finished."""
+    counts = await run_chaos("ci", f"sqlite:///{tmp_path / 'chaos.db'}", streaming=True)
+    print(summary_line("sqlite streaming", "ci", counts))
+    assert_guarantees(counts, "ci")
+    assert counts["streamed"] >= 1 and counts["edits"] >= counts["streamed"]
+    assert counts["stray_drafts"] == 0
+
+
+@pytest.mark.slow
 async def test_processes_on_postgres_keep_the_guarantees() -> None:
     pg.dsn()  # skips with the reason when no PostgreSQL is reachable
     schema = await pg.create_schema("burstbot_chaos")
@@ -88,16 +100,16 @@ async def test_processes_on_postgres_keep_the_guarantees() -> None:
     assert_guarantees(counts, "ci")
 
 
-async def _standalone(size: str, db: str, seed: int | None) -> dict[str, Any]:
+async def _standalone(size: str, db: str, seed: int | None, streaming: bool) -> dict[str, Any]:
     if db == "sqlite":
         with tempfile.TemporaryDirectory() as directory:
-            return await run_chaos(size, f"sqlite:///{directory}/chaos.db", seed)
+            return await run_chaos(size, f"sqlite:///{directory}/chaos.db", seed, streaming)
     reason = pg.unavailable()
     if reason is not None:
         raise SystemExit(f"cannot run on postgres: {reason}")
     schema = await pg.create_schema("burstbot_chaos")
     try:
-        return await run_chaos(size, postgres_url(schema), seed)
+        return await run_chaos(size, postgres_url(schema), seed, streaming)
     finally:
         await pg.drop_schema(schema)
 
@@ -107,11 +119,12 @@ def main() -> int:
     parser.add_argument("--size", choices=sorted(SIZES), default="ci")
     parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--streaming", action="store_true", help="workers stream into drafts")
     args = parser.parse_args()
     if args.db == "postgres":
         os.environ.setdefault(pg.DSN_ENV, "postgresql://postgres@127.0.0.1:5432/test")
-    counts = asyncio.run(_standalone(args.size, args.db, args.seed))
-    print(summary_line(args.db, args.size, counts))
+    counts = asyncio.run(_standalone(args.size, args.db, args.seed, args.streaming))
+    print(summary_line(args.db + (" streaming" if args.streaming else ""), args.size, counts))
     problems = violations(counts)
     if problems:
         print("VIOLATED: " + ", ".join(problems), file=sys.stderr)

@@ -21,6 +21,7 @@ stored is answered by another process or after the restart; events are stored un
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import OrderedDict
 
@@ -33,6 +34,7 @@ from adapters.discord.indicator import TypingKeeper
 from adapters.discord.posting import post_reply
 from adapters.discord.render import allowed_mentions
 from adapters.discord.routing import Routing, message_text
+from adapters.discord.streaming import DiscordDrafts
 from bot.config import DiscordConfig
 from bot.core.catch_up import CatchUp, CatchUpRun
 from bot.core.clock import Clock, SystemClock
@@ -143,6 +145,7 @@ class DiscordFrontend:
         self._connection: asyncio.Task[None] | None = None
         self._stopping = False
         self._posted: OrderedDict[str, dict[int, str]] = OrderedDict()
+        self.drafts = DiscordDrafts(self._channel, self._partial_channel, self.allowed_mentions)
 
     # lifecycle -------------------------------------------------------------------------------
     def attach(self, host: Host) -> None:
@@ -348,7 +351,9 @@ class DiscordFrontend:
             while len(self._posted) > REMEMBERED_REPLIES:
                 self._posted.popitem(last=False)
         channel = self._channel(reply.key)
-        return await post_reply(channel, reply, posted, self.allowed_mentions, self.max_parts)
+        first = None if reply.draft is None else functools.partial(self.drafts.finish, reply)
+        mentions = self.allowed_mentions
+        return await post_reply(channel, reply, posted, mentions, self.max_parts, first)
 
     async def show_busy(self, key: ConversationKey, busy: bool) -> None:
         if not busy:
@@ -365,8 +370,12 @@ class DiscordFrontend:
         cached = self.client.get_channel(channel_id)
         if isinstance(cached, discord.abc.Messageable):
             return cached
+        return self._partial_channel(key)
+
+    def _partial_channel(self, key: ConversationKey) -> discord.PartialMessageable:
+        """A channel by id alone: enough to edit or delete a message in it."""
         guild_id = None if key.workspace == "dm" else int(key.workspace)
-        return self.client.get_partial_messageable(channel_id, guild_id=guild_id)
+        return self.client.get_partial_messageable(int(key.channel), guild_id=guild_id)
 
 
 def _connect_error(task: asyncio.Task[None]) -> BurstbotError:

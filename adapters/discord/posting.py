@@ -14,6 +14,7 @@ copy. `posted` (part index → message id) lets a retry after a partial failure 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 import discord
@@ -34,9 +35,11 @@ async def post_reply(
     posted: dict[int, str],
     mentions: discord.AllowedMentions,
     max_parts: int = 10,
+    first: Callable[[str], Awaitable[str]] | None = None,
 ) -> list[str]:
     """Post every part not yet in `posted` (at most `max_parts`, the last one then saying the
-    reply was truncated); return the message ids of all parts."""
+    reply was truncated); return the message ids of all parts. `first` shows the first part
+    instead of a new post (the streamed draft this reply finishes, edited)."""
     parts = split_message(to_discord(reply.text))
     if len(parts) > max_parts:
         log.info("reply %s: %d parts, posting the first %d", reply.id, len(parts), max_parts)
@@ -45,6 +48,10 @@ async def post_reply(
         if index in posted:
             continue
         reply.fence.check()  # a delivery whose claim was taken stops before its next part
+        if index == 0 and first is not None:
+            posted[index] = await first(text)
+            await reply.fence.posted(index, posted[index])
+            continue
         reference = None
         target = reply.reply_to_message_id
         if index == 0 and target is not None and target.isdigit():
@@ -52,13 +59,13 @@ async def post_reply(
                 message_id=int(target), channel_id=int(reply.key.channel), fail_if_not_exists=False
             )
         nonce = nonce_for(reply.id, reply.key.id, index, text)
-        message = await _send(channel, text, nonce, reference, mentions)
+        message = await send_part(channel, text, nonce, reference, mentions)
         posted[index] = str(message.id)
         await reply.fence.posted(index, posted[index])
     return [posted[index] for index in range(len(parts))]
 
 
-async def _send(
+async def send_part(
     channel: discord.abc.Messageable,
     text: str,
     nonce: str,
@@ -72,7 +79,7 @@ async def _send(
     except discord.HTTPException as exc:
         if reference is not None and _reference_refused(exc):
             log.info("discord: the replied-to message is gone; posting without a reference")
-            return await _send(channel, text, nonce, None, mentions)
+            return await send_part(channel, text, nonce, None, mentions)
         raise delivery_error(exc) from exc
     except discord.RateLimited as exc:
         raise delivery_error(exc) from exc

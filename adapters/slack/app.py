@@ -28,6 +28,7 @@ reconnect (a new `hello`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -46,6 +47,7 @@ from adapters.slack.endpoint import MAX_BODY_BYTES, endpoint, server_log
 from adapters.slack.history import History
 from adapters.slack.inbound import Identity, Payload
 from adapters.slack.outbound import Outbound
+from adapters.slack.streaming import SlackDrafts
 from bot.config import SlackConfig, require_secret
 from bot.core.catch_up import Background, CatchUp, CatchUpRun
 from bot.core.errors import BurstbotError, ConfigError, FetchError
@@ -95,6 +97,7 @@ class SlackFrontend:
         self.identity = Identity("", "", "")
         self.http_port: int | None = None
         self._accepting = True
+        self.drafts: SlackDrafts | None = None  # streaming, once started
 
     # lifecycle --------------------------------------------------------------------------------
     def health(self) -> tuple[bool, str]:
@@ -132,6 +135,7 @@ class SlackFrontend:
             reaction=self.config.thinking_reaction,
             max_parts=self.config.max_parts_per_reply,
         )
+        self.drafts = SlackDrafts(self._outbound)
         self._history = History(
             self._client, self.identity, self.listen_channels, self._outbound.saw_message
         )
@@ -351,8 +355,9 @@ class SlackFrontend:
 
     # convert out ------------------------------------------------------------------------------
     async def deliver(self, reply: Reply) -> list[str]:
-        assert self._outbound is not None, "deliver before start"
-        return await self._outbound.deliver(reply)
+        assert self._outbound is not None and self.drafts is not None, "deliver before start"
+        first = None if reply.draft is None else functools.partial(self.drafts.finish, reply)
+        return await self._outbound.deliver(reply, first)
 
     async def show_busy(self, key: ConversationKey, busy: bool) -> None:
         if self._outbound is not None:

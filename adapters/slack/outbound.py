@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -102,20 +102,28 @@ class Outbound:
         self._status_on: set[ConversationKey] = set()
 
     # posting ----------------------------------------------------------------------------------
-    async def deliver(self, reply: Reply) -> list[str]:
+    async def deliver(
+        self, reply: Reply, first: Callable[[str], Awaitable[str]] | None = None
+    ) -> list[str]:
+        """Post the parts not already there; `first` shows part 0 instead of a new post (the
+        streamed draft this reply finishes, updated)."""
         channel, thread = reply.key.channel, reply.key.thread
         parts = split_mrkdwn(to_mrkdwn(reply.text), self.part_chars) or ["…"]
         if len(parts) > self.max_parts:
             log.info("reply %s: %d parts, posting the first %d", reply.id, len(parts),
                      self.max_parts)  # fmt: skip
             parts = cap_parts(parts, self.max_parts, self.part_chars, split_mrkdwn)
-        posted = await self._posted_parts(reply) if reply.attempt > 1 else {}
+        posted = await self.posted_parts(reply) if reply.attempt > 1 else {}
         ids: list[str] = []
         for index, text in enumerate(parts):
             if index in posted:
                 ids.append(posted[index])
                 continue
             reply.fence.check()  # a delivery whose claim was taken stops before its next part
+            if index == 0 and first is not None:
+                ids.append(await first(text))
+                await reply.fence.posted(index, ids[-1])
+                continue
             try:
                 response = await self.client.chat_postMessage(
                     channel=channel,
@@ -140,7 +148,7 @@ class Outbound:
         await self._clear_indicator(reply.key, reply.reply_to_message_id)
         return ids
 
-    async def _posted_parts(self, reply: Reply) -> dict[int, str]:
+    async def posted_parts(self, reply: Reply) -> dict[int, str]:
         """Parts of this reply already in the conversation, found by their metadata."""
         channel, thread = reply.key.channel, reply.key.thread
         oldest = split_message_id(reply.reply_to_message_id or "")[1] or "0"

@@ -21,8 +21,9 @@ Rules (DESIGN.md §3), which this file keeps and nothing else changes:
 
 A `Burst` (burst.py) is what a worker collected under its lease; it builds the final check and the
 replies. Kept out of the transitions: the cost guards (`GuardStep`, gate.py: ask before a model
-call, count tokens after it), the thinking indicator (indicator.py) and the named events for
-metrics and tests (signals.py).
+call, count tokens after it), the streamed draft (streaming.py: shown while the model writes,
+handed to the reply by the commit), the thinking indicator (indicator.py) and the named events
+(signals.py).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from bot.core.store import (
     Lease,
     Store,
 )
+from bot.core.streaming import Drafts
 from bot.core.supervisor import Supervision, Supervisor
 from bot.model.prompt import PromptStep
 from bot.model.replier import Replier, Usage
@@ -95,6 +97,7 @@ class Engine:
         self.supervisor = Supervisor(store, clock, settings)
         files = AttachmentLoader(store, served, settings.attachments, clock)
         self.prompts = PromptStep(lambda: self.settings, files)
+        self.drafts = Drafts(store, clock, lambda: self.settings, served, self.outbox.waiting)
         self.sleeping_until = math.inf
         self._workers: dict[str, asyncio.Task[bool]] = {}
         self._committing: set[str] = set()  # workers committing or delivering an outcome
@@ -232,6 +235,7 @@ class Engine:
         """Every message of the burst was deleted: answered without a reply (skipped, logged)."""
         cid, now = burst.lease.conversation_id, burst.started_at
         self._committing.add(cid)
+        await self.drafts.discard(burst)
         done = await self.store.commit(cid, burst.final_check(now), now, burst.timing, None)
         if isinstance(done, Discarded):
             await self.store.release_lease(cid, burst.lease.token)
@@ -267,7 +271,9 @@ class Engine:
         self._emit("generating", conversation=cid, version=lease.version, burst=len(burst.messages))
         prompted = self.prompts.generate(self.replier, burst.key, history, burst.messages, usage)
         generation = asyncio.create_task(prompted)
-        outcome = await self.supervisor.watch(generation, lease, burst.deadline)
+        stream = self.drafts.follow(burst, usage, generation)  # G10: shown as it grows
+        outcome = await self.supervisor.watch(generation, lease, burst.deadline, stream.renewed)
+        await stream.stop(outcome)
         await self.guard.charge(burst.key, burst.messages, spent(usage), self.clock.now())
         if outcome is Supervision.SUPERSEDED:
             await self._record(burst, "superseded", usage)
@@ -299,10 +305,8 @@ class Engine:
             await self.store.release_lease(cid, lease.token)
             return
         await self._record(burst, "posted", usage)
-        latency = now - burst.messages[-1].created_at
-        self._emit(
-            "committed", conversation=cid, reply_id=row.id, version=lease.version, latency=latency
-        )
+        self._emit("committed", conversation=cid, reply_id=row.id, version=lease.version,
+                   latency=now - burst.messages[-1].created_at)  # fmt: skip
         await self.outbox.deliver_due(reply_id=row.id)
 
     # 7. model failures ----------------------------------------------------------------------------

@@ -132,6 +132,19 @@ class Unfenced:
 
 
 @dataclass(frozen=True, slots=True)
+class Draft:
+    """The message a conversation's generations stream into until a reply finishes it.
+
+    `key` is recorded before the first post and is that post's idempotency key (Slack metadata,
+    Discord nonce), so a post whose response was lost is found again; `message_id` is recorded
+    once known.
+    """
+
+    key: str
+    message_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Reply:
     """One outbox row handed to an adapter for posting.
 
@@ -147,3 +160,6 @@ class Reply:
     attempt: int = 1
     already_posted: tuple[str, ...] = field(default=())
     fence: DeliveryFence = field(default=Unfenced(), compare=False)
+    draft: Draft | None = None
+    """The streamed draft this reply finishes: its first part is an edit of that message (found
+    by `draft.key` if its id was never recorded), not a new post."""

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from bot.core.catch_up import ThreadBook
 from bot.core.errors import BurstbotError
-from bot.core.events import ConversationKey, Event, Reply
+from bot.core.events import ConversationKey, Draft, Event, Reply
 from bot.core.store import IngestResult
 
 
@@ -82,6 +82,36 @@ def frontend_health(frontend: Frontend) -> tuple[bool, str]:
         return True, "running"
     ok, state = method()
     return bool(ok), str(state)
+
+
+class DraftSurface(Protocol):
+    """Streaming, offered by a front end that can edit its messages (`frontend.drafts`).
+
+    A draft is one message per burst, shown while the model writes: posted once with the draft's
+    key as idempotency key, then edited. Partial text is rendered so that half-written markup
+    never shows broken (an unclosed code block is closed), and a draft shows at most one
+    message's worth: the reply that finishes it (`Reply.draft`) edits it to its first part and
+    posts the rest. Failures raise `DeliveryError`s, as `deliver` does.
+    """
+
+    async def post_draft(
+        self, key: ConversationKey, draft_key: str, text: str, reply_to: str | None, lost: bool
+    ) -> str:
+        """Post the draft; return its message id. `lost`: a post with this key may have landed
+        without its id being recorded: find that one (by its key) before posting."""
+        ...
+
+    async def edit_draft(self, key: ConversationKey, message_id: str, text: str) -> None: ...
+
+    async def delete_draft(self, key: ConversationKey, draft: Draft) -> None:
+        """Remove the draft (its burst was deleted); one already gone is no error."""
+        ...
+
+
+def drafts_of(frontend: Frontend) -> DraftSurface | None:
+    """The front end's streaming surface, if it offers one (`drafts`, None when turned off)."""
+    surface: DraftSurface | None = getattr(frontend, "drafts", None)
+    return surface
 
 
 async def stop_intake(frontend: Frontend) -> None:

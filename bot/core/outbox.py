@@ -153,6 +153,7 @@ class Outbox:
             attempt=row.attempts,
             already_posted=row.platform_message_ids,  # parts a failed attempt got out
             fence=fence,
+            draft=row.draft,
         )
         post = asyncio.ensure_future(self.frontends[row.platform].deliver(reply))
         self._posting[row.id] = post

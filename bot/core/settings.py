@@ -25,6 +25,9 @@ class EngineSettings:
     failure_message: str = "Sorry, I couldn't answer that just now."
     system_prompt: str = "You are a helpful assistant."
     max_context_tokens: int = 8000
+    streaming: bool = False  # `[streaming] enabled` (on by default there); needs a front end
+    # that can draft (see `bot.core.streaming`)
+    streaming_interval_seconds: float = 1.0
     channels: tuple[ChannelConfig, ...] = ()
     attachments: AttachmentsConfig = field(default_factory=AttachmentsConfig)
     model: str | None = None  # None: the replier's own
@@ -46,6 +49,8 @@ class EngineSettings:
             failure_message=config.llm.failure_message,
             system_prompt=config.llm.system_prompt,
             max_context_tokens=config.llm.max_context_tokens,
+            streaming=config.streaming.enabled,
+            streaming_interval_seconds=config.streaming.interval_seconds,
             channels=tuple(config.channels),
             attachments=config.attachments,
             model=config.llm.model,
@@ -80,3 +85,10 @@ class EngineSettings:
             return Voice(self.system_prompt, self.model, self.max_tokens)
         prompt = self.system_prompt if channel.system_prompt is None else channel.system_prompt
         return Voice(prompt, channel.model or self.model, channel.max_tokens or self.max_tokens)
+
+    def streams(self, key: ConversationKey) -> bool:
+        """Streaming for one conversation: its channel's `[[channels]]` override, else global."""
+        channel = self._channel(key)
+        if channel is None or channel.streaming is None:
+            return self.streaming
+        return channel.streaming

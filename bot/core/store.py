@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from bot.core.events import Attachment, IncomingMessage, MessageDeleted, MessageEdited
+from bot.core.events import Attachment, Draft, IncomingMessage, MessageDeleted, MessageEdited
 
 IngestStatus = Literal["accepted", "duplicate", "history", "unknown", "ignored"]
 """accepted: stored and the version bumped; duplicate: already stored; history: an edit or delete of
@@ -141,6 +141,12 @@ class OutboxRow:
     sent_at: float | None
     last_error: str | None
     claim_token: int = 0  # bumped by every claim: renewals and marks are fenced by it
+    draft_key: str | None = None  # the draft this reply finishes (its first part edits it)
+    draft_message_id: str | None = None  # None with a key: posted, but its id was never recorded
+
+    @property
+    def draft(self) -> Draft | None:
+        return None if self.draft_key is None else Draft(self.draft_key, self.draft_message_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +284,8 @@ class Store(Protocol):
         reply: NewReply | None,
     ) -> CommitOutcome:
         """One transaction: if `check` holds, answered_version=V and the lease released; then the
-        outbox row (None reply = answered without a reply) and the timer cleanup."""
+        outbox row (None reply = answered without a reply), which takes over the conversation's
+        draft, and the timer cleanup."""
         ...
 
     async def record_failure(self, conversation_id: str, token: int, retry_at: float) -> int | None:
@@ -325,6 +332,21 @@ class Store(Protocol):
     ) -> bool: ...
 
     async def mark_failed(self, reply_id: int, claim_token: int, error: str) -> bool: ...
+
+    # streaming: the conversation's draft (fenced by the lease token) -----------------------
+    async def draft(self, conversation_id: str) -> Draft | None:
+        """The draft a generation of this conversation streams into, if one was started."""
+        ...
+
+    async def record_draft(self, conversation_id: str, token: int, draft: Draft) -> bool:
+        """Start the draft (key only, before its first post) or record its message id; refused
+        (False) when the lease token no longer fences or another draft is recorded. A committed
+        reply takes the draft over (`commit`), leaving the conversation without one."""
+        ...
+
+    async def drop_draft(self, conversation_id: str, token: int, key: str) -> bool:
+        """Forget the draft (its message was deleted); fenced by the lease token."""
+        ...
 
     # inspection (tests, status, explain) -----------------------------------------------------
     async def conversation_state(self, conversation_id: str) -> ConversationState | None: ...

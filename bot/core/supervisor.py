@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+from collections.abc import Callable
 
 from bot.core.clock import Clock
 from bot.core.settings import EngineSettings
@@ -45,9 +46,14 @@ class Supervisor:
             bumped.set()
 
     async def watch(
-        self, generation: asyncio.Task[str], lease: Lease, deadline: float
+        self,
+        generation: asyncio.Task[str],
+        lease: Lease,
+        deadline: float,
+        on_renewed: Callable[[float], None] = lambda at: None,
     ) -> Supervision:
-        """Wait for the generation while renewing the lease and watching for newer input."""
+        """Wait for the generation while renewing the lease (`on_renewed` hears when each renewal
+        was asked) and watching for newer input."""
         cid, ttl = lease.conversation_id, self.settings.lease_ttl_seconds
         bumped = self._version_bumped.setdefault(cid, asyncio.Event())
         bumped.clear()
@@ -81,6 +87,7 @@ class Supervisor:
                         await _cancel(generation)
                         return Supervision.LEASE_LOST
                     next_renew = now + ttl / 3
+                    on_renewed(now)
             return Supervision.DONE
         finally:
             # Whatever ends the watch (cancellation, a store error), no stream runs on unwatched.

@@ -236,6 +236,7 @@ class ClaudeReplier:
                 elif event.type == "content_block_delta":
                     if event.delta.type == "text_delta":
                         parts.append(event.delta.text)
+                        usage.streamed.append(event.delta.text)
                         streamed_chars += len(event.delta.text)
                     elif event.delta.type == "thinking_delta":  # billed as output, not shown
                         streamed_chars += len(event.delta.thinking)

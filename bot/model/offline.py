@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 from bot.core.attachments import LoadedFile, human_size
 from bot.model.replier import Prompt, Usage
@@ -41,8 +42,9 @@ class OfflineReplier:
             f for m in prompt.burst for f in m.files
         ]
         usage.input_tokens += sum(f.tokens for f in files if f.content is not None)
-        for _ in text.split():
+        for word in re.findall(r"\S+\s*", text):  # one token a word, streamed as it comes
             if self.token_delay:
                 await asyncio.sleep(self.token_delay)
             usage.output_tokens += 1
+            usage.streamed.append(word)
         return text

@@ -8,7 +8,7 @@ Failures are raised as `RetryableReplierError` or `PermanentReplierError` (`bot/
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from bot.core.attachments import LoadedFile
@@ -67,13 +67,18 @@ class Prompt:
 
 @dataclass(slots=True)
 class Usage:
-    """Token counts, updated by the replier as the stream goes."""
+    """Token counts and the text so far, updated by the replier as the stream goes (the text is
+    what a streamed draft shows; a replier that does not add to it is simply not streamed)."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     model: str = ""  # the model that answered, as the replier knows it (usage reports)
+    streamed: list[str] = field(default_factory=list)
+
+    def text_so_far(self) -> str:
+        return "".join(self.streamed)
 
 
 class Replier(Protocol):

@@ -346,13 +346,12 @@ def _error(
     return web.json_response(body, status=status, headers=headers)
 
 
-async def _serve(port: int, reply: str | None) -> None:
+async def _serve(port: int, reply: str | None, delay: float) -> None:
     def log(request: RecordedRequest) -> None:
         print(f"request {len(server.requests)}: {json.dumps(request.last_user_text)}", flush=True)
 
     server = FakeAnthropic(on_request=log)
-    if reply is not None:
-        server.default_plan = Plan(text=reply)
+    server.default_plan = Plan(text=reply, delay=delay)
     await server.start(port)
     print(f"fake Messages API on {server.base_url}", flush=True)
     try:
@@ -365,9 +364,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--reply", help="fixed reply text (default: echo the last user turn)")
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds between words")
     args = parser.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(args.port, args.reply))
+        asyncio.run(_serve(args.port, args.reply, args.delay))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,11 @@ To try burstbot by hand against it: `python -m tests.fakes.slack_api --port 8766
 http://127.0.0.1:3000/slack/events --signing-secret S`. `POST /fake/say` (form: `channel`,
 `text`, optional `user`, `thread_ts`) is a person writing: the message lands in history and is
 sent once as a signed event, as Slack does (if nobody listens, the event is lost); `GET
-/fake/posts` lists what bots posted.
+/fake/posts` lists what bots posted (as the messages read now), and `GET /fake/calls` the
+`chat.*` calls bots made, in order (method, ts, text).
+
+Bots' messages can be updated (`chat.update`: the bot's own message, text within Slack's limit,
+metadata replaced when given) and deleted (`chat.delete`), as on Slack.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from slack_sdk.signature import SignatureVerifier
 TEAM = "T0001"
 BOT_USER = "UBOT"
 BOT_ID = "BBOT"
+MAX_TEXT_CHARS = 40_000  # Slack refuses longer text with msg_too_long
 
 
 @dataclass
@@ -93,6 +98,9 @@ class FakeSlackApi:
         self.reactions: set[tuple[str, str, str]] = set()
         self.reaction_log: list[tuple[str, str, str]] = []
         self.statuses: list[tuple[str, str, str]] = []
+        self.updates: list[tuple[str, str, float]] = []  # chat.update: ts, text, when (monotonic)
+        self.chat_log: list[dict[str, str]] = []  # chat.* calls that took effect: method, ts, text
+        self.deleted: list[str] = []
         self.failures: dict[str, list[Failure]] = {}
         self.holds: dict[str, asyncio.Event] = {}
         self.delays: dict[str, float] = {}
@@ -119,6 +127,7 @@ class FakeSlackApi:
         app.router.add_get("/files-pri/{team_file}/download/{name}", self._download)
         app.router.add_post("/fake/say", self._say)
         app.router.add_get("/fake/posts", self._posts)
+        app.router.add_get("/fake/calls", self._chat_calls)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", port)
@@ -208,6 +217,9 @@ class FakeSlackApi:
                  for m in self.posts()]  # fmt: skip
         return web.json_response(posts)
 
+    async def _chat_calls(self, request: web.Request) -> web.Response:
+        return web.json_response(self.chat_log)
+
     def posts(self, channel: str | None = None) -> list[PostedMessage]:
         return [m for m in self.messages if m.bot_id and (channel is None or m.channel == channel)]
 
@@ -260,6 +272,8 @@ class FakeSlackApi:
         return f"{self._last_ts:.6f}"
 
     def _chat_postMessage(self, args: dict[str, Any]) -> dict[str, Any]:
+        if len(str(args.get("text", ""))) > MAX_TEXT_CHARS:
+            return {"error": "msg_too_long"}
         metadata = args.get("metadata")
         if isinstance(metadata, str):
             metadata = json.loads(metadata)
@@ -268,7 +282,47 @@ class FakeSlackApi:
             str(args["channel"]), ts, str(args.get("text", "")), args.get("thread_ts"), metadata
         )
         self.messages.append(message)
+        self.chat_log.append({"method": "chat.postMessage", "ts": ts, "text": message.text})
         return {"channel": message.channel, "ts": ts, "message": message.as_api(True)}
+
+    def _own_message(self, args: dict[str, Any]) -> PostedMessage | dict[str, Any]:
+        """The bot's message at `channel`/`ts`, or the error Slack gives for it."""
+        found = [m for m in self.messages
+                 if m.channel == args.get("channel") and m.ts == args.get("ts")]  # fmt: skip
+        if not found:
+            return {"error": "message_not_found"}
+        if found[0].bot_id != BOT_ID:
+            return {"error": "cant_update_message"}
+        return found[0]
+
+    def _chat_update(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Slack's chat.update: the bot's own message, text within the limit; metadata replaced
+        when given (kept otherwise)."""
+        message = self._own_message(args)
+        if isinstance(message, dict):
+            return message
+        text = str(args.get("text", ""))
+        if len(text) > MAX_TEXT_CHARS:
+            return {"error": "msg_too_long"}
+        metadata = args.get("metadata")
+        if isinstance(metadata, str):
+            metadata = json.loads(metadata)
+        message.text = text
+        if metadata:
+            message.metadata = metadata
+        self.updates.append((message.ts, text, time.monotonic()))
+        self.chat_log.append({"method": "chat.update", "ts": message.ts, "text": text})
+        return {"channel": message.channel, "ts": message.ts, "text": text}
+
+    def _chat_delete(self, args: dict[str, Any]) -> dict[str, Any]:
+        message = self._own_message(args)
+        if isinstance(message, dict):
+            return message if message["error"] == "message_not_found" else {
+                "error": "cant_delete_message"}  # fmt: skip
+        self.messages.remove(message)
+        self.deleted.append(message.ts)
+        self.chat_log.append({"method": "chat.delete", "ts": message.ts, "text": ""})
+        return {"channel": message.channel, "ts": message.ts}
 
     def _conversations_replies(self, args: dict[str, Any]) -> dict[str, Any]:
         """A thread, oldest first (the parent, then the replies)."""

@@ -1,0 +1,355 @@
+"""Streaming (G10): one visible message per burst, edited as it grows, on a fake clock with a real
+SQLite store and a recording front end that counts every raw post (edits are not posts)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bot.config import ChannelConfig
+from bot.core.clock import FakeClock
+from bot.core.engine import Engine
+from bot.core.errors import PermanentReplierError, RetryableDeliveryError
+from bot.core.events import ConversationKey, MessageDeleted
+from bot.core.streaming import WAITING
+from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
+from storage.sqlite import SqliteStore
+from tests.conftest import KEY, make_engine, message
+
+INTERVAL = 1.0
+
+
+def streaming_engine(*args: Any, **overrides: Any) -> Engine:
+    return make_engine(*args, **{"streaming": True, **overrides})
+
+
+def streaming_frontend(clock: FakeClock, parts: int = 1) -> RecordingFrontend:
+    return RecordingFrontend(drafts=True, clock=clock, parts=parts)
+
+
+async def until(predicate: Callable[[], bool], within: float = 5.0) -> None:
+    """Bounded wait on the real loop for the store's thread and the tasks to catch up."""
+    async with asyncio.timeout(within):
+        while not predicate():  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+
+
+async def drafted(store: SqliteStore, frontend: RecordingFrontend, posts: int = 1) -> None:
+    """Wait until the draft is posted and its message id recorded."""
+    await until(lambda: len(frontend.posts) == posts)
+    async with asyncio.timeout(5.0):
+        while (draft := await store.draft(KEY.id)) is None or not draft.message_id:  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+
+
+async def answered(engine: Engine, clock: FakeClock) -> None:
+    """The generation ended: the final edit keeps the interval after the stream's last call."""
+    await clock.advance(INTERVAL)
+    await engine.idle()
+
+
+async def start_generation(engine: Engine, clock: FakeClock, replier: ScriptedReplier, n: int):  # type: ignore[no-untyped-def]
+    await clock.advance(1.5)
+    await engine.run_due()
+    return await replier.next_call(n)
+
+
+async def test_a_burst_streams_into_one_message_that_ends_as_the_answer(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    frontend = streaming_frontend(clock)
+    replier = ScriptedReplier(hold=True)
+    engine = streaming_engine(store, clock, replier, frontend)
+    for n, text in enumerate(["so", "about that", "plan?"]):
+        await engine.ingest(message(n, text))
+        await clock.advance(0.3)
+    call = await start_generation(engine, clock, replier, 0)
+    assert call.texts == ["so", "about that", "plan?"]
+    assert frontend.posts == []  # nothing shown before the model wrote anything
+    call.stream(2, "The plan")
+    await clock.advance(INTERVAL)
+    await drafted(store, frontend)
+    assert frontend.visible() == ["The plan"]
+    call.stream(3, " is simple:")
+    await clock.advance(INTERVAL)
+    await until(lambda: len(frontend.edits) == 1)
+    assert frontend.visible() == ["The plan is simple:"]
+    call.finish("The plan is simple: ship it.")
+    await answered(engine, clock)
+    assert frontend.visible() == ["The plan is simple: ship it."]
+    assert len(frontend.posts) == 1  # one raw post: the draft; the rest were edits
+    [row] = await store.replies(KEY.id)
+    assert row.state == "sent" and row.draft is not None
+    assert row.platform_message_ids == (frontend.posts[0].message_id,)
+    assert await store.draft(KEY.id) is None  # the next burst starts a draft of its own
+    await check_invariants(store, [KEY.id], frontend=frontend)
+
+
+async def test_edits_are_never_closer_than_the_interval(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    frontend = streaming_frontend(clock)
+    replier = ScriptedReplier(hold=True)
+    engine = streaming_engine(store, clock, replier, frontend, streaming_interval_seconds=INTERVAL)
+    await engine.ingest(message(1))
+    call = await start_generation(engine, clock, replier, 0)
+    for step in range(40):  # a token every 0.25 s for 10 s
+        call.stream(1, f"w{step} ")
+        await clock.advance(0.25)
+        await asyncio.sleep(0.01)
+    call.finish("done")
+    await answered(engine, clock)
+    times = [e.at for e in frontend.edits]
+    assert len(times) >= 5  # it did stream
+    assert all(later - earlier >= INTERVAL for earlier, later in itertools.pairwise(times))
+    assert frontend.visible() == ["done"] and len(frontend.posts) == 1
+
+
+async def test_a_supersede_mid_stream_ends_with_one_message_covering_both_bursts(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    frontend = streaming_frontend(clock)
+    replier = ScriptedReplier(hold=True)
+    engine = streaming_engine(store, clock, replier, frontend)
+    await engine.ingest(message(1, "what is"))
+    first = await start_generation(engine, clock, replier, 0)
+    first.stream(3, "It is a")
+    await clock.advance(INTERVAL)
+    await drafted(store, frontend)
+    await engine.ingest(message(2, "the time?"))  # typing again while it grows
+    await clock.advance(INTERVAL)  # the "still reading" edit waits for the interval
+    await until(lambda: frontend.visible() == [WAITING])
+    await engine.idle()
+    assert first.cancelled
+    [superseded] = await store.generations(KEY.id)
+    assert (superseded.outcome, superseded.usage.output_tokens) == ("superseded", 3)
+    second = await start_generation(engine, clock, replier, 1)
+    assert second.texts == ["what is", "the time?"]
+    second.stream(2, "It is noon")
+    await clock.advance(INTERVAL)
+    await until(lambda: frontend.visible() == ["It is noon"])
+    second.finish("It is noon, for both questions.")
+    await answered(engine, clock)
+    assert frontend.visible() == ["It is noon, for both questions."]
+    assert len(frontend.posts) == 1  # the same message all along
+    [row] = await store.replies(KEY.id)
+    assert (row.covers_from_version, row.covers_to_version) == (0, 2)
+    await check_invariants(store, [KEY.id], frontend=frontend)
+
+
+async def test_a_takeover_after_a_crash_mid_stream_edits_the_same_message(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    path = str(tmp_path / "bot.db")
+    doomed_store, survivor_store = SqliteStore(path), SqliteStore(path)
+    await doomed_store.open()
+    await survivor_store.open()
+    frontend = streaming_frontend(clock)
+    replier = ScriptedReplier(hold=True)
+    doomed = streaming_engine(doomed_store, clock, replier, frontend, owner="a")
+    await doomed.ingest(message(1, "hello"))
+    call = await start_generation(doomed, clock, replier, 0)
+    call.stream(2, "Hi the")
+    await clock.advance(INTERVAL)
+    await drafted(survivor_store, frontend)
+
+    async def killed(conversation_id: str, token: int) -> None:
+        return None  # kill -9: the process releases nothing
+
+    doomed_store.release_lease = killed  # type: ignore[method-assign]
+    for task in list(doomed._workers.values()):
+        task.cancel()
+    await asyncio.gather(*doomed._workers.values(), return_exceptions=True)
+
+    survivor_replier = ScriptedReplier(hold=True)
+    survivor = streaming_engine(survivor_store, clock, survivor_replier, frontend, owner="b")
+    await clock.advance(31.0)  # the lease expires; its timer fires for the takeover
+    await survivor.run_due()
+    again = await survivor_replier.next_call(0)
+    again.stream(2, "Hi there")
+    await clock.advance(INTERVAL)
+    await until(lambda: frontend.visible() == ["Hi there"])
+    again.finish("Hi there, welcome.")
+    await answered(survivor, clock)
+    assert frontend.visible() == ["Hi there, welcome."]
+    assert len(frontend.posts) == 1
+    await check_invariants(survivor_store, [KEY.id], frontend=frontend)
+    await doomed_store.close()
+    await survivor_store.close()
+
+
+class LostResponse(RecordingFrontend):
+    """The draft's post lands, but its response never comes back (a crash, a cut connection)."""
+
+    async def post_draft(
+        self, key: ConversationKey, draft_key: str, text: str, reply_to: str | None, lost: bool
+    ) -> str:
+        await super().post_draft(key, draft_key, text, reply_to, lost)
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+async def test_a_draft_posted_but_never_recorded_is_found_by_its_key(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    path = str(tmp_path / "bot.db")
+    doomed_store, survivor_store = SqliteStore(path), SqliteStore(path)
+    await doomed_store.open()
+    await survivor_store.open()
+    frontend = streaming_frontend(clock)
+    lossy = LostResponse(drafts=True, clock=clock)
+    lossy.posts = frontend.posts  # one platform, two connections to it
+    replier = ScriptedReplier(hold=True)
+    doomed = streaming_engine(doomed_store, clock, replier, lossy, owner="a")
+    await doomed.ingest(message(1, "hello"))
+    call = await start_generation(doomed, clock, replier, 0)
+    call.stream(2, "Hi")
+    await clock.advance(INTERVAL)
+    await until(lambda: len(frontend.posts) == 1)
+    draft = await survivor_store.draft(KEY.id)
+    assert draft is not None and draft.message_id is None  # recorded before the post, no id
+
+    async def killed(conversation_id: str, token: int) -> None:
+        return None
+
+    doomed_store.release_lease = killed  # type: ignore[method-assign]
+    for task in list(doomed._workers.values()):
+        task.cancel()
+    await asyncio.gather(*doomed._workers.values(), return_exceptions=True)
+
+    survivor = streaming_engine(survivor_store, clock, ScriptedReplier(), frontend, owner="b")
+    await clock.advance(31.0)
+    await survivor.run_due()
+    await survivor.idle()
+    assert len(frontend.posts) == 1  # found by its key, not posted again
+    assert frontend.visible() == ["reply to: hello"]
+    await check_invariants(survivor_store, [KEY.id], frontend=frontend)
+    await doomed_store.close()
+    await survivor_store.close()
+
+
+async def test_a_permanent_model_failure_edits_the_draft_to_the_failure_message(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    frontend = streaming_frontend(clock)
+    replier = ScriptedReplier(hold=True)
+    engine = streaming_engine(store, clock, replier, frontend)
+    await engine.ingest(message(1))
+    call = await start_generation(engine, clock, replier, 0)
+    call.stream(2, "Half an ans")
+    await clock.advance(INTERVAL)
+    await drafted(store, frontend)
+    call.fail(PermanentReplierError("refused"))
+    await answered(engine, clock)
+    assert frontend.visible() == ["sorry, try again"]
+    assert len(frontend.posts) == 1
+    await check_invariants(store, [KEY.id], frontend=frontend)
+
+
+async def test_a_burst_entirely_deleted_deletes_its_draft(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    frontend = streaming_frontend(clock)
+    replier = ScriptedReplier(hold=True)
+    engine = streaming_engine(store, clock, replier, frontend)
+    await engine.ingest(message(1))
+    call = await start_generation(engine, clock, replier, 0)
+    call.stream(2, "Let me")
+    await clock.advance(INTERVAL)
+    await drafted(store, frontend)
+    await engine.ingest(MessageDeleted(KEY, "m1"))
+    await clock.advance(INTERVAL)
+    await engine.idle()
+    await clock.advance(1.5)
+    await engine.run_due()
+    await engine.idle()
+    assert frontend.visible() == []
+    assert frontend.deleted == {frontend.posts[0].message_id}
+    assert await store.draft(KEY.id) is None
+    assert await store.replies(KEY.id) == []
+    assert len(replier.calls) == 1
+    await check_invariants(store, [KEY.id], frontend=frontend)
+
+
+async def test_a_long_answer_ends_as_the_draft_plus_follow_up_parts(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    frontend = streaming_frontend(clock, parts=3)
+    replier = ScriptedReplier(hold=True)
+    engine = streaming_engine(store, clock, replier, frontend)
+    await engine.ingest(message(1))
+    call = await start_generation(engine, clock, replier, 0)
+    call.stream(2, "a" * 40)
+    await clock.advance(INTERVAL)
+    await drafted(store, frontend)
+    call.finish("a" * 30 + "b" * 30 + "c" * 30)
+    await answered(engine, clock)
+    assert frontend.visible() == ["a" * 30, "b" * 30, "c" * 30]
+    assert [p.part for p in frontend.posts] == [0, 1, 2]
+    await check_invariants(store, [KEY.id], frontend=frontend)
+
+
+async def test_a_rate_limited_edit_waits_out_its_retry_after(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    frontend = streaming_frontend(clock)
+    frontend.edit_failures = [RetryableDeliveryError("429", retry_after=3.0)]
+    replier = ScriptedReplier(hold=True)
+    engine = streaming_engine(store, clock, replier, frontend)
+    await engine.ingest(message(1))
+    call = await start_generation(engine, clock, replier, 0)
+    call.stream(1, "One")
+    await clock.advance(INTERVAL)
+    await drafted(store, frontend)
+    call.stream(1, " two")
+    await clock.advance(INTERVAL)  # this edit is rate limited for 3 s
+    await until(lambda: frontend.edit_failures == [])
+    call.stream(1, " three")
+    await clock.advance(INTERVAL)
+    await asyncio.sleep(0.05)
+    assert frontend.edits == []  # still waiting out the Retry-After
+    await clock.advance(2.0)
+    await until(lambda: frontend.visible() == ["One two three"])
+    call.finish("One two three four.")
+    await answered(engine, clock)
+    assert frontend.visible() == ["One two three four."]
+    await check_invariants(store, [KEY.id], frontend=frontend)
+
+
+async def test_streaming_off_posts_the_answer_once_complete(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    frontend = streaming_frontend(clock)
+    replier = ScriptedReplier(hold=True)
+    engine = streaming_engine(store, clock, replier, frontend, streaming=False)
+    await engine.ingest(message(1))
+    call = await start_generation(engine, clock, replier, 0)
+    call.stream(2, "partial")
+    for _ in range(3):
+        await clock.advance(INTERVAL)
+        await asyncio.sleep(0.01)
+    assert frontend.posts == []
+    call.finish("whole")
+    await answered(engine, clock)
+    assert frontend.visible() == ["whole"] and frontend.edits == []
+    assert (await store.replies(KEY.id))[0].draft is None
+
+
+async def test_a_channel_can_turn_streaming_off(store: SqliteStore, clock: FakeClock) -> None:
+    frontend = streaming_frontend(clock)
+    replier = ScriptedReplier(hold=True)
+    quiet = ChannelConfig(platform=KEY.platform, channel=KEY.channel, streaming=False)
+    engine = streaming_engine(store, clock, replier, frontend, channels=(quiet,))
+    await engine.ingest(message(1))
+    call = await start_generation(engine, clock, replier, 0)
+    call.stream(2, "partial")
+    for _ in range(3):
+        await clock.advance(INTERVAL)
+        await asyncio.sleep(0.01)
+    assert frontend.posts == []
+    call.finish("whole")
+    await engine.idle()
+    assert frontend.visible() == ["whole"]
