@@ -31,6 +31,15 @@ class Profile:
     stored_conversations: int
     armed_timers: int
     firing: tuple[tuple[int, float], ...]  # runs of (timers falling due, over seconds)
+    # 5. Slack HTTP flood (burstbot processes vs a bare Bolt app)
+    flood_senders: int = 32
+    flood_messages_per_sender: int = 64
+    flood_conversations_per_sender: int = 8
+    flood_quiet_seconds: float = 1.5
+    flood_model_words: int = 20
+    flood_model_delay: float = 0.02
+    flood_runs: int = 3
+    flood_workers: tuple[int, ...] = (1,)
     start_spread_seconds: float = 1.0  # people start typing at random times within this
     settle_timeout_seconds: float = 120.0
 
@@ -79,6 +88,13 @@ QUICK = Profile(
     stored_conversations=2_000,
     armed_timers=200,
     firing=((20, 0.5),),
+    flood_senders=4,
+    flood_messages_per_sender=6,
+    flood_conversations_per_sender=2,
+    flood_quiet_seconds=0.3,
+    flood_model_words=3,
+    flood_model_delay=0.0,
+    flood_runs=1,
     start_spread_seconds=0.1,
     settle_timeout_seconds=30.0,
 )
