@@ -108,6 +108,7 @@ class EngineConfig(Section):
     busy_retry_seconds: float = Field(default=1.0, gt=0, le=HOUR)
     delivery_max_attempts: int = Field(default=8, ge=1, le=1000)
     delivery_backoff_seconds: float = Field(default=1.0, gt=0, le=HOUR)
+    indicator_delay_seconds: float = Field(default=1.0, ge=0, le=HOUR)
     owner: str = ""
 
 
