@@ -34,7 +34,11 @@ def machine() -> list[str]:
 
 
 async def run(
-    profile: Profile, db_dir: str | None, seed: int, only: frozenset[str] = frozenset()
+    profile: Profile,
+    db_dir: str | None,
+    seed: int,
+    only: frozenset[str] = frozenset(),
+    py_spy: str | None = None,
 ) -> Results:
     results = Results(profile, [])
     started = time.monotonic()
@@ -52,7 +56,7 @@ async def run(
             getattr(results, name).extend(await step())
         if not only or "flood" in only:
             print("running: flood ...", file=sys.stderr, flush=True)
-            flood = await run_flood(profile, directory)
+            flood = await run_flood(profile, directory, py_spy)
             results.flood, results.indicator = flood.floods, flood.indicator
     results.seconds = time.monotonic() - started
     results.machine = machine()
@@ -81,6 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timers", type=int, default=0, help="armed timers of the scale runs (default: profile's)"
     )
+    parser.add_argument(
+        "--py-spy",
+        metavar="DIR",
+        help="profile the flood's burstbot process with py-spy (pip install py-spy): collapsed "
+        "stacks to DIR/flood-N.txt",
+    )
     args = parser.parse_args(argv)
     profile = QUICK if args.quick else FULL
     if args.runs:
@@ -92,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown workload(s): {', '.join(sorted(unknown))}")
     scratch = args.quick or bool(only)
     out = Path(args.out or (tempfile.mkdtemp(prefix="burstbot-report-") if scratch else "docs"))
-    results = asyncio.run(run(profile, args.db_dir, args.seed, only))
+    results = asyncio.run(run(profile, args.db_dir, args.seed, only, args.py_spy))
     print(text(results))
     out.mkdir(parents=True, exist_ok=True)
     plot(results, out / "benchmarks.png")

@@ -216,18 +216,23 @@ thinking_indicator = "reaction"
 
 
 @contextlib.asynccontextmanager
-async def burstbot(config: str, port: int, workers: int) -> AsyncIterator[None]:
+async def burstbot(
+    config: str, port: int, workers: int, py_spy: str | None = None
+) -> AsyncIterator[None]:
+    """`burstbot run`; with `py_spy` (a file), under `py-spy record` writing collapsed stacks."""
     env = _env(
         SLACK_BOT_TOKEN=BOT_TOKEN,
         SLACK_SIGNING_SECRET=SIGNING_SECRET,
         BURSTBOT_FLOOD_MODEL_KEY=MODEL_KEY,
     )
-    args = ["-m", "bot", "run", "--config", config]
+    args = [sys.executable, "-m", "bot", "run", "--config", config]
     if workers > 1:
         args += ["--workers", str(workers)]
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, *args, env=env, cwd=os.path.dirname(config)
-    )
+    if py_spy:
+        spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
+        args = [spy, "record", "--nonblocking", "--subprocesses", "-r", "200", "-f", "raw",
+                "-o", py_spy, "--", *args]  # fmt: skip
+    process = await asyncio.create_subprocess_exec(*args, env=env, cwd=os.path.dirname(config))
     try:
         await _listening(port, process)
         yield
@@ -290,7 +295,9 @@ async def _settle(session: aiohttp.ClientSession, control: str, bursts: int, wit
         await asyncio.sleep(0.2)
 
 
-async def run_flood(profile: Profile, directory: str) -> FloodResults:
+async def run_flood(
+    profile: Profile, directory: str, py_spy_dir: str | None = None
+) -> FloodResults:
     results = FloodResults([], [])
     bursts = 2 * profile.flood_senders * profile.flood_conversations_per_sender
     peers = ["-m", "benchmarks.flood_peers"]
@@ -306,7 +313,8 @@ async def run_flood(profile: Profile, directory: str) -> FloodResults:
             name = f"flood-{workers}"
             config = write_config(directory, name, fakes, port, profile.flood_quiet_seconds)
             bot_url = f"http://127.0.0.1:{port}/slack/events"
-            async with burstbot(config, port, workers):
+            spy = os.path.join(py_spy_dir, f"{name}.txt") if py_spy_dir else None
+            async with burstbot(config, port, workers, spy):
                 for run in range(1, profile.flood_runs + 1):
                     tag = f"W{workers}R{run}"
                     order = ["bare", "burstbot"] if run % 2 else ["burstbot", "bare"]
