@@ -24,6 +24,8 @@ from typing import Any
 
 from aiohttp import web
 
+from bot.cli.serve import run_event_loop
+
 SIGNING_SECRET = "flood-signing-secret"
 BOT_TOKEN = "xoxb-flood"
 MODEL_KEY = "flood-model-key"
@@ -96,7 +98,7 @@ def main() -> None:
     if args.what == "fakes":
         asyncio.run(serve_fakes(args.model_delay, args.model_words))
     else:
-        asyncio.run(serve_bare(args.port, args.api))
+        run_event_loop(serve_bare(args.port, args.api))  # the loop `burstbot run` uses
     sys.exit(0)
 
 

@@ -142,6 +142,7 @@ class SlackConfig(Section):
     http_host: str = "127.0.0.1"
     http_port: int = Field(default=3000, ge=0, le=65535)
     http_path: str = "/slack/events"
+    http_reuse_port: bool = False
     listen_channels: list[str] = Field(default_factory=list)
     thinking_indicator: Literal["auto", "reaction", "off"] = "auto"
     thinking_reaction: str = Field(default="hourglass_flowing_sand", min_length=1)
