@@ -24,6 +24,7 @@ import hashlib
 import hmac
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -219,7 +220,7 @@ thinking_indicator = "reaction"
 async def burstbot(
     config: str, port: int, workers: int, py_spy: str | None = None
 ) -> AsyncIterator[None]:
-    """`burstbot run`; with `py_spy` (a file), under `py-spy record` writing collapsed stacks."""
+    """`burstbot run`; with `py_spy` (a file), `py-spy record` writes its collapsed stacks there."""
     env = _env(
         SLACK_BOT_TOKEN=BOT_TOKEN,
         SLACK_SIGNING_SECRET=SIGNING_SECRET,
@@ -228,22 +229,33 @@ async def burstbot(
     args = [sys.executable, "-m", "bot", "run", "--config", config]
     if workers > 1:
         args += ["--workers", str(workers)]
-    if py_spy:
-        spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
-        args = [spy, "record", "--nonblocking", "--subprocesses", "-r", "200", "-f", "raw",
-                "-o", py_spy, "--", *args]  # fmt: skip
     process = await asyncio.create_subprocess_exec(*args, env=env, cwd=os.path.dirname(config))
+    spy = None
     try:
         await _listening(port, process)
+        if py_spy:
+            tool = os.path.join(os.path.dirname(sys.executable), "py-spy")
+            spy = await asyncio.create_subprocess_exec(
+                tool, "record", "--pid", str(process.pid), "--subprocesses", "--nonblocking",
+                "--rate", "200", "--format", "raw", "--output", py_spy,
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
         yield
     finally:
-        if process.returncode is None:
-            process.terminate()
-            try:
-                await asyncio.wait_for(process.wait(), 30)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        if spy is not None and spy.returncode is None:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its file on Ctrl-C
+            await spy.wait()
+        await _stop(process)
+
+
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
+        process.terminate()
+        try:
+            await asyncio.wait_for(process.wait(), 30)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
 
 
 async def _listening(port: int, process: asyncio.subprocess.Process) -> None:
@@ -286,6 +298,16 @@ async def _two_floods(
     return rows
 
 
+async def _started(session: aiohttp.ClientSession, control: str, workers: int) -> None:
+    """Each burstbot process checks its token (`auth.test`) before it listens: wait for all."""
+    deadline = time.monotonic() + 60
+    while (await _control(session, f"{control}/counts"))["methods"].get("auth.test", 0) < workers:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{workers} burstbot processes did not all start within 60 s")
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(0.5)  # from the token check to listening
+
+
 async def _settle(session: aiohttp.ClientSession, control: str, bursts: int, within: float) -> Any:
     deadline = time.monotonic() + within
     while True:
@@ -315,6 +337,7 @@ async def run_flood(
             bot_url = f"http://127.0.0.1:{port}/slack/events"
             spy = os.path.join(py_spy_dir, f"{name}.txt") if py_spy_dir else None
             async with burstbot(config, port, workers, spy):
+                await _started(session, fakes["control"], workers)
                 for run in range(1, profile.flood_runs + 1):
                     tag = f"W{workers}R{run}"
                     order = ["bare", "burstbot"] if run % 2 else ["burstbot", "bare"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -9,7 +10,7 @@ from benchmarks.bursts import BurstRow
 from benchmarks.flood import FloodRow, IndicatorRow
 from benchmarks.ingest import IngestRow
 from benchmarks.profiles import Profile
-from benchmarks.scale import ScaleRow
+from benchmarks.scale import LATE_P99_GOAL_MS, ScaleRow, highest_rate_within_goal
 
 
 @dataclass
@@ -229,8 +230,7 @@ def _flood_row(bot: FloodRow, bare: FloodRow) -> tuple[str, ...]:
 
 
 def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2] if ordered else 0.0
+    return statistics.median(values) if values else 0.0
 
 
 def _flood_targets(results: Results) -> list[Target]:
@@ -320,6 +320,16 @@ def targets(results: Results) -> list[Target]:
             )
         )
     if results.scale:
+        best = highest_rate_within_goal(results.scale)
+        found.append(
+            Target(
+                f"highest due rate with timer -> model p99 <= {LATE_P99_GOAL_MS:.0f} ms, "
+                f"{results.scale[0].armed_timers:,} armed timers, one process on SQLite",
+                ">= 500 / s",
+                f"{best:.0f} / s",
+                best >= 500,
+            )
+        )
         rss = max(r.peak_rss_mb for r in results.scale)
         found.append(
             Target("peak RSS of a burstbot process", "<= 150 MB", f"{rss:.0f} MB", rss <= 150.0)

@@ -54,5 +54,5 @@ def test_quick_run_writes_a_report_with_every_row(tmp_path: Path) -> None:
     assert len(indicator) == len(QUICK.flood_workers) * QUICK.flood_runs
     assert all(int(r[3]) >= int(r[2]) for r in indicator)  # every burst was answered
     targets = rows(report, "Targets")
-    assert len(targets) == 6 + 2 * len(QUICK.flood_workers) + 1
+    assert len(targets) == 7 + 2 * len(QUICK.flood_workers) + 1
     assert all(r[3] in ("yes", "**no**") for r in targets)
