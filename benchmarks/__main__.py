@@ -106,7 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     print(text(results))
     out.mkdir(parents=True, exist_ok=True)
     plot(results, out / "benchmarks.png")
-    (out / "benchmarks.md").write_text(markdown(results, preamble(profile), "benchmarks.png"))
+    closing = (Path(__file__).parent / "closing.md").read_text(encoding="utf-8")
+    report = markdown(results, preamble(profile), "benchmarks.png") + "\n" + closing
+    (out / "benchmarks.md").write_text(report)
     print(f"\nreport: {out / 'benchmarks.md'}")
     return 0
 

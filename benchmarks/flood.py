@@ -46,6 +46,7 @@ INDICATOR_METHODS = ("reactions.add", "reactions.remove", "assistant.threads.set
 class FloodRow:
     system: str
     workers: int  # burstbot processes; 0 for the bare app
+    beside: int  # burstbot processes of the pass this row was measured in (the pairing key)
     run: int
     phase: str  # "idle" or "while answering"
     events: int
@@ -66,6 +67,7 @@ class IndicatorRow:
     bursts: int
     replies: int
     calls: dict[str, int]
+    left_on: int  # reactions still on a message once every burst was answered (and checked)
 
     @property
     def per_burst(self) -> float:
@@ -281,7 +283,7 @@ async def _control(session: aiohttp.ClientSession, url: str, post: bool = False)
 
 # one run ----------------------------------------------------------------------------------------
 async def _two_floods(
-    system: str, workers: int, run: int, url: str, tag: str, profile: Profile
+    system: str, workers: int, beside: int, run: int, url: str, tag: str, profile: Profile
 ) -> list[FloodRow]:
     rows = []
     for phase in ("idle", "while answering"):
@@ -291,7 +293,9 @@ async def _two_floods(
         )  # fmt: skip
         seconds, latencies, failed = await flood(url, bodies)
         p50, p99 = _percentile(latencies, 0.50), _percentile(latencies, 0.99)
-        row = FloodRow(system, workers, run, phase, len(latencies), seconds, p50, p99, failed)
+        row = FloodRow(
+            system, workers, beside, run, phase, len(latencies), seconds, p50, p99, failed
+        )
         rows.append(row)
         if phase == "idle":
             await asyncio.sleep(profile.flood_quiet_seconds + 0.3)  # the bursts close
@@ -309,10 +313,13 @@ async def _started(session: aiohttp.ClientSession, control: str, workers: int) -
 
 
 async def _settle(session: aiohttp.ClientSession, control: str, bursts: int, within: float) -> Any:
+    """Until every burst is answered and no indicator is left on (another process's indicator
+    goes off at its next check, some seconds after the reply)."""
     deadline = time.monotonic() + within
     while True:
         counts = await _control(session, f"{control}/counts")
-        if counts["posts"] >= bursts or time.monotonic() > deadline:
+        done = counts["posts"] >= bursts and counts["reactions_left"] == 0
+        if done or time.monotonic() > deadline:
             return counts
         await asyncio.sleep(0.2)
 
@@ -345,17 +352,18 @@ async def run_flood(
                         await _control(session, f"{fakes['control']}/forget", post=True)
                         if system == "bare":
                             results.floods += await _two_floods(
-                                "bare Bolt", 0, run, bare_url, f"B{tag}", profile
+                                "bare Bolt", 0, workers, run, bare_url, f"B{tag}", profile
                             )
                             continue
                         results.floods += await _two_floods(
-                            "burstbot", workers, run, bot_url, tag, profile
+                            "burstbot", workers, workers, run, bot_url, tag, profile
                         )
                         counts = await _settle(
                             session, fakes["control"], bursts, profile.settle_timeout_seconds
                         )
                         calls = {m: int(counts["methods"].get(m, 0)) for m in INDICATOR_METHODS}
+                        posts, left = int(counts["posts"]), int(counts["reactions_left"])
                         results.indicator.append(
-                            IndicatorRow(workers, run, bursts, int(counts["posts"]), calls)
+                            IndicatorRow(workers, run, bursts, posts, calls, left)
                         )
     return results

@@ -43,7 +43,13 @@ async def serve_fakes(model_delay: float, model_words: int) -> None:
 
     async def counts(request: web.Request) -> web.Response:
         methods = collections.Counter(name for name, _ in slack.calls)
-        return web.json_response({"methods": dict(methods), "posts": len(slack.posts())})
+        return web.json_response(
+            {
+                "methods": dict(methods),
+                "posts": len(slack.posts()),
+                "reactions_left": len(slack.reactions),
+            }
+        )
 
     async def forget(request: web.Request) -> web.Response:
         """Between runs: drop what was recorded so memory and counts start from zero."""

@@ -184,6 +184,7 @@ def tables(results: Results) -> list[Table]:
                 "reactions.remove",
                 "assistant status",
                 "indicator calls / burst",
+                "left on at the end",
             ),
             [
                 (
@@ -195,6 +196,7 @@ def tables(results: Results) -> list[Table]:
                     str(r.calls.get("reactions.remove", 0)),
                     str(r.calls.get("assistant.threads.setStatus", 0)),
                     f"{r.per_burst:.2f}",
+                    str(r.left_on),
                 )
                 for r in results.indicator
             ],
@@ -205,11 +207,9 @@ def tables(results: Results) -> list[Table]:
 
 def flood_pairs(rows: list[FloodRow]) -> list[tuple[FloodRow, FloodRow]]:
     """Each burstbot flood with the bare app's flood of the same run and phase."""
-    bare = {(r.run, r.phase, r.events): r for r in rows if r.workers == 0}
+    bare = {(r.beside, r.run, r.phase): r for r in rows if r.workers == 0}
     return [
-        (r, bare[(r.run, r.phase, r.events)])
-        for r in rows
-        if r.workers and (r.run, r.phase, r.events) in bare
+        (r, bare[(r.beside, r.run, r.phase)]) for r in rows if (r.workers, r.run, r.phase) in bare
     ]
 
 
