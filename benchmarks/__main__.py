@@ -10,13 +10,17 @@ import sqlite3
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.bursts import run_bursts, run_typing
+from benchmarks.flood import run_flood
 from benchmarks.ingest import run_ingest
 from benchmarks.profiles import FULL, QUICK, Profile
 from benchmarks.report import Results, markdown, plot, text
 from benchmarks.scale import run_scale
+
+WORKLOADS = ("bursts", "typing", "ingest", "scale", "flood")
 
 
 def machine() -> list[str]:
@@ -29,26 +33,31 @@ def machine() -> list[str]:
     ]
 
 
-async def run(profile: Profile, db_dir: str | None, seed: int) -> Results:
+async def run(
+    profile: Profile,
+    db_dir: str | None,
+    seed: int,
+    only: frozenset[str] = frozenset(),
+    py_spy: str | None = None,
+) -> Results:
     results = Results(profile, [])
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="burstbot-bench-", dir=db_dir) as directory:
         steps = (
             ("bursts", lambda: run_bursts(profile, directory, seed)),
-            ("typing during generation", lambda: run_typing(profile, directory, seed)),
-            ("ingest flood", lambda: run_ingest(profile, directory)),
+            ("typing", lambda: run_typing(profile, directory, seed)),
+            ("ingest", lambda: run_ingest(profile, directory)),
             ("scale", lambda: run_scale(profile, directory)),
         )
         for name, step in steps:
+            if only and name not in only:
+                continue
             print(f"running: {name} ...", file=sys.stderr, flush=True)
-            rows = await step()
-            attribute = {
-                "bursts": "bursts",
-                "typing during generation": "typing",
-                "ingest flood": "ingest",
-                "scale": "scale",
-            }[name]
-            getattr(results, attribute).extend(rows)
+            getattr(results, name).extend(await step())
+        if not only or "flood" in only:
+            print("running: flood ...", file=sys.stderr, flush=True)
+            flood = await run_flood(profile, directory, py_spy)
+            results.flood, results.indicator = flood.floods, flood.indicator
     results.seconds = time.monotonic() - started
     results.machine = machine()
     return results
@@ -66,14 +75,40 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--db-dir", help="where the databases go (default: the system temp dir)")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--only",
+        default="",
+        help=f"comma-separated workloads of {', '.join(WORKLOADS)} (default: all; the report "
+        "then goes to a temp dir unless --out is given)",
+    )
+    parser.add_argument("--runs", type=int, default=0, help="flood runs (default: the profile's)")
+    parser.add_argument(
+        "--timers", type=int, default=0, help="armed timers of the scale runs (default: profile's)"
+    )
+    parser.add_argument(
+        "--py-spy",
+        metavar="DIR",
+        help="profile the flood's burstbot process with py-spy (pip install py-spy): collapsed "
+        "stacks to DIR/flood-N.txt",
+    )
     args = parser.parse_args(argv)
     profile = QUICK if args.quick else FULL
-    out = Path(args.out or (tempfile.mkdtemp(prefix="burstbot-report-") if args.quick else "docs"))
-    results = asyncio.run(run(profile, args.db_dir, args.seed))
+    if args.runs:
+        profile = replace(profile, flood_runs=args.runs)
+    if args.timers:
+        profile = replace(profile, armed_timers=args.timers)
+    only = frozenset(w for w in args.only.split(",") if w)
+    if unknown := only - set(WORKLOADS):
+        parser.error(f"unknown workload(s): {', '.join(sorted(unknown))}")
+    scratch = args.quick or bool(only)
+    out = Path(args.out or (tempfile.mkdtemp(prefix="burstbot-report-") if scratch else "docs"))
+    results = asyncio.run(run(profile, args.db_dir, args.seed, only, args.py_spy))
     print(text(results))
     out.mkdir(parents=True, exist_ok=True)
     plot(results, out / "benchmarks.png")
-    (out / "benchmarks.md").write_text(markdown(results, preamble(profile), "benchmarks.png"))
+    closing = (Path(__file__).parent / "closing.md").read_text(encoding="utf-8")
+    report = markdown(results, preamble(profile), "benchmarks.png") + "\n" + closing
+    (out / "benchmarks.md").write_text(report)
     print(f"\nreport: {out / 'benchmarks.md'}")
     return 0
 

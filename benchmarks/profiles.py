@@ -30,7 +30,16 @@ class Profile:
     # 4. scale
     stored_conversations: int
     armed_timers: int
-    firing: tuple[tuple[int, float], ...]  # runs of (timers falling due, over seconds)
+    firing: tuple[tuple[int, float], ...]  # runs of (timers falling due, over seconds), slow first
+    # 5. Slack HTTP flood (burstbot processes vs a bare Bolt app)
+    flood_senders: int = 32
+    flood_messages_per_sender: int = 64
+    flood_conversations_per_sender: int = 8
+    flood_quiet_seconds: float = 1.5
+    flood_model_words: int = 20
+    flood_model_delay: float = 0.02
+    flood_runs: int = 3
+    flood_workers: tuple[int, ...] = (1, 2)
     start_spread_seconds: float = 1.0  # people start typing at random times within this
     settle_timeout_seconds: float = 120.0
 
@@ -54,8 +63,8 @@ FULL = Profile(
     senders=100,
     messages_per_sender=100,
     stored_conversations=100_000,
-    armed_timers=10_000,
-    firing=((200, 10.0), (1_000, 10.0)),
+    armed_timers=100_000,
+    firing=tuple((rate * 4, 4.0) for rate in (100, 250, 500, 1_000, 2_000)),
 )
 
 QUICK = Profile(
@@ -79,6 +88,14 @@ QUICK = Profile(
     stored_conversations=2_000,
     armed_timers=200,
     firing=((20, 0.5),),
+    flood_senders=4,
+    flood_messages_per_sender=6,
+    flood_conversations_per_sender=2,
+    flood_quiet_seconds=0.3,
+    flood_model_words=3,
+    flood_model_delay=0.0,
+    flood_runs=1,
+    flood_workers=(1, 2),
     start_spread_seconds=0.1,
     settle_timeout_seconds=30.0,
 )

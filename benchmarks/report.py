@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.bursts import BurstRow
+from benchmarks.flood import FloodRow, IndicatorRow
 from benchmarks.ingest import IngestRow
 from benchmarks.profiles import Profile
-from benchmarks.scale import ScaleRow
+from benchmarks.scale import LATE_P99_GOAL_MS, ScaleRow, highest_rate_within_goal
 
 
 @dataclass
@@ -19,6 +21,8 @@ class Results:
     typing: list[BurstRow] = field(default_factory=list)
     ingest: list[IngestRow] = field(default_factory=list)
     scale: list[ScaleRow] = field(default_factory=list)
+    flood: list[FloodRow] = field(default_factory=list)
+    indicator: list[IndicatorRow] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -149,7 +153,122 @@ def tables(results: Results) -> list[Table]:
             ],
         )
     )
+    out.append(
+        Table(
+            "5. Slack HTTP flood (acks, each burstbot run beside the bare Bolt app's same run)",
+            (
+                "run",
+                "phase",
+                "burstbot processes",
+                "events",
+                "burstbot acks / s",
+                "bare Bolt acks / s",
+                "ratio",
+                "burstbot ack p50 / p99 ms",
+                "bare Bolt ack p50 / p99 ms",
+                "p99 ratio",
+                "failed",
+            ),
+            [_flood_row(bot, bare) for bot, bare in flood_pairs(results.flood)],
+        )
+    )
+    out.append(
+        Table(
+            "6. Thinking indicator (Slack calls per answered burst in the flood)",
+            (
+                "run",
+                "burstbot processes",
+                "bursts",
+                "replies",
+                "reactions.add",
+                "reactions.remove",
+                "assistant status",
+                "indicator calls / burst",
+                "left on at the end",
+            ),
+            [
+                (
+                    str(r.run),
+                    str(r.workers),
+                    str(r.bursts),
+                    str(r.replies),
+                    str(r.calls.get("reactions.add", 0)),
+                    str(r.calls.get("reactions.remove", 0)),
+                    str(r.calls.get("assistant.threads.setStatus", 0)),
+                    f"{r.per_burst:.2f}",
+                    str(r.left_on),
+                )
+                for r in results.indicator
+            ],
+        )
+    )
     return out
+
+
+def flood_pairs(rows: list[FloodRow]) -> list[tuple[FloodRow, FloodRow]]:
+    """Each burstbot flood with the bare app's flood of the same run and phase."""
+    bare = {(r.beside, r.run, r.phase): r for r in rows if r.workers == 0}
+    return [
+        (r, bare[(r.beside, r.run, r.phase)]) for r in rows if (r.workers, r.run, r.phase) in bare
+    ]
+
+
+def _flood_row(bot: FloodRow, bare: FloodRow) -> tuple[str, ...]:
+    return (
+        str(bot.run),
+        bot.phase,
+        str(bot.workers),
+        str(bot.events),
+        f"{bot.rate:.0f}",
+        f"{bare.rate:.0f}",
+        f"{bot.rate / bare.rate:.2f}x" if bare.rate else "n/a",
+        f"{bot.p50_ms:.1f} / {bot.p99_ms:.1f}",
+        f"{bare.p50_ms:.1f} / {bare.p99_ms:.1f}",
+        f"{bot.p99_ms / bare.p99_ms:.1f}x" if bare.p99_ms else "n/a",
+        str(bot.failed + bare.failed),
+    )
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
+def _flood_targets(results: Results) -> list[Target]:
+    found = []
+    pairs = flood_pairs(results.flood)
+    for workers in sorted({bot.workers for bot, _ in pairs}):
+        idle = [(b, bare) for b, bare in pairs if b.workers == workers and b.phase == "idle"]
+        rates = [b.rate / bare.rate for b, bare in idle if bare.rate]
+        tails = [b.p99_ms / bare.p99_ms for b, bare in idle if bare.p99_ms]
+        each = ", ".join(f"{x:.2f}" for x in rates)
+        found.append(
+            Target(
+                f"Slack flood acks/s vs bare Bolt, {workers} process(es), median of runs",
+                ">= 0.8x",
+                f"{_median(rates):.2f}x (runs: {each})",
+                _median(rates) >= 0.8,
+            )
+        )
+        each = ", ".join(f"{x:.1f}" for x in tails)
+        found.append(
+            Target(
+                f"Slack flood ack p99 vs bare Bolt, {workers} process(es), median of runs",
+                "<= 2x",
+                f"{_median(tails):.1f}x (runs: {each})",
+                _median(tails) <= 2.0,
+            )
+        )
+    if results.indicator:
+        worst = max(r.per_burst for r in results.indicator)
+        found.append(
+            Target(
+                "indicator calls per burst in the flood (one on, one off at most)",
+                "<= 2",
+                f"{worst:.2f} (highest of {len(results.indicator)} runs)",
+                worst <= 2.0,
+            )
+        )
+    return found
 
 
 def targets(results: Results) -> list[Target]:
@@ -201,16 +320,26 @@ def targets(results: Results) -> list[Target]:
             )
         )
     if results.scale:
+        best = highest_rate_within_goal(results.scale)
+        found.append(
+            Target(
+                f"highest due rate with timer -> model p99 <= {LATE_P99_GOAL_MS:.0f} ms, "
+                f"{results.scale[0].armed_timers:,} armed timers, one process on SQLite",
+                ">= 500 / s",
+                f"{best:.0f} / s",
+                best >= 500,
+            )
+        )
         rss = max(r.peak_rss_mb for r in results.scale)
         found.append(
             Target("peak RSS of a burstbot process", "<= 150 MB", f"{rss:.0f} MB", rss <= 150.0)
         )
-    return found
+    return found + _flood_targets(results)
 
 
 def text(results: Results) -> str:
     lines = []
-    for table in tables(results):
+    for table in (t for t in tables(results) if t.rows):
         widths = [
             max(len(h), *(len(row[i]) for row in table.rows)) if table.rows else len(h)
             for i, h in enumerate(table.headers)
@@ -239,7 +368,7 @@ def markdown(results: Results, preamble: str, plot_name: str | None) -> str:
     lines += [f"- {fact}" for fact in results.machine]
     if plot_name:
         lines += ["", f"![benchmark plot]({plot_name})"]
-    for table in tables(results):
+    for table in (t for t in tables(results) if t.rows):
         lines += ["", f"### {table.title}", ""]
         lines += _markdown_table(table.headers, table.rows)
     lines += ["", "### Targets (goals, reported as measured)", ""]
@@ -256,7 +385,7 @@ def plot(results: Results, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ((a, b), (c, d)) = plt.subplots(2, 2, figsize=(12, 8))
+    fig, ((a, b), (c, d), (e, f)) = plt.subplots(3, 2, figsize=(12, 12))
     systems = [r.system for r in results.bursts]
     xs = range(len(systems))
     a.bar(
@@ -291,6 +420,25 @@ def plot(results: Results, path: Path) -> None:
     armed = f"{results.scale[0].armed_timers:,}" if results.scale else "no"
     d.set_title(f"4. timer due -> model called, ms ({armed} armed timers)")
     d.legend()
+    pairs = flood_pairs(results.flood)
+    labels = [f"run {b.run}\n{b.phase}\n{b.workers} proc" for b, _ in pairs]
+    spots = range(len(labels))
+    e.bar([x - 0.2 for x in spots], [bare.rate for _, bare in pairs], 0.4, label="bare Bolt")
+    e.bar([x + 0.2 for x in spots], [b.rate for b, _ in pairs], 0.4, label="burstbot")
+    for x, (b, bare) in zip(spots, pairs, strict=True):
+        ratio = f"{b.rate / bare.rate:.2f}x" if bare.rate else ""
+        e.annotate(ratio, (x + 0.2, b.rate), ha="center", va="bottom", fontsize=8)
+    e.set_xticks(list(spots), labels, fontsize=7)
+    e.set_title("5. Slack HTTP flood: acks / s, same senders, same run")
+    e.legend()
+    f.bar(
+        [f"run {r.run}, {r.workers} proc" for r in results.indicator],
+        [r.per_burst for r in results.indicator],
+        color="tab:orange",
+    )
+    f.axhline(2.0, color="red", linestyle="--", label="at most one on + one off")
+    f.set_title("6. thinking indicator calls per burst")
+    f.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

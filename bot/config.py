@@ -116,6 +116,7 @@ class EngineConfig(Section):
     busy_retry_seconds: float = Field(default=1.0, gt=0, le=HOUR)
     delivery_max_attempts: int = Field(default=8, ge=1, le=1000)
     delivery_backoff_seconds: float = Field(default=1.0, gt=0, le=HOUR)
+    indicator_delay_seconds: float = Field(default=1.0, ge=0, le=HOUR)
     owner: str = ""
     pid_file: str = ""
     """Where `burstbot run` writes its process id for `burstbot reload` ("": nowhere)."""
@@ -176,6 +177,7 @@ class SlackConfig(Section):
     http_host: str = "127.0.0.1"
     http_port: int = Field(default=3000, ge=0, le=65535)
     http_path: str = "/slack/events"
+    http_reuse_port: bool = False
     listen_channels: list[str] = Field(default_factory=list)
     thinking_indicator: Literal["auto", "reaction", "off"] = "auto"
     thinking_reaction: str = Field(default="hourglass_flowing_sand", min_length=1)

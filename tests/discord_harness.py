@@ -101,6 +101,7 @@ class DiscordWorld:
         """Move the fake clock a second at a time, letting typing loops finish their I/O."""
         while seconds > 0:
             await self.clock.advance(min(seconds, 1.0))
+            await self.app.engine.indicator.idle()
             await self.frontend.typing.idle()
             seconds -= 1.0
 
@@ -109,6 +110,7 @@ class DiscordWorld:
         await self.advance(seconds)
         await self.app.engine.run_due()
         await self.app.engine.idle()
+        await self.app.engine.indicator.idle()
         await self.frontend.typing.idle()
 
     def sent(self) -> list[discord.Message]:

@@ -62,10 +62,12 @@ class Bot:
         engine = self.app.engine
         if seconds:
             await self.clock.advance(seconds)
+        await engine.indicator.idle()
         await engine.run_due()
         await engine.idle()
         await engine.outbox.deliver_due()
         await engine.idle()
+        await engine.indicator.idle()
 
     async def settle(self) -> None:
         """Wait for background reads: held threads decided, catch-up passes done."""

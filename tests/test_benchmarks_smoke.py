@@ -42,6 +42,17 @@ def test_quick_run_writes_a_report_with_every_row(tmp_path: Path) -> None:
     scale = rows(report, "4. Scale")
     assert len(scale) == len(QUICK.firing)
     assert int(scale[0][2]) == QUICK.firing[0][0]  # every due timer reached the model
+    flood = rows(report, "5. Slack HTTP flood")
+    phases = ["idle", "while answering"]
+    expected = [(str(run), phase, str(workers)) for workers in QUICK.flood_workers
+                for run in range(1, QUICK.flood_runs + 1) for phase in phases]  # fmt: skip
+    assert [(r[0], r[1], r[2]) for r in flood] == expected
+    sent = QUICK.flood_senders * QUICK.flood_messages_per_sender
+    assert all(int(r[3]) == sent and r[10] == "0" for r in flood)  # every event acked with 200
+    assert all(float(r[4]) > 0 and float(r[5]) > 0 for r in flood)
+    indicator = rows(report, "6. Thinking indicator")
+    assert len(indicator) == len(QUICK.flood_workers) * QUICK.flood_runs
+    assert all(int(r[3]) >= int(r[2]) for r in indicator)  # every burst was answered
     targets = rows(report, "Targets")
-    assert len(targets) == 6
+    assert len(targets) == 7 + 2 * len(QUICK.flood_workers) + 1
     assert all(r[3] in ("yes", "**no**") for r in targets)

@@ -93,3 +93,21 @@ def test_example_config_parses() -> None:
 
     config = load_config(ROOT / "config.example.toml")
     assert config.debounce.quiet_seconds == 1.5 and config.slack.http_path == "/slack/events"
+
+
+def test_workers_refuse_front_ends_that_keep_one_connection(tmp_path: Path) -> None:
+    """Only Slack's HTTP endpoint can be shared by several processes; the rest is refused."""
+    socket_mode = '[console]\nenabled = false\n[slack]\nenabled = true\nmode = "socket"\n'
+    discord = "[console]\nenabled = false\n[discord]\nenabled = true\n"
+    http_and_console = '[slack]\nenabled = true\nmode = "http"\n'
+    for text in (socket_mode, discord, http_and_console):
+        config = tmp_path / "c.toml"
+        config.write_text(text)
+        result = burstbot(["run", "--config", str(config), "--workers", "2"], tmp_path)
+        assert result.returncode == 2, result.stderr
+        [line] = result.stderr.strip().splitlines()
+        assert line.startswith("burstbot: config error: --workers 2: several processes can ")
+        assert "Socket Mode, Discord and the terminal keep one connection" in line
+    result = burstbot(["run", "--workers", "0"], tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "burstbot: config error: --workers must be at least 1"

@@ -245,7 +245,7 @@ async def test_threads_the_bot_started_or_under_a_listened_channel_count(
     assert await store.conversation_state(world.key(world.listened).id) is None
 
 
-async def test_typing_shows_from_the_first_message_until_the_reply_past_10_seconds(
+async def test_typing_shows_once_the_burst_waited_past_the_delay_until_the_reply(
     store: SqliteStore, clock: FakeClock
 ) -> None:
     replier = ScriptedReplier(hold=True)
@@ -253,11 +253,13 @@ async def test_typing_shows_from_the_first_message_until_the_reply_past_10_secon
     try:
         await world.say(world.listened, world.alice, "think hard")
         await world.step()
-        assert world.typing_in == [world.listened.id]
         await world.advance(1.5)
         await world.app.engine.run_due()
         call = await replier.next_call(0)
-        for _ in range(3):  # the model takes 24 s: the indicator is re-triggered every 8 s
+        assert world.typing_in == []  # a reply within the indicator delay would need none
+        await world.advance(1.0)
+        assert world.typing_in == [world.listened.id]
+        for _ in range(3):  # the model takes 24 s more: the indicator is re-triggered every 8 s
             await world.advance(8)
         assert len(world.typing_in) == 4
         call.finish("done thinking")
@@ -273,7 +275,7 @@ async def test_typing_shows_from_the_first_message_until_the_reply_past_10_secon
 async def test_typing_never_outlives_its_bound(world: DiscordWorld) -> None:
     await world.say(world.listened, world.alice, "anyone?")  # no worker ever picks it up
     key = world.key(world.listened)
-    await world.advance(1)
+    await world.advance(3)  # quiet window and indicator delay
     assert world.frontend.typing.active() == {key.id}
     await world.advance(world.frontend.typing.max_seconds)
     assert world.frontend.typing.active() == set()
@@ -286,16 +288,20 @@ async def test_typing_never_outlives_its_bound(world: DiscordWorld) -> None:
 async def test_typing_stops_when_another_process_posted_the_reply(
     world: DiscordWorld, store: SqliteStore, clock: FakeClock
 ) -> None:
-    # Two processes on one shard both see the burst; the other one answers and posts it.
+    # Two processes on one shard both see the burst; the other one answers (slowly) and posts it.
     other_platform = RecordingFrontend("discord")
-    other = Engine(store, ScriptedReplier(), clock, EngineSettings.from_config(engine_config()),
+    slow = ScriptedReplier(hold=True)
+    other = Engine(store, slow, clock, EngineSettings.from_config(engine_config()),
                    "w2", {"discord": other_platform})  # fmt: skip
     await world.say(world.listened, world.alice, "who answers?")
     await world.advance(1.5)
     await other.run_due()
-    await other.idle()
-    assert other_platform.texts() == ["reply to: who answers?"]
+    call = await slow.next_call(0)
+    await world.advance(1.0)
     assert world.typing_in == [world.listened.id]
+    call.finish("from the other process")
+    await other.idle()
+    assert other_platform.texts() == ["from the other process"]
     await world.advance(8)
     assert world.frontend.typing.active() == set()
     assert world.typing_in == [world.listened.id]

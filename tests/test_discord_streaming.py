@@ -20,6 +20,7 @@ from bot.core.clock import FakeClock
 from bot.core.events import ConversationKey
 from bot.testing import ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
+from tests.clock_steps import step
 from tests.fake_discord import MESSAGE_LIMIT, Failure, FakeDiscord
 
 DM_ID = 400_000_000_000_000_003
@@ -86,16 +87,16 @@ async def test_three_lines_grow_one_message_that_ends_with_the_answer(
     call = await started(app, clock, replier, 0)
     assert call.texts == ["hi", "quick question", "what is a burst?"]
     call.stream(2, "A burst is")
-    await clock.advance(INTERVAL)
+    await step(clock, INTERVAL)
     await until(lambda: len(fake.created) == 1)
     draft = fake.created[0]
     assert draft["request"]["enforce_nonce"] is True and len(draft["request"]["nonce"]) <= 25
     call.stream(3, " a few quick `mess")  # a half-written code span is closed while it grows
-    await clock.advance(INTERVAL)
+    await step(clock, INTERVAL)
     await until(lambda: len(fake.edits) == 1)
     assert fake.shown(DM_ID) == ["A burst is a few quick `mess`"]
     call.finish("A burst is a few quick messages, answered once.")
-    await clock.advance(INTERVAL)
+    await step(clock, INTERVAL)
     await app.engine.idle()
     assert fake.shown(DM_ID) == ["A burst is a few quick messages, answered once."]
     assert len(fake.created) == 1  # one message; the rest were edits of it
@@ -115,19 +116,19 @@ async def test_typing_again_while_it_grows_restarts_the_same_message(
     await say(fake, store, "what is")
     first = await started(app, clock, replier, 0)
     first.stream(2, "It is")
-    await clock.advance(INTERVAL)
+    await step(clock, INTERVAL)
     await until(lambda: len(fake.created) == 1)
     await say(fake, store, "the time?")
-    await clock.advance(INTERVAL)
+    await step(clock, INTERVAL)
     await until(lambda: fake.shown(DM_ID) == ["…"])
     await app.engine.idle()  # the superseded worker released the conversation
     second = await started(app, clock, replier, 1)
     assert second.texts == ["what is", "the time?"]
     second.stream(2, "It is noon")
-    await clock.advance(INTERVAL)
+    await step(clock, INTERVAL)
     await until(lambda: fake.shown(DM_ID) == ["It is noon"])
     second.finish("It is noon, to answer both.")
-    await clock.advance(INTERVAL)
+    await step(clock, INTERVAL)
     await app.engine.idle()
     assert fake.shown(DM_ID) == ["It is noon, to answer both."]
     assert len(fake.created) == 1
@@ -150,11 +151,11 @@ async def test_a_50000_character_answer_ends_as_parts_below_the_limit(
     assert len(answer) > 50_000
     for chunk in range(0, len(words), 1000):  # the draft grows past one message's worth
         call.stream(1000, " ".join(words[chunk : chunk + 1000]) + " ")
-        await clock.advance(INTERVAL)
+        await step(clock, INTERVAL)
         await until(lambda: len(fake.created) == 1)
         await asyncio.sleep(0.02)
     call.finish(answer)
-    await clock.advance(INTERVAL)
+    await step(clock, INTERVAL)
     await app.engine.idle()
     shown = fake.shown(DM_ID)
     assert len(shown) > 25 and all(len(part) <= MESSAGE_LIMIT for part in shown)
@@ -174,17 +175,17 @@ async def test_a_rate_limited_edit_is_waited_out(
     await say(fake, store, "hello")
     call = await started(app, clock, replier, 0)
     call.stream(1, "Hel")
-    await clock.advance(INTERVAL)
+    await step(clock, INTERVAL)
     await until(lambda: len(fake.created) == 1)
     limited = {"message": "You are being rate limited.", "retry_after": 0.05, "global": False}
     headers = {"Via": "1.1 google", "Retry-After": "0.05", "X-RateLimit-Remaining": "0",
                "X-RateLimit-Reset-After": "0.05", "X-RateLimit-Bucket": "edits"}  # fmt: skip
     fake.edit_failures.append(Failure(429, limited, headers))  # as Discord sends it
     call.stream(1, "lo there")
-    await clock.advance(INTERVAL)
+    await step(clock, INTERVAL)
     await until(lambda: fake.shown(DM_ID) == ["Hello there"])  # discord.py retried after 429
     call.finish("Hello there!")
-    await clock.advance(INTERVAL)
+    await step(clock, INTERVAL)
     await app.engine.idle()
     assert fake.shown(DM_ID) == ["Hello there!"] and len(fake.created) == 1
     assert fake.edit_failures == []  # the 429 was served, and waited out
@@ -201,7 +202,7 @@ async def test_streaming_off_sends_the_answer_once_complete(
     call = await started(app, clock, replier, 0)
     call.stream(1, "partial")
     for _ in range(3):
-        await clock.advance(INTERVAL)
+        await step(clock, INTERVAL)
         await asyncio.sleep(0.02)
     assert fake.created == []
     call.finish("whole")

@@ -11,8 +11,9 @@ import pytest
 from bot.core.clock import FakeClock
 from bot.core.engine import Engine
 from bot.core.errors import StoreError
-from bot.core.scheduler import Scheduler
-from bot.core.store import Timing
+from bot.core.events import ConversationKey
+from bot.core.scheduler import FLOOR_SECONDS, Scheduler
+from bot.core.store import Lease, Timing
 from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
 from tests.conftest import KEY, make_engine, message
@@ -115,3 +116,43 @@ async def test_a_store_outage_is_logged_once_when_it_starts_and_once_when_it_end
     assert messages[0].startswith("store unavailable (database is locked)")
     assert messages[1].startswith("store available again after")
     assert all(r.exc_info is None for r in caplog.records)
+
+
+async def test_a_timer_due_a_few_milliseconds_later_is_slept_to_exactly(
+    store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    engine = make_engine(store, clock, ScriptedReplier(), frontend, poll_seconds=60.0)
+    scheduler = Scheduler(engine)
+    other = ConversationKey(KEY.platform, KEY.workspace, "other", "")
+    await engine.ingest(message(1))
+    await clock.advance(0.01)
+    await engine.ingest(message(2, key=other))  # due 10 ms after the first
+    await clock.advance(1.49)  # the first is due
+    first_round = clock.now()
+    wanted = await scheduler.tick()
+    assert wanted - first_round == pytest.approx(0.01, abs=1e-6)  # not a 50 ms floor later
+    await engine.shutdown()
+
+
+class LeaseFailingStore(SqliteStore):
+    async def acquire_lease(self, *args: object, **kwargs: object) -> Lease | None:
+        raise StoreError("database is locked")
+
+
+async def test_a_due_timer_that_cannot_be_started_does_not_make_the_loop_spin(
+    clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    store = LeaseFailingStore(":memory:")
+    await store.open()
+    try:
+        engine = make_engine(store, clock, ScriptedReplier(), frontend, poll_seconds=60.0)
+        scheduler = Scheduler(engine)
+        await engine.ingest(message(1))
+        await clock.advance(1.5)
+        started = clock.now()
+        wanted = await scheduler.tick()  # the timer stays due: the lease cannot be taken
+        await engine.idle()
+        assert wanted - started == pytest.approx(FLOOR_SECONDS, abs=1e-6)
+        await engine.shutdown()
+    finally:
+        await store.close()

@@ -60,13 +60,13 @@ http_port = {port}
     return config
 
 
-async def start_burstbot(config: Path, token: str) -> asyncio.subprocess.Process:
+async def start_burstbot(config: Path, token: str, *extra: str) -> asyncio.subprocess.Process:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "ANTHROPIC_"))}
     env.update(
         PYTHONPATH=str(ROOT), SLACK_BOT_TOKEN=token, SLACK_SIGNING_SECRET=SECRET
     )  # fmt: skip
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", "run", "--config", str(config),
+        sys.executable, "-m", "bot", "run", "--config", str(config), *extra,
         cwd=config.parent, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
@@ -130,3 +130,36 @@ async def test_rejected_bot_token_prints_one_line_and_exits_2(
         "burstbot: config error: slack.bot_token_env: Slack rejected the bot token in "
         "SLACK_BOT_TOKEN (invalid_auth)"
     ]
+
+
+async def test_two_workers_share_one_port_and_one_store_and_stop_together(
+    api: FakeSlackApi, tmp_path: Path
+) -> None:
+    port = free_port()
+    config = write_config(tmp_path, api, port)
+    process = await start_burstbot(config, "xoxb-test", "--workers", "2", "-v")
+    sender = EventSender(f"http://127.0.0.1:{port}/slack/events", SECRET)
+    try:
+        await until(lambda: api.methods().count("auth.test") == 2)  # both workers started
+        for n in range(1, 21):  # new connections: the kernel spreads them over both workers
+            event = dm(f"1700000000.{n:06d}", f"message {n}", channel=f"D{n % 4}")
+            deadline = time.monotonic() + 15
+            while True:
+                try:
+                    assert await sender.send(event) == 200
+                    break
+                except aiohttp.ClientConnectionError:
+                    assert process.returncode is None and time.monotonic() < deadline
+                    await asyncio.sleep(0.1)
+        await until(lambda: len(api.posts()) == 4)
+        await asyncio.sleep(1.0)  # no second reply to any burst
+        assert sorted(p.channel for p in api.posts()) == ["D0", "D1", "D2", "D3"]
+        assert all(p.text.startswith("Got your 5 messages:") for p in api.posts())
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(process.communicate(), 30)
+    log = stderr.decode()
+    assert process.returncode == 0, log
+    assert log.count("slack: events endpoint on") == 2, log
+    assert len(api.posts()) == 4

@@ -95,22 +95,95 @@ async def test_model_output_is_mrkdwn_split_and_cannot_ping(api: FakeSlackApi, b
 
 
 # thinking indicator ---------------------------------------------------------------------------
-async def test_reaction_follows_the_latest_message_and_goes_when_the_reply_is_posted(
+INDICATOR_CALLS = ("reactions.add", "reactions.remove", "assistant.threads.setStatus")
+
+
+def indicator_calls(api: FakeSlackApi) -> list[str]:
+    return [name for name in api.methods() if name in INDICATOR_CALLS]
+
+
+async def test_a_reply_within_the_delay_costs_no_indicator_call(
     api: FakeSlackApi, bot: Bot
 ) -> None:
-    await bot.send(dm(ts(1), "a"))
-    assert api.reactions == {("D1", ts(1), "hourglass_flowing_sand")}
-    await bot.send(dm(ts(2), "b"))
-    assert api.reactions == {("D1", ts(2), "hourglass_flowing_sand")}
-    await bot.step(1.5)
-    assert len(api.posts()) == 1 and api.reactions == set()
+    for n, text in enumerate(["a", "b", "c"], start=1):
+        await bot.send(dm(ts(n), text))
+        await bot.step(0.5)
+    await bot.step(1.0)  # the burst closes 1.5 s after "c"; the model answers at once
+    assert len(api.posts()) == 1
+    await bot.step(30)
+    assert indicator_calls(api) == []
+    assert api.reactions == set()
+
+
+async def test_a_slow_reply_gets_one_on_and_one_off_per_burst(api: FakeSlackApi) -> None:
+    replier = ScriptedReplier(hold=True)
+    async with running_bot(api, replier=replier) as bot:
+        engine = bot.app.engine
+
+        async def advance(seconds: float) -> None:  # the model is held: no waiting for workers
+            await bot.clock.advance(seconds)
+            await engine.run_due()
+            await engine.indicator.idle()
+
+        await bot.send(dm(ts(1), "a"))
+        await advance(0.5)
+        await bot.send(dm(ts(2), "b"))
+        await advance(1.5)  # the burst closes; the model is slow
+        await replier.next_call(0)
+        await advance(0.9)
+        assert indicator_calls(api) == []  # within the delay
+        await advance(0.2)
+        assert api.reactions == {("D1", ts(2), "hourglass_flowing_sand")}
+        await bot.send(dm(ts(3), "c"))  # while it is on: the burst grows, nothing is called
+        await bot.send(dm(ts(4), "d"))
+        await advance(1.5)
+        (await replier.next_call(1)).finish("all four")
+        await bot.step()
+        assert [p.text for p in api.posts()] == ["all four"]
+        assert indicator_calls(api) == ["reactions.add", "reactions.remove"]
+        assert api.reactions == set()
+        await bot.step(60)
+        assert indicator_calls(api) == ["reactions.add", "reactions.remove"]
+
+
+async def test_an_indicator_goes_off_when_another_process_posted_the_reply(
+    api: FakeSlackApi, tmp_path: Path
+) -> None:
+    db, clock = str(tmp_path / "shared.db"), FakeClock()
+    slow = ScriptedReplier(hold=True)
+    async with (
+        running_bot(api, db=db, clock=clock, owner="w1") as first,
+        running_bot(api, db=db, clock=clock, owner="w2", replier=slow) as second,
+    ):
+        indicator = first.app.engine.indicator
+        await first.send(dm(ts(1), "who answers?"))  # `first` saw it, `second` serves it
+        await clock.advance(1.5)
+        await second.app.engine.run_due()
+        await slow.next_call(0)
+        await clock.advance(1.0)
+        await indicator.idle()
+        assert api.reactions == {("D1", ts(1), "hourglass_flowing_sand")}
+        slow.calls[0].finish("from the other process")
+        await second.step()
+        assert len(api.posts()) == 1
+        assert api.reactions == {("D1", ts(1), "hourglass_flowing_sand")}  # not seen yet
+        await clock.advance(indicator.recheck)
+        await indicator.idle()
+        assert api.reactions == set()
+        assert indicator_calls(api) == ["reactions.add", "reactions.remove"]
 
 
 async def test_assistant_status_where_the_app_has_it(api: FakeSlackApi) -> None:
     api.status_supported = True
-    async with running_bot(api) as bot:
+    replier = ScriptedReplier(hold=True)
+    async with running_bot(api, replier=replier) as bot:
         await bot.send(dm(ts(2), "in a thread", thread_ts=ts(1)))
-        await bot.step(1.5)
+        await bot.clock.advance(1.5)
+        await bot.app.engine.run_due()
+        await bot.clock.advance(1.0)
+        await bot.app.engine.indicator.idle()
+        (await replier.next_call(0)).finish("done")
+        await bot.step()
         [post] = api.posts()
         assert post.thread_ts == ts(1)
         assert api.statuses == [("D1", ts(1), "is thinking…"), ("D1", ts(1), "")]

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from bot.core.events import ConversationKey
 from bot.testing import ReplierCall, ScriptedReplier, check_invariants
+from tests.clock_steps import step
 from tests.fakes.slack_api import TEAM, Failure, FakeSlackApi, dm
 from tests.slack_harness import DM_KEY, Bot, api, running_bot, ts
 
@@ -41,7 +42,7 @@ async def drafted(bot: Bot, key: ConversationKey = DM_KEY) -> None:
 
 
 async def answered(bot: Bot) -> None:
-    await bot.clock.advance(INTERVAL)
+    await step(bot.clock, INTERVAL)
     await bot.app.engine.idle()
 
 
@@ -62,10 +63,10 @@ async def test_three_lines_grow_one_message_that_ends_with_the_answer(
         call = await generating(bot, 0)
         assert call.texts == ["hey", "so about the deploy", "is it done?"]
         call.stream(3, "The deploy *is")
-        await bot.clock.advance(INTERVAL)
+        await step(bot.clock, INTERVAL)
         await drafted(bot)
         call.stream(3, " done*, see [the log](https://ci.example/")
-        await bot.clock.advance(INTERVAL)
+        await step(bot.clock, INTERVAL)
         await until(lambda: len(api.updates) == 1)
         assert shown(api) == ["The deploy _is done_, see"]  # no half-written link
         call.finish("The deploy *is done*, see [the log](https://ci.example/42).")
@@ -86,16 +87,16 @@ async def test_typing_again_in_a_thread_restarts_the_same_message(api: FakeSlack
         await bot.send(dm(ts(2), "what is half of", thread_ts=ts(1)))
         first = await generating(bot, 0)
         first.stream(2, "Half of what")
-        await bot.clock.advance(INTERVAL)
+        await step(bot.clock, INTERVAL)
         await drafted(bot, thread)
         assert await bot.sender.send(dm(ts(3), "ten?", thread_ts=ts(1))) == 200  # mid-stream
-        await bot.clock.advance(INTERVAL)
+        await step(bot.clock, INTERVAL)
         await until(lambda: shown(api) == ["…"])  # still reading
         await bot.app.engine.idle()
         second = await generating(bot, 1)
         assert second.texts == ["what is half of", "ten?"]
         second.stream(2, "Half of ten")
-        await bot.clock.advance(INTERVAL)
+        await step(bot.clock, INTERVAL)
         await until(lambda: shown(api) == ["Half of ten"])
         second.finish("Half of ten is five.")
         await answered(bot)
@@ -115,7 +116,7 @@ async def test_a_50000_character_answer_ends_as_parts_below_the_limit(
         words = [f"word{n}" for n in range(7000)]
         for chunk in range(0, len(words), 1000):
             call.stream(1000, " ".join(words[chunk : chunk + 1000]) + " ")
-            await bot.clock.advance(INTERVAL)
+            await step(bot.clock, INTERVAL)
             await until(lambda: len(api.posts()) == 1)
             await asyncio.sleep(0.02)
         assert len(api.posts()[0].text) <= 3500  # the draft shows one part's worth
@@ -154,10 +155,10 @@ async def test_a_draft_post_whose_response_was_lost_is_found_not_posted_again(
         call = await generating(bot, 0)
         api.fail("chat.postMessage", Failure(status=500, error="internal_error", lands=True))
         call.stream(1, "Hi")
-        await bot.clock.advance(INTERVAL)
+        await step(bot.clock, INTERVAL)
         await until(lambda: len(api.posts()) == 1)  # it landed; the caller saw a 500
         call.stream(1, " there")
-        await bot.clock.advance(INTERVAL)
+        await step(bot.clock, INTERVAL)
         await until(lambda: shown(api) == ["Hi there"])
         call.finish("Hi there!")
         await answered(bot)

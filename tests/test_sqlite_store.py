@@ -121,7 +121,7 @@ async def test_a_failed_open_closes_its_connection(tmp_path: Path, content: str)
                 db.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
             else:
                 db.execute("CREATE TABLE conversations (name TEXT)")
-    before = connection_threads()
+    before = connection_threads()  # an earlier test's connection may still be winding down
     store = SqliteStore(str(path))
     with pytest.raises(StoreError):
         await store.open()

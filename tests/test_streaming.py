@@ -17,6 +17,7 @@ from bot.core.events import ConversationKey, MessageDeleted
 from bot.core.streaming import WAITING
 from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
+from tests.clock_steps import step
 from tests.conftest import KEY, make_engine, message
 
 INTERVAL = 1.0
@@ -47,7 +48,7 @@ async def drafted(store: SqliteStore, frontend: RecordingFrontend, posts: int = 
 
 async def answered(engine: Engine, clock: FakeClock) -> None:
     """The generation ended: the final edit keeps the interval after the stream's last call."""
-    await clock.advance(INTERVAL)
+    await step(clock, INTERVAL)
     await engine.idle()
 
 
@@ -70,11 +71,11 @@ async def test_a_burst_streams_into_one_message_that_ends_as_the_answer(
     assert call.texts == ["so", "about that", "plan?"]
     assert frontend.posts == []  # nothing shown before the model wrote anything
     call.stream(2, "The plan")
-    await clock.advance(INTERVAL)
+    await step(clock, INTERVAL)
     await drafted(store, frontend)
     assert frontend.visible() == ["The plan"]
     call.stream(3, " is simple:")
-    await clock.advance(INTERVAL)
+    await step(clock, INTERVAL)
     await until(lambda: len(frontend.edits) == 1)
     assert frontend.visible() == ["The plan is simple:"]
     call.finish("The plan is simple: ship it.")
@@ -96,8 +97,8 @@ async def test_edits_are_never_closer_than_the_interval(
     engine = streaming_engine(store, clock, replier, frontend, streaming_interval_seconds=INTERVAL)
     await engine.ingest(message(1))
     call = await start_generation(engine, clock, replier, 0)
-    for step in range(40):  # a token every 0.25 s for 10 s
-        call.stream(1, f"w{step} ")
+    for n in range(40):  # a token every 0.25 s for 10 s
+        call.stream(1, f"w{n} ")
         await clock.advance(0.25)
         await asyncio.sleep(0.01)
     call.finish("done")
@@ -117,10 +118,10 @@ async def test_a_supersede_mid_stream_ends_with_one_message_covering_both_bursts
     await engine.ingest(message(1, "what is"))
     first = await start_generation(engine, clock, replier, 0)
     first.stream(3, "It is a")
-    await clock.advance(INTERVAL)
+    await step(clock, INTERVAL)
     await drafted(store, frontend)
     await engine.ingest(message(2, "the time?"))  # typing again while it grows
-    await clock.advance(INTERVAL)  # the "still reading" edit waits for the interval
+    await step(clock, INTERVAL)  # the "still reading" edit waits for the interval
     await until(lambda: frontend.visible() == [WAITING])
     await engine.idle()
     assert first.cancelled
@@ -129,7 +130,7 @@ async def test_a_supersede_mid_stream_ends_with_one_message_covering_both_bursts
     second = await start_generation(engine, clock, replier, 1)
     assert second.texts == ["what is", "the time?"]
     second.stream(2, "It is noon")
-    await clock.advance(INTERVAL)
+    await step(clock, INTERVAL)
     await until(lambda: frontend.visible() == ["It is noon"])
     second.finish("It is noon, for both questions.")
     await answered(engine, clock)
@@ -153,7 +154,7 @@ async def test_a_takeover_after_a_crash_mid_stream_edits_the_same_message(
     await doomed.ingest(message(1, "hello"))
     call = await start_generation(doomed, clock, replier, 0)
     call.stream(2, "Hi the")
-    await clock.advance(INTERVAL)
+    await step(clock, INTERVAL)
     await drafted(survivor_store, frontend)
 
     async def killed(conversation_id: str, token: int) -> None:
@@ -170,7 +171,7 @@ async def test_a_takeover_after_a_crash_mid_stream_edits_the_same_message(
     await survivor.run_due()
     again = await survivor_replier.next_call(0)
     again.stream(2, "Hi there")
-    await clock.advance(INTERVAL)
+    await step(clock, INTERVAL)
     await until(lambda: frontend.visible() == ["Hi there"])
     again.finish("Hi there, welcome.")
     await answered(survivor, clock)
@@ -207,7 +208,7 @@ async def test_a_draft_posted_but_never_recorded_is_found_by_its_key(
     await doomed.ingest(message(1, "hello"))
     call = await start_generation(doomed, clock, replier, 0)
     call.stream(2, "Hi")
-    await clock.advance(INTERVAL)
+    await step(clock, INTERVAL)
     await until(lambda: len(frontend.posts) == 1)
     draft = await survivor_store.draft(KEY.id)
     assert draft is not None and draft.message_id is None  # recorded before the post, no id
@@ -240,7 +241,7 @@ async def test_a_permanent_model_failure_edits_the_draft_to_the_failure_message(
     await engine.ingest(message(1))
     call = await start_generation(engine, clock, replier, 0)
     call.stream(2, "Half an ans")
-    await clock.advance(INTERVAL)
+    await step(clock, INTERVAL)
     await drafted(store, frontend)
     call.fail(PermanentReplierError("refused"))
     await answered(engine, clock)
@@ -258,10 +259,10 @@ async def test_a_burst_entirely_deleted_deletes_its_draft(
     await engine.ingest(message(1))
     call = await start_generation(engine, clock, replier, 0)
     call.stream(2, "Let me")
-    await clock.advance(INTERVAL)
+    await step(clock, INTERVAL)
     await drafted(store, frontend)
     await engine.ingest(MessageDeleted(KEY, "m1"))
-    await clock.advance(INTERVAL)
+    await step(clock, INTERVAL)
     await engine.idle()
     await clock.advance(1.5)
     await engine.run_due()
@@ -283,7 +284,7 @@ async def test_a_long_answer_ends_as_the_draft_plus_follow_up_parts(
     await engine.ingest(message(1))
     call = await start_generation(engine, clock, replier, 0)
     call.stream(2, "a" * 40)
-    await clock.advance(INTERVAL)
+    await step(clock, INTERVAL)
     await drafted(store, frontend)
     call.finish("a" * 30 + "b" * 30 + "c" * 30)
     await answered(engine, clock)
@@ -302,13 +303,13 @@ async def test_a_rate_limited_edit_waits_out_its_retry_after(
     await engine.ingest(message(1))
     call = await start_generation(engine, clock, replier, 0)
     call.stream(1, "One")
-    await clock.advance(INTERVAL)
+    await step(clock, INTERVAL)
     await drafted(store, frontend)
     call.stream(1, " two")
-    await clock.advance(INTERVAL)  # this edit is rate limited for 3 s
+    await step(clock, INTERVAL)  # this edit is rate limited for 3 s
     await until(lambda: frontend.edit_failures == [])
     call.stream(1, " three")
-    await clock.advance(INTERVAL)
+    await step(clock, INTERVAL)
     await asyncio.sleep(0.05)
     assert frontend.edits == []  # still waiting out the Retry-After
     await clock.advance(2.0)
@@ -329,7 +330,7 @@ async def test_streaming_off_posts_the_answer_once_complete(
     call = await start_generation(engine, clock, replier, 0)
     call.stream(2, "partial")
     for _ in range(3):
-        await clock.advance(INTERVAL)
+        await step(clock, INTERVAL)
         await asyncio.sleep(0.01)
     assert frontend.posts == []
     call.finish("whole")
@@ -347,7 +348,7 @@ async def test_a_channel_can_turn_streaming_off(store: SqliteStore, clock: FakeC
     call = await start_generation(engine, clock, replier, 0)
     call.stream(2, "partial")
     for _ in range(3):
-        await clock.advance(INTERVAL)
+        await step(clock, INTERVAL)
         await asyncio.sleep(0.01)
     assert frontend.posts == []
     call.finish("whole")

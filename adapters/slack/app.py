@@ -217,7 +217,10 @@ class SlackFrontend:
         server.router.add_post(self.config.http_path, handler)
         runner = web.AppRunner(server, access_log=None, logger=server_log)
         await runner.setup()
-        site = web.TCPSite(runner, self.config.http_host, self.config.http_port)
+        reuse_port = self.config.http_reuse_port or None
+        site = web.TCPSite(
+            runner, self.config.http_host, self.config.http_port, reuse_port=reuse_port
+        )
         try:
             await site.start()
         except OSError as exc:

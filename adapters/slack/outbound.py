@@ -145,7 +145,6 @@ class Outbound:
                 raise delivery_error(exc, f"reply {reply.id} part {index}") from exc
             ids.append(f"{channel}:{response['ts']}")
             await reply.fence.posted(index, ids[-1])
-        await self._clear_indicator(reply.key, reply.reply_to_message_id)
         return ids
 
     async def posted_parts(self, reply: Reply) -> dict[int, str]:
@@ -209,7 +208,7 @@ class Outbound:
             if busy:
                 await self._show(key)
             else:
-                await self._clear_indicator(key, None)
+                await self._clear_indicator(key)
         except Exception as exc:  # best effort: the indicator never fails a burst
             log.debug("thinking indicator for %s failed: %s", key.id, exc)
 
@@ -227,29 +226,24 @@ class Outbound:
                     log.info("assistant.threads.setStatus unavailable (%s); using reactions", error)
                     self.status_available = False
         latest = self._latest.get(key)
-        if latest is None or self._reacted.get(key) == latest:
+        if latest is None or key in self._reacted:
             return
-        previous = self._reacted.get(key)
         self._reacted[key] = latest
         await self._react("reactions_add", latest)
-        if previous is not None:
-            await self._react("reactions_remove", previous)
 
-    async def _clear_indicator(self, key: ConversationKey, reply_to: str | None) -> None:
-        """Remove our reaction (also one another process added on `reply_to`) and the status."""
-        if self.indicator == "off":
-            return
-        targets = {t for t in (self._reacted.pop(key, None), reply_to) if t}
+    async def _clear_indicator(self, key: ConversationKey) -> None:
+        """Remove our reaction or the status. The engine calls this once per "on" (it coalesces
+        and delays the indicator, bot/core/indicator.py); a reply alone removes nothing."""
+        reacted = self._reacted.pop(key, None)
         if key in self._status_on:
             self._status_on.discard(key)
-            targets.discard(reply_to or "")
             await self._quietly(
                 self.client.assistant_threads_setStatus(
                     channel_id=key.channel, thread_ts=key.thread, status=""
                 )
             )
-        for target in targets:
-            await self._react("reactions_remove", target)
+        if reacted is not None:
+            await self._react("reactions_remove", reacted)
 
     async def _react(self, method: str, platform_id: str) -> None:
         channel, ts = split_message_id(platform_id)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bot import __version__
+from bot.cli.serve import for_worker, run_event_loop, run_workers, workers_refusal
 from bot.config import Config, default_config, load_config
 from bot.core.errors import BurstbotError, ConfigError
 from bot.core.store import Store
@@ -27,6 +28,13 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="serve every enabled front end (terminal by default)")
     run.add_argument("--config", help=config_help)
     run.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    run.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes serving Slack's HTTP endpoint on one port and one store (default 1)",
+    )
+    run.add_argument("--worker", type=int, help=argparse.SUPPRESS)  # set by --workers
     check = commands.add_parser("check-config", help="validate the config and its secrets")
     check.add_argument("--config", help=config_help)
     status = commands.add_parser("status", help="what is in flight: input, timers, leases, outbox")
@@ -207,9 +215,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         verbose = getattr(args, "verbose", False)
         configure_logging(config, verbose=verbose)
         if args.command == "run":
-            if args.config is None:
+            if refusal := workers_refusal(config, args.workers):
+                raise ConfigError(refusal)
+            if args.workers > 1:
+                return run_event_loop(run_workers(args.config, args.workers, args.verbose))
+            if args.worker is not None:
+                config = for_worker(config, args.worker)
+            elif args.config is None:
                 print(_default_banner(config), file=sys.stderr)
-            asyncio.run(_run(config, args.config, verbose))
+            run_event_loop(_run(config, args.config, verbose))
         elif args.command == "check-config":
             return _check(config, args.config)
         else:

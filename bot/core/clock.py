@@ -48,6 +48,10 @@ class FakeClock:
         heapq.heappush(self._sleepers, (self._now + seconds, next(self._counter), future))
         await future
 
+    def waiting(self) -> tuple[float, ...]:
+        """When each sleeper still waiting wakes, earliest first (tests wait for a sleeper)."""
+        return tuple(sorted(wake for wake, _, future in self._sleepers if not future.done()))
+
     def jump(self, seconds: float) -> None:
         """Move time without waking anyone: a process that stalled (GC pause, frozen VM)."""
         self._now += seconds

@@ -89,7 +89,7 @@ class Engine:
         self.signals = Signals()
         self._emit = self.signals.emit
         served = dict(frontends or {})
-        self.indicator = Indicator(served)
+        self.indicator = Indicator(served, clock, store, settings.indicator_delay_seconds)
         self.wakeup = asyncio.Event()
         self.outbox = Outbox(
             store, clock, settings, owner, served, self.indicator, self.signals, self.wakeup.set
@@ -134,7 +134,7 @@ class Engine:
             self.supervisor.newer_input(result.conversation_id)
             if result.due_at is not None and result.due_at < self.sleeping_until:
                 self.wakeup.set()
-            self.indicator.show(event.key)
+            self.indicator.show(event.key, result.due_at, result.version)
         return result
 
     async def flush(self, key: ConversationKey) -> None:
@@ -352,10 +352,10 @@ class Engine:
             await asyncio.gather(*running, return_exceptions=True)
 
     def stop_taking_work(self) -> None:
-        """No new timers are served; generations still streaming are cancelled (each worker
-        releases its lease). Workers already committing or delivering an outcome go on (see
-        `finish`): a reply cut off halfway helps nobody."""
+        """No new timers are served, streaming generations are cancelled (each releases its lease)
+        and indicators go off; workers committing or delivering go on (`finish`)."""
         self._closing = True
+        self.indicator.close()
         for cid, task in self._workers.items():
             if cid not in self._committing:
                 task.cancel()

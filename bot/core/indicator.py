@@ -1,35 +1,144 @@
-"""The thinking indicator: on when a burst starts to gather, off once it is answered.
+"""The thinking indicator: on once a burst has waited `delay` past its close, off once answered.
 
-It is a courtesy, so it runs in the background and on a best-effort basis: a slow or failing
-platform call never holds up a transition, and its failures are only logged at debug level.
+Rules:
+
+1. A burst "closes" when its timer falls due (`due_at`). The indicator is not shown before
+   `due_at + delay`: a reply posted within `delay` of the close costs no indicator call at all.
+   Each new message of the burst moves that moment with the timer.
+2. Coalesced: at most one "on" and one "off" call per conversation and burst. Messages that arrive
+   while the indicator is on change nothing on the platform.
+3. Just before "on", the store is asked whether the conversation is still unanswered (another
+   process may have answered it). While on, it asks again every `recheck` seconds, so an
+   indicator this process turned on goes off even when another process posted the reply.
+4. It is a courtesy: it runs in the background on a best-effort basis, a slow or failing platform
+   call never holds up a transition, and failures are only logged at debug level.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Iterator, Mapping
+from dataclasses import dataclass
 
+from bot.core.clock import Clock
 from bot.core.events import ConversationKey
 from bot.core.frontend import Frontend
+from bot.core.store import Store
 
 log = logging.getLogger("burstbot.indicator")
+
+
+@dataclass
+class _Shown:
+    """One conversation's indicator: waiting to go on (`on_at`), or on (`on_at` is None)."""
+
+    on_at: float | None
+    version: int  # the newest accepted version seen; answered past it → off
+    task: asyncio.Task[None] | None = None
 
 
 class Indicator:
     """Shows and clears the indicator through the front end serving the conversation, if any."""
 
-    def __init__(self, frontends: Mapping[str, Frontend]) -> None:
+    def __init__(
+        self,
+        frontends: Mapping[str, Frontend],
+        clock: Clock,
+        store: Store,
+        delay: float = 1.0,
+        recheck: float = 10.0,
+    ) -> None:
         self._frontends = frontends
-        self.running: set[asyncio.Task[None]] = set()
+        self.clock = clock
+        self.store = store
+        self.delay = delay
+        self.recheck = recheck
+        self.running: set[asyncio.Task[None]] = set()  # platform calls in flight
+        self._shown: dict[ConversationKey, _Shown] = {}
+        self._working: set[asyncio.Future[None]] = set()  # followers checking the store
 
-    def show(self, key: ConversationKey) -> None:
-        self._set(key, busy=True)
+    def show(self, key: ConversationKey, due_at: float | None, version: int) -> None:
+        """A message was accepted: its burst closes at `due_at` (now, if unknown)."""
+        if key.platform not in self._frontends:
+            return
+        on_at = (self.clock.now() if due_at is None else due_at) + self.delay
+        shown = self._shown.get(key)
+        if shown is None:
+            shown = self._shown[key] = _Shown(on_at, version)
+            shown.task = asyncio.ensure_future(self._follow(key, shown))
+            return
+        shown.version = max(shown.version, version)
+        if shown.on_at is not None:
+            shown.on_at = max(shown.on_at, on_at)
 
     def clear(self, key: ConversationKey) -> None:
-        self._set(key, busy=False)
+        """The conversation's reply is posted (or it needs none): off, if it was ever on."""
+        shown = self._shown.pop(key, None)
+        if shown is None:
+            return
+        if shown.task is not None:
+            shown.task.cancel()
+        if shown.on_at is None:
+            self._call(key, busy=False)
 
-    def _set(self, key: ConversationKey, *, busy: bool) -> None:
+    def close(self) -> None:
+        """Shutdown: nothing more goes on; what is on goes off (another process takes over)."""
+        for key in list(self._shown):
+            self.clear(key)
+
+    @property
+    def waiting(self) -> int:
+        """Conversations whose indicator is waiting to go on or is on (tests, metrics)."""
+        return len(self._shown)
+
+    async def idle(self) -> None:
+        """Wait until no check or call is in progress: every follower is asleep on the clock
+        (tests step a fake clock after this)."""
+        while pending := [*self.running, *self._working]:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _follow(self, key: ConversationKey, shown: _Shown) -> None:
+        """Wait out the delay, turn the indicator on, then watch for an answer elsewhere."""
+        with contextlib.suppress(asyncio.CancelledError):
+            while shown.on_at is not None and (wait := shown.on_at - self.clock.now()) > 0:
+                await self.clock.sleep(wait)
+            while True:
+                with self._at_work():
+                    if not await self._unanswered(key, shown):
+                        self._forget(key, shown)
+                        if shown.on_at is None:
+                            self._call(key, busy=False)
+                        return
+                    if shown.on_at is not None:
+                        shown.on_at = None
+                        self._call(key, busy=True)
+                await self.clock.sleep(self.recheck)
+
+    @contextlib.contextmanager
+    def _at_work(self) -> Iterator[None]:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._working.add(done)
+        try:
+            yield
+        finally:
+            self._working.discard(done)
+            done.set_result(None)
+
+    async def _unanswered(self, key: ConversationKey, shown: _Shown) -> bool:
+        try:
+            state = await asyncio.shield(self.store.conversation_state(key.id))
+        except Exception:  # best effort: when in doubt, keep the indicator as it is
+            log.debug("thinking indicator: cannot read %s", key.id, exc_info=True)
+            return True
+        return state is not None and state.answered_version < shown.version
+
+    def _forget(self, key: ConversationKey, shown: _Shown) -> None:
+        if self._shown.get(key) is shown:
+            del self._shown[key]
+
+    def _call(self, key: ConversationKey, *, busy: bool) -> None:
         frontend = self._frontends.get(key.platform)
         if frontend is None:
             return

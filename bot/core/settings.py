@@ -20,6 +20,7 @@ class EngineSettings:
     busy_retry_seconds: float = 1.0
     delivery_max_attempts: int = 8
     delivery_backoff_seconds: float = 1.0
+    indicator_delay_seconds: float = 1.0
     model_max_attempts: int = 3
     model_backoff_seconds: float = 2.0
     failure_message: str = "Sorry, I couldn't answer that just now."
@@ -44,6 +45,7 @@ class EngineSettings:
             busy_retry_seconds=config.engine.busy_retry_seconds,
             delivery_max_attempts=config.engine.delivery_max_attempts,
             delivery_backoff_seconds=config.engine.delivery_backoff_seconds,
+            indicator_delay_seconds=config.engine.indicator_delay_seconds,
             model_max_attempts=config.llm.max_attempts,
             model_backoff_seconds=config.llm.retry_backoff_seconds,
             failure_message=config.llm.failure_message,

@@ -1,0 +1,97 @@
+"""How `burstbot run` runs: its event loop, and `--workers N` processes on one HTTP port.
+
+The loop is uvloop where it is installed (a dependency on Linux and macOS), else asyncio's own.
+
+`--workers N` starts N `burstbot run` processes that share the Slack HTTP port (SO_REUSEPORT:
+the kernel spreads connections over them) and the store; every guarantee already holds across
+processes on one store. Only Slack's HTTP mode can be shared that way: Socket Mode, Discord and
+the terminal keep one connection per process, so a config with any of them is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from bot.config import Config
+
+log = logging.getLogger("burstbot")
+
+T = TypeVar("T")
+
+
+def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
+    try:
+        import uvloop
+    except ImportError:  # Windows, or installed without it
+        return asyncio.run(main)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main)
+
+
+# `burstbot run --workers N` --------------------------------------------------------------------
+WORKERS_NEED_HTTP = (
+    "--workers {n}: several processes can share only Slack's HTTP endpoint; Socket Mode, Discord "
+    "and the terminal keep one connection per process. Run those with --workers 1 (the default), "
+    'or enable only [slack] with mode = "http"'
+)
+
+
+def workers_refusal(config: Config, workers: int) -> str | None:
+    """Why this config cannot run as `workers` processes on one port and one store, if it can't."""
+    if workers < 1:
+        return "--workers must be at least 1"
+    if workers == 1:
+        return None
+    if not (config.slack.enabled and config.slack.mode == "http"):
+        return WORKERS_NEED_HTTP.format(n=workers)
+    if config.console.enabled or config.discord.enabled:
+        return WORKERS_NEED_HTTP.format(n=workers)
+    if config.storage.url in ("sqlite://", "sqlite:///", "sqlite:///:memory:"):
+        return f"--workers {workers}: the processes must share one store, not an in-memory one"
+    return None
+
+
+def for_worker(config: Config, index: int) -> Config:
+    """One worker's view of the shared config: the HTTP port is shared (SO_REUSEPORT), the metrics
+    port is offset by the worker's index, and only worker 0 catches up on start."""
+    return config.model_copy(
+        update={
+            "slack": config.slack.model_copy(update={"http_reuse_port": True}),
+            "metrics": config.metrics.model_copy(update={"port": config.metrics.port + index}),
+            "catch_up": config.catch_up.model_copy(
+                update={"enabled": config.catch_up.enabled and index == 0}
+            ),
+        }
+    )
+
+
+async def run_workers(config_path: str, workers: int, verbose: bool) -> int:
+    """Start `workers` processes of `burstbot run` and wait. SIGINT/SIGTERM is passed on to every
+    worker (each shuts down cleanly); when one worker exits, the others are stopped too, so a
+    supervisor restarts the whole set. The exit code is the first failing worker's, else 0."""
+    args = [sys.executable, "-m", "bot", "run", "--config", config_path]
+    children = [
+        await asyncio.create_subprocess_exec(*args, "--worker", str(i), *(["-v"] * verbose))
+        for i in range(workers)
+    ]
+    log.info("started %d workers: %s", workers, ", ".join(str(c.pid) for c in children))
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stopping.set)
+    exits = [asyncio.ensure_future(child.wait()) for child in children]
+    asked = asyncio.ensure_future(stopping.wait())
+    await asyncio.wait([*exits, asked], return_when=asyncio.FIRST_COMPLETED)
+    asked.cancel()
+    for child in children:
+        if child.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(signal.SIGTERM)
+    codes = await asyncio.gather(*exits)
+    return next((code for code in codes if code != 0), 0)
