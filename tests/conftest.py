@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
+import discord
 import pytest
 
 from bot.core.clock import FakeClock
@@ -13,6 +14,7 @@ from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.settings import EngineSettings
 from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
+from tests.fake_discord import FakeDiscord
 
 SETTINGS = EngineSettings(
     quiet_seconds=1.5,
@@ -58,3 +60,12 @@ def make_engine(
     settings = replace(SETTINGS, **overrides)  # type: ignore[arg-type]
     frontends = {frontend.platform: frontend} if frontend is not None else {}
     return Engine(store, replier, clock, settings, owner, frontends)
+
+
+@pytest.fixture
+async def fake_discord(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeDiscord]:
+    """The fake Discord on 127.0.0.1, with discord.py's REST and gateway pointed at it."""
+    async with FakeDiscord() as server:
+        monkeypatch.setattr(discord.http.Route, "BASE", server.api_base)
+        monkeypatch.setattr(discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY", server.gateway_url)
+        yield server

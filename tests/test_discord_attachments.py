@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import discord
 import pytest
 
 from adapters.discord import DiscordFrontend
@@ -24,11 +23,8 @@ PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
 
 
 @pytest.fixture
-async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeDiscord]:
-    async with FakeDiscord() as server:
-        monkeypatch.setattr(discord.http.Route, "BASE", server.api_base)
-        monkeypatch.setattr(discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY", server.gateway_url)
-        yield server
+def fake(fake_discord: FakeDiscord) -> FakeDiscord:
+    return fake_discord
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 
-import discord
 import pytest
 
 from adapters.discord import DiscordFrontend
@@ -31,11 +30,8 @@ INTERVAL = 1.0
 
 
 @pytest.fixture
-async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeDiscord]:
-    async with FakeDiscord() as server:
-        monkeypatch.setattr(discord.http.Route, "BASE", server.api_base)
-        monkeypatch.setattr(discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY", server.gateway_url)
-        yield server
+def fake(fake_discord: FakeDiscord) -> FakeDiscord:
+    return fake_discord
 
 
 @pytest.fixture

@@ -7,10 +7,8 @@ so one reply covers both messages.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
-import discord
 import pytest
 
 from adapters.discord import DiscordFrontend
@@ -38,11 +36,8 @@ def config(**debounce: Any) -> Any:
 
 
 @pytest.fixture
-async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeDiscord]:
-    async with FakeDiscord() as server:
-        monkeypatch.setattr(discord.http.Route, "BASE", server.api_base)
-        monkeypatch.setattr(discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY", server.gateway_url)
-        yield server
+def fake(fake_discord: FakeDiscord) -> FakeDiscord:
+    return fake_discord
 
 
 async def started(

@@ -48,11 +48,8 @@ TYPING_INTENTS = (1 << 11) | (1 << 14)  # guild and DM typing: `[debounce] typin
 
 
 @pytest.fixture
-async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeDiscord]:
-    async with FakeDiscord() as server:
-        monkeypatch.setattr(discord.http.Route, "BASE", server.api_base)
-        monkeypatch.setattr(discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY", server.gateway_url)
-        yield server
+def fake(fake_discord: FakeDiscord) -> FakeDiscord:
+    return fake_discord
 
 
 @pytest.fixture

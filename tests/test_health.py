@@ -4,13 +4,10 @@ flight. Scraped over HTTP from a running app; the adapters' own states from the 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import discord
-import pytest
 
 from adapters.discord import DiscordFrontend
 from adapters.slack import SlackFrontend
@@ -147,14 +144,6 @@ async def test_gauges_show_the_backlog_and_the_generations_in_flight(
 
 
 # the adapters' own states -------------------------------------------------------------------
-@pytest.fixture
-async def fake_discord(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeDiscord]:
-    async with FakeDiscord() as server:
-        monkeypatch.setattr(discord.http.Route, "BASE", server.api_base)
-        monkeypatch.setattr(discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY", server.gateway_url)
-        yield server
-
-
 async def test_discord_is_healthy_while_its_gateway_session_is_up(
     fake_discord: FakeDiscord, store: SqliteStore, clock: FakeClock
 ) -> None:
