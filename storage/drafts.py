@@ -7,23 +7,14 @@ transaction).
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from bot.core.events import Draft
 from bot.core.store import OutboxRow
-from storage.rows import Params, Row
-
-Conn = TypeVar("Conn")
+from storage.seam import Conn, StoreSeam
 
 
-class DraftSteps(ABC, Generic[Conn]):
-    @abstractmethod
-    async def _one(self, name: str, params: Params, db: Conn | None = None) -> Row | None: ...
-
-    @abstractmethod
-    def _outbox(self, r: Row) -> OutboxRow: ...
-
+class DraftSteps(StoreSeam[Conn]):
     async def draft(self, conversation_id: str) -> Draft | None:
         row = await self._one("draft", {"cid": conversation_id})
         return None if row is None else Draft(str(row[0]), row[1])

@@ -3,23 +3,11 @@ fetch gave, and its bytes, kept once per SHA-256 however many messages share the
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from contextlib import AbstractAsyncContextManager
-from typing import Generic, TypeVar
-
 from bot.core.attachments import StoredFile
-from storage.rows import Params, Row
-
-Conn = TypeVar("Conn")
+from storage.seam import Conn, StoreSeam
 
 
-class FileSteps(ABC, Generic[Conn]):
-    @abstractmethod
-    def _transaction(self) -> AbstractAsyncContextManager[Conn]: ...
-
-    @abstractmethod
-    async def _rows(self, name: str, params: Params, db: Conn | None = None) -> list[Row]: ...
-
+class FileSteps(StoreSeam[Conn]):
     async def attachment_file(self, uid: str) -> StoredFile | None:
         rows = await self._rows("attachment_file", {"uid": uid})
         if not rows:

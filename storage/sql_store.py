@@ -24,8 +24,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from bot.core import store as contract
 from bot.core.errors import StoreError
@@ -34,27 +33,16 @@ from bot.core.store import IngestResult, OutboxRow, Timing
 from bot.ops.inspection import ConversationSummary
 from storage import rows as codec
 from storage.drafts import DraftSteps
-from storage.files import Conn, FileSteps
-from storage.rows import Params, Row
+from storage.files import FileSteps
+from storage.rows import Params
+from storage.seam import Conn
 from storage.upkeep import Upkeep
 
 
-class SqlStore(Upkeep, FileSteps[Conn], DraftSteps[Conn]):
+class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn]):
     MIGRATIONS: ClassVar[Sequence[str]]
 
-    # the seam (see the module docstring) ----------------------------------------------------
-    @abstractmethod
-    def _transaction(self) -> AbstractAsyncContextManager[Conn]: ...
-
-    @abstractmethod
-    async def _rows(self, name: str, params: Params, db: Conn | None = None) -> list[Row]: ...
-
-    @abstractmethod
-    def _array(self, values: Sequence[str]) -> object: ...
-
-    @abstractmethod
-    def _strings(self, value: Any) -> tuple[str, ...]: ...
-
+    # the rest of the seam (see the module docstring) ----------------------------------------
     async def _hint(self, db: Conn, payload: str) -> None:
         """No other process listens unless the backend says otherwise."""
 
@@ -65,16 +53,9 @@ class SqlStore(Upkeep, FileSteps[Conn], DraftSteps[Conn]):
     async def _migrate_to(self, db: Conn, number: int, script: str) -> None: ...
 
     # plumbing --------------------------------------------------------------------------------
-    async def _one(self, name: str, params: Params, db: Conn | None = None) -> Row | None:
-        rows = await self._rows(name, params, db)
-        return rows[0] if rows else None
-
     async def _value(self, name: str, params: Params) -> float | None:
         row = await self._one(name, params)
         return None if row is None or row[0] is None else float(row[0])
-
-    def _outbox(self, r: Row) -> OutboxRow:
-        return codec.outbox_from_row(r, self._strings(r["platform_message_ids"]))
 
     async def _migrate(self) -> None:
         async with self._transaction() as db:

@@ -5,20 +5,15 @@ in the outbox, armed timers."""
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from typing import Any
-
 from bot.core.attachments import attachment_uid
 from bot.core.events import ConversationKey
-from storage.rows import Params, Row, attachments_from_json
+from storage.rows import Params, attachments_from_json
+from storage.seam import Conn, StoreSeam
 
 PRUNED = ("messages", "replies", "generations", "files", "blobs")
 
 
-class Upkeep(ABC):
-    @abstractmethod
-    async def _rows(self, name: str, params: Params, db: Any = None) -> list[Row]: ...
-
+class Upkeep(StoreSeam[Conn]):
     async def extend_quiet(
         self, conversation_id: str, author_id: str, until: float
     ) -> float | None:

@@ -1,0 +1,37 @@
+"""What every group of SQL store steps runs on: one transaction, one named statement, and the
+codec for lists (see storage/sql_store.py's docstring). Each backend fills it in once; the step
+groups (sql_store.py, files.py, drafts.py, upkeep.py) share it."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Generic, TypeVar
+
+from bot.core.store import OutboxRow
+from storage import rows as codec
+from storage.rows import Params, Row
+
+Conn = TypeVar("Conn")
+
+
+class StoreSeam(ABC, Generic[Conn]):
+    @abstractmethod
+    def _transaction(self) -> AbstractAsyncContextManager[Conn]: ...
+
+    @abstractmethod
+    async def _rows(self, name: str, params: Params, db: Conn | None = None) -> list[Row]: ...
+
+    @abstractmethod
+    def _array(self, values: Sequence[str]) -> object: ...
+
+    @abstractmethod
+    def _strings(self, value: Any) -> tuple[str, ...]: ...
+
+    async def _one(self, name: str, params: Params, db: Conn | None = None) -> Row | None:
+        rows = await self._rows(name, params, db)
+        return rows[0] if rows else None
+
+    def _outbox(self, r: Row) -> OutboxRow:
+        return codec.outbox_from_row(r, self._strings(r["platform_message_ids"]))
