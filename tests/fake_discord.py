@@ -29,6 +29,10 @@ from typing import Any
 import yarl
 from aiohttp import WSMsgType, web
 
+from adapters.discord import DiscordFrontend
+from bot.config import DiscordConfig
+from bot.core.clock import Clock
+
 Json = dict[str, Any]
 BOT_ID = 100_000_000_000_000_001
 MESSAGE_LIMIT = 2000
@@ -461,3 +465,14 @@ def _json(data: Json, status: int = 200, headers: dict[str, str] | None = None) 
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat()
+
+
+def frontend_for(
+    fake: FakeDiscord, clock: Clock, config: DiscordConfig | None = None, **options: Any
+) -> DiscordFrontend:
+    """A real discord.py front end for the fake (its routes already point there). It waits only
+    briefly for GUILD_CREATEs after READY: discord.py waits seconds, and the fake may send none."""
+    front = DiscordFrontend(config or DiscordConfig(enabled=True), token=fake.token, clock=clock,
+                            **options)  # fmt: skip
+    front.client._connection.guild_ready_timeout = 0.05
+    return front

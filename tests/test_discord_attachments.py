@@ -7,15 +7,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from adapters.discord import DiscordFrontend
 from bot.app import App
-from bot.config import DiscordConfig
 from bot.core.clock import FakeClock
 from bot.core.events import ConversationKey
 from bot.testing import ScriptedReplier
 from storage.sqlite import SqliteStore
 from tests.discord_harness import engine_config
-from tests.fake_discord import FakeDiscord
+from tests.fake_discord import FakeDiscord, frontend_for
 from tests.test_discord_wire import ALICE, DM_ID, eventually
 
 KEY = ConversationKey("discord", "dm", str(DM_ID))
@@ -31,8 +29,7 @@ def fake(fake_discord: FakeDiscord) -> FakeDiscord:
 async def running(
     fake: FakeDiscord, store: SqliteStore, clock: FakeClock
 ) -> AsyncIterator[tuple[App, ScriptedReplier]]:
-    front = DiscordFrontend(DiscordConfig(enabled=True), token=fake.token, clock=clock)
-    front.client._connection.guild_ready_timeout = 0.05
+    front = frontend_for(fake, clock)
     replier = ScriptedReplier()
     app = App(engine_config(), store, replier, [front], clock=clock, owner="w1")
     await front.start(app)

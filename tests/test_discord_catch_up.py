@@ -30,7 +30,7 @@ from bot.core.events import ConversationKey
 from bot.testing import ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
 from tests.discord_harness import engine_config
-from tests.fake_discord import BOT_ID, Failure, FakeDiscord, Json, snowflake_at
+from tests.fake_discord import BOT_ID, Failure, FakeDiscord, Json, frontend_for, snowflake_at
 
 GUILD, LISTENED, GENERAL, THREAD, DM = (
     400_000_000_000_000_001,
@@ -85,8 +85,7 @@ async def running(
     fake: FakeDiscord, db: str, clock: FakeClock, catch_up: bool = True
 ) -> AsyncIterator[Bot]:
     config = DiscordConfig(enabled=True, listen_channels=[str(LISTENED)])
-    frontend = DiscordFrontend(config, token=fake.token, clock=clock)
-    frontend.client._connection.guild_ready_timeout = 0.05
+    frontend = frontend_for(fake, clock, config)
     store = SqliteStore(db)
     replier = ScriptedReplier()
     app = App(engine_config(), store, replier, [frontend], clock=clock, owner="w1")

@@ -19,7 +19,7 @@ from bot.core.events import ConversationKey, IncomingMessage
 from bot.testing import ScriptedReplier
 from storage.sqlite import SqliteStore
 from tests.discord_harness import close_world, engine_config, open_world
-from tests.fake_discord import APP_ID, FakeDiscord
+from tests.fake_discord import APP_ID, FakeDiscord, frontend_for
 from tests.test_discord_wire import ALICE, CHANNEL_ID, DM_ID, GUILD_ID, fake, frontend
 
 __all__ = ["fake", "frontend"]  # fixtures
@@ -98,9 +98,7 @@ async def test_a_blocked_user_is_told_no_and_the_channel_keeps_its_history(
 async def test_with_scope_user_reset_clears_only_the_callers_conversation(
     fake: FakeDiscord, store: SqliteStore, clock: FakeClock
 ) -> None:
-    front = DiscordFrontend(DiscordConfig(enabled=True, scope="user"), token=fake.token,
-                            clock=clock)  # fmt: skip
-    front.client._connection.guild_ready_timeout = 0.05
+    front = frontend_for(fake, clock, DiscordConfig(enabled=True, scope="user"))
     app = App(engine_config(), store, ScriptedReplier(), [front], clock=clock, owner="w1")
     try:
         await front.start(app)
@@ -124,8 +122,7 @@ async def test_reset_is_registered_once_and_other_commands_are_left_alone(
     assert len(fake.command_posts) == 1
     fake.commands["other"] = {"id": "9", "application_id": str(APP_ID), "type": 1,
                               "name": "other", "description": "someone else's"}  # fmt: skip
-    again = DiscordFrontend(DiscordConfig(enabled=True), token=fake.token, clock=clock)
-    again.client._connection.guild_ready_timeout = 0.05
+    again = frontend_for(fake, clock)
     try:
         await again.start(started)  # a second process, or a restart
         assert len(fake.command_posts) == 1 and "other" in fake.commands

@@ -14,13 +14,13 @@ import pytest
 
 from adapters.discord import DiscordFrontend
 from bot.app import App
-from bot.config import DiscordConfig, parse_config
+from bot.config import parse_config
 from bot.core.clock import FakeClock
 from bot.core.events import ConversationKey
 from bot.testing import ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
 from tests.clock_steps import step
-from tests.fake_discord import MESSAGE_LIMIT, Failure, FakeDiscord
+from tests.fake_discord import MESSAGE_LIMIT, Failure, FakeDiscord, frontend_for
 
 DM_ID = 400_000_000_000_000_003
 ALICE = {"id": "200000000000000001", "username": "alice", "discriminator": "0",
@@ -36,8 +36,7 @@ def fake(fake_discord: FakeDiscord) -> FakeDiscord:
 
 @pytest.fixture
 async def frontend(fake: FakeDiscord, clock: FakeClock) -> AsyncIterator[DiscordFrontend]:
-    front = DiscordFrontend(DiscordConfig(enabled=True), token=fake.token, clock=clock)
-    front.client._connection.guild_ready_timeout = 0.05
+    front = frontend_for(fake, clock)
     yield front
     await front.stop()
 

@@ -14,12 +14,12 @@ import pytest
 from adapters.discord import DiscordFrontend
 from adapters.discord.client import gateway_intents
 from bot.app import App
-from bot.config import DiscordConfig, parse_config
+from bot.config import parse_config
 from bot.core.clock import FakeClock
 from bot.core.events import ConversationKey
 from bot.testing import ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
-from tests.fake_discord import FakeDiscord
+from tests.fake_discord import FakeDiscord, frontend_for
 from tests.test_discord_wire import ALICE, DM_ID, eventually
 
 BOB = {"id": "200000000000000002", "username": "bob", "discriminator": "0",
@@ -43,11 +43,7 @@ def fake(fake_discord: FakeDiscord) -> FakeDiscord:
 async def started(
     fake: FakeDiscord, store: SqliteStore, clock: FakeClock, typing_aware: bool = True
 ) -> tuple[App, DiscordFrontend]:
-    front = DiscordFrontend(
-        DiscordConfig(enabled=True), token=fake.token, clock=clock,
-        intents=gateway_intents(typing=typing_aware),
-    )  # fmt: skip
-    front.client._connection.guild_ready_timeout = 0.05
+    front = frontend_for(fake, clock, intents=gateway_intents(typing=typing_aware))
     app = App(config(typing_aware=typing_aware), store, ScriptedReplier(), [front], clock=clock)
     await front.start(app)
     return app, front

@@ -32,7 +32,7 @@ from bot.core.events import ConversationKey, Reply
 from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
 from tests.discord_harness import engine_config
-from tests.fake_discord import Failure, FakeDiscord
+from tests.fake_discord import Failure, FakeDiscord, frontend_for
 from tests.test_cli import ROOT, burstbot
 
 GUILD_ID, CHANNEL_ID, DM_ID = (
@@ -54,9 +54,7 @@ def fake(fake_discord: FakeDiscord) -> FakeDiscord:
 
 @pytest.fixture
 async def frontend(fake: FakeDiscord, clock: FakeClock) -> AsyncIterator[DiscordFrontend]:
-    front = DiscordFrontend(DiscordConfig(enabled=True), token=fake.token, clock=clock)
-    # discord.py waits this long for GUILD_CREATEs after READY; our fake sends none.
-    front.client._connection.guild_ready_timeout = 0.05
+    front = frontend_for(fake, clock)
     yield front
     await front.stop()
 
@@ -264,8 +262,7 @@ async def test_the_process_identifies_as_its_configured_shard(
     fake: FakeDiscord, store: SqliteStore, clock: FakeClock
 ) -> None:
     config = DiscordConfig(enabled=True, shard_id=1, shard_count=4)
-    front = DiscordFrontend(config, token=fake.token, clock=clock)
-    front.client._connection.guild_ready_timeout = 0.05
+    front = frontend_for(fake, clock, config)
     app = App(engine_config(), store, ScriptedReplier(), [front], clock=clock, owner="w1")
     try:
         await front.start(app)

@@ -9,17 +9,15 @@ from typing import Any
 
 import aiohttp
 
-from adapters.discord import DiscordFrontend
 from adapters.slack import SlackFrontend
 from bot.app import App
-from bot.config import DiscordConfig
 from bot.core.clock import FakeClock
 from bot.core.errors import RetryableDeliveryError
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
 from tests.apps import make_app
-from tests.fake_discord import FakeDiscord
+from tests.fake_discord import FakeDiscord, frontend_for
 from tests.fakes.slack_api import FakeSlackApi
 from tests.slack_harness import SECRET, TOKEN, api, slack_config
 from tests.test_metrics import until
@@ -147,8 +145,7 @@ async def test_gauges_show_the_backlog_and_the_generations_in_flight(
 async def test_discord_is_healthy_while_its_gateway_session_is_up(
     fake_discord: FakeDiscord, store: SqliteStore, clock: FakeClock
 ) -> None:
-    front = DiscordFrontend(DiscordConfig(enabled=True), token=fake_discord.token, clock=clock)
-    front.client._connection.guild_ready_timeout = 0.05
+    front = frontend_for(fake_discord, clock)
     assert front.health() == (False, "gateway not connected")
     app = make_app(store, clock, ScriptedReplier(), RecordingFrontend())
     await front.start(app)
