@@ -132,6 +132,17 @@ async def test_restart_only_settings_keep_their_running_value_and_are_named(
     assert app.engine.settings.quiet_seconds == 1.0
 
 
+async def test_changed_attachment_limits_reach_the_file_loader(
+    tmp_path: Path, store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    path = write(tmp_path / "c.toml")
+    app = app_for(path, store, clock, frontend)
+    path.write_text(path.read_text() + "[attachments]\nmax_per_message = 2\n")
+    plan = app.reload()
+    assert plan is not None and plan.applied == ("attachments.max_per_message",)
+    assert app.engine.prompts.files.limits.max_per_message == 2
+
+
 async def test_limits_switched_on_by_a_reload_guard_the_next_burst(
     tmp_path: Path, store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
 ) -> None:

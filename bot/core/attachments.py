@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import mimetypes
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Literal, Protocol, runtime_checkable
@@ -193,13 +193,17 @@ class AttachmentLoader:
         self,
         store: object,
         sources: Mapping[str, object],
-        limits: AttachmentsConfig,
+        limits: AttachmentsConfig | Callable[[], AttachmentsConfig],
         clock: Clock,
     ) -> None:
         self.store = store if isinstance(store, AttachmentStore) else None
         self.sources = sources
-        self.limits = limits
+        self._limits = limits  # a callable is read at each use: a reload replaces the limits
         self.clock = clock
+
+    @property
+    def limits(self) -> AttachmentsConfig:
+        return self._limits() if callable(self._limits) else self._limits
 
     def max_bytes(self, kind: Kind | None) -> int:
         limit = API_LIMITS.get(kind) if kind is not None else None

@@ -95,7 +95,7 @@ class Engine:
             store, clock, settings, owner, served, self.indicator, self.signals, self.wakeup.set
         )
         self.supervisor = Supervisor(store, clock, settings)
-        files = AttachmentLoader(store, served, settings.attachments, clock)
+        files = AttachmentLoader(store, served, lambda: self.settings.attachments, clock)
         self.prompts = PromptStep(lambda: self.settings, files)
         self.drafts = Drafts(store, clock, lambda: self.settings, served, self.outbox.waiting)
         self.sleeping_until = math.inf
