@@ -163,3 +163,41 @@ async def test_two_workers_share_one_port_and_one_store_and_stop_together(
     assert process.returncode == 0, log
     assert log.count("slack: events endpoint on") == 2, log
     assert len(api.posts()) == 4
+
+
+async def test_a_reload_of_the_workers_parent_reaches_every_worker(
+    api: FakeSlackApi, tmp_path: Path
+) -> None:
+    """`engine.pid_file` names the parent of `--workers N`; its SIGHUP reloads every worker."""
+    pid_file = tmp_path / "burstbot.pid"
+    config = write_config(tmp_path, api, free_port())
+    text = config.read_text().replace("[engine]\n", f'[engine]\npid_file = "{pid_file}"\n', 1)
+    config.write_text(text)
+    process = await start_burstbot(config, "xoxb-test", "--workers", "2")
+    try:
+        await until(lambda: api.methods().count("auth.test") == 2)  # both workers started
+        assert pid_file.read_text().strip() == str(process.pid)
+        config.write_text(text.replace("quiet_seconds = 0.3", "quiet_seconds = 0.4"))
+        process.send_signal(signal.SIGHUP)
+        seen = await lines_until(process, "config reloaded from", 2)
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(process.communicate(), 30)
+    log = seen + stderr.decode()
+    assert process.returncode == 0, log
+    assert log.count("config reloaded from") == 2, log
+    assert not pid_file.exists()
+
+
+async def lines_until(process: asyncio.subprocess.Process, text: str, count: int) -> str:
+    """The process's log up to the `count`th line containing `text` (bounded wait)."""
+    assert process.stderr is not None
+    seen: list[str] = []
+    async with asyncio.timeout(15):
+        while sum(text in line for line in seen) < count:
+            line = (await process.stderr.readline()).decode()
+            if not line:
+                break
+            seen.append(line)
+    return "".join(seen)

@@ -218,7 +218,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if refusal := workers_refusal(config, args.workers):
                 raise ConfigError(refusal)
             if args.workers > 1:
-                return run_event_loop(run_workers(args.config, args.workers, args.verbose))
+                return run_event_loop(
+                    run_workers(args.config, args.workers, args.verbose, config.engine.pid_file)
+                )
             if args.worker is not None:
                 config = for_worker(config, args.worker)
             elif args.config is None:

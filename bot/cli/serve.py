@@ -59,10 +59,12 @@ def workers_refusal(config: Config, workers: int) -> str | None:
 
 def for_worker(config: Config, index: int) -> Config:
     """One worker's view of the shared config: the HTTP port is shared (SO_REUSEPORT), the metrics
-    port is offset by the worker's index, and only worker 0 catches up on start."""
+    port is offset by the worker's index, only worker 0 catches up on start, and the pid file
+    names the parent, which passes a reload on to every worker."""
     return config.model_copy(
         update={
             "slack": config.slack.model_copy(update={"http_reuse_port": True}),
+            "engine": config.engine.model_copy(update={"pid_file": ""}),  # the parent's, see below
             "metrics": config.metrics.model_copy(update={"port": config.metrics.port + index}),
             "catch_up": config.catch_up.model_copy(
                 update={"enabled": config.catch_up.enabled and index == 0}
@@ -71,10 +73,23 @@ def for_worker(config: Config, index: int) -> Config:
     )
 
 
-async def run_workers(config_path: str, workers: int, verbose: bool) -> int:
+async def run_workers(config_path: str, workers: int, verbose: bool, pid_file: str = "") -> int:
     """Start `workers` processes of `burstbot run` and wait. SIGINT/SIGTERM is passed on to every
-    worker (each shuts down cleanly); when one worker exits, the others are stopped too, so a
-    supervisor restarts the whole set. The exit code is the first failing worker's, else 0."""
+    worker (each shuts down cleanly), and SIGHUP too (each reloads); `pid_file` names this
+    process. When one worker exits, the others are stopped too, so a supervisor restarts the
+    whole set. The exit code is the first failing worker's, else 0."""
+    from bot.ops.reload import remove_pid_file, write_pid_file
+
+    if pid_file:
+        write_pid_file(pid_file)
+    try:
+        return await _supervise(config_path, workers, verbose)
+    finally:
+        if pid_file:
+            remove_pid_file(pid_file)
+
+
+async def _supervise(config_path: str, workers: int, verbose: bool) -> int:
     args = [sys.executable, "-m", "bot", "run", "--config", config_path]
     children = [
         await asyncio.create_subprocess_exec(*args, "--worker", str(i), *(["-v"] * verbose))
@@ -85,13 +100,18 @@ async def run_workers(config_path: str, workers: int, verbose: bool) -> int:
     stopping = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping.set)
+    loop.add_signal_handler(signal.SIGHUP, _pass_on, children, signal.SIGHUP)
     exits = [asyncio.ensure_future(child.wait()) for child in children]
     asked = asyncio.ensure_future(stopping.wait())
     await asyncio.wait([*exits, asked], return_when=asyncio.FIRST_COMPLETED)
     asked.cancel()
+    _pass_on(children, signal.SIGTERM)
+    codes = await asyncio.gather(*exits)
+    return next((code for code in codes if code != 0), 0)
+
+
+def _pass_on(children: list[asyncio.subprocess.Process], sig: signal.Signals) -> None:
     for child in children:
         if child.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                child.send_signal(signal.SIGTERM)
-    codes = await asyncio.gather(*exits)
-    return next((code for code in codes if code != 0), 0)
+                child.send_signal(sig)
