@@ -162,6 +162,14 @@ async def test_history_files_are_never_fetched(store: SqliteStore) -> None:
     assert found[0][0].note == "not downloaded" and source.requests == []
 
 
+async def test_history_files_past_the_budget_are_notes_not_dropped(store: SqliteStore) -> None:
+    old, new = file(1, "old.png"), file(2, "new.png")
+    items = [HistoryItem("user", "alice", "", 1, (old,)), HistoryItem("user", "bob", "", 2, (new,))]
+    found = await loader(store, Files({})).history(KEY, items, 1)  # room for the newest only
+    assert sorted(found) == [0, 1]
+    assert found[0][0].note == NO_ROOM and found[1][0].note == "not downloaded"
+
+
 def test_history_files_fit_the_budget_newest_first() -> None:
     old, new = file(1, "old.txt", "text/plain"), file(2, "new.txt", "text/plain")
     history = [

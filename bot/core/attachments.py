@@ -49,6 +49,7 @@ TEXT_SUFFIXES = frozenset(
      ".patch", ".tex", ".dockerfile", ".proto", ".graphql"}
 )  # fmt: skip
 API_LIMITS: Mapping[Kind, int] = {"image": 5 * 1024 * 1024, "pdf": 32 * 1024 * 1024}
+NO_ROOM = "no room left in the context"
 IMAGE_TOKENS_MAX = 1_600
 PDF_TOKENS_PER_PAGE = 3_000
 PDF_BYTES_PER_PAGE = 100_000
@@ -230,13 +231,15 @@ class AttachmentLoader:
         self, key: ConversationKey, items: Sequence[HistoryItem], budget: int
     ) -> dict[int, tuple[LoadedFile, ...]]:
         """Files kept for earlier turns (by index in `items`), newest first while their estimated
-        tokens fit `budget`; older ones are left to the prompt to note. Nothing is fetched."""
+        tokens fit `budget`; older ones come as notes, unread, so the prompt still names them.
+        Nothing is fetched."""
         found: dict[int, tuple[LoadedFile, ...]] = {}
         for index in range(len(items) - 1, -1, -1):
             attachments = items[index].attachments
-            if budget <= 0:
-                break
             if not attachments:
+                continue
+            if budget <= 0:
+                found[index] = tuple(LoadedFile(a, kind_of(a), note=NO_ROOM) for a in attachments)
                 continue
             files = [await self._load(key, a, n, 0, fetch=False) for n, a in enumerate(attachments)]
             budget -= sum(f.tokens for f in files)

@@ -12,13 +12,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from bot.config import MAX_REQUEST_FILE_BYTES
-from bot.core.attachments import AttachmentLoader, LoadedFile, human_size
+from bot.core.attachments import NO_ROOM, AttachmentLoader, LoadedFile, human_size
 from bot.core.events import ConversationKey
 from bot.core.settings import EngineSettings
 from bot.core.store import HistoryItem, StoredMessage
 from bot.model.replier import BurstMessage, Prompt, Replier, Turn, Usage, Voice
 
-NO_ROOM = "no room left in the context"
 MAX_IMAGES = 100
 MIN_TEXT_TOKENS = 250  # less room than this: a note instead of a stub of the file
 
