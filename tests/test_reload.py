@@ -143,6 +143,16 @@ async def test_changed_attachment_limits_reach_the_file_loader(
     assert app.engine.prompts.files.limits.max_per_message == 2
 
 
+async def test_the_cut_note_is_the_model_clients_and_waits_for_a_restart(
+    tmp_path: Path, store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    path = write(tmp_path / "c.toml")
+    app = app_for(path, store, clock, frontend)
+    path.write_text(path.read_text().replace("[llm]\n", '[llm]\ncut_note = "(cut)"\n'))
+    plan = app.reload()
+    assert plan is not None and plan.needs_restart == ("llm.cut_note",) and plan.applied == ()
+
+
 async def test_limits_switched_on_by_a_reload_guard_the_next_burst(
     tmp_path: Path, store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
 ) -> None:

@@ -22,7 +22,9 @@ from bot.core.errors import ConfigError
 RESTART_SECTIONS = (
     "storage", "console", "slack", "discord", "metrics", "engine", "lease", "catch_up",
 )  # fmt: skip
-RESTART_LLM_KEYS = ("provider", "api_key_env", "base_url", "timeout_seconds", "max_retries")
+RESTART_LLM_KEYS = (  # the model client's own: it is built once
+    "provider", "api_key_env", "base_url", "timeout_seconds", "max_retries", "cut_note",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
