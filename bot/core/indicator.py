@@ -88,11 +88,6 @@ class Indicator:
         for key in list(self._shown):
             self.clear(key)
 
-    @property
-    def waiting(self) -> int:
-        """Conversations whose indicator is waiting to go on or is on (tests, metrics)."""
-        return len(self._shown)
-
     async def idle(self) -> None:
         """Wait until no check or call is in progress: every follower is asleep on the clock
         (tests step a fake clock after this)."""

@@ -83,8 +83,10 @@ class Drafts:
         """Delete the draft of a burst that ended up with no message (before its commit)."""
         cid, token = burst.lease.conversation_id, burst.lease.token
         surface = self._surface(burst.key.platform)
+        if surface is None:
+            return
         draft = await self.store.draft(cid)
-        if draft is None or surface is None:
+        if draft is None:
             return
         try:
             await surface.delete_draft(burst.key, draft)
@@ -207,8 +209,7 @@ class DraftStream(Stream):
         draft = await store.draft(cid)
         if draft is not None and draft.message_id is not None:
             self.draft = draft
-            await self.surface.edit_draft(self.burst.key, draft.message_id, text)
-            return True
+            return await self._show(text)
         lost = draft is not None  # recorded, posted perhaps, its id never recorded
         if draft is None:
             if await self.drafts.waiting(cid):
