@@ -13,8 +13,9 @@ copy. `posted` (part index → message id) lets a retry after a partial failure 
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 import aiohttp
 import discord
@@ -52,17 +53,33 @@ async def post_reply(
             posted[index] = await first(text)
             await reply.fence.posted(index, posted[index])
             continue
-        reference = None
-        target = reply.reply_to_message_id
-        if index == 0 and target is not None and target.isdigit():
-            reference = discord.MessageReference(
-                message_id=int(target), channel_id=int(reply.key.channel), fail_if_not_exists=False
-            )
+        target = reply.reply_to_message_id if index == 0 else None
+        reference = reply_reference(target, reply.key.channel)
         nonce = nonce_for(reply.id, reply.key.id, index, text)
         message = await send_part(channel, text, nonce, reference, mentions)
         posted[index] = str(message.id)
         await reply.fence.posted(index, posted[index])
     return [posted[index] for index in range(len(parts))]
+
+
+def reply_reference(target: str | None, channel_id: str) -> discord.MessageReference | None:
+    """A reference to the message a reply answers (none for an id that is not Discord's)."""
+    if target is None or not target.isdigit():
+        return None
+    return discord.MessageReference(
+        message_id=int(target), channel_id=int(channel_id), fail_if_not_exists=False
+    )
+
+
+@contextlib.contextmanager
+def as_delivery_errors() -> Iterator[None]:
+    """A Discord call's failures as the outbox's delivery errors."""
+    try:
+        yield
+    except (discord.HTTPException, discord.RateLimited) as exc:
+        raise delivery_error(exc) from exc
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        raise RetryableDeliveryError(f"discord: connection failed ({exc!r})") from exc
 
 
 async def send_part(

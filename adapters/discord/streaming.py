@@ -11,15 +11,14 @@ a draft shows at most the reply's first part: the reply that finishes it posts t
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
-import aiohttp
 import discord
 
-from adapters.discord.posting import delivery_error, send_part
+from adapters.discord.posting import as_delivery_errors, reply_reference, send_part
 from adapters.discord.render import split_message, to_discord
 from adapters.markdown import settle_partial
-from bot.core.errors import RetryableDeliveryError
 from bot.core.events import ConversationKey, Draft, Reply
 
 
@@ -43,11 +42,7 @@ class DiscordDrafts:
         self, key: ConversationKey, draft_key: str, text: str, reply_to: str | None, lost: bool
     ) -> str:
         """`lost` needs nothing more: the same nonce finds the message an earlier send made."""
-        reference = None
-        if reply_to is not None and reply_to.isdigit():
-            reference = discord.MessageReference(
-                message_id=int(reply_to), channel_id=int(key.channel), fail_if_not_exists=False
-            )
+        reference = reply_reference(reply_to, key.channel)
         channel = self.channel_for(key)
         message = await send_part(channel, draft_text(text), draft_key, reference, self.mentions)
         return str(message.id)
@@ -58,14 +53,8 @@ class DiscordDrafts:
     async def delete_draft(self, key: ConversationKey, draft: Draft) -> None:
         message_id = draft.message_id or await self.post_draft(key, draft.key, "…", None, True)
         message = self.partial_channel(key).get_partial_message(int(message_id))
-        try:
+        with as_delivery_errors(), contextlib.suppress(discord.NotFound):  # gone already: fine
             await message.delete()
-        except discord.NotFound:
-            return
-        except (discord.HTTPException, discord.RateLimited) as exc:
-            raise delivery_error(exc) from exc
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise RetryableDeliveryError(f"discord: connection failed ({exc!r})") from exc
 
     async def finish(self, reply: Reply, text: str) -> str:
         """The reply's first part, shown by editing the draft it finishes (`post_reply`'s
@@ -79,9 +68,5 @@ class DiscordDrafts:
 
     async def _edit(self, key: ConversationKey, message_id: str, content: str) -> None:
         message = self.partial_channel(key).get_partial_message(int(message_id))
-        try:
+        with as_delivery_errors():
             await message.edit(content=content, allowed_mentions=self.mentions)
-        except (discord.HTTPException, discord.RateLimited) as exc:
-            raise delivery_error(exc) from exc
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise RetryableDeliveryError(f"discord: connection failed ({exc!r})") from exc
