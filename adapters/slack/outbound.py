@@ -76,6 +76,13 @@ def _retry_after(exc: SlackApiError) -> float | None:
     return None
 
 
+def part_metadata(reply_id: int | str, part: int, key: ConversationKey) -> dict[str, Any]:
+    """The message metadata that labels each part we post (a draft's key stands for its reply
+    until the reply that finishes it re-labels it)."""
+    payload = {"reply_id": reply_id, "part": part, "conversation": key.id}
+    return {"event_type": METADATA_EVENT_TYPE, "event_payload": payload}
+
+
 class Outbound:
     """Posting and the thinking indicator for one workspace (one bot token)."""
 
@@ -107,7 +114,6 @@ class Outbound:
     ) -> list[str]:
         """Post the parts not already there; `first` shows part 0 instead of a new post (the
         streamed draft this reply finishes, updated)."""
-        channel, thread = reply.key.channel, reply.key.thread
         parts = split_mrkdwn(to_mrkdwn(reply.text), self.part_chars) or ["…"]
         if len(parts) > self.max_parts:
             log.info("reply %s: %d parts, posting the first %d", reply.id, len(parts),
@@ -124,28 +130,29 @@ class Outbound:
                 ids.append(await first(text))
                 await reply.fence.posted(index, ids[-1])
                 continue
-            try:
-                response = await self.client.chat_postMessage(
-                    channel=channel,
-                    thread_ts=thread or None,
-                    text=text,
-                    mrkdwn=True,
-                    unfurl_links=False,
-                    unfurl_media=False,
-                    metadata={
-                        "event_type": METADATA_EVENT_TYPE,
-                        "event_payload": {
-                            "reply_id": reply.id,
-                            "part": index,
-                            "conversation": reply.key.id,
-                        },
-                    },
-                )
-            except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
-                raise delivery_error(exc, f"reply {reply.id} part {index}") from exc
-            ids.append(f"{channel}:{response['ts']}")
+            metadata = part_metadata(reply.id, index, reply.key)
+            ids.append(await self.post(reply.key, text, metadata, f"reply {reply.id} part {index}"))
             await reply.fence.posted(index, ids[-1])
         return ids
+
+    async def post(
+        self, key: ConversationKey, text: str, metadata: dict[str, Any], what: str
+    ) -> str:
+        """One `chat.postMessage` of ours (labelled by `metadata`, so a lost response is found);
+        returns its platform id."""
+        try:
+            response = await self.client.chat_postMessage(
+                channel=key.channel,
+                thread_ts=key.thread or None,
+                text=text,
+                mrkdwn=True,
+                unfurl_links=False,
+                unfurl_media=False,
+                metadata=metadata,
+            )
+        except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
+            raise delivery_error(exc, what) from exc
+        return f"{key.channel}:{response['ts']}"
 
     async def posted_parts(self, reply: Reply) -> dict[int, str]:
         """Parts of this reply already in the conversation, found by their metadata."""

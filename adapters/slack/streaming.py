@@ -22,7 +22,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from adapters.markdown import settle_partial
 from adapters.slack.inbound import split_message_id
 from adapters.slack.mrkdwn import split_mrkdwn, to_mrkdwn
-from adapters.slack.outbound import METADATA_EVENT_TYPE, Outbound, delivery_error
+from adapters.slack.outbound import Outbound, delivery_error, part_metadata
 from bot.core.events import ConversationKey, Draft, Reply
 
 GONE = frozenset({"message_not_found", "cant_delete_message"})
@@ -44,19 +44,8 @@ class SlackDrafts:
         found = await self._find(key, draft_key, reply_to) if lost else None
         if found is not None:
             return found
-        try:
-            response = await self.client.chat_postMessage(
-                channel=key.channel,
-                thread_ts=key.thread or None,
-                text=self.draft_text(text),
-                mrkdwn=True,
-                unfurl_links=False,
-                unfurl_media=False,
-                metadata=_metadata(draft_key, key),
-            )
-        except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
-            raise delivery_error(exc, f"draft {draft_key}") from exc
-        return f"{key.channel}:{response['ts']}"
+        metadata = part_metadata(draft_key, 0, key)
+        return await self.outbound.post(key, self.draft_text(text), metadata, f"draft {draft_key}")
 
     async def edit_draft(self, key: ConversationKey, message_id: str, text: str) -> None:
         await self._update(message_id, self.draft_text(text))
@@ -82,7 +71,7 @@ class SlackDrafts:
         message_id = draft.message_id or await self.post_draft(
             reply.key, draft.key, text, reply.reply_to_message_id, lost=True
         )
-        await self._update(message_id, text, _metadata(reply.id, reply.key))
+        await self._update(message_id, text, part_metadata(reply.id, 0, reply.key))
         return message_id
 
     async def _update(
@@ -99,8 +88,3 @@ class SlackDrafts:
         """The draft's message, if a post of it landed: read back by its metadata."""
         probe = Reply(draft_key, key, "", 0, reply_to_message_id=reply_to, attempt=2)
         return (await self.outbound.posted_parts(probe)).get(0)
-
-
-def _metadata(reply_id: str, key: ConversationKey) -> dict[str, Any]:
-    payload = {"reply_id": reply_id, "part": 0, "conversation": key.id}
-    return {"event_type": METADATA_EVENT_TYPE, "event_payload": payload}
