@@ -7,7 +7,8 @@ The steps are the shared SQL store's (storage/sql_store.py); SQLite supplies wha
   with SQLITE_BUSY instead of waiting), and every statement, BEGIN, COMMIT and ROLLBACK runs to
   completion even if its caller is cancelled (storage/sqlite_thread.py), so the shared connection
   is never left mid-way;
-- WAL with a busy timeout; numbered migrations tracked in `PRAGMA user_version`;
+- WAL with a busy timeout (the switch to WAL retried within it); numbered migrations tracked in
+  `PRAGMA user_version`;
 - group commit for ingest (storage/sqlite_batch.py);
 - lists travel as JSON text, and the shared SQL's LEAST/GREATEST run as SQLite's MIN/MAX.
 """
@@ -68,7 +69,7 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
             self._db.row_factory = sqlite3.Row
             await self._db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
             if self.path != ":memory:":
-                await self._db.execute("PRAGMA journal_mode = WAL")
+                await self._switch_to_wal(self._db)
             await self._db.execute("PRAGMA synchronous = FULL")
             await self._db.execute("PRAGMA foreign_keys = ON")
             await self._migrate()
@@ -79,6 +80,21 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
             if isinstance(exc, sqlite3.Error):
                 raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
             raise
+
+    async def _switch_to_wal(self, db: aiosqlite.Connection) -> None:
+        """SQLite answers "database is locked" at once, without its busy timeout, when another
+        process switches a new file to WAL at the same moment (`--workers N` on a fresh file):
+        retry within the busy timeout instead."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.busy_timeout_ms / 1000
+        while True:
+            try:
+                await db.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or loop.time() >= give_up:
+                    raise
+            await asyncio.sleep(0.02)
 
     async def close(self) -> None:
         """Safe to call more than once, and after a failed `open`."""
