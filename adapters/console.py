@@ -151,12 +151,12 @@ class ConsoleFrontend:
         if reply.id not in self._printed:
             reply.fence.check()
             self._printed.add(reply.id)
-            await self.show_busy(reply.key, False)
+            await self.show_busy(reply.key, False, reply.id)
             self.stdout.write(f"burstbot: {reply.text}\n")
             self.stdout.flush()
         return [reply.id]
 
-    async def show_busy(self, key: ConversationKey, busy: bool) -> None:
+    async def show_busy(self, key: ConversationKey, busy: bool, message_id: str) -> None:
         if self.indicator is not None:
             self.indicator.write("\r(thinking…)" if busy else "\r" + " " * 12 + "\r")
             self.indicator.flush()

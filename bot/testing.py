@@ -221,7 +221,7 @@ class RecordingFrontend:
             if (key is None or p.key == key) and p.message_id not in self.deleted
         ]
 
-    async def show_busy(self, key: ConversationKey, busy: bool) -> None:
+    async def show_busy(self, key: ConversationKey, busy: bool, message_id: str) -> None:
         self.busy[key] = busy
 
     def texts(self, key: ConversationKey | None = None) -> list[str]:

@@ -277,10 +277,23 @@ class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn]):
 
     async def mark_sent(
         self, reply_id: int, claim_token: int, platform_message_ids: Sequence[str], now: float
-    ) -> bool:
+    ) -> contract.Sent | None:
         ids = self._array(platform_message_ids)
         params = {"id": reply_id, "claim": claim_token, "ids": ids, "now": now}
-        return await self._one("mark_sent", params) is not None
+        async with self._transaction() as db:
+            if await self._one("mark_sent", params, db) is None:
+                return None
+            indicator = await self._one("take_indicator_of_reply", {"id": reply_id}, db)
+        return contract.Sent(None if indicator is None else str(indicator[0]))
+
+    # the thinking indicator ------------------------------------------------------------------
+    async def record_indicator(self, conversation_id: str, at: str, version: int) -> bool:
+        params = {"cid": conversation_id, "at": at, "version": version}
+        return await self._one("record_indicator", params) is not None
+
+    async def take_indicator(self, conversation_id: str) -> str | None:
+        row = await self._one("take_indicator", {"cid": conversation_id})
+        return None if row is None else str(row[0])
 
     async def mark_retry(
         self, reply_id: int, claim_token: int, next_attempt_at: float, error: str

@@ -234,6 +234,22 @@ SET state = 'sent', platform_message_ids = :ids, sent_at = :now,
 WHERE id = :id AND claim_token = :claim AND state = 'pending'
 RETURNING id;
 
+-- name: take_indicator_of_reply
+-- In mark_sent's transaction: the reply's conversation's indicator comes down with it.
+DELETE FROM indicators
+WHERE conversation_id = (SELECT conversation_id FROM replies WHERE id = :id)
+RETURNING platform_message_id;
+
+-- name: record_indicator
+-- Recorded before it is shown, and only while the burst is unanswered and nothing is recorded yet.
+INSERT INTO indicators (conversation_id, platform_message_id)
+SELECT id, CAST(:at AS TEXT) FROM conversations WHERE id = :cid AND answered_version < :version
+ON CONFLICT (conversation_id) DO NOTHING
+RETURNING conversation_id;
+
+-- name: take_indicator
+DELETE FROM indicators WHERE conversation_id = :cid RETURNING platform_message_id;
+
 -- name: mark_retry
 UPDATE replies
 SET next_attempt_at = :at, last_error = :error, claim_owner = NULL, claim_expires_at = NULL
@@ -542,3 +558,12 @@ ALTER TABLE conversations ADD COLUMN draft_key TEXT;
 ALTER TABLE conversations ADD COLUMN draft_message_id TEXT;
 ALTER TABLE replies ADD COLUMN draft_key TEXT;
 ALTER TABLE replies ADD COLUMN draft_message_id TEXT;
+
+-- name: migration_8
+-- The thinking indicator shown on a conversation, recorded before it is shown and deleted by
+-- whoever takes it down: the process posting the reply does, even when another process (or one
+-- killed since) turned it on.
+CREATE TABLE indicators (
+    conversation_id TEXT PRIMARY KEY,
+    platform_message_id TEXT NOT NULL
+);

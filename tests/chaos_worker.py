@@ -192,7 +192,7 @@ class PlatformFrontend:
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise RetryableDeliveryError(f"platform unreachable: {exc!r}") from exc
 
-    async def show_busy(self, key: ConversationKey, busy: bool) -> None:
+    async def show_busy(self, key: ConversationKey, busy: bool, message_id: str) -> None:
         return None
 
 

@@ -113,7 +113,7 @@ class TwoPartPlatform:
 
     platform = "test"
 
-    async def show_busy(self, key: ConversationKey, busy: bool) -> None:
+    async def show_busy(self, key: ConversationKey, busy: bool, message_id: str) -> None:
         return None
 
     async def start(self, host: Host) -> None:

@@ -355,7 +355,7 @@ class DiscordFrontend:
         mentions = self.allowed_mentions
         return await post_reply(channel, reply, posted, mentions, self.max_parts, first)
 
-    async def show_busy(self, key: ConversationKey, busy: bool) -> None:
+    async def show_busy(self, key: ConversationKey, busy: bool, message_id: str) -> None:
         if not busy:
             self.typing.stop(key.id)
         elif self.client.user is not None:

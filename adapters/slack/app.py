@@ -136,9 +136,7 @@ class SlackFrontend:
             max_parts=self.config.max_parts_per_reply,
         )
         self.drafts = SlackDrafts(self._outbound)
-        self._history = History(
-            self._client, self.identity, self.listen_channels, self._outbound.saw_message
-        )
+        self._history = History(self._client, self.identity, self.listen_channels)
         bolt_logger = logging.getLogger("burstbot.slack.bolt")
         bolt_logger.addFilter(_drop_token_unused_warning)
         bolt = AsyncApp(
@@ -304,7 +302,6 @@ class SlackFrontend:
             if ours is None:  # stored now, decided in the background: acked either way
                 await self._host.threads.hold(message)
                 return
-        self._outbound.saw_message(key, message.message_id)
         await self._host.ingest(message)
 
     async def _on_reset(self, ack: AsyncAck, body: Payload) -> None:
@@ -362,9 +359,9 @@ class SlackFrontend:
         first = None if reply.draft is None else functools.partial(self.drafts.finish, reply)
         return await self._outbound.deliver(reply, first)
 
-    async def show_busy(self, key: ConversationKey, busy: bool) -> None:
+    async def show_busy(self, key: ConversationKey, busy: bool, message_id: str) -> None:
         if self._outbound is not None:
-            await self._outbound.show_busy(key, busy)
+            await self._outbound.show_busy(key, busy, message_id)
 
 
 def _drop_token_unused_warning(record: logging.LogRecord) -> bool:

@@ -60,12 +60,10 @@ class History:
         client: AsyncWebClient,
         identity: Identity,
         listen_channels: frozenset[str],
-        saw: Callable[[ConversationKey, str], None],
     ) -> None:
         self.client = client
         self.identity = identity
         self.listen_channels = listen_channels
-        self._saw = saw  # the thinking indicator's "latest message", as for a live event
         self._names: dict[str, str] = {}
 
     async def _call(self, method: str, **args: Any) -> dict[str, Any]:
@@ -125,7 +123,6 @@ class History:
                 event = await self._counted(run, key, message)
                 if event is not None:
                     counted.append(event)
-                    self._saw(event.key, event.message_id)
             await run.ingest(key.id, counted)
 
     async def _read(self, run: CatchUpRun, key: ConversationKey, after: float) -> list[Payload]:

@@ -12,7 +12,6 @@ honours `Retry-After`.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -31,7 +30,6 @@ log = logging.getLogger("burstbot.slack")
 METADATA_EVENT_TYPE = "burstbot_reply"
 LOOKUP_PAGE = 200
 LOOKUP_MAX_PAGES = 10
-TRACKED_LIMIT = 10_000
 
 PERMANENT_ERRORS = frozenset(
     {
@@ -104,9 +102,6 @@ class Outbound:
         self.part_chars = part_chars
         self.max_parts = max_parts
         self.status_available = indicator == "auto"
-        self._latest: OrderedDict[ConversationKey, str] = OrderedDict()
-        self._reacted: dict[ConversationKey, str] = {}
-        self._status_on: set[ConversationKey] = set()
 
     # posting ----------------------------------------------------------------------------------
     async def deliver(
@@ -201,56 +196,37 @@ class Outbound:
         return part if isinstance(part, int) else None
 
     # thinking indicator -----------------------------------------------------------------------
-    def saw_message(self, key: ConversationKey, platform_id: str) -> None:
-        """Remember the latest accepted message of a conversation (where a reaction goes)."""
-        self._latest[key] = platform_id
-        self._latest.move_to_end(key)
-        while len(self._latest) > TRACKED_LIMIT:
-            self._latest.popitem(last=False)
-
-    async def show_busy(self, key: ConversationKey, busy: bool) -> None:
+    async def show_busy(self, key: ConversationKey, busy: bool, message_id: str) -> None:
+        """The assistant thread status where the app has it, else a reaction on `message_id`.
+        "Off" may come from another process than "on" (bot/core/indicator.py), so it cannot
+        know which of the two was shown: where the status is available it clears the status
+        (a reply in the thread clears it anyway); elsewhere it removes the reaction."""
         if self.indicator == "off":
             return
         try:
-            if busy:
-                await self._show(key)
-            else:
-                await self._clear_indicator(key)
+            if not await self._set_status(key, self.status_text if busy else ""):
+                await self._react("reactions_add" if busy else "reactions_remove", message_id)
         except Exception as exc:  # best effort: the indicator never fails a burst
             log.debug("thinking indicator for %s failed: %s", key.id, exc)
 
-    async def _show(self, key: ConversationKey) -> None:
-        if key.thread and self.status_available:
-            try:
-                await self.client.assistant_threads_setStatus(
-                    channel_id=key.channel, thread_ts=key.thread, status=self.status_text
-                )
-                self._status_on.add(key)
-                return
-            except SlackApiError as exc:
-                error = str(exc.response.get("error", ""))
-                if error in STATUS_UNAVAILABLE or getattr(exc.response, "status_code", 0) == 404:
-                    log.info("assistant.threads.setStatus unavailable (%s); using reactions", error)
-                    self.status_available = False
-        latest = self._latest.get(key)
-        if latest is None or key in self._reacted:
-            return
-        self._reacted[key] = latest
-        await self._react("reactions_add", latest)
-
-    async def _clear_indicator(self, key: ConversationKey) -> None:
-        """Remove our reaction or the status. The engine calls this once per "on" (it coalesces
-        and delays the indicator, bot/core/indicator.py); a reply alone removes nothing."""
-        reacted = self._reacted.pop(key, None)
-        if key in self._status_on:
-            self._status_on.discard(key)
-            await self._quietly(
-                self.client.assistant_threads_setStatus(
-                    channel_id=key.channel, thread_ts=key.thread, status=""
-                )
+    async def _set_status(self, key: ConversationKey, status: str) -> bool:
+        """Set the assistant thread status; False where it is not available (use reactions)."""
+        if not (key.thread and self.status_available):
+            return False
+        try:
+            await self.client.assistant_threads_setStatus(
+                channel_id=key.channel, thread_ts=key.thread, status=status
             )
-        if reacted is not None:
-            await self._react("reactions_remove", reacted)
+        except SlackApiError as exc:
+            error = str(exc.response.get("error", ""))
+            if error in STATUS_UNAVAILABLE or getattr(exc.response, "status_code", 0) == 404:
+                log.info("assistant.threads.setStatus unavailable (%s); using reactions", error)
+                self.status_available = False
+                return False
+            log.debug("indicator call failed: %s", exc)
+        except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
+            log.debug("indicator call failed: %s", exc)
+        return True
 
     async def _react(self, method: str, platform_id: str) -> None:
         channel, ts = split_message_id(platform_id)

@@ -115,7 +115,7 @@ class DemoTyper:
             self.say("burstbot", reply.text)
         return [reply.id]
 
-    async def show_busy(self, key: ConversationKey, busy: bool) -> None:
+    async def show_busy(self, key: ConversationKey, busy: bool, message_id: str) -> None:
         return None
 
 

@@ -134,7 +134,7 @@ class Engine:
             self.supervisor.newer_input(result.conversation_id)
             if result.due_at is not None and result.due_at < self.sleeping_until:
                 self.wakeup.set()
-            self.indicator.show(event.key, result.due_at, result.version)
+            self.indicator.show(event.key, result.due_at, result.version, event.message_id)
         return result
 
     async def flush(self, key: ConversationKey) -> None:

@@ -69,8 +69,10 @@ class Frontend(Protocol):
         """
         ...
 
-    async def show_busy(self, key: ConversationKey, busy: bool) -> None:
-        """Start or stop the thinking indicator for a conversation (best effort, never raises)."""
+    async def show_busy(self, key: ConversationKey, busy: bool, message_id: str) -> None:
+        """Start or stop the thinking indicator for a conversation, shown at (or by) its message
+        `message_id` (best effort, never raises). "Off" may come from another process than "on"
+        did, or from one started after it (bot/core/indicator.py)."""
         ...
 
 

@@ -4,12 +4,14 @@ Rules:
 
 1. A burst "closes" when its timer falls due (`due_at`). The indicator is not shown before
    `due_at + delay`: a reply posted within `delay` of the close costs no indicator call at all.
-   Each new message of the burst moves that moment with the timer.
+   Each new message of the burst moves that moment with the timer, and the message it goes on.
 2. Coalesced: at most one "on" and one "off" call per conversation and burst. Messages that arrive
    while the indicator is on change nothing on the platform.
-3. Just before "on", the store is asked whether the conversation is still unanswered (another
-   process may have answered it). While on, it asks again every `recheck` seconds, so an
-   indicator this process turned on goes off even when another process posted the reply.
+3. Recorded in the store before it is shown (`record_indicator`, refused once the burst is
+   answered or while another process shows one), and taken down by whoever deletes the record:
+   the process that marks the reply sent (`Store.mark_sent` takes it in the same transaction), so
+   an indicator turned on by a process killed since still goes off. While on, the process that
+   turned it on asks every `recheck` seconds whether the conversation was answered elsewhere.
 4. It is a courtesy: it runs in the background on a best-effort basis, a slow or failing platform
    call never holds up a transition, and failures are only logged at debug level.
 """
@@ -36,6 +38,7 @@ class _Shown:
 
     on_at: float | None
     version: int  # the newest accepted version seen; answered past it → off
+    at: str  # the message it goes on: the burst's newest, until it is on
     task: asyncio.Task[None] | None = None
 
 
@@ -59,34 +62,44 @@ class Indicator:
         self._shown: dict[ConversationKey, _Shown] = {}
         self._working: set[asyncio.Future[None]] = set()  # followers checking the store
 
-    def show(self, key: ConversationKey, due_at: float | None, version: int) -> None:
-        """A message was accepted: its burst closes at `due_at` (now, if unknown)."""
+    def show(self, key: ConversationKey, due_at: float | None, version: int, at: str) -> None:
+        """Message `at` was accepted: its burst closes at `due_at` (now, if unknown)."""
         if key.platform not in self._frontends:
             return
         on_at = (self.clock.now() if due_at is None else due_at) + self.delay
         shown = self._shown.get(key)
         if shown is None:
-            shown = self._shown[key] = _Shown(on_at, version)
+            shown = self._shown[key] = _Shown(on_at, version, at)
             shown.task = asyncio.ensure_future(self._follow(key, shown))
             return
         shown.version = max(shown.version, version)
         if shown.on_at is not None:
             shown.on_at = max(shown.on_at, on_at)
+            shown.at = at
+
+    def sent(self, key: ConversationKey, indicator_at: str | None) -> None:
+        """A reply was marked sent, taking the recorded indicator (shown at `indicator_at`, by
+        this process or another) down with it: off there, and stop following."""
+        self._stop_following(key)
+        if indicator_at is not None:
+            self._call(key, indicator_at, busy=False)
 
     def clear(self, key: ConversationKey) -> None:
-        """The conversation's reply is posted (or it needs none): off, if it was ever on."""
-        shown = self._shown.pop(key, None)
-        if shown is None:
-            return
-        if shown.task is not None:
-            shown.task.cancel()
-        if shown.on_at is None:
-            self._call(key, busy=False)
+        """The conversation needs no reply: whatever indicator is recorded goes off."""
+        self._stop_following(key)
+        self._in_background(self._take_down(key))
 
     def close(self) -> None:
-        """Shutdown: nothing more goes on; what is on goes off (another process takes over)."""
-        for key in list(self._shown):
-            self.clear(key)
+        """Shutdown: nothing more goes on; what this process turned on goes off."""
+        for key, shown in list(self._shown.items()):
+            self._stop_following(key)
+            if shown.on_at is None:
+                self._in_background(self._take_down(key))
+
+    def _stop_following(self, key: ConversationKey) -> None:
+        shown = self._shown.pop(key, None)
+        if shown is not None and shown.task is not None:
+            shown.task.cancel()
 
     async def idle(self) -> None:
         """Wait until no check or call is in progress: every follower is asleep on the clock
@@ -99,17 +112,19 @@ class Indicator:
         with contextlib.suppress(asyncio.CancelledError):
             while shown.on_at is not None and (wait := shown.on_at - self.clock.now()) > 0:
                 await self.clock.sleep(wait)
+            with self._at_work():
+                if not await self._record(key, shown):  # answered, or shown by another process
+                    self._forget(key, shown)
+                    return
+                shown.on_at = None
+                self._call(key, shown.at, busy=True)
             while True:
+                await self.clock.sleep(self.recheck)
                 with self._at_work():
                     if not await self._unanswered(key, shown):
                         self._forget(key, shown)
-                        if shown.on_at is None:
-                            self._call(key, busy=False)
+                        await self._take_down(key)
                         return
-                    if shown.on_at is not None:
-                        shown.on_at = None
-                        self._call(key, busy=True)
-                await self.clock.sleep(self.recheck)
 
     @contextlib.contextmanager
     def _at_work(self) -> Iterator[None]:
@@ -120,6 +135,23 @@ class Indicator:
         finally:
             self._working.discard(done)
             done.set_result(None)
+
+    async def _record(self, key: ConversationKey, shown: _Shown) -> bool:
+        try:
+            work = self.store.record_indicator(key.id, shown.at, shown.version)
+            return await asyncio.shield(work)
+        except Exception:  # best effort: not recorded, not shown
+            log.debug("thinking indicator: cannot record %s", key.id, exc_info=True)
+            return False
+
+    async def _take_down(self, key: ConversationKey) -> None:
+        try:
+            at = await asyncio.shield(self.store.take_indicator(key.id))
+        except Exception:  # best effort: the reply's mark_sent takes it down later
+            log.debug("thinking indicator: cannot take down %s", key.id, exc_info=True)
+            return
+        if at is not None:
+            self._call(key, at, busy=False)
 
     async def _unanswered(self, key: ConversationKey, shown: _Shown) -> bool:
         try:
@@ -133,11 +165,13 @@ class Indicator:
         if self._shown.get(key) is shown:
             del self._shown[key]
 
-    def _call(self, key: ConversationKey, *, busy: bool) -> None:
+    def _call(self, key: ConversationKey, at: str, *, busy: bool) -> None:
         frontend = self._frontends.get(key.platform)
-        if frontend is None:
-            return
-        task = asyncio.ensure_future(_best_effort(frontend.show_busy(key, busy)))
+        if frontend is not None:
+            self._in_background(_best_effort(frontend.show_busy(key, busy, at)))
+
+    def _in_background(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
         self.running.add(task)
         task.add_done_callback(self.running.discard)
 

@@ -182,11 +182,12 @@ class Outbox:
                 await keeper
             if self._posting.get(row.id) is post:
                 del self._posting[row.id]
-        if await self.store.mark_sent(row.id, row.claim_token, posted, self.clock.now()):
+        sent = await self.store.mark_sent(row.id, row.claim_token, posted, self.clock.now())
+        if sent is not None:
             self.signals.emit(
                 "delivered", reply_id=row.id, conversation=row.conversation_id, parts=posted
             )
-            self.indicator.clear(reply.key)
+            self.indicator.sent(reply.key, sent.indicator_at)
         else:
             self._claim_lost(row)
         self.on_settled()

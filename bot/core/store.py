@@ -180,6 +180,14 @@ GenerationOutcome = Literal["posted", "superseded", "discarded", "failed", "leas
 
 
 @dataclass(frozen=True, slots=True)
+class Sent:
+    """A reply marked sent. It took the conversation's recorded thinking indicator down with it:
+    `indicator_at` is the message it was shown at, for the caller to remove from the platform."""
+
+    indicator_at: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationRecord:
     conversation_id: str
     lease_token: int
@@ -323,8 +331,9 @@ class Store(Protocol):
 
     async def mark_sent(
         self, reply_id: int, claim_token: int, platform_message_ids: Sequence[str], now: float
-    ) -> bool:
-        """Every mark is conditional on the claim token: a stale deliverer changes nothing."""
+    ) -> Sent | None:
+        """Every mark is conditional on the claim token: a stale deliverer changes nothing
+        (None)."""
         ...
 
     async def mark_retry(
@@ -332,6 +341,16 @@ class Store(Protocol):
     ) -> bool: ...
 
     async def mark_failed(self, reply_id: int, claim_token: int, error: str) -> bool: ...
+
+    # the thinking indicator: recorded, so whoever posts the reply takes it down -------------
+    async def record_indicator(self, conversation_id: str, at: str, version: int) -> bool:
+        """Record the indicator as shown at message `at`: True (show it now) unless the
+        conversation is answered up to `version` or an indicator is recorded already."""
+        ...
+
+    async def take_indicator(self, conversation_id: str) -> str | None:
+        """Delete the recorded indicator; the message it was shown at, if one was recorded."""
+        ...
 
     # streaming: the conversation's draft (fenced by the lease token) -----------------------
     async def draft(self, conversation_id: str) -> Draft | None:
