@@ -13,7 +13,7 @@ from bot.core.engine import Engine
 from bot.core.errors import StoreError
 from bot.core.events import ConversationKey
 from bot.core.scheduler import FLOOR_SECONDS, Scheduler
-from bot.core.store import Lease, Timing
+from bot.core.store import DueTimer, Lease, Timing
 from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
 from tests.conftest import KEY, make_engine, message
@@ -132,6 +132,39 @@ async def test_a_timer_due_a_few_milliseconds_later_is_slept_to_exactly(
     wanted = await scheduler.tick()
     assert wanted - first_round == pytest.approx(0.01, abs=1e-6)  # not a 50 ms floor later
     await engine.shutdown()
+
+
+class SlowRoundStore(SqliteStore):
+    """`due_timers` takes 10 ms of the fake clock: a timer can fall due during the round."""
+
+    clock: FakeClock
+
+    async def due_timers(self, now: float, limit: int) -> list[DueTimer]:
+        found = await super().due_timers(now, limit)
+        await self.clock.advance(0.01)
+        return found
+
+
+async def test_a_timer_falling_due_during_a_round_starts_the_next_round_at_once(
+    clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    store = SlowRoundStore(":memory:")
+    store.clock = clock
+    await store.open()
+    try:
+        engine = make_engine(store, clock, ScriptedReplier(), frontend, poll_seconds=60.0)
+        scheduler = Scheduler(engine)
+        other = ConversationKey(KEY.platform, KEY.workspace, "other", "")
+        await engine.ingest(message(1))
+        await clock.advance(0.005)
+        await engine.ingest(message(2, key=other))  # due 5 ms after the first
+        await clock.advance(1.495)  # the first is due; the other falls due during the round
+        started = clock.now()
+        wanted = await scheduler.tick()
+        assert wanted - started == pytest.approx(0.005, abs=1e-6)  # not the 50 ms floor
+        await engine.shutdown()
+    finally:
+        await store.close()
 
 
 class LeaseFailingStore(SqliteStore):

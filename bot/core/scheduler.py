@@ -6,9 +6,10 @@ in-process ingest arms a sooner timer or a worker frees a slot, and never sleeps
 
 Never a busy loop: the next wake-up ignores the timers of conversations this process is already
 serving (input past a deadline leaves such a timer due at once; the worker's end wakes the loop),
-timers leased elsewhere are postponed by the engine, and while a timer stays due after a round
-(one the engine could not start: the store failing fast) rounds never start closer together than
-`FLOOR_SECONDS`. A timer due later is slept to exactly, however close: timers due every few
+timers leased elsewhere are postponed by the engine, and while a timer that was due when a round
+began stays due after it (one the engine could not start: the store failing fast) rounds never
+start closer together than `FLOOR_SECONDS`. A timer due later is slept to exactly, however close,
+and one that fell due during the round starts the next round at once: timers due every few
 milliseconds are served on time, not at the next floor.
 
 A store that cannot be reached (locked past its busy timeout, a database restarting) is logged
@@ -53,7 +54,9 @@ class Scheduler:
         next_outbox = await engine.outbox.next_due_at()
         if next_outbox is not None:
             wanted = min(wanted, next_outbox)
-        return wanted if wanted > now else max(wanted, started + FLOOR_SECONDS)
+        if wanted > started:  # due later, or fell due during this round: not a stuck timer
+            return wanted
+        return max(wanted, started + FLOOR_SECONDS)
 
     async def run(self) -> None:
         engine = self.engine
