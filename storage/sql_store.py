@@ -220,6 +220,7 @@ class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn]):
     # 5. final check + commit -----------------------------------------------------------------
     async def commit(self, conversation_id: str, check: contract.FinalCheck, now: float,
                      timing: Timing, reply: contract.NewReply | None,
+                     generation: contract.GenerationRecord | None = None,
                      ) -> contract.CommitOutcome:  # fmt: skip
         cid, token, version = conversation_id, check.token, check.version
         async with self._transaction() as db:
@@ -239,6 +240,8 @@ class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn]):
             await self._rows("drop_timer", {"cid": cid, "version": version}, db)
             cap = {"cid": cid, "version": version, "now": now, "max_wait": timing.max_wait_seconds}
             await self._rows("restart_cap", cap, db)
+            if generation is not None:
+                await self._rows("record_generation", codec.generation_params(generation), db)
         return contract.Committed(row)
 
     async def record_failure(self, conversation_id: str, token: int, retry_at: float) -> int | None:

@@ -12,8 +12,8 @@ Rules (DESIGN.md §3), which this file keeps and nothing else changes:
    cancel the stream at once and let the re-armed timer fire. The watch itself is `supervisor.py`;
    what each of its outcomes means is decided here. The burst's files are fetched inside the
    watched generation (`PromptStep`), never at arrival.
-5. Final check + commit in one transaction (token still fences, and V is still current unless the
-   deadline passed); otherwise discard.
+5. Final check + commit in one transaction with the generation's record (token still fences, and
+   V is still current unless the deadline passed); otherwise discard.
 6. Deliver from the outbox under a claim, with the reply id as idempotency key; retry with backoff.
    This step lives in `outbox.py`: the engine hands it each reply it commits, the scheduler sweeps.
 7. Model failures release and re-arm with backoff; after `max_attempts` (or a permanent error) the
@@ -34,7 +34,6 @@ import functools
 import logging
 import math
 from collections.abc import Collection, Mapping
-from dataclasses import asdict
 from typing import Any
 
 from bot.core.attachments import AttachmentLoader
@@ -296,15 +295,16 @@ class Engine:
         lease, cid = burst.lease, burst.lease.conversation_id
         self._committing.add(cid)
         now = self.clock.now()
-        reply = burst.answer(text, usage)
-        done = await self.store.commit(cid, burst.final_check(now), now, burst.timing, reply)
+        reply, posted = burst.answer(text, usage), burst.record("posted", usage, now, None)
+        check = burst.final_check(now)
+        done = await self.store.commit(cid, check, now, burst.timing, reply, posted)
         row = done.reply if isinstance(done, Committed) else None
         if row is None:
             await self._record(burst, "discarded", usage)
             self._emit("discarded", conversation=cid, version=lease.version)
             await self.store.release_lease(cid, lease.token)
             return
-        await self._record(burst, "posted", usage)
+        self.signals.generation(posted)  # recorded by the commit
         self._emit("committed", conversation=cid, reply_id=row.id, version=lease.version,
                    latency=now - burst.messages[-1].created_at)  # fmt: skip
         await self.outbox.deliver_due(reply_id=row.id)
@@ -342,8 +342,7 @@ class Engine:
     ) -> None:
         record = burst.record(outcome, usage, self.clock.now(), error)
         await self.store.record_generation(record)
-        fields = {"outcome": outcome, "model": record.model, **asdict(record.usage)}
-        self._emit("generation", conversation=burst.lease.conversation_id, **fields)
+        self.signals.generation(record)
 
     # lifecycle ------------------------------------------------------------------------------------
     async def idle(self) -> None:

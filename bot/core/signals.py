@@ -6,6 +6,9 @@ Metrics and tests subscribe; the pipeline calls each listener in turn and never 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import asdict
+
+from bot.core.store import GenerationRecord
 
 Listener = Callable[[str, dict[str, object]], None]
 
@@ -20,3 +23,8 @@ class Signals:
     def emit(self, name: str, /, **fields: object) -> None:
         for listener in self._listeners:
             listener(name, fields)
+
+    def generation(self, record: GenerationRecord) -> None:
+        """Every generation ends in one record; listeners get its outcome, model and tokens."""
+        fields = {"outcome": record.outcome, "model": record.model, **asdict(record.usage)}
+        self.emit("generation", conversation=record.conversation_id, **fields)

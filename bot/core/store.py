@@ -290,10 +290,11 @@ class Store(Protocol):
         now: float,
         timing: Timing,
         reply: NewReply | None,
+        generation: GenerationRecord | None = None,
     ) -> CommitOutcome:
         """One transaction: if `check` holds, answered_version=V and the lease released; then the
         outbox row (None reply = answered without a reply), which takes over the conversation's
-        draft, and the timer cleanup."""
+        draft, the timer cleanup and `generation`'s record (not written when discarded)."""
         ...
 
     async def record_failure(self, conversation_id: str, token: int, retry_at: float) -> int | None:

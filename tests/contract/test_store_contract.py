@@ -341,6 +341,23 @@ async def test_generation_records_are_kept(store: Store) -> None:
     assert await store.generations(CID) == [record, priced]
 
 
+async def test_the_commit_writes_the_generation_record_only_when_it_commits(store: Store) -> None:
+    from bot.core.store import GenerationRecord
+
+    await store.ingest(msg(1), NOW, T)
+    lease = await store.acquire_lease(CID, "a", NOW, 30.0)
+    assert lease is not None
+    posted = GenerationRecord(
+        CID, lease.token, 0, 1, NOW, NOW + 2, "posted", TokenUsage(5, 6, 0, 0)
+    )
+    stale = FinalCheck(lease.token + 1, lease.version, False)
+    assert isinstance(await store.commit(CID, stale, NOW + 2, T, NewReply("x"), posted), Discarded)
+    assert await store.generations(CID) == []
+    check = FinalCheck(lease.token, lease.version, False)
+    assert isinstance(await store.commit(CID, check, NOW + 2, T, NewReply("x"), posted), Committed)
+    assert await store.generations(CID) == [posted]
+
+
 # 6. outbox -----------------------------------------------------------------------------------
 async def test_claims_are_exclusive_until_they_expire(store: Store) -> None:
     await store.ingest(msg(1), NOW, T)
