@@ -200,3 +200,31 @@ async def test_a_new_file_another_process_is_writing_to_opens_once_it_is_done(
         done.join()
         other.close()
         await store.close()
+
+
+async def test_a_read_does_not_wait_behind_a_write_transaction(tmp_path: Path) -> None:
+    """On a file, reads outside transactions go to a second connection (WAL): the timer and
+    outbox lookups of the scheduler never queue behind a commit and its fsync."""
+    store = SqliteStore(str(tmp_path / "reads.db"))
+    await store.open()
+    try:
+        await store.ingest(message(1), 0.0, T)
+        cid = message(1).key.id
+        writing, done = asyncio.Event(), asyncio.Event()
+
+        async def long_transaction() -> None:
+            async with store._transaction() as db:
+                await store._rows("drop_timer", {"cid": cid, "version": 1}, db)
+                writing.set()
+                await done.wait()
+
+        writer = asyncio.create_task(long_transaction())
+        await writing.wait()
+        state = await asyncio.wait_for(store.conversation_state(cid), 5)
+        assert state is not None and state.timer is not None  # the last commit, not the open one
+        done.set()
+        await writer
+        state = await store.conversation_state(cid)
+        assert state is not None and state.timer is None
+    finally:
+        await store.close()
