@@ -221,6 +221,7 @@ class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn]):
     async def commit(self, conversation_id: str, check: contract.FinalCheck, now: float,
                      timing: Timing, reply: contract.NewReply | None,
                      generation: contract.GenerationRecord | None = None,
+                     claim: contract.ClaimRequest | None = None,
                      ) -> contract.CommitOutcome:  # fmt: skip
         cid, token, version = conversation_id, check.token, check.version
         async with self._transaction() as db:
@@ -242,7 +243,14 @@ class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn]):
             await self._rows("restart_cap", cap, db)
             if generation is not None:
                 await self._rows("record_generation", codec.generation_params(generation), db)
-        return contract.Committed(row)
+            if row is None or claim is None or row.platform not in claim.platforms:
+                return contract.Committed(row)
+            platforms = self._array(claim.platforms)
+            claiming = codec.claim_params(claim.owner, now, claim.ttl, platforms, 1, row.id)
+            claimed = await self._one("claim_replies", claiming, db)
+        if claimed is None:  # an earlier reply of the conversation is still pending
+            return contract.Committed(row)
+        return contract.Committed(self._outbox(claimed), claimed=True)
 
     async def record_failure(self, conversation_id: str, token: int, retry_at: float) -> int | None:
         async with self._transaction() as db:
@@ -260,11 +268,8 @@ class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn]):
     async def claim_replies(self, owner: str, now: float, ttl: float, platforms: Sequence[str],
                             limit: int, reply_id: int | None = None,
                             ) -> list[OutboxRow]:  # fmt: skip
-        rows = await self._rows(
-            "claim_replies",
-            {"owner": owner, "now": now, "lease_now": now, "ttl": ttl,
-             "platforms": self._array(platforms), "limit": limit, "reply_id": reply_id},
-        )  # fmt: skip
+        params = codec.claim_params(owner, now, ttl, self._array(platforms), limit, reply_id)
+        rows = await self._rows("claim_replies", params)
         return sorted((self._outbox(r) for r in rows), key=lambda r: r.id)
 
     async def next_outbox_at(self, platforms: Sequence[str]) -> float | None:

@@ -296,10 +296,9 @@ class Engine:
         self._committing.add(cid)
         now = self.clock.now()
         reply, posted = burst.answer(text, usage), burst.record("posted", usage, now, None)
-        check = burst.final_check(now)
-        done = await self.store.commit(cid, check, now, burst.timing, reply, posted)
-        row = done.reply if isinstance(done, Committed) else None
-        if row is None:
+        check, claim = burst.final_check(now), self.outbox.claim  # delivery's claim, in the commit
+        done = await self.store.commit(cid, check, now, burst.timing, reply, posted, claim)
+        if not isinstance(done, Committed) or (row := done.reply) is None:
             await self._record(burst, "discarded", usage)
             self._emit("discarded", conversation=cid, version=lease.version)
             await self.store.release_lease(cid, lease.token)
@@ -307,7 +306,7 @@ class Engine:
         self.signals.generation(posted)  # recorded by the commit
         self._emit("committed", conversation=cid, reply_id=row.id, version=lease.version,
                    latency=now - burst.messages[-1].created_at)  # fmt: skip
-        await self.outbox.deliver_due(reply_id=row.id)
+        await self.outbox.deliver_committed(done)
 
     # 7. model failures ----------------------------------------------------------------------------
     async def _model_failed(self, burst: Burst, usage: Usage, exc: ReplierError) -> None:

@@ -35,7 +35,7 @@ from bot.core.frontend import Frontend
 from bot.core.indicator import Indicator
 from bot.core.settings import EngineSettings
 from bot.core.signals import Signals
-from bot.core.store import OutboxRow, Store
+from bot.core.store import ClaimRequest, Committed, OutboxRow, Store
 
 log = logging.getLogger("burstbot.outbox")
 
@@ -105,6 +105,21 @@ class Outbox:
     @property
     def platforms(self) -> list[str]:
         return sorted(self.frontends)
+
+    @property
+    def claim(self) -> ClaimRequest | None:
+        """What a commit claims for this process in its own transaction (`deliver_committed`)."""
+        if not self.frontends:
+            return None
+        return ClaimRequest(self.owner, self.settings.lease_ttl_seconds, tuple(self.platforms))
+
+    async def deliver_committed(self, done: Committed) -> None:
+        """Post the reply a commit made: at once if the commit claimed it, else as `deliver_due`
+        would (it may wait behind an earlier reply of its conversation, G9)."""
+        if done.reply is not None and done.claimed:
+            await self._deliver(done.reply)
+        elif done.reply is not None:
+            await self.deliver_due(reply_id=done.reply.id)
 
     async def deliver_due(self, reply_id: int | None = None) -> int:
         """Claim due rows (only `reply_id`, if given) and post them; returns how many were claimed.

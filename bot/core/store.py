@@ -167,6 +167,17 @@ class Committed:
     was answered without a reply (every message deleted, a guard's silent refusal)."""
 
     reply: OutboxRow | None
+    claimed: bool = False  # `reply` was claimed for delivery by the commit (`ClaimRequest`)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """Claim the committed reply for `owner` in the commit's own transaction, as `claim_replies`
+    would right after it: delivery starts without a commit of its own."""
+
+    owner: str
+    ttl: float
+    platforms: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,10 +302,12 @@ class Store(Protocol):
         timing: Timing,
         reply: NewReply | None,
         generation: GenerationRecord | None = None,
+        claim: ClaimRequest | None = None,
     ) -> CommitOutcome:
         """One transaction: if `check` holds, answered_version=V and the lease released; then the
         outbox row (None reply = answered without a reply), which takes over the conversation's
-        draft, the timer cleanup and `generation`'s record (not written when discarded)."""
+        draft, the timer cleanup, `generation`'s record (not written when discarded) and the
+        reply's delivery claim, if `claim` asks and the row can be claimed now (G9)."""
         ...
 
     async def record_failure(self, conversation_id: str, token: int, retry_at: float) -> int | None:

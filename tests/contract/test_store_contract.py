@@ -370,6 +370,37 @@ async def test_claims_are_exclusive_until_they_expire(store: Store) -> None:
     assert theirs.attempts == 2
 
 
+async def test_a_commit_can_claim_its_reply_for_delivery(store: Store) -> None:
+    from bot.core.store import ClaimRequest
+
+    await store.ingest(msg(1), NOW, T)
+    lease = await store.acquire_lease(CID, "a", NOW, 30.0)
+    assert lease is not None
+    check = FinalCheck(lease.token, lease.version, False)
+    claim = ClaimRequest("a", 30.0, ("test",))
+    done = await store.commit(CID, check, NOW, T, NewReply("first"), None, claim)
+    assert isinstance(done, Committed) and done.claimed and done.reply is not None
+    assert (done.reply.attempts, done.reply.claim_token) == (1, 1)
+    assert await store.claim_replies("b", NOW + 10, 30.0, ["test"], 10) == []  # claimed by "a"
+    # the next reply waits behind the first (G9): committed, not claimed
+    await store.ingest(msg(2), NOW + 1, T)
+    lease = await store.acquire_lease(CID, "a", NOW + 1, 30.0)
+    assert lease is not None
+    check = FinalCheck(lease.token, lease.version, False)
+    later = await store.commit(CID, check, NOW + 1, T, NewReply("second"), None, claim)
+    assert isinstance(later, Committed) and not later.claimed and later.reply is not None
+    assert later.reply.attempts == 0
+    # a platform the claimer does not serve is never claimed
+    assert await store.mark_sent(done.reply.id, 1, ["p1"], NOW + 2)
+    elsewhere = ClaimRequest("a", 30.0, ("other",))
+    await store.ingest(msg(3), NOW + 3, T)
+    lease = await store.acquire_lease(CID, "a", NOW + 3, 30.0)
+    assert lease is not None
+    check = FinalCheck(lease.token, lease.version, False)
+    third = await store.commit(CID, check, NOW + 3, T, NewReply("third"), None, elsewhere)
+    assert isinstance(third, Committed) and not third.claimed
+
+
 async def test_sent_rows_are_never_claimed_again(store: Store) -> None:
     await store.ingest(msg(1), NOW, T)
     row = await answer(store)
