@@ -227,7 +227,7 @@ async def test_catch_up_after_a_new_gateway_session_and_past_a_rate_limit(
     clock = FakeClock(start=time.time())
     async with running(fake, str(tmp_path / "d.db"), clock) as bot:
         await fake.dispatch("MESSAGE_CREATE", fake.message(DM, ALICE, "before the gap"))
-        await until(lambda: fake.history[DM] and bot.app.engine.busy == 0)
+        await until(lambda: bot.store.current_version(DM_KEY.id))  # stored, not just sent
         await bot.settle()
         await bot.step(1.5)
         assert len(fake.created) == 1
