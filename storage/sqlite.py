@@ -158,7 +158,8 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         async with self._lock:
             db = self._conn()
             try:
-                await to_completion(db.execute("BEGIN IMMEDIATE"))
+                if not self._begin_at_once(db):
+                    await to_completion(db.execute("BEGIN IMMEDIATE"))
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot begin transaction: {exc}") from exc
             except asyncio.CancelledError:  # BEGIN ran; undo it before giving up the lock
@@ -177,6 +178,22 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
                 with contextlib.suppress(Exception):
                     await to_completion(db.execute("ROLLBACK"))
                 raise StoreError(f"commit failed: {exc}") from exc
+
+    def _begin_at_once(self, db: aiosqlite.Connection) -> bool:
+        """BEGIN IMMEDIATE on this thread when the write lock is free (no round trip to the
+        connection's thread); False when another process holds it: then BEGIN waits there,
+        within the busy timeout, and the event loop never does."""
+        conn = db._conn
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            return True
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            return False
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
 
     async def _rows(
         self, name: str, params: Params, db: aiosqlite.Connection | None = None

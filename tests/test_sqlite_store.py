@@ -228,3 +228,34 @@ async def test_a_read_does_not_wait_behind_a_write_transaction(tmp_path: Path) -
         assert state is not None and state.timer is None
     finally:
         await store.close()
+
+
+async def test_waiting_for_another_process_s_write_lock_never_blocks_the_event_loop(
+    tmp_path: Path,
+) -> None:
+    """BEGIN runs on the loop's thread only when the lock is free; while another process holds
+    it, BEGIN waits on the connection's thread and the event loop keeps running."""
+    path = str(tmp_path / "shared.db")
+    store = SqliteStore(path)
+    await store.open()
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        await store.ingest(message(1), 0.0, T)
+        other.execute("BEGIN IMMEDIATE")
+        threading.Timer(0.5, lambda: other.execute("COMMIT")).start()
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        running = asyncio.create_task(ticker())
+        lease = await store.acquire_lease(message(1).key.id, "me", 1.0, 30.0)
+        running.cancel()
+        assert lease is not None
+        assert ticks >= 10  # the loop ran while the lease waited for the lock
+    finally:
+        other.close()
+        await store.close()
