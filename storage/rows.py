@@ -100,14 +100,6 @@ def held_from_row(r: Row) -> IncomingMessage:
                    attachments=attachments_from_json(r["attachments"]))  # fmt: skip
 
 
-def claim_params(
-    owner: str, now: float, ttl: float, platforms: Any, limit: int, reply_id: int | None
-) -> Params:
-    """`claim_replies`: `platforms` as the dialect passes a list (`_array`)."""
-    return {"owner": owner, "now": now, "lease_now": now, "ttl": ttl, "platforms": platforms,
-            "limit": limit, "reply_id": reply_id}  # fmt: skip
-
-
 def reply_params(
     cid: str,
     reply: contract.NewReply,

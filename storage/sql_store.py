@@ -245,9 +245,8 @@ class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn]):
                 await self._rows("record_generation", codec.generation_params(generation), db)
             if row is None or claim is None or row.platform not in claim.platforms:
                 return contract.Committed(row)
-            platforms = self._array(claim.platforms)
-            claiming = codec.claim_params(claim.owner, now, claim.ttl, platforms, 1, row.id)
-            claimed = await self._one("claim_replies", claiming, db)
+            params = {"owner": claim.owner, "lease_now": now, "ttl": claim.ttl, "reply_id": row.id}
+            claimed = await self._one("claim_new_reply", params, db)
         if claimed is None:  # an earlier reply of the conversation is still pending
             return contract.Committed(row)
         return contract.Committed(self._outbox(claimed), claimed=True)
@@ -268,8 +267,11 @@ class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn]):
     async def claim_replies(self, owner: str, now: float, ttl: float, platforms: Sequence[str],
                             limit: int, reply_id: int | None = None,
                             ) -> list[OutboxRow]:  # fmt: skip
-        params = codec.claim_params(owner, now, ttl, self._array(platforms), limit, reply_id)
-        rows = await self._rows("claim_replies", params)
+        rows = await self._rows(
+            "claim_replies",
+            {"owner": owner, "now": now, "lease_now": now, "ttl": ttl,
+             "platforms": self._array(platforms), "limit": limit, "reply_id": reply_id},
+        )  # fmt: skip
         return sorted((self._outbox(r) for r in rows), key=lambda r: r.id)
 
     async def next_outbox_at(self, platforms: Sequence[str]) -> float | None:

@@ -214,6 +214,18 @@ VALUES (:cid, :token, :from_version, :to_version, :started_at, :ended_at, :outco
 
 -- 6. deliver (claim_replies and next_outbox_at take a list: per dialect) -------------------------
 
+-- name: claim_new_reply
+-- In the commit that inserted it, so nobody else can hold a claim on it yet: claimed unless an
+-- earlier reply of its conversation is still pending (G9: in commit order).
+UPDATE replies
+SET claim_owner = :owner, claim_expires_at = CAST(:lease_now AS FLOAT8) + CAST(:ttl AS FLOAT8),
+    attempts = attempts + 1, claim_token = claim_token + 1
+WHERE id = :reply_id
+  AND NOT EXISTS (SELECT 1 FROM replies AS e
+                  WHERE e.conversation_id = replies.conversation_id AND e.state = 'pending'
+                    AND e.id < replies.id)
+RETURNING *;
+
 -- name: renew_claim
 -- A delivery keeps its claim while it posts (every ttl/3), like a generation keeps its lease.
 UPDATE replies SET claim_expires_at = CAST(:lease_now AS FLOAT8) + CAST(:ttl AS FLOAT8)
