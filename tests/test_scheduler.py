@@ -13,7 +13,7 @@ from bot.core.engine import Engine
 from bot.core.errors import StoreError
 from bot.core.events import ConversationKey
 from bot.core.scheduler import FLOOR_SECONDS, Scheduler
-from bot.core.store import DueTimer, Lease, Timing
+from bot.core.store import DueTimer, Lease, OutboxRow, Timing
 from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
 from tests.conftest import KEY, make_engine, message
@@ -162,6 +162,35 @@ async def test_a_timer_falling_due_during_a_round_starts_the_next_round_at_once(
         started = clock.now()
         wanted = await scheduler.tick()
         assert wanted - started == pytest.approx(0.005, abs=1e-6)  # not the 50 ms floor
+        await engine.shutdown()
+    finally:
+        await store.close()
+
+
+class ClaimCountingStore(SqliteStore):
+    sweeps = 0
+
+    async def claim_replies(self, *args: object, **kwargs: object) -> list[OutboxRow]:
+        self.sweeps += 1
+        return await super().claim_replies(*args, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_a_round_claims_from_the_outbox_only_when_a_row_is_due(
+    clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    """The sweep's claim is a write: a round whose read finds nothing due does not make it."""
+    store = ClaimCountingStore(":memory:")
+    await store.open()
+    try:
+        engine = make_engine(store, clock, ScriptedReplier(), frontend, poll_seconds=60.0)
+        scheduler = Scheduler(engine)
+        await engine.ingest(message(1))
+        await clock.advance(1.5)
+        await scheduler.tick()
+        await engine.idle()
+        assert len(frontend.posts) == 1  # claimed by its commit, not by a sweep
+        await scheduler.tick()
+        assert store.sweeps == 0
         await engine.shutdown()
     finally:
         await store.close()
