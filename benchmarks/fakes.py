@@ -87,7 +87,7 @@ class RecordingPlatform:
             self.post(reply.key.id, reply.text)
         return [f"{reply.id}-p0"]
 
-    async def show_busy(self, key: ConversationKey, busy: bool) -> None:
+    async def show_busy(self, key: ConversationKey, busy: bool, message_id: str) -> None:
         return None
 
     def post(self, conversation_id: str, text: str) -> None:

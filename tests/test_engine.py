@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+from typing import Any
+
+import pytest
 
 from bot.core.clock import FakeClock
 from bot.core.errors import (
@@ -385,3 +389,31 @@ async def test_ingest_never_waits_for_the_model(
     assert await store.current_version(other.id) == 1
     call.finish()
     await engine.idle()
+
+
+class BrokenIndicatorFrontend(RecordingFrontend):
+    """A front end whose indicator call fails before it is even awaited."""
+
+    def show_busy(self, *args: object) -> Any:  # type: ignore[override]
+        raise TypeError("an indicator that cannot be called")
+
+
+async def test_an_indicator_that_cannot_be_called_never_fails_the_delivery(
+    store: SqliteStore, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    frontend = BrokenIndicatorFrontend()
+    replier = ScriptedReplier(hold=True)
+    engine = make_engine(store, clock, replier, frontend)
+    await engine.ingest(message(1))
+    await clock.advance(1.5)
+    await engine.run_due()
+    await replier.next_call(0)
+    await clock.advance(1.0)  # the indicator goes on (and fails) while the model writes
+    await engine.indicator.idle()
+    replier.calls[0].finish("answer")
+    await engine.idle()
+    assert [p.text for p in frontend.posts] == ["answer"]
+    [reply] = await store.replies(KEY.id)
+    assert reply.state == "sent"
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    await engine.shutdown()

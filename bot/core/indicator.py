@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from bot.core.clock import Clock
@@ -168,7 +168,7 @@ class Indicator:
     def _call(self, key: ConversationKey, at: str, *, busy: bool) -> None:
         frontend = self._frontends.get(key.platform)
         if frontend is not None:
-            self._in_background(_best_effort(frontend.show_busy(key, busy, at)))
+            self._in_background(_best_effort(lambda: frontend.show_busy(key, busy, at)))
 
     def _in_background(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
@@ -176,8 +176,8 @@ class Indicator:
         task.add_done_callback(self.running.discard)
 
 
-async def _best_effort(work: Awaitable[None]) -> None:
+async def _best_effort(work: Callable[[], Awaitable[None]]) -> None:
     try:
-        await work
+        await work()
     except Exception:
         log.debug("thinking indicator failed", exc_info=True)
