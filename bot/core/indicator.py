@@ -113,11 +113,12 @@ class Indicator:
             while shown.on_at is not None and (wait := shown.on_at - self.clock.now()) > 0:
                 await self.clock.sleep(wait)
             with self._at_work():
-                if not await self._record(key, shown):  # answered, or shown by another process
+                at = shown.at  # a message arriving meanwhile must not move it: on where recorded
+                if not await self._record(key, at, shown.version):  # answered, or shown elsewhere
                     self._forget(key, shown)
                     return
                 shown.on_at = None
-                self._call(key, shown.at, busy=True)
+                self._call(key, at, busy=True)
             while True:
                 await self.clock.sleep(self.recheck)
                 with self._at_work():
@@ -136,10 +137,9 @@ class Indicator:
             self._working.discard(done)
             done.set_result(None)
 
-    async def _record(self, key: ConversationKey, shown: _Shown) -> bool:
+    async def _record(self, key: ConversationKey, at: str, version: int) -> bool:
         try:
-            work = self.store.record_indicator(key.id, shown.at, shown.version)
-            return await asyncio.shield(work)
+            return await asyncio.shield(self.store.record_indicator(key.id, at, version))
         except Exception:  # best effort: not recorded, not shown
             log.debug("thinking indicator: cannot record %s", key.id, exc_info=True)
             return False
