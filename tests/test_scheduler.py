@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -134,6 +135,20 @@ async def test_a_timer_due_a_few_milliseconds_later_is_slept_to_exactly(
     await engine.shutdown()
 
 
+@asynccontextmanager
+async def scheduled(
+    store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
+) -> AsyncIterator[tuple[Engine, Scheduler]]:
+    """An engine and a scheduler (not running: the test calls `tick`) on a store of the test's."""
+    await store.open()
+    try:
+        engine = make_engine(store, clock, ScriptedReplier(), frontend, poll_seconds=60.0)
+        yield engine, Scheduler(engine)
+        await engine.shutdown()
+    finally:
+        await store.close()
+
+
 class SlowRoundStore(SqliteStore):
     """`due_timers` takes 10 ms of the fake clock: a timer can fall due during the round."""
 
@@ -150,10 +165,7 @@ async def test_a_timer_falling_due_during_a_round_starts_the_next_round_at_once(
 ) -> None:
     store = SlowRoundStore(":memory:")
     store.clock = clock
-    await store.open()
-    try:
-        engine = make_engine(store, clock, ScriptedReplier(), frontend, poll_seconds=60.0)
-        scheduler = Scheduler(engine)
+    async with scheduled(store, clock, frontend) as (engine, scheduler):
         other = ConversationKey(KEY.platform, KEY.workspace, "other", "")
         await engine.ingest(message(1))
         await clock.advance(0.005)
@@ -162,9 +174,6 @@ async def test_a_timer_falling_due_during_a_round_starts_the_next_round_at_once(
         started = clock.now()
         wanted = await scheduler.tick()
         assert wanted - started == pytest.approx(0.005, abs=1e-6)  # not the 50 ms floor
-        await engine.shutdown()
-    finally:
-        await store.close()
 
 
 class ClaimCountingStore(SqliteStore):
@@ -180,10 +189,7 @@ async def test_a_round_claims_from_the_outbox_only_when_a_row_is_due(
 ) -> None:
     """The sweep's claim is a write: a round whose read finds nothing due does not make it."""
     store = ClaimCountingStore(":memory:")
-    await store.open()
-    try:
-        engine = make_engine(store, clock, ScriptedReplier(), frontend, poll_seconds=60.0)
-        scheduler = Scheduler(engine)
+    async with scheduled(store, clock, frontend) as (engine, scheduler):
         await engine.ingest(message(1))
         await clock.advance(1.5)
         await scheduler.tick()
@@ -191,9 +197,6 @@ async def test_a_round_claims_from_the_outbox_only_when_a_row_is_due(
         assert len(frontend.posts) == 1  # claimed by its commit, not by a sweep
         await scheduler.tick()
         assert store.sweeps == 0
-        await engine.shutdown()
-    finally:
-        await store.close()
 
 
 class LeaseFailingStore(SqliteStore):
@@ -204,17 +207,10 @@ class LeaseFailingStore(SqliteStore):
 async def test_a_due_timer_that_cannot_be_started_does_not_make_the_loop_spin(
     clock: FakeClock, frontend: RecordingFrontend
 ) -> None:
-    store = LeaseFailingStore(":memory:")
-    await store.open()
-    try:
-        engine = make_engine(store, clock, ScriptedReplier(), frontend, poll_seconds=60.0)
-        scheduler = Scheduler(engine)
+    async with scheduled(LeaseFailingStore(":memory:"), clock, frontend) as (engine, scheduler):
         await engine.ingest(message(1))
         await clock.advance(1.5)
         started = clock.now()
         wanted = await scheduler.tick()  # the timer stays due: the lease cannot be taken
         await engine.idle()
         assert wanted - started == pytest.approx(FLOOR_SECONDS, abs=1e-6)
-        await engine.shutdown()
-    finally:
-        await store.close()
