@@ -2,11 +2,15 @@
 
 The steps are the shared SQL store's (storage/sql_store.py); SQLite supplies what differs:
 
-- one connection per store, so an asyncio lock keeps coroutines from interleaving statements inside
-  each other's transactions. Every transaction starts with `BEGIN IMMEDIATE` (a deferred one fails
-  with SQLITE_BUSY instead of waiting), and every statement, BEGIN, COMMIT and ROLLBACK runs to
-  completion even if its caller is cancelled (storage/sqlite_thread.py), so the shared connection
-  is never left mid-way;
+- one connection that writes, so an asyncio lock keeps coroutines from interleaving statements
+  inside each other's transactions. Every transaction starts with `BEGIN IMMEDIATE` (a deferred one
+  fails with SQLITE_BUSY instead of waiting). What may wait for another process's lock (a BEGIN
+  while it is held, statements outside transactions) or for the disk (COMMIT) runs on aiosqlite's
+  thread, to completion even if its caller is cancelled (storage/sqlite_thread.py); the statements
+  inside a transaction we hold run at once on the event loop's thread, through aiosqlite's
+  underlying `sqlite3` connection (`_conn`, opened with `check_same_thread=False`). Either way the
+  shared connection is never left mid-way;
+- a second, read-only connection for the reads between a due timer and the model (`READS`);
 - WAL with a busy timeout (the switch to WAL retried within it); numbered migrations tracked in
   `PRAGMA user_version`;
 - group commit for ingest (storage/sqlite_batch.py);
