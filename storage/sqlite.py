@@ -10,6 +10,8 @@ The steps are the shared SQL store's (storage/sql_store.py); SQLite supplies wha
   inside a transaction we hold run at once on the event loop's thread, through aiosqlite's
   underlying `sqlite3` connection (`_conn`, opened with `check_same_thread=False`). Either way the
   shared connection is never left mid-way;
+- group commit for transactions (storage/sqlite_group.py): those already waiting for the lock
+  share one COMMIT, and none returns before it;
 - a second, read-only connection for the reads between a due timer and the model (`READS`);
 - WAL with a busy timeout (the switch to WAL retried within it); numbered migrations tracked in
   `PRAGMA user_version`;
@@ -25,8 +27,8 @@ import json
 import os
 import re
 import sqlite3
-from collections.abc import AsyncIterator, Iterable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import aiosqlite
@@ -38,6 +40,7 @@ from storage.queries import load_queries, migrations
 from storage.rows import Params, Row
 from storage.sql_store import SqlStore
 from storage.sqlite_batch import IngestBatcher, QueuedIngest, apply_ingest_batch
+from storage.sqlite_group import GroupCommit
 from storage.sqlite_thread import to_completion
 
 
@@ -48,11 +51,11 @@ def _for_sqlite(sql: str) -> str:
 
 Q = {name: _for_sqlite(sql) for name, sql in load_queries("sql_store.sql", "sqlite.sql").items()}
 MIGRATIONS = migrations(Q)
-# Reads that go to the second connection (`_open_reader`): the scheduler's lookups and the
-# burst's collection, on the way from a due timer to the model. Measured with the Slack flood
-# benchmark, sending every read there (history's long result sets among them) slowed the acks
-# of a process busy answering by a third; these four did not.
-READS = frozenset({"due_timers", "earliest_timers", "next_outbox_at", "pending_messages"})
+# Reads that go to the second connection (`_open_reader`): the scheduler's lookups and what a
+# generation reads, on the way from a due timer to the model. Other reads stay on the first one.
+READS = frozenset(
+    {"due_timers", "earliest_timers", "next_outbox_at", "pending_messages", "history"}
+)
 
 
 class SqliteStore(SqlStore[aiosqlite.Connection]):
@@ -65,6 +68,7 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         self._reader: aiosqlite.Connection | None = None  # a file's reads outside transactions
         self._lock = asyncio.Lock()
         self._batcher = IngestBatcher(self._ingest_batch)
+        self._groups = GroupCommit(self._lock, self._conn, self._begin)
 
     async def open(self) -> None:
         """Connect, configure and migrate. On any failure the connection is closed again: its
@@ -129,6 +133,9 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         """Safe to call more than once, and after a failed `open`."""
         try:
             await self._batcher.wait_idle()
+            if self._db is not None:
+                async with self._lock:
+                    await self._groups.flush()
         finally:
             await self._close_connection()
 
@@ -154,32 +161,21 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
             raise StoreError("store is not open")
         return self._db
 
-    @asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
-        """BEGIN IMMEDIATE ... COMMIT under the lock; a cancellation is re-raised afterwards."""
-        async with self._lock:
-            db = self._conn()
-            try:
-                if not self._begin_at_once(db):
-                    await to_completion(db.execute("BEGIN IMMEDIATE"))
-            except sqlite3.Error as exc:
-                raise StoreError(f"cannot begin transaction: {exc}") from exc
-            except asyncio.CancelledError:  # BEGIN ran; undo it before giving up the lock
-                with contextlib.suppress(Exception):
-                    await to_completion(db.execute("ROLLBACK"))
-                raise
-            try:
-                yield db
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    await to_completion(db.execute("ROLLBACK"))
-                raise
-            try:
-                await to_completion(db.execute("COMMIT"))
-            except sqlite3.Error as exc:
-                with contextlib.suppress(Exception):
-                    await to_completion(db.execute("ROLLBACK"))
-                raise StoreError(f"commit failed: {exc}") from exc
+    def _transaction(self) -> AbstractAsyncContextManager[aiosqlite.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT under the lock, committed in a group with the transactions
+        already waiting (storage/sqlite_group.py); a cancellation is re-raised afterwards."""
+        return self._groups.transaction()
+
+    async def _begin(self, db: aiosqlite.Connection) -> None:
+        try:
+            if not self._begin_at_once(db):
+                await to_completion(db.execute("BEGIN IMMEDIATE"))
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot begin transaction: {exc}") from exc
+        except asyncio.CancelledError:  # BEGIN ran; undo it before giving up the lock
+            with contextlib.suppress(Exception):
+                await to_completion(db.execute("ROLLBACK"))
+            raise
 
     def _begin_at_once(self, db: aiosqlite.Connection) -> bool:
         """BEGIN IMMEDIATE on this thread when the write lock is free (no round trip to the
@@ -211,6 +207,7 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
             if self._reader is not None and name in READS:
                 return list(await self._reader.execute_fetchall(Q[name], params))
             async with self._lock:
+                await self._groups.flush()
                 return list(await to_completion(self._conn().execute_fetchall(Q[name], params)))
         except sqlite3.Error as exc:
             raise StoreError(f"{name}: {exc}") from exc
@@ -228,6 +225,7 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
 
     async def _ingest_batch(self, batch: Sequence[QueuedIngest]) -> list[IngestResult]:
         async with self._lock:
+            await self._groups.flush()
             return await apply_ingest_batch(self._conn(), batch)
 
 
