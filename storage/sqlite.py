@@ -152,9 +152,9 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         return int(row[0]) if row else 0
 
     async def _migrate_to(self, db: aiosqlite.Connection, number: int, script: str) -> None:
-        for statement in _statements(script):
-            await db.execute(statement)
-        await db.execute(f"PRAGMA user_version = {number}")
+        for statement in _statements(script):  # to its end: a rollback must not overtake it
+            await to_completion(db.execute(statement))
+        await to_completion(db.execute(f"PRAGMA user_version = {number}"))
 
     def _conn(self) -> aiosqlite.Connection:
         if self._db is None:
