@@ -14,7 +14,7 @@ import pytest
 
 from adapters.discord import DiscordFrontend
 from bot.app import App
-from bot.config import parse_config
+from bot.config import Config, parse_config
 from bot.core.clock import FakeClock
 from bot.core.events import ConversationKey
 from bot.testing import ScriptedReplier, check_invariants
@@ -41,11 +41,21 @@ async def frontend(fake: FakeDiscord, clock: FakeClock) -> AsyncIterator[Discord
     await front.stop()
 
 
-def streaming_config(enabled: bool = True) -> object:
+def streaming_config(enabled: bool = True) -> Config:
     return parse_config(
         {"llm": {"provider": "offline"}, "console": {"enabled": False}, "engine": {"owner": "w1"},
          "streaming": {"enabled": enabled, "interval_seconds": INTERVAL}}
     )  # fmt: skip
+
+
+async def streaming_app(
+    frontend: DiscordFrontend, store: SqliteStore, clock: FakeClock, enabled: bool = True
+) -> tuple[App, ScriptedReplier]:
+    """The real App on the fake Discord, with a replier the test drives."""
+    replier = ScriptedReplier(hold=True)
+    app = App(streaming_config(enabled), store, replier, [frontend], clock=clock, owner="w1")
+    await frontend.start(app)
+    return app, replier
 
 
 async def until(predicate: Callable[[], bool], within: float = 5.0) -> None:
@@ -75,9 +85,7 @@ async def started(app: App, clock: FakeClock, replier: ScriptedReplier, n: int):
 async def test_three_lines_grow_one_message_that_ends_with_the_answer(
     fake: FakeDiscord, frontend: DiscordFrontend, store: SqliteStore, clock: FakeClock
 ) -> None:
-    replier = ScriptedReplier(hold=True)
-    app = App(streaming_config(), store, replier, [frontend], clock=clock, owner="w1")  # type: ignore[arg-type]
-    await frontend.start(app)
+    app, replier = await streaming_app(frontend, store, clock)
     await say(fake, store, "hi", "quick question", "what is a burst?")
     call = await started(app, clock, replier, 0)
     assert call.texts == ["hi", "quick question", "what is a burst?"]
@@ -105,9 +113,7 @@ async def test_three_lines_grow_one_message_that_ends_with_the_answer(
 async def test_typing_again_while_it_grows_restarts_the_same_message(
     fake: FakeDiscord, frontend: DiscordFrontend, store: SqliteStore, clock: FakeClock
 ) -> None:
-    replier = ScriptedReplier(hold=True)
-    app = App(streaming_config(), store, replier, [frontend], clock=clock, owner="w1")  # type: ignore[arg-type]
-    await frontend.start(app)
+    app, replier = await streaming_app(frontend, store, clock)
     await say(fake, store, "what is")
     first = await started(app, clock, replier, 0)
     first.stream(2, "It is")
@@ -134,11 +140,8 @@ async def test_typing_again_while_it_grows_restarts_the_same_message(
 async def test_a_50000_character_answer_ends_as_parts_below_the_limit(
     fake: FakeDiscord, frontend: DiscordFrontend, store: SqliteStore, clock: FakeClock
 ) -> None:
-    replier = ScriptedReplier(hold=True)
-    config = streaming_config()
     frontend.max_parts = 40
-    app = App(config, store, replier, [frontend], clock=clock, owner="w1")  # type: ignore[arg-type]
-    await frontend.start(app)
+    app, replier = await streaming_app(frontend, store, clock)
     await say(fake, store, "write a lot")
     call = await started(app, clock, replier, 0)
     words = [f"word{n}" for n in range(7000)]
@@ -164,9 +167,7 @@ async def test_a_50000_character_answer_ends_as_parts_below_the_limit(
 async def test_a_rate_limited_edit_is_waited_out(
     fake: FakeDiscord, frontend: DiscordFrontend, store: SqliteStore, clock: FakeClock
 ) -> None:
-    replier = ScriptedReplier(hold=True)
-    app = App(streaming_config(), store, replier, [frontend], clock=clock, owner="w1")  # type: ignore[arg-type]
-    await frontend.start(app)
+    app, replier = await streaming_app(frontend, store, clock)
     await say(fake, store, "hello")
     call = await started(app, clock, replier, 0)
     call.stream(1, "Hel")
@@ -190,9 +191,7 @@ async def test_a_rate_limited_edit_is_waited_out(
 async def test_streaming_off_sends_the_answer_once_complete(
     fake: FakeDiscord, frontend: DiscordFrontend, store: SqliteStore, clock: FakeClock
 ) -> None:
-    replier = ScriptedReplier(hold=True)
-    app = App(streaming_config(False), store, replier, [frontend], clock=clock, owner="w1")  # type: ignore[arg-type]
-    await frontend.start(app)
+    app, replier = await streaming_app(frontend, store, clock, False)
     await say(fake, store, "hello")
     call = await started(app, clock, replier, 0)
     call.stream(1, "partial")

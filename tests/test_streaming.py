@@ -58,6 +58,33 @@ async def start_generation(engine: Engine, clock: FakeClock, replier: ScriptedRe
     return await replier.next_call(n)
 
 
+async def one_message_generating(
+    store: SqliteStore,
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    replier: ScriptedReplier | None = None,
+    **overrides: Any,
+) -> tuple[Engine, Any]:
+    """A burst of one message whose generation has started: the engine, and the model call the
+    test drives (on `replier`, a held one by default)."""
+    replier = replier or ScriptedReplier(hold=True)
+    engine = streaming_engine(store, clock, replier, frontend, **overrides)
+    await engine.ingest(message(1))
+    return engine, await start_generation(engine, clock, replier, 0)
+
+
+async def kill_9(engine: Engine, store: SqliteStore) -> None:
+    """The process dies mid-generation: its workers stop and it releases nothing."""
+
+    async def killed(conversation_id: str, token: int) -> None:
+        return None
+
+    store.release_lease = killed  # type: ignore[method-assign]
+    for task in list(engine._workers.values()):
+        task.cancel()
+    await asyncio.gather(*engine._workers.values(), return_exceptions=True)
+
+
 async def test_a_burst_streams_into_one_message_that_ends_as_the_answer(
     store: SqliteStore, clock: FakeClock
 ) -> None:
@@ -93,10 +120,9 @@ async def test_edits_are_never_closer_than_the_interval(
     store: SqliteStore, clock: FakeClock
 ) -> None:
     frontend = streaming_frontend(clock)
-    replier = ScriptedReplier(hold=True)
-    engine = streaming_engine(store, clock, replier, frontend, streaming_interval_seconds=INTERVAL)
-    await engine.ingest(message(1))
-    call = await start_generation(engine, clock, replier, 0)
+    engine, call = await one_message_generating(
+        store, clock, frontend, streaming_interval_seconds=INTERVAL
+    )
     for n in range(40):  # a token every 0.25 s for 10 s
         call.stream(1, f"w{n} ")
         await clock.advance(0.25)
@@ -156,14 +182,7 @@ async def test_a_takeover_after_a_crash_mid_stream_edits_the_same_message(
     call.stream(2, "Hi the")
     await step(clock, INTERVAL)
     await drafted(survivor_store, frontend)
-
-    async def killed(conversation_id: str, token: int) -> None:
-        return None  # kill -9: the process releases nothing
-
-    doomed_store.release_lease = killed  # type: ignore[method-assign]
-    for task in list(doomed._workers.values()):
-        task.cancel()
-    await asyncio.gather(*doomed._workers.values(), return_exceptions=True)
+    await kill_9(doomed, doomed_store)
 
     survivor_replier = ScriptedReplier(hold=True)
     survivor = streaming_engine(survivor_store, clock, survivor_replier, frontend, owner="b")
@@ -212,14 +231,7 @@ async def test_a_draft_posted_but_never_recorded_is_found_by_its_key(
     await until(lambda: len(frontend.posts) == 1)
     draft = await survivor_store.draft(KEY.id)
     assert draft is not None and draft.message_id is None  # recorded before the post, no id
-
-    async def killed(conversation_id: str, token: int) -> None:
-        return None
-
-    doomed_store.release_lease = killed  # type: ignore[method-assign]
-    for task in list(doomed._workers.values()):
-        task.cancel()
-    await asyncio.gather(*doomed._workers.values(), return_exceptions=True)
+    await kill_9(doomed, doomed_store)
 
     survivor = streaming_engine(survivor_store, clock, ScriptedReplier(), frontend, owner="b")
     await clock.advance(31.0)
@@ -236,10 +248,7 @@ async def test_a_permanent_model_failure_edits_the_draft_to_the_failure_message(
     store: SqliteStore, clock: FakeClock
 ) -> None:
     frontend = streaming_frontend(clock)
-    replier = ScriptedReplier(hold=True)
-    engine = streaming_engine(store, clock, replier, frontend)
-    await engine.ingest(message(1))
-    call = await start_generation(engine, clock, replier, 0)
+    engine, call = await one_message_generating(store, clock, frontend)
     call.stream(2, "Half an ans")
     await step(clock, INTERVAL)
     await drafted(store, frontend)
@@ -253,11 +262,8 @@ async def test_a_permanent_model_failure_edits_the_draft_to_the_failure_message(
 async def test_a_burst_entirely_deleted_deletes_its_draft(
     store: SqliteStore, clock: FakeClock
 ) -> None:
-    frontend = streaming_frontend(clock)
-    replier = ScriptedReplier(hold=True)
-    engine = streaming_engine(store, clock, replier, frontend)
-    await engine.ingest(message(1))
-    call = await start_generation(engine, clock, replier, 0)
+    frontend, replier = streaming_frontend(clock), ScriptedReplier(hold=True)
+    engine, call = await one_message_generating(store, clock, frontend, replier)
     call.stream(2, "Let me")
     await step(clock, INTERVAL)
     await drafted(store, frontend)
@@ -279,10 +285,7 @@ async def test_a_long_answer_ends_as_the_draft_plus_follow_up_parts(
     store: SqliteStore, clock: FakeClock
 ) -> None:
     frontend = streaming_frontend(clock, parts=3)
-    replier = ScriptedReplier(hold=True)
-    engine = streaming_engine(store, clock, replier, frontend)
-    await engine.ingest(message(1))
-    call = await start_generation(engine, clock, replier, 0)
+    engine, call = await one_message_generating(store, clock, frontend)
     call.stream(2, "a" * 40)
     await step(clock, INTERVAL)
     await drafted(store, frontend)
@@ -298,10 +301,7 @@ async def test_a_rate_limited_edit_waits_out_its_retry_after(
 ) -> None:
     frontend = streaming_frontend(clock)
     frontend.edit_failures = [RetryableDeliveryError("429", retry_after=3.0)]
-    replier = ScriptedReplier(hold=True)
-    engine = streaming_engine(store, clock, replier, frontend)
-    await engine.ingest(message(1))
-    call = await start_generation(engine, clock, replier, 0)
+    engine, call = await one_message_generating(store, clock, frontend)
     call.stream(1, "One")
     await step(clock, INTERVAL)
     await drafted(store, frontend)
@@ -324,10 +324,7 @@ async def test_streaming_off_posts_the_answer_once_complete(
     store: SqliteStore, clock: FakeClock
 ) -> None:
     frontend = streaming_frontend(clock)
-    replier = ScriptedReplier(hold=True)
-    engine = streaming_engine(store, clock, replier, frontend, streaming=False)
-    await engine.ingest(message(1))
-    call = await start_generation(engine, clock, replier, 0)
+    engine, call = await one_message_generating(store, clock, frontend, streaming=False)
     call.stream(2, "partial")
     for _ in range(3):
         await step(clock, INTERVAL)
