@@ -15,6 +15,7 @@ from bot.core.settings import EngineSettings
 from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
 from tests.fake_discord import FakeDiscord
+from tests.fakes.anthropic_server import FakeAnthropic
 
 SETTINGS = EngineSettings(
     quiet_seconds=1.5,
@@ -60,6 +61,14 @@ def make_engine(
     settings = replace(SETTINGS, **overrides)  # type: ignore[arg-type]
     frontends = {frontend.platform: frontend} if frontend is not None else {}
     return Engine(store, replier, clock, settings, owner, frontends)
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[FakeAnthropic]:
+    """The fake Anthropic Messages API on 127.0.0.1."""
+    fake = await FakeAnthropic().start()
+    yield fake
+    await fake.stop()
 
 
 @pytest.fixture

@@ -5,21 +5,11 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from tests.fakes.anthropic_server import FakeAnthropic
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[FakeAnthropic]:
-    fake = await FakeAnthropic().start()
-    yield fake
-    await fake.stop()
 
 
 async def burstbot(

@@ -39,13 +39,6 @@ def said(n: int, text: str, author: str = "alice") -> IncomingMessage:
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[FakeAnthropic]:
-    fake = await FakeAnthropic().start()
-    yield fake
-    await fake.stop()
-
-
-@pytest.fixture
 async def claude(server: FakeAnthropic) -> AsyncIterator[ObservedClaude]:
     llm = {"base_url": server.base_url, "api_key_env": "TEST_ANTHROPIC_KEY", "max_retries": 2}
     replier = ObservedClaude.from_config(parse_config({"llm": llm}), KEY_ENV)

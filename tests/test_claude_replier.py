@@ -25,13 +25,6 @@ def claude(base_url: str, **llm: object) -> ClaudeReplier:
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[FakeAnthropic]:
-    fake = await FakeAnthropic().start()
-    yield fake
-    await fake.stop()
-
-
-@pytest.fixture
 async def replier(server: FakeAnthropic) -> AsyncIterator[ClaudeReplier]:
     r = claude(server.base_url, timeout_seconds=5.0)
     yield r

@@ -64,13 +64,6 @@ def text_of(request: RecordedRequest) -> str:
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[FakeAnthropic]:
-    fake = await FakeAnthropic().start()
-    yield fake
-    await fake.stop()
-
-
-@pytest.fixture
 async def claude_bot(api: FakeSlackApi, server: FakeAnthropic) -> AsyncIterator[Bot]:
     llm = {"base_url": server.base_url, "api_key_env": "TEST_ANTHROPIC_KEY", "max_retries": 0}
     replier = ClaudeReplier.from_config(parse_config({"llm": llm}), KEY_ENV)
