@@ -173,13 +173,7 @@ async def child(*args: str, env: dict[str, str], cwd: str | None = None) -> Asyn
             raise RuntimeError(f"{args[1]} exited with {await process.wait()} before listening")
         yield json.loads(line)
     finally:
-        if process.returncode is None:
-            process.terminate()
-            try:
-                await asyncio.wait_for(process.wait(), 20)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        await _stop(process)
 
 
 def write_config(directory: str, name: str, fakes: dict[str, str], port: int, quiet: float) -> str:
@@ -251,6 +245,7 @@ async def burstbot(
 
 
 async def _stop(process: asyncio.subprocess.Process) -> None:
+    """Terminate, and kill what has not exited within 30 s."""
     if process.returncode is None:
         process.terminate()
         try:
