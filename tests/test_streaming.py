@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from bot.config import ChannelConfig
 from bot.core.clock import FakeClock
@@ -71,6 +73,18 @@ async def one_message_generating(
     engine = streaming_engine(store, clock, replier, frontend, **overrides)
     await engine.ingest(message(1))
     return engine, await start_generation(engine, clock, replier, 0)
+
+
+@pytest.fixture
+async def two_stores(tmp_path: Path) -> AsyncIterator[tuple[SqliteStore, SqliteStore]]:
+    """Two processes' stores on one database file: the one that dies, the one that takes over."""
+    path = str(tmp_path / "bot.db")
+    stores = SqliteStore(path), SqliteStore(path)
+    for store in stores:
+        await store.open()
+    yield stores
+    for store in stores:
+        await store.close()
 
 
 async def kill_9(engine: Engine, store: SqliteStore) -> None:
@@ -168,12 +182,9 @@ async def test_a_supersede_mid_stream_ends_with_one_message_covering_both_bursts
 
 
 async def test_a_takeover_after_a_crash_mid_stream_edits_the_same_message(
-    tmp_path: Path, clock: FakeClock
+    two_stores: tuple[SqliteStore, SqliteStore], clock: FakeClock
 ) -> None:
-    path = str(tmp_path / "bot.db")
-    doomed_store, survivor_store = SqliteStore(path), SqliteStore(path)
-    await doomed_store.open()
-    await survivor_store.open()
+    doomed_store, survivor_store = two_stores
     frontend = streaming_frontend(clock)
     replier = ScriptedReplier(hold=True)
     doomed = streaming_engine(doomed_store, clock, replier, frontend, owner="a")
@@ -197,8 +208,6 @@ async def test_a_takeover_after_a_crash_mid_stream_edits_the_same_message(
     assert frontend.visible() == ["Hi there, welcome."]
     assert len(frontend.posts) == 1
     await check_invariants(survivor_store, [KEY.id], frontend=frontend)
-    await doomed_store.close()
-    await survivor_store.close()
 
 
 class LostResponse(RecordingFrontend):
@@ -213,12 +222,9 @@ class LostResponse(RecordingFrontend):
 
 
 async def test_a_draft_posted_but_never_recorded_is_found_by_its_key(
-    tmp_path: Path, clock: FakeClock
+    two_stores: tuple[SqliteStore, SqliteStore], clock: FakeClock
 ) -> None:
-    path = str(tmp_path / "bot.db")
-    doomed_store, survivor_store = SqliteStore(path), SqliteStore(path)
-    await doomed_store.open()
-    await survivor_store.open()
+    doomed_store, survivor_store = two_stores
     frontend = streaming_frontend(clock)
     lossy = LostResponse(drafts=True, clock=clock)
     lossy.posts = frontend.posts  # one platform, two connections to it
@@ -240,8 +246,6 @@ async def test_a_draft_posted_but_never_recorded_is_found_by_its_key(
     assert len(frontend.posts) == 1  # found by its key, not posted again
     assert frontend.visible() == ["reply to: hello"]
     await check_invariants(survivor_store, [KEY.id], frontend=frontend)
-    await doomed_store.close()
-    await survivor_store.close()
 
 
 async def test_a_permanent_model_failure_edits_the_draft_to_the_failure_message(
