@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
 import pytest
@@ -174,6 +174,39 @@ async def test_a_timer_falling_due_during_a_round_starts_the_next_round_at_once(
         started = clock.now()
         wanted = await scheduler.tick()
         assert wanted - started == pytest.approx(0.005, abs=1e-6)  # not the 50 ms floor
+
+
+class BusyLoopStore(SqliteStore):
+    """Time passes between the round's end and the first step of the scheduler's sleep (a busy
+    event loop runs other callbacks first): the last read of a round moves the clock just after
+    the round, before the sleep task has run."""
+
+    clock: FakeClock
+    lag = 0.0
+
+    async def next_due_at(self, skip: Sequence[str] = ()) -> float | None:
+        found = await super().next_due_at(skip)
+        asyncio.get_running_loop().call_soon(self.clock.jump, self.lag)
+        return found
+
+
+async def test_time_passing_before_the_sleep_starts_does_not_postpone_the_wakeup(
+    clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    """The scheduler sleeps until the timer's due time, not for a duration counted from when its
+    sleep task first ran (which left it asleep past the timer, for as long as the loop lagged)."""
+    store = BusyLoopStore(":memory:")
+    store.clock = clock
+    async with scheduled(store, clock, frontend) as (engine, scheduler):
+        await engine.ingest(message(1))  # due in 1.5 s
+        store.lag = 1.0
+        running = asyncio.create_task(scheduler.run())
+        await eventually(lambda: clock.waiting() != ())
+        store.lag = 0.0
+        await clock.advance(0.5)  # the timer is due
+        await eventually(lambda: len(frontend.posts) == 1)
+        scheduler.stop()
+        await running
 
 
 class ClaimCountingStore(SqliteStore):

@@ -20,6 +20,12 @@ class Clock(Protocol):
 
     async def sleep(self, seconds: float) -> None: ...
 
+    async def sleep_until(self, when: float) -> None:
+        """Until `when` on this clock. A sleep started as a task (`ensure_future`) begins only
+        when the task first runs: a deadline stays right where a duration would be counted
+        from a later moment."""
+        ...
+
 
 class SystemClock:
     def now(self) -> float:
@@ -27,6 +33,9 @@ class SystemClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
+
+    async def sleep_until(self, when: float) -> None:
+        await asyncio.sleep(max(0.0, when - time.time()))
 
 
 class FakeClock:
@@ -41,11 +50,14 @@ class FakeClock:
         return self._now
 
     async def sleep(self, seconds: float) -> None:
-        if seconds <= 0:
+        await self.sleep_until(self._now + seconds)
+
+    async def sleep_until(self, when: float) -> None:
+        if when <= self._now:
             await asyncio.sleep(0)
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._sleepers, (self._now + seconds, next(self._counter), future))
+        heapq.heappush(self._sleepers, (when, next(self._counter), future))
         await future
 
     def waiting(self) -> tuple[float, ...]:

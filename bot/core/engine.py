@@ -367,7 +367,7 @@ class Engine:
         def running() -> list[asyncio.Task[Any]]:
             return [*self._workers.values(), *self.outbox.running, *self.indicator.running, *others]
 
-        timeout = asyncio.ensure_future(self.clock.sleep(grace))
+        timeout = asyncio.ensure_future(self.clock.sleep_until(self.clock.now() + grace))
         try:
             while (left := running()) and not timeout.done():
                 await asyncio.wait({*left, timeout}, return_when=asyncio.FIRST_COMPLETED)

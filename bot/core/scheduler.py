@@ -75,7 +75,7 @@ class Scheduler:
             engine.sleeping_until = wanted
             if engine.wakeup.is_set():
                 continue
-            sleeper = asyncio.ensure_future(engine.clock.sleep(wanted - engine.clock.now()))
+            sleeper = asyncio.ensure_future(engine.clock.sleep_until(wanted))
             waiter = asyncio.ensure_future(engine.wakeup.wait())
             try:
                 await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)

@@ -148,7 +148,7 @@ class DraftStream(Stream):
         await asyncio.gather(self._task, return_exceptions=True)
         if self.calls == 0 or outcome is Supervision.LEASE_LOST:
             return
-        await self.clock.sleep(self.next_call_at - self.clock.now())
+        await self.clock.sleep_until(self.next_call_at)
         failed = outcome is Supervision.DONE and (
             self.generation.cancelled() or self.generation.exception() is not None
         )
@@ -187,7 +187,7 @@ class DraftStream(Stream):
 
     async def _pause_until(self, when: float) -> bool:
         """Sleep on the clock; False once the generation ended or the stream is stopped."""
-        sleeper = asyncio.ensure_future(self.clock.sleep(when - self.clock.now()))
+        sleeper = asyncio.ensure_future(self.clock.sleep_until(when))
         stopping = asyncio.ensure_future(self._stopping.wait())
         try:
             waits: set[asyncio.Future[Any]] = {sleeper, stopping, self.generation}

@@ -61,7 +61,7 @@ class Supervisor:
         next_renew, next_poll = now + ttl / 3, now + self.settings.poll_seconds
         try:
             while not generation.done():
-                sleeper = asyncio.ensure_future(self.clock.sleep(min(next_renew, next_poll) - now))
+                sleeper = asyncio.ensure_future(self.clock.sleep_until(min(next_renew, next_poll)))
                 waiter = asyncio.ensure_future(bumped.wait())
                 try:
                     await asyncio.wait(
