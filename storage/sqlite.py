@@ -226,7 +226,7 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
     async def _ingest_batch(self, batch: Sequence[QueuedIngest]) -> list[IngestResult]:
         async with self._lock:
             await self._groups.flush()
-            return await apply_ingest_batch(self._conn(), batch)
+            return await apply_ingest_batch(self._conn(), batch, self._begin)
 
 
 def _create_private(path: str) -> None:

@@ -40,7 +40,6 @@ STEPS = (
     "bump_batch_versions",
     "arm_batch_timers",
 )
-SCRIPT = "BEGIN IMMEDIATE;\n" + "".join(f"{Q[step]}\n" for step in STEPS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,30 +106,37 @@ class IngestBatcher:
 
 
 async def apply_ingest_batch(
-    db: aiosqlite.Connection, batch: Sequence[QueuedIngest]
+    db: aiosqlite.Connection,
+    batch: Sequence[QueuedIngest],
+    begin: Callable[[aiosqlite.Connection], Awaitable[None]],
 ) -> list[IngestResult]:
     """Write a batch in one transaction; the caller holds the connection's lock.
 
-    Five round trips to aiosqlite's thread whatever the batch size: fill the scratch table (private
-    to this connection), begin and run every step as one script, read the results, commit, clear.
+    `begin` starts it (at once on this thread when the write lock is free). The statements then
+    run at once on this thread, like those of the store's other transactions: the scratch table
+    (private to this connection) is filled, every step runs set-based, the results are read and
+    the scratch table cleared. Only the COMMIT (the disk) goes to aiosqlite's thread: one round
+    trip per batch, where there were five, each waiting for a busy event loop to pick it up.
     """
     rows = [
         {**message_params(item.message, item.now), "k": k, "quiet": item.timing.quiet_seconds,
          "max_wait": item.timing.max_wait_seconds}
         for k, item in enumerate(batch)
     ]  # fmt: skip
+    await begin(db)
+    conn = db._conn
     try:
-        await to_completion(db.executemany(Q["fill_ingest_batch"], rows))
-        await to_completion(db.executescript(SCRIPT))
-        results = await to_completion(db.execute_fetchall(Q["ingest_batch_results"]))
+        conn.executemany(Q["fill_ingest_batch"], rows)
+        for step in STEPS:
+            conn.execute(Q[step])
+        results = conn.execute(Q["ingest_batch_results"]).fetchall()
+        conn.execute(Q["clear_ingest_batch"])
         await to_completion(db.execute("COMMIT"))
     except BaseException:
         # Every step above has finished (see sqlite_thread.py), so the state is the real one.
-        if db.in_transaction:
+        if conn.in_transaction:
             await to_completion(db.execute("ROLLBACK"))
         raise
-    finally:
-        await to_completion(db.execute(Q["clear_ingest_batch"]))
     return [
         IngestResult("accepted", r["cid"], int(r["seq"]), float(r["due_at"]))
         if r["seq"] is not None

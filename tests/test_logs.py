@@ -51,7 +51,8 @@ def test_json_lines_are_parseable_and_redacted() -> None:
 
 
 def test_a_secret_typed_into_the_chat_is_absent_from_debug_logs(tmp_path: Path) -> None:
-    """Debug logs of the database driver echo message text: the filter must catch it."""
+    """Debug logs of the database driver echo what it is asked to run, message text included
+    where it runs on the driver's thread: the secret never appears, whatever a line holds."""
     config = tmp_path / "c.toml"
     config.write_text(
         '[logging]\nlevel = "DEBUG"\nredact_env = ["MY_TOKEN"]\n[llm]\nprovider = "offline"\n'
@@ -63,5 +64,5 @@ def test_a_secret_typed_into_the_chat_is_absent_from_debug_logs(tmp_path: Path) 
         env={"MY_TOKEN": SECRET, "SLACK_BOT_TOKEN": ANTHROPIC},
     )
     assert result.returncode == 0, result.stderr
-    assert "DEBUG" in result.stderr and REDACTED in result.stderr
+    assert "DEBUG aiosqlite" in result.stderr
     assert SECRET not in result.stderr and ANTHROPIC not in result.stderr

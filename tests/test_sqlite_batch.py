@@ -143,15 +143,17 @@ async def test_a_caller_cancelled_while_queued_does_not_hold_up_the_others() -> 
     await store.close()
 
 
-async def test_a_writer_cancelled_while_its_script_is_queued_leaves_no_open_transaction() -> None:
-    """The writer is cancelled while its `BEGIN IMMEDIATE; ...` script still waits behind other
-    work on aiosqlite's thread. Deciding about ROLLBACK before the script has run would leave the
-    shared connection inside a transaction holding the half-finished batch."""
+async def test_a_writer_cancelled_while_its_commit_is_queued_leaves_no_open_transaction() -> None:
+    """The writer is cancelled while its COMMIT still waits behind other work on aiosqlite's
+    thread. Deciding about ROLLBACK before the COMMIT has run would roll back a batch that then
+    commits, or leave the shared connection inside a transaction. The COMMIT runs to its end
+    first: the caller is not acked (its platform retries), the retry finds the message stored,
+    and the connection is left outside any transaction."""
     store = SqliteStore(":memory:")
     await store.open()
     db = store._db
     assert db is not None
-    released = threading.Event()  # set when the writer queues its cleanup, or after a moment
+    released = threading.Event()
 
     def hold_thread() -> int:
         released.wait(timeout=0.3)
@@ -159,35 +161,34 @@ async def test_a_writer_cancelled_while_its_script_is_queued_leaves_no_open_tran
 
     await db.create_function("hold_thread", 0, hold_thread)
     busy: list[asyncio.Future[Any]] = []
-    real_execute, real_script = db.execute, db.executescript
+    real_execute = db.execute
 
-    def execute(sql: str, *args: object) -> Any:
-        if sql in (Q["clear_ingest_batch"], "ROLLBACK"):
-            released.set()
-        return real_execute(sql, *args)
-
-    async def script_behind_busy_thread(sql: str) -> Any:
+    async def commit_behind_busy_thread(sql: str) -> Any:
         busy.append(asyncio.ensure_future(real_execute("SELECT hold_thread()")))
-        script = asyncio.ensure_future(real_script(sql))
-        await asyncio.sleep(0)  # both are queued on the thread, the script behind the busy call
+        commit = asyncio.ensure_future(real_execute(sql))
+        await asyncio.sleep(0)  # both are queued on the thread, the COMMIT behind the busy call
         writer = store._batcher._writer
         assert writer is not None
         writer.cancel()
-        return await script
+        released.set()
+        return await commit
+
+    def execute(sql: str, *args: object) -> Any:
+        if sql == "COMMIT" and not busy:
+            return commit_behind_busy_thread(sql)
+        return real_execute(sql, *args)
 
     db.execute = execute  # type: ignore[method-assign]
-    db.executescript = script_behind_busy_thread  # type: ignore[method-assign]
     key = ConversationKey("test", "w", "c")
     first = IncomingMessage(key, "m1", "u", "alice", "first")
     [outcome] = await asyncio.gather(store.ingest(first, NOW, TIMINGS[0]), return_exceptions=True)
     assert isinstance(outcome, StoreError)  # the caller was not acked: its platform retries
-    db.execute, db.executescript = real_execute, real_script  # type: ignore[method-assign]
+    db.execute = real_execute  # type: ignore[method-assign]
     await asyncio.gather(*busy)
 
     assert not db.in_transaction
-    assert await store.conversation_state(key.id) is None  # nothing of the batch is visible
     retried = await store.ingest(first, NOW + 1, TIMINGS[0])
-    assert (retried.status, retried.version) == ("accepted", 1)
+    assert (retried.status, retried.version) == ("duplicate", 1)  # the COMMIT ran to its end
     later = await store.ingest(IncomingMessage(key, "m2", "u", "alice", "t"), NOW + 2, TIMINGS[0])
     assert (later.status, later.version) == ("accepted", 2)
     assert not db.in_transaction
