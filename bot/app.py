@@ -146,6 +146,7 @@ class App:
         self.subscribe(self.metrics.observe)
         self._notices: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
+        self.serving = asyncio.Event()  # set once every front end has started
         self.failure: BurstbotError | None = None
         self.config_path: Path | None = None  # where SIGHUP re-reads the config (CLI: --config)
         self.verbose = False  # the CLI's -v, kept when a reload changes logging
@@ -354,6 +355,7 @@ class App:
                 started.append(frontend)
             self.start_catch_up(started, connecting_at)
             log.info("burstbot running as %s", self.engine.owner)
+            self.serving.set()
             stop = asyncio.create_task(self._stop.wait())
             await asyncio.wait({stop, scheduler}, return_when=asyncio.FIRST_COMPLETED)
             stop.cancel()

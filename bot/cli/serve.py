@@ -1,6 +1,8 @@
 """How `burstbot run` runs: its event loop, and `--workers N` processes on one HTTP port.
 
 The loop is uvloop where it is installed (a dependency on Linux and macOS), else asyncio's own.
+Once the app serves, what startup built is moved out of the garbage collector's way
+(`serve_app`).
 
 `--workers N` starts N `burstbot run` processes that share the Slack HTTP port (SO_REUSEPORT:
 the kernel spreads connections over them) and the store; every guarantee already holds across
@@ -12,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import sys
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from bot.config import Config
 
@@ -32,6 +35,31 @@ def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(main)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(main)
+
+
+class Serving(Protocol):
+    """The app as `serve_app` runs it (bot.app.App)."""
+
+    serving: asyncio.Event
+
+    async def run(self) -> None: ...
+
+
+async def serve_app(app: Serving) -> None:
+    """`app.run()`; once every front end has started, the objects startup built (modules, SDK
+    clients and their pydantic models: about 200,000) go to the collector's permanent generation.
+    They live as long as the process, yet each full collection walked all of them: 40-80 ms
+    with the event loop stopped, every ack waiting (the Slack flood's ack p99)."""
+    running = asyncio.ensure_future(app.run())
+    serving = asyncio.ensure_future(app.serving.wait())
+    try:
+        await asyncio.wait({running, serving}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        serving.cancel()
+    if not running.done():
+        gc.collect()
+        gc.freeze()
+    await running
 
 
 # `burstbot run --workers N` --------------------------------------------------------------------
