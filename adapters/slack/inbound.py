@@ -26,6 +26,7 @@ but that lacks a channel or has a field of the wrong type is acknowledged and lo
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 from collections.abc import Collection, Mapping
@@ -160,10 +161,16 @@ def place(
     return None
 
 
+@functools.cache
+def _own_mention(bot_user_id: str) -> re.Pattern[str]:
+    """Compiled once per bot id: building it for each message showed in the flood's profile."""
+    return re.compile(rf"<@{re.escape(bot_user_id)}(?:\|[^>]*)?>\s?")
+
+
 def plain_text(text: str, identity: Identity) -> str:
     """Slack's escaped text with `<…>` controls → what a person reads; our own mention removed."""
     if identity.bot_user_id:
-        text = re.sub(rf"<@{re.escape(identity.bot_user_id)}(?:\|[^>]*)?>\s?", "", text)
+        text = _own_mention(identity.bot_user_id).sub("", text)
     text = _USER_MENTION.sub(lambda m: "@" + (m.group(2) or m.group(1)), text)
     text = _CHANNEL_LINK.sub(lambda m: "#" + (m.group(2) or m.group(1)), text)
     text = _SPECIAL.sub(lambda m: "@" + m.group(1), text)
