@@ -116,7 +116,8 @@ async def apply_ingest_batch(
     run at once on this thread, like those of the store's other transactions: the scratch table
     (private to this connection) is filled, every step runs set-based, the results are read and
     the scratch table cleared. Only the COMMIT (the disk) goes to aiosqlite's thread: one round
-    trip per batch, where there were five, each waiting for a busy event loop to pick it up.
+    trip per batch, where there were five, each waiting under load for that thread to get a core
+    and for the event loop to pick up its result.
     """
     rows = [
         {**message_params(item.message, item.now), "k": k, "quiet": item.timing.quiet_seconds,

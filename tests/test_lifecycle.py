@@ -153,7 +153,7 @@ async def test_what_startup_built_leaves_the_collectors_way_once_the_app_serves(
 ) -> None:
     """`burstbot run` (serve_app): once every front end has started, the objects alive then move
     to the collector's permanent generation, so full collections no longer walk them (each one
-    stopped the loop for 40-80 ms in the Slack flood)."""
+    stopped the loop for 17-80 ms in the Slack flood)."""
     config = parse_config(shared_config())
     app = App(config, store, ScriptedReplier(), [RecordingFrontend()], clock=clock)
     gc.unfreeze()
