@@ -13,6 +13,8 @@ The steps are the shared SQL store's (storage/sql_store.py); SQLite supplies wha
 - group commit for transactions (storage/sqlite_group.py): those already waiting for the lock
   share one COMMIT, and none returns before it;
 - a second, read-only connection for the reads between a due timer and the model (`READS`);
+- writers in several processes queue for SQLite's write lock in the kernel, on a lock file beside
+  the database (storage/sqlite_turn.py), instead of sleeping and retrying in SQLite's busy handler;
 - WAL with a busy timeout (the switch to WAL retried within it); numbered migrations tracked in
   `PRAGMA user_version`;
 - group commit for ingest (storage/sqlite_batch.py);
@@ -42,6 +44,7 @@ from storage.sql_store import SqlStore
 from storage.sqlite_batch import IngestBatcher, QueuedIngest, apply_ingest_batch
 from storage.sqlite_group import GroupCommit
 from storage.sqlite_thread import to_completion
+from storage.sqlite_turn import WriterTurn
 
 
 def _for_sqlite(sql: str) -> str:
@@ -68,13 +71,16 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         self._reader: aiosqlite.Connection | None = None  # a file's reads outside transactions
         self._lock = asyncio.Lock()
         self._batcher = IngestBatcher(self._ingest_batch)
-        self._groups = GroupCommit(self._lock, self._conn, self._begin)
+        self._groups = GroupCommit(self._lock, self._conn, self._begin, self._end)
+        in_memory = path == ":memory:" or path.startswith("file:")
+        self._turn = WriterTurn(None if in_memory else path)
 
     async def open(self) -> None:
         """Connect, configure and migrate. On any failure the connection is closed again: its
         worker thread would otherwise keep the process alive after the error is reported."""
         try:
             _create_private(self.path)
+            self._turn.open()
             # statements inside our own transactions run on the event loop's thread (`_rows`)
             self._db = await aiosqlite.connect(
                 self.path, isolation_level=None, check_same_thread=False
@@ -140,6 +146,7 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
             await self._close_connection()
 
     async def _close_connection(self) -> None:
+        self._turn.close()
         connections, self._db, self._reader = (self._db, self._reader), None, None
         for db in connections:
             if db is not None:
@@ -167,15 +174,30 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         return self._groups.transaction()
 
     async def _begin(self, db: aiosqlite.Connection) -> None:
+        """Take the writer's turn (storage/sqlite_turn.py), then BEGIN IMMEDIATE; `_end` gives
+        the turn back once the transaction has ended."""
+        await self._turn.take()
         try:
             if not self._begin_at_once(db):
                 await to_completion(db.execute("BEGIN IMMEDIATE"))
         except sqlite3.Error as exc:
+            self._end(db)
             raise StoreError(f"cannot begin transaction: {exc}") from exc
-        except asyncio.CancelledError:  # BEGIN ran; undo it before giving up the lock
-            with contextlib.suppress(Exception):
-                await to_completion(db.execute("ROLLBACK"))
+        except BaseException:  # cancelled after BEGIN ran: undo it before giving up the lock
+            try:
+                with contextlib.suppress(Exception):
+                    await to_completion(db.execute("ROLLBACK"))
+            finally:
+                self._end(db)
             raise
+
+    def _end(self, db: aiosqlite.Connection) -> None:
+        try:
+            open_transaction = db._conn.in_transaction
+        except ValueError:  # the connection is closed: nothing of ours is open
+            open_transaction = False
+        if not open_transaction:
+            self._turn.give_back()
 
     def _begin_at_once(self, db: aiosqlite.Connection) -> bool:
         """BEGIN IMMEDIATE on this thread when the write lock is free (no round trip to the
@@ -226,7 +248,11 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
     async def _ingest_batch(self, batch: Sequence[QueuedIngest]) -> list[IngestResult]:
         async with self._lock:
             await self._groups.flush()
-            return await apply_ingest_batch(self._conn(), batch, self._begin)
+            db = self._conn()
+            try:
+                return await apply_ingest_batch(db, batch, self._begin)
+            finally:
+                self._end(db)
 
 
 def _create_private(path: str) -> None:
