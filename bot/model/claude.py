@@ -6,6 +6,9 @@
 - `usage` is kept current while streaming: input and cache counts from `message_start`, output
   tokens estimated from the streamed text until `message_delta` reports the real figure, so a
   cancelled stream still shows what it cost ("wasted" tokens).
+- The raw event stream (`messages.create(stream=True)`), not the SDK's `messages.stream()` helper:
+  the helper rebuilds a snapshot of the whole message on every event, which we never read, and
+  with dozens of replies streaming that work competes with the acks for the event loop.
 - The stable prefix (system prompt, then the end of the history) carries `cache_control`, so the
   next burst of the same conversation reads it from the prompt cache.
 - A prompt may carry its conversation's model and `max_tokens` (`[[channels]]`); unset ones fall
@@ -218,12 +221,14 @@ class ClaudeReplier:
         stop_reason: str | None = None
         finished = False
         usage.model = prompt.model or self.model
-        async with self.client.messages.stream(
+        stream = await self.client.messages.create(
             model=usage.model,
             max_tokens=prompt.max_tokens or self.max_tokens,
             system=system or anthropic.omit,
             messages=messages,
-        ) as stream:
+            stream=True,
+        )
+        async with stream:  # closed on the way out, cancellation included
             async for event in stream:
                 if event.type == "message_start":
                     usage.model = event.message.model or usage.model
