@@ -104,3 +104,16 @@ async def test_an_in_memory_database_has_no_lock_file(
     finally:
         await store.close()
     assert os.listdir(tmp_path) == []
+
+
+async def test_a_lock_file_that_cannot_be_made_leaves_the_store_writing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The turn only orders writers; without it SQLite's own lock still keeps the data safe."""
+    path = tmp_path / "bot.db"
+    os.mkdir(f"{path}-writer")  # in the way: the file cannot be opened
+    async with opened(path) as store:
+        assert (await store.ingest(message(1), 100.0, T)).status == "accepted"
+        async with store._transaction():
+            pass
+    assert "no writer lock file" in caplog.text
