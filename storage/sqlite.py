@@ -17,7 +17,8 @@ The steps are the shared SQL store's (storage/sql_store.py); SQLite supplies wha
   the database (storage/sqlite_turn.py), instead of sleeping and retrying in SQLite's busy handler;
 - WAL with a busy timeout (the switch to WAL retried within it); numbered migrations tracked in
   `PRAGMA user_version`;
-- group commit for ingest (storage/sqlite_batch.py);
+- group commit for ingest (storage/sqlite_batch.py); an arriving event's steps, which its ack
+  waits for, go before other waiters for the connection's lock (storage/sqlite_lock.py);
 - lists travel as JSON text, and the shared SQL's LEAST/GREATEST run as SQLite's MIN/MAX.
 """
 
@@ -29,20 +30,22 @@ import json
 import os
 import re
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
+from contextvars import ContextVar
 from typing import Any
 
 import aiosqlite
 
 from bot.core.errors import StoreError
-from bot.core.events import IncomingMessage
+from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited
 from bot.core.store import IngestResult, Timing
 from storage.queries import load_queries, migrations
 from storage.rows import Params, Row
 from storage.sql_store import SqlStore
 from storage.sqlite_batch import IngestBatcher, QueuedIngest, apply_ingest_batch
 from storage.sqlite_group import GroupCommit
+from storage.sqlite_lock import WriteLock
 from storage.sqlite_thread import to_completion
 from storage.sqlite_turn import WriterTurn
 
@@ -69,7 +72,7 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         self.busy_timeout_ms = busy_timeout_ms
         self._db: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None  # a file's reads outside transactions
-        self._lock = asyncio.Lock()
+        self._lock = WriteLock()
         self._batcher = IngestBatcher(self._ingest_batch)
         self._groups = GroupCommit(self._lock, self._conn, self._begin, self._end)
         in_memory = path == ":memory:" or path.startswith("file:")
@@ -171,7 +174,7 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
     def _transaction(self) -> AbstractAsyncContextManager[aiosqlite.Connection]:
         """BEGIN IMMEDIATE ... COMMIT under the lock, committed in a group with the transactions
         already waiting (storage/sqlite_group.py); a cancellation is re-raised afterwards."""
-        return self._groups.transaction()
+        return self._groups.transaction(urgent=ARRIVING.get())
 
     async def _begin(self, db: aiosqlite.Connection) -> None:
         """Take the writer's turn (storage/sqlite_turn.py), then BEGIN IMMEDIATE; `_end` gives
@@ -228,9 +231,12 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
                 return db._conn.execute(Q[name], params).fetchall()
             if self._reader is not None and name in READS:
                 return list(await self._reader.execute_fetchall(Q[name], params))
-            async with self._lock:
+            await self._lock.acquire(ARRIVING.get())
+            try:
                 await self._groups.flush()
                 return list(await to_completion(self._conn().execute_fetchall(Q[name], params)))
+            finally:
+                self._lock.release()
         except sqlite3.Error as exc:
             raise StoreError(f"{name}: {exc}") from exc
 
@@ -240,19 +246,60 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
     def _strings(self, value: Any) -> tuple[str, ...]:
         return tuple(json.loads(value))
 
-    # 1. arrival: group commit ----------------------------------------------------------------
+    # 1. arrival: group commit, and first in line for the lock -------------------------------
     async def ingest(self, message: IncomingMessage, now: float, timing: Timing) -> IngestResult:
         """Queued for group commit (storage/sqlite_batch.py); returns once the batch committed."""
         return await self._batcher.submit(message, now, timing)
 
+    # The other steps an arriving event takes before its ack: ahead of other waiters for the
+    # lock, like the ingest batch, so arrivals keep their order among themselves.
+    async def edit(self, event: MessageEdited, now: float, timing: Timing) -> IngestResult:
+        with _arriving():
+            return await super().edit(event, now, timing)
+
+    async def delete(self, event: MessageDeleted, now: float, timing: Timing) -> IngestResult:
+        with _arriving():
+            return await super().delete(event, now, timing)
+
+    async def extend_quiet(
+        self, conversation_id: str, author_id: str, until: float
+    ) -> float | None:
+        with _arriving():
+            return await super().extend_quiet(conversation_id, author_id, until)
+
+    async def thread_status(self, conversation_id: str) -> bool | None:
+        with _arriving():
+            return await super().thread_status(conversation_id)
+
+    async def hold(self, message: IncomingMessage, now: float) -> None:
+        with _arriving():
+            await super().hold(message, now)
+
     async def _ingest_batch(self, batch: Sequence[QueuedIngest]) -> list[IngestResult]:
-        async with self._lock:
+        """Before other waiters for the lock: acks wait for this (storage/sqlite_lock.py)."""
+        await self._lock.acquire(urgent=True)
+        try:
             await self._groups.flush()
             db = self._conn()
             try:
                 return await apply_ingest_batch(db, batch, self._begin)
             finally:
                 self._end(db)
+        finally:
+            self._lock.release()
+
+
+ARRIVING: ContextVar[bool] = ContextVar("burstbot_sqlite_arriving", default=False)
+"""True while an arriving event's step runs: its turn at the lock comes first."""
+
+
+@contextlib.contextmanager
+def _arriving() -> Iterator[None]:
+    token = ARRIVING.set(True)
+    try:
+        yield
+    finally:
+        ARRIVING.reset(token)
 
 
 def _create_private(path: str) -> None:

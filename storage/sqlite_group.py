@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import aiosqlite
 
 from bot.core.errors import StoreError
+from storage.sqlite_lock import WriteLock
 from storage.sqlite_thread import to_completion
 
 MAX_MEMBERS = 8
@@ -45,7 +46,7 @@ class _Group:
 class GroupCommit:
     def __init__(
         self,
-        lock: asyncio.Lock,
+        lock: WriteLock,
         connection: Callable[[], aiosqlite.Connection],
         begin: Callable[[aiosqlite.Connection], Awaitable[None]],
         end: Callable[[aiosqlite.Connection], None],
@@ -60,11 +61,12 @@ class GroupCommit:
         self._flushing: set[asyncio.Task[None]] = set()
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
-        """One member of the open group (or of a new one); returns once its group committed."""
+    async def transaction(self, urgent: bool = False) -> AsyncIterator[aiosqlite.Connection]:
+        """One member of the open group (or of a new one); returns once its group committed.
+        `urgent`: before other waiters for the lock (storage/sqlite_lock.py)."""
         self._waiting += 1
         try:
-            await self._lock.acquire()
+            await self._lock.acquire(urgent)
         finally:
             self._waiting -= 1
         try:

@@ -1,0 +1,72 @@
+"""The SQLite store's connection lock, acks first.
+
+Everything that uses the store's one writing connection takes this lock. An ingest batch is what
+a platform's ack waits for, so a batch waiting for the lock goes before the other waiters (lease,
+commit and delivery steps, whose deadlines are seconds away). It never goes twice in a row while
+others wait, so they are never starved by a flood. Otherwise this is `asyncio.Lock`: a waiter
+woken and then cancelled passes the lock on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from types import TracebackType
+
+
+class WriteLock:
+    def __init__(self) -> None:
+        self._locked = False
+        self._last_urgent = False
+        self._urgent: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._normal: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def locked(self) -> bool:
+        return self._locked
+
+    async def acquire(self, urgent: bool = False) -> None:
+        if not self._locked and all(w.cancelled() for w in (*self._urgent, *self._normal)):
+            self._take(urgent)
+            return
+        queue = self._urgent if urgent else self._normal
+        waiter = asyncio.get_running_loop().create_future()
+        queue.append(waiter)
+        try:
+            try:
+                await waiter
+            finally:
+                queue.remove(waiter)
+        except asyncio.CancelledError:
+            if not self._locked:
+                self._wake_up_next()
+            raise
+        self._take(urgent)
+
+    def release(self) -> None:
+        if not self._locked:
+            raise RuntimeError("WriteLock is not acquired")
+        self._locked = False
+        self._wake_up_next()
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+    def _take(self, urgent: bool) -> None:
+        self._locked = True
+        self._last_urgent = urgent
+
+    def _wake_up_next(self) -> None:
+        """Wake one waiter: an urgent one first, unless the last holder was urgent too."""
+        if any(w.done() and not w.cancelled() for w in (*self._urgent, *self._normal)):
+            return  # one is woken already and about to take the lock
+        order = (self._normal, self._urgent) if self._last_urgent else (self._urgent, self._normal)
+        for queue in order:
+            for waiter in queue:
+                if not waiter.done():
+                    waiter.set_result(None)
+                    return
