@@ -20,12 +20,13 @@ class WriteLock:
         self._last_urgent = False
         self._urgent: collections.deque[asyncio.Future[None]] = collections.deque()
         self._normal: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._woken: asyncio.Future[None] | None = None  # handed the lock, not yet running
 
     def locked(self) -> bool:
         return self._locked
 
     async def acquire(self, urgent: bool = False) -> None:
-        if not self._locked and all(w.cancelled() for w in (*self._urgent, *self._normal)):
+        if not (self._locked or self._woken is not None or self._urgent or self._normal):
             self._take(urgent)
             return
         queue = self._urgent if urgent else self._normal
@@ -36,6 +37,8 @@ class WriteLock:
                 await waiter
             finally:
                 queue.remove(waiter)
+                if self._woken is waiter:
+                    self._woken = None
         except asyncio.CancelledError:
             if not self._locked:
                 self._wake_up_next()
@@ -62,11 +65,12 @@ class WriteLock:
 
     def _wake_up_next(self) -> None:
         """Wake one waiter: an urgent one first, unless the last holder was urgent too."""
-        if any(w.done() and not w.cancelled() for w in (*self._urgent, *self._normal)):
+        if self._woken is not None:
             return  # one is woken already and about to take the lock
         order = (self._normal, self._urgent) if self._last_urgent else (self._urgent, self._normal)
         for queue in order:
             for waiter in queue:
                 if not waiter.done():
                     waiter.set_result(None)
+                    self._woken = waiter
                     return
