@@ -72,11 +72,10 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         self.busy_timeout_ms = busy_timeout_ms
         self._db: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None  # a file's reads outside transactions
-        self._lock = WriteLock()
+        self._lock = WriteLock(on_release=self._give_back_turn_if_idle)
         self._batcher = IngestBatcher(self._ingest_batch)
-        self._groups = GroupCommit(self._lock, self._conn, self._begin, self._end)
-        in_memory = path == ":memory:" or path.startswith("file:")
-        self._turn = WriterTurn(None if in_memory else path)
+        self._groups = GroupCommit(self._lock, self._conn, self._begin)
+        self._turn = WriterTurn(path if _is_file(path) else None)
 
     async def open(self) -> None:
         """Connect, configure and migrate. On any failure the connection is closed again: its
@@ -143,7 +142,7 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         try:
             await self._batcher.wait_idle()
             if self._db is not None:
-                async with self._lock:
+                async with self._lock.held():
                     await self._groups.flush()
         finally:
             await self._close_connection()
@@ -177,26 +176,24 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         return self._groups.transaction(urgent=ARRIVING.get())
 
     async def _begin(self, db: aiosqlite.Connection) -> None:
-        """Take the writer's turn (storage/sqlite_turn.py), then BEGIN IMMEDIATE; `_end` gives
-        the turn back once the transaction has ended."""
+        """Take the writer's turn (storage/sqlite_turn.py), then BEGIN IMMEDIATE. The turn is given
+        back when the lock is let go with no transaction open (`_give_back_turn_if_idle`)."""
         await self._turn.take()
         try:
             if not self._begin_at_once(db):
                 await to_completion(db.execute("BEGIN IMMEDIATE"))
         except sqlite3.Error as exc:
-            self._end(db)
             raise StoreError(f"cannot begin transaction: {exc}") from exc
-        except BaseException:  # cancelled after BEGIN ran: undo it before giving up the lock
-            try:
-                with contextlib.suppress(Exception):
-                    await to_completion(db.execute("ROLLBACK"))
-            finally:
-                self._end(db)
+        except asyncio.CancelledError:  # BEGIN ran; undo it before giving up the lock
+            with contextlib.suppress(Exception):
+                await to_completion(db.execute("ROLLBACK"))
             raise
 
-    def _end(self, db: aiosqlite.Connection) -> None:
+    def _give_back_turn_if_idle(self) -> None:
+        """Whenever the lock is let go: a group commit may keep its transaction open across
+        holders, and keeps the turn with it."""
         try:
-            open_transaction = db._conn.in_transaction
+            open_transaction = self._db is not None and self._db._conn.in_transaction
         except ValueError:  # the connection is closed: nothing of ours is open
             open_transaction = False
         if not open_transaction:
@@ -231,12 +228,9 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
                 return db._conn.execute(Q[name], params).fetchall()
             if self._reader is not None and name in READS:
                 return list(await self._reader.execute_fetchall(Q[name], params))
-            await self._lock.acquire(ARRIVING.get())
-            try:
+            async with self._lock.held(urgent=ARRIVING.get()):
                 await self._groups.flush()
                 return list(await to_completion(self._conn().execute_fetchall(Q[name], params)))
-            finally:
-                self._lock.release()
         except sqlite3.Error as exc:
             raise StoreError(f"{name}: {exc}") from exc
 
@@ -277,16 +271,9 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
 
     async def _ingest_batch(self, batch: Sequence[QueuedIngest]) -> list[IngestResult]:
         """Before other waiters for the lock: acks wait for this (storage/sqlite_lock.py)."""
-        await self._lock.acquire(urgent=True)
-        try:
+        async with self._lock.held(urgent=True):
             await self._groups.flush()
-            db = self._conn()
-            try:
-                return await apply_ingest_batch(db, batch, self._begin)
-            finally:
-                self._end(db)
-        finally:
-            self._lock.release()
+            return await apply_ingest_batch(self._conn(), batch, self._begin)
 
 
 ARRIVING: ContextVar[bool] = ContextVar("burstbot_sqlite_arriving", default=False)
@@ -302,13 +289,18 @@ def _arriving() -> Iterator[None]:
         ARRIVING.reset(token)
 
 
+def _is_file(path: str) -> bool:
+    """A plain path (not `:memory:`, not a `file:` URI): files beside it can be made."""
+    return path != ":memory:" and not path.startswith("file:")
+
+
 def _create_private(path: str) -> None:
     """Create a new database file readable by its owner only (0600) before SQLite opens it.
 
     SQLite gives the WAL and shared-memory files the database file's permissions, so they are
     private too. An existing file is left as it is.
     """
-    if path == ":memory:" or path.startswith("file:"):
+    if not _is_file(path):
         return
     with contextlib.suppress(FileExistsError):
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))

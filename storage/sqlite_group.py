@@ -49,13 +49,10 @@ class GroupCommit:
         lock: WriteLock,
         connection: Callable[[], aiosqlite.Connection],
         begin: Callable[[aiosqlite.Connection], Awaitable[None]],
-        end: Callable[[aiosqlite.Connection], None],
     ) -> None:
-        """`begin` opens the outer transaction; `end` runs after its COMMIT or ROLLBACK."""
         self._lock = lock
         self._connection = connection
         self._begin = begin
-        self._end = end
         self._group: _Group | None = None
         self._waiting = 0  # transactions queued for the lock
         self._flushing: set[asyncio.Task[None]] = set()
@@ -84,11 +81,8 @@ class GroupCommit:
                 conn.execute("RELEASE member")
                 if group.members == 0:  # nobody else's work is in it: end it here
                     self._group = None
-                    try:
-                        with contextlib.suppress(Exception):
-                            await to_completion(db.execute("ROLLBACK"))
-                    finally:
-                        self._end(db)
+                    with contextlib.suppress(Exception):
+                        await to_completion(db.execute("ROLLBACK"))
                 else:
                     await self.flush()
                 raise
@@ -120,12 +114,10 @@ class GroupCommit:
             raise
         else:
             group.done.set_result(None)
-        finally:
-            self._end(db)
 
     def _flush_later(self, group: _Group) -> None:
         async def flush_if_still_open() -> None:
-            async with self._lock:
+            async with self._lock.held():
                 if self._group is group:
                     await self.flush()
 

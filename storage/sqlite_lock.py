@@ -5,17 +5,22 @@ a platform's ack waits for, so a batch waiting for the lock goes before the othe
 commit and delivery steps, whose deadlines are seconds away). It never goes twice in a row while
 others wait, so they are never starved by a flood. Otherwise this is `asyncio.Lock`: a waiter
 woken and then cancelled passes the lock on.
+
+`on_release` runs each time the lock is let go, before the next holder is woken (the store gives
+back its writer's turn there once no transaction is open: storage/sqlite_turn.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-from types import TracebackType
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 
 class WriteLock:
-    def __init__(self) -> None:
+    def __init__(self, on_release: Callable[[], None] = lambda: None) -> None:
+        self._on_release = on_release
         self._locked = False
         self._last_urgent = False
         self._urgent: collections.deque[asyncio.Future[None]] = collections.deque()
@@ -49,15 +54,18 @@ class WriteLock:
         if not self._locked:
             raise RuntimeError("WriteLock is not acquired")
         self._locked = False
-        self._wake_up_next()
+        try:
+            self._on_release()
+        finally:
+            self._wake_up_next()
 
-    async def __aenter__(self) -> None:
-        await self.acquire()
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.release()
+    @asynccontextmanager
+    async def held(self, urgent: bool = False) -> AsyncIterator[None]:
+        await self.acquire(urgent)
+        try:
+            yield
+        finally:
+            self.release()
 
     def _take(self, urgent: bool) -> None:
         self._locked = True

@@ -32,7 +32,7 @@ class WriterTurn:
         """`None`: no file to put the lock beside (in memory, or a `file:` URI)."""
         self._path = None if database_path is None else f"{database_path}-writer"
         self._fd: int | None = None
-        self.held = False
+        self._held = False
 
     def open(self) -> None:
         """Create the lock file readable by its owner only, like the database (no-op in memory)."""
@@ -45,7 +45,7 @@ class WriterTurn:
     async def take(self) -> None:
         """Wait for the turn: at once when nobody holds it, else on a thread (the kernel wakes
         it), so the event loop never blocks."""
-        if self._fd is None or self.held:
+        if self._fd is None or self._held:
             return
         try:
             try:
@@ -55,7 +55,7 @@ class WriterTurn:
         except OSError as exc:
             self._without_turns(exc)
             return
-        self.held = True
+        self._held = True
 
     async def _wait(self, fd: int) -> None:
         """A cancelled caller's wait still runs to its end; the turn it got is given back."""
@@ -67,9 +67,9 @@ class WriterTurn:
             raise
 
     def give_back(self) -> None:
-        if self._fd is not None and self.held:
+        if self._fd is not None and self._held:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
-        self.held = False
+        self._held = False
 
     def _without_turns(self, exc: OSError) -> None:
         log.warning("sqlite: no writer lock file %s (%s); writers wait in SQLite's busy handler",

@@ -72,7 +72,7 @@ async def test_a_woken_waiter_that_is_cancelled_passes_the_lock_on() -> None:
 
 async def test_a_free_lock_is_taken_at_once_and_release_needs_a_holder() -> None:
     lock = WriteLock()
-    async with lock:
+    async with lock.held():
         assert lock.locked()
     assert not lock.locked()
     with pytest.raises(RuntimeError):
