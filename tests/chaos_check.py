@@ -29,7 +29,9 @@ the row to the version range it covers. A reply is posted when every one of its 
   (on a machine starved for CPU every hop of the pipeline runs that late; the summary's
   `max_loop_lag` says how starved this run was).
 - takeover: for every conversation whose lease holder was SIGKILLed, how long until another worker
-  started generating for it; must be within lease TTL + one scheduler tick (+ the same jitter) (G5).
+  started generating for it (its generation's record) or was seen holding its lease, whichever
+  came first: a worker killed in turn while generating leaves no record; must be within lease
+  TTL + one scheduler tick (+ the same jitter) (G5).
 - max_idle_cpu: the most CPU (cores: CPU seconds per wall second, from /proc) any worker used in
   any half second of a quiet spell, once the work begun before the spell has ended: nothing
   arrives then but the messages of two people typing on past their deadline, so a worker only
@@ -259,6 +261,8 @@ async def check(
     for killed_at, _owner, leases in run.kills:
         for cid in leases:
             after = [g.started_at for g in generations[cid] if g.started_at > killed_at]
+            if (killed_at, cid) in run.taken_over:  # seen leased by another worker
+                after.append(run.taken_over[(killed_at, cid)])
             if after:
                 took = min(after) - killed_at
                 takeovers.append(took)

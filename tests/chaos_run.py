@@ -104,6 +104,8 @@ SPELL_SECONDS = 2.0  # long enough for a typist's deadline to pass and its answe
 SPELL_TYPISTS = 2
 IDLE_TAIL_SECONDS = 1.5  # the last spell: after quiescence, nothing in flight at all
 CPU_SAMPLE_SECONDS = 0.25
+TAKEOVER_POLL_SECONDS = 0.05  # how often a killed worker's leases are looked at until taken over
+TAKEOVER_WATCH_SECONDS = 15.0  # and for how long at most
 # the store
 STORE_BUSY_EVERY = (2.0, 5.0)
 STORE_BUSY_SECONDS = (0.3, 1.0)
@@ -262,6 +264,7 @@ class Run:
     store: Store
     workers: dict[int, Worker] = field(default_factory=dict)
     kills: list[tuple[float, str, dict[str, float]]] = field(default_factory=list)
+    taken_over: dict[tuple[float, str], float] = field(default_factory=dict)  # see watch_takeover
     acked: dict[str, str] = field(default_factory=dict)  # message id -> conversation channel
     duplicate_deliveries: int = 0
     ingest_refused: int = 0  # a live worker answered an ingest with an error (the store failed)
@@ -454,6 +457,7 @@ class Run:
     async def killer(self, channels: list[str]) -> None:
         """SIGKILL a worker that holds a lease (it is generating), then restart it."""
         store = self.store
+        watchers: list[asyncio.Task[None]] = []
         while await self.still_driving(self.rng.uniform(0.5, 1.5) * self.size.kill_every):
             victims: list[Worker] = []
             while self.driving and not victims:  # wait for a worker caught generating
@@ -467,7 +471,7 @@ class Run:
                 if not victims:
                     await asyncio.sleep(0.1)
             if not self.driving:
-                return
+                break
             victim = self.rng.choice(victims)
             victim.process.send_signal(signal.SIGKILL)
             killed_at = time.time()
@@ -479,9 +483,26 @@ class Run:
                 if state and held_by == victim.owner and state.lease_expires_at:
                     leases[cid] = state.lease_expires_at
             self.kills.append((killed_at, victim.owner, leases))
+            watch = self.watch_takeover(killed_at, victim.owner, leases)
+            watchers.append(asyncio.create_task(watch))
             del self.workers[victim.index]
             await asyncio.sleep(self.rng.uniform(0.2, 1.0))
             await self.start_worker(victim.index, victim.generation + 1)
+        await asyncio.gather(*watchers)
+
+    async def watch_takeover(self, killed_at: float, victim: str, leases: dict[str, float]) -> None:
+        """Note when another worker is first seen holding each lease the victim left (kill,
+        conversation -> when). That is the takeover even when the new holder is killed in turn:
+        a generation's record is written when it ends, so a killed one leaves none."""
+        waiting = set(leases)
+        while waiting and time.time() < killed_at + TAKEOVER_WATCH_SECONDS:
+            for cid in sorted(waiting):
+                state = await self.store.conversation_state(cid)
+                owner = state.lease_owner if state is not None else None
+                if owner is not None and configured_owner(owner) != victim:
+                    self.taken_over[(killed_at, cid)] = time.time()  # after the read: no earlier
+                    waiting.discard(cid)
+            await asyncio.sleep(TAKEOVER_POLL_SECONDS)
 
     async def make_store_busy(self) -> None:
         """Now and then the database refuses or stalls everyone for up to a second."""

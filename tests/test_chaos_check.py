@@ -16,7 +16,7 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from bot.core.events import ConversationKey, IncomingMessage
-from bot.core.store import Committed, FinalCheck, NewReply, OutboxRow, Timing
+from bot.core.store import Committed, FinalCheck, GenerationRecord, NewReply, OutboxRow, Timing
 from storage.sqlite import SqliteStore
 from tests.chaos_check import IDLE_CPU_BUDGET, SPELL_SETTLE, check
 from tests.chaos_run import (
@@ -194,6 +194,24 @@ async def test_a_worker_busy_in_a_quiet_spell_is_over_the_idle_budget(answered: 
     assert counts["over_idle_budget"] == 1
     assert counts["max_idle_cpu"] == pytest.approx(0.96)
     assert counts["max_idle_cpu"] > IDLE_CPU_BUDGET
+
+
+async def test_a_takeover_counts_from_the_lease_seen_when_the_new_holder_dies_too(
+    answered: World,
+) -> None:
+    """A worker is killed while generating; another takes its lease and is killed in turn before
+    its generation ends (so it leaves no record). The next record is seconds later: the lease
+    seen in another worker's hands is what shows the takeover was in time."""
+    store, run, platform = answered
+    killed_at = NOW + 0.5
+    run.kills.append((killed_at, "worker0.0", {KEY.id: killed_at + 0.9}))
+    late = GenerationRecord(KEY.id, 9, 2, 2, killed_at + 4.5, killed_at + 5.0, "failed")
+    await store.record_generation(late)
+    assert (await run_check(store, run, platform))["slow_takeovers"] == 1  # only the record
+    run.taken_over[(killed_at, KEY.id)] = killed_at + 1.1
+    counts = await run_check(store, run, platform)
+    assert counts["slow_takeovers"] == 0 and counts["no_takeover"] == 0
+    assert counts["max_takeover"] == pytest.approx(1.1)
 
 
 # the platform ---------------------------------------------------------------------------------
