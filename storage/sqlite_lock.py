@@ -1,10 +1,11 @@
 """The SQLite store's connection lock, acks first.
 
-Everything that uses the store's one writing connection takes this lock. An ingest batch is what
-a platform's ack waits for, so a batch waiting for the lock goes before the other waiters (lease,
-commit and delivery steps, whose deadlines are seconds away). It never goes twice in a row while
-others wait, so they are never starved by a flood. Otherwise this is `asyncio.Lock`: a waiter
-woken and then cancelled passes the lock on.
+Everything that uses the store's one writing connection takes this lock. An arriving event's
+steps (the ingest batch, an edit or delete, a typing notice, a hold, a thread check) are what a
+platform's ack waits for, so they wait as `urgent` and go before the other waiters (lease, commit
+and delivery steps, whose deadlines are seconds away), in their own order. An urgent holder never
+goes twice in a row while others wait, so those are never starved by a flood. Otherwise this is
+`asyncio.Lock`: a waiter woken and then cancelled passes the lock on.
 
 `on_release` runs each time the lock is let go, before the next holder is woken (the store gives
 back its writer's turn there once no transaction is open: storage/sqlite_turn.py).

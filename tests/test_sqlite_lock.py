@@ -1,5 +1,5 @@
-"""The SQLite store's connection lock (storage/sqlite_lock.py): ingest batches, which acks wait
-for, go before other waiters, but never twice in a row while others wait."""
+"""The SQLite store's connection lock (storage/sqlite_lock.py): an arriving event's steps, which
+acks wait for, go before other waiters, but never twice in a row while others wait."""
 
 from __future__ import annotations
 
