@@ -14,6 +14,11 @@ have closed and are being answered ("while answering": the acks then share the p
 model streams, commits and posts). The bare app gets the same two floods with the same pause. After
 burstbot's run every burst is waited for, and the fake Slack API's call counts give the thinking
 indicator's calls (reactions, assistant status) per answered burst.
+
+Each flood also reads the CPU time its server used (user and system, from `/proc`, the process
+and every process it started: all of `--workers N`) and divides it by the events acknowledged.
+The senders share the machine's cores, so acks per second follow this figure; where `/proc` is
+missing (not Linux) it is left out.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ class FloodRow:
     p50_ms: float
     p99_ms: float
     failed: int  # events not acknowledged with a 200
+    cpu_us_per_ack: float | None = None  # the server's CPU per acknowledged event (None: no /proc)
 
     @property
     def rate(self) -> float:
@@ -140,6 +146,36 @@ async def flood(url: str, per_sender: Sequence[Sequence[bytes]]) -> tuple[float,
     return seconds, latencies, failed
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User and system CPU of `pid` and of every live process below it (None: no `/proc`)."""
+    parents: dict[int, int] = {}
+    spent: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # it exited meanwhile
+        parents[int(entry)] = int(fields[1])
+        spent[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    if pid not in spent:
+        return None
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        below = [child for child, of in parents.items() if of == parent and child not in tree]
+        tree.update(below)
+        frontier += below
+    return sum(spent[p] for p in tree)
+
+
 def _percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else 0.0
@@ -162,7 +198,8 @@ def _env(**extra: str) -> dict[str, str]:
 
 @contextlib.asynccontextmanager
 async def child(*args: str, env: dict[str, str], cwd: str | None = None) -> AsyncIterator[Any]:
-    """A child process that prints one JSON line once it listens; killed on the way out."""
+    """A child process that prints one JSON line once it listens (given with its `pid` added);
+    killed on the way out."""
     process = await asyncio.create_subprocess_exec(
         sys.executable, *args, stdout=asyncio.subprocess.PIPE, env=env, cwd=cwd
     )
@@ -171,7 +208,7 @@ async def child(*args: str, env: dict[str, str], cwd: str | None = None) -> Asyn
         line = await asyncio.wait_for(process.stdout.readline(), 60)
         if not line:
             raise RuntimeError(f"{args[1]} exited with {await process.wait()} before listening")
-        yield json.loads(line)
+        yield {**json.loads(line), "pid": process.pid}
     finally:
         await _stop(process)
 
@@ -215,8 +252,9 @@ thinking_indicator = "reaction"
 @contextlib.asynccontextmanager
 async def burstbot(
     config: str, port: int, workers: int, py_spy: str | None = None
-) -> AsyncIterator[None]:
-    """`burstbot run`; with `py_spy` (a file), `py-spy record` writes its collapsed stacks there."""
+) -> AsyncIterator[int]:
+    """`burstbot run` (its pid); with `py_spy` (a file), `py-spy record` writes its collapsed
+    stacks there."""
     env = _env(
         SLACK_BOT_TOKEN=BOT_TOKEN,
         SLACK_SIGNING_SECRET=SIGNING_SECRET,
@@ -236,7 +274,7 @@ async def burstbot(
                 "--rate", "200", "--format", "raw", "--output", py_spy,
                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
             )  # fmt: skip
-        yield
+        yield process.pid
     finally:
         if spy is not None and spy.returncode is None:
             spy.send_signal(signal.SIGINT)  # py-spy writes its file on Ctrl-C
@@ -278,18 +316,27 @@ async def _control(session: aiohttp.ClientSession, url: str, post: bool = False)
 
 # one run ----------------------------------------------------------------------------------------
 async def _two_floods(
-    system: str, workers: int, beside: int, run: int, url: str, tag: str, profile: Profile
-) -> list[FloodRow]:
+    system: str, workers: int, beside: int, run: int, server: tuple[str, int], tag: str,
+    profile: Profile,
+) -> list[FloodRow]:  # fmt: skip
+    """The idle flood and the one while answering into `server` (its URL and pid)."""
+    url, pid = server
     rows = []
     for phase in ("idle", "while answering"):
         bodies = events(
             f"{tag}{phase[0]}", profile.flood_senders, profile.flood_messages_per_sender,
             profile.flood_conversations_per_sender,
         )  # fmt: skip
+        cpu_before = cpu_seconds(pid)
         seconds, latencies, failed = await flood(url, bodies)
+        cpu_after = cpu_seconds(pid)
         p50, p99 = _percentile(latencies, 0.50), _percentile(latencies, 0.99)
+        acked = len(latencies) - failed
+        cpu = None
+        if cpu_before is not None and cpu_after is not None and acked:
+            cpu = (cpu_after - cpu_before) / acked * 1e6
         row = FloodRow(
-            system, workers, beside, run, phase, len(latencies), seconds, p50, p99, failed
+            system, workers, beside, run, phase, len(latencies), seconds, p50, p99, failed, cpu
         )
         rows.append(row)
         if phase == "idle":
@@ -331,14 +378,14 @@ async def run_flood(
         child(*peers, "bare", "--api", fakes["slack"], env=_env()) as bare,
         aiohttp.ClientSession() as session,
     ):
-        bare_url = f"http://127.0.0.1:{bare['port']}/slack/events"
+        bare_server = (f"http://127.0.0.1:{bare['port']}/slack/events", int(bare["pid"]))
         for workers in profile.flood_workers:
             port = free_port()
             name = f"flood-{workers}"
             config = write_config(directory, name, fakes, port, profile.flood_quiet_seconds)
             bot_url = f"http://127.0.0.1:{port}/slack/events"
             spy = os.path.join(py_spy_dir, f"{name}.txt") if py_spy_dir else None
-            async with burstbot(config, port, workers, spy):
+            async with burstbot(config, port, workers, spy) as pid:
                 await _started(session, fakes["control"], workers)
                 for run in range(1, profile.flood_runs + 1):
                     tag = f"W{workers}R{run}"
@@ -347,11 +394,11 @@ async def run_flood(
                         await _control(session, f"{fakes['control']}/forget", post=True)
                         if system == "bare":
                             results.floods += await _two_floods(
-                                "bare Bolt", 0, workers, run, bare_url, f"B{tag}", profile
+                                "bare Bolt", 0, workers, run, bare_server, f"B{tag}", profile
                             )
                             continue
                         results.floods += await _two_floods(
-                            "burstbot", workers, workers, run, bot_url, tag, profile
+                            "burstbot", workers, workers, run, (bot_url, pid), tag, profile
                         )
                         counts = await _settle(
                             session, fakes["control"], bursts, profile.settle_timeout_seconds

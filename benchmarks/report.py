@@ -168,6 +168,8 @@ def tables(results: Results) -> list[Table]:
                 "bare Bolt ack p50 / p99 ms",
                 "p99 ratio",
                 "failed",
+                "burstbot / bare Bolt CPU µs per ack",
+                "CPU ratio",
             ),
             [_flood_row(bot, bare) for bot, bare in flood_pairs(results.flood)],
         )
@@ -226,6 +228,12 @@ def _flood_row(bot: FloodRow, bare: FloodRow) -> tuple[str, ...]:
         f"{bare.p50_ms:.1f} / {bare.p99_ms:.1f}",
         f"{bot.p99_ms / bare.p99_ms:.1f}x" if bare.p99_ms else "n/a",
         str(bot.failed + bare.failed),
+        f"{bot.cpu_us_per_ack:.0f} / {bare.cpu_us_per_ack:.0f}"
+        if bot.cpu_us_per_ack is not None and bare.cpu_us_per_ack is not None
+        else "n/a",
+        f"{bot.cpu_us_per_ack / bare.cpu_us_per_ack:.2f}x"
+        if bot.cpu_us_per_ack is not None and bare.cpu_us_per_ack
+        else "n/a",
     )
 
 

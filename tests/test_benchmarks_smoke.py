@@ -50,6 +50,9 @@ def test_quick_run_writes_a_report_with_every_row(tmp_path: Path) -> None:
     sent = QUICK.flood_senders * QUICK.flood_messages_per_sender
     assert all(int(r[3]) == sent and r[10] == "0" for r in flood)  # every event acked with 200
     assert all(float(r[4]) > 0 and float(r[5]) > 0 for r in flood)
+    # CPU per ack read from /proc (this machine has it); a quick flood may fit in one clock tick
+    cpu = [float(x) for r in flood for x in r[11].split(" / ")]
+    assert len(cpu) == 2 * len(flood) and all(x >= 0 for x in cpu) and sum(cpu) > 0
     indicator = rows(report, "6. Thinking indicator")
     assert len(indicator) == len(QUICK.flood_workers) * QUICK.flood_runs
     assert all(int(r[3]) >= int(r[2]) for r in indicator)  # every burst was answered
