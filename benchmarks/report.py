@@ -136,6 +136,7 @@ def tables(results: Results) -> list[Table]:
                 "late max ms",
                 "peak RSS MB",
                 "still armed after",
+                "plain asyncio timer late p50 / p99 ms",
             ),
             [
                 (
@@ -148,6 +149,7 @@ def tables(results: Results) -> list[Table]:
                     f"{r.max_ms:.1f}",
                     f"{r.peak_rss_mb:.0f}",
                     f"{r.still_armed:,}",
+                    f"{r.loop_p50_ms:.1f} / {r.loop_p99_ms:.1f}",
                 )
                 for r in results.scale
             ],

@@ -5,6 +5,7 @@ and that the numbers are the kind each system must produce."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from benchmarks.__main__ import main
@@ -42,6 +43,8 @@ def test_quick_run_writes_a_report_with_every_row(tmp_path: Path) -> None:
     scale = rows(report, "4. Scale")
     assert len(scale) == len(QUICK.firing)
     assert int(scale[0][2]) == QUICK.firing[0][0]  # every due timer reached the model
+    baseline = [float(x) for r in scale for x in r[9].split(" / ")]  # the plain asyncio timer's
+    assert len(baseline) == 2 * len(scale) and all(math.isfinite(x) for x in baseline)
     flood = rows(report, "5. Slack HTTP flood")
     phases = ["idle", "while answering"]
     expected = [(str(run), phase, str(workers)) for workers in QUICK.flood_workers
