@@ -41,6 +41,7 @@ from typing import Any
 import aiohttp
 
 from benchmarks.flood_peers import BOT_TOKEN, MODEL_KEY, SIGNING_SECRET
+from benchmarks.ingest import percentile
 from benchmarks.profiles import Profile
 
 ROOT = str(Path(__file__).resolve().parent.parent)
@@ -150,11 +151,11 @@ def cpu_seconds(pid: int) -> float | None:
     """User and system CPU of `pid` and of every live process below it (None: no `/proc`)."""
     parents: dict[int, int] = {}
     spent: dict[int, float] = {}
-    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     try:
         entries = os.listdir("/proc")
     except OSError:
         return None
+    tick = os.sysconf("SC_CLK_TCK")
     for entry in entries:
         if not entry.isdigit():
             continue
@@ -174,11 +175,6 @@ def cpu_seconds(pid: int) -> float | None:
         tree.update(below)
         frontier += below
     return sum(spent[p] for p in tree)
-
-
-def _percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else 0.0
 
 
 # the processes ----------------------------------------------------------------------------------
@@ -330,7 +326,7 @@ async def _two_floods(
         cpu_before = cpu_seconds(pid)
         seconds, latencies, failed = await flood(url, bodies)
         cpu_after = cpu_seconds(pid)
-        p50, p99 = _percentile(latencies, 0.50), _percentile(latencies, 0.99)
+        p50, p99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
         acked = len(latencies) - failed
         cpu = None
         if cpu_before is not None and cpu_after is not None and acked:

@@ -40,8 +40,9 @@ class IngestRow:
 
 
 def percentile(values: list[float], q: float) -> float:
+    """The nearest-rank `q` quantile (0.0 for no values); every benchmark's percentiles."""
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
 async def _fresh_database(path: str) -> None:

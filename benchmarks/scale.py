@@ -30,7 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.fakes import PLATFORM, RecordingPlatform, StreamingModel
+from benchmarks.ingest import percentile
 from benchmarks.profiles import Profile
+from bot.cli.serve import run_event_loop
 from bot.core.clock import SystemClock
 from bot.core.engine import Engine
 from bot.core.scheduler import Scheduler
@@ -196,22 +198,17 @@ async def serve(path: str, firing: int, window: float, within: float) -> dict[st
     )
     if len(late) < firing:
         raise RuntimeError(f"only {len(late)} of {firing} due timers reached the model")
-    loop_late.sort()
     return {
         "fired": len(late),
         "window_seconds": window,
-        "p50_ms": _at(late, 0.50),
-        "p99_ms": _at(late, 0.99),
+        "p50_ms": percentile(late, 0.50),
+        "p99_ms": percentile(late, 0.99),
         "max_ms": late[-1],
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "still_armed": still_armed,
-        "loop_p50_ms": _at(loop_late, 0.50),
-        "loop_p99_ms": _at(loop_late, 0.99),
+        "loop_p50_ms": percentile(loop_late, 0.50),
+        "loop_p99_ms": percentile(loop_late, 0.99),
     }
-
-
-def _at(ordered: list[float], share: float) -> float:
-    return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else 0.0
 
 
 def _plain_timers(due_at: Iterable[float]) -> list[float]:
@@ -259,8 +256,6 @@ def main() -> None:
     parser.add_argument("--window", type=float, required=True)
     parser.add_argument("--timeout", type=float, default=120.0)
     args = parser.parse_args()
-    from bot.cli.serve import run_event_loop
-
     report = run_event_loop(serve(args.database, args.firing, args.window, args.timeout))
     print(json.dumps(report))
 
