@@ -195,6 +195,7 @@ class DiscordConfig(Section):
     max_parts_per_reply: int = Field(default=MAX_PARTS_PER_REPLY, ge=1, le=100)
     shard_id: int | None = Field(default=None, ge=0, le=100_000)
     shard_count: int | None = Field(default=None, ge=1, le=100_000)
+    nonce_window_seconds: float = Field(default=120.0, ge=0, le=600)
 
     @model_validator(mode="after")
     def _shard_pair(self) -> DiscordConfig:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from bot.core.clock import Clock
-from bot.core.errors import BurstbotError, DeliveryError
+from bot.core.errors import BurstbotError, DeliveryError, MessageGone
 from bot.core.events import ConversationKey, Draft, Reply
 from bot.core.frontend import Host
 from bot.core.store import OutboxRow, Store
@@ -186,32 +186,36 @@ class RecordingFrontend:
         return ids
 
     async def _finish_draft(self, reply: Reply, draft: Draft, text: str) -> str:
-        """The draft's message, found by its key if its id was lost (posted if it never landed),
-        edited to the reply's first part."""
-        message_id = draft.message_id or await self.post_draft(
-            reply.key, draft.key, text, reply.reply_to_message_id, lost=True
-        )
-        await self.edit_draft(reply.key, message_id, text)
+        """The draft's message (posted first if the outbox found it never landed), edited to the
+        reply's first part; a deleted draft is replaced by a fresh post of the part."""
+        message_id = draft.message_id or await self.post_draft(reply.key, draft, text)
+        try:
+            await self.edit_draft(reply.key, message_id, text)
+        except MessageGone:
+            self.posts.append(Post(reply.id, reply.key, text, reply.covers_to_version, 0))
+            return self.posts[-1].message_id
         return message_id
 
-    async def post_draft(
-        self, key: ConversationKey, draft_key: str, text: str, reply_to: str | None, lost: bool
-    ) -> str:
-        found = [p for p in self.posts if p.reply_id == draft_key] if lost else []
-        if found:
-            return found[0].message_id
-        self.posts.append(Post(draft_key, key, text, 0))
+    nonce_window = 0.0  # like Slack: a repeated post is a second message
+
+    async def post_draft(self, key: ConversationKey, draft: Draft, text: str) -> str:
+        self.posts.append(Post(draft.key, key, text, 0))
         return self.posts[-1].message_id
+
+    async def find_draft(self, key: ConversationKey, draft: Draft) -> str | None:
+        found = [p.message_id for p in self.posts if p.reply_id == draft.key]
+        return next((m for m in found if m not in self.deleted), None)
 
     async def edit_draft(self, key: ConversationKey, message_id: str, text: str) -> None:
         if self.edit_failures:
             raise self.edit_failures.pop(0)
+        if message_id in self.deleted:
+            raise MessageGone(f"message {message_id}: deleted")
         self.edits.append(Edit(message_id, text, self.clock.now() if self.clock else 0.0))
         self.shown[message_id] = text
 
-    async def delete_draft(self, key: ConversationKey, draft: Draft) -> None:
-        found = [p.message_id for p in self.posts if p.reply_id == draft.key]
-        self.deleted.update(found)
+    async def delete_draft(self, key: ConversationKey, message_id: str) -> None:
+        self.deleted.add(message_id)
 
     def visible(self, key: ConversationKey | None = None) -> list[str]:
         """What the conversation shows now: each message (post or draft) with its latest text."""

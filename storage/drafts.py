@@ -17,11 +17,12 @@ from storage.seam import Conn, StoreSeam
 class DraftSteps(StoreSeam[Conn]):
     async def draft(self, conversation_id: str) -> Draft | None:
         row = await self._one("draft", {"cid": conversation_id})
-        return None if row is None else Draft(str(row[0]), row[1])
+        return None if row is None else Draft(str(row[0]), row[1], row[2] or 0.0, row[3])
 
     async def record_draft(self, conversation_id: str, token: int, draft: Draft) -> bool:
         params = {"cid": conversation_id, "token": token, "key": draft.key,
-                  "message_id": draft.message_id}  # fmt: skip
+                  "message_id": draft.message_id, "created_at": draft.created_at,
+                  "reply_to": draft.reply_to}  # fmt: skip
         return await self._one("record_draft", params) is not None
 
     async def drop_draft(self, conversation_id: str, token: int, key: str) -> bool:

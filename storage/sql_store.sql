@@ -484,17 +484,22 @@ ON CONFLICT (attachment_uid) DO NOTHING;
 -- streaming: a conversation's draft (storage/drafts.py) --------------------------------------------
 
 -- name: draft
-SELECT draft_key, draft_message_id FROM conversations WHERE id = :cid AND draft_key IS NOT NULL;
+SELECT draft_key, draft_message_id, draft_created_at, draft_reply_to
+FROM conversations WHERE id = :cid AND draft_key IS NOT NULL;
 
 -- name: record_draft
--- Under the lease: first the key alone (before the first post), then the key with the message id.
-UPDATE conversations SET draft_key = :key, draft_message_id = :message_id
+-- Under the lease: first the key with its creation time (before the first post), then the key with
+-- the message id; the first record's creation time and replied-to message stay.
+UPDATE conversations SET draft_key = :key, draft_message_id = :message_id,
+    draft_created_at = COALESCE(draft_created_at, :created_at),
+    draft_reply_to = COALESCE(draft_reply_to, :reply_to)
 WHERE id = :cid AND lease_token = :token AND lease_owner IS NOT NULL
   AND (draft_key IS NULL OR draft_key = :key)
 RETURNING id;
 
 -- name: drop_draft
-UPDATE conversations SET draft_key = NULL, draft_message_id = NULL
+UPDATE conversations SET draft_key = NULL, draft_message_id = NULL, draft_created_at = NULL,
+    draft_reply_to = NULL
 WHERE id = :cid AND lease_token = :token AND lease_owner IS NOT NULL AND draft_key = :key
 RETURNING id;
 
@@ -503,12 +508,16 @@ RETURNING id;
 -- that message), and the conversation's next burst starts a draft of its own.
 UPDATE replies
 SET draft_key = (SELECT c.draft_key FROM conversations c WHERE c.id = :cid),
-    draft_message_id = (SELECT c.draft_message_id FROM conversations c WHERE c.id = :cid)
+    draft_message_id = (SELECT c.draft_message_id FROM conversations c WHERE c.id = :cid),
+    draft_created_at = (SELECT c.draft_created_at FROM conversations c WHERE c.id = :cid),
+    draft_reply_to = (SELECT c.draft_reply_to FROM conversations c WHERE c.id = :cid)
 WHERE id = :id
 RETURNING *;
 
 -- name: clear_draft
-UPDATE conversations SET draft_key = NULL, draft_message_id = NULL WHERE id = :cid;
+UPDATE conversations SET draft_key = NULL, draft_message_id = NULL, draft_created_at = NULL,
+    draft_reply_to = NULL
+WHERE id = :cid;
 
 -- name: migration_3
 -- Delivery is fenced like generation: every claim bumps claim_token, and renewals and marks are
@@ -579,3 +588,12 @@ CREATE TABLE indicators (
     conversation_id TEXT PRIMARY KEY,
     platform_message_id TEXT NOT NULL
 );
+
+-- name: migration_9
+-- A draft's creation time (taken before its first post: a look-up for a post whose outcome is
+-- unknown starts there) and the message its first post answered (Discord finds a draft past its
+-- nonce window by it), on the conversation and on the reply that finishes the draft.
+ALTER TABLE conversations ADD COLUMN draft_created_at FLOAT8;
+ALTER TABLE conversations ADD COLUMN draft_reply_to TEXT;
+ALTER TABLE replies ADD COLUMN draft_created_at FLOAT8;
+ALTER TABLE replies ADD COLUMN draft_reply_to TEXT;

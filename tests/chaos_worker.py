@@ -130,32 +130,32 @@ class PlatformFrontend:
         return [posted[index] for index in range(len(parts))]
 
     # streaming (the core's DraftSurface): a draft is one post, then edits ---------------------
-    async def post_draft(
-        self, key: ConversationKey, draft_key: str, text: str, reply_to: str | None, lost: bool
-    ) -> str:
-        """Slack-like: a lost post is found by reading back; Discord-like: by the nonce."""
-        if lost and mode_of(key.channel) == SLACK:
-            async with self._call("get", "/posts", params={"reply": draft_key}) as response:
-                found = (await response.json())["parts"].get("0")
-            if found is not None:
-                return str(found)
-        body = {"reply": draft_key, "part": 0, "parts": 1, "nonce": draft_key,
+    nonce_window = 0.0  # the worker learns nothing from re-sending: it reads back first
+
+    async def post_draft(self, key: ConversationKey, draft: Draft, text: str) -> str:
+        body = {"reply": draft.key, "part": 0, "parts": 1, "nonce": draft.key,
                 "channel": key.channel, "conversation": key.id, "text": text,
-                "owner": self.owner, "attempt": 2 if lost else 1}  # fmt: skip
+                "owner": self.owner, "attempt": 1}  # fmt: skip
         async with self._call("post", "/post", json=body) as response:
             return str((await response.json())["id"])
+
+    async def find_draft(self, key: ConversationKey, draft: Draft) -> str | None:
+        """Slack-like: read back by the key; Discord-like: the nonce finds the earlier post."""
+        if mode_of(key.channel) != SLACK:
+            return await self.post_draft(key, draft, "…")
+        async with self._call("get", "/posts", params={"reply": draft.key}) as response:
+            found = (await response.json())["parts"].get("0")
+        return None if found is None else str(found)
 
     async def edit_draft(self, key: ConversationKey, message_id: str, text: str) -> None:
         async with self._call("post", "/edit", json={"id": message_id, "text": text}):
             return None
 
-    async def delete_draft(self, key: ConversationKey, draft: Draft) -> None:
+    async def delete_draft(self, key: ConversationKey, message_id: str) -> None:
         raise PermanentDeliveryError("the chaos platform deletes nothing (no deletes are sent)")
 
     async def _finish(self, reply: Reply, draft: Draft, parts: int, text: str) -> str:
-        message_id = draft.message_id or await self.post_draft(
-            reply.key, draft.key, text, reply.reply_to_message_id, lost=True
-        )
+        message_id = draft.message_id or await self.post_draft(reply.key, draft, text)
         body = {"id": message_id, "text": text, "reply": reply.id, "parts": parts}
         async with self._call("post", "/edit", json=body):
             return message_id

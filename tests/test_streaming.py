@@ -15,7 +15,7 @@ from bot.config import ChannelConfig
 from bot.core.clock import FakeClock
 from bot.core.engine import Engine
 from bot.core.errors import PermanentReplierError, RetryableDeliveryError
-from bot.core.events import ConversationKey, MessageDeleted
+from bot.core.events import ConversationKey, Draft, MessageDeleted
 from bot.core.streaming import WAITING
 from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
@@ -213,10 +213,8 @@ async def test_a_takeover_after_a_crash_mid_stream_edits_the_same_message(
 class LostResponse(RecordingFrontend):
     """The draft's post lands, but its response never comes back (a crash, a cut connection)."""
 
-    async def post_draft(
-        self, key: ConversationKey, draft_key: str, text: str, reply_to: str | None, lost: bool
-    ) -> str:
-        await super().post_draft(key, draft_key, text, reply_to, lost)
+    async def post_draft(self, key: ConversationKey, draft: Draft, text: str) -> str:
+        await super().post_draft(key, draft, text)
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
 

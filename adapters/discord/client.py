@@ -145,7 +145,13 @@ class DiscordFrontend:
         self._connection: asyncio.Task[None] | None = None
         self._stopping = False
         self._posted: OrderedDict[str, dict[int, str]] = OrderedDict()
-        self.drafts = DiscordDrafts(self._channel, self._partial_channel, self.allowed_mentions)
+        self.drafts = DiscordDrafts(
+            self._channel,
+            self._partial_channel,
+            self.allowed_mentions,
+            lambda: None if self.client.user is None else self.client.user.id,
+            config.nonce_window_seconds,
+        )
 
     # lifecycle -------------------------------------------------------------------------------
     def attach(self, host: Host) -> None:

@@ -2,7 +2,9 @@
 
 The draft is sent with its key as nonce (discord.py sends `enforce_nonce`), so sending it again
 after a lost response returns the message Discord already made instead of a copy — within
-Discord's nonce window of a few minutes, which a lease takeover falls well inside. Edits are
+Discord's nonce window of a few minutes (`nonce_window`, kept below it). Past the window the draft
+is looked up in the channel's history from its creation: our message answering the same message.
+An edit of a deleted message raises `MessageGone`. Edits are
 PATCHes of that message; discord.py waits out 429s by their rate-limit headers itself, and the
 engine spaces edits by `streaming.interval_seconds` (Discord allows about five edits per five
 seconds in a channel). Partial text is settled (`settle_partial`) and rendered like a reply, and
@@ -12,14 +14,25 @@ a draft shows at most the reply's first part: the reply that finishes it posts t
 from __future__ import annotations
 
 import contextlib
+import datetime
+import logging
 from collections.abc import Callable
 
+import aiohttp
 import discord
 
 from adapters.discord.posting import as_delivery_errors, reply_reference, send_part
-from adapters.discord.render import split_message, to_discord
+from adapters.discord.render import nonce_for, split_message, to_discord
 from adapters.markdown import settle_partial
+from bot.core.errors import MessageGone, PermanentDeliveryError
 from bot.core.events import ConversationKey, Draft, Reply
+
+log = logging.getLogger("burstbot.discord")
+
+
+NONCE_WINDOW = 120.0  # Discord dedupes a nonce for "a few minutes"; this stays inside that
+CLOCK_MARGIN = 60.0  # seconds a history look-up starts before a draft's creation
+LOOKUP_LIMIT = 100
 
 
 def draft_text(text: str) -> str:
@@ -33,40 +46,88 @@ class DiscordDrafts:
         channel_for: Callable[[ConversationKey], discord.abc.Messageable],
         partial_channel: Callable[[ConversationKey], discord.PartialMessageable],
         mentions: discord.AllowedMentions,
+        bot_id: Callable[[], int | None],
+        nonce_window: float = NONCE_WINDOW,
     ) -> None:
         self.channel_for = channel_for
         self.partial_channel = partial_channel
         self.mentions = mentions
+        self.bot_id = bot_id
+        self.nonce_window = nonce_window
 
-    async def post_draft(
-        self, key: ConversationKey, draft_key: str, text: str, reply_to: str | None, lost: bool
-    ) -> str:
-        """`lost` needs nothing more: the same nonce finds the message an earlier send made."""
-        reference = reply_reference(reply_to, key.channel)
+    async def post_draft(self, key: ConversationKey, draft: Draft, text: str) -> str:
+        """Within the nonce window a post with the draft's key returns the message an earlier
+        post made, whether or not its response arrived."""
+        reference = reply_reference(draft.reply_to, key.channel)
         channel = self.channel_for(key)
-        message = await send_part(channel, draft_text(text), draft_key, reference, self.mentions)
+        message = await send_part(channel, draft_text(text), draft.key, reference, self.mentions)
         return str(message.id)
+
+    async def find_draft(self, key: ConversationKey, draft: Draft) -> str | None:
+        """Past the nonce window: our message answering the draft's `reply_to`, made after its
+        creation (history does not show nonces)."""
+        me, target = self.bot_id(), draft.reply_to
+        if me is None or target is None:
+            return None
+        after = discord.Object(discord.utils.time_snowflake(_utc(draft.created_at - CLOCK_MARGIN)))
+        channel = self.partial_channel(key)
+        with as_delivery_errors():
+            async for message in channel.history(limit=LOOKUP_LIMIT, after=after):
+                reference = message.reference
+                answers = reference is not None and str(reference.message_id) == target
+                if message.author.id == me and answers:
+                    return str(message.id)
+        return None
 
     async def edit_draft(self, key: ConversationKey, message_id: str, text: str) -> None:
         await self._edit(key, message_id, draft_text(text))
 
-    async def delete_draft(self, key: ConversationKey, draft: Draft) -> None:
-        message_id = draft.message_id or await self.post_draft(key, draft.key, "…", None, True)
+    async def delete_draft(self, key: ConversationKey, message_id: str) -> None:
         message = self.partial_channel(key).get_partial_message(int(message_id))
         with as_delivery_errors(), contextlib.suppress(discord.NotFound):  # gone already: fine
             await message.delete()
 
     async def finish(self, reply: Reply, text: str) -> str:
         """The reply's first part, shown by editing the draft it finishes (`post_reply`'s
-        `first`): found by its nonce if its id was lost, sent first if it never landed."""
+        `first`; sent first if the outbox found it never landed), then read back: a late edit of
+        a generation that lost its lease may have overwritten it. A draft a person deleted is
+        replaced by a fresh post of the part (the reply's own nonce)."""
         assert reply.draft is not None
-        message_id = reply.draft.message_id or await self.post_draft(
-            reply.key, reply.draft.key, text, reply.reply_to_message_id, lost=True
-        )
-        await self._edit(reply.key, message_id, text)
+        draft = reply.draft
+        message_id = draft.message_id or await self.post_draft(reply.key, draft, text)
+        try:
+            await self._edit(reply.key, message_id, text)
+            if await self._shows(reply.key, message_id) not in (None, text):
+                log.warning("reply %s: a stale draft edit landed after the final text; restored",
+                            reply.id)  # fmt: skip
+                await self._edit(reply.key, message_id, text)
+        except MessageGone:
+            log.info("reply %s: its draft was deleted; posting the reply anew", reply.id)
+            reference = reply_reference(reply.reply_to_message_id, reply.key.channel)
+            nonce = nonce_for(reply.id, reply.key.id, 0, text)
+            channel = self.channel_for(reply.key)
+            return str((await send_part(channel, text, nonce, reference, self.mentions)).id)
         return message_id
 
     async def _edit(self, key: ConversationKey, message_id: str, content: str) -> None:
         message = self.partial_channel(key).get_partial_message(int(message_id))
-        with as_delivery_errors():
-            await message.edit(content=content, allowed_mentions=self.mentions)
+        try:
+            with as_delivery_errors():
+                await message.edit(content=content, allowed_mentions=self.mentions)
+        except PermanentDeliveryError as exc:
+            if isinstance(exc.__cause__, discord.NotFound):
+                raise MessageGone(f"message {message_id}: deleted") from exc.__cause__
+            raise
+
+    async def _shows(self, key: ConversationKey, message_id: str) -> str | None:
+        """The text a message of ours shows now (None when it cannot be read back)."""
+        try:
+            message = await self.partial_channel(key).fetch_message(int(message_id))
+        except (discord.HTTPException, aiohttp.ClientError, TimeoutError) as exc:
+            log.info("message %s: not read back (%s)", message_id, exc)
+            return None
+        return message.content
+
+
+def _utc(timestamp: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(max(0.0, timestamp), datetime.UTC)

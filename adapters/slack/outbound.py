@@ -149,10 +149,12 @@ class Outbound:
             raise delivery_error(exc, what) from exc
         return f"{key.channel}:{response['ts']}"
 
-    async def posted_parts(self, reply: Reply) -> dict[int, str]:
-        """Parts of this reply already in the conversation, found by their metadata."""
+    async def posted_parts(self, reply: Reply, oldest: str | None = None) -> dict[int, str]:
+        """Parts of this reply already in the conversation, found by their metadata (posted after
+        `oldest`, by default the message the reply answers)."""
         channel, thread = reply.key.channel, reply.key.thread
-        oldest = split_message_id(reply.reply_to_message_id or "")[1] or "0"
+        if oldest is None:
+            oldest = split_message_id(reply.reply_to_message_id or "")[1] or "0"
         found: dict[int, str] = {}
         cursor = None
         try:

@@ -1,7 +1,8 @@
 """Slack drafts (the core's `DraftSurface`): `chat.postMessage` once, then `chat.update`.
 
 The draft is posted with message `metadata` naming its key (as reply parts name their reply), so a
-post whose response was lost is found by reading the conversation back before posting again. The
+post whose response was lost is found by reading the conversation back, from the draft's creation,
+before posting again. An update of a deleted message raises `MessageGone`. The
 engine spaces updates by `streaming.interval_seconds`; a 429 becomes `RetryableDeliveryError`
 with the Retry-After, which the stream waits out. The reply that finishes a draft updates it to
 its first part and re-labels its metadata with the reply's id, so a re-delivery of that reply
@@ -14,6 +15,7 @@ reply; a draft shows at most the reply's first part.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import aiohttp
@@ -23,12 +25,18 @@ from adapters.markdown import settle_partial
 from adapters.slack.inbound import split_message_id
 from adapters.slack.mrkdwn import split_mrkdwn, to_mrkdwn
 from adapters.slack.outbound import Outbound, delivery_error, part_metadata
+from bot.core.errors import MessageGone
 from bot.core.events import ConversationKey, Draft, Reply
 
+log = logging.getLogger("burstbot.slack")
+
 GONE = frozenset({"message_not_found", "cant_delete_message"})
+CLOCK_MARGIN = 60.0  # seconds a look-up starts before a draft's creation (our clock vs Slack's)
 
 
 class SlackDrafts:
+    nonce_window = 0.0  # Slack never dedupes a post: a draft is found by its metadata
+
     def __init__(self, outbound: Outbound) -> None:
         self.outbound = outbound
         self.client = outbound.client
@@ -38,53 +46,79 @@ class SlackDrafts:
         parts = split_mrkdwn(to_mrkdwn(settle_partial(text)), self.outbound.part_chars)
         return parts[0] if parts and parts[0].strip() else "…"
 
-    async def post_draft(
-        self, key: ConversationKey, draft_key: str, text: str, reply_to: str | None, lost: bool
-    ) -> str:
-        found = await self._find(key, draft_key, reply_to) if lost else None
-        if found is not None:
-            return found
-        metadata = part_metadata(draft_key, 0, key)
-        return await self.outbound.post(key, self.draft_text(text), metadata, f"draft {draft_key}")
+    async def post_draft(self, key: ConversationKey, draft: Draft, text: str) -> str:
+        metadata = part_metadata(draft.key, 0, key)
+        return await self.outbound.post(key, self.draft_text(text), metadata, f"draft {draft.key}")
+
+    async def find_draft(self, key: ConversationKey, draft: Draft) -> str | None:
+        """The draft's message, if a post of it shows: read back by its metadata from its
+        creation (not from the burst's newest message, which may be younger than the draft)."""
+        oldest = f"{max(0.0, draft.created_at - CLOCK_MARGIN):.6f}"
+        probe = Reply(draft.key, key, "", 0, attempt=2)
+        return (await self.outbound.posted_parts(probe, oldest)).get(0)
 
     async def edit_draft(self, key: ConversationKey, message_id: str, text: str) -> None:
         await self._update(message_id, self.draft_text(text))
 
-    async def delete_draft(self, key: ConversationKey, draft: Draft) -> None:
-        message_id = draft.message_id or await self._find(key, draft.key, None)
-        if message_id is None:
-            return
+    async def delete_draft(self, key: ConversationKey, message_id: str) -> None:
         channel, ts = split_message_id(message_id)
         try:
             await self.client.chat_delete(channel=channel, ts=ts)
         except SlackApiError as exc:
             if str(exc.response.get("error", "")) not in GONE:
-                raise delivery_error(exc, f"draft {draft.key}: delete") from exc
+                raise delivery_error(exc, f"message {message_id}: delete") from exc
         except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
-            raise delivery_error(exc, f"draft {draft.key}: delete") from exc
+            raise delivery_error(exc, f"message {message_id}: delete") from exc
 
     async def finish(self, reply: Reply, text: str) -> str:
-        """The reply's first part, shown by updating the draft it finishes (found by its key if
-        its id was lost, posted first if it never landed)."""
+        """The reply's first part, shown by updating the draft it finishes (posted first if the
+        outbox found that it never landed), then read back: a late edit of a generation that
+        lost its lease may have overwritten it. A draft a person deleted is replaced by a fresh
+        post of the part, labelled with the reply's id like any part (found on a retry)."""
         assert reply.draft is not None
-        draft = reply.draft
-        message_id = draft.message_id or await self.post_draft(
-            reply.key, draft.key, text, reply.reply_to_message_id, lost=True
-        )
-        await self._update(message_id, text, part_metadata(reply.id, 0, reply.key))
+        draft, metadata = reply.draft, part_metadata(reply.id, 0, reply.key)
+        message_id = draft.message_id or await self.post_draft(reply.key, draft, text)
+        try:
+            stored = await self._update(message_id, text, metadata)
+            if await self._shows(reply.key, message_id) not in (None, stored):
+                log.warning("reply %s: a stale draft edit landed after the final text; restored",
+                            reply.id)  # fmt: skip
+                await self._update(message_id, text, metadata)
+        except MessageGone:
+            log.info("reply %s: its draft was deleted; posting the reply anew", reply.id)
+            return await self.outbound.post(reply.key, text, metadata, f"reply {reply.id} part 0")
         return message_id
 
     async def _update(
         self, message_id: str, text: str, metadata: dict[str, Any] | None = None
-    ) -> None:
+    ) -> str:
+        """Update one message of ours; returns its text as Slack stored it."""
         channel, ts = split_message_id(message_id)
         extra: dict[str, Any] = {} if metadata is None else {"metadata": metadata}
         try:
-            await self.client.chat_update(channel=channel, ts=ts, text=text, **extra)
+            response = await self.client.chat_update(channel=channel, ts=ts, text=text, **extra)
+        except SlackApiError as exc:
+            if str(exc.response.get("error", "")) == "message_not_found":
+                raise MessageGone(f"message {message_id}: deleted") from exc
+            raise delivery_error(exc, f"message {message_id}: update") from exc
         except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
             raise delivery_error(exc, f"message {message_id}: update") from exc
+        return str(response.get("text", text))
 
-    async def _find(self, key: ConversationKey, draft_key: str, reply_to: str | None) -> str | None:
-        """The draft's message, if a post of it landed: read back by its metadata."""
-        probe = Reply(draft_key, key, "", 0, reply_to_message_id=reply_to, attempt=2)
-        return (await self.outbound.posted_parts(probe)).get(0)
+    async def _shows(self, key: ConversationKey, message_id: str) -> str | None:
+        """The text a message of ours shows now (None when it cannot be read back)."""
+        channel, ts = split_message_id(message_id)
+        args: dict[str, Any] = {"channel": channel, "oldest": ts, "latest": ts,
+                                "inclusive": True, "limit": 1}  # fmt: skip
+        try:
+            if key.thread:
+                page = await self.client.conversations_replies(ts=key.thread, **args)
+            else:
+                page = await self.client.conversations_history(**args)
+        except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
+            log.info("message %s: not read back (%s)", message_id, exc)
+            return None
+        for message in page.get("messages") or []:
+            if message.get("ts") == ts:
+                return str(message.get("text", ""))
+        return None

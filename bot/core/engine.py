@@ -56,7 +56,7 @@ from bot.core.store import (
     Lease,
     Store,
 )
-from bot.core.streaming import Drafts
+from bot.core.streaming import Drafts, Stream
 from bot.core.supervisor import Supervision, Supervisor
 from bot.model.prompt import PromptStep
 from bot.model.replier import Replier, Usage
@@ -249,6 +249,8 @@ class Engine:
         cid, now = burst.lease.conversation_id, burst.started_at
         self._committing.add(cid)
         notice = None if refusal.notice is None else burst.apology(refusal.notice)
+        if notice is None:
+            await self.drafts.discard(burst)  # no reply will take the draft over
         check = burst.final_check_past_newer_input()
         done = await self.store.commit(cid, check, now, burst.timing, notice)
         if isinstance(done, Discarded):
@@ -271,7 +273,11 @@ class Engine:
         prompted = self.prompts.generate(self.replier, burst.key, history, burst.messages, usage)
         generation = asyncio.create_task(prompted)
         stream = self.drafts.follow(burst, usage, generation)  # G10: shown as it grows
-        outcome = await self.supervisor.watch(generation, lease, burst.deadline, stream.renewed)
+        try:
+            outcome = await self.supervisor.watch(generation, lease, burst.deadline, stream.renewed)
+        except BaseException:  # cancelled (shutdown) or the store failed: no stream runs on
+            stream.abort()
+            raise
         await stream.stop(outcome)
         await self.guard.charge(burst.key, burst.messages, spent(usage), self.clock.now())
         if outcome is Supervision.SUPERSEDED:
@@ -288,10 +294,10 @@ class Engine:
         except ReplierError as exc:
             await self._model_failed(burst, usage, exc)
             return
-        await self._commit(burst, text, usage)
+        await self._commit(burst, text, usage, stream)
 
     # 5. final check + commit ----------------------------------------------------------------------
-    async def _commit(self, burst: Burst, text: str, usage: Usage) -> None:
+    async def _commit(self, burst: Burst, text: str, usage: Usage, stream: Stream) -> None:
         lease, cid = burst.lease, burst.lease.conversation_id
         self._committing.add(cid)
         now = self.clock.now()
@@ -301,6 +307,7 @@ class Engine:
         if not isinstance(done, Committed) or (row := done.reply) is None:
             await self._record(burst, "discarded", usage)
             self._emit("discarded", conversation=cid, version=lease.version)
+            await stream.still_reading()  # its text is not the answer: the next generation's is
             await self.store.release_lease(cid, lease.token)
             return
         self.signals.generation(posted)  # recorded by the commit

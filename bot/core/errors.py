@@ -11,6 +11,7 @@
     ├── DeliveryError            posting to the platform failed
     │   ├── RetryableDeliveryError   try again later (optionally after `retry_after` seconds)
     │   ├── PermanentDeliveryError   the post can never succeed (channel gone, no permission)
+    │   │   └── MessageGone          the message to edit was deleted (a person removed a draft)
     │   └── ClaimLost                this delivery's claim was taken or ran out: stop posting
     └── FetchError               reading from the platform failed (catch-up, thread lookups): try
                                  again later (after `retry_after` seconds), unless `permanent`
@@ -66,6 +67,10 @@ class RetryableDeliveryError(DeliveryError):
 
 class PermanentDeliveryError(DeliveryError):
     pass
+
+
+class MessageGone(PermanentDeliveryError):
+    """An edit found its message deleted: what it was to show must be posted anew."""
 
 
 class ClaimLost(DeliveryError):

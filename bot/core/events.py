@@ -137,11 +137,15 @@ class Draft:
 
     `key` is recorded before the first post and is that post's idempotency key (Slack metadata,
     Discord nonce), so a post whose response was lost is found again; `message_id` is recorded
-    once known.
+    once known. `created_at` (recorded with the key, before the post) is where a look-up for a
+    post whose outcome is unknown starts, and `reply_to` the message the first post answered
+    (Discord finds a draft past its nonce window by it).
     """
 
     key: str
     message_id: str | None = None
+    created_at: float = 0.0
+    reply_to: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,20 +93,28 @@ class DraftSurface(Protocol):
     key as idempotency key, then edited. Partial text is rendered so that half-written markup
     never shows broken (an unclosed code block is closed), and a draft shows at most one
     message's worth: the reply that finishes it (`Reply.draft`) edits it to its first part and
-    posts the rest. Failures raise `DeliveryError`s, as `deliver` does.
+    posts the rest. Failures raise `DeliveryError`s, as `deliver` does; an edit of a message that
+    was deleted raises `MessageGone`.
     """
 
-    async def post_draft(
-        self, key: ConversationKey, draft_key: str, text: str, reply_to: str | None, lost: bool
-    ) -> str:
-        """Post the draft; return its message id. `lost`: a post with this key may have landed
-        without its id being recorded: find that one (by its key) before posting."""
+    nonce_window: float
+    """Seconds after a draft's creation during which posting it again with its key returns the
+    message an earlier post made (Discord's nonce); 0 where the platform never dedupes (Slack)."""
+
+    async def post_draft(self, key: ConversationKey, draft: Draft, text: str) -> str:
+        """Post the draft (answering `draft.reply_to`) with its key; return its message id."""
+        ...
+
+    async def find_draft(self, key: ConversationKey, draft: Draft) -> str | None:
+        """The message a post of this draft made, if it shows now: looked up from
+        `draft.created_at` by its key (or, where the platform keeps no key, by what it
+        answers)."""
         ...
 
     async def edit_draft(self, key: ConversationKey, message_id: str, text: str) -> None: ...
 
-    async def delete_draft(self, key: ConversationKey, draft: Draft) -> None:
-        """Remove the draft (its burst was deleted); one already gone is no error."""
+    async def delete_draft(self, key: ConversationKey, message_id: str) -> None:
+        """Remove the draft (its burst ended without a reply); one already gone is no error."""
         ...
 
 

@@ -13,6 +13,9 @@ Rules:
   of it still runs here stops the older one first.
 - The reply id is the idempotency key the front end posts with (Discord nonce, Slack metadata), so
   re-delivering a row whose post was never recorded posts nothing new.
+- A reply that finishes a streamed draft edits it (its first part) under this claim: the commit
+  never waits on a rate-limited edit. A draft whose post outcome is unknown is found first
+  (`locate_draft`), and the row waits while that post may still land unseen.
 - A failed post is retried with exponential backoff, never sooner than the platform's Retry-After;
   a permanent error, or `delivery_max_attempts` attempts, marks the row `failed` and logs it.
 
@@ -30,12 +33,13 @@ from collections.abc import Callable, Mapping
 
 from bot.core.clock import Clock
 from bot.core.errors import ClaimLost, PermanentDeliveryError, RetryableDeliveryError, StoreError
-from bot.core.events import ConversationKey, Reply
-from bot.core.frontend import Frontend
+from bot.core.events import ConversationKey, Draft, Reply
+from bot.core.frontend import Frontend, drafts_of
 from bot.core.indicator import Indicator
 from bot.core.settings import EngineSettings
 from bot.core.signals import Signals
 from bot.core.store import ClaimRequest, Committed, OutboxRow, Store
+from bot.core.streaming import locate_draft
 
 log = logging.getLogger("burstbot.outbox")
 
@@ -159,18 +163,8 @@ class Outbox:
             stale.cancel()
             await asyncio.gather(stale, return_exceptions=True)
         fence = ClaimFence(self.clock, self.settings.lease_ttl_seconds, self.store, row)
-        reply = Reply(
-            id=f"r{row.id}",
-            key=ConversationKey.parse(row.conversation_id),
-            text=row.text,
-            covers_to_version=row.covers_to_version,
-            reply_to_message_id=row.reply_to_message_id,
-            attempt=row.attempts,
-            already_posted=row.platform_message_ids,  # parts a failed attempt got out
-            fence=fence,
-            draft=row.draft,
-        )
-        post = asyncio.ensure_future(self.frontends[row.platform].deliver(reply))
+        key = ConversationKey.parse(row.conversation_id)
+        post = asyncio.ensure_future(self._post(row, key, fence))
         self._posting[row.id] = post
         keeper = asyncio.ensure_future(self._keep_claim(row, fence, post))
         try:
@@ -202,10 +196,38 @@ class Outbox:
             self.signals.emit(
                 "delivered", reply_id=row.id, conversation=row.conversation_id, parts=posted
             )
-            self.indicator.sent(reply.key, sent.indicator_at)
+            self.indicator.sent(key, sent.indicator_at)
         else:
             self._claim_lost(row)
         self.on_settled()
+
+    async def _post(self, row: OutboxRow, key: ConversationKey, fence: ClaimFence) -> list[str]:
+        reply = Reply(
+            id=f"r{row.id}",
+            key=key,
+            text=row.text,
+            covers_to_version=row.covers_to_version,
+            reply_to_message_id=row.reply_to_message_id,
+            attempt=row.attempts,
+            already_posted=row.platform_message_ids,  # parts a failed attempt got out
+            fence=fence,
+            draft=await self._draft_of(row, key),
+        )
+        return await self.frontends[row.platform].deliver(reply)
+
+    async def _draft_of(self, row: OutboxRow, key: ConversationKey) -> Draft | None:
+        """The draft the reply finishes, its message found first if its post's outcome is
+        unknown (`locate_draft`: this raises, and the row is retried, while that post may still
+        land unseen)."""
+        draft, frontend = row.draft, self.frontends[row.platform]
+        surface = drafts_of(frontend)
+        if draft is None or draft.message_id is not None or row.platform_message_ids:
+            return draft
+        if surface is None:
+            return draft
+        ttl = self.settings.lease_ttl_seconds
+        found = await locate_draft(surface, key, draft, self.clock.now(), ttl)
+        return Draft(draft.key, found, draft.created_at, draft.reply_to)
 
     async def _keep_claim(
         self, row: OutboxRow, fence: ClaimFence, post: asyncio.Future[list[str]]

@@ -143,10 +143,15 @@ class OutboxRow:
     claim_token: int = 0  # bumped by every claim: renewals and marks are fenced by it
     draft_key: str | None = None  # the draft this reply finishes (its first part edits it)
     draft_message_id: str | None = None  # None with a key: posted, but its id was never recorded
+    draft_created_at: float | None = None
+    draft_reply_to: str | None = None
 
     @property
     def draft(self) -> Draft | None:
-        return None if self.draft_key is None else Draft(self.draft_key, self.draft_message_id)
+        if self.draft_key is None:
+            return None
+        created_at = self.draft_created_at or 0.0
+        return Draft(self.draft_key, self.draft_message_id, created_at, self.draft_reply_to)
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,13 +377,15 @@ class Store(Protocol):
         ...
 
     async def record_draft(self, conversation_id: str, token: int, draft: Draft) -> bool:
-        """Start the draft (key only, before its first post) or record its message id; refused
-        (False) when the lease token no longer fences or another draft is recorded. A committed
+        """Start the draft (key, creation time and the message it answers, before its first post)
+        or record its message id; refused (False) when the lease token no longer fences or another
+        draft is recorded. The creation time and `reply_to` of the first record stay. A committed
         reply takes the draft over (`commit`), leaving the conversation without one."""
         ...
 
     async def drop_draft(self, conversation_id: str, token: int, key: str) -> bool:
-        """Forget the draft (its message was deleted); fenced by the lease token."""
+        """Forget the draft (its message was deleted, by us or by a person); fenced by the lease
+        token."""
         ...
 
     # inspection (tests, status, explain) -----------------------------------------------------

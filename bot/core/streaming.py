@@ -6,36 +6,42 @@ Rules:
   window), and shows the text so far (`usage.streamed`) in the conversation's draft: one platform
   call at a time, the next no sooner than `streaming_interval_seconds` after the previous one
   ended (longer after a Retry-After).
-- The draft is part of the outbox. Its key is recorded, fenced by the lease, before its first
-  post, which carries the key as its idempotency key; its message id is recorded right after. A
-  draft whose id was never recorded (a crash, a lost response) is found by its key before any
-  new post.
-- One draft per conversation, kept across superseded generations (it then shows `WAITING`) and
-  takeovers, so the next generation streams into the same message. The commit hands the draft to
-  the reply, whose delivery edits it to the final text (the outbox's claim, parts and order).
-- No draft is started while an earlier reply of the conversation waits in the outbox (G9: the new
-  message would show above it).
-- A stream stops showing once its lease may have moved on: it trusts the lease for two thirds of
-  the TTL after the last renewal (as `ClaimFence` trusts a claim); store writes are fenced by
-  the token anyway.
+- The draft belongs to the conversation's pending burst, not to one generation. Its key, the time
+  it was created and the message it answers are recorded, fenced by the lease, before its first
+  post, which carries the key as its idempotency key; its message id is recorded right after.
+- A draft whose post outcome is unknown (a timeout, a lost response, a crash or shutdown between
+  post and record) is looked up before anything new is posted (`locate_draft`): by its key from
+  its creation time, or, within the platform's nonce window, posted again with the same key (the
+  platform returns the earlier message). A post in flight does not show in a read, so absence
+  counts as proven only a lease TTL after the draft's creation; until then nothing is posted.
+- Superseded and failed generations, and commits the final check discarded, leave the draft
+  showing `WAITING`: the next generation streams into the same message. A burst that ends with
+  no reply (every message deleted, a guard's silent refusal) deletes it. The commit hands the
+  draft to the reply, whose delivery edits it to the final text (the outbox's claim, parts and
+  order), so a draft never shows text that is not the conversation's answer for long.
+- A draft a person deleted (`MessageGone` on an edit) is closed and replaced by a fresh post,
+  once per stream; the reply's delivery posts anew too if its draft is gone (the front end).
+- Every platform call of a stream ends with the lease's fence: it trusts the lease for two thirds
+  of the TTL after the last renewal (as `ClaimFence` trusts a claim), and a call still running
+  then is cancelled, so no library-level resend (discord.py sleeps out a 429 and sends again)
+  lands after another worker may have taken over. Stopping a stream cancels its call in flight
+  rather than wait for it while the lease is no longer renewed.
 - Streaming is a courtesy on top of delivery: a failing platform call stops the stream (logged),
   never the burst; the reply is delivered through the outbox either way.
-- A burst whose every message was deleted deletes its draft (`Drafts.discard`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from bot.core.burst import Burst
 from bot.core.clock import Clock
-from bot.core.errors import BurstbotError, RetryableDeliveryError
-from bot.core.events import Draft
+from bot.core.errors import BurstbotError, MessageGone, RetryableDeliveryError
+from bot.core.events import ConversationKey, Draft
 from bot.core.frontend import DraftSurface, Frontend, drafts_of
 from bot.core.settings import EngineSettings
 from bot.core.store import Store
@@ -45,11 +51,37 @@ from bot.model.replier import Usage
 log = logging.getLogger("burstbot.streaming")
 
 WAITING = "…"  # what a draft shows while newer messages are read (a superseded generation)
+T = TypeVar("T")
+
+
+def new_draft(now: float, reply_to: str | None) -> Draft:
+    """A draft not posted yet: a fresh key (21 characters: a Discord nonce), created `now`."""
+    return Draft("d" + secrets.token_hex(10), None, now, reply_to)
+
+
+async def locate_draft(
+    surface: DraftSurface, key: ConversationKey, draft: Draft, now: float, settle: float
+) -> str | None:
+    """The message of a draft whose post outcome is unknown, or None when posting it (again, with
+    its key) cannot make a second one: within the platform's nonce window, or once a look-up by
+    its key proves it absent. Raises `RetryableDeliveryError` while an earlier post of it may
+    still land unseen (until `settle` seconds after its creation)."""
+    if draft.message_id is not None:
+        return draft.message_id
+    if now < draft.created_at + surface.nonce_window:
+        return None
+    found = await surface.find_draft(key, draft)
+    if found is not None:
+        return found
+    if now < draft.created_at + settle:
+        wait = draft.created_at + settle - now
+        raise RetryableDeliveryError(f"draft {draft.key}: its post may still land", wait)
+    return None
 
 
 class Drafts:
     """Starts a stream for each generation where the conversation streams and its front end can
-    draft; deletes the draft of a burst whose messages were all deleted."""
+    draft; deletes the draft of a burst that ends without a reply."""
 
     def __init__(
         self,
@@ -69,28 +101,32 @@ class Drafts:
     def settings(self) -> EngineSettings:
         return self._settings()
 
-    def _surface(self, platform: str) -> DraftSurface | None:
+    def surface(self, platform: str) -> DraftSurface | None:
         frontend = self.frontends.get(platform)
         return None if frontend is None else drafts_of(frontend)
 
     def follow(self, burst: Burst, usage: Usage, generation: asyncio.Future[str]) -> Stream:
-        surface = self._surface(burst.key.platform)
+        surface = self.surface(burst.key.platform)
         if surface is None or not self.settings.streams(burst.key):
             return NotStreamed()
         return DraftStream(self, surface, burst, usage, generation)
 
     async def discard(self, burst: Burst) -> None:
-        """Delete the draft of a burst that ended up with no message (before its commit)."""
+        """Delete the draft of a burst that ends without a reply (before its commit). One that
+        cannot be deleted now stays recorded: the conversation's next burst reuses it."""
         cid, token = burst.lease.conversation_id, burst.lease.token
-        surface = self._surface(burst.key.platform)
-        if surface is None:
-            return
+        surface = self.surface(burst.key.platform)
         draft = await self.store.draft(cid)
-        if draft is None:
+        if surface is None or draft is None:
             return
+        ttl = self.settings.lease_ttl_seconds
         try:
-            await surface.delete_draft(burst.key, draft)
-        except BurstbotError as exc:  # kept: the next burst of the conversation reuses it
+            message_id = await locate_draft(surface, burst.key, draft, self.clock.now(), ttl)
+            if message_id is None and draft.message_id is None and surface.nonce_window:
+                message_id = await surface.post_draft(burst.key, draft, WAITING)
+            if message_id is not None:
+                await surface.delete_draft(burst.key, message_id)
+        except BurstbotError as exc:
             log.warning("conversation %s: could not delete the draft (%s); kept", cid, exc)
             return
         await self.store.drop_draft(cid, token, draft.key)
@@ -105,9 +141,21 @@ class Stream:
     async def stop(self, outcome: Supervision) -> None:
         return None
 
+    async def still_reading(self) -> None:
+        """The generation will not be the reply after all (its commit was discarded)."""
+        return None
+
+    def abort(self) -> None:
+        """Cancelled (shutdown): stop at once, leaving the draft to whoever answers next."""
+        return None
+
 
 class NotStreamed(Stream):
     """The conversation does not stream: its reply is posted once complete."""
+
+
+class FenceEnded(Exception):
+    """The lease may have moved on: a stream's platform call was cancelled."""
 
 
 class DraftStream(Stream):
@@ -120,6 +168,7 @@ class DraftStream(Stream):
         generation: asyncio.Future[str],
     ) -> None:
         self.drafts = drafts
+        self.store = drafts.store
         self.surface = surface
         self.burst = burst
         self.usage = usage
@@ -129,6 +178,7 @@ class DraftStream(Stream):
         self.interval = drafts.settings.streaming_interval_seconds
         self.valid_until = burst.lease.expires_at - self.ttl / 3  # taken `ttl` before it expires
         self.draft: Draft | None = None  # once this stream knows the draft's message
+        self.replaced = False  # a fresh post replaced a draft a person deleted (once a stream)
         self.next_call_at = self.clock.now() + self.interval
         self.calls = 0
         self._stopping = asyncio.Event()
@@ -140,25 +190,58 @@ class DraftStream(Stream):
     def _fenced(self) -> bool:
         return self.clock.now() < self.valid_until
 
-    async def stop(self, outcome: Supervision) -> None:
-        """The watch ended: let a call in flight finish and keep the interval before the next
-        one (the reply's final edit follows); a superseded or failed generation leaves the draft
-        saying that the bot is still reading."""
+    def abort(self) -> None:
         self._stopping.set()
+        self._task.cancel()
+
+    async def stop(self, outcome: Supervision) -> None:
+        """The watch ended: cancel a call in flight (the lease is no longer renewed) and keep the
+        interval before the next call (the reply's final edit follows), within the fence; leave
+        a superseded or failed generation's draft saying that the bot is still reading."""
+        self.abort()
         await asyncio.gather(self._task, return_exceptions=True)
-        if self.calls == 0 or outcome is Supervision.LEASE_LOST:
+        if outcome is Supervision.LEASE_LOST or self.calls == 0:
             return
-        await self.clock.sleep_until(self.next_call_at)
+        await self.clock.sleep_until(min(self.next_call_at, self.valid_until))
         failed = outcome is Supervision.DONE and (
             self.generation.cancelled() or self.generation.exception() is not None
         )
         if outcome is Supervision.SUPERSEDED or failed:
-            await self._show_quietly(WAITING)
+            await self.still_reading()
 
-    async def _show_quietly(self, text: str) -> None:
-        if self.draft is not None and self.draft.message_id is not None and self._fenced():
-            with contextlib.suppress(BurstbotError):
-                await self.surface.edit_draft(self.burst.key, self.draft.message_id, text)
+    async def still_reading(self) -> None:
+        draft = self.draft or await self.store.draft(self.burst.key.id)
+        if draft is None or draft.message_id is None:
+            return
+        if self.next_call_at >= self.valid_until:
+            return  # no room for another call inside the fence: the next generation edits it
+        await self.clock.sleep_until(self.next_call_at)
+        self.next_call_at = self.clock.now() + self.interval
+        try:
+            await self._within_fence(
+                self.surface.edit_draft(self.burst.key, draft.message_id, WAITING)
+            )
+        except (BurstbotError, FenceEnded) as exc:
+            log.info("conversation %s: draft not set to waiting (%s)", self.burst.key.id, exc)
+
+    async def _within_fence(self, call: Awaitable[T]) -> T:
+        """Await a platform call, cancelling it once the lease's fence ends (renewals move it)."""
+        task = asyncio.ensure_future(call)
+        try:
+            while True:
+                fence = asyncio.ensure_future(self.clock.sleep_until(self.valid_until))
+                try:
+                    await asyncio.wait({task, fence}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    fence.cancel()
+                if task.done():
+                    return task.result()
+                if not self._fenced():
+                    raise FenceEnded("the lease's fence ended during a draft call")
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
 
     async def _run(self) -> None:
         shown, check_at = "", self.next_call_at
@@ -177,6 +260,8 @@ class DraftStream(Stream):
                 self.next_call_at = self.clock.now() + max(self.interval, exc.retry_after or 0.0)
                 check_at = self.next_call_at
                 continue
+            except FenceEnded:
+                return
             except Exception as exc:
                 log.warning("conversation %s: streaming stopped (%s)", self.burst.key.id, exc)
                 return
@@ -198,32 +283,54 @@ class DraftStream(Stream):
         return not (self._stopping.is_set() or self.generation.done())
 
     async def _show(self, text: str) -> bool:
-        if self.draft is not None and self.draft.message_id is not None:
-            await self.surface.edit_draft(self.burst.key, self.draft.message_id, text)
-            return True
+        if self.draft is None or self.draft.message_id is None:
+            return await self._open(text)
+        try:
+            await self._within_fence(
+                self.surface.edit_draft(self.burst.key, self.draft.message_id, text)
+            )
+        except MessageGone:
+            return await self._replace(text)
+        return True
+
+    async def _replace(self, text: str) -> bool:
+        """A person deleted the draft: close its record and post a fresh one, once."""
+        assert self.draft is not None
+        cid, token = self.burst.key.id, self.burst.lease.token
+        log.info("conversation %s: the draft was deleted; posting it anew", cid)
+        closed = await self.store.drop_draft(cid, token, self.draft.key)
+        self.draft = None
+        if not closed or self.replaced:
+            return False
+        self.replaced = True
         return await self._open(text)
 
     async def _open(self, text: str) -> bool:
-        """The first call of this stream: the conversation's draft, or a new one."""
-        store, cid, token = self.drafts.store, self.burst.key.id, self.burst.lease.token
-        draft = await store.draft(cid)
-        if draft is not None and draft.message_id is not None:
-            self.draft = draft
-            return await self._show(text)
-        lost = draft is not None  # recorded, posted perhaps, its id never recorded
+        """The first call of this stream: the conversation's draft (found again if its post's
+        outcome is unknown), or a new one."""
+        store, key, token = self.store, self.burst.key, self.burst.lease.token
+        draft = await store.draft(key.id)
+        reused = draft is not None
+        message_id: str | None = None
         if draft is None:
-            if await self.drafts.waiting(cid):
+            if await self.drafts.waiting(key.id):
+                return False  # G9: a draft would show above a reply still to be posted
+            draft = new_draft(self.clock.now(), self.burst.messages[-1].message_id)
+            if not await store.record_draft(key.id, token, draft):
                 return False
-            draft = Draft("d" + secrets.token_hex(10))  # 21 characters: a Discord nonce
-            if not await store.record_draft(cid, token, draft):
-                return False
+        else:
+            located = locate_draft(self.surface, key, draft, self.clock.now(), self.ttl)
+            message_id = await self._within_fence(located)
         if not self._fenced():
             return False
-        reply_to = self.burst.messages[-1].message_id
-        message_id = await self.surface.post_draft(self.burst.key, draft.key, text, reply_to, lost)
-        self.draft = Draft(draft.key, message_id)
-        if not await store.record_draft(cid, token, self.draft):
+        if message_id is None:
+            message_id = await self._within_fence(self.surface.post_draft(key, draft, text))
+        self.draft = Draft(draft.key, message_id, draft.created_at, draft.reply_to)
+        recorded = draft.message_id == message_id or await store.record_draft(
+            key.id, token, self.draft
+        )
+        if not recorded:
             return False
-        if lost:  # the message found shows what the lost post said
-            await self.surface.edit_draft(self.burst.key, message_id, text)
+        if reused:  # the message shows what an earlier generation (or post) left there
+            return await self._show(text)
         return True

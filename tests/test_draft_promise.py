@@ -1,0 +1,301 @@
+"""One visible message per burst with streaming on (G10), through the faults that broke it.
+
+Each test is a bug that was seen: a draft whose post's response was lost was looked up only after
+the burst's newest message (so a second draft was posted beside it); a draft a person deleted lost
+the reply (`chat.update` answered `message_not_found` until delivery gave up); the end of a stream
+waited for a draft edit that the platform held back; a commit the final check discarded left the
+generation's text on screen; a late edit of a stale generation overwrote the final text. Slack and
+Discord run through their real clients against the fakes; the core's rules on `RecordingFrontend`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+
+from adapters.discord import DiscordFrontend
+from bot.core.clock import FakeClock
+from bot.core.events import ConversationKey, Draft
+from bot.core.streaming import WAITING
+from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
+from storage.sqlite import SqliteStore
+from tests.clock_steps import step
+from tests.conftest import message
+from tests.fake_discord import FakeDiscord
+from tests.fakes.slack_api import Failure, FakeSlackApi, PostedMessage, dm
+from tests.slack_harness import DM_KEY, api, running_bot, ts
+from tests.test_discord_streaming import (
+    DM_ID,
+    KEY,
+    fake,
+    frontend,
+    say,
+    started,
+    streaming_app,
+    until,
+)
+from tests.test_slack_streaming import answered, drafted, generating, post_and_update_calls, shown
+from tests.test_streaming import start_generation, streaming_engine, streaming_frontend
+
+__all__ = ["api", "fake", "frontend"]  # fixtures
+
+INTERVAL = 1.0
+KEY_CORE = message(1).key
+
+
+def now_ts() -> str:
+    """A message ts from the wall clock, later than anything the fake posted so far."""
+    return f"{time.time() + 1:.6f}"
+
+
+def deleted_by_a_person(api: FakeSlackApi, message: PostedMessage) -> None:
+    api.messages.remove(message)
+
+
+# Slack --------------------------------------------------------------------------------------------
+async def test_slack_a_lost_draft_is_found_from_its_creation_not_after_the_newest_message(
+    api: FakeSlackApi,
+) -> None:
+    async with running_bot(api, replier=ScriptedReplier(hold=True)) as bot:
+        await bot.send(dm(ts(1), "hello"))
+        first = await generating(bot, 0)
+        api.fail("chat.postMessage", Failure(status=500, error="internal_error", lands=True))
+        first.stream(1, "Hi")
+        await step(bot.clock, INTERVAL)
+        await until(lambda: len(api.posts()) == 1)  # it landed; the caller saw a 500
+        assert (
+            await bot.sender.send(dm(now_ts(), "and one more thing")) == 200
+        )  # newer than the draft
+        await step(bot.clock, INTERVAL)
+        await bot.app.engine.idle()  # superseded
+        second = await generating(bot, 1)
+        assert second.texts == ["hello", "and one more thing"]
+        second.stream(2, "Hi again")
+        await step(bot.clock, INTERVAL)
+        await until(lambda: shown(api) == ["Hi again"])
+        second.finish("Hi again, to both.")
+        await answered(bot)
+        assert shown(api) == ["Hi again, to both."]
+        assert post_and_update_calls(api).count("chat.postMessage") == 1
+        await check_invariants(bot.store, [DM_KEY.id])
+
+
+async def test_slack_a_draft_deleted_while_it_grows_is_posted_anew_once(api: FakeSlackApi) -> None:
+    async with running_bot(api, replier=ScriptedReplier(hold=True)) as bot:
+        await bot.send(dm(ts(1), "tell me"))
+        call = await generating(bot, 0)
+        call.stream(1, "Once")
+        await step(bot.clock, INTERVAL)
+        await drafted(bot)
+        deleted_by_a_person(api, api.posts()[0])
+        call.stream(2, " upon a")
+        await step(bot.clock, INTERVAL)
+        await until(lambda: shown(api) == ["Once upon a"])
+        call.finish("Once upon a time.")
+        await answered(bot)
+        assert shown(api) == ["Once upon a time."]
+        assert post_and_update_calls(api).count("chat.postMessage") == 2  # the first was deleted
+        [row] = await bot.store.replies(DM_KEY.id)
+        assert row.state == "sent"
+        await check_invariants(bot.store, [DM_KEY.id])
+
+
+async def test_slack_a_draft_deleted_before_the_final_edit_still_gets_the_answer(
+    api: FakeSlackApi,
+) -> None:
+    async with running_bot(api, replier=ScriptedReplier(hold=True)) as bot:
+        await bot.send(dm(ts(1), "tell me"))
+        call = await generating(bot, 0)
+        call.stream(1, "Once")
+        await step(bot.clock, INTERVAL)
+        await drafted(bot)
+        deleted_by_a_person(api, api.posts()[0])
+        call.finish("Once upon a time.")
+        await answered(bot)
+        assert shown(api) == ["Once upon a time."]
+        [row] = await bot.store.replies(DM_KEY.id)
+        assert row.state == "sent" and row.attempts == 1
+        [message] = api.posts()
+        assert row.platform_message_ids == (f"D1:{message.ts}",)
+        assert message.metadata is not None
+        assert message.metadata["event_payload"]["reply_id"] == f"r{row.id}"  # found on retry
+        await check_invariants(bot.store, [DM_KEY.id])
+
+
+async def test_slack_a_stale_edit_landing_after_the_final_text_is_undone(
+    api: FakeSlackApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with running_bot(api, replier=ScriptedReplier(hold=True)) as bot:
+        await bot.send(dm(ts(1), "hello"))
+        call = await generating(bot, 0)
+        call.stream(1, "Hel")
+        await step(bot.clock, INTERVAL)
+        await drafted(bot)
+        final_update = api.hold("chat.update")  # the final edit lands, then waits
+        call.finish("Hello there.")
+        await step(bot.clock, INTERVAL)
+        await api.held["chat.update"].wait()
+        api.posts()[0].text = "Hel"  # a stale generation's late edit lands right after it
+        caplog.set_level(logging.WARNING, "burstbot")
+        del api.holds["chat.update"]
+        final_update.set()
+        await bot.app.engine.idle()
+        assert shown(api) == ["Hello there."]
+        assert "stale draft edit" in caplog.text
+        await check_invariants(bot.store, [DM_KEY.id])
+
+
+def deleted_on_discord(fake: FakeDiscord, message_id: str) -> None:
+    """A person deleted our message."""
+    fake.history[DM_ID] = [m for m in fake.history[DM_ID] if m["id"] != message_id]
+
+
+# Discord ------------------------------------------------------------------------------------------
+async def test_discord_a_draft_deleted_while_it_grows_is_posted_anew_once(
+    fake: FakeDiscord, frontend: DiscordFrontend, store: SqliteStore, clock: FakeClock
+) -> None:
+    app, replier = await streaming_app(frontend, store, clock)
+    await say(fake, store, "tell me")
+    call = await started(app, clock, replier, 0)
+    call.stream(1, "Once")
+    await step(clock, INTERVAL)
+    await until(lambda: len(fake.created) == 1)
+    await asyncio.sleep(0.05)
+    deleted_on_discord(fake, fake.created[0]["id"])
+    call.stream(2, " upon a")
+    await step(clock, INTERVAL)
+    await until(lambda: fake.shown(DM_ID) == ["Once upon a"])
+    call.finish("Once upon a time.")
+    await step(clock, INTERVAL)
+    await app.engine.idle()
+    assert fake.shown(DM_ID) == ["Once upon a time."]
+    assert len(fake.created) == 2
+    await check_invariants(store, [KEY.id])
+    await app.engine.shutdown()
+
+
+async def test_discord_a_draft_deleted_before_the_final_edit_still_gets_the_answer(
+    fake: FakeDiscord, frontend: DiscordFrontend, store: SqliteStore, clock: FakeClock
+) -> None:
+    app, replier = await streaming_app(frontend, store, clock)
+    await say(fake, store, "tell me")
+    call = await started(app, clock, replier, 0)
+    call.stream(1, "Once")
+    await step(clock, INTERVAL)
+    await until(lambda: len(fake.created) == 1)
+    await asyncio.sleep(0.05)
+    deleted_on_discord(fake, fake.created[0]["id"])
+    call.finish("Once upon a time.")
+    await step(clock, INTERVAL)
+    await app.engine.idle()
+    assert fake.shown(DM_ID) == ["Once upon a time."]
+    [row] = await store.replies(KEY.id)
+    assert row.state == "sent" and row.platform_message_ids == (fake.created[1]["id"],)
+    await check_invariants(store, [KEY.id])
+    await app.engine.shutdown()
+
+
+# the core's rules -------------------------------------------------------------------------------
+class HeldEdits(RecordingFrontend):
+    """Edits of partial text wait (like discord.py sleeping out a 429) until released."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(drafts=True, clock=clock)
+        self.release = asyncio.Event()
+        self.held = asyncio.Event()
+        self.cancelled = 0
+
+    async def edit_draft(self, key: ConversationKey, message_id: str, text: str) -> None:
+        if not text.endswith("."):
+            self.held.set()
+            try:
+                await self.release.wait()
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+        await super().edit_draft(key, message_id, text)
+
+
+async def test_the_end_of_a_stream_cancels_a_held_edit_instead_of_waiting_for_it(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    frontend = HeldEdits(clock)
+    replier = ScriptedReplier(hold=True)
+    engine = streaming_engine(store, clock, replier, frontend)
+    await engine.ingest(message(1, "hello"))
+    call = await start_generation(engine, clock, replier, 0)
+    call.stream(1, "Hel")
+    await step(clock, INTERVAL)
+    await until(lambda: len(frontend.posts) == 1)
+    await asyncio.sleep(0.05)  # its id is recorded
+    call.stream(1, "lo")
+    await step(clock, INTERVAL)
+    await until(frontend.held.is_set)  # an edit is held back by the platform
+    call.finish("Hello.")
+    async with asyncio.timeout(5):  # before: the engine waited on the held edit
+        await step(clock, INTERVAL)
+        await engine.idle()
+    assert frontend.cancelled == 1
+    assert frontend.visible() == ["Hello."]
+    frontend.release.set()
+    await asyncio.sleep(0)
+    assert frontend.visible() == ["Hello."]  # the held edit never lands after the answer
+    await check_invariants(store, [KEY_CORE.id], frontend=frontend)
+
+
+async def test_a_commit_the_final_check_discards_leaves_the_draft_waiting_not_stale(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    frontend = streaming_frontend(clock)
+    replier = ScriptedReplier(hold=True)
+    engine = streaming_engine(store, clock, replier, frontend)
+    await engine.ingest(message(1, "hello"))
+    call = await start_generation(engine, clock, replier, 0)
+    call.stream(2, "Hi there")
+    await step(clock, INTERVAL)
+    await until(lambda: frontend.visible() == ["Hi there"])
+    call.finish("Hi there, welcome.")
+    await asyncio.sleep(0.05)  # the stream keeps its interval before the commit
+    await engine.ingest(message(2, "wait, one more"))  # after the watch, before the final check
+    await step(clock, INTERVAL)
+    await until(lambda: frontend.visible() == [WAITING])
+    assert [g.outcome for g in await store.generations()] == ["discarded"]
+    await engine.idle()
+    again = await start_generation(engine, clock, replier, 1)
+    again.finish("Hi there, and to the one more.")
+    await step(clock, INTERVAL)
+    await engine.idle()
+    assert frontend.visible() == ["Hi there, and to the one more."]
+    assert len(frontend.posts) == 1
+    await check_invariants(store, [KEY_CORE.id], frontend=frontend)
+
+
+async def test_a_draft_of_unknown_outcome_is_not_posted_again_until_its_absence_is_proven(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    """A post in flight does not show in a read: a second draft waits a lease TTL."""
+    frontend = streaming_frontend(clock)
+    replier = ScriptedReplier(hold=True)
+    engine = streaming_engine(store, clock, replier, frontend)
+    await engine.ingest(message(1, "hello"))
+    lease = await store.acquire_lease(KEY_CORE.id, "x", clock.now(), 30.0)
+    assert lease is not None
+    in_flight = Draft("dinflight00000000000", None, clock.now(), None)
+    assert await store.record_draft(lease.conversation_id, lease.token, in_flight)
+    await store.release_lease(lease.conversation_id, lease.token)
+    call = await start_generation(engine, clock, replier, 0)
+    call.stream(2, "Hi there")
+    await step(clock, INTERVAL)
+    await step(clock, INTERVAL)
+    await asyncio.sleep(0.05)
+    assert frontend.posts == []  # its post may still land: nothing new yet
+    for _ in range(30):
+        await step(clock, INTERVAL)
+    await until(lambda: frontend.visible() == ["Hi there"])
+    call.finish("Hi there.")
+    await step(clock, INTERVAL)
+    await engine.idle()
+    assert frontend.visible() == ["Hi there."] and len(frontend.posts) == 1
