@@ -145,7 +145,9 @@ async def check(run: Run) -> dict[str, Any]:
         counts["multi_part"] += sum(1 for g in valid if len(g.parts) > 1)
         counts["streamed_replies"] += sum(1 for r in rows if r.draft_key is not None)
         if sum(counts[n] for n in VIOLATIONS) > before and len(examples) < 4:
-            examples.append(describe(conversation, groups, sent))
+            shown = {m for g in valid for m in g.markers}
+            unshown = [r for r in rows if not set(covered_markers(r, texts)) <= shown]
+            examples.append(describe(conversation, groups, sent, unshown, texts))
     return {**raw_counts(run), **{name: counts[name] for name in sorted(counts)},
             "examples": examples}  # fmt: skip
 
@@ -168,8 +170,22 @@ def judge(g: Group, row: OutboxRow | None, texts: dict[int, str]) -> None:
         g.valid = True
 
 
-def describe(conversation: Conversation, groups: list[Group], sent: list[str]) -> str:
+def describe(
+    conversation: Conversation,
+    groups: list[Group],
+    sent: list[str],
+    unshown: list[OutboxRow],
+    texts: dict[int, str],
+) -> str:
+    """What the conversation shows, and the store's replies whose messages it does not show."""
     lines = [f"{conversation.platform} {conversation.channel} (sent {' '.join(sent)}):"]
+    for row in unshown:
+        lines.append(
+            f"  store r{row.id} {row.kind} {row.state}"
+            f" covers {' '.join(covered_markers(row, texts))}"
+            f" ids={list(row.platform_message_ids)} draft={row.draft_key}/{row.draft_message_id}"
+            f" attempts={row.attempts} error={row.last_error!r}"
+        )
     for g in groups:
         for index, part in enumerate(g.parts):
             text = re.sub(r"(\bg\d+\b )(?:\1)+", r"\1… ", part.text)  # long filler, shortened
