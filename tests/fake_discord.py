@@ -1,9 +1,11 @@
 """A fake Discord (REST API + gateway websocket) on 127.0.0.1, just enough for one bot.
 
 The real discord.py client talks to it over HTTP and a websocket. Like Discord, it dedupes a post
-whose `nonce` it has seen with `enforce_nonce` (returning the earlier message), and it can be told
+whose `nonce` it has seen with `enforce_nonce` in the same channel (returning the earlier message)
+for `nonce_window_seconds` (Discord's few minutes; None: for ever), and it can be told
 to fail a channel's next posts with a given status, or to close the gateway (with a given code:
-at IDENTIFY, or while running; without one, a network cut the client reconnects after).
+at IDENTIFY, or while running; without one, a network cut the client reconnects after). Several
+clients may connect at once (processes on one shard): every identified one gets each event.
 
 Channels (`add_channel`) and their history: every message created or dispatched is in its
 channel's history, and `said` adds one no bot received (sent while no process ran). Reads work as
@@ -19,6 +21,7 @@ lists what the bot did (POST, PATCH, DELETE), `shown` what its messages in a cha
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import itertools
 import json
@@ -48,8 +51,11 @@ class Failure:
 
 
 class FakeDiscord:
-    def __init__(self, token: str = "test-token") -> None:
+    def __init__(
+        self, token: str = "test-token", nonce_window_seconds: float | None = None
+    ) -> None:
         self.token = token
+        self.nonce_window_seconds = nonce_window_seconds
         self.bot_user: Json = {"id": str(BOT_ID), "username": "burstbot", "discriminator": "0",
                                "global_name": None, "avatar": None, "bot": True}  # fmt: skip
         self.created: list[Json] = []  # messages Discord created, in order
@@ -67,7 +73,7 @@ class FakeDiscord:
         self.history: dict[int, list[Json]] = {}  # each channel's messages, oldest first
         self.read_failures: dict[int, list[Failure]] = {}  # a channel's next reads fail
         self.reads: list[tuple[int, dict[str, str]]] = []  # every history read and its query
-        self._by_nonce: dict[str, Json] = {}
+        self._by_nonce: dict[tuple[int, str], tuple[float, Json]] = {}  # (channel, nonce)
         self.uploads: dict[str, bytes] = {}  # the CDN's files, by attachment id
         self.cdn_downloads: list[str] = []  # attachment ids asked of the CDN, in order
         self.edits: list[Json] = []  # every edit that took effect: message id, content, time
@@ -75,7 +81,8 @@ class FakeDiscord:
         self.deleted: list[str] = []
         self.calls: list[tuple[str, str, str]] = []  # what bots did: method, message id, content
         self._ids = _Snowflakes()
-        self._socket: web.WebSocketResponse | None = None
+        self._socket: web.WebSocketResponse | None = None  # the newest connection
+        self._identified: list[web.WebSocketResponse] = []
         self._sequence = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -105,10 +112,15 @@ class FakeDiscord:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._socket is not None:
-            await self._socket.close()
+        for socket in {*self._identified, *([self._socket] if self._socket else [])}:
+            await socket.close()
         assert self._runner is not None
         await self._runner.cleanup()
+
+    @property
+    def connections(self) -> int:
+        """Gateway connections that identified and receive events now."""
+        return len(self._identified)
 
     @property
     def api_base(self) -> str:
@@ -148,9 +160,26 @@ class FakeDiscord:
             return _json(failure.body, status=failure.status, headers=failure.headers)
         if len(body.get("content", "")) > MESSAGE_LIMIT:
             return _too_long()
+        earlier = self.earlier_post(channel_id, body)
+        if earlier is not None:
+            return _json(earlier)
+        return _json(self.create_post(channel_id, body))
+
+    def earlier_post(self, channel_id: int, body: Json) -> Json | None:
+        """The message an `enforce_nonce` post with this nonce made in the channel within the
+        nonce window, as Discord returns it instead of a copy."""
         nonce = body.get("nonce")
-        if body.get("enforce_nonce") and nonce in self._by_nonce:
-            return _json(self._by_nonce[nonce])
+        if not body.get("enforce_nonce") or nonce is None:
+            return None
+        made_at, message = self._by_nonce.get((channel_id, str(nonce)), (0.0, None))
+        window = self.nonce_window_seconds
+        if message is None or (window is not None and time.monotonic() - made_at > window):
+            return None
+        return message
+
+    def create_post(self, channel_id: int, body: Json) -> Json:
+        """A bot's post taking effect: in the channel's history from now on."""
+        nonce = body.get("nonce")
         message = self.message(channel_id, self.bot_user, body.get("content", ""))
         message["nonce"] = nonce
         if "message_reference" in body:
@@ -159,8 +188,8 @@ class FakeDiscord:
         self.calls.append(("POST", message["id"], message["content"]))
         self.history.setdefault(channel_id, []).append(message)
         if nonce is not None:
-            self._by_nonce[nonce] = message
-        return _json(message)
+            self._by_nonce[(channel_id, str(nonce))] = (time.monotonic(), message)
+        return message
 
     def _find(self, request: web.Request) -> Json | None:
         channel = self.history.get(int(request.match_info["channel_id"]), [])
@@ -347,6 +376,14 @@ class FakeDiscord:
         socket = web.WebSocketResponse()
         await socket.prepare(request)
         self._socket = socket
+        try:
+            await self._serve_gateway(socket)
+        finally:
+            if socket in self._identified:
+                self._identified.remove(socket)
+        return socket
+
+    async def _serve_gateway(self, socket: web.WebSocketResponse) -> None:
         await socket.send_json({"op": 10, "d": {"heartbeat_interval": 45_000}})
         async for frame in socket:
             if frame.type != WSMsgType.TEXT:
@@ -359,12 +396,12 @@ class FakeDiscord:
                 if self.gateway_close_code is not None:
                     await socket.close(code=self.gateway_close_code)
                     break
-                await self.dispatch("READY", self._ready())
+                await self._send(socket, "READY", self._ready())
                 for guild_id in self.guilds:
-                    await self.dispatch("GUILD_CREATE", self._guild(guild_id))
+                    await self._send(socket, "GUILD_CREATE", self._guild(guild_id))
+                self._identified.append(socket)
             elif payload["op"] == 6:  # RESUME: this fake keeps no sessions to resume
                 await socket.send_json({"op": 9, "d": False})
-        return socket
 
     def _ready(self) -> Json:
         guilds = [{"id": str(g), "unavailable": True} for g in self.guilds]
@@ -400,13 +437,19 @@ class FakeDiscord:
         await self._socket.close(code=code)
 
     async def dispatch(self, event: str, data: Json) -> None:
-        """Send one gateway event (a replay is the same data sent again)."""
+        """Send one gateway event to every identified connection (a replay is the same data
+        sent again)."""
         assert self._socket is not None, "no gateway connection"
         if event == "MESSAGE_CREATE":
             channel = self.history.setdefault(int(data["channel_id"]), [])
             if all(m["id"] != data["id"] for m in channel):
                 channel.append(data)
-        await self._socket.send_json({"op": 0, "t": event, "s": next(self._sequence), "d": data})
+        for socket in list(self._identified):
+            with contextlib.suppress(ConnectionError):
+                await self._send(socket, event, data)
+
+    async def _send(self, socket: web.WebSocketResponse, event: str, data: Json) -> None:
+        await socket.send_json({"op": 0, "t": event, "s": next(self._sequence), "d": data})
 
     async def typing_start(self, channel_id: int, user: Json, guild_id: int | None = None) -> bool:
         """Someone starts typing. Like Discord, TYPING_START reaches only a bot that identified
