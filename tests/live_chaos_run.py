@@ -210,6 +210,7 @@ thinking_indicator = "off"
 
 [discord]
 enabled = true
+nonce_window_seconds = {DISCORD_NONCE_WINDOW / 2}
 """
 
     async def start_worker(self, index: int, generation: int) -> Worker:
