@@ -22,7 +22,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from adapters.markdown import settle_partial
 from adapters.slack.inbound import split_message_id
 from adapters.slack.mrkdwn import split_mrkdwn, to_mrkdwn
-from adapters.slack.outbound import Outbound, delivery_error, part_metadata
+from adapters.slack.outbound import Outbound, delivery_error, part_metadata, slack_error_code
 from bot.core.events import ConversationKey, Draft, Reply
 
 GONE = frozenset({"message_not_found", "cant_delete_message"})
@@ -58,7 +58,7 @@ class SlackDrafts:
         try:
             await self.client.chat_delete(channel=channel, ts=ts)
         except SlackApiError as exc:
-            if str(exc.response.get("error", "")) not in GONE:
+            if slack_error_code(exc) not in GONE:
                 raise delivery_error(exc, f"draft {draft.key}: delete") from exc
         except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
             raise delivery_error(exc, f"draft {draft.key}: delete") from exc
