@@ -3,7 +3,8 @@
 A file holds blocks that start with `-- name: NAME`; everything up to the next marker is that
 statement. A store loads the shared file and its dialect's file together; a name defined twice, in
 one file or across them, is an error. Migrations are the blocks named `migration_1`, `migration_2`,
-... in order.
+... in order. A number may be missing while changes developed side by side are merged (each takes
+its own number): it is recorded as applied and runs nothing, and a merge fills it.
 """
 
 from __future__ import annotations
@@ -26,8 +27,14 @@ def load_queries(*filenames: str) -> dict[str, str]:
     return queries
 
 
+NOTHING_TO_MIGRATE = "SELECT 1"
+
+
 def migrations(queries: dict[str, str]) -> list[str]:
     numbered = {int(n[10:]): q for n, q in queries.items() if n.startswith("migration_")}
-    if sorted(numbered) != list(range(1, len(numbered) + 1)):
-        raise ValueError("migrations must be numbered 1, 2, 3, ... without gaps")
-    return [numbered[number] for number in sorted(numbered)]
+    if numbered and min(numbered) < 1:
+        raise ValueError("migrations are numbered from 1")
+    return [
+        numbered.get(number, NOTHING_TO_MIGRATE)
+        for number in range(1, max(numbered, default=0) + 1)
+    ]

@@ -66,6 +66,7 @@ async def test_crash_between_commit_and_post_redelivers_without_double_posting(
         assert all(len(p.text) <= 3500 for p in parts)
         [row] = await second.store.replies(DM_KEY.id)
         assert row.state == "sent" and len(row.platform_message_ids) == len(parts)
+        assert (row.attempts, row.claim_token) == (0, 2)  # a restart's new claim is no failure
         await check_invariants(second.store, [DM_KEY.id])
 
 
