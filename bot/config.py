@@ -114,8 +114,13 @@ class EngineConfig(Section):
     max_concurrent_generations: int = Field(default=8, ge=1, le=10_000)
     poll_seconds: float = Field(default=1.0, gt=0, le=HOUR)
     busy_retry_seconds: float = Field(default=1.0, gt=0, le=HOUR)
-    delivery_max_attempts: int = Field(default=8, ge=1, le=1000)
+    delivery_max_attempts: int | None = Field(default=None, ge=1, le=1000)
+    """Deprecated and ignored (see `deprecations`): delivery retries for a horizon instead."""
     delivery_backoff_seconds: float = Field(default=1.0, gt=0, le=HOUR)
+    delivery_backoff_max_seconds: float = Field(default=30.0, gt=0, le=HOUR)
+    """The longest wait between two attempts: how soon a reply goes out after a recovery."""
+    delivery_give_up_hours: float = Field(default=24.0, gt=0, le=24 * 365)
+    """A reply whose delivery keeps failing (transiently) since this long is marked failed."""
     indicator_delay_seconds: float = Field(default=1.0, ge=0, le=HOUR)
     owner: str = ""
     pid_file: str = ""
@@ -348,6 +353,15 @@ class Config(Section):
             if quiet > cap:
                 raise ValueError(f"{where}: quiet_seconds must not exceed max_wait_seconds")
         return self
+
+    def deprecations(self) -> list[str]:
+        """Keys still accepted but ignored: one line each, logged when the config is used."""
+        if self.engine.delivery_max_attempts is None:
+            return []
+        return [
+            "engine.delivery_max_attempts is deprecated and ignored: delivery now retries a "
+            "transient failure for engine.delivery_give_up_hours; remove the key"
+        ]
 
     def secret_env_names(self) -> list[str]:
         """Every environment variable this config reads a secret from (for log redaction)."""

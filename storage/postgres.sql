@@ -152,7 +152,7 @@ WITH picked AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED)
 UPDATE replies
 SET claim_owner = :owner, claim_expires_at = :lease_now::float8 + :ttl::float8,
-    attempts = attempts + 1, claim_token = claim_token + 1
+    claim_token = claim_token + 1
 FROM picked
 WHERE replies.id = picked.id
 RETURNING replies.*;

@@ -29,6 +29,9 @@ class StoreSeam(ABC, Generic[Conn]):
     @abstractmethod
     def _strings(self, value: Any) -> tuple[str, ...]: ...
 
+    async def _hint(self, db: Conn, payload: str) -> None:
+        """No other process listens unless the backend says otherwise."""
+
     async def _one(self, name: str, params: Params, db: Conn | None = None) -> Row | None:
         rows = await self._rows(name, params, db)
         return rows[0] if rows else None

@@ -43,9 +43,6 @@ class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn]):
     MIGRATIONS: ClassVar[Sequence[str]]
 
     # the rest of the seam (see the module docstring) ----------------------------------------
-    async def _hint(self, db: Conn, payload: str) -> None:
-        """No other process listens unless the backend says otherwise."""
-
     @abstractmethod
     async def _schema_in_use(self, db: Conn) -> int: ...
 
@@ -306,9 +303,16 @@ class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn]):
         return None if row is None else str(row[0])
 
     async def mark_retry(
-        self, reply_id: int, claim_token: int, next_attempt_at: float, error: str
+        self,
+        reply_id: int,
+        claim_token: int,
+        next_attempt_at: float,
+        error: str,
+        failed_at: float,
+        counts: bool = True,
     ) -> bool:
-        params = {"id": reply_id, "claim": claim_token, "at": next_attempt_at, "error": error}
+        params = {"id": reply_id, "claim": claim_token, "at": next_attempt_at, "error": error,
+                  "failed_at": failed_at, "counts": counts}  # fmt: skip
         return await self._one("mark_retry", params) is not None
 
     async def mark_failed(self, reply_id: int, claim_token: int, error: str) -> bool:

@@ -216,10 +216,11 @@ VALUES (:cid, :token, :from_version, :to_version, :started_at, :ended_at, :outco
 
 -- name: claim_new_reply
 -- In the commit that inserted it, so nobody else can hold a claim on it yet: claimed unless an
--- earlier reply of its conversation is still pending (G9: in commit order).
+-- earlier reply of its conversation is still pending (G9: in commit order). A claim is not an
+-- attempt: `attempts` counts failures (mark_retry, mark_failed), claim_token counts claims.
 UPDATE replies
 SET claim_owner = :owner, claim_expires_at = CAST(:lease_now AS FLOAT8) + CAST(:ttl AS FLOAT8),
-    attempts = attempts + 1, claim_token = claim_token + 1
+    claim_token = claim_token + 1
 WHERE id = :reply_id
   AND NOT EXISTS (SELECT 1 FROM replies AS e
                   WHERE e.conversation_id = replies.conversation_id AND e.state = 'pending'
@@ -263,16 +264,34 @@ RETURNING conversation_id;
 DELETE FROM indicators WHERE conversation_id = :cid RETURNING platform_message_id;
 
 -- name: mark_retry
+-- A failure counts as an attempt unless it was the platform pacing us (:counts false: a rate
+-- limit); either way the give-up horizon runs from the first one (failing_since).
 UPDATE replies
-SET next_attempt_at = :at, last_error = :error, claim_owner = NULL, claim_expires_at = NULL
+SET next_attempt_at = :at, last_error = :error, claim_owner = NULL, claim_expires_at = NULL,
+    attempts = attempts + CASE WHEN CAST(:counts AS BOOLEAN) THEN 1 ELSE 0 END,
+    failing_since = COALESCE(failing_since, CAST(:failed_at AS FLOAT8))
 WHERE id = :id AND claim_token = :claim AND state = 'pending'
 RETURNING id;
 
 -- name: mark_failed
 UPDATE replies
-SET state = 'failed', last_error = :error, claim_owner = NULL, claim_expires_at = NULL
+SET state = 'failed', last_error = :error, claim_owner = NULL, claim_expires_at = NULL,
+    attempts = attempts + 1
 WHERE id = :id AND claim_token = :claim AND state = 'pending'
 RETURNING id;
+
+-- name: requeue_failed
+-- `burstbot retry`: a failed reply (one, or every one of a conversation) is pending again, due
+-- now, with its failures forgotten; the last error stays for `explain`.
+UPDATE replies
+SET state = 'pending', attempts = 0, failing_since = NULL, next_attempt_at = :now,
+    claim_owner = NULL, claim_expires_at = NULL
+WHERE state = 'failed'
+  AND (id = CAST(:id AS BIGINT) OR conversation_id = CAST(:cid AS TEXT))
+RETURNING id, conversation_id, platform;
+
+-- name: reply_state
+SELECT state FROM replies WHERE id = :id;
 
 -- inspection --------------------------------------------------------------------------------------
 
@@ -420,11 +439,13 @@ RETURNING id;
 DELETE FROM held_messages WHERE conversation_id = :cid RETURNING message_uid;
 
 -- name: backlog
--- For the gauges: replies waiting in the outbox, and the oldest unanswered message's arrival.
+-- For the gauges: replies waiting in the outbox, and the oldest unanswered message's arrival;
+-- replies that failed for good (waiting for `burstbot retry`).
 SELECT (SELECT COUNT(*) FROM replies WHERE state = 'pending') AS outbox_depth,
        (SELECT MIN(m.created_at) FROM conversations c
         JOIN messages m ON m.conversation_id = c.id AND m.seq > c.answered_version
-        WHERE c.version > c.answered_version AND NOT m.deleted) AS oldest_pending_at;
+        WHERE c.version > c.answered_version AND NOT m.deleted) AS oldest_pending_at,
+       (SELECT COUNT(*) FROM replies WHERE state = 'failed') AS outbox_failed;
 
 -- name: unsent_replies
 SELECT COUNT(*) FROM replies WHERE conversation_id = :cid AND state = 'pending';
@@ -597,3 +618,8 @@ ALTER TABLE conversations ADD COLUMN draft_created_at FLOAT8;
 ALTER TABLE conversations ADD COLUMN draft_reply_to TEXT;
 ALTER TABLE replies ADD COLUMN draft_created_at FLOAT8;
 ALTER TABLE replies ADD COLUMN draft_reply_to TEXT;
+
+-- name: migration_10
+-- Delivery retries a transient failure for a horizon measured from the reply's first failure;
+-- NULL until it fails (and again after `burstbot retry`).
+ALTER TABLE replies ADD COLUMN failing_since FLOAT8;

@@ -113,8 +113,7 @@ WHERE conversation_id IN (SELECT value FROM json_each(:cids));
 -- id LIMIT; the partial index holds only pending rows. A row waits while an earlier reply of its
 -- conversation is pending (G9: in commit order; a Retry-After holds back that conversation only).
 UPDATE replies
-SET claim_owner = :owner, claim_expires_at = :now + :ttl, attempts = attempts + 1,
-    claim_token = claim_token + 1
+SET claim_owner = :owner, claim_expires_at = :now + :ttl, claim_token = claim_token + 1
 WHERE id IN (
     SELECT r.id FROM replies AS r INDEXED BY replies_pending
     WHERE r.state = 'pending' AND r.next_attempt_at <= :now

@@ -45,7 +45,7 @@ APP_ID = 100_000_000_000_000_002
 @dataclass
 class Failure:
     status: int
-    body: Json
+    body: Json | str  # a str: an HTML page, as Cloudflare in front of Discord answers
     headers: dict[str, str] = field(default_factory=dict)
     only_with_reference: bool = False
 
@@ -156,8 +156,7 @@ class FakeDiscord:
         self.requests.append(body)
         queued = self.failures.get(channel_id) or []
         if queued and (not queued[0].only_with_reference or "message_reference" in body):
-            failure = queued.pop(0)
-            return _json(failure.body, status=failure.status, headers=failure.headers)
+            return _failed(queued.pop(0))
         if len(body.get("content", "")) > MESSAGE_LIMIT:
             return _too_long()
         earlier = self.earlier_post(channel_id, body)
@@ -201,8 +200,7 @@ class FakeDiscord:
             return _json({"message": "401: Unauthorized", "code": 0}, status=401)
         body: Json = await request.json()
         if self.edit_failures:
-            failure = self.edit_failures.pop(0)
-            return _json(failure.body, status=failure.status, headers=failure.headers)
+            return _failed(self.edit_failures.pop(0))
         message = self._find(request)
         if message is None:
             return _json({"message": "Unknown Message", "code": 10008}, status=404)
@@ -313,7 +311,7 @@ class FakeDiscord:
         channel_id = int(request.match_info["channel_id"])
         failure = self._read_failure(channel_id)
         if failure is not None:
-            return _json(failure.body, status=failure.status, headers=failure.headers)
+            return _failed(failure)
         if channel_id not in self.channels:
             return _json({"message": "Unknown Channel", "code": 10003}, status=404)
         return _json(self.channels[channel_id])
@@ -323,7 +321,7 @@ class FakeDiscord:
         self.reads.append((channel_id, dict(request.query)))
         failure = self._read_failure(channel_id)
         if failure is not None:
-            return _json(failure.body, status=failure.status, headers=failure.headers)
+            return _failed(failure)
         if channel_id not in self.channels:
             return _json({"message": "Unknown Channel", "code": 10003}, status=404)
         limit = min(int(request.query.get("limit", 50)), 100)
@@ -498,6 +496,13 @@ def _too_long() -> web.Response:
     error = {"code": "BASE_TYPE_MAX_LENGTH", "message": "Must be 2000 or fewer in length."}
     errors = {"content": {"_errors": [error]}}
     return _json({"message": "Invalid Form Body", "code": 50035, "errors": errors}, status=400)
+
+
+def _failed(failure: Failure) -> web.Response:
+    if isinstance(failure.body, str):
+        return web.Response(text=failure.body, status=failure.status, content_type="text/html",
+                            headers=failure.headers)  # fmt: skip
+    return _json(failure.body, status=failure.status, headers=failure.headers)
 
 
 def _json(data: Json, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from subprocess import CompletedProcess
 
 from bot.cli.explain import explain_lines
 from bot.core.clock import FakeClock
@@ -95,7 +96,7 @@ async def test_explain_tells_the_story_of_a_superseded_then_posted_burst(tmp_pat
         "burst     v1-v2 → lease #2, generation started",
         "generated v1-v2: answered (0 in / 0 out tokens) in 0.00s",
         "reply r1 committed, covers v1-v2: noon",
-        "posted    r1 after 1 attempt(s) as r1-p0",
+        "posted    r1 as r1-p0",
     ]
     assert result.stdout.splitlines()[-1] == "now: version 2, answered 2"
     failed = burstbot(["explain", "test/w1/failed/", "--config", str(config)], tmp_path)
@@ -112,7 +113,7 @@ def test_after_a_terminal_burst_status_and_explain_show_it(tmp_path: Path) -> No
     assert "console/local/terminal/  2/2" in status.stdout
     explain = burstbot(["explain", "console/local/terminal/"], tmp_path)
     assert "received  #2 you: b" in explain.stdout
-    assert "posted    r1 after 1 attempt(s)" in explain.stdout
+    assert "posted    r1 as " in explain.stdout
 
 
 def test_migrate_creates_the_schema(tmp_path: Path) -> None:
@@ -248,3 +249,50 @@ async def test_explain_names_each_messages_files_and_redact_counts_them(
     assert shown is not None and hidden is not None
     assert shown[1].split("s  ", 1)[1] == "received  #1 alice: look [+ secret-plan.png]"
     assert hidden[1].split("s  ", 1)[1] == "received  #1 alice: [4 chars] [+ 1 file(s)]"
+
+
+async def test_retry_requeues_a_failed_reply_which_is_then_posted_once(tmp_path: Path) -> None:
+    db = tmp_path / "ops.db"
+    await prepare(db)
+    config = tmp_path / "c.toml"
+    config.write_text(f'[storage]\nurl = "sqlite:///{db}"\n')
+
+    def retry(target: str) -> CompletedProcess[str]:
+        return burstbot(["retry", target, "--config", str(config)], tmp_path)
+
+    refusals = {
+        "r99": (1, "no reply r99"),
+        "r1": (1, "reply r1 is sent, not failed: nothing to retry"),
+        "test/w1/answered": (1, "no failed reply in test/w1/answered/"),
+        "test/w1/nowhere": (1, "no conversation 'test/w1/nowhere/'"),
+        "not-an-id": (2, ""),
+    }
+    for target, (code, line) in refusals.items():
+        refused = retry(target)
+        assert (refused.returncode, refused.stdout) == (code, ""), target
+        assert line in refused.stderr and "Traceback" not in refused.stderr
+    done = retry("test/w1/failed")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("re-queued r2 of test/w1/failed/")
+    assert (
+        retry("r2").stderr.strip() == "burstbot: reply r2 is pending, not failed: nothing to retry"
+    )
+    status = burstbot(["status", "--config", str(config)], tmp_path)
+    assert "outbox 1 pending, 0 failed" in status.stdout
+
+    store = SqliteStore(str(db))
+    await store.open()
+    try:
+        clock = FakeClock(start=time.time())
+        frontend = RecordingFrontend()
+        engine = make_engine(store, clock, ScriptedReplier(), frontend)
+        await engine.outbox.deliver_due()
+        await engine.idle()
+        await clock.advance(120)
+        await engine.outbox.deliver_due()
+        await engine.idle()
+        assert [(p.reply_id, p.text) for p in frontend.posts] == [("r2", "hi")]
+        replies = {r.id: r for r in await store.replies(FAILED.id)}
+        assert (replies[2].state, replies[2].attempts) == ("sent", 0)
+    finally:
+        await store.close()

@@ -100,3 +100,19 @@ def test_open_store_never_echoes_a_url_without_a_scheme() -> None:
     assert str(error.value) == (
         "storage.url: not a storage URL (use sqlite:///path or postgresql://user@host/db)"
     )
+
+
+def test_the_old_delivery_attempt_limit_is_accepted_with_one_deprecation_line(
+    tmp_path: Path,
+) -> None:
+    from tests.test_cli import burstbot
+
+    config = tmp_path / "c.toml"
+    config.write_text('[llm]\nprovider = "offline"\n[engine]\ndelivery_max_attempts = 8\n')
+    assert parse_config({"engine": {"delivery_max_attempts": 8}}).deprecations() != []
+    assert parse_config({}).deprecations() == []
+    result = burstbot(["check-config", "--config", str(config)], tmp_path)
+    assert result.returncode == 0, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert "engine.delivery_max_attempts is deprecated and ignored" in line
+    assert "delivery_give_up_hours" in line

@@ -171,6 +171,11 @@ async def test_a_channel_refusing_even_a_plain_post_is_permanent(
 
 
 PERMANENT, RETRYABLE = PermanentDeliveryError, RetryableDeliveryError
+CLOUDFLARE_PAGE = (
+    "<!DOCTYPE html>\n<html>\n<head><title>503 Service Temporarily Unavailable</title></head>\n"
+    "<body><center><h1>503 Service Temporarily Unavailable</h1></center>\n"
+    "<hr><center>cloudflare</center></body>\n</html>\n"
+)
 RATE_LIMITED = {"message": "You are being rate limited.", "retry_after": 120.0, "global": False}
 
 
@@ -181,10 +186,19 @@ RATE_LIMITED = {"message": "You are being rate limited.", "retry_after": 120.0, 
         (Failure(404, {"message": "Unknown Channel", "code": 10003}), PERMANENT, None),
         (Failure(400, {"message": "Cannot send an empty message", "code": 50006}), PERMANENT, None),
         (Failure(503, {"message": "upstream overloaded"}), RETRYABLE, None),
+        (Failure(503, CLOUDFLARE_PAGE), RETRYABLE, None),
         (Failure(429, RATE_LIMITED, {"Via": "1.1 google", "Retry-After": "120"}), RETRYABLE, 120.0),
         (Failure(429, {"message": "banned", "code": 0}, {"Retry-After": "600"}), RETRYABLE, 600.0),
     ],
-    ids=["forbidden", "not-found", "bad-request", "unavailable", "rate-limited", "cloudflare-429"],
+    ids=[
+        "forbidden",
+        "not-found",
+        "bad-request",
+        "unavailable",
+        "html-page",
+        "rate-limited",
+        "cloudflare-429",
+    ],
 )
 async def test_http_errors_map_to_retryable_or_permanent(
     fake: FakeDiscord,
@@ -198,6 +212,7 @@ async def test_http_errors_map_to_retryable_or_permanent(
     with pytest.raises(expected) as caught:
         await frontend.deliver(Reply("r1", CHANNEL_KEY, "hello", 1))
     assert str(failure.status) in str(caught.value) or failure.status == 429
+    assert "\n" not in str(caught.value) and "<" not in str(caught.value)  # one line, no page
     assert getattr(caught.value, "retry_after", None) == retry_after
     assert fake.created == []
 

@@ -297,7 +297,8 @@ async def test_delivery_retries_with_backoff_and_gives_up_on_permanent_errors(
     engine = make_engine(store, clock, ScriptedReplier(), frontend, delivery_backoff_seconds=1.0)
     await engine.ingest(message(1))
     await tick(engine, clock, 1.5)
-    assert await store.next_outbox_at(["test"]) == clock.now() + 1.0
+    retry_at = await store.next_outbox_at(["test"])
+    assert retry_at is not None and clock.now() + 0.5 <= retry_at <= clock.now() + 1.0  # jitter
     await clock.advance(1.0)
     await engine.outbox.deliver_due()
     await engine.idle()
@@ -312,6 +313,28 @@ async def test_delivery_retries_with_backoff_and_gives_up_on_permanent_errors(
     await tick(engine, clock, 1.5)
     states = [r.state for r in await store.replies(KEY.id)]
     assert states == ["sent", "failed"]
+
+
+async def test_transient_delivery_failures_are_retried_until_the_horizon_then_fail(
+    store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    frontend.failures = [RetryableDeliveryError("503") for _ in range(1000)]
+    engine = make_engine(store, clock, ScriptedReplier(), frontend, delivery_give_up_hours=0.5)
+    await engine.ingest(message(1))
+    await tick(engine, clock, 1.5)
+    first_failure = clock.now()
+    waits = []
+    while (await store.replies(KEY.id))[0].state == "pending":
+        retry_at = await store.next_outbox_at(["test"])
+        assert retry_at is not None
+        waits.append(retry_at - clock.now())
+        await clock.advance(retry_at - clock.now())
+        await engine.outbox.deliver_due()
+        await engine.idle()
+    [row] = await store.replies(KEY.id)
+    assert clock.now() - first_failure >= 1800 and max(waits) <= 30.0  # capped backoff
+    assert row.state == "failed" and row.last_error == "gave up after 0.5 h of failures: 503"
+    assert row.attempts == len(frontend.attempts) > 60 and frontend.posts == []
 
 
 async def test_generation_slots_limit_the_leases_a_process_takes(

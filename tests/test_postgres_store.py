@@ -142,7 +142,8 @@ class Differential:
                     await self.both("renew_claim", row.id, token, now + 1.0, 30.0)
                     await self.both("mark_sent", row.id, token, [f"p{row.id}"], now)
                 elif choice == 1:
-                    await self.both("mark_retry", row.id, token, now + 3.0, "flaky")
+                    counts = rng.choice([True, False])
+                    await self.both("mark_retry", row.id, token, now + 3.0, "flaky", now, counts)
                 else:
                     await self.both("mark_failed", row.id, token, "gone")
         else:

@@ -4,6 +4,7 @@ fake Slack Web API, signed HTTP events, the real engine and SQLite store on a fa
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from bot.core.clock import FakeClock
 from bot.core.errors import ConfigError, PermanentDeliveryError, RetryableDeliveryError
 from bot.core.events import ConversationKey, Reply
 from bot.testing import ScriptedReplier, check_invariants
-from tests.fakes.slack_api import TEAM, Failure, FakeSlackApi, dm
+from tests.fakes.slack_api import TEAM, UPSTREAM_DOWN, Failure, FakeSlackApi, dm
 from tests.slack_harness import DM_KEY, Bot, api, bot, running_bot, slack_config, ts
 
 __all__ = ["api", "bot"]  # fixtures
@@ -65,6 +66,7 @@ async def test_crash_between_commit_and_post_redelivers_without_double_posting(
         assert all(len(p.text) <= 3500 for p in parts)
         [row] = await second.store.replies(DM_KEY.id)
         assert row.state == "sent" and len(row.platform_message_ids) == len(parts)
+        assert (row.attempts, row.claim_token) == (0, 2)  # a restart's new claim is no failure
         await check_invariants(second.store, [DM_KEY.id])
 
 
@@ -82,6 +84,31 @@ async def test_rate_limit_is_retryable_with_retry_after_and_missing_channel_is_p
         await bot.frontend.deliver(reply)
     assert api.posts() == []
     assert await bot.frontend.deliver(reply) == [f"C1:{api.posts()[0].ts}"]
+
+
+PAGES = {
+    "load balancer": UPSTREAM_DOWN,
+    "html": Failure(
+        status=502,
+        page="<html><body><h1>502 Bad Gateway</h1></body></html>",
+        content_type="text/html",
+    ),
+    "broken json": Failure(status=500, page='{"ok": fal', content_type="application/json"),
+}
+
+
+@pytest.mark.parametrize("page", PAGES.values(), ids=PAGES.keys())
+async def test_an_answer_that_is_not_slacks_json_is_a_retryable_outage(
+    api: FakeSlackApi, bot: Bot, page: Failure
+) -> None:
+    reply = Reply("r9", ConversationKey("slack", TEAM, "C1", ts(1)), "hi", 1)
+    for method in ("chat.postMessage", "conversations.replies"):
+        api.fail(method, page)
+    with pytest.raises(RetryableDeliveryError, match=f"part 0: HTTP {page.status}"):
+        await bot.frontend.deliver(reply)
+    with pytest.raises(RetryableDeliveryError, match=f"earlier posts: HTTP {page.status}"):
+        await bot.frontend.deliver(replace(reply, attempt=2))  # a redelivery reads back first
+    assert api.posts() == []
 
 
 async def test_model_output_is_mrkdwn_split_and_cannot_ping(api: FakeSlackApi, bot: Bot) -> None:

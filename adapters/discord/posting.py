@@ -7,8 +7,11 @@ nonce is stable, so posting a part again after a crash returns the earlier messa
 copy. `posted` (part index → message id) lets a retry after a partial failure skip what is done.
 
     RateLimited, 429                      → RetryableDeliveryError (retry_after when known)
-    5xx, 408, connection errors, timeouts → RetryableDeliveryError
+    5xx (JSON or a proxy's HTML page), 408,
+    connection errors, timeouts           → RetryableDeliveryError
     Forbidden, NotFound, other 4xx        → PermanentDeliveryError
+
+Each becomes one line for the log: Discord's message, never a whole HTML page.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from bot.core.events import Reply
 log = logging.getLogger("burstbot.discord")
 
 UNKNOWN_MESSAGE = 10008
+BODY_PREVIEW_CHARS = 80
 
 
 async def post_reply(
@@ -116,7 +120,7 @@ def delivery_error(exc: discord.HTTPException | discord.RateLimited) -> Delivery
     if isinstance(exc, discord.RateLimited):
         return RetryableDeliveryError(f"discord: rate limited for {exc.retry_after:.0f}s",
                                       retry_after=exc.retry_after)  # fmt: skip
-    what = f"discord: {exc.status} {exc.text or getattr(exc.response, 'reason', '')}".strip()
+    what = f"discord: {exc.status} {_described(exc)}".strip()
     if isinstance(exc, discord.Forbidden | discord.NotFound):
         return PermanentDeliveryError(what)
     if exc.status == 429:
@@ -124,6 +128,15 @@ def delivery_error(exc: discord.HTTPException | discord.RateLimited) -> Delivery
     if exc.status >= 500 or exc.status == 408:
         return RetryableDeliveryError(what)
     return PermanentDeliveryError(what)
+
+
+def _described(exc: discord.HTTPException) -> str:
+    """Discord's message, or the first line of a body that is not Discord's JSON; an HTML page
+    (a proxy's error page) is named by its HTTP reason instead of copied into the log."""
+    text = exc.text.strip()
+    if not text or text.startswith("<"):
+        return str(getattr(exc.response, "reason", "") or "")
+    return text.splitlines()[0][:BODY_PREVIEW_CHARS]
 
 
 def _retry_after(exc: discord.HTTPException) -> float | None:

@@ -46,7 +46,7 @@ from adapters.slack import files, inbound
 from adapters.slack.endpoint import MAX_BODY_BYTES, endpoint, server_log
 from adapters.slack.history import History
 from adapters.slack.inbound import Identity, Payload
-from adapters.slack.outbound import Outbound
+from adapters.slack.outbound import Outbound, delivery_error, slack_error_code
 from adapters.slack.streaming import SlackDrafts
 from bot.config import SlackConfig, require_secret
 from bot.core.catch_up import Background, CatchUp, CatchUpRun
@@ -186,7 +186,12 @@ class SlackFrontend:
         try:
             auth = await client.auth_test()
         except SlackApiError as exc:
-            error = exc.response.get("error", "unknown error")
+            error = slack_error_code(exc)
+            if not error:  # not Slack's answer: a proxy's error page
+                raise BurstbotError(
+                    f"slack: the Slack Web API at {client.base_url} is "
+                    f"unavailable ({delivery_error(exc, 'auth.test')})"
+                ) from exc
             raise ConfigError(
                 f"slack.bot_token_env: Slack rejected the bot token in "
                 f"{self.config.bot_token_env} ({error})"
@@ -243,7 +248,12 @@ class SlackFrontend:
         try:
             opened = await self._client.apps_connections_open(app_token=self._app_token)
         except SlackApiError as exc:
-            error = exc.response.get("error", "unknown error")
+            error = slack_error_code(exc)
+            if not error:
+                raise BurstbotError(
+                    f"slack: cannot open a Socket Mode connection "
+                    f"({delivery_error(exc, 'apps.connections.open')})"
+                ) from exc
             raise ConfigError(
                 f"slack.app_token_env: Slack rejected the app token in "
                 f"{self.config.app_token_env} ({error})"

@@ -30,6 +30,7 @@ log = logging.getLogger("burstbot.slack")
 METADATA_EVENT_TYPE = "burstbot_reply"
 LOOKUP_PAGE = 200
 LOOKUP_MAX_PAGES = 10
+BODY_PREVIEW_CHARS = 80
 
 PERMANENT_ERRORS = frozenset(
     {
@@ -50,16 +51,40 @@ STATUS_UNAVAILABLE = frozenset(
 
 
 def delivery_error(exc: Exception, what: str) -> DeliveryError:
-    """Map a Web API failure to retryable (try later) or permanent (can never succeed)."""
+    """Map a Web API failure to retryable (try later) or permanent (can never succeed).
+
+    Only an error code in Slack's own JSON can be permanent. Anything else is an outage and is
+    retried: a 5xx, a body that is not Slack's JSON (a load balancer's plain-text or HTML page),
+    a reset connection, a timeout."""
     if isinstance(exc, SlackApiError):
-        status = getattr(exc.response, "status_code", 0)
-        error = str(exc.response.get("error", "")) if exc.response is not None else ""
+        status = http_status(exc)
+        error = slack_error_code(exc)
         if status == 429 or error == "ratelimited":
             return RetryableDeliveryError(f"{what}: rate limited", retry_after=_retry_after(exc))
         if error in PERMANENT_ERRORS:
             return PermanentDeliveryError(f"{what}: {error}")
-        return RetryableDeliveryError(f"{what}: {error or f'HTTP {status}'}")
+        return RetryableDeliveryError(f"{what}: {error or _not_slack(exc, status)}")
     return RetryableDeliveryError(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def slack_error_code(exc: SlackApiError) -> str:
+    """The `error` of Slack's JSON answer; "" when the body was something else (a proxy's page,
+    or unreadable: slack_sdk then hands over the raw aiohttp response)."""
+    data = getattr(exc.response, "data", None)
+    return str(data.get("error") or "") if isinstance(data, dict) else ""
+
+
+def http_status(exc: SlackApiError) -> int:
+    status = getattr(exc.response, "status_code", None) or getattr(exc.response, "status", 0)
+    return status if isinstance(status, int) else 0
+
+
+def _not_slack(exc: SlackApiError, status: int) -> str:
+    """`HTTP 503: upstream connect error…`: the status and the first words of a foreign body."""
+    data = getattr(exc.response, "data", None)
+    body = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    first_line = body.strip().splitlines()[0][:BODY_PREVIEW_CHARS] if isinstance(body, str) else ""
+    return f"HTTP {status}: {first_line}" if first_line else f"HTTP {status}"
 
 
 def _retry_after(exc: SlackApiError) -> float | None:
@@ -145,7 +170,7 @@ class Outbound:
                 unfurl_media=False,
                 metadata=metadata,
             )
-        except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
+        except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as exc:
             raise delivery_error(exc, what) from exc
         return f"{key.channel}:{response['ts']}"
 
@@ -178,7 +203,7 @@ class Outbound:
                 cursor = (page.get("response_metadata") or {}).get("next_cursor")
                 if not cursor:
                     break
-        except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
+        except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as exc:
             raise delivery_error(exc, f"reply {reply.id}: looking for earlier posts") from exc
         if found:
             log.info("reply %s: %d part(s) already posted; not posting them again", reply.id,
@@ -220,8 +245,8 @@ class Outbound:
                 channel_id=key.channel, thread_ts=key.thread, status=status
             )
         except SlackApiError as exc:
-            error = str(exc.response.get("error", ""))
-            if error in STATUS_UNAVAILABLE or getattr(exc.response, "status_code", 0) == 404:
+            error = slack_error_code(exc)
+            if error in STATUS_UNAVAILABLE or http_status(exc) == 404:
                 log.info("assistant.threads.setStatus unavailable (%s); using reactions", error)
                 self.status_available = False
                 return False

@@ -24,7 +24,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from adapters.markdown import settle_partial
 from adapters.slack.inbound import split_message_id
 from adapters.slack.mrkdwn import split_mrkdwn, to_mrkdwn
-from adapters.slack.outbound import Outbound, delivery_error, part_metadata
+from adapters.slack.outbound import Outbound, delivery_error, part_metadata, slack_error_code
 from bot.core.errors import MessageGone
 from bot.core.events import ConversationKey, Draft, Reply
 
@@ -65,7 +65,7 @@ class SlackDrafts:
         try:
             await self.client.chat_delete(channel=channel, ts=ts)
         except SlackApiError as exc:
-            if str(exc.response.get("error", "")) not in GONE:
+            if slack_error_code(exc) not in GONE:
                 raise delivery_error(exc, f"message {message_id}: delete") from exc
         except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
             raise delivery_error(exc, f"message {message_id}: delete") from exc
@@ -98,7 +98,7 @@ class SlackDrafts:
         try:
             response = await self.client.chat_update(channel=channel, ts=ts, text=text, **extra)
         except SlackApiError as exc:
-            if str(exc.response.get("error", "")) == "message_not_found":
+            if slack_error_code(exc) == "message_not_found":
                 raise MessageGone(f"message {message_id}: deleted") from exc
             raise delivery_error(exc, f"message {message_id}: update") from exc
         except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:

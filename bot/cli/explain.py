@@ -96,19 +96,27 @@ def _reply_events(r: OutboxRow, redact: bool) -> list[tuple[float, int, str]]:
     ]
     if r.state == "sent" and r.sent_at is not None:
         parts = printable(", ".join(r.platform_message_ids)) or "-"
-        events.append((r.sent_at, 4, f"posted    r{r.id} after {r.attempts} attempt(s) as {parts}"))
+        failures = f" after {r.attempts} failed attempt(s)" if r.attempts else ""
+        events.append((r.sent_at, 4, f"posted    r{r.id} as {parts}{failures}"))
     elif r.state == "failed":
+        error = printable(r.last_error or "")
         events.append(
             (
                 r.next_attempt_at,
                 4,
-                f"FAILED    r{r.id} after {r.attempts} attempt(s): {printable(r.last_error or '')}",
+                f"FAILED    r{r.id} after {r.attempts} attempt(s): {error} "
+                f"(`burstbot retry r{r.id}` posts it again)",
             )
         )
     else:
+        since = f", failing since {_clock(r.failing_since)}" if r.failing_since else ""
         note = f"; last error: {printable(r.last_error)}" if r.last_error else ""
         events.append(
-            (r.next_attempt_at, 4, f"pending   r{r.id}, {r.attempts} attempt(s) so far{note}")
+            (
+                r.next_attempt_at,
+                4,
+                f"pending   r{r.id}, {r.attempts} failed attempt(s) so far{since}{note}",
+            )
         )
     return events
 

@@ -47,6 +47,11 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument(
         "--redact", action="store_true", help="show message and reply lengths, not their text"
     )
+    retry = commands.add_parser(
+        "retry", help="post again a reply whose delivery failed (see status and explain)"
+    )
+    retry.add_argument("target", help="a reply id (r12) or a conversation: its failed replies")
+    retry.add_argument("--config", help=config_help)
     reload = commands.add_parser(
         "reload", help="make a running `burstbot run` re-read its config (SIGHUP)"
     )
@@ -150,6 +155,26 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
                 print(f"burstbot: {exc}", file=sys.stderr)
                 return EXIT_USAGE
             lines = [await forget(store, args.user, conversation)]
+        elif command == "retry":
+            from bot.ops.requeue import (
+                RequeueStore,
+                reply_id_of,
+                requeue_conversation,
+                requeue_reply,
+            )
+
+            if not isinstance(store, RequeueStore):
+                raise ConfigError("storage.url: this storage backend cannot re-queue replies")
+            reply_id = reply_id_of(args.target)
+            if reply_id is not None:
+                lines = [await requeue_reply(store, reply_id, now)]
+            else:
+                try:
+                    conversation = normalize_conversation_id(args.target)
+                except ValueError as exc:
+                    print(f"burstbot: {exc}", file=sys.stderr)
+                    return EXIT_USAGE
+                lines = [await requeue_conversation(store, store, conversation, now)]
         elif command == "usage":
             from bot.ops.usage import PriceTable, summarize, usage_lines
 
@@ -214,6 +239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return EXIT_USAGE
         verbose = getattr(args, "verbose", False)
         configure_logging(config, verbose=verbose)
+        for deprecation in config.deprecations():
+            logging.getLogger("burstbot").warning(deprecation)
         if args.command == "run":
             if refusal := workers_refusal(config, args.workers):
                 raise ConfigError(refusal)

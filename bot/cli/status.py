@@ -67,9 +67,10 @@ async def status_lines(
     failed = sum(i.outbox_failed for i in active)
     leased = sum(1 for i in active if i.state.lease_owner is not None)
     waiting = sum(1 for i in active if i.pending_messages)
+    retry = " (`burstbot retry CONVERSATION` posts them again)" if failed else ""
     lines.append(
         f"{len(active)} in flight: {waiting} with pending input, {leased} leased; "
-        f"outbox {pending} pending, {failed} failed"
+        f"outbox {pending} pending, {failed} failed{retry}"
     )
     recent = await inspector.list_conversations(
         active_only=False, limit=1_000_000 if show_all else limit

@@ -16,8 +16,15 @@ Rules:
 - A reply that finishes a streamed draft edits it (its first part) under this claim: the commit
   never waits on a rate-limited edit. A draft whose post outcome is unknown is found first
   (`locate_draft`), and the row waits while that post may still land unseen.
-- A failed post is retried with exponential backoff, never sooner than the platform's Retry-After;
-  a permanent error, or `delivery_max_attempts` attempts, marks the row `failed` and logs it.
+- No silent give-up (G13): a transient failure (outage, 5xx, timeout, a page that is not the
+  platform's answer) is retried with exponential backoff and jitter, capped at
+  `delivery_backoff_max_seconds` so a reply goes out soon after the platform recovers, for
+  `delivery_give_up_hours` from the reply's first failure; a rate limit waits its Retry-After.
+  Only a permanent error, or the horizon running out, marks the row `failed`, with its reason; it
+  stays visible (status, explain, a gauge) until `burstbot retry` re-queues it.
+- `attempts` counts failures only: a claim (a restart, a claim lost and taken again) and a rate
+  limit are not attempts. Each failure is one warning line; only an adapter bug (an exception
+  outside the error tree) logs a traceback.
 
 Two callers: the engine delivers the reply it has just committed inline (`reply_id`), so the answer
 goes out before its worker frees the slot; the scheduler's sweep (no `reply_id`) starts one task
@@ -29,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections.abc import Callable, Mapping
 
 from bot.core.clock import Clock
@@ -44,6 +52,7 @@ from bot.core.streaming import locate_draft
 log = logging.getLogger("burstbot.outbox")
 
 DELIVERY_BATCH = 16
+HOUR = 3600.0
 
 
 class ClaimFence:
@@ -208,7 +217,7 @@ class Outbox:
             text=row.text,
             covers_to_version=row.covers_to_version,
             reply_to_message_id=row.reply_to_message_id,
-            attempt=row.attempts,
+            attempt=row.claim_token,  # > 1: an earlier claim may have posted parts
             already_posted=row.platform_message_ids,  # parts a failed attempt got out
             fence=fence,
             draft=await self._draft_of(row, key),
@@ -255,25 +264,40 @@ class Outbox:
         log.warning("reply r%d: delivery claim lost; stopped (its new holder delivers it)", row.id)
 
     async def _retry(self, row: OutboxRow, exc: Exception) -> None:
-        retry_after = exc.retry_after if isinstance(exc, RetryableDeliveryError) else None
         if not isinstance(exc, RetryableDeliveryError):
             log.error("reply r%d: adapter crashed while posting", row.id, exc_info=exc)
-        if row.attempts >= self.settings.delivery_max_attempts:
-            await self._failed(row, f"gave up after {row.attempts} attempts: {exc}")
+        retry_after = exc.retry_after if isinstance(exc, RetryableDeliveryError) else None
+        now = self.clock.now()
+        failing_since = now if row.failing_since is None else row.failing_since
+        horizon = self.settings.delivery_give_up_hours
+        if now - failing_since >= horizon * HOUR:
+            await self._failed(row, f"gave up after {horizon:g} h of failures: {exc}")
             return
-        delay = self.settings.delivery_backoff_seconds * 2 ** (row.attempts - 1)
-        delay = max(delay, retry_after or 0.0)
-        at = self.clock.now() + delay
-        if await self.store.mark_retry(row.id, row.claim_token, at, str(exc)):
-            self.signals.emit("delivery_retry", reply_id=row.id, attempt=row.attempts, delay=delay)
-            log.warning("reply r%d: delivery failed (%s); retry in %.1fs", row.id, exc, delay)
+        rate_limited = retry_after is not None  # the platform pacing us: not a failed attempt
+        attempts = row.attempts + (0 if rate_limited else 1)
+        delay = retry_after if retry_after is not None else self._backoff(attempts)
+        if await self.store.mark_retry(
+            row.id, row.claim_token, now + delay, str(exc), now, counts=not rate_limited
+        ):
+            self.signals.emit("delivery_retry", reply_id=row.id, attempt=attempts, delay=delay)
+            log.warning("reply r%d: delivery failed (%s); retry in %.1fs (%d failed attempt(s) "
+                        "in %.0fs)", row.id, exc, delay, attempts, now - failing_since)  # fmt: skip
         else:
             self._claim_lost(row)
+
+    def _backoff(self, attempts: int) -> float:
+        """Doubling from `delivery_backoff_seconds`, capped; the upper half of that, at random,
+        so replies failing together do not all come back at once."""
+        settings = self.settings
+        doubled = settings.delivery_backoff_seconds * 2.0 ** min(attempts - 1, 32)
+        capped = min(settings.delivery_backoff_max_seconds, doubled)
+        return capped / 2 + random.uniform(0, capped / 2)
 
     async def _failed(self, row: OutboxRow, error: str) -> None:
         if not await self.store.mark_failed(row.id, row.claim_token, error):
             self._claim_lost(row)
             return
         self.signals.emit("delivery_failed", reply_id=row.id, error=error)
-        log.error("reply r%d: permanent delivery failure: %s", row.id, error)
+        log.error("reply r%d: delivery failed for good: %s (`burstbot retry r%d` re-queues it)",
+                  row.id, error, row.id)  # fmt: skip
         self.on_settled()

@@ -18,8 +18,9 @@ class EngineSettings:
     max_concurrent_generations: int = 8
     poll_seconds: float = 1.0
     busy_retry_seconds: float = 1.0
-    delivery_max_attempts: int = 8
     delivery_backoff_seconds: float = 1.0
+    delivery_backoff_max_seconds: float = 30.0
+    delivery_give_up_hours: float = 24.0
     indicator_delay_seconds: float = 1.0
     model_max_attempts: int = 3
     model_backoff_seconds: float = 2.0
@@ -43,8 +44,9 @@ class EngineSettings:
             max_concurrent_generations=config.engine.max_concurrent_generations,
             poll_seconds=config.engine.poll_seconds,
             busy_retry_seconds=config.engine.busy_retry_seconds,
-            delivery_max_attempts=config.engine.delivery_max_attempts,
             delivery_backoff_seconds=config.engine.delivery_backoff_seconds,
+            delivery_backoff_max_seconds=config.engine.delivery_backoff_max_seconds,
+            delivery_give_up_hours=config.engine.delivery_give_up_hours,
             indicator_delay_seconds=config.engine.indicator_delay_seconds,
             model_max_attempts=config.llm.max_attempts,
             model_backoff_seconds=config.llm.retry_backoff_seconds,

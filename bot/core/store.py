@@ -133,7 +133,7 @@ class OutboxRow:
     text: str
     kind: str
     state: OutboxState
-    attempts: int
+    attempts: int  # failed attempts to post (claims and rate limits are not attempts)
     next_attempt_at: float
     reply_to_message_id: str | None
     platform_message_ids: tuple[str, ...]
@@ -145,6 +145,7 @@ class OutboxRow:
     draft_message_id: str | None = None  # None with a key: posted, but its id was never recorded
     draft_created_at: float | None = None
     draft_reply_to: str | None = None
+    failing_since: float | None = None  # its first failure: the give-up horizon runs from here
 
     @property
     def draft(self) -> Draft | None:
@@ -356,10 +357,22 @@ class Store(Protocol):
         ...
 
     async def mark_retry(
-        self, reply_id: int, claim_token: int, next_attempt_at: float, error: str
-    ) -> bool: ...
+        self,
+        reply_id: int,
+        claim_token: int,
+        next_attempt_at: float,
+        error: str,
+        failed_at: float,
+        counts: bool = True,
+    ) -> bool:
+        """Release the claim until `next_attempt_at`; a failure that `counts` (not a rate limit)
+        adds an attempt, and the first failure starts the give-up horizon (`failing_since`)."""
+        ...
 
-    async def mark_failed(self, reply_id: int, claim_token: int, error: str) -> bool: ...
+    async def mark_failed(self, reply_id: int, claim_token: int, error: str) -> bool:
+        """Settle the row as failed (a permanent error, or the horizon ran out): it stays until
+        an operator re-queues it (`burstbot retry`)."""
+        ...
 
     # the thinking indicator: recorded, so whoever posts the reply takes it down -------------
     async def record_indicator(self, conversation_id: str, at: str, version: int) -> bool:

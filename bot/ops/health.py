@@ -3,14 +3,15 @@
 `/healthz` is 200 only while the store answers a query and every front end can receive (Slack's
 socket or HTTP listener, Discord's gateway session); the body names each part and its state, so
 a container healthcheck or a monitor sees which part failed. The gauges are read at scrape time:
-outbox depth and the age of the oldest unanswered message come from the store (every process's
-work), generations in flight from this process.
+outbox depth, replies failed for good and the age of the oldest unanswered message come from the
+store (every process's work), generations in flight from this process.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from bot.core.clock import Clock
@@ -21,11 +22,16 @@ from bot.ops.metrics import Metrics
 STORE_CHECK_SECONDS = 4.0
 
 
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    outbox_depth: int  # replies waiting in the outbox
+    oldest_pending_at: float | None  # when the oldest unanswered message arrived
+    outbox_failed: int  # replies that failed for good, until `burstbot retry`
+
+
 @runtime_checkable
 class BacklogStore(Protocol):
-    async def backlog(self) -> tuple[int, float | None]:
-        """Replies waiting in the outbox, and when the oldest unanswered message arrived."""
-        ...
+    async def backlog(self) -> Backlog: ...
 
 
 class Health:
@@ -59,7 +65,9 @@ class Health:
     async def refresh(self) -> None:
         self.metrics.generations_in_flight.set(self.in_flight())
         if isinstance(self.store, BacklogStore):
-            depth, oldest = await self.store.backlog()
+            backlog = await self.store.backlog()
+            oldest = backlog.oldest_pending_at
             age = 0.0 if oldest is None else max(0.0, self.clock.now() - oldest)
-            self.metrics.outbox_depth.set(depth)
+            self.metrics.outbox_depth.set(backlog.outbox_depth)
             self.metrics.oldest_pending_age.set(age)
+            self.metrics.outbox_failed.set(backlog.outbox_failed)

@@ -76,6 +76,11 @@ class Metrics:
         self.outbox_depth = Gauge(
             "burstbot_outbox_depth", "Replies waiting in the outbox (every process)", registry=r
         )
+        self.outbox_failed = Gauge(
+            "burstbot_outbox_failed",
+            "Replies that failed for good and wait for `burstbot retry` (every process)",
+            registry=r,
+        )
         self.oldest_pending_age = Gauge(
             "burstbot_oldest_pending_message_age_seconds",
             "Age of the oldest unanswered message (every process; 0 when none)",

@@ -44,7 +44,7 @@
 #define MAXSTALL 1   /* leases or claims lost by a holder that still works on them */
 #endif
 #ifndef MAXATT
-#define MAXATT   2   /* delivery attempts before mark_failed */
+#define MAXATT   2   /* claims of a reply that may end in mark_retry (bounds the search) */
 #endif
 #define NW       2   /* worker processes (the Gen/Del/crash steps are written out for two) */
 #define NPART    2   /* parts of a reply */
@@ -88,7 +88,7 @@ byte r_seen[NMSG];       /* the burst its text answered: (r_seen, r_to] */
 bool r_stale[NMSG];      /* committed while newer input existed and the deadline had not passed */
 byte r_state[NMSG];
 byte r_owner[NMSG];      /* claim_owner: 0 = NULL, else worker + 1 */
-byte r_claims[NMSG];     /* claim_token and attempts: both +1 per claim, so one counter */
+byte r_claims[NMSG];     /* claim_token: +1 per claim (attempts count failures: not modelled) */
 bool r_expired[NMSG];    /* claim_expires_at < now */
 
 /* the platform, raw: posts received per (row, part); per message, the row whose post first
@@ -446,8 +446,8 @@ end:
           d_renew_failed[w] = true
        fi }
 #endif
-  /* mark_retry (releases the claim; next_attempt_at is abstract), or mark_failed after MAXATT
-     attempts or on a permanent error */
+  /* mark_retry (releases the claim; next_attempt_at is abstract) while fewer than MAXATT claims,
+     or mark_failed at any time: a permanent error, or the give-up horizon ran out */
   :: atomic { d_pc[w] == D_ERR ->
        if
        :: d_tok[w] < MAXATT -> d_step { mark_retry(w) }

@@ -363,11 +363,12 @@ async def test_claims_are_exclusive_until_they_expire(store: Store) -> None:
     await store.ingest(msg(1), NOW, T)
     row = await answer(store)
     [mine] = await store.claim_replies("a", NOW, 30.0, ["test"], 10)
-    assert mine.id == row.id and mine.attempts == 1
+    assert mine.id == row.id and mine.claim_token == 1
     assert await store.claim_replies("b", NOW + 10, 30.0, ["test"], 10) == []
     assert await store.claim_replies("b", NOW + 31, 30.0, ["other"], 10) == []
     [theirs] = await store.claim_replies("b", NOW + 31, 30.0, ["test"], 10)
-    assert theirs.attempts == 2
+    assert theirs.claim_token == 2
+    assert theirs.attempts == 0  # a claim taken over (a restart, a stall) is not a failed attempt
 
 
 async def test_a_commit_can_claim_its_reply_for_delivery(store: Store) -> None:
@@ -380,7 +381,7 @@ async def test_a_commit_can_claim_its_reply_for_delivery(store: Store) -> None:
     claim = ClaimRequest("a", 30.0, ("test",))
     done = await store.commit(CID, check, NOW, T, NewReply("first"), None, claim)
     assert isinstance(done, Committed) and done.claimed and done.reply is not None
-    assert (done.reply.attempts, done.reply.claim_token) == (1, 1)
+    assert (done.reply.attempts, done.reply.claim_token) == (0, 1)
     assert await store.claim_replies("b", NOW + 10, 30.0, ["test"], 10) == []  # claimed by "a"
     # the next reply waits behind the first (G9): committed, not claimed
     await store.ingest(msg(2), NOW + 1, T)
@@ -416,16 +417,52 @@ async def test_retry_waits_and_failed_is_final(store: Store) -> None:
     await store.ingest(msg(1), NOW, T)
     row = await answer(store)
     [claimed] = await store.claim_replies("a", NOW, 30.0, ["test"], 10)
-    assert not await store.mark_retry(row.id, claimed.claim_token - 1, NOW + 5, "x")
-    assert await store.mark_retry(row.id, claimed.claim_token, NOW + 5, "timeout")
+    assert not await store.mark_retry(row.id, claimed.claim_token - 1, NOW + 5, "x", NOW)
+    assert await store.mark_retry(row.id, claimed.claim_token, NOW + 5, "timeout", NOW)
     assert await store.next_outbox_at(["test"]) == NOW + 5
     assert await store.claim_replies("a", NOW + 4, 30.0, ["test"], 10) == []
     [again] = await store.claim_replies("a", NOW + 5, 30.0, ["test"], 10)
-    assert again.last_error == "timeout"
+    assert (again.last_error, again.attempts, again.failing_since) == ("timeout", 1, NOW)
     assert not await store.mark_failed(row.id, claimed.claim_token, "stale")  # claimed again
     assert await store.mark_failed(row.id, again.claim_token, "channel gone")
-    assert (await store.replies(CID))[0].state == "failed"
+    [failed] = await store.replies(CID)
+    assert (failed.state, failed.attempts) == ("failed", 2)
     assert await store.claim_replies("a", NOW + 100, 30.0, ["test"], 10) == []
+
+
+async def test_a_rate_limit_is_no_attempt_but_starts_the_horizon(store: Store) -> None:
+    await store.ingest(msg(1), NOW, T)
+    row = await answer(store)
+    [claimed] = await store.claim_replies("a", NOW + 1, 30.0, ["test"], 10)
+    assert await store.mark_retry(row.id, claimed.claim_token, NOW + 9, "429", NOW + 1, False)
+    [again] = await store.claim_replies("a", NOW + 9, 30.0, ["test"], 10)
+    assert (again.attempts, again.failing_since) == (0, NOW + 1)
+    assert await store.mark_retry(row.id, again.claim_token, NOW + 12, "503", NOW + 10)
+    [third] = await store.claim_replies("a", NOW + 12, 30.0, ["test"], 10)
+    assert (third.attempts, third.failing_since) == (1, NOW + 1)  # from the first failure
+
+
+async def test_a_failed_reply_is_requeued_by_hand(store: Store) -> None:
+    from storage.upkeep import Upkeep
+
+    assert isinstance(store, Upkeep)
+    await store.ingest(msg(1), NOW, T)
+    row = await answer(store)
+    assert await store.requeue_failed(row.id, None, NOW) == []  # pending: nothing to re-queue
+    [claimed] = await store.claim_replies("a", NOW, 30.0, ["test"], 10)
+    assert await store.mark_retry(row.id, claimed.claim_token, NOW + 5, "503", NOW)
+    [claimed] = await store.claim_replies("a", NOW + 5, 30.0, ["test"], 10)
+    assert await store.mark_failed(row.id, claimed.claim_token, "gave up")
+    assert (await store.backlog()).outbox_failed == 1
+    assert await store.requeue_failed(None, CID, NOW + 100) == [row.id]
+    [requeued] = await store.replies(CID)
+    assert (requeued.state, requeued.attempts, requeued.failing_since) == ("pending", 0, None)
+    assert (requeued.next_attempt_at, requeued.last_error) == (NOW + 100, "gave up")
+    assert (await store.backlog()).outbox_failed == 0
+    [claimed] = await store.claim_replies("b", NOW + 100, 30.0, ["test"], 10)
+    assert claimed.id == row.id and claimed.attempts == 0
+    assert await store.reply_state(row.id) == "pending"
+    assert await store.reply_state(row.id + 100) is None
 
 
 @pytest.mark.parametrize("rows", [3])
@@ -470,7 +507,9 @@ async def test_a_conversations_replies_are_claimed_one_at_a_time_in_commit_order
     [mine] = [r for r in claimed if r.id == first.id]
     [theirs] = [r for r in claimed if r.id != first.id]
     assert await store.mark_sent(theirs.id, theirs.claim_token, ["o1"], NOW + 4)
-    assert await store.mark_retry(first.id, mine.claim_token, NOW + 60, "429 Retry-After: 56")
+    assert await store.mark_retry(
+        first.id, mine.claim_token, NOW + 60, "429 Retry-After: 56", NOW + 4
+    )
     assert await store.claim_replies("b", NOW + 5, 30.0, ["test"], 10) == []
     assert await store.next_outbox_at(["test"]) == NOW + 60  # not the waiting second reply's
     [again] = await store.claim_replies("b", NOW + 60, 30.0, ["test"], 10)
@@ -490,7 +529,7 @@ async def test_a_claim_is_fenced_by_its_token_and_renewals_keep_it(store: Store)
     assert not await store.renew_claim(row.id, first.claim_token, NOW + 57, 30.0)
     assert not await store.mark_sent(row.id, first.claim_token, ["stale"], NOW + 57)
     assert not await store.mark_failed(row.id, first.claim_token, "stale")
-    assert not await store.mark_retry(row.id, first.claim_token, NOW + 90, "stale")
+    assert not await store.mark_retry(row.id, first.claim_token, NOW + 90, "stale", NOW + 57)
     assert await store.mark_sent(row.id, second.claim_token, ["p1"], NOW + 58)
     [sent] = await store.replies(CID)
     assert (sent.state, sent.platform_message_ids) == ("sent", ("p1",))

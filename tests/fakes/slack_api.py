@@ -13,7 +13,10 @@ http://127.0.0.1:3000/slack/events --signing-secret S`. `POST /fake/say` (form: 
 `text`, optional `user`, `thread_ts`) is a person writing: the message lands in history and is
 sent once as a signed event, as Slack does (if nobody listens, the event is lost); `GET
 /fake/posts` lists what bots posted (as the messages read now), and `GET /fake/calls` the
-`chat.*` calls bots made, in order (method, ts, text).
+`chat.*` calls bots made, in order (method, ts, text). `POST /fake/outage` (form: `on=1`, `on=0`)
+starts and ends an outage: meanwhile every Web API call is answered by the load balancer in front
+of Slack, a plain-text 503 (`UPSTREAM_DOWN`); tests set `outage` or `fail` with a `page` for the
+same.
 
 Bots' messages can be updated (`chat.update`: the bot's own message, text within Slack's limit,
 metadata replaced when given) and deleted (`chat.delete`), as on Slack.
@@ -48,6 +51,16 @@ class Failure:
     error: str = "internal_error"
     headers: dict[str, str] = field(default_factory=dict)
     lands: bool = False  # the call takes effect, but the caller sees the failure
+    page: str | None = None  # a body that is not Slack's JSON: what a load balancer answers
+    content_type: str = "text/plain"  # of `page`
+
+
+UPSTREAM_DOWN = Failure(
+    status=503,
+    page="upstream connect error or disconnect/reset before headers. "
+    "reset reason: connection failure",
+)
+"""What the load balancer in front of the Web API answers while Slack behind it is down."""
 
 
 @dataclass
@@ -102,6 +115,7 @@ class FakeSlackApi:
         self.chat_log: list[dict[str, str]] = []  # chat.* calls that took effect: method, ts, text
         self.deleted: list[str] = []
         self.failures: dict[str, list[Failure]] = {}
+        self.outage: Failure | None = None  # while set, every Web API call gets this answer
         self.holds: dict[str, asyncio.Event] = {}
         self.delays: dict[str, float] = {}
         self.held: dict[str, asyncio.Event] = {}
@@ -128,6 +142,7 @@ class FakeSlackApi:
         app.router.add_post("/fake/say", self._say)
         app.router.add_get("/fake/posts", self._posts)
         app.router.add_get("/fake/calls", self._chat_calls)
+        app.router.add_post("/fake/outage", self._switch_outage)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", port)
@@ -220,6 +235,13 @@ class FakeSlackApi:
     async def _chat_calls(self, request: web.Request) -> web.Response:
         return web.json_response(self.chat_log)
 
+    async def _switch_outage(self, request: web.Request) -> web.Response:
+        """`on=1`: every Web API call gets the load balancer's plain-text 503 until `on=0`."""
+        form = await request.post()
+        self.outage = UPSTREAM_DOWN if form.get("on", "1") == "1" else None
+        logging.getLogger("fake-slack").warning("outage %s", "on" if self.outage else "off")
+        return web.json_response({"outage": self.outage is not None})
+
     def posts(self, channel: str | None = None) -> list[PostedMessage]:
         return [m for m in self.messages if m.bot_id and (channel is None or m.channel == channel)]
 
@@ -236,6 +258,8 @@ class FakeSlackApi:
             else:
                 args.update(dict(await request.post()))
         self.calls.append((method, args))
+        if self.outage is not None:  # the load balancer answers; Slack never sees the call
+            return self._failure(self.outage)
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
         expected = self.app_token if method == "apps.connections.open" else self.token
         if token != expected:
@@ -258,6 +282,13 @@ class FakeSlackApi:
 
     @staticmethod
     def _failure(failure: Failure) -> web.Response:
+        if failure.page is not None:
+            return web.Response(
+                text=failure.page,
+                status=failure.status,
+                content_type=failure.content_type,
+                headers=failure.headers,
+            )
         return web.json_response(
             {"ok": False, "error": failure.error}, status=failure.status, headers=failure.headers
         )

@@ -1,0 +1,59 @@
+"""`burstbot retry CONVERSATION|REPLY`: a reply whose delivery failed for good, posted again.
+
+Rules:
+
+- Only a `failed` reply is re-queued: pending again, due now, its failed attempts forgotten (the
+  give-up horizon starts anew), its last error kept for `explain`. A pending or sent reply is
+  left alone: the outbox owns it.
+- `REPLY` is a reply id as `status` and `explain` show it (`r12`, or `12`); a conversation id
+  re-queues every failed reply of that conversation, delivered in commit order.
+- A running `burstbot run` picks it up like any reply (woken at once on PostgreSQL, on its next
+  poll on SQLite); the reply's idempotency key still guards against a double post.
+- An id that names nothing, or nothing failed, is one line and no change.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Protocol, runtime_checkable
+
+from bot.core.errors import BurstbotError
+from bot.ops.inspection import StoreInspector
+
+REPLY_ID = re.compile(r"r?(\d+)")
+
+
+@runtime_checkable
+class RequeueStore(Protocol):
+    async def requeue_failed(
+        self, reply_id: int | None, conversation_id: str | None, now: float
+    ) -> list[int]: ...
+
+    async def reply_state(self, reply_id: int) -> str | None: ...
+
+
+def reply_id_of(target: str) -> int | None:
+    """The reply id `target` names (`r12` or `12`), or None: then it names a conversation."""
+    found = REPLY_ID.fullmatch(target.strip())
+    return int(found.group(1)) if found else None
+
+
+async def requeue_reply(store: RequeueStore, reply_id: int, now: float) -> str:
+    if await store.requeue_failed(reply_id, None, now):
+        return f"re-queued r{reply_id}: a running burstbot posts it now"
+    state = await store.reply_state(reply_id)
+    if state is None:
+        raise BurstbotError(f"no reply r{reply_id} (see `burstbot explain CONVERSATION`)")
+    raise BurstbotError(f"reply r{reply_id} is {state}, not failed: nothing to retry")
+
+
+async def requeue_conversation(
+    store: RequeueStore, inspector: StoreInspector, conversation_id: str, now: float
+) -> str:
+    requeued = await store.requeue_failed(None, conversation_id, now)
+    if requeued:
+        ids = ", ".join(f"r{reply_id}" for reply_id in requeued)
+        return f"re-queued {ids} of {conversation_id}: a running burstbot posts them now"
+    if await inspector.conversation_state(conversation_id) is None:
+        raise BurstbotError(f"no conversation {conversation_id!r} (see `burstbot status --all`)")
+    raise BurstbotError(f"no failed reply in {conversation_id}: nothing to retry")
