@@ -82,13 +82,18 @@ class Bot:
 
 @asynccontextmanager
 async def running(
-    fake: FakeDiscord, db: str, clock: FakeClock, catch_up: bool = True
+    fake: FakeDiscord,
+    db: str,
+    clock: FakeClock,
+    catch_up: bool = True,
+    catch_up_section: dict[str, Any] | None = None,
 ) -> AsyncIterator[Bot]:
     config = DiscordConfig(enabled=True, listen_channels=[str(LISTENED)])
     frontend = frontend_for(fake, clock, config)
     store = SqliteStore(db)
     replier = ScriptedReplier()
-    app = App(engine_config(), store, replier, [frontend], clock=clock, owner="w1")
+    engine = engine_config(catch_up=catch_up_section)
+    app = App(engine, store, replier, [frontend], clock=clock, owner="w1")
     await store.open()
     connecting_at = clock.now()
     await frontend.start(app)
@@ -234,9 +239,42 @@ async def test_catch_up_after_a_new_gateway_session_and_past_a_rate_limit(
         fake.said(DM, ALICE, "during the gap")
         limited = {"message": "You are being rate limited.", "retry_after": 60.0, "global": False}
         fake.read_failures[DM] = [Failure(429, limited, {"Retry-After": "60"})]
-        reads = len(fake.reads)
         await fake.close_gateway()  # Discord cannot resume the session: READY again
-        await until(lambda: len(fake.reads) > reads + 1, clock)
+
+        async def caught_up() -> bool:
+            return len(await bot.store.messages(DM_KEY.id)) == 2
+
+        await until(caught_up, clock)  # past the 429 on the DM's first read
         await bot.settle()
         await bot.step(1.5)
         assert [c.texts for c in bot.replier.calls] == [["before the gap"], ["during the gap"]]
+
+
+async def test_a_dm_in_a_conversation_quiet_longer_than_the_window_is_answered(
+    fake: FakeDiscord, tmp_path: Path
+) -> None:
+    window = {"max_age_hours": 0.03}  # 108 s
+    db, now = str(tmp_path / "d.db"), datetime.datetime.now(datetime.UTC)
+    earlier = now - datetime.timedelta(seconds=300)
+    async with running(fake, db, FakeClock(start=earlier.timestamp()), True, window) as bot:
+        first = fake.message(DM, ALICE, "hello", id=str(snowflake_at(earlier)))
+        await fake.dispatch("MESSAGE_CREATE", first)
+        await until(lambda: bot.store.current_version(DM_KEY.id))
+        await bot.settle()
+        await bot.step(1.5)
+        assert len(fake.created) == 1
+    # five quiet minutes; the bot is down for the last ones
+    too_old = now - datetime.timedelta(seconds=200)
+    fake.said(DM, ALICE, "sent before the window: left alone", id=str(snowflake_at(too_old)))
+    fake.said(DM, ALICE, "are you still there?")
+    fake.said(GENERAL, ALICE, "chatter in a channel we never served")
+    async with running(fake, db, FakeClock(start=now.timestamp()), True, window) as bot:
+        await bot.settle()
+        await bot.step(1.5)
+        assert [c.texts for c in bot.replier.calls] == [["are you still there?"]]
+        assert [int(p["channel_id"]) for p in fake.created] == [DM, DM]
+        await check_invariants(bot.store, [DM_KEY.id])
+    async with running(fake, db, FakeClock(start=now.timestamp() + 5), True, window) as bot:
+        await bot.settle()
+        await bot.step(10)
+        assert len(fake.created) == 2 and bot.replier.calls == []  # nothing new posted
