@@ -123,18 +123,21 @@ async def until(condition: Callable[[], Any], clock: FakeClock | None = None) ->
         await asyncio.sleep(0.01)
 
 
-def failing_first(store: SqliteStore, monkeypatch: pytest.MonkeyPatch, times: int) -> list[str]:
-    """The store refuses the first `times` ingests (a busy database); returns every attempt."""
+def failing_first(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch, times: int, method: str = "ingest"
+) -> list[str]:
+    """The store refuses the first `times` calls of `method` (`ingest`, `edit`, `delete`: a busy
+    database); returns every attempt's message id."""
     attempts: list[str] = []
-    real = store.ingest
+    real = getattr(store, method)
 
-    async def ingest(message: Any, *args: Any) -> Any:
-        attempts.append(message.message_id)
+    async def refusing(event: Any, *args: Any) -> Any:
+        attempts.append(event.message_id)
         if len(attempts) <= times:
             raise StoreError("database is locked")
-        return await real(message, *args)
+        return await real(event, *args)
 
-    monkeypatch.setattr(store, "ingest", ingest)
+    monkeypatch.setattr(store, method, refusing)
     return attempts
 
 
@@ -156,6 +159,46 @@ async def test_a_message_whose_first_two_store_attempts_fail_is_answered_once(
         [post] = fake.created
         assert post["request"]["content"] == "reply to: are you up?"
         assert attempts == [message["id"]] * 3
+        await check_invariants(bot.store, [DM_KEY.id])
+
+
+async def test_an_edit_whose_first_two_store_attempts_fail_is_applied(
+    fake: FakeDiscord, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock(start=time.time())
+    async with running(fake, str(tmp_path / "d.db"), clock, catch_up=False) as bot:
+        message = fake.message(DM, ALICE, "helo")
+        await fake.dispatch("MESSAGE_CREATE", message)
+        await until(lambda: bot.store.current_version(DM_KEY.id))
+        attempts = failing_first(bot.store, monkeypatch, times=2, method="edit")
+        edited = datetime.datetime.now(datetime.UTC).isoformat()
+        await fake.dispatch(
+            "MESSAGE_UPDATE", {**message, "content": "hello", "edited_timestamp": edited}
+        )
+        await until(lambda: len(attempts) == 3, clock)
+        await bot.step(1.5)
+        assert [c.texts for c in bot.replier.calls] == [["hello"]]
+        await check_invariants(bot.store, [DM_KEY.id])
+
+
+async def test_a_delete_whose_first_two_store_attempts_fail_is_applied(
+    fake: FakeDiscord, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock(start=time.time())
+    async with running(fake, str(tmp_path / "d.db"), clock, catch_up=False) as bot:
+        kept, regretted = fake.message(DM, ALICE, "hello"), fake.message(DM, ALICE, "oops")
+        await fake.dispatch("MESSAGE_CREATE", kept)
+        await fake.dispatch("MESSAGE_CREATE", regretted)
+
+        async def both_stored() -> bool:
+            return len(await bot.store.messages(DM_KEY.id)) == 2
+
+        await until(both_stored)
+        attempts = failing_first(bot.store, monkeypatch, times=2, method="delete")
+        await fake.dispatch("MESSAGE_DELETE", {"id": regretted["id"], "channel_id": str(DM)})
+        await until(lambda: len(attempts) == 3, clock)
+        await bot.step(1.5)
+        assert [c.texts for c in bot.replier.calls] == [["hello"]]
         await check_invariants(bot.store, [DM_KEY.id])
 
 
