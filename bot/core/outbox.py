@@ -254,4 +254,5 @@ class Outbox:
             return
         self.signals.emit("delivery_failed", reply_id=row.id, error=error)
         log.error("reply r%d: permanent delivery failure: %s", row.id, error)
+        self.indicator.clear(ConversationKey.parse(row.conversation_id))
         self.on_settled()
