@@ -376,15 +376,20 @@ class App:
         notices in flight finish within the grace period (then cancel them); stop the front
         ends; release our leases and delivery claims; close the store."""
         for frontend in started:
-            with contextlib.suppress(Exception):
+            try:
                 await stop_intake(frontend)
+            except Exception as exc:  # shutdown goes on: the platform retries what it cannot hand
+                log.warning("shutdown: %s could not stop taking events (%r)", frontend.platform,
+                            exc)  # fmt: skip
         self.engine.stop_taking_work()
         self.scheduler.stop()
         await asyncio.gather(scheduler, return_exceptions=True)
         await self.engine.finish(self.shutdown_grace, self._notices)
         for frontend in started:
-            with contextlib.suppress(Exception):
+            try:
                 await frontend.stop()
+            except Exception as exc:  # shutdown goes on: leases and the store still need closing
+                log.warning("shutdown: %s did not stop cleanly (%r)", frontend.platform, exc)
         try:
             await self.engine.release()
         except StoreError as exc:  # they expire by themselves; the store must still be closed
@@ -396,5 +401,7 @@ class App:
         await self.store.close()
         closer = getattr(self.engine.replier, "aclose", None)
         if closer is not None:
-            with contextlib.suppress(Exception):
+            try:
                 await closer()
+            except Exception as exc:  # only the model client's connections are left behind
+                log.warning("shutdown: the model client did not close cleanly (%r)", exc)

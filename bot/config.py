@@ -217,6 +217,7 @@ class CatchUpConfig(Section):
     enabled: bool = True
     max_age_hours: float = Field(default=24.0, gt=0)
     max_pages: int = Field(default=10, ge=1)
+    max_requests: int = Field(default=1000, ge=1)
 
 
 class RetentionConfig(Section):

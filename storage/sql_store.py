@@ -342,9 +342,8 @@ class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn]):
     async def unhold(self, message: IncomingMessage) -> None:
         await self._rows("unhold_message", codec.message_params(message, 0.0))
 
-    async def catch_up_points(self, platform: str, since: float, before: float,
-                              ) -> dict[str, str | None]:  # fmt: skip
-        params = {"platform": platform, "since": since, "before": before}
+    async def catch_up_points(self, platform: str, before: float) -> dict[str, str | None]:
+        params = {"platform": platform, "before": before}
         return {str(r[0]): r[1] for r in await self._rows("catch_up_points", params)}
 
     # cost-guard counters (bot.ops.guards.CounterStore) ---------------------------------------

@@ -475,15 +475,20 @@ WHERE platform = :platform ORDER BY held_at, message_uid LIMIT :limit;
 DELETE FROM held_messages WHERE message_uid = :uid;
 
 -- name: catch_up_points
--- Each conversation of a platform with a message stored since :since, and the platform id of its
--- newest message stored before :before (NULL: none); catch-up fetches what came after it.
-SELECT c.id, (SELECT m.message_id FROM messages m
-              WHERE m.conversation_id = c.id AND m.created_at < :before
-              ORDER BY m.seq DESC LIMIT 1) AS message_id
-FROM conversations c
-WHERE c.platform = :platform
-  AND c.id IN (SELECT r.conversation_id FROM messages r WHERE r.created_at >= :since)
-ORDER BY c.id;
+-- Every conversation of a platform, however long quiet, most recently active first, with the
+-- platform id of its newest message stored before :before (NULL: none; such a conversation was
+-- first seen after the cut-off and counts as the most recent). Catch-up fetches what came after.
+SELECT id, message_id FROM (
+  SELECT c.id,
+         (SELECT m.message_id FROM messages m
+          WHERE m.conversation_id = c.id AND m.created_at < :before
+          ORDER BY m.seq DESC LIMIT 1) AS message_id,
+         (SELECT MAX(m.created_at) FROM messages m
+          WHERE m.conversation_id = c.id AND m.created_at < :before) AS active_at
+  FROM conversations c
+  WHERE c.platform = :platform
+) known
+ORDER BY COALESCE(active_at, :before) DESC, id;
 
 -- attachments (bot/core/attachments.py, storage/files.py) ---------------------------------------
 

@@ -44,7 +44,7 @@ from storage.queries import load_queries, migrations
 from storage.rows import Params, Row
 from storage.sql_store import SqlStore
 from storage.sqlite_batch import IngestBatcher, QueuedIngest, apply_ingest_batch
-from storage.sqlite_group import GroupCommit
+from storage.sqlite_group import GroupCommit, roll_back
 from storage.sqlite_lock import WriteLock
 from storage.sqlite_thread import to_completion
 from storage.sqlite_turn import WriterTurn
@@ -185,8 +185,7 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         except sqlite3.Error as exc:
             raise StoreError(f"cannot begin transaction: {exc}") from exc
         except asyncio.CancelledError:  # BEGIN ran; undo it before giving up the lock
-            with contextlib.suppress(Exception):
-                await to_completion(db.execute("ROLLBACK"))
+            await roll_back(db, "a cancelled BEGIN")
             raise
 
     def _give_back_turn_if_idle(self) -> None:

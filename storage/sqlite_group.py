@@ -20,7 +20,7 @@ Rules that keep it correct:
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -31,6 +31,8 @@ import aiosqlite
 from bot.core.errors import StoreError
 from storage.sqlite_lock import WriteLock
 from storage.sqlite_thread import to_completion
+
+log = logging.getLogger("burstbot.storage")
 
 MAX_MEMBERS = 8
 
@@ -81,8 +83,7 @@ class GroupCommit:
                 conn.execute("RELEASE member")
                 if group.members == 0:  # nobody else's work is in it: end it here
                     self._group = None
-                    with contextlib.suppress(Exception):
-                        await to_completion(db.execute("ROLLBACK"))
+                    await roll_back(db, "a failed write")
                 else:
                     await self.flush()
                 raise
@@ -105,8 +106,7 @@ class GroupCommit:
         try:
             await to_completion(db.execute("COMMIT"))
         except sqlite3.Error as exc:
-            with contextlib.suppress(Exception):
-                await to_completion(db.execute("ROLLBACK"))
+            await roll_back(db, "a failed commit")
             group.done.set_exception(StoreError(f"commit failed: {exc}"))
             group.done.exception()  # retrieved here: each member that waits re-raises it
         except asyncio.CancelledError:
@@ -124,3 +124,12 @@ class GroupCommit:
         task = asyncio.ensure_future(flush_if_still_open())
         self._flushing.add(task)
         task.add_done_callback(self._flushing.discard)
+
+
+async def roll_back(db: aiosqlite.Connection, after: str) -> None:
+    """Undo an open transaction after a failure that is reported anyway; a rollback that fails
+    too (the connection is gone) is logged, and the first failure goes up."""
+    try:
+        await to_completion(db.execute("ROLLBACK"))
+    except Exception as exc:
+        log.warning("sqlite: rollback after %s failed too (%r)", after, exc)

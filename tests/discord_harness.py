@@ -123,10 +123,12 @@ class DiscordWorld:
         self.frontend.routing = replace(self.frontend.routing, **changes)
 
 
-def engine_config(access: dict[str, Any] | None = None) -> Config:
+def engine_config(
+    access: dict[str, Any] | None = None, catch_up: dict[str, Any] | None = None
+) -> Config:
     return parse_config(
         {"llm": {"provider": "offline"}, "console": {"enabled": False}, "engine": {"owner": "w1"},
-         "access": access or {}}
+         "access": access or {}, "catch_up": catch_up or {}}
     )  # fmt: skip
 
 

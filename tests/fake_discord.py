@@ -11,7 +11,10 @@ Channels (`add_channel`) and their history: every message created or dispatched 
 channel's history, and `said` adds one no bot received (sent while no process ran). Reads work as
 on Discord: `GET /channels/{id}`, and `GET /channels/{id}/messages` with `after` (the `limit`
 messages right after it), `before`, or neither (the newest), each page newest first; a channel's
-next reads can be told to fail. A RESUME is refused (op 9): the client identifies anew.
+next reads can be told to fail. Each channel object carries its `last_message_id`, moved by every
+message created in it (and not moved back by a delete), as on Discord; a guild's channels are
+listed by `GET /guilds/{id}/channels` and its threads by `GET /guilds/{id}/threads/active`. A
+RESUME is refused (op 9): the client identifies anew.
 
 A bot may edit (PATCH) and delete its own messages; content over 2000 characters is refused with
 Discord's 400, and the next edits can be told to fail (`edit_failures`, e.g. a 429). `calls`
@@ -95,6 +98,8 @@ class FakeDiscord:
         app.router.add_post("/api/v10/channels/{channel_id}/messages", self._post_message)
         app.router.add_get("/api/v10/channels/{channel_id}/messages", self._read_messages)
         app.router.add_get("/api/v10/channels/{channel_id}", self._read_channel)
+        app.router.add_get("/api/v10/guilds/{guild_id}/channels", self._guild_channels)
+        app.router.add_get("/api/v10/guilds/{guild_id}/threads/active", self._active_threads)
         message_path = "/api/v10/channels/{channel_id}/messages/{message_id}"
         app.router.add_patch(message_path, self._edit_message)
         app.router.add_delete(message_path, self._delete_message)
@@ -185,7 +190,7 @@ class FakeDiscord:
             message["message_reference"] = body["message_reference"]
         self.created.append({**message, "request": body})
         self.calls.append(("POST", message["id"], message["content"]))
-        self.history.setdefault(channel_id, []).append(message)
+        self._append(channel_id, message)
         if nonce is not None:
             self._by_nonce[(channel_id, str(nonce))] = (time.monotonic(), message)
         return message
@@ -304,8 +309,16 @@ class FakeDiscord:
     def said(self, channel_id: int, author: Json, content: str, **extra: Any) -> Json:
         """A message in the channel's history that no gateway delivered."""
         message = self.message(channel_id, author, content, **extra)
-        self.history.setdefault(channel_id, []).append(message)
+        self._append(channel_id, message)
         return message
+
+    def _append(self, channel_id: int, message: Json) -> None:
+        """A message created in the channel: its history and its `last_message_id`."""
+        self.history.setdefault(channel_id, []).append(message)
+        channel = self.channels.get(channel_id)
+        if channel is not None:
+            last = channel["last_message_id"]
+            channel["last_message_id"] = str(max(int(last or 0), int(message["id"])))
 
     async def _read_channel(self, request: web.Request) -> web.Response:
         channel_id = int(request.match_info["channel_id"])
@@ -315,6 +328,22 @@ class FakeDiscord:
         if channel_id not in self.channels:
             return _json({"message": "Unknown Channel", "code": 10003}, status=404)
         return _json(self.channels[channel_id])
+
+    async def _guild_channels(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+        guild_id = request.match_info["guild_id"]
+        mine = [c for c in self.channels.values() if c.get("guild_id") == guild_id]
+        return _json([c for c in mine if c["type"] != 11])
+
+    async def _active_threads(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+        guild_id = request.match_info["guild_id"]
+        mine = [c for c in self.channels.values() if c.get("guild_id") == guild_id]
+        archived = [c for c in mine if c["type"] == 11 and c["thread_metadata"]["archived"]]
+        threads = [c for c in mine if c["type"] == 11 and c not in archived]
+        return _json({"threads": threads, "members": []})
 
     async def _read_messages(self, request: web.Request) -> web.Response:
         channel_id = int(request.match_info["channel_id"])
@@ -441,7 +470,7 @@ class FakeDiscord:
         if event == "MESSAGE_CREATE":
             channel = self.history.setdefault(int(data["channel_id"]), [])
             if all(m["id"] != data["id"] for m in channel):
-                channel.append(data)
+                self._append(int(data["channel_id"]), data)
         for socket in list(self._identified):
             with contextlib.suppress(ConnectionError):
                 await self._send(socket, event, data)
@@ -505,7 +534,9 @@ def _failed(failure: Failure) -> web.Response:
     return _json(failure.body, status=failure.status, headers=failure.headers)
 
 
-def _json(data: Json, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+def _json(
+    data: Json | list[Json], status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
     """JSON as Discord sends it: discord.py parses a body only for exactly `application/json`."""
     all_headers = {"Content-Type": "application/json", **(headers or {})}
     return web.Response(body=json.dumps(data).encode(), status=status, headers=all_headers)

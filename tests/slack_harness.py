@@ -28,12 +28,14 @@ def slack_config(
     api: FakeSlackApi,
     access: dict[str, Any] | None = None,
     limits: dict[str, Any] | None = None,
+    catch_up_section: dict[str, Any] | None = None,
     **slack: Any,
 ) -> Config:
     return parse_config(
         {
             "access": access or {},
             "limits": limits or {},
+            "catch_up": catch_up_section or {},
             "console": {"enabled": False},
             "llm": {"provider": "offline"},
             "debounce": {"quiet_seconds": 1.5, "max_wait_seconds": 8.0},
@@ -93,9 +95,10 @@ async def running_bot(
     access: dict[str, Any] | None = None,
     limits: dict[str, Any] | None = None,
     catch_up: bool = False,
+    catch_up_section: dict[str, Any] | None = None,
     **slack: Any,
 ) -> AsyncIterator[Bot]:
-    config = slack_config(api, access, limits, **slack)
+    config = slack_config(api, access, limits, catch_up_section, **slack)
     clock = clock or FakeClock()
     replier = replier or ScriptedReplier()
     store = SqliteStore(db)

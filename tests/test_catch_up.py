@@ -86,20 +86,21 @@ async def test_a_pass_starts_after_the_newest_message_stored_before_the_cut_off(
     assert [(m.message_id, m.via) for m in messages] == [("m1", ""), ("m3", ""), ("m2", "catch-up")]
 
 
-async def test_conversations_quiet_longer_than_the_window_are_left_alone(
+async def test_quiet_conversations_are_checked_too_most_recently_active_first(
     store: SqliteStore, clock: FakeClock
 ) -> None:
     app = make_app(
         store, clock, ScriptedReplier(), HistoryFrontend(), catch_up={"max_age_hours": 1}
     )
-    old = ConversationKey("test", "w1", "old")
-    await app.ingest(said(1, old))
+    quiet = ConversationKey("test", "w1", "quiet")
+    await app.ingest(said(1, quiet))
     await clock.advance(7200)
     await app.ingest(said(2))
     app.start_catch_up(app.frontends, clock.now() + 1)
     await app.catch_ups[0].idle()
     [run] = frontend_of(app).runs
-    assert run.points == {KEY: "m2"} and run.window_start == clock.now() - 3600
+    assert list(run.points.items()) == [(KEY, "m2"), (quiet, "m1")]
+    assert run.window_start == clock.now() - 3600  # the messages' age, not the conversations'
 
 
 async def test_a_failed_pass_runs_again_after_a_backoff_with_the_same_cut_off(

@@ -82,13 +82,18 @@ class Bot:
 
 @asynccontextmanager
 async def running(
-    fake: FakeDiscord, db: str, clock: FakeClock, catch_up: bool = True
+    fake: FakeDiscord,
+    db: str,
+    clock: FakeClock,
+    catch_up: bool = True,
+    catch_up_section: dict[str, Any] | None = None,
 ) -> AsyncIterator[Bot]:
     config = DiscordConfig(enabled=True, listen_channels=[str(LISTENED)])
     frontend = frontend_for(fake, clock, config)
     store = SqliteStore(db)
     replier = ScriptedReplier()
-    app = App(engine_config(), store, replier, [frontend], clock=clock, owner="w1")
+    engine = engine_config(catch_up=catch_up_section)
+    app = App(engine, store, replier, [frontend], clock=clock, owner="w1")
     await store.open()
     connecting_at = clock.now()
     await frontend.start(app)
@@ -118,18 +123,21 @@ async def until(condition: Callable[[], Any], clock: FakeClock | None = None) ->
         await asyncio.sleep(0.01)
 
 
-def failing_first(store: SqliteStore, monkeypatch: pytest.MonkeyPatch, times: int) -> list[str]:
-    """The store refuses the first `times` ingests (a busy database); returns every attempt."""
+def failing_first(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch, times: int, method: str = "ingest"
+) -> list[str]:
+    """The store refuses the first `times` calls of `method` (`ingest`, `edit`, `delete`: a busy
+    database); returns every attempt's message id."""
     attempts: list[str] = []
-    real = store.ingest
+    real = getattr(store, method)
 
-    async def ingest(message: Any, *args: Any) -> Any:
-        attempts.append(message.message_id)
+    async def refusing(event: Any, *args: Any) -> Any:
+        attempts.append(event.message_id)
         if len(attempts) <= times:
             raise StoreError("database is locked")
-        return await real(message, *args)
+        return await real(event, *args)
 
-    monkeypatch.setattr(store, "ingest", ingest)
+    monkeypatch.setattr(store, method, refusing)
     return attempts
 
 
@@ -151,6 +159,46 @@ async def test_a_message_whose_first_two_store_attempts_fail_is_answered_once(
         [post] = fake.created
         assert post["request"]["content"] == "reply to: are you up?"
         assert attempts == [message["id"]] * 3
+        await check_invariants(bot.store, [DM_KEY.id])
+
+
+async def test_an_edit_whose_first_two_store_attempts_fail_is_applied(
+    fake: FakeDiscord, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock(start=time.time())
+    async with running(fake, str(tmp_path / "d.db"), clock, catch_up=False) as bot:
+        message = fake.message(DM, ALICE, "helo")
+        await fake.dispatch("MESSAGE_CREATE", message)
+        await until(lambda: bot.store.current_version(DM_KEY.id))
+        attempts = failing_first(bot.store, monkeypatch, times=2, method="edit")
+        edited = datetime.datetime.now(datetime.UTC).isoformat()
+        await fake.dispatch(
+            "MESSAGE_UPDATE", {**message, "content": "hello", "edited_timestamp": edited}
+        )
+        await until(lambda: len(attempts) == 3, clock)
+        await bot.step(1.5)
+        assert [c.texts for c in bot.replier.calls] == [["hello"]]
+        await check_invariants(bot.store, [DM_KEY.id])
+
+
+async def test_a_delete_whose_first_two_store_attempts_fail_is_applied(
+    fake: FakeDiscord, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock(start=time.time())
+    async with running(fake, str(tmp_path / "d.db"), clock, catch_up=False) as bot:
+        kept, regretted = fake.message(DM, ALICE, "hello"), fake.message(DM, ALICE, "oops")
+        await fake.dispatch("MESSAGE_CREATE", kept)
+        await fake.dispatch("MESSAGE_CREATE", regretted)
+
+        async def both_stored() -> bool:
+            return len(await bot.store.messages(DM_KEY.id)) == 2
+
+        await until(both_stored)
+        attempts = failing_first(bot.store, monkeypatch, times=2, method="delete")
+        await fake.dispatch("MESSAGE_DELETE", {"id": regretted["id"], "channel_id": str(DM)})
+        await until(lambda: len(attempts) == 3, clock)
+        await bot.step(1.5)
+        assert [c.texts for c in bot.replier.calls] == [["hello"]]
         await check_invariants(bot.store, [DM_KEY.id])
 
 
@@ -234,9 +282,42 @@ async def test_catch_up_after_a_new_gateway_session_and_past_a_rate_limit(
         fake.said(DM, ALICE, "during the gap")
         limited = {"message": "You are being rate limited.", "retry_after": 60.0, "global": False}
         fake.read_failures[DM] = [Failure(429, limited, {"Retry-After": "60"})]
-        reads = len(fake.reads)
         await fake.close_gateway()  # Discord cannot resume the session: READY again
-        await until(lambda: len(fake.reads) > reads + 1, clock)
+
+        async def caught_up() -> bool:
+            return len(await bot.store.messages(DM_KEY.id)) == 2
+
+        await until(caught_up, clock)  # past the 429 on the DM's first read
         await bot.settle()
         await bot.step(1.5)
         assert [c.texts for c in bot.replier.calls] == [["before the gap"], ["during the gap"]]
+
+
+async def test_a_dm_in_a_conversation_quiet_longer_than_the_window_is_answered(
+    fake: FakeDiscord, tmp_path: Path
+) -> None:
+    window = {"max_age_hours": 0.03}  # 108 s
+    db, now = str(tmp_path / "d.db"), datetime.datetime.now(datetime.UTC)
+    earlier = now - datetime.timedelta(seconds=300)
+    async with running(fake, db, FakeClock(start=earlier.timestamp()), True, window) as bot:
+        first = fake.message(DM, ALICE, "hello", id=str(snowflake_at(earlier)))
+        await fake.dispatch("MESSAGE_CREATE", first)
+        await until(lambda: bot.store.current_version(DM_KEY.id))
+        await bot.settle()
+        await bot.step(1.5)
+        assert len(fake.created) == 1
+    # five quiet minutes; the bot is down for the last ones
+    too_old = now - datetime.timedelta(seconds=200)
+    fake.said(DM, ALICE, "sent before the window: left alone", id=str(snowflake_at(too_old)))
+    fake.said(DM, ALICE, "are you still there?")
+    fake.said(GENERAL, ALICE, "chatter in a channel we never served")
+    async with running(fake, db, FakeClock(start=now.timestamp()), True, window) as bot:
+        await bot.settle()
+        await bot.step(1.5)
+        assert [c.texts for c in bot.replier.calls] == [["are you still there?"]]
+        assert [int(p["channel_id"]) for p in fake.created] == [DM, DM]
+        await check_invariants(bot.store, [DM_KEY.id])
+    async with running(fake, db, FakeClock(start=now.timestamp() + 5), True, window) as bot:
+        await bot.settle()
+        await bot.step(10)
+        assert len(fake.created) == 2 and bot.replier.calls == []  # nothing new posted

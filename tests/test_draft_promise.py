@@ -117,7 +117,7 @@ async def test_slack_a_draft_deleted_before_the_final_edit_still_gets_the_answer
         await answered(bot)
         assert shown(api) == ["Once upon a time."]
         [row] = await bot.store.replies(DM_KEY.id)
-        assert row.state == "sent" and row.attempts == 1
+        assert row.state == "sent" and row.attempts == 0  # no failed attempt
         [message] = api.posts()
         assert row.platform_message_ids == (f"D1:{message.ts}",)
         assert message.metadata is not None

@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
+
 from adapters.slack import SlackFrontend
 from bot.app import App
 from bot.cli.serve import serve_app
@@ -165,3 +167,26 @@ async def test_what_startup_built_leaves_the_collectors_way_once_the_app_serves(
         app.request_stop()
         await asyncio.wait_for(serving, 10)
         gc.unfreeze()  # the rest of the suite's objects stay collectable
+
+
+class BrokenStopFrontend(RecordingFrontend):
+    """A front end whose stop fails (its platform client raises while closing)."""
+
+    async def stop(self) -> None:
+        raise RuntimeError("connector closed twice")
+
+
+async def test_a_front_end_that_fails_to_stop_is_logged_and_the_shutdown_goes_on(
+    tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = parse_config({"llm": {"provider": "offline"}, "console": {"enabled": False}})
+    store = SqliteStore(str(tmp_path / "bot.db"))
+    frontend = BrokenStopFrontend()
+    app = App(config, store, ScriptedReplier(), [frontend], clock=clock, owner="w1")
+    running = asyncio.create_task(app.run())
+    await eventually(lambda: frontend.host is not None)
+    app.request_stop()
+    await asyncio.wait_for(asyncio.gather(running, return_exceptions=True), 10)
+    [line] = [r.getMessage() for r in caplog.records if "did not stop" in r.getMessage()]
+    assert "connector closed twice" in line
+    assert store._db is None  # the store was still closed

@@ -222,3 +222,51 @@ async def test_a_thread_whose_lookup_keeps_failing_does_not_hold_up_the_others(
         threads = [a["ts"] for m, a in api.calls if m == "conversations.replies"]
         assert threads[12:] == [ts(15), ts(5)]  # the second was decided before the first
         assert sorted(c.texts for c in bot.replier.calls) == [["first thread"], ["second thread"]]
+
+
+async def test_a_dm_in_a_conversation_quiet_longer_than_the_window_is_answered(
+    api: FakeSlackApi, tmp_path: Path
+) -> None:
+    window = {"max_age_hours": 0.03}  # 108 s
+    db, clock = str(tmp_path / "b.db"), FakeClock(start=START)
+    async with running_bot(api, db=db, clock=clock, catch_up=True, catch_up_section=window) as bot:
+        await bot.send(dm(f"{START:.6f}", "hello"))
+        await bot.settle()
+        await bot.step(1.5)
+        assert len(api.posts()) == 1
+    await clock.advance(300)  # five quiet minutes; the bot is down for the last ones
+    api.add_user_message("D1", f"{START + 100:.6f}", "sent before the window: left alone")
+    api.add_user_message("D1", f"{START + 290:.6f}", "are you still there?")
+    async with running_bot(api, db=db, clock=clock, catch_up=True, catch_up_section=window) as bot:
+        await bot.settle()
+        await bot.step(1.5)
+        assert [c.texts for c in bot.replier.calls] == [["are you still there?"]]
+        assert [p.channel for p in api.posts()] == ["D1", "D1"]
+        await check_invariants(bot.store, [DM_KEY.id])
+    async with running_bot(api, db=db, clock=clock, catch_up=True, catch_up_section=window) as bot:
+        await bot.settle()
+        await bot.step(10)
+        assert len(api.posts()) == 2 and bot.replier.calls == []  # nothing new posted
+
+
+async def test_a_long_walk_stops_at_its_request_budget_most_recently_active_first(
+    api: FakeSlackApi, tmp_path: Path
+) -> None:
+    db, clock = str(tmp_path / "b.db"), FakeClock(start=START)
+    budget = {"max_requests": 3}
+    async with running_bot(api, db=db, clock=clock, catch_up=True, catch_up_section=budget) as bot:
+        for n, channel in enumerate(["D3", "D2", "D1"], start=1):  # D1 the most recently active
+            await bot.send(dm(ts(n), f"hello from {channel}", channel=channel))
+            await clock.advance(60)
+        await bot.settle()
+        await bot.step(1.5)
+        assert len(api.posts()) == 3
+    for n, channel in enumerate(["D1", "D2", "D3"], start=10):
+        api.add_user_message(channel, ts(n), f"back in {channel}")
+    reads = api.methods().count("conversations.history")
+    async with running_bot(api, db=db, clock=clock, catch_up=True, catch_up_section=budget) as bot:
+        await bot.settle()
+        await bot.step(1.5)
+        read = [a["channel"] for m, a in api.calls if m == "conversations.history"][reads:]
+        assert read == ["D1", "D2"]  # most recently active first, then D1's author's name: 3
+        assert sorted(c.texts for c in bot.replier.calls) == [["back in D1"], ["back in D2"]]

@@ -173,6 +173,23 @@ async def test_a_slow_reply_gets_one_on_and_one_off_per_burst(api: FakeSlackApi)
         assert indicator_calls(api) == ["reactions.add", "reactions.remove"]
 
 
+async def test_a_reply_that_fails_for_good_takes_its_indicator_down(api: FakeSlackApi) -> None:
+    replier = ScriptedReplier(hold=True)
+    async with running_bot(api, replier=replier) as bot:
+        await bot.send(dm(ts(1), "are you there?"))
+        await bot.clock.advance(1.5)
+        await bot.app.engine.run_due()
+        await bot.clock.advance(1.1)  # the model is slow: the indicator goes on
+        await bot.app.engine.indicator.idle()
+        assert api.reactions == {("D1", ts(1), "hourglass_flowing_sand")}
+        api.fail("chat.postMessage", Failure(error="channel_not_found"))
+        (await replier.next_call(0)).finish("never seen")
+        await bot.step()
+        assert api.posts() == []
+        assert api.reactions == set()
+        assert indicator_calls(api) == ["reactions.add", "reactions.remove"]
+
+
 async def test_an_indicator_goes_off_when_another_process_posted_the_reply(
     api: FakeSlackApi, tmp_path: Path
 ) -> None:

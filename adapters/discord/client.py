@@ -3,9 +3,10 @@
 In: a message that counts (`routing.Routing`) becomes an `IncomingMessage` and is stored before
 its handler returns; content edits and deletes become `MessageEdited` / `MessageDeleted`. The same
 gateway event seen twice (a RESUME replay, two processes on one shard) is one stored message: the
-engine dedupes by message id. Discord never delivers an event again, so a message the store
-refuses (busy) is tried again a few times with backoff, and one that still fails is left to
-catch-up (history.py), asked to read that conversation from just before the failure. Catch-up
+engine dedupes by message id. Discord never delivers an event again, so a message, edit or delete
+the store refuses (busy) is tried again a few times with backoff; a message that still fails is
+left to catch-up (history.py), asked to read that conversation from just before the failure (an
+edit or delete that still fails is logged as lost: history does not show them). Catch-up
 also runs at start and after a reconnect that began a new session (READY again, not RESUMED:
 a resumed session replays what it missed). The `/reset` slash command (`commands`) becomes
 `ResetConversation` for the conversation its user is in there. Out: `posting.post_reply`. Startup
@@ -42,6 +43,7 @@ from bot.core.errors import BurstbotError, ConfigError, RetryableDeliveryError, 
 from bot.core.events import (
     Attachment,
     ConversationKey,
+    Event,
     IncomingMessage,
     MessageDeleted,
     MessageEdited,
@@ -245,18 +247,10 @@ class DiscordFrontend:
         event = self.incoming(message)
         if self.host is None or event is None:
             return
-        failed_at, delay = self.clock.now(), INGEST_RETRY_SECONDS
-        for attempt in range(1, INGEST_ATTEMPTS + 1):
-            try:
-                await self.host.ingest(event)
-                return
-            except StoreError as exc:
-                error = exc
-            if attempt < INGEST_ATTEMPTS:
-                log.warning("discord: cannot store message %s (%s); trying again in %.2f s",
-                            event.message_id, error, delay)  # fmt: skip
-                await self.clock.sleep(delay)
-                delay *= 4
+        failed_at = self.clock.now()
+        error = await self._store(event, f"message {event.message_id}")
+        if error is None:
+            return
         if self._catch_up is None:
             log.error("discord: message %s in %s lost: not stored (%s) and catch-up is off",
                       event.message_id, event.key.id, error)  # fmt: skip
@@ -264,6 +258,24 @@ class DiscordFrontend:
         log.error("discord: message %s in %s not stored (%s); catch-up will fetch it",
                   event.message_id, event.key.id, error)  # fmt: skip
         self._catch_up.request(failed_at, only=event.key)
+
+    async def _store(self, event: Event, what: str) -> StoreError | None:
+        """Ingest, trying again with backoff while the store refuses (busy): Discord never
+        delivers an event twice. The last refusal, if every attempt failed."""
+        assert self.host is not None
+        delay = INGEST_RETRY_SECONDS
+        for attempt in range(1, INGEST_ATTEMPTS + 1):
+            try:
+                await self.host.ingest(event)
+                return None
+            except StoreError as exc:
+                error = exc
+            if attempt < INGEST_ATTEMPTS:
+                log.warning("discord: cannot store %s (%s); trying again in %.2f s", what, error,
+                            delay)  # fmt: skip
+                await self.clock.sleep(delay)
+                delay *= 4
+        return error
 
     # catch-up ---------------------------------------------------------------------------------
     def use_catch_up(self, catch_up: CatchUp) -> None:
@@ -318,7 +330,10 @@ class DiscordFrontend:
             return  # uncached and never edited: an embed update of an unedited message
         key = self.routing.key(payload.guild_id, payload.channel_id, message.author.id)
         edit = MessageEdited(key, str(message.id), message_text(message), attached)
-        await self.host.ingest(edit)
+        error = await self._store(edit, f"the edit of message {message.id}")
+        if error is not None:  # history shows no edits: catch-up cannot bring it back
+            log.error("discord: the edit of message %s in %s lost: not stored (%s)", message.id,
+                      key.id, error)  # fmt: skip
 
     async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
         cached = payload.cached_message
@@ -341,7 +356,12 @@ class DiscordFrontend:
             return
         author_id = cached.author.id if cached is not None else None
         key = self.routing.key(guild_id, channel_id, author_id)
-        await self.host.ingest(MessageDeleted(key, str(message_id)))
+        error = await self._store(
+            MessageDeleted(key, str(message_id)), f"the delete of {message_id}"
+        )
+        if error is not None:  # history shows no deletes: catch-up cannot bring it back
+            log.error("discord: the delete of message %s in %s lost: not stored (%s)", message_id,
+                      key.id, error)  # fmt: skip
 
     async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
         return await files.fetch(attachment, max_bytes)

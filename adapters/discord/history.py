@@ -1,29 +1,35 @@
 """Catch-up on Discord: what was sent while no process listened, read from channel history.
 
-Which channels: every channel holding a conversation the store knows (active within the window;
-with `scope = "user"` one channel holds several, and the newest message stored in any of them
-marks how far the channel was seen), and, on a full pass, every listened channel. What: the
-messages after that newest one (`GET /channels/{id}/messages?after=`, pages of 100, oldest
-first), never older than the window start, up to `max_pages` pages per channel and pass (a later
-pass goes on from where this one stopped). Each message goes through the live rules
-(routing.py) and is ingested as caught up.
+Which channels: every channel holding a conversation the store knows, however long quiet (with
+`scope = "user"` one channel holds several, and the newest message stored in any of them marks
+how far the channel was seen), and, on a full pass, every listened channel; listened channels
+first, then the others most recently active first. Discord tells cheaply whether a channel has
+anything new: each channel object carries its `last_message_id`. One call per guild lists its
+channels (`GET /guilds/{id}/channels`) and one its active threads; a DM, or a channel neither
+list holds (an archived thread, a guild not in the cache), costs one `GET /channels/{id}`. Only a
+channel whose last message is newer than both the newest stored one and the window start is read:
+the messages after that point (`GET /channels/{id}/messages?after=`, pages of 100, oldest first),
+up to `max_pages` pages per channel and pass (a later pass goes on from where this one stopped).
+`max_age` bounds the messages, not the channel's earlier activity. Each message goes through the
+live rules (routing.py) and is ingested as caught up. The walk stops when the pass's request
+budget is spent (`run.exhausted`).
 
-The channel is fetched first (one `GET /channels/{id}` unless cached), so the rules see a DM, a
-thread (who started it, its parent) or a text channel as they would live. With shards, a process
-catches up only its own guilds (and DMs on shard 0). A new DM from someone the bot never talked
-to, and a thread under a listened channel that is not a conversation yet, are not found: Discord
-offers bots no list of either.
+The channel object lets the rules see a DM, a thread (who started it, its parent) or a text
+channel as they would live. With shards, a process catches up only its own guilds (and DMs on
+shard 0). A new DM from someone the bot never talked to, and a thread under a listened channel
+that is not a conversation yet, are not found: Discord offers bots no list of either.
 
 Errors: `RateLimited` (a wait longer than discord.py sits out itself) and 429/5xx/connection
 failures are worth another try (`FetchError` with `retry_after`); a 403 (no Read Message History)
-or 404 (channel gone) skips the channel, logged.
+or 404 (channel gone) skips the channel, logged; a guild whose lists cannot be read falls back to
+reading its channels one by one.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 import aiohttp
@@ -39,6 +45,8 @@ log = logging.getLogger("burstbot.discord")
 
 PAGE = 100
 Incoming = Callable[[discord.Message], IncomingMessage | None]
+WITH_HISTORY = (discord.TextChannel, discord.Thread, discord.VoiceChannel, discord.StageChannel)
+Listed = tuple[discord.abc.Messageable, int | None]  # a channel and its last message id
 
 
 def fetch_error(exc: Exception) -> FetchError:
@@ -56,20 +64,33 @@ class History:
         self._incoming = incoming
 
     async def catch_up(self, run: CatchUpRun) -> None:
-        channels: dict[int, int] = {}  # channel id → newest message id stored (0: none)
+        channels: dict[int, int] = {}  # channel id → newest message id stored (0: none), in order
+        if run.listened:
+            for channel_id in sorted(self._routing().listen_channels):
+                channels[channel_id] = 0
+        guilds: dict[int, None] = {}
         for key, newest in run.points.items():
             if self._ours(key):
                 after = int(newest) if newest and newest.isdigit() else 0
                 channels[int(key.channel)] = max(channels.get(int(key.channel), 0), after)
-        if run.listened:
-            for channel_id in sorted(self._routing().listen_channels):
-                channels.setdefault(channel_id, 0)
+                if key.workspace != DM_WORKSPACE:
+                    guilds[int(key.workspace)] = None
         start = datetime.fromtimestamp(run.window_start, UTC)
         floor = discord.utils.time_snowflake(start, high=True)
-        for channel_id, after in sorted(channels.items()):
+        listed = await self._listed(run, self._guilds_of(channels, guilds))
+        for number, (channel_id, after) in enumerate(channels.items()):
+            if run.exhausted:
+                run.unchecked(len(channels) - number)
+                return
+            run.checked(len(channels))
             where = f"discord channel {channel_id}"
             try:
-                channel = await run.read(where, functools.partial(self._channel, channel_id))
+                found = listed.get(channel_id)
+                if found is None:
+                    found = await run.read(where, functools.partial(self._channel, channel_id))
+                channel, last = found
+                if last is None or last <= max(after, floor):
+                    continue  # nothing new, or nothing within the window
                 messages = await self._read(run, where, channel, max(after, floor))
             except FetchError as exc:
                 if not exc.permanent:
@@ -78,6 +99,37 @@ class History:
                 continue
             await run.ingest(where, [e for m in messages if (e := self._incoming(m)) is not None])
 
+    def _guilds_of(self, channels: dict[int, int], guilds: dict[int, None]) -> list[discord.Guild]:
+        """The cached guilds of the conversations' and listened channels (this shard's)."""
+        for channel_id in channels:
+            cached = self.client.get_channel(channel_id)
+            guild = getattr(cached, "guild", None)
+            if isinstance(guild, discord.Guild):
+                guilds[guild.id] = None
+        return [g for gid in guilds if (g := self.client.get_guild(gid)) is not None]
+
+    async def _listed(self, run: CatchUpRun, guilds: list[discord.Guild]) -> dict[int, Listed]:
+        """Each guild's channels and active threads with their last message id: two calls per
+        guild. A guild whose lists cannot be read is left to the channel-by-channel reads."""
+        listed: dict[int, Listed] = {}
+        for guild in guilds:
+            where = f"discord guild {guild.id}"
+            try:
+                found = [
+                    *await run.read(f"{where} channels", functools.partial(_channels, guild)),
+                    *await run.read(f"{where} threads", functools.partial(_threads, guild)),
+                ]
+            except FetchError as exc:
+                if not exc.permanent:
+                    raise
+                log.info("catch-up %s: cannot list channels (%s); reading them one by one",
+                         where, exc)  # fmt: skip
+                continue
+            for channel in found:
+                if isinstance(channel, WITH_HISTORY):
+                    listed[channel.id] = (channel, channel.last_message_id)
+        return listed
+
     def _ours(self, key: ConversationKey) -> bool:
         """This shard's guilds (Discord's formula), and DMs on shard 0."""
         count, shard = self.client.shard_count, self.client.shard_id or 0
@@ -85,17 +137,24 @@ class History:
             return shard == 0
         return not count or (int(key.workspace) >> 22) % count == shard
 
-    async def _channel(self, channel_id: int) -> discord.abc.Messageable:
-        cached = self.client.get_channel(channel_id)
-        if isinstance(cached, discord.abc.Messageable):
-            return cached
+    async def _channel(self, channel_id: int) -> Listed:
+        """One `GET /channels/{id}`: the channel as the live rules see it, and its last message
+        id. discord.py keeps no `last_message_id` on a DM, so the raw object is read and the DM
+        addressed by id."""
         try:
-            channel = await self.client.fetch_channel(channel_id)
+            data = await self.client.http.get_channel(channel_id)
+            last = data.get("last_message_id")
+            last_id = int(str(last)) if last else None
+            if data["type"] in (discord.ChannelType.private.value, discord.ChannelType.group.value):
+                return self.client.get_partial_messageable(channel_id), last_id
+            channel = self.client.get_channel(channel_id)
+            if channel is None:
+                channel = await self.client.fetch_channel(channel_id)
         except (discord.HTTPException, discord.RateLimited, aiohttp.ClientError, OSError) as exc:
             raise fetch_error(exc) from exc
         if not isinstance(channel, discord.abc.Messageable):
             raise FetchError(f"discord: channel {channel_id} holds no messages", permanent=True)
-        return channel
+        return channel, last_id
 
     async def _read(
         self, run: CatchUpRun, where: str, channel: discord.abc.Messageable, after: int
@@ -119,3 +178,17 @@ class History:
             return [m async for m in channel.history(limit=PAGE, after=since, oldest_first=True)]
         except (discord.HTTPException, discord.RateLimited, aiohttp.ClientError, OSError) as exc:
             raise fetch_error(exc) from exc
+
+
+async def _channels(guild: discord.Guild) -> Sequence[object]:
+    try:
+        return await guild.fetch_channels()
+    except (discord.HTTPException, discord.RateLimited, aiohttp.ClientError, OSError) as exc:
+        raise fetch_error(exc) from exc
+
+
+async def _threads(guild: discord.Guild) -> Sequence[object]:
+    try:
+        return await guild.active_threads()
+    except (discord.HTTPException, discord.RateLimited, aiohttp.ClientError, OSError) as exc:
+        raise fetch_error(exc) from exc

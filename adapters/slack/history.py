@@ -9,9 +9,12 @@ the channel, missing scope). The caller (bot/core/catch_up.py) waits and reads a
 Thread lookup: ours when one of its messages is ours (our bot id) or mentions us; every page is
 read (up to `LOOKUP_MAX_PAGES`), not just the first.
 
-Catch-up: for each conversation the store knows (active within the window), the messages after
-its newest stored one — `oldest` is exclusive on Slack — and for each listened channel the
-messages since the window start, plus the threads under it that had replies since. Each message
+Catch-up: the listened channels first (the messages since the window start, plus the threads
+under them that had replies since), then every DM and thread the store knows, most recently
+active first however long quiet, each read after its newest stored message — `oldest` is
+exclusive on Slack — and never before the window start. Slack offers no cheap "anything new?"
+per conversation, so each costs one request; the walk stops when the pass's request budget is
+spent (`run.exhausted`), leaving the least recently active ones for the next pass. Each message
 goes through the same rules as a live event (inbound.py). History carries no `channel_type` and
 no `user_profile`: the channel id tells a DM (`D…`), and `users.info` names the author (once per
 user and process; the id stands in when that fails).
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -95,15 +99,21 @@ class History:
 
     # catch-up ---------------------------------------------------------------------------------
     async def catch_up(self, run: CatchUpRun) -> None:
-        """Fetch what was missed and `run.ingest` what counts, conversation by conversation."""
+        """Fetch what was missed and `run.ingest` what counts, conversation by conversation, in
+        the run's order (listened channels first), until the budget is spent."""
         team = self.identity.team_id
-        targets = {k: v for k, v in run.points.items() if k.workspace == team}
+        targets: dict[ConversationKey, str | None] = {}
         if run.listened:
             for channel in sorted(self.listen_channels):
-                targets.setdefault(ConversationKey(inbound.PLATFORM, team, channel, ""), None)
-        queue = list(targets)
+                targets[ConversationKey(inbound.PLATFORM, team, channel, "")] = None
+        targets.update((k, v) for k, v in run.points.items() if k.workspace == team)
+        queue = deque(targets)
         while queue:
-            key = queue.pop(0)
+            if run.exhausted:
+                run.unchecked(len(queue))
+                return
+            key = queue.popleft()
+            run.checked(len(targets))
             newest = targets[key]
             after = max(float(inbound.split_message_id(newest)[1] or 0) if newest else 0.0,
                         run.window_start)  # fmt: skip
@@ -119,7 +129,7 @@ class History:
                 for thread in self._threads_with_news(key, message, after):
                     if thread not in targets:
                         targets[thread] = None
-                        queue.append(thread)
+                        queue.appendleft(thread)
                 event = await self._counted(run, key, message)
                 if event is not None:
                     counted.append(event)

@@ -13,11 +13,16 @@ in the adapter.
   "ignore", and nothing slow runs before the ack.
 - `CatchUp`: one front end's catch-up passes, requested at start, after a reconnect that may have
   lost events, and for a message whose ingest failed. A pass reads, for every conversation of the
-  platform with a message stored within `max_age`, the newest message stored before the cut-off,
-  and hands the front end a `CatchUpRun`: the front end fetches what came after (a bounded number
-  of pages), applies its usual "what counts" rules and ingests through `run.ingest`. The store
-  dedupes by message id, so a pass is safe to repeat, and one interrupted half-way is simply run
-  again.
+  platform however long it was quiet, the newest message stored before the cut-off, and hands the
+  front end a `CatchUpRun` listing them most recently active first: the front end fetches what
+  came after (a bounded number of pages, nothing older than `max_age`), applies its usual "what
+  counts" rules and ingests through `run.ingest`. `max_age` bounds the age of the messages
+  answered, never the conversation's earlier activity: a quiet conversation's new message is
+  found too. The store dedupes by message id, so a pass is safe to repeat, and one interrupted
+  half-way is simply run again.
+- A pass spends at most `max_requests` platform calls (every attempt counts, a rate-limited one
+  too): the front end walks the conversations in the run's order, stops when `run.exhausted`,
+  and the ones left unchecked are logged. Long walks log their progress.
 
 The cut-off is the moment the connection that may have missed events began (the process start, a
 reconnect, a failed ingest), not "now": a live message stored after the reconnect must not hide
@@ -73,11 +78,9 @@ class FrontendMemory(Protocol):
 
     async def unhold(self, message: IncomingMessage) -> None: ...
 
-    async def catch_up_points(
-        self, platform: str, since: float, before: float
-    ) -> dict[str, str | None]:
-        """Every conversation of `platform` with a message stored since `since` → the platform id
-        of its newest message stored before `before` (None: none stored before then)."""
+    async def catch_up_points(self, platform: str, before: float) -> dict[str, str | None]:
+        """Every conversation of `platform` → the platform id of its newest message stored before
+        `before` (None: none stored before then), most recently active first."""
         ...
 
 
@@ -89,11 +92,18 @@ class CatchUpSettings:
     retry_seconds: float = 2.0  # first wait after a failure that names no Retry-After; doubles
     max_retry_seconds: float = 300.0
     attempts: int = 6  # tries of one platform read before its run fails (and is run again)
+    max_requests: int = 1000  # platform calls a pass may spend, most recently active first
+    progress_every: int = 100  # conversations checked between two progress lines
 
     @classmethod
     def from_config(cls, config: Config) -> CatchUpSettings:
         section = config.catch_up
-        return cls(section.enabled, section.max_age_hours * 3600.0, section.max_pages)
+        return cls(
+            section.enabled,
+            section.max_age_hours * 3600.0,
+            section.max_pages,
+            max_requests=section.max_requests,
+        )
 
 
 async def patiently(
@@ -257,19 +267,46 @@ class CatchUpRun:
     ) -> None:
         self.points = points
         """Conversation → platform id of its newest message stored before the cut-off (None:
-        fetch from `window_start`)."""
+        fetch from `window_start`), most recently active first: the order to walk them in."""
         self.window_start = window_start
         """Seconds since the epoch: nothing older is fetched (`catch_up.max_age_hours`)."""
         self.listened = listened
         """Also read the front end's listened channels (False: a pass for single conversations)."""
         self.max_pages = catch_up.settings.max_pages
+        self.max_requests = catch_up.settings.max_requests
         self.counts: Counter[str] = Counter()
         self._catch_up = catch_up
 
+    @property
+    def exhausted(self) -> bool:
+        """The pass has spent its `max_requests` platform calls: the walk stops here."""
+        return self.counts["requests"] >= self.max_requests
+
     async def read(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
-        """One page or lookup from the platform, waiting out rate limits (see `patiently`)."""
-        self.counts["requests"] += 1
-        return await patiently(call, what, self._catch_up.clock, self._catch_up.settings)
+        """One page or lookup from the platform, waiting out rate limits (see `patiently`); each
+        attempt counts against the pass's budget."""
+
+        async def attempt() -> T:
+            self.counts["requests"] += 1
+            return await call()
+
+        return await patiently(attempt, what, self._catch_up.clock, self._catch_up.settings)
+
+    def checked(self, total: int) -> None:
+        """One more conversation or channel walked, of `total`: a line every `progress_every`."""
+        self.counts["checked"] += 1
+        done, every = self.counts["checked"], self._catch_up.settings.progress_every
+        if done % every == 0 and done < total:
+            log.info("catch-up (%s): %d of %d conversation(s) checked, %d request(s), "
+                     "%d new message(s) so far", self._catch_up.source.platform, done, total,
+                     self.counts["requests"], self.counts["accepted"])  # fmt: skip
+
+    def unchecked(self, left: int) -> None:
+        """The budget ran out with `left` conversations not read (the least recently active)."""
+        self.counts["unchecked"] += left
+        log.warning("catch-up (%s): %d request(s) spent (catch_up.max_requests); %d less recently "
+                    "active conversation(s) not checked this pass", self._catch_up.source.platform,
+                    self.counts["requests"], left)  # fmt: skip
 
     async def ingest(self, where: str, messages: Iterable[IncomingMessage]) -> None:
         """Ingest what counts of one conversation or channel, oldest first, marked as caught up."""
@@ -365,21 +402,22 @@ class CatchUp:
         platform = self.source.platform
         started = self.clock.now()
         since = started - self.settings.max_age_seconds
-        stored = await self.memory.catch_up_points(platform, since, before)
+        stored = await self.memory.catch_up_points(platform, before)
         points = {ConversationKey.parse(cid): newest for cid, newest in stored.items()}
         if not everything:
-            points = {key: points.get(key) for key in only}
+            known = {key: newest for key, newest in points.items() if key in only}
+            points = known | {key: None for key in only if key not in known}
         hours = self.settings.max_age_seconds / 3600
-        log.info("catch-up (%s): reading %d conversation(s)%s", platform, len(points),
-                 f" active in the last {hours:g} h, and any listened channels" if everything
-                 else "")  # fmt: skip
+        log.info("catch-up (%s): checking %d conversation(s)%s for messages of the last %g h",
+                 platform, len(points), " and any listened channels" if everything else "",
+                 hours)  # fmt: skip
         run = CatchUpRun(self, points, since, everything)
         await self.source.catch_up(run)
         self.passes += 1
         counts = run.counts
         log.info(
             "catch-up (%s) done in %.1f s: %d request(s), %d new message(s), %d already stored, "
-            "%d refused, %d conversation(s) skipped",
+            "%d refused, %d conversation(s) skipped, %d not checked",
             platform, self.clock.now() - started, counts["requests"], counts["accepted"],
-            counts["duplicate"], counts["ignored"], counts["skipped"],
+            counts["duplicate"], counts["ignored"], counts["skipped"], counts["unchecked"],
         )  # fmt: skip

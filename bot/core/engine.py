@@ -29,7 +29,6 @@ handed to the reply by the commit), the thinking indicator (indicator.py) and th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import math
@@ -208,8 +207,12 @@ class Engine:
         return True
 
     async def _release_quietly(self, lease: Lease) -> None:
-        with contextlib.suppress(Exception):
+        """After a failure: a lease that cannot be released expires by itself (logged)."""
+        try:
             await asyncio.shield(self.store.release_lease(lease.conversation_id, lease.token))
+        except Exception as exc:
+            log.warning("conversation %s: cannot release the lease (%r); it expires by itself",
+                        lease.conversation_id, exc)  # fmt: skip
 
     # 3. collect, and bursts answered without a model call -----------------------------------------
     async def _serve(self, lease: Lease) -> None:

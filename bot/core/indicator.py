@@ -12,7 +12,9 @@ Rules:
    the process that marks the reply sent (`Store.mark_sent` takes it in the same transaction), so
    an indicator turned on by a process killed since still goes off. While on, the process that
    turned it on asks every `recheck` seconds whether the conversation was answered elsewhere.
-4. It is a courtesy: it runs in the background on a best-effort basis, a slow or failing platform
+4. Ordered per conversation: each platform call waits for the conversation's previous one to
+   end, so an "off" never overtakes a slow "on" (which would leave the indicator up for good).
+5. It is a courtesy: it runs in the background on a best-effort basis, a slow or failing platform
    call never holds up a transition, and failures are only logged at debug level.
 """
 
@@ -59,6 +61,7 @@ class Indicator:
         self.delay = delay
         self.recheck = recheck
         self.running: set[asyncio.Task[None]] = set()  # platform calls in flight
+        self._last_call: dict[ConversationKey, asyncio.Future[None]] = {}  # each one's newest
         self._shown: dict[ConversationKey, _Shown] = {}
         self._working: set[asyncio.Future[None]] = set()  # followers checking the store
 
@@ -166,18 +169,39 @@ class Indicator:
             del self._shown[key]
 
     def _call(self, key: ConversationKey, at: str, *, busy: bool) -> None:
+        """The platform call, after the conversation's previous one has ended (rule 4)."""
         frontend = self._frontends.get(key.platform)
-        if frontend is not None:
-            self._in_background(_best_effort(lambda: frontend.show_busy(key, busy, at)))
+        if frontend is None:
+            return
+        previous = self._last_call.get(key)
+        call = self._in_background(
+            _in_turn(previous, lambda: frontend.show_busy(key, busy, at), key.id, busy)
+        )
+        self._last_call[key] = call
 
-    def _in_background(self, work: Awaitable[None]) -> None:
+        def forget(done: asyncio.Future[None]) -> None:
+            if self._last_call.get(key) is done:
+                del self._last_call[key]
+
+        call.add_done_callback(forget)
+
+    def _in_background(self, work: Awaitable[None]) -> asyncio.Future[None]:
         task = asyncio.ensure_future(work)
         self.running.add(task)
         task.add_done_callback(self.running.discard)
+        return task
 
 
-async def _best_effort(work: Callable[[], Awaitable[None]]) -> None:
+async def _in_turn(
+    previous: asyncio.Future[None] | None,
+    work: Callable[[], Awaitable[None]],
+    conversation: str,
+    busy: bool,
+) -> None:
+    if previous is not None:
+        await asyncio.wait([previous])  # its outcome is its own; only its end matters here
     try:
         await work()
     except Exception:
-        log.debug("thinking indicator failed", exc_info=True)
+        log.debug("thinking indicator %s in %s failed", "on" if busy else "off", conversation,
+                  exc_info=True)  # fmt: skip

@@ -300,4 +300,5 @@ class Outbox:
         self.signals.emit("delivery_failed", reply_id=row.id, error=error)
         log.error("reply r%d: delivery failed for good: %s (`burstbot retry r%d` re-queues it)",
                   row.id, error, row.id)  # fmt: skip
+        self.indicator.clear(ConversationKey.parse(row.conversation_id))
         self.on_settled()

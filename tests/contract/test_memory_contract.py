@@ -53,19 +53,19 @@ async def test_held_messages_are_kept_once_in_order_until_unheld(store: Store) -
     assert await store.conversation_state(THREAD.id) is None  # held is not accepted input
 
 
-async def test_catch_up_points_name_the_newest_message_stored_before_the_cut_off(
+async def test_catch_up_points_name_every_conversation_most_recently_active_first(
     store: Store,
 ) -> None:
     book = memory(store)
-    old = ConversationKey("slack", "T1", "D9")
-    await store.ingest(msg(1, old), NOW - 100_000, T)  # outside the window
+    quiet = ConversationKey("slack", "T1", "D9")
+    await store.ingest(msg(1, quiet), NOW - 100_000, T)  # quiet for longer than any window
     await store.ingest(msg(1), NOW - 50, T)
     await store.ingest(msg(2), NOW - 40, T)
     await store.ingest(msg(3), NOW + 5, T)  # stored after the cut-off: a live message
     await store.ingest(msg(1, THREAD), NOW + 6, T)  # a conversation first seen after it
     await store.ingest(msg(1, ConversationKey("discord", "g", "c")), NOW, T)
-    points = await book.catch_up_points("slack", NOW - 86_400, NOW)
-    assert points == {DM.id: "D1:2", THREAD.id: None}
+    points = await book.catch_up_points("slack", NOW)
+    assert list(points.items()) == [(THREAD.id, None), (DM.id, "D1:2"), (quiet.id, "D9:1")]
 
 
 async def test_each_message_remembers_how_it_arrived(store: Store) -> None:
