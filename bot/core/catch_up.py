@@ -74,10 +74,12 @@ class FrontendMemory(Protocol):
     async def unhold(self, message: IncomingMessage) -> None: ...
 
     async def catch_up_points(
-        self, platform: str, since: float, before: float
+        self, platform: str, since: float, before: float, now: float
     ) -> dict[str, str | None]:
         """Every conversation of `platform` with a message stored since `since` → the platform id
-        of its newest message stored before `before` (None: none stored before then)."""
+        of its newest message stored before `before` (None: none stored before then). Arrival
+        times are the database's: `since` and `before` cross over by their distance from `now`
+        (the Store protocol's rule)."""
         ...
 
 
@@ -365,7 +367,7 @@ class CatchUp:
         platform = self.source.platform
         started = self.clock.now()
         since = started - self.settings.max_age_seconds
-        stored = await self.memory.catch_up_points(platform, since, before)
+        stored = await self.memory.catch_up_points(platform, since, before, started)
         points = {ConversationKey.parse(cid): newest for cid, newest in stored.items()}
         if not everything:
             points = {key: points.get(key) for key in only}

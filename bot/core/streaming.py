@@ -15,9 +15,10 @@ Rules:
   the reply, whose delivery edits it to the final text (the outbox's claim, parts and order).
 - No draft is started while an earlier reply of the conversation waits in the outbox (G9: the new
   message would show above it).
-- A stream stops showing once its lease may have moved on: it trusts the lease for two thirds of
-  the TTL after the last renewal (as `ClaimFence` trusts a claim); store writes are fenced by
-  the token anyway.
+- A stream stops showing once its lease may have moved on: it trusts the lease until a third of
+  the TTL before the expiry the database stamped (at acquire, then at each renewal), counted on
+  the monotonic clock (as `ClaimFence` trusts a claim); store writes are fenced by the token
+  anyway.
 - Streaming is a courtesy on top of delivery: a failing platform call stops the stream (logged),
   never the burst; the reply is delivered through the outbox either way.
 - A burst whose every message was deleted deletes its draft (`Drafts.discard`).
@@ -33,7 +34,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from bot.core.burst import Burst
-from bot.core.clock import Clock
+from bot.core.clock import Clock, trusted_until
 from bot.core.errors import BurstbotError, RetryableDeliveryError
 from bot.core.events import Draft
 from bot.core.frontend import DraftSurface, Frontend, drafts_of
@@ -99,7 +100,7 @@ class Drafts:
 class Stream:
     """What the engine sees of a stream: lease renewals go in, the watch's outcome ends it."""
 
-    def renewed(self, at: float) -> None:
+    def renewed(self, expires_at: float) -> None:
         return None
 
     async def stop(self, outcome: Supervision) -> None:
@@ -127,18 +128,18 @@ class DraftStream(Stream):
         self.clock = drafts.clock
         self.ttl = drafts.settings.lease_ttl_seconds
         self.interval = drafts.settings.streaming_interval_seconds
-        self.valid_until = burst.lease.expires_at - self.ttl / 3  # taken `ttl` before it expires
+        self.valid_until = trusted_until(self.clock, burst.lease.expires_at, self.ttl)
         self.draft: Draft | None = None  # once this stream knows the draft's message
         self.next_call_at = self.clock.now() + self.interval
         self.calls = 0
         self._stopping = asyncio.Event()
         self._task = asyncio.ensure_future(self._run())
 
-    def renewed(self, at: float) -> None:
-        self.valid_until = at + self.ttl * 2 / 3
+    def renewed(self, expires_at: float) -> None:
+        self.valid_until = trusted_until(self.clock, expires_at, self.ttl)
 
     def _fenced(self) -> bool:
-        return self.clock.now() < self.valid_until
+        return self.clock.monotonic() < self.valid_until
 
     async def stop(self, outcome: Supervision) -> None:
         """The watch ended: let a call in flight finish and keep the interval before the next

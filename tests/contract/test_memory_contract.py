@@ -64,7 +64,7 @@ async def test_catch_up_points_name_the_newest_message_stored_before_the_cut_off
     await store.ingest(msg(3), NOW + 5, T)  # stored after the cut-off: a live message
     await store.ingest(msg(1, THREAD), NOW + 6, T)  # a conversation first seen after it
     await store.ingest(msg(1, ConversationKey("discord", "g", "c")), NOW, T)
-    points = await book.catch_up_points("slack", NOW - 86_400, NOW)
+    points = await book.catch_up_points("slack", NOW - 86_400, NOW, NOW)
     assert points == {DM.id: "D1:2", THREAD.id: None}
 
 
