@@ -10,11 +10,15 @@ The steps are the shared SQL store's (storage/sql_store.py); PostgreSQL supplies
   processes starting together migrate once;
 - `LISTEN/NOTIFY` as a hint only: `listen(hint)` hears other processes arm timers, queue replies
   and release leases, so their schedulers look at once instead of at the next poll;
-- the clock: with `clock="database"` (production) lease and delivery-claim expiry are set and
-  compared with the database's `statement_timestamp()` (`:lease_now` is compiled to it), so hosts
-  whose clocks disagree still agree on who holds a lease. Debounce timers and delivery back-off
-  stay on the caller's clock, which the engine also uses to judge deadlines. With
-  `clock="caller"` every time is the caller's `now` (tests on a fake clock, like SQLite).
+- the clock (G12): with `clock="database"` (production) every protocol time — debounce due and
+  deadline, lease and delivery-claim expiry, message arrival — is stamped and compared in the
+  statement with the database's `statement_timestamp()` (`:db_now`), and the caller's times cross
+  over by their distance from its `now` (`:skew`, see sql_store.sql), so hosts whose clocks
+  disagree still agree on when a burst is due and who holds it. The statement's timestamp, not
+  `now()`: a transaction's later statements (a commit that waited for a row lock) stamp the time
+  they run, not when the transaction began; and not `clock_timestamp()`: one statement reads one
+  instant, so the times it stamps agree with each other and with the skew it returns them by.
+  With `clock="caller"` every time is the caller's `now` (tests on a fake clock, like SQLite).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Any, Literal
 import asyncpg
 
 from bot.core.errors import StoreError
-from storage.queries import load_queries, migrations
+from storage.queries import load_queries, migrations, on_clock
 from storage.rows import Params, Row
 from storage.sql_store import SqlStore
 
@@ -37,23 +41,26 @@ WAKEUP_CHANNEL = "burstbot_wakeup"
 ClockMode = Literal["database", "caller"]
 _PARAM = re.compile(r"(?<!:):([A-Za-z_]\w*)")
 _COMMENT = re.compile(r"^\s*--.*$", re.MULTILINE)
-_DATABASE_NOW = "EXTRACT(EPOCH FROM statement_timestamp())"
+_DATABASE_NOW = "CAST(EXTRACT(EPOCH FROM statement_timestamp()) AS FLOAT8)"
+_CLOCKS = {
+    "database": (_DATABASE_NOW, f"CAST(:now AS FLOAT8) - {_DATABASE_NOW}"),
+    "caller": (":now", "CAST(0 AS FLOAT8)"),
+}
 _DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
 
 
 def _positional(sql: str, clock: ClockMode) -> tuple[str, tuple[str, ...]]:
-    """`:name` placeholders → asyncpg's `$n`, one number per distinct name; with the database's
-    clock, `:lease_now` is its statement timestamp instead of a parameter."""
+    """The clock's `:db_now` and `:skew`, then `:name` placeholders → asyncpg's `$n`, one number
+    per distinct name."""
     names: list[str] = []
 
     def number(match: re.Match[str]) -> str:
-        if clock == "database" and match.group(1) == "lease_now":
-            return _DATABASE_NOW
         if match.group(1) not in names:
             names.append(match.group(1))
         return f"${names.index(match.group(1)) + 1}"
 
-    return _PARAM.sub(number, _COMMENT.sub("", sql)), tuple(names)
+    db_now, skew = _CLOCKS[clock]
+    return _PARAM.sub(number, on_clock(_COMMENT.sub("", sql), db_now, skew)), tuple(names)
 
 
 _RAW = load_queries("sql_store.sql", "postgres.sql")

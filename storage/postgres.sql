@@ -1,7 +1,8 @@
 -- PostgreSQL's own statements, by name: the schema, its bookkeeping, wake-up hints and the
 -- statements that differ from the shared ones in sql_store.sql (row locks, SKIP LOCKED, arrays).
--- Times are DOUBLE PRECISION seconds since the epoch. `:name` parameters become $n; :lease_now is
--- the caller's clock, or the database's own with clock="database" (see sql_store.sql).
+-- Times are DOUBLE PRECISION seconds since the epoch. `:name` parameters become $n; :db_now is the
+-- statement's timestamp and :skew the caller's clock minus it (see sql_store.sql; with
+-- clock="caller" the caller's `:now` and 0).
 
 -- name: migration_1
 CREATE TABLE conversations (
@@ -125,8 +126,8 @@ SELECT answered_version FROM conversations WHERE id = :cid FOR NO KEY UPDATE;
 
 -- name: due_timers
 -- Skips timers another transaction is changing right now (a lease being taken, a re-arm).
-SELECT conversation_id, due_at, deadline_at, armed_version
-FROM debounce_timers WHERE due_at <= :now::float8 ORDER BY due_at LIMIT :limit::integer
+SELECT conversation_id, due_at + :skew, deadline_at + :skew, armed_version
+FROM debounce_timers WHERE due_at <= :db_now::float8 ORDER BY due_at LIMIT :limit::integer
 FOR UPDATE SKIP LOCKED;
 
 -- name: restore_owner_timers
@@ -141,8 +142,8 @@ WHERE conversation_id = ANY(:cids::text[]);
 -- earlier reply of its conversation is pending (G9: in commit order).
 WITH picked AS MATERIALIZED (
     SELECT r.id FROM replies r
-    WHERE r.state = 'pending' AND r.next_attempt_at <= :now::float8
-      AND (r.claim_owner IS NULL OR r.claim_expires_at < :lease_now::float8)
+    WHERE r.state = 'pending' AND r.next_attempt_at <= :db_now::float8
+      AND (r.claim_owner IS NULL OR r.claim_expires_at < :db_now::float8)
       AND r.platform = ANY(:platforms::text[])
       AND (:reply_id::bigint IS NULL OR r.id = :reply_id::bigint)
       AND NOT EXISTS (SELECT 1 FROM replies e
@@ -151,16 +152,16 @@ WITH picked AS MATERIALIZED (
     ORDER BY r.id LIMIT :limit::integer
     FOR UPDATE SKIP LOCKED)
 UPDATE replies
-SET claim_owner = :owner, claim_expires_at = :lease_now::float8 + :ttl::float8,
+SET claim_owner = :owner, claim_expires_at = :db_now::float8 + :ttl::float8,
     claim_token = claim_token + 1
 FROM picked
 WHERE replies.id = picked.id
-RETURNING replies.*;
+RETURNING replies.*, replies.claim_expires_at + :skew AS claim_expires_here;
 
 -- name: next_outbox_at
 -- Only the first pending reply of each conversation can be claimed next.
 SELECT MIN(CASE WHEN r.claim_owner IS NULL THEN r.next_attempt_at
-                ELSE GREATEST(r.next_attempt_at, r.claim_expires_at) END)
+                ELSE GREATEST(r.next_attempt_at, r.claim_expires_at) END) + :skew
 FROM replies r
 WHERE r.state = 'pending' AND r.platform = ANY(:platforms::text[])
   AND NOT EXISTS (SELECT 1 FROM replies e

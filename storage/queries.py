@@ -4,6 +4,9 @@ A file holds blocks that start with `-- name: NAME`; everything up to the next m
 statement. A store loads the shared file and its dialect's file together; a name defined twice, in
 one file or across them, is an error. Migrations are the blocks named `migration_1`, `migration_2`,
 ... in order.
+
+Two placeholders name the protocol's clock (see sql_store.sql) and each dialect says what they are
+(`on_clock`): `:db_now`, the database's now, and `:skew`, the caller's clock minus the database's.
 """
 
 from __future__ import annotations
@@ -31,3 +34,12 @@ def migrations(queries: dict[str, str]) -> list[str]:
     if sorted(numbered) != list(range(1, len(numbered) + 1)):
         raise ValueError("migrations must be numbered 1, 2, 3, ... without gaps")
     return [numbered[number] for number in sorted(numbered)]
+
+
+_DB_NOW = re.compile(r"(?<!:):db_now\b")
+_SKEW = re.compile(r"(?<!:):skew\b")
+
+
+def on_clock(sql: str, db_now: str, skew: str) -> str:
+    """`sql` with the dialect's expressions for `:db_now` and `:skew` (each in parentheses)."""
+    return _SKEW.sub(f"({skew})", _DB_NOW.sub(f"({db_now})", sql))

@@ -17,13 +17,15 @@ Rules every step keeps:
 - a step that reads and then writes runs in one `_transaction()`; a lone statement runs alone;
 - `lease_token` only ever increases: renew, release, commit and failure are conditional on it;
 - a transaction that changes a conversation locks its row first, before its timer or outbox;
-- times are the caller's, except lease and claim expiry, which use `:lease_now` (see the SQL).
+- protocol times are the database's (`:db_now`), and cross to and from the caller's clock by
+  their distance from the caller's `now` (`:skew`; see sql_store.sql and the Store protocol).
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import ClassVar, Literal
 
 from bot.core import store as contract
@@ -34,7 +36,7 @@ from bot.ops.inspection import ConversationSummary
 from storage import rows as codec
 from storage.drafts import DraftSteps
 from storage.files import FileSteps
-from storage.rows import Params
+from storage.rows import Params, Row
 from storage.seam import Conn
 from storage.upkeep import Upkeep
 
@@ -125,8 +127,8 @@ class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn]):
         await self._rows("flush_timer", {"cid": conversation_id, "now": now})
 
     # 2. timers and leases --------------------------------------------------------------------
-    async def next_due_at(self, skip: Sequence[str] = ()) -> float | None:
-        rows = await self._rows("earliest_timers", {"limit": len(skip) + 1})
+    async def next_due_at(self, now: float, skip: Sequence[str] = ()) -> float | None:
+        rows = await self._rows("earliest_timers", {"limit": len(skip) + 1, "now": now})
         return next((float(r[1]) for r in rows if r[0] not in skip), None)
 
     async def due_timers(self, now: float, limit: int) -> list[contract.DueTimer]:
@@ -140,7 +142,7 @@ class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn]):
         self, conversation_id: str, owner: str, now: float, ttl: float
     ) -> contract.Lease | None:
         cid = conversation_id
-        params = {"cid": cid, "owner": owner, "lease_now": now, "ttl": ttl}
+        params = {"cid": cid, "owner": owner, "now": now, "ttl": ttl}
         async with self._transaction() as db:
             row = await self._one("acquire_lease", params, db)
             taken_over = row is None
@@ -148,34 +150,33 @@ class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn]):
                 row = await self._one("take_over_lease", params, db)
             if row is None:
                 return None
-            expires = float(row["lease_expires_at"])
             version = int(row["version"])
-            timer = await self._one(
-                "hold_timer_deadline", {"cid": cid, "expires_at": expires, "version": version}, db
-            )
+            hold = {"cid": cid, "expires_at": row["lease_expires_at"], "version": version,
+                    "now": now}  # fmt: skip
+            timer = await self._one("hold_timer_deadline", hold, db)
         return contract.Lease(
             conversation_id=cid, owner=owner, token=int(row["lease_token"]), version=version,
-            answered_version=int(row["answered_version"]), expires_at=expires,
+            answered_version=int(row["answered_version"]),
+            expires_at=float(row["expires_here"]),
             deadline_at=float(timer[0]) if timer else None,
             failed_attempts=int(row["failed_attempts"]), taken_over=taken_over,
         )  # fmt: skip
 
-    async def lease_expiry(self, conversation_id: str) -> float | None:
-        return await self._value("lease_expiry", {"cid": conversation_id})
+    async def lease_expiry(self, conversation_id: str, now: float) -> float | None:
+        return await self._value("lease_expiry", {"cid": conversation_id, "now": now})
 
     async def renew_lease(
         self, conversation_id: str, token: int, version: int, now: float, ttl: float
-    ) -> bool:
+    ) -> float | None:
         cid = conversation_id
-        params = {"cid": cid, "token": token, "lease_now": now, "ttl": ttl}
+        params = {"cid": cid, "token": token, "now": now, "ttl": ttl}
         async with self._transaction() as db:
             row = await self._one("renew_lease", params, db)
             if row is None:
-                return False
-            await self._rows(
-                "hold_timer", {"cid": cid, "expires_at": float(row[0]), "version": version}, db
-            )
-        return True
+                return None
+            hold = {"cid": cid, "expires_at": row["lease_expires_at"], "version": version}
+            await self._rows("hold_timer", hold, db)
+        return float(row["expires_here"])
 
     async def release_lease(self, conversation_id: str, token: int) -> None:
         async with self._transaction() as db:
@@ -242,18 +243,20 @@ class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn]):
                 await self._rows("record_generation", codec.generation_params(generation), db)
             if row is None or claim is None or row.platform not in claim.platforms:
                 return contract.Committed(row)
-            params = {"owner": claim.owner, "lease_now": now, "ttl": claim.ttl, "reply_id": row.id}
+            params = {"owner": claim.owner, "now": now, "ttl": claim.ttl, "reply_id": row.id}
             claimed = await self._one("claim_new_reply", params, db)
         if claimed is None:  # an earlier reply of the conversation is still pending
             return contract.Committed(row)
-        return contract.Committed(self._outbox(claimed), claimed=True)
+        return contract.Committed(self._claimed(claimed), claimed=True)
 
-    async def record_failure(self, conversation_id: str, token: int, retry_at: float) -> int | None:
+    async def record_failure(
+        self, conversation_id: str, token: int, retry_at: float, now: float
+    ) -> int | None:
         async with self._transaction() as db:
             row = await self._one("count_failure", {"cid": conversation_id, "token": token}, db)
             if row is None:
                 return None
-            rearm = {"cid": conversation_id, "retry_at": retry_at}
+            rearm = {"cid": conversation_id, "retry_at": retry_at, "now": now}
             await self._rows("rearm_after_failure", rearm, db)
         return int(row[0])
 
@@ -266,17 +269,24 @@ class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn]):
                             ) -> list[OutboxRow]:  # fmt: skip
         rows = await self._rows(
             "claim_replies",
-            {"owner": owner, "now": now, "lease_now": now, "ttl": ttl,
+            {"owner": owner, "now": now, "ttl": ttl,
              "platforms": self._array(platforms), "limit": limit, "reply_id": reply_id},
         )  # fmt: skip
-        return sorted((self._outbox(r) for r in rows), key=lambda r: r.id)
+        return sorted((self._claimed(r) for r in rows), key=lambda r: r.id)
 
-    async def next_outbox_at(self, platforms: Sequence[str]) -> float | None:
-        return await self._value("next_outbox_at", {"platforms": self._array(platforms)})
+    def _claimed(self, r: Row) -> OutboxRow:
+        """A row a claim returned: its expiry on the claimer's clock (`claim_expires_here`)."""
+        return replace(self._outbox(r), claim_expires_at=float(r["claim_expires_here"]))
 
-    async def renew_claim(self, reply_id: int, claim_token: int, now: float, ttl: float) -> bool:
-        params = {"id": reply_id, "claim": claim_token, "lease_now": now, "ttl": ttl}
-        return await self._one("renew_claim", params) is not None
+    async def next_outbox_at(self, platforms: Sequence[str], now: float) -> float | None:
+        params = {"platforms": self._array(platforms), "now": now}
+        return await self._value("next_outbox_at", params)
+
+    async def renew_claim(
+        self, reply_id: int, claim_token: int, now: float, ttl: float
+    ) -> float | None:
+        params = {"id": reply_id, "claim": claim_token, "now": now, "ttl": ttl}
+        return await self._value("renew_claim", params)
 
     async def record_parts(self, reply_id: int, claim_token: int, ids: Sequence[str]) -> bool:
         params = {"id": reply_id, "claim": claim_token, "ids": self._array(ids)}
@@ -308,11 +318,11 @@ class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn]):
         claim_token: int,
         next_attempt_at: float,
         error: str,
-        failed_at: float,
+        now: float,
         counts: bool = True,
     ) -> bool:
         params = {"id": reply_id, "claim": claim_token, "at": next_attempt_at, "error": error,
-                  "failed_at": failed_at, "counts": counts}  # fmt: skip
+                  "now": now, "counts": counts}  # fmt: skip
         return await self._one("mark_retry", params) is not None
 
     async def mark_failed(self, reply_id: int, claim_token: int, error: str) -> bool:
@@ -342,8 +352,10 @@ class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn]):
     async def unhold(self, message: IncomingMessage) -> None:
         await self._rows("unhold_message", codec.message_params(message, 0.0))
 
-    async def catch_up_points(self, platform: str, before: float) -> dict[str, str | None]:
-        params = {"platform": platform, "before": before}
+    async def catch_up_points(
+        self, platform: str, before: float, now: float
+    ) -> dict[str, str | None]:
+        params = {"platform": platform, "before": before, "now": now}
         return {str(r[0]): r[1] for r in await self._rows("catch_up_points", params)}
 
     # cost-guard counters (bot.ops.guards.CounterStore) ---------------------------------------

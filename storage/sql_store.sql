@@ -6,13 +6,21 @@
 -- PostgreSQL cannot tell a parameter's type from its context (arithmetic, IS NULL, a bare boolean),
 -- with type names SQLite reads too (FLOAT8 has REAL affinity, BOOLEAN numeric); `NOT deleted`;
 -- LEAST/GREATEST, which SQLite runs as its multi-argument MIN/MAX.
--- :lease_now is the clock leases and delivery claims expire by: the caller's `now`, or on
--- PostgreSQL with clock="database" the statement's own timestamp, so hosts with skewed clocks agree.
+--
+-- One clock for the protocol (G12). `:db_now` is the database's clock: it stamps and is compared
+-- with every protocol time (debounce due and deadline, lease and claim expiry, a message's arrival,
+-- which catch-up windows read). On PostgreSQL it is the statement's own timestamp; on SQLite, whose
+-- database is the host, it is the caller's `:now`. A caller's time crosses over by its distance
+-- from the caller's `:now`: `:skew` is the caller's clock minus the database's as of the statement
+-- (0 on SQLite), so a time T the caller passes is `T - :skew` here, and a stored time S goes back
+-- to the caller as `S + :skew`. Only differences cross between clocks: a host whose clock is off
+-- changes nothing. Times outside the protocol (cost-guard windows, what was fetched or decided
+-- when) stay on the caller's clock.
 
 -- 1. arrival --------------------------------------------------------------------------------------
 
 -- name: ensure_conversation
-INSERT INTO conversations (id, platform, created_at) VALUES (:cid, :platform, :now)
+INSERT INTO conversations (id, platform, created_at) VALUES (:cid, :platform, :db_now)
 ON CONFLICT (id) DO NOTHING;
 
 -- name: ingest_savepoint
@@ -29,7 +37,8 @@ UPDATE conversations SET version = version + 1 WHERE id = :cid RETURNING version
 -- name: insert_message
 INSERT INTO messages (conversation_id, seq, message_uid, message_id, author_id, author_name, text,
                       created_at, via, attachments)
-VALUES (:cid, :seq, :uid, :message_id, :author_id, :author_name, :text, :now, :via, :attachments)
+VALUES (:cid, :seq, :uid, :message_id, :author_id, :author_name, :text, :db_now, :via,
+        :attachments)
 ON CONFLICT (message_uid) DO NOTHING
 RETURNING seq;
 
@@ -37,26 +46,26 @@ RETURNING seq;
 -- The deadline is kept from the timer's first arming; the quiet window restarts with every change.
 INSERT INTO debounce_timers AS t (conversation_id, due_at, deadline_at, quiet_until, armed_version)
 VALUES (:cid,
-        LEAST(CAST(:now AS FLOAT8) + CAST(:quiet AS FLOAT8),
-              CAST(:now AS FLOAT8) + CAST(:max_wait AS FLOAT8)),
-        CAST(:now AS FLOAT8) + CAST(:max_wait AS FLOAT8),
-        CAST(:now AS FLOAT8) + CAST(:quiet AS FLOAT8),
+        LEAST(CAST(:db_now AS FLOAT8) + CAST(:quiet AS FLOAT8),
+              CAST(:db_now AS FLOAT8) + CAST(:max_wait AS FLOAT8)),
+        CAST(:db_now AS FLOAT8) + CAST(:max_wait AS FLOAT8),
+        CAST(:db_now AS FLOAT8) + CAST(:quiet AS FLOAT8),
         :version)
 ON CONFLICT (conversation_id) DO UPDATE SET
     quiet_until = excluded.quiet_until,
     due_at = LEAST(excluded.quiet_until, t.deadline_at),
     armed_version = excluded.armed_version
-RETURNING due_at;
+RETURNING due_at + :skew;
 
 -- name: edit_message
 -- An edit that names the message's files replaces them (NULL: the platform did not say; kept).
 UPDATE messages
-SET text = :text, edited_at = :now, attachments = COALESCE(CAST(:attachments AS TEXT), attachments)
+SET text = :text, edited_at = :db_now, attachments = COALESCE(CAST(:attachments AS TEXT), attachments)
 WHERE message_uid = :uid AND NOT deleted
 RETURNING seq;
 
 -- name: delete_message
-UPDATE messages SET deleted = TRUE, edited_at = :now
+UPDATE messages SET deleted = TRUE, edited_at = :db_now
 WHERE message_uid = :uid AND NOT deleted
 RETURNING seq;
 
@@ -65,49 +74,53 @@ RETURNING seq;
 -- deadline and never shorter than it was (a lease's hold stays). A conversation with nothing
 -- pending from that author matches no row: nothing is created or changed.
 UPDATE debounce_timers
-SET quiet_until = GREATEST(quiet_until, LEAST(CAST(:until AS FLOAT8), deadline_at)),
-    due_at = GREATEST(due_at, LEAST(CAST(:until AS FLOAT8), deadline_at))
+SET quiet_until = GREATEST(quiet_until, LEAST(CAST(:until AS FLOAT8) - :skew, deadline_at)),
+    due_at = GREATEST(due_at, LEAST(CAST(:until AS FLOAT8) - :skew, deadline_at))
 WHERE conversation_id = :cid
   AND EXISTS (SELECT 1 FROM messages m JOIN conversations c ON c.id = m.conversation_id
               WHERE m.conversation_id = :cid AND m.author_id = :author
                 AND m.seq > c.answered_version AND NOT m.deleted)
-RETURNING due_at;
+RETURNING due_at + :skew;
 
 -- name: flush_timer
-UPDATE debounce_timers SET due_at = LEAST(due_at, :now) WHERE conversation_id = :cid;
+UPDATE debounce_timers SET due_at = LEAST(due_at, CAST(:db_now AS FLOAT8)) WHERE conversation_id = :cid;
 
 -- 2. timers and leases ----------------------------------------------------------------------------
 
 -- name: earliest_timers
 -- The scheduler skips the conversations this process is already serving (their timers may be
 -- due at once: input past the deadline), so it reads a few more than it skips.
-SELECT conversation_id, due_at FROM debounce_timers ORDER BY due_at LIMIT :limit;
+SELECT conversation_id, due_at + :skew FROM debounce_timers ORDER BY due_at LIMIT :limit;
 
 -- name: postpone_timer
-UPDATE debounce_timers SET due_at = :due_at WHERE conversation_id = :cid AND due_at <= :now;
+UPDATE debounce_timers SET due_at = CAST(:due_at AS FLOAT8) - :skew
+WHERE conversation_id = :cid AND due_at <= CAST(:db_now AS FLOAT8);
 
 -- name: acquire_lease
 -- Two compare-and-swaps tried in turn: a free lease, then (a takeover) one whose holder let it
 -- expire without releasing it.
 UPDATE conversations
 SET lease_owner = :owner, lease_token = lease_token + 1,
-    lease_expires_at = CAST(:lease_now AS FLOAT8) + CAST(:ttl AS FLOAT8)
+    lease_expires_at = CAST(:db_now AS FLOAT8) + CAST(:ttl AS FLOAT8)
 WHERE id = :cid AND lease_owner IS NULL
-RETURNING lease_token, version, answered_version, lease_expires_at, failed_attempts;
+RETURNING lease_token, version, answered_version, lease_expires_at, failed_attempts,
+          lease_expires_at + :skew AS expires_here;
 
 -- name: take_over_lease
 UPDATE conversations
 SET lease_owner = :owner, lease_token = lease_token + 1,
-    lease_expires_at = CAST(:lease_now AS FLOAT8) + CAST(:ttl AS FLOAT8)
-WHERE id = :cid AND lease_owner IS NOT NULL AND lease_expires_at < CAST(:lease_now AS FLOAT8)
-RETURNING lease_token, version, answered_version, lease_expires_at, failed_attempts;
+    lease_expires_at = CAST(:db_now AS FLOAT8) + CAST(:ttl AS FLOAT8)
+WHERE id = :cid AND lease_owner IS NOT NULL AND lease_expires_at < CAST(:db_now AS FLOAT8)
+RETURNING lease_token, version, answered_version, lease_expires_at, failed_attempts,
+          lease_expires_at + :skew AS expires_here;
 
 -- name: hold_timer_deadline
--- `hold_timer`, returning the burst's deadline in the same statement.
+-- `hold_timer`, returning the burst's deadline (on the caller's clock) in the same statement.
+-- :expires_at is the lease's expiry as stored.
 UPDATE debounce_timers
 SET due_at = CASE WHEN armed_version <= :version THEN GREATEST(due_at, :expires_at) ELSE due_at END
 WHERE conversation_id = :cid
-RETURNING deadline_at;
+RETURNING deadline_at + :skew;
 
 -- name: hold_timer
 -- While a lease is held the timer waits for the lease's expiry (takeover after a crash), unless
@@ -116,12 +129,12 @@ UPDATE debounce_timers SET due_at = GREATEST(due_at, :expires_at)
 WHERE conversation_id = :cid AND armed_version <= :version;
 
 -- name: lease_expiry
-SELECT lease_expires_at FROM conversations WHERE id = :cid AND lease_owner IS NOT NULL;
+SELECT lease_expires_at + :skew FROM conversations WHERE id = :cid AND lease_owner IS NOT NULL;
 
 -- name: renew_lease
-UPDATE conversations SET lease_expires_at = CAST(:lease_now AS FLOAT8) + CAST(:ttl AS FLOAT8)
+UPDATE conversations SET lease_expires_at = CAST(:db_now AS FLOAT8) + CAST(:ttl AS FLOAT8)
 WHERE id = :cid AND lease_token = :token AND lease_owner IS NOT NULL
-RETURNING lease_expires_at;
+RETURNING lease_expires_at, lease_expires_at + :skew AS expires_here;
 
 -- name: release_lease
 UPDATE conversations SET lease_owner = NULL, lease_expires_at = NULL
@@ -183,14 +196,15 @@ RETURNING version;
 INSERT INTO replies (conversation_id, platform, covers_from_version, covers_to_version,
                      seen_version, reply_to_message_id, text, kind, next_attempt_at, created_at,
                      input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
-VALUES (:cid, :platform, :covers_from, :version, :seen_version, :reply_to, :text, :kind, :now, :now,
+VALUES (:cid, :platform, :covers_from, :version, :seen_version, :reply_to, :text, :kind, :db_now,
+        :db_now,
         :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens)
 RETURNING *;
 
 -- name: restart_cap
 UPDATE debounce_timers
-SET deadline_at = CAST(:now AS FLOAT8) + CAST(:max_wait AS FLOAT8),
-    due_at = LEAST(quiet_until, CAST(:now AS FLOAT8) + CAST(:max_wait AS FLOAT8))
+SET deadline_at = CAST(:db_now AS FLOAT8) + CAST(:max_wait AS FLOAT8),
+    due_at = LEAST(quiet_until, CAST(:db_now AS FLOAT8) + CAST(:max_wait AS FLOAT8))
 WHERE conversation_id = :cid AND armed_version > :version;
 
 -- name: count_failure
@@ -201,8 +215,9 @@ RETURNING failed_attempts;
 
 -- name: rearm_after_failure
 INSERT INTO debounce_timers (conversation_id, due_at, deadline_at, quiet_until, armed_version)
-VALUES (:cid, :retry_at, :retry_at, :retry_at, 0)
-ON CONFLICT (conversation_id) DO UPDATE SET due_at = :retry_at;
+VALUES (:cid, CAST(:retry_at AS FLOAT8) - :skew, CAST(:retry_at AS FLOAT8) - :skew,
+        CAST(:retry_at AS FLOAT8) - :skew, 0)
+ON CONFLICT (conversation_id) DO UPDATE SET due_at = excluded.due_at;
 
 -- name: record_generation
 INSERT INTO generations (conversation_id, lease_token, from_version, to_version, started_at,
@@ -219,19 +234,19 @@ VALUES (:cid, :token, :from_version, :to_version, :started_at, :ended_at, :outco
 -- earlier reply of its conversation is still pending (G9: in commit order). A claim is not an
 -- attempt: `attempts` counts failures (mark_retry, mark_failed), claim_token counts claims.
 UPDATE replies
-SET claim_owner = :owner, claim_expires_at = CAST(:lease_now AS FLOAT8) + CAST(:ttl AS FLOAT8),
+SET claim_owner = :owner, claim_expires_at = CAST(:db_now AS FLOAT8) + CAST(:ttl AS FLOAT8),
     claim_token = claim_token + 1
 WHERE id = :reply_id
   AND NOT EXISTS (SELECT 1 FROM replies AS e
                   WHERE e.conversation_id = replies.conversation_id AND e.state = 'pending'
                     AND e.id < replies.id)
-RETURNING *;
+RETURNING *, claim_expires_at + :skew AS claim_expires_here;
 
 -- name: renew_claim
 -- A delivery keeps its claim while it posts (every ttl/3), like a generation keeps its lease.
-UPDATE replies SET claim_expires_at = CAST(:lease_now AS FLOAT8) + CAST(:ttl AS FLOAT8)
+UPDATE replies SET claim_expires_at = CAST(:db_now AS FLOAT8) + CAST(:ttl AS FLOAT8)
 WHERE id = :id AND claim_token = :claim AND state = 'pending' AND claim_owner IS NOT NULL
-RETURNING claim_expires_at;
+RETURNING claim_expires_at + :skew;
 
 -- name: record_parts
 -- The parts of a reply posted so far: a retry (any process, after a crash too) skips them.
@@ -242,7 +257,7 @@ RETURNING id;
 -- name: mark_sent
 -- Every mark is fenced by the claim token: a deliverer whose claim was taken changes nothing.
 UPDATE replies
-SET state = 'sent', platform_message_ids = :ids, sent_at = :now,
+SET state = 'sent', platform_message_ids = :ids, sent_at = :db_now,
     claim_owner = NULL, claim_expires_at = NULL
 WHERE id = :id AND claim_token = :claim AND state = 'pending'
 RETURNING id;
@@ -267,9 +282,10 @@ DELETE FROM indicators WHERE conversation_id = :cid RETURNING platform_message_i
 -- A failure counts as an attempt unless it was the platform pacing us (:counts false: a rate
 -- limit); either way the give-up horizon runs from the first one (failing_since).
 UPDATE replies
-SET next_attempt_at = :at, last_error = :error, claim_owner = NULL, claim_expires_at = NULL,
+SET next_attempt_at = CAST(:at AS FLOAT8) - :skew, last_error = :error, claim_owner = NULL,
+    claim_expires_at = NULL,
     attempts = attempts + CASE WHEN CAST(:counts AS BOOLEAN) THEN 1 ELSE 0 END,
-    failing_since = COALESCE(failing_since, CAST(:failed_at AS FLOAT8))
+    failing_since = COALESCE(failing_since, CAST(:now AS FLOAT8))
 WHERE id = :id AND claim_token = :claim AND state = 'pending'
 RETURNING id;
 
@@ -464,7 +480,8 @@ ON CONFLICT (conversation_id) DO UPDATE SET ours = excluded.ours, decided_at = e
 -- name: hold_message
 INSERT INTO held_messages (message_uid, conversation_id, platform, message_id, author_id,
                            author_name, text, held_at, attachments)
-VALUES (:uid, :cid, :platform, :message_id, :author_id, :author_name, :text, :now, :attachments)
+VALUES (:uid, :cid, :platform, :message_id, :author_id, :author_name, :text, :db_now,
+        :attachments)
 ON CONFLICT (message_uid) DO NOTHING;
 
 -- name: held_messages
@@ -481,14 +498,15 @@ DELETE FROM held_messages WHERE message_uid = :uid;
 SELECT id, message_id FROM (
   SELECT c.id,
          (SELECT m.message_id FROM messages m
-          WHERE m.conversation_id = c.id AND m.created_at < :before
+          WHERE m.conversation_id = c.id AND m.created_at < CAST(:before AS FLOAT8) - :skew
           ORDER BY m.seq DESC LIMIT 1) AS message_id,
          (SELECT MAX(m.created_at) FROM messages m
-          WHERE m.conversation_id = c.id AND m.created_at < :before) AS active_at
+          WHERE m.conversation_id = c.id AND m.created_at < CAST(:before AS FLOAT8) - :skew)
+          AS active_at
   FROM conversations c
   WHERE c.platform = :platform
 ) known
-ORDER BY COALESCE(active_at, :before) DESC, id;
+ORDER BY COALESCE(active_at, CAST(:before AS FLOAT8) - :skew) DESC, id;
 
 -- attachments (bot/core/attachments.py, storage/files.py) ---------------------------------------
 

@@ -19,7 +19,8 @@ The steps are the shared SQL store's (storage/sql_store.py); SQLite supplies wha
   `PRAGMA user_version`;
 - group commit for ingest (storage/sqlite_batch.py); an arriving event's steps, which its ack
   waits for, go before other waiters for the connection's lock (storage/sqlite_lock.py);
-- lists travel as JSON text, and the shared SQL's LEAST/GREATEST run as SQLite's MIN/MAX.
+- lists travel as JSON text, and the shared SQL's LEAST/GREATEST run as SQLite's MIN/MAX;
+- the protocol's clock (G12) is the host's: the caller's `now` is the database's.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import aiosqlite
 from bot.core.errors import StoreError
 from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited
 from bot.core.store import IngestResult, Timing
-from storage.queries import load_queries, migrations
+from storage.queries import load_queries, migrations, on_clock
 from storage.rows import Params, Row
 from storage.sql_store import SqlStore
 from storage.sqlite_batch import IngestBatcher, QueuedIngest, apply_ingest_batch
@@ -51,7 +52,9 @@ from storage.sqlite_turn import WriterTurn
 
 
 def _for_sqlite(sql: str) -> str:
-    """The shared statements' LEAST and GREATEST are SQLite's multi-argument MIN and MAX."""
+    """The shared statements' LEAST and GREATEST are SQLite's multi-argument MIN and MAX; the
+    database's clock is the host's, so `:db_now` is the caller's `:now` and `:skew` is 0."""
+    sql = on_clock(sql, db_now=":now", skew="0.0")
     return re.sub(r"\bGREATEST\(", "MAX(", re.sub(r"\bLEAST\(", "MIN(", sql))
 
 
@@ -255,10 +258,10 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
             return await super().delete(event, now, timing)
 
     async def extend_quiet(
-        self, conversation_id: str, author_id: str, until: float
+        self, conversation_id: str, author_id: str, until: float, now: float
     ) -> float | None:
         with _arriving():
-            return await super().extend_quiet(conversation_id, author_id, until)
+            return await super().extend_quiet(conversation_id, author_id, until, now)
 
     async def thread_status(self, conversation_id: str) -> bool | None:
         with _arriving():

@@ -1,6 +1,7 @@
 -- SQLite's own statements, by name: the schema and the statements that differ from the shared
 -- ones in sql_store.sql (no row locks: `BEGIN IMMEDIATE` already holds the write lock; lists travel
--- as JSON text). Times are REAL seconds since the epoch.
+-- as JSON text). Times are REAL seconds since the epoch, on the host's clock: `:now` is the
+-- database's (sql_store.sql's `:db_now`).
 
 -- name: migration_1
 CREATE TABLE conversations (
@@ -125,7 +126,7 @@ WHERE id IN (
                         AND e.id < r.id)
     ORDER BY r.id LIMIT :limit)
   AND state = 'pending' AND (claim_owner IS NULL OR claim_expires_at < :now)
-RETURNING *;
+RETURNING *, claim_expires_at AS claim_expires_here;
 
 -- name: next_outbox_at
 -- Only the first pending reply of each conversation can be claimed next.

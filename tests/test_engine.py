@@ -297,12 +297,13 @@ async def test_delivery_retries_with_backoff_and_gives_up_on_permanent_errors(
     engine = make_engine(store, clock, ScriptedReplier(), frontend, delivery_backoff_seconds=1.0)
     await engine.ingest(message(1))
     await tick(engine, clock, 1.5)
-    retry_at = await store.next_outbox_at(["test"])
+    retry_at = await store.next_outbox_at(["test"], clock.now())
     assert retry_at is not None and clock.now() + 0.5 <= retry_at <= clock.now() + 1.0  # jitter
     await clock.advance(1.0)
     await engine.outbox.deliver_due()
     await engine.idle()
-    assert await store.next_outbox_at(["test"]) == clock.now() + 10.0  # Retry-After honoured
+    retry_at = await store.next_outbox_at(["test"], clock.now())
+    assert retry_at == clock.now() + 10.0  # Retry-After honoured
     await clock.advance(10.0)
     await engine.outbox.deliver_due()
     await engine.idle()
@@ -325,7 +326,7 @@ async def test_transient_delivery_failures_are_retried_until_the_horizon_then_fa
     first_failure = clock.now()
     waits = []
     while (await store.replies(KEY.id))[0].state == "pending":
-        retry_at = await store.next_outbox_at(["test"])
+        retry_at = await store.next_outbox_at(["test"], clock.now())
         assert retry_at is not None
         waits.append(retry_at - clock.now())
         await clock.advance(retry_at - clock.now())
@@ -388,7 +389,7 @@ async def test_a_lease_held_elsewhere_backs_off_without_dropping_the_timer(
     await engine.ingest(message(2))  # re-arms on the natural schedule while "elsewhere" holds it
     await clock.advance(1.5)
     assert await tick(engine, clock) == 1  # tried, lost the race, backed off
-    assert await store.next_due_at() == clock.now() + 1.0
+    assert await store.next_due_at(clock.now()) == clock.now() + 1.0
     await store.release_lease(KEY.id, lease.token)
     await tick(engine, clock, 1.0)
     assert frontend.texts() == ["reply to: text 1 | text 2"]

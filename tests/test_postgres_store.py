@@ -4,7 +4,8 @@
   results at every step — the SQLite store is the reference semantics.
 - Races: separate stores (separate pools, so separate connections) contend for one lease, one
   conversation's ingest and one outbox; the compare-and-swaps let exactly one win.
-- Database clock: a host whose clock runs ahead cannot steal a lease early.
+- Database clock: a host whose clock runs ahead cannot steal a lease early, and sees every
+  protocol time on its own clock.
 """
 
 from __future__ import annotations
@@ -102,12 +103,12 @@ class Differential:
             await self.both("flush", cid, now)
         elif op == 9:
             await self.both("due_timers", now, 10)
-            await self.both("next_due_at")
+            await self.both("next_due_at", now)
         elif op == 10:
             lease = await self.both("acquire_lease", cid, rng.choice(["w1", "w2"]), now, 30.0)
             if lease is not None:
                 self.tokens[cid] = lease.token
-            await self.both("lease_expiry", cid)
+            await self.both("lease_expiry", cid, now)
         elif op == 11:
             await self.both("renew_lease", cid, token, version, now, 30.0)
         elif op == 12:
@@ -127,14 +128,14 @@ class Differential:
                 "commit", cid, FinalCheck(token, at, rng.random() < 0.3), now, TIMING, reply
             )
         elif op == 17:
-            await self.both("record_failure", cid, token, now + 2.0)
+            await self.both("record_failure", cid, token, now + 2.0, now)
             record = GenerationRecord(cid, token, 0, version, now - 1, now, "failed", error="x")
             await self.both("record_generation", record)
         elif op == 18:
             platforms = rng.choice([["test"], ["test", "other"]])
             owner = rng.choice(["w1", "w2"])
             rows = await self.both("claim_replies", owner, now, 30.0, platforms, 2)
-            await self.both("next_outbox_at", platforms)
+            await self.both("next_outbox_at", platforms, now)
             for row in rows:
                 choice = rng.randrange(3)
                 token = row.claim_token - rng.choice([0, 0, 0, 1])  # now and then a stale one
@@ -254,6 +255,27 @@ async def test_database_clock_keeps_a_fast_host_from_stealing_a_lease(pg_stores:
     state = await honest.conversation_state(key.id)
     assert state is not None and state.lease_expires_at is not None
     assert state.lease_expires_at > wall + 20.0  # renewed against the database, not the caller
+
+
+async def test_each_host_sees_protocol_times_on_its_own_clock(pg_stores: Factory) -> None:
+    """Debounce times are the database's: a host 10 s ahead neither finds a timer due early nor
+    gets back times off by its skew, and the times it passes cross over by their distance."""
+    honest = await pg_stores(clock="database")
+    ahead = await pg_stores(clock="database")
+    key, timing = KEYS[0], Timing(5.0, 8.0)
+    wall = await honest._pool_or_fail().fetchval("SELECT EXTRACT(EPOCH FROM now())::float8")
+    armed = await honest.ingest(message(key, 1), wall, timing)
+    assert armed.due_at is not None and abs(armed.due_at - (wall + 5.0)) < 2.0
+    assert await ahead.due_timers(wall + 10.0, 10) == []  # 5 s of quiet left, not 5 s past
+    due = await ahead.next_due_at(wall + 10.0)
+    assert due is not None and abs(due - (wall + 15.0)) < 2.0
+    lease = await ahead.acquire_lease(key.id, "ahead", wall + 10.0, 30.0)
+    assert lease is not None and lease.deadline_at is not None
+    assert abs(lease.deadline_at - (wall + 18.0)) < 2.0
+    assert abs(lease.expires_at - (wall + 40.0)) < 2.0
+    assert await ahead.record_failure(key.id, lease.token, wall + 13.0, wall + 10.0) == 1
+    due = await honest.next_due_at(wall)
+    assert due is not None and abs(due - (wall + 3.0)) < 2.0
 
 
 async def test_caller_clock_uses_the_given_time(pg_stores: Factory) -> None:

@@ -93,7 +93,7 @@ async def test_a_store_outage_is_logged_once_when_it_starts_and_once_when_it_end
     engine = make_engine(store, clock, ScriptedReplier(), frontend, poll_seconds=1.0)
     failed_rounds = 0
 
-    async def store_down(skip: object = ()) -> float | None:
+    async def store_down(now: float, skip: object = ()) -> float | None:
         nonlocal failed_rounds
         failed_rounds += 1
         raise StoreError("database is locked")
@@ -184,8 +184,8 @@ class BusyLoopStore(SqliteStore):
     clock: FakeClock
     lag = 0.0
 
-    async def next_due_at(self, skip: Sequence[str] = ()) -> float | None:
-        found = await super().next_due_at(skip)
+    async def next_due_at(self, now: float, skip: Sequence[str] = ()) -> float | None:
+        found = await super().next_due_at(now, skip)
         asyncio.get_running_loop().call_soon(self.clock.jump, self.lag)
         return found
 

@@ -65,7 +65,7 @@ async def test_a_version_3_database_upgrades_and_keeps_its_messages(tmp_path: Pa
     try:
         [kept] = await store.messages("a/b/c/")
         assert (kept.text, kept.via, kept.attachments) == ("hi", "", ())
-        assert await store.catch_up_points("a", 2.0) == {"a/b/c/": "m1"}
+        assert await store.catch_up_points("a", 2.0, 2.0) == {"a/b/c/": "m1"}
     finally:
         await store.close()
 
@@ -223,11 +223,11 @@ async def test_a_read_does_not_wait_behind_a_write_transaction(tmp_path: Path) -
 
         writer = asyncio.create_task(long_transaction())
         await writing.wait()
-        due = await asyncio.wait_for(store.next_due_at(), 5)
+        due = await asyncio.wait_for(store.next_due_at(0.0), 5)
         assert due is not None  # the last commit's timer, not the open transaction's drop
         done.set()
         await writer
-        assert await store.next_due_at() is None
+        assert await store.next_due_at(0.0) is None
     finally:
         await store.close()
 

@@ -78,9 +78,13 @@ class FrontendMemory(Protocol):
 
     async def unhold(self, message: IncomingMessage) -> None: ...
 
-    async def catch_up_points(self, platform: str, before: float) -> dict[str, str | None]:
+    async def catch_up_points(
+        self, platform: str, before: float, now: float
+    ) -> dict[str, str | None]:
         """Every conversation of `platform` → the platform id of its newest message stored before
-        `before` (None: none stored before then), most recently active first."""
+        `before` (None: none stored before then), most recently active first. Arrival times are
+        the database's: `before` crosses over by its distance from `now` (the Store protocol's
+        rule)."""
         ...
 
 
@@ -402,7 +406,7 @@ class CatchUp:
         platform = self.source.platform
         started = self.clock.now()
         since = started - self.settings.max_age_seconds
-        stored = await self.memory.catch_up_points(platform, before)
+        stored = await self.memory.catch_up_points(platform, before, started)
         points = {ConversationKey.parse(cid): newest for cid, newest in stored.items()}
         if not everything:
             known = {key: newest for key, newest in points.items() if key in only}

@@ -2,6 +2,14 @@
 
 The engine and scheduler never read the wall clock directly: production passes `SystemClock`, tests
 pass `FakeClock` and step it, so debounce tests never sleep.
+
+Rules:
+
+- protocol times (due times, deadlines, expiries) are the database's, handed over on this clock
+  as the store returns them: the same distance from the `now` the caller passed (G12);
+- a fence (how long this process trusts a lease or a delivery claim) counts down on `monotonic`
+  from the expiry the database stamped (`trusted_until`): neither a wall-clock step nor a slow
+  call stretches it.
 """
 
 from __future__ import annotations
@@ -18,6 +26,10 @@ class Clock(Protocol):
         """Seconds since the epoch."""
         ...
 
+    def monotonic(self) -> float:
+        """Seconds on a clock nobody sets: fences count down on it."""
+        ...
+
     async def sleep(self, seconds: float) -> None: ...
 
     async def sleep_until(self, when: float) -> None:
@@ -30,6 +42,9 @@ class Clock(Protocol):
 class SystemClock:
     def now(self) -> float:
         return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
@@ -47,6 +62,9 @@ class FakeClock:
         self._counter = itertools.count()
 
     def now(self) -> float:
+        return self._now
+
+    def monotonic(self) -> float:
         return self._now
 
     async def sleep(self, seconds: float) -> None:
@@ -79,6 +97,35 @@ class FakeClock:
             await settle()
         self._now = target
         await settle()
+
+
+class OffsetClock:
+    """`base` read `offset` seconds off, as on a host whose clock is wrong: its time of day and its
+    sleeps until a time of day are off; durations and `monotonic` are not."""
+
+    def __init__(self, base: Clock, offset: float) -> None:
+        self.base = base
+        self.offset = offset
+
+    def now(self) -> float:
+        return self.base.now() + self.offset
+
+    def monotonic(self) -> float:
+        return self.base.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await self.base.sleep(seconds)
+
+    async def sleep_until(self, when: float) -> None:
+        await self.base.sleep_until(when - self.offset)
+
+
+def trusted_until(clock: Clock, expires_at: float, ttl: float) -> float:
+    """When (on `clock.monotonic()`) to stop trusting a lease or claim that expires at
+    `expires_at`, as the store returned it on `clock`: a third of `ttl` before that expiry. The
+    store counts the expiry from the `now` passed before the call, so a slow call shortens the
+    trust instead of starting it late."""
+    return clock.monotonic() + (expires_at - clock.now()) - ttl / 3
 
 
 async def settle(rounds: int = 50) -> None:

@@ -186,7 +186,7 @@ class Engine:
             log.warning("conversation %s: cannot take the lease (%s); will retry", cid, exc)
             return False
         if lease is None:
-            expiry = await self.store.lease_expiry(cid)
+            expiry = await self.store.lease_expiry(cid, now)
             retry_at = now + self.settings.busy_retry_seconds
             if expiry is not None and expiry > now:
                 retry_at = min(retry_at, expiry)
@@ -342,7 +342,7 @@ class Engine:
             "conversation %s: model failed (%s); retry %d at +%.1fs",
             cid, exc, attempts, retry_at - now,
         )  # fmt: skip
-        await self.store.record_failure(cid, lease.token, retry_at)
+        await self.store.record_failure(cid, lease.token, retry_at, now)
         self._emit("model_retry", conversation=cid, attempt=attempts)
 
     # every generation ends in one record ----------------------------------------------------------

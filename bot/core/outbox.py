@@ -36,10 +36,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 from collections.abc import Callable, Mapping
 
-from bot.core.clock import Clock
+from bot.core.clock import Clock, trusted_until
 from bot.core.errors import ClaimLost, PermanentDeliveryError, RetryableDeliveryError, StoreError
 from bot.core.events import ConversationKey, Draft, Reply
 from bot.core.frontend import Frontend, drafts_of
@@ -58,9 +59,11 @@ HOUR = 3600.0
 class ClaimFence:
     """This process's view of one delivery claim: open until renewals stop succeeding.
 
-    The claim is trusted for two thirds of the TTL after the last successful renewal (measured
-    from before the renewal was sent), so a process that stalled past that stops before posting
-    again even if its renewal task has not run yet.
+    The claim is trusted until a third of the TTL before the expiry the database stamped on it
+    (at the claim, then at each renewal), counted down on the monotonic clock (`trusted_until`),
+    so a process that stalled past that stops before posting again even if its renewal task has
+    not run yet, and a claim that took long to come back is trusted for less, not for longer.
+    A row without a claim expiry is not trusted at all.
     """
 
     def __init__(self, clock: Clock, ttl: float, store: Store, row: OutboxRow) -> None:
@@ -70,13 +73,20 @@ class ClaimFence:
         self.row = row
         self.parts = dict(enumerate(row.platform_message_ids))
         self.lost = False
-        self.valid_until = clock.now() + ttl * 2 / 3
+        self.valid_until = -math.inf
+        if row.claim_expires_at is not None:
+            self.renewed(row.claim_expires_at)
 
-    def renewed(self, at: float) -> None:
-        self.valid_until = at + self.ttl * 2 / 3
+    def renewed(self, expires_at: float) -> None:
+        """The claim now expires at `expires_at` (the renewal's answer, on our clock)."""
+        self.valid_until = trusted_until(self.clock, expires_at, self.ttl)
+
+    def renewal_due_in(self) -> float:
+        """Seconds until the claim has two thirds of the TTL left: when to renew it."""
+        return max(0.0, self.valid_until - self.ttl / 3 - self.clock.monotonic())
 
     def check(self) -> None:
-        if self.lost or self.clock.now() >= self.valid_until:
+        if self.lost or self.clock.monotonic() >= self.valid_until:
             self.lost = True
             raise ClaimLost("the delivery claim was taken or ran out")
 
@@ -160,7 +170,7 @@ class Outbox:
 
     async def next_due_at(self) -> float | None:
         """When the earliest claimable row of our platforms may be claimed (the scheduler wakes)."""
-        return await self.store.next_outbox_at(self.platforms)
+        return await self.store.next_outbox_at(self.platforms, self.clock.now())
 
     async def waiting(self, conversation_id: str) -> bool:
         """A reply of this conversation is still to be posted (or retried)."""
@@ -241,14 +251,19 @@ class Outbox:
     async def _keep_claim(
         self, row: OutboxRow, fence: ClaimFence, post: asyncio.Future[list[str]]
     ) -> None:
-        """Renew the claim every ttl/3 while posting; a lost claim stops the post at once."""
+        """Renew the claim every ttl/3 while posting (the first time when two thirds of the TTL
+        are left of the expiry the claim was given); a lost claim stops the post at once."""
         ttl = self.settings.lease_ttl_seconds
+        wait = fence.renewal_due_in()
         while not post.done():
-            await self.clock.sleep(ttl / 3)
-            asked_at = self.clock.now()
+            await self.clock.sleep(wait)
+            wait = ttl / 3
             try:
-                if await self.store.renew_claim(row.id, row.claim_token, asked_at, ttl):
-                    fence.renewed(asked_at)
+                expires_at = await self.store.renew_claim(
+                    row.id, row.claim_token, self.clock.now(), ttl
+                )
+                if expires_at is not None:
+                    fence.renewed(expires_at)
                     continue
                 fence.lost = True
             except StoreError as exc:  # still ours until it runs out; try again

@@ -1,6 +1,7 @@
 """The scheduler loop: sleep until the earliest due timer or outbox row, then serve what is due.
 
-It sleeps on the engine's clock until the earliest `due_at` (an index lookup), wakes early when an
+It sleeps on the engine's clock until the earliest `due_at` (an index lookup; the store hands it
+over on the engine's clock, as far from now as it is on the database's), wakes early when an
 in-process ingest arms a sooner timer or a worker frees a slot, and never sleeps longer than
 `poll_seconds`, so timers armed and leases abandoned by other processes are noticed.
 
@@ -51,7 +52,7 @@ class Scheduler:
             next_outbox = await engine.outbox.next_due_at()
         now = engine.clock.now()
         wanted = now + engine.settings.poll_seconds
-        next_due = await store.next_due_at(skip=engine.serving)
+        next_due = await store.next_due_at(now, skip=engine.serving)
         if next_due is not None and engine.busy < engine.settings.max_concurrent_generations:
             wanted = min(wanted, next_due)
         if next_outbox is not None:

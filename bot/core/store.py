@@ -9,7 +9,14 @@ contract suite (`tests/contract/`). Rules every implementation keeps:
   `armed_version <= covered version`, otherwise restarts its cap;
 - `lease_token` only ever increases: it is the fencing token checked by renew, release and commit;
 - message ids are unique per (platform, workspace); a second delivery of one id changes nothing;
-- times are float seconds since the epoch, passed in by the caller (the engine's clock).
+- one clock for the protocol (G12): debounce due times and deadlines, lease and claim expiries
+  and message arrival times are stamped and compared with the database's clock in the statement
+  itself (PostgreSQL's; on SQLite the host's, which is the caller's). Times cross the protocol on
+  the caller's clock, as float seconds since the epoch: `now` is the caller's reading when it
+  calls, a time it passes (a retry, a postponement) is moved into the database by its distance
+  from that `now`, and a time it gets back (a due time, an expiry) is the stored one at the same
+  distance from `now`. Only differences cross between clocks, so a host whose clock is off changes
+  nothing. Rows read for inspection (`conversation_state`, `replies`, ...) hold the stored times.
 """
 
 from __future__ import annotations
@@ -141,6 +148,7 @@ class OutboxRow:
     sent_at: float | None
     last_error: str | None
     claim_token: int = 0  # bumped by every claim: renewals and marks are fenced by it
+    claim_expires_at: float | None = None  # as stored; in a row a claim returned, the claimer's
     draft_key: str | None = None  # the draft this reply finishes (its first part edits it)
     draft_message_id: str | None = None  # None with a key: posted, but its id was never recorded
     draft_created_at: float | None = None
@@ -243,7 +251,7 @@ class Store(Protocol):
         ...
 
     # 2. timers and leases --------------------------------------------------------------------
-    async def next_due_at(self, skip: Sequence[str] = ()) -> float | None:
+    async def next_due_at(self, now: float, skip: Sequence[str] = ()) -> float | None:
         """Earliest `due_at` of any armed timer (index lookup), leaving out the conversations in
         `skip` (the ones this process is serving: their timers may be due at once)."""
         ...
@@ -261,11 +269,13 @@ class Store(Protocol):
         timer's due time is pushed to the lease expiry unless newer input re-armed it."""
         ...
 
-    async def lease_expiry(self, conversation_id: str) -> float | None: ...
+    async def lease_expiry(self, conversation_id: str, now: float) -> float | None: ...
 
     async def renew_lease(
         self, conversation_id: str, token: int, version: int, now: float, ttl: float
-    ) -> bool: ...
+    ) -> float | None:
+        """CAS on the token: the lease's new expiry, or None when the token no longer fences."""
+        ...
 
     async def release_lease(self, conversation_id: str, token: int) -> None: ...
 
@@ -316,7 +326,9 @@ class Store(Protocol):
         reply's delivery claim, if `claim` asks and the row can be claimed now (G9)."""
         ...
 
-    async def record_failure(self, conversation_id: str, token: int, retry_at: float) -> int | None:
+    async def record_failure(
+        self, conversation_id: str, token: int, retry_at: float, now: float
+    ) -> int | None:
         """A model call failed: count the attempt, re-arm the timer at `retry_at`, release the
         lease. Returns the attempt count, or None if the token no longer fences."""
         ...
@@ -337,10 +349,13 @@ class Store(Protocol):
         row's claim token; a row waits while an earlier reply of its conversation is pending."""
         ...
 
-    async def next_outbox_at(self, platforms: Sequence[str]) -> float | None: ...
+    async def next_outbox_at(self, platforms: Sequence[str], now: float) -> float | None: ...
 
-    async def renew_claim(self, reply_id: int, claim_token: int, now: float, ttl: float) -> bool:
-        """CAS on the claim token: keep the claim while posting. False: the claim was taken."""
+    async def renew_claim(
+        self, reply_id: int, claim_token: int, now: float, ttl: float
+    ) -> float | None:
+        """CAS on the claim token: keep the claim while posting; its new expiry, or None when
+        the claim was taken."""
         ...
 
     async def record_parts(
@@ -362,11 +377,12 @@ class Store(Protocol):
         claim_token: int,
         next_attempt_at: float,
         error: str,
-        failed_at: float,
+        now: float,
         counts: bool = True,
     ) -> bool:
         """Release the claim until `next_attempt_at`; a failure that `counts` (not a rate limit)
-        adds an attempt, and the first failure starts the give-up horizon (`failing_since`)."""
+        adds an attempt, and the first failure (`now`) starts the give-up horizon
+        (`failing_since`)."""
         ...
 
     async def mark_failed(self, reply_id: int, claim_token: int, error: str) -> bool:

@@ -21,9 +21,10 @@ Rules:
   order), so a draft never shows text that is not the conversation's answer for long.
 - A draft a person deleted (`MessageGone` on an edit) is closed and replaced by a fresh post,
   once per stream; the reply's delivery posts anew too if its draft is gone (the front end).
-- Every platform call of a stream ends with the lease's fence: it trusts the lease for two thirds
-  of the TTL after the last renewal (as `ClaimFence` trusts a claim), and a call still running
-  then is cancelled, so no library-level resend (discord.py sleeps out a 429 and sends again)
+- Every platform call of a stream ends with the lease's fence: it trusts the lease until a third
+  of the TTL before the expiry the database stamped (at acquire, then at each renewal), counted on
+  the monotonic clock (as `ClaimFence` trusts a claim), and a call still running then is
+  cancelled, so no library-level resend (discord.py sleeps out a 429 and sends again)
   lands after another worker may have taken over. Stopping a stream cancels its call in flight
   rather than wait for it while the lease is no longer renewed.
 - Streaming is a courtesy on top of delivery: a failing platform call stops the stream (logged),
@@ -39,7 +40,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from bot.core.burst import Burst
-from bot.core.clock import Clock
+from bot.core.clock import Clock, trusted_until
 from bot.core.errors import BurstbotError, MessageGone, RetryableDeliveryError
 from bot.core.events import ConversationKey, Draft
 from bot.core.frontend import DraftSurface, Frontend, drafts_of
@@ -135,7 +136,7 @@ class Drafts:
 class Stream:
     """What the engine sees of a stream: lease renewals go in, the watch's outcome ends it."""
 
-    def renewed(self, at: float) -> None:
+    def renewed(self, expires_at: float) -> None:
         return None
 
     async def stop(self, outcome: Supervision) -> None:
@@ -176,7 +177,7 @@ class DraftStream(Stream):
         self.clock = drafts.clock
         self.ttl = drafts.settings.lease_ttl_seconds
         self.interval = drafts.settings.streaming_interval_seconds
-        self.valid_until = burst.lease.expires_at - self.ttl / 3  # taken `ttl` before it expires
+        self.valid_until = trusted_until(self.clock, burst.lease.expires_at, self.ttl)
         self.draft: Draft | None = None  # once this stream knows the draft's message
         self.replaced = False  # a fresh post replaced a draft a person deleted (once a stream)
         self.next_call_at = self.clock.now() + self.interval
@@ -184,11 +185,15 @@ class DraftStream(Stream):
         self._stopping = asyncio.Event()
         self._task = asyncio.ensure_future(self._run())
 
-    def renewed(self, at: float) -> None:
-        self.valid_until = at + self.ttl * 2 / 3
+    def renewed(self, expires_at: float) -> None:
+        self.valid_until = trusted_until(self.clock, expires_at, self.ttl)
 
     def _fenced(self) -> bool:
-        return self.clock.now() < self.valid_until
+        return self.clock.monotonic() < self.valid_until
+
+    def _fence_ends_at(self) -> float:
+        """The fence's end on `clock.now()`'s scale, which the stream sleeps on."""
+        return self.clock.now() + (self.valid_until - self.clock.monotonic())
 
     def abort(self) -> None:
         self._stopping.set()
@@ -202,7 +207,7 @@ class DraftStream(Stream):
         await asyncio.gather(self._task, return_exceptions=True)
         if outcome is Supervision.LEASE_LOST or self.calls == 0:
             return
-        await self.clock.sleep_until(min(self.next_call_at, self.valid_until))
+        await self.clock.sleep_until(min(self.next_call_at, self._fence_ends_at()))
         failed = outcome is Supervision.DONE and (
             self.generation.cancelled() or self.generation.exception() is not None
         )
@@ -213,7 +218,7 @@ class DraftStream(Stream):
         draft = self.draft or await self.store.draft(self.burst.key.id)
         if draft is None or draft.message_id is None:
             return
-        if self.next_call_at >= self.valid_until:
+        if self.next_call_at >= self._fence_ends_at():
             return  # no room for another call inside the fence: the next generation edits it
         await self.clock.sleep_until(self.next_call_at)
         self.next_call_at = self.clock.now() + self.interval
@@ -229,7 +234,7 @@ class DraftStream(Stream):
         task = asyncio.ensure_future(call)
         try:
             while True:
-                fence = asyncio.ensure_future(self.clock.sleep_until(self.valid_until))
+                fence = asyncio.ensure_future(self.clock.sleep_until(self._fence_ends_at()))
                 try:
                     await asyncio.wait({task, fence}, return_when=asyncio.FIRST_COMPLETED)
                 finally:

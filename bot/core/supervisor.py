@@ -2,8 +2,10 @@
 
 Rules:
 
-- Renew the lease every ttl/3 (a conditional update on its fencing token); a failed renewal
-  cancels the stream: another worker may own the conversation now.
+- Renew the lease every ttl/3 (a conditional update on its fencing token), the first time when
+  two thirds of the TTL are left of the expiry the database stamped at acquire; the schedule
+  counts down on the monotonic clock. A failed renewal cancels the stream: another worker may own
+  the conversation now.
 - Whatever ends the watch (done, superseded, lease lost, cancelled, a store error), the stream
   is not left running: it is cancelled in `finally`.
 - Watch the version: this process's ingest says so at once, and a poll every `poll_seconds` sees
@@ -19,7 +21,7 @@ import asyncio
 import enum
 from collections.abc import Callable
 
-from bot.core.clock import Clock
+from bot.core.clock import Clock, trusted_until
 from bot.core.settings import EngineSettings
 from bot.core.store import Lease, Store
 
@@ -50,18 +52,19 @@ class Supervisor:
         generation: asyncio.Task[str],
         lease: Lease,
         deadline: float,
-        on_renewed: Callable[[float], None] = lambda at: None,
+        on_renewed: Callable[[float], None] = lambda expires_at: None,
     ) -> Supervision:
-        """Wait for the generation while renewing the lease (`on_renewed` hears when each renewal
-        was asked) and watching for newer input."""
-        cid, ttl = lease.conversation_id, self.settings.lease_ttl_seconds
+        """Wait for the generation while renewing the lease (`on_renewed` hears each new expiry,
+        on the engine's clock) and watching for newer input before `deadline`."""
+        cid, ttl, clock = lease.conversation_id, self.settings.lease_ttl_seconds, self.clock
         bumped = self._version_bumped.setdefault(cid, asyncio.Event())
         bumped.clear()
-        now = self.clock.now()
-        next_renew, next_poll = now + ttl / 3, now + self.settings.poll_seconds
+        next_renew = trusted_until(clock, lease.expires_at, ttl) - ttl / 3
+        next_poll = clock.monotonic() + self.settings.poll_seconds
         try:
             while not generation.done():
-                sleeper = asyncio.ensure_future(self.clock.sleep_until(min(next_renew, next_poll)))
+                wait = min(next_renew, next_poll) - clock.monotonic()
+                sleeper = asyncio.ensure_future(clock.sleep(wait))
                 waiter = asyncio.ensure_future(bumped.wait())
                 try:
                     await asyncio.wait(
@@ -72,22 +75,23 @@ class Supervisor:
                     waiter.cancel()
                 if generation.done():
                     break
-                now = self.clock.now()
-                if bumped.is_set() or now >= next_poll:
+                ticked = clock.monotonic()
+                if bumped.is_set() or ticked >= next_poll:
                     bumped.clear()
-                    next_poll = now + self.settings.poll_seconds
-                    if now < deadline and await self.store.current_version(cid) > lease.version:
+                    next_poll = ticked + self.settings.poll_seconds
+                    in_time = clock.now() < deadline
+                    if in_time and await self.store.current_version(cid) > lease.version:
                         await _cancel(generation)
                         return Supervision.SUPERSEDED
-                if now >= next_renew:
-                    renewed = await self.store.renew_lease(
-                        cid, lease.token, lease.version, now, ttl
+                if ticked >= next_renew:
+                    expires_at = await self.store.renew_lease(
+                        cid, lease.token, lease.version, clock.now(), ttl
                     )
-                    if not renewed:
+                    if expires_at is None:
                         await _cancel(generation)
                         return Supervision.LEASE_LOST
-                    next_renew = now + ttl / 3
-                    on_renewed(now)
+                    next_renew = ticked + ttl / 3
+                    on_renewed(expires_at)
             return Supervision.DONE
         finally:
             # Whatever ends the watch (cancellation, a store error), no stream runs on unwatched.

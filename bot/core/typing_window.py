@@ -19,10 +19,11 @@ from bot.core.events import ConversationKey
 @runtime_checkable
 class TypingStore(Protocol):
     async def extend_quiet(
-        self, conversation_id: str, author_id: str, until: float
+        self, conversation_id: str, author_id: str, until: float, now: float
     ) -> float | None:
         """Stretch an armed timer's quiet window to `until` (capped by its deadline) if `author_id`
-        has a pending message there; the timer's due time, or None when nothing matched."""
+        has a pending message there; the timer's due time, or None when nothing matched. Times
+        are the caller's, `now` its clock's reading (see the Store protocol)."""
         ...
 
 
@@ -30,4 +31,5 @@ async def author_typing(
     store: TypingStore, clock: Clock, typing_seconds: float, key: ConversationKey, author_id: str
 ) -> float | None:
     """The due time of the conversation's timer after the notice, None if it has none to stretch."""
-    return await store.extend_quiet(key.id, author_id, clock.now() + typing_seconds)
+    now = clock.now()
+    return await store.extend_quiet(key.id, author_id, now + typing_seconds, now)

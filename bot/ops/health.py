@@ -51,7 +51,7 @@ class Health:
 
     async def report(self) -> dict[str, object]:
         try:
-            await asyncio.wait_for(self.store.next_due_at(), STORE_CHECK_SECONDS)
+            await asyncio.wait_for(self.store.next_due_at(self.clock.now()), STORE_CHECK_SECONDS)
             store = {"ok": True, "state": "answering"}
         except Exception as exc:
             store = {"ok": False, "state": f"failing ({type(exc).__name__})"}

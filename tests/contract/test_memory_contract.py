@@ -64,7 +64,7 @@ async def test_catch_up_points_name_every_conversation_most_recently_active_firs
     await store.ingest(msg(3), NOW + 5, T)  # stored after the cut-off: a live message
     await store.ingest(msg(1, THREAD), NOW + 6, T)  # a conversation first seen after it
     await store.ingest(msg(1, ConversationKey("discord", "g", "c")), NOW, T)
-    points = await book.catch_up_points("slack", NOW)
+    points = await book.catch_up_points("slack", NOW, NOW)
     assert list(points.items()) == [(THREAD.id, None), (DM.id, "D1:2"), (quiet.id, "D9:1")]
 
 

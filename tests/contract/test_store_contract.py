@@ -71,7 +71,7 @@ async def test_timer_waits_for_quiet_but_never_past_the_deadline(store: Store) -
     state = await store.conversation_state(CID)
     assert state is not None and state.timer is not None
     assert (state.timer.deadline_at, state.timer.armed_version) == (NOW + 10, 3)
-    assert await store.next_due_at() == NOW + 10
+    assert await store.next_due_at(NOW) == NOW + 10
     assert await store.due_timers(NOW + 9.9, 10) == []
     assert [t.conversation_id for t in await store.due_timers(NOW + 10, 10)] == [CID]
 
@@ -130,7 +130,7 @@ async def test_lease_is_exclusive_until_expiry_and_the_token_only_grows(store: S
     assert first is not None and (first.version, first.answered_version) == (1, 0)
     assert first.deadline_at == NOW + 10
     assert await store.acquire_lease(CID, "b", NOW + 29, 30.0) is None
-    assert await store.lease_expiry(CID) == NOW + 30
+    assert await store.lease_expiry(CID, NOW) == NOW + 30
     taken = await store.acquire_lease(CID, "b", NOW + 31, 30.0)
     assert taken is not None and taken.token > first.token and taken.owner == "b"
     assert (first.taken_over, taken.taken_over) == (False, True)
@@ -144,20 +144,20 @@ async def test_held_lease_pushes_the_timer_to_its_expiry_until_new_input(store: 
     lease = await store.acquire_lease(CID, "a", NOW + 2, 30.0)
     assert lease is not None
     assert await store.due_timers(NOW + 31, 5) == []  # nobody retries while the lease is live
-    assert await store.next_due_at() == NOW + 32
+    assert await store.next_due_at(NOW) == NOW + 32
     await store.ingest(msg(2), NOW + 3, T)  # newer input re-arms on the natural schedule
-    assert await store.next_due_at() == NOW + 5
+    assert await store.next_due_at(NOW) == NOW + 5
 
 
 async def test_renew_extends_and_fails_for_a_stale_token(store: Store) -> None:
     await store.ingest(msg(1), NOW, T)
     old = await store.acquire_lease(CID, "a", NOW, 30.0)
     assert old is not None
-    assert await store.renew_lease(CID, old.token, old.version, NOW + 10, 30.0)
-    assert await store.lease_expiry(CID) == NOW + 40
+    assert await store.renew_lease(CID, old.token, old.version, NOW + 10, 30.0) == NOW + 40
+    assert await store.lease_expiry(CID, NOW) == NOW + 40
     new = await store.acquire_lease(CID, "b", NOW + 41, 30.0)
     assert new is not None
-    assert not await store.renew_lease(CID, old.token, old.version, NOW + 42, 30.0)
+    assert await store.renew_lease(CID, old.token, old.version, NOW + 42, 30.0) is None
 
 
 async def test_release_frees_the_lease_and_restores_the_timer(store: Store) -> None:
@@ -165,19 +165,19 @@ async def test_release_frees_the_lease_and_restores_the_timer(store: Store) -> N
     lease = await store.acquire_lease(CID, "a", NOW + 2, 30.0)
     assert lease is not None
     await store.release_lease(CID, lease.token + 5)  # a stale or wrong token changes nothing
-    assert await store.lease_expiry(CID) == NOW + 32
+    assert await store.lease_expiry(CID, NOW) == NOW + 32
     await store.release_lease(CID, lease.token)
-    assert await store.lease_expiry(CID) is None
-    assert await store.next_due_at() == NOW + 2
+    assert await store.lease_expiry(CID, NOW) is None
+    assert await store.next_due_at(NOW) == NOW + 2
     assert await store.acquire_lease(CID, "b", NOW + 3, 30.0) is not None
 
 
 async def test_postpone_only_moves_a_timer_that_is_due(store: Store) -> None:
     await store.ingest(msg(1), NOW, T)
     await store.postpone_timer(CID, NOW + 50, NOW + 1)  # not due yet: unchanged
-    assert await store.next_due_at() == NOW + 2
+    assert await store.next_due_at(NOW) == NOW + 2
     await store.postpone_timer(CID, NOW + 50, NOW + 2)
-    assert await store.next_due_at() == NOW + 50
+    assert await store.next_due_at(NOW) == NOW + 50
 
 
 async def test_release_owner_frees_its_leases_and_claims(store: Store) -> None:
@@ -307,9 +307,9 @@ async def test_failure_counts_attempts_and_rearms(store: Store) -> None:
     await store.ingest(msg(1), NOW, T)
     lease = await store.acquire_lease(CID, "a", NOW + 2, 30.0)
     assert lease is not None
-    assert await store.record_failure(CID, lease.token, NOW + 10) == 1
-    assert await store.record_failure(CID, lease.token, NOW + 10) is None  # already released
-    assert await store.next_due_at() == NOW + 10
+    assert await store.record_failure(CID, lease.token, NOW + 10, NOW) == 1
+    assert await store.record_failure(CID, lease.token, NOW + 10, NOW) is None  # already released
+    assert await store.next_due_at(NOW) == NOW + 10
     again = await store.acquire_lease(CID, "a", NOW + 10, 30.0)
     assert again is not None and again.failed_attempts >= 1
     await store.commit(CID, FinalCheck(again.token, 1, False), NOW + 11, T, NewReply("x"))
@@ -382,6 +382,7 @@ async def test_a_commit_can_claim_its_reply_for_delivery(store: Store) -> None:
     done = await store.commit(CID, check, NOW, T, NewReply("first"), None, claim)
     assert isinstance(done, Committed) and done.claimed and done.reply is not None
     assert (done.reply.attempts, done.reply.claim_token) == (0, 1)
+    assert done.reply.claim_expires_at == NOW + 30
     assert await store.claim_replies("b", NOW + 10, 30.0, ["test"], 10) == []  # claimed by "a"
     # the next reply waits behind the first (G9): committed, not claimed
     await store.ingest(msg(2), NOW + 1, T)
@@ -410,7 +411,7 @@ async def test_sent_rows_are_never_claimed_again(store: Store) -> None:
     assert await store.claim_replies("b", NOW + 100, 30.0, ["test"], 10) == []
     [sent] = await store.replies(CID)
     assert (sent.state, sent.platform_message_ids, sent.sent_at) == ("sent", ("p1", "p2"), NOW + 1)
-    assert await store.next_outbox_at(["test"]) is None
+    assert await store.next_outbox_at(["test"], NOW) is None
 
 
 async def test_retry_waits_and_failed_is_final(store: Store) -> None:
@@ -419,7 +420,7 @@ async def test_retry_waits_and_failed_is_final(store: Store) -> None:
     [claimed] = await store.claim_replies("a", NOW, 30.0, ["test"], 10)
     assert not await store.mark_retry(row.id, claimed.claim_token - 1, NOW + 5, "x", NOW)
     assert await store.mark_retry(row.id, claimed.claim_token, NOW + 5, "timeout", NOW)
-    assert await store.next_outbox_at(["test"]) == NOW + 5
+    assert await store.next_outbox_at(["test"], NOW) == NOW + 5
     assert await store.claim_replies("a", NOW + 4, 30.0, ["test"], 10) == []
     [again] = await store.claim_replies("a", NOW + 5, 30.0, ["test"], 10)
     assert (again.last_error, again.attempts, again.failing_since) == ("timeout", 1, NOW)
@@ -507,11 +508,9 @@ async def test_a_conversations_replies_are_claimed_one_at_a_time_in_commit_order
     [mine] = [r for r in claimed if r.id == first.id]
     [theirs] = [r for r in claimed if r.id != first.id]
     assert await store.mark_sent(theirs.id, theirs.claim_token, ["o1"], NOW + 4)
-    assert await store.mark_retry(
-        first.id, mine.claim_token, NOW + 60, "429 Retry-After: 56", NOW + 4
-    )
+    assert await store.mark_retry(first.id, mine.claim_token, NOW + 60, "429 Retry-After: 56", NOW)
     assert await store.claim_replies("b", NOW + 5, 30.0, ["test"], 10) == []
-    assert await store.next_outbox_at(["test"]) == NOW + 60  # not the waiting second reply's
+    assert await store.next_outbox_at(["test"], NOW) == NOW + 60  # not the waiting second reply's
     [again] = await store.claim_replies("b", NOW + 60, 30.0, ["test"], 10)
     assert again.id == first.id
     assert await store.mark_sent(first.id, again.claim_token, ["p1"], NOW + 61)
@@ -522,14 +521,15 @@ async def test_a_conversations_replies_are_claimed_one_at_a_time_in_commit_order
 async def test_a_claim_is_fenced_by_its_token_and_renewals_keep_it(store: Store) -> None:
     row = await answer_next(store, 1, NOW - 1)  # committed at NOW
     [first] = await store.claim_replies("a", NOW, 30.0, ["test"], 10)
-    assert await store.renew_claim(row.id, first.claim_token, NOW + 25, 30.0)
+    assert first.claim_expires_at == NOW + 30
+    assert await store.renew_claim(row.id, first.claim_token, NOW + 25, 30.0) == NOW + 55
     assert await store.claim_replies("b", NOW + 31, 30.0, ["test"], 10) == []  # renewed to +55
     [second] = await store.claim_replies("b", NOW + 56, 30.0, ["test"], 10)
     assert second.claim_token > first.claim_token
-    assert not await store.renew_claim(row.id, first.claim_token, NOW + 57, 30.0)
+    assert await store.renew_claim(row.id, first.claim_token, NOW + 57, 30.0) is None
     assert not await store.mark_sent(row.id, first.claim_token, ["stale"], NOW + 57)
     assert not await store.mark_failed(row.id, first.claim_token, "stale")
-    assert not await store.mark_retry(row.id, first.claim_token, NOW + 90, "stale", NOW + 57)
+    assert not await store.mark_retry(row.id, first.claim_token, NOW + 90, "stale", NOW)
     assert await store.mark_sent(row.id, second.claim_token, ["p1"], NOW + 58)
     [sent] = await store.replies(CID)
     assert (sent.state, sent.platform_message_ids) == ("sent", ("p1",))
@@ -540,6 +540,6 @@ async def test_next_due_at_skips_the_conversations_a_process_serves(store: Store
     await store.ingest(msg(1), NOW, T)
     other = ConversationKey("test", "w1", "elsewhere")
     await store.ingest(msg(2, key=other), NOW + 5, T)
-    assert await store.next_due_at() == NOW + T.quiet_seconds
-    assert await store.next_due_at(skip=[CID]) == NOW + 5 + T.quiet_seconds
-    assert await store.next_due_at(skip=[CID, other.id]) is None
+    assert await store.next_due_at(NOW) == NOW + T.quiet_seconds
+    assert await store.next_due_at(NOW, skip=[CID]) == NOW + 5 + T.quiet_seconds
+    assert await store.next_due_at(NOW, skip=[CID, other.id]) is None

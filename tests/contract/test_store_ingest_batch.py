@@ -97,4 +97,4 @@ async def test_an_acknowledged_batch_is_visible_to_another_connection(backend: B
     assert all(r.status == "accepted" for r in results)
     for key in convs:
         assert await reader.current_version(key.id) == 1
-    assert await reader.next_due_at() == NOW + T.quiet_seconds
+    assert await reader.next_due_at(NOW) == NOW + T.quiet_seconds

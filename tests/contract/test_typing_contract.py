@@ -32,11 +32,11 @@ async def test_an_author_typing_stretches_the_quiet_window_up_to_the_deadline(
 ) -> None:
     await store.ingest(said(1), NOW, T)
     assert await due(store) == NOW + 1.0
-    assert await typing_store(store).extend_quiet(KEY.id, "u1", NOW + 5.0) == NOW + 5.0
+    assert await typing_store(store).extend_quiet(KEY.id, "u1", NOW + 5.0, NOW) == NOW + 5.0
     assert await due(store) == NOW + 5.0
     # never shorter than it was, never past the deadline
-    assert await typing_store(store).extend_quiet(KEY.id, "u1", NOW + 3.0) == NOW + 5.0
-    assert await typing_store(store).extend_quiet(KEY.id, "u1", NOW + 60.0) == NOW + 8.0
+    assert await typing_store(store).extend_quiet(KEY.id, "u1", NOW + 3.0, NOW) == NOW + 5.0
+    assert await typing_store(store).extend_quiet(KEY.id, "u1", NOW + 60.0, NOW) == NOW + 8.0
     assert await due(store) == NOW + 8.0
     # the next message re-arms the quiet window from itself, as always
     await store.ingest(said(2), NOW + 6.0, T)
@@ -45,12 +45,12 @@ async def test_an_author_typing_stretches_the_quiet_window_up_to_the_deadline(
 
 async def test_typing_changes_nothing_without_pending_input_from_its_author(store: Store) -> None:
     typing = typing_store(store)
-    assert await typing.extend_quiet(KEY.id, "u1", NOW + 5.0) is None
+    assert await typing.extend_quiet(KEY.id, "u1", NOW + 5.0, NOW) is None
     assert await store.conversation_state(KEY.id) is None  # nothing created
     await store.ingest(said(1), NOW, T)
-    assert await typing.extend_quiet(KEY.id, "someone-else", NOW + 5.0) is None
+    assert await typing.extend_quiet(KEY.id, "someone-else", NOW + 5.0, NOW) is None
     await store.delete(MessageDeleted(KEY, "m1"), NOW + 0.5, T)
-    assert await typing.extend_quiet(KEY.id, "u1", NOW + 5.0) is None  # only a deleted one
+    assert await typing.extend_quiet(KEY.id, "u1", NOW + 5.0, NOW) is None  # only a deleted one
     assert await due(store) == NOW + 1.5
 
 
@@ -60,5 +60,5 @@ async def test_typing_after_the_burst_was_answered_changes_nothing(store: Store)
     assert lease is not None
     check = FinalCheck(lease.token, lease.version, False)
     assert isinstance(await store.commit(KEY.id, check, NOW + 2.0, T, NewReply("ok")), Committed)
-    assert await typing_store(store).extend_quiet(KEY.id, "u1", NOW + 9.0) is None
+    assert await typing_store(store).extend_quiet(KEY.id, "u1", NOW + 9.0, NOW) is None
     assert await due(store) is None
