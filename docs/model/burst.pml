@@ -51,6 +51,7 @@
  *   MUTANT_DRAFT_PER_GENERATION  no reuse: every generation posts a draft of its own        G10
  *   MUTANT_DRAFT_LOOKUP_FROM_BURST  the look-up searches from the burst's newest message,   G10
  *                       not from the draft's recorded creation
+ *   MUTANT_REFUSAL_KEEPS_DRAFT   a silent refusal commits without deleting the draft     G10
  */
 
 #ifndef NMSG
@@ -612,9 +613,11 @@ end:
   :: d_step { g_pc[w] == G_GEN && g_dr[w] == DR_NONE && LIVE(w) && may_look(w) ->
        printf("%c: burst (%d, %d] refused silently\n", 65 + w, g_ans[w], g_V[w]);
        if
+#if !defined(MUTANT_REFUSAL_KEEPS_DRAFT)
        :: c_dkey != 0 && ((c_did && k_state[c_dkey] == K_SHOWN) || (!c_did && found(c_dkey, g_V[w]))) ->
           k_state[c_dkey] = K_DELETED;
           printf("%c: deletes draft %d\n", 65 + w, c_dkey)
+#endif
        :: else
        fi;
        g_pc[w] = G_SKIP }
