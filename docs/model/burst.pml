@@ -1,11 +1,14 @@
 /*
- * The burst protocol of burstbot (DESIGN.md §3) as a Promela model for Spin.
- * docs/model/README.md says what is modelled, what is not, and how to run and read it.
+ * The burst protocol of burstbot as a Promela model for Spin: ingest, the debounce timer, the
+ * lease, the final check and commit, the outbox claim and delivery, and (with -DSTREAMING) the
+ * streamed draft. docs/model/README.md says what is modelled, what is not, and how to run and
+ * read it.
  *
  * World: one conversation; a user who sends up to NMSG messages (the platform may deliver one
  * twice); NW worker processes, each with a generation side (Gen) and a delivery side (Del) that
- * crash and restart together; a Chaos process that crashes workers and lets leases and claims
- * expire; a platform that counts every post it receives.
+ * crash and restart together; a Chaos process that crashes workers, lets leases and claims
+ * expire, cuts a deliverer off from the database, lands or loses orphaned draft posts and plays
+ * a person who deletes a draft; a platform that counts every post it receives.
  *
  * Each database statement is one atomic step mirroring a named query in storage/*.sql. A
  * compare-and-swap that would match no row changes nothing, so it is a step only when it matches
@@ -15,23 +18,40 @@
  * one Chaos step:
  *   - for free when its holder no longer works on it (crashed, or gave up);
  *   - when its holder still works on it, only as one of MAXSTALL stalls (a holder paused past its
- *     TTL). A stalled lease holder may be anywhere. A stalled claim holder is never inside the
- *     posting window (from its claim until its last post has reached the platform): Slack has
- *     no conditional post, so delivery relies on a deliverer that renews every ttl/3 not pausing
- *     for the rest of a TTL while it has a post to send, and on Slack showing a received post
- *     within a TTL. A crashed deliverer's post in flight lands or is lost at the crash.
+ *     TTL, or cut off from the database). A stalled lease holder may be anywhere, but its
+ *     platform calls (draft posts, look-ups, deletes) end with its lease fence. A stalled claim
+ *     holder is never inside the posting window (from its claim until its last post has reached
+ *     the platform): Slack has no conditional post, so delivery relies on a deliverer that renews
+ *     every ttl/3 not pausing for the rest of a TTL while it has a post to send, and on Slack
+ *     showing a received post within a TTL. A crashed deliverer's post in flight lands or is lost
+ *     at the crash. A deliverer cut off from the database while a post is on its way sees that
+ *     post land, cannot renew, and its fence ends before the claim expires: it stops before the
+ *     next part.
+ *   - A draft's look-up by key proves absence only once an earlier post with that key could have
+ *     shown (created_at + lease TTL): a look-up never runs while such a post is in flight.
  *
- * Mutants (one -D at a time; each must produce a counterexample):
- *   MUTANT_FENCING      final check + commit without `lease_token = :token`
- *   MUTANT_FINAL_CHECK  final check + commit without `(version = V OR :deadline_passed)`
- *   MUTANT_CLAIM_TOKEN  mark_sent / mark_retry / mark_failed and the claim renewal without
+ * Properties (each an assertion named after its guarantee, G2 an LTL claim). -DONLY=n keeps only
+ * Gn (the mutant runs: a mutant passes only with a counterexample for the rule it names).
+ *
+ * Mutants (one -D at a time; each must produce a counterexample for the property named):
+ *   MUTANT_FENCING      final check + commit without `lease_token = :token`                  G1
+ *   MUTANT_FINAL_CHECK  final check + commit without `(version = V OR :deadline_passed)`    G3
+ *   MUTANT_CLAIM_TOKEN  mark_sent / mark_retry / mark_failed and the claim renewal without    G1
  *                       `claim_token = :token`
- *   MUTANT_OLD_DELIVERY the delivery before the fix: no claim token and no renewal, so a slow
+ *   MUTANT_OLD_DELIVERY the delivery before the fix: no claim token and no renewal, so a slow G1
  *                       post outlives the claim; mark_retry on the owner, the other marks on
  *                       the state only
- *   MUTANT_TIMER        the commit deletes the timer even when newer input armed it
- *   MUTANT_LONG_PAUSE   the fixed protocol without the timing assumption: a paused deliverer
- *                       may lose its claim inside the posting window
+ *   MUTANT_TIMER        the commit deletes the timer even when newer input armed it          G2
+ *   MUTANT_LONG_PAUSE   the fixed protocol without the timing assumption: a paused deliverer G1
+ *                       may lose its claim while a post is on its way
+ *   MUTANT_PARTITION    a deliverer cut off from the database posts its next part without    G1
+ *                       the fence check (under a claim it cannot renew)
+ * With -DSTREAMING:
+ *   MUTANT_DRAFT_BEFORE_KEY      the draft is posted before its key is recorded             G10
+ *   MUTANT_DRAFT_PER_GENERATION  no reuse: every generation posts a draft of its own        G10
+ *   MUTANT_DRAFT_LOOKUP_FROM_BURST  the look-up searches from the burst's newest message,   G10
+ *                       not from the draft's recorded creation
+ *   MUTANT_REFUSAL_KEEPS_DRAFT   a silent refusal commits without deleting the draft     G10
  */
 
 #ifndef NMSG
@@ -46,8 +66,35 @@
 #ifndef MAXATT
 #define MAXATT   2   /* claims of a reply that may end in mark_retry (bounds the search) */
 #endif
+#ifndef MAXDEL
+#define MAXDEL   1   /* drafts deleted by a person */
+#endif
 #define NW       2   /* worker processes (the Gen/Del/crash steps are written out for two) */
 #define NPART    2   /* parts of a reply */
+#define NKEY     6   /* draft keys 1 .. NKEY - 1 (more would be a model bound, asserted) */
+
+#if !defined(ONLY) || ONLY == 1
+#define CHECK_G1 assert(G1_no_message_covered_twice)
+#else
+#define CHECK_G1 skip
+#endif
+#if !defined(ONLY) || ONLY == 3
+#define CHECK_G3 assert(G3_no_reply_missed_input)
+#else
+#define CHECK_G3 skip
+#endif
+#if !defined(ONLY) || ONLY == 9
+#define CHECK_G9 assert(G9_replies_in_commit_order)
+#else
+#define CHECK_G9 skip
+#endif
+#if !defined(ONLY) || ONLY == 10
+#define CHECK_G10 assert(G10_one_visible_message_per_burst)
+#define CHECK_G10_QUIET assert(G10_no_stray_draft)
+#else
+#define CHECK_G10 skip
+#define CHECK_G10_QUIET skip
+#endif
 
 /* reply states */
 #define PENDING 1
@@ -59,12 +106,25 @@
 #define G_NOTHING 1   /* lease taken, nothing pending: drop the timer */
 #define G_GEN     2   /* generating */
 #define G_RELEASE 3   /* release the lease */
+#define G_SKIP    4   /* refused silently (guard) or all deleted: commit without a reply */
+
+/* Gen draft state (STREAMING) */
+#define DR_NONE   0   /* the generation has not touched the draft yet */
+#define DR_POST   1   /* its draft post is on its way */
+#define DR_READY  2   /* it streams into the draft (or its post's outcome is unknown) */
 
 /* Del program counter */
 #define D_IDLE     0
-#define D_INFLIGHT 1   /* a post is on its way; a read-back does not show it yet */
+#define D_INFLIGHT 1   /* a post (or the final edit) is on its way; a read-back does not show it */
 #define D_ERR      2   /* the post raised: mark_retry or mark_failed */
 #define D_SENT     3   /* every part posted: mark_sent */
+
+/* a draft post, per key, on the platform */
+#define K_NONE    0   /* nothing posted with this key */
+#define K_FLIGHT  1   /* a post with this key is on its way (not visible, not in a read) */
+#define K_SHOWN   2   /* visible */
+#define K_LOST    3   /* the post failed or was cancelled before it reached the platform */
+#define K_DELETED 4   /* deleted (by a person, or by us) */
 
 /* conversations row */
 byte version;            /* accepted messages; message seq = version at arrival */
@@ -91,8 +151,8 @@ byte r_owner[NMSG];      /* claim_owner: 0 = NULL, else worker + 1 */
 byte r_claims[NMSG];     /* claim_token: +1 per claim (attempts count failures: not modelled) */
 bool r_expired[NMSG];    /* claim_expires_at < now */
 
-/* the platform, raw: posts received per (row, part); per message, the row whose post first
-   covered it */
+/* the platform, raw: posts received per (row, part) (a reply's final edit of its draft counts
+   as its part 1, once); per message, the row whose post first covered it */
 byte posts[NMSG * NPART];
 byte covered_by[NMSG + 1];
 
@@ -100,21 +160,46 @@ byte covered_by[NMSG + 1];
 byte g_pc[NW], g_tok[NW], g_V[NW], g_ans[NW];
 byte d_pc[NW], d_row[NW], d_tok[NW], d_part[NW];
 byte d_have[NW];         /* bit p: the read-back found part p on the platform */
-bool d_renew_failed[NW];
+bool d_renew_failed[NW]; /* a claim renewal failed, or cannot reach the database */
+
+#if defined(STREAMING)
+/* the conversation's draft (draft_key with its created_at, draft_message_id) */
+byte c_dkey;             /* 0 = none */
+bool c_did;              /* the message id is recorded */
+/* the reply's draft (handed over by the commit) */
+byte r_dkey[NMSG];
+bool r_did[NMSG];
+bool r_edited[NMSG];     /* the final edit turned the draft into the reply's part 1 */
+/* draft keys, 1 .. nkeys: the platform's message with that key, and what it answers */
+byte nkeys;
+byte k_state[NKEY];
+byte k_lo[NKEY];         /* answered_version at creation: it answers the pending burst after it */
+#if defined(MUTANT_DRAFT_LOOKUP_FROM_BURST)
+byte k_landv[NKEY];      /* version when it landed: it sits after messages 1 .. k_landv */
+#endif
+byte k_owner[NKEY];      /* 0, or the reply + 1 it was handed to */
+byte g_dr[NW], g_key[NW];
+byte deletes;
+#endif
 
 /* fault budgets */
 byte crashes, stalls;
 
 /* scratch inside atomic steps, not part of the state */
-hidden byte h_r, h_i, h_s, h_dl;
+hidden byte h_r, h_i, h_s, h_dl, h_k, h_j, h_lo, h_hi;
 hidden byte G1_no_message_covered_twice;
 hidden byte G3_no_reply_missed_input;
 hidden byte G9_replies_in_commit_order;
+hidden byte G10_one_visible_message_per_burst;
+hidden byte G10_no_stray_draft;
+hidden byte model_bound_draft_keys;
 
 /* G2: from some point on, every accepted message is answered and every reply is sent or
    failed for good (a logged skip). Checked by an acceptance-cycle search (pan -a). */
 #define settled (answered == version && npending == 0)
+#if !defined(ONLY) || ONLY == 2
 ltl G2_every_message_covered { <> [] settled }
+#endif
 
 #if defined(MUTANT_FENCING)
 #define FENCE(w) true
@@ -190,13 +275,188 @@ end:
 }
 
 /* ---------------------------------------------------------------------------------------------
- * 2-5. Timer, lease, collect, generate, final check + commit.
+ * The streamed draft (STREAMING): one per pending burst of the conversation, not per generation.
  */
-inline gen_reset(w) {
-  g_pc[w] = G_IDLE; g_tok[w] = 0; g_V[w] = 0; g_ans[w] = 0
+#if defined(STREAMING)
+/* a generation's platform calls end with its lease fence */
+#define LIVE(w) (lease_token == g_tok[w] && lease_owner == w + 1 && !lease_expired)
+
+/* a look-up by key, from the draft's recorded creation on (the mutant: from the burst's newest
+   message V on, so a draft that landed before message V is missed) */
+#if defined(MUTANT_DRAFT_LOOKUP_FROM_BURST)
+#define found(k, V) (k_state[k] == K_SHOWN && k_landv[k] >= (V))
+#else
+#define found(k, V) (k_state[k] == K_SHOWN)
+#endif
+
+/* the conversation's draft may be looked up (no post with its key in flight), or needs none */
+#if defined(MUTANT_DRAFT_PER_GENERATION)
+#define may_look(w) true
+#else
+#define may_look(w) (c_dkey == 0 || c_did || k_state[c_dkey] != K_FLIGHT)
+#endif
+
+#define finished(k) (k_owner[k] != 0 && r_edited[k_owner[k] - 1])
+
+/* the burst a draft answers: its reply's once handed over, else the pending burst from its
+   creation on */
+inline draft_range(k) {
+  if
+  :: k_owner[k] != 0 -> h_lo = r_seen[k_owner[k] - 1]; h_hi = r_to[k_owner[k] - 1]
+  :: else -> h_lo = k_lo[k]; h_hi = 255
+  fi
 }
 
-/* final_check, insert_reply, drop_timer / restart_cap: one transaction */
+/* G10 on what the platform shows: a draft that is not (yet) its reply's part 1 never shows
+   beside another of our messages answering an overlapping burst: another draft, or a reply's
+   part 1 posted as a message of its own. */
+inline g10_check() {
+  G10_one_visible_message_per_burst = true;
+  h_k = 1;
+  do
+  :: h_k <= nkeys ->
+     if
+     :: k_state[h_k] == K_SHOWN && !finished(h_k) ->
+        h_j = 1;
+        do
+        :: h_j <= nkeys ->
+           if
+           :: h_j != h_k && k_state[h_j] == K_SHOWN ->
+              draft_range(h_j); h_s = h_lo; h_i = h_hi;
+              draft_range(h_k);
+              G10_one_visible_message_per_burst = G10_one_visible_message_per_burst &&
+                  !(h_s < h_hi && h_lo < h_i)
+           :: else
+           fi;
+           h_j++
+        :: else -> break
+        od;
+        draft_range(h_k);
+        h_j = 0;
+        do
+        :: h_j < nrows ->
+           G10_one_visible_message_per_burst = G10_one_visible_message_per_burst &&
+               !(posts[h_j * NPART] > r_edited[h_j] && r_seen[h_j] < h_hi && h_lo < r_to[h_j]);
+           h_j++
+        :: else -> break
+        od
+     :: else
+     fi;
+     h_k++
+  :: else -> break
+  od;
+  CHECK_G10;
+  h_k = 0; h_j = 0; h_s = 0; h_i = 0; h_lo = 0; h_hi = 0
+}
+
+inline draft_lands(k) {
+  k_state[k] = K_SHOWN;
+#if defined(MUTANT_DRAFT_LOOKUP_FROM_BURST)
+  k_landv[k] = version;
+#endif
+  printf("platform: draft %d shows\n", k);
+  g10_check()
+}
+
+/* record_draft (a fresh key and its creation time, fenced by the lease token), then the post
+   carrying the key; the mutant posts first and records the key when the post returns */
+inline new_draft(w) {
+  model_bound_draft_keys = (nkeys + 1 < NKEY);
+  assert(model_bound_draft_keys);
+  nkeys++;
+  k_state[nkeys] = K_FLIGHT;
+  k_lo[nkeys] = g_ans[w];
+#if defined(MUTANT_DRAFT_BEFORE_KEY)
+  printf("%c: posts draft %d (its key not recorded yet)\n", 65 + w, nkeys);
+#else
+  c_dkey = nkeys;
+  c_did = false;
+  printf("%c: records draft %d (key, created) and posts it\n", 65 + w, nkeys);
+#endif
+  g_key[w] = nkeys;
+  g_dr[w] = DR_POST
+}
+
+/* record_draft with the message id, fenced by the lease token */
+inline record_id(w, withid) {
+#if defined(MUTANT_DRAFT_BEFORE_KEY)
+  if
+  :: lease_token == g_tok[w] && lease_owner != 0 && c_dkey == 0 ->
+     c_dkey = g_key[w];
+     c_did = withid;
+     printf("%c: records draft %d (key, id known %d)\n", 65 + w, c_dkey, withid)
+  :: else ->
+     printf("%c: recording draft %d changed nothing\n", 65 + w, g_key[w])
+  fi;
+#else
+  if
+  :: withid && lease_token == g_tok[w] && lease_owner != 0 && c_dkey == g_key[w] ->
+     c_did = true;
+     printf("%c: records draft %d's id\n", 65 + w, c_dkey)
+  :: else
+  fi;
+#endif
+  g_dr[w] = DR_READY
+}
+
+/* a post nobody waits for any more (its generation crashed, was cancelled, committed or lost
+   its fence) lands later or never */
+#define waits(w, k) (g_pc[w] == G_GEN && g_dr[w] == DR_POST && g_key[w] == (k))
+#define orphan(k) (k_state[k] == K_FLIGHT && !waits(0, k) && !waits(1, k))
+#define deletable(k) (deletes < MAXDEL && k_state[k] == K_SHOWN && !finished(k))
+
+inline person_deletes(k) {
+  deletes++;
+  k_state[k] = K_DELETED;
+  printf("person: deletes draft %d\n", k)
+}
+
+/* at quiescence no draft shows text that is not the conversation's answer (a draft whose reply
+   failed for good keeps what it had: the failure is the logged skip) */
+proctype Quiet() {
+  atomic {
+    timeout ->
+    G10_no_stray_draft = true;
+    h_k = 1;
+    do
+    :: h_k <= nkeys ->
+       G10_no_stray_draft = G10_no_stray_draft &&
+           !(k_state[h_k] == K_SHOWN && !finished(h_k) &&
+             !(k_owner[h_k] != 0 && r_state[k_owner[h_k] - 1] == FAILED));
+       h_k++
+    :: else -> break
+    od;
+    printf("quiet: every draft checked\n");
+    CHECK_G10_QUIET;
+    h_k = 0
+  }
+}
+
+#define is_edit(w) (d_part[w] == 0 && r_dkey[d_row[w]] != 0)
+#define reachable(w) (!is_edit(w) || k_state[r_dkey[d_row[w]]] == K_SHOWN)
+#define drafts_ready(r) (r_dkey[r] == 0 || r_did[r] || k_state[r_dkey[r]] != K_FLIGHT)
+#else
+#define is_edit(w) false
+#define reachable(w) true
+#define drafts_ready(r) true
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * 2-5. Timer, lease, collect, generate, final check + commit.
+ */
+#if defined(STREAMING)
+/* stopping the stream cancels its call in flight (the post, if sent, lands or not on its own) */
+#define stream_stop(w) g_dr[w] = DR_NONE; g_key[w] = 0
+#else
+#define stream_stop(w) skip
+#endif
+
+inline gen_reset(w) {
+  g_pc[w] = G_IDLE; g_tok[w] = 0; g_V[w] = 0; g_ans[w] = 0;
+  stream_stop(w)
+}
+
+/* final_check, insert_reply, hand_draft_to_reply, drop_timer / restart_cap: one transaction */
 inline commit(w) {
   /* UNIQUE (conversation_id, covers_to_version) */
   h_s = 0; h_r = 0;
@@ -218,6 +478,18 @@ inline commit(w) {
      lease_expired = false;
      printf("%c: committed reply %d for burst (%d, %d] (version %d, deadline passed %d)\n",
             65 + w, h_r + 1, g_ans[w], g_V[w], version, h_dl);
+#if defined(STREAMING)
+     r_dkey[h_r] = c_dkey;
+     r_did[h_r] = c_did;
+     if
+     :: c_dkey != 0 ->
+        k_owner[c_dkey] = h_r + 1;
+        printf("%c: reply %d takes over draft %d (id known %d)\n", 65 + w, h_r + 1, c_dkey, c_did)
+     :: else
+     fi;
+     c_dkey = 0;
+     c_did = false;
+#endif
      if
      :: timer && TIMER_COVERED(w) -> timer = false
      :: else   /* newer input keeps its timer (restart_cap) */
@@ -225,10 +497,39 @@ inline commit(w) {
      gen_reset(w)
   :: else ->
      printf("%c: final check refused burst (%d, %d]: discarded\n", 65 + w, g_ans[w], g_V[w]);
-     g_pc[w] = G_RELEASE
+     g_pc[w] = G_RELEASE;
+     stream_stop(w)
   fi;
   h_dl = 0; h_r = 0; h_s = 0
 }
+
+#if defined(STREAMING)
+/* a silent guard refusal or an all-deleted burst: the same final check, answered_version = V
+   without a reply, and the draft record closed (its message was deleted before) */
+inline skip_commit(w) {
+  if
+  :: FENCE(w) && answered < g_V[w] && CURRENT(w) ->
+     answered = g_V[w];
+     lease_owner = 0;
+     lease_expired = false;
+     c_dkey = 0;
+     c_did = false;
+     printf("%c: burst (%d, %d] answered without a reply\n", 65 + w, g_ans[w], g_V[w]);
+     if
+     :: timer && TIMER_COVERED(w) -> timer = false
+     :: else
+     fi;
+     gen_reset(w)
+  :: else ->
+     printf("%c: final check refused the skip of burst (%d, %d]\n", 65 + w, g_ans[w], g_V[w]);
+     g_pc[w] = G_RELEASE
+  fi;
+  h_dl = 0
+}
+#define streamed(w) (g_dr[w] != DR_NONE)
+#else
+#define streamed(w) true
+#endif
 
 proctype Gen(byte w) {
 end:
@@ -267,10 +568,70 @@ end:
   /* newer input before the deadline: cancel, then release */
   :: d_step { g_pc[w] == G_GEN && version > g_V[w] ->
        printf("%c: version %d > %d: generation cancelled\n", 65 + w, version, g_V[w]);
-       g_pc[w] = G_RELEASE }
-  /* 5. Generation done: final check + commit. Whether the deadline has passed is the worker's
-     reading of the clock; it matters only when newer input exists. */
-  :: atomic { g_pc[w] == G_GEN ->
+       g_pc[w] = G_RELEASE;
+       stream_stop(w) }
+#if defined(STREAMING)
+  /* The first text: the conversation's draft. None: record a fresh key, post. Id recorded: edit
+     it (not found: a person deleted it; a fresh draft replaces it). Key without id: look it up
+     by key from its creation (only once an earlier post could show); found: record the id;
+     absent: a fresh draft. The mutant posts a draft of its own every time. */
+  :: d_step { g_pc[w] == G_GEN && g_dr[w] == DR_NONE && LIVE(w) && may_look(w) ->
+       if
+#if defined(MUTANT_DRAFT_PER_GENERATION)
+       :: true -> new_draft(w)
+#else
+       :: c_dkey == 0 -> new_draft(w)
+       :: c_dkey != 0 && c_did && k_state[c_dkey] == K_SHOWN ->
+          printf("%c: streams into draft %d\n", 65 + w, c_dkey);
+          g_dr[w] = DR_READY
+       :: c_dkey != 0 && c_did && k_state[c_dkey] != K_SHOWN ->
+          printf("%c: edit of draft %d: not found\n", 65 + w, c_dkey);
+          new_draft(w)
+       :: c_dkey != 0 && !c_did && found(c_dkey, g_V[w]) ->
+          c_did = true;
+          printf("%c: look-up finds draft %d; id recorded, streams into it\n", 65 + w, c_dkey);
+          g_dr[w] = DR_READY
+       :: else ->
+          printf("%c: look-up proves draft %d absent\n", 65 + w, c_dkey);
+          new_draft(w)
+#endif
+       fi }
+  /* the draft post's outcome: it lands and returns (the id is recorded), lands and raises, or
+     fails */
+  :: atomic { g_pc[w] == G_GEN && g_dr[w] == DR_POST ->
+       if
+       :: d_step { printf("%c: draft %d lands, the post returns\n", 65 + w, g_key[w]);
+                   h_k = g_key[w]; record_id(w, 1); draft_lands(h_k) }
+       :: d_step { printf("%c: draft %d lands, the post raises\n", 65 + w, g_key[w]);
+                   h_k = g_key[w]; record_id(w, 0); draft_lands(h_k) }
+       :: d_step { printf("%c: the draft post failed\n", 65 + w);
+                   k_state[g_key[w]] = K_LOST;
+                   record_id(w, 0) }
+       fi }
+  /* a silent guard refusal (or an all-deleted burst) before any text: the draft is deleted
+     (looked up first when its id is unknown), then the burst is committed without a reply */
+  :: d_step { g_pc[w] == G_GEN && g_dr[w] == DR_NONE && LIVE(w) && may_look(w) ->
+       printf("%c: burst (%d, %d] refused silently\n", 65 + w, g_ans[w], g_V[w]);
+       if
+#if !defined(MUTANT_REFUSAL_KEEPS_DRAFT)
+       :: c_dkey != 0 && ((c_did && k_state[c_dkey] == K_SHOWN) || (!c_did && found(c_dkey, g_V[w]))) ->
+          k_state[c_dkey] = K_DELETED;
+          printf("%c: deletes draft %d\n", 65 + w, c_dkey)
+#endif
+       :: else
+       fi;
+       g_pc[w] = G_SKIP }
+  :: atomic { g_pc[w] == G_SKIP ->
+       if
+       :: version != g_V[w] -> h_dl = 1
+       :: version != g_V[w] -> h_dl = 0
+       :: else -> h_dl = 0
+       fi;
+       d_step { skip_commit(w) } }
+#endif
+  /* 5. Generation done (its text streamed): final check + commit. Whether the deadline has
+     passed is the worker's reading of the clock; it matters only when newer input exists. */
+  :: atomic { g_pc[w] == G_GEN && streamed(w) ->
        if
        :: version != g_V[w] -> h_dl = 1
        :: version != g_V[w] -> h_dl = 0
@@ -310,9 +671,9 @@ inline land(w) {
      h_s++
   :: else -> break
   od;
-  assert(G1_no_message_covered_twice);
+  CHECK_G1;
   G3_no_reply_missed_input = !r_stale[h_r];
-  assert(G3_no_reply_missed_input);
+  CHECK_G3;
   /* earlier replies complete (or failed for good), later ones not started */
   G9_replies_in_commit_order = true;
   h_s = 0;
@@ -334,9 +695,36 @@ inline land(w) {
      h_s++
   :: else -> break
   od;
-  assert(G9_replies_in_commit_order);
+  CHECK_G9;
   posts[h_r * NPART + d_part[w]]++;
   h_r = 0; h_i = 0; h_s = 0
+}
+
+/* The call in flight reaches the platform: a post, or the final edit that turns the reply's
+   draft into its part 1 (a second identical edit changes nothing). */
+inline reach(w) {
+#if defined(STREAMING)
+  if
+  :: is_edit(w) ->
+     if
+     :: !r_edited[d_row[w]] ->
+        printf("platform: draft %d edited into reply %d part 1\n", r_dkey[d_row[w]], d_row[w] + 1);
+        land(w);
+        r_edited[d_row[w]] = true;
+        g10_check()
+     :: else ->
+        printf("platform: draft %d already shows reply %d\n", r_dkey[d_row[w]], d_row[w] + 1)
+     fi
+  :: else ->
+     land(w);
+     if
+     :: d_part[w] == 0 -> g10_check()
+     :: else
+     fi
+  fi
+#else
+  land(w)
+#endif
 }
 
 /* Skip the parts the read-back found; post the next one unless a renewal failed (then stop
@@ -360,14 +748,18 @@ inline next_part(w) {
   fi
 }
 
-/* The claim and claim-expiry steps are written out per row: rows 0 .. 2 (NMSG <= 3). */
+/* The claim and claim-expiry steps are written out per row: rows 0 .. 2 (NMSG <= 3). A reply
+   whose draft's post outcome is unknown is claimed once that post could show (its look-up). */
 #define earlier_done(r) \
   (((r) < 1 || r_state[0] != PENDING) && ((r) < 2 || r_state[1] != PENDING))
 #define claimable(r) \
-  ((r) < nrows && r_state[r] == PENDING && (r_owner[r] == 0 || r_expired[r]) && earlier_done(r))
+  ((r) < nrows && r_state[r] == PENDING && (r_owner[r] == 0 || r_expired[r]) && \
+   earlier_done(r) && drafts_ready(r))
 
 /* claim_reply; a redelivery (attempt > 1) first reads back the parts the platform shows with
-   this reply's idempotency key (a post in flight does not show yet) */
+   this reply's idempotency key (a post in flight does not show yet). A draft whose id is
+   unknown is looked up by its key: found, its id is recorded; absent, the reply's draft
+   reference is cleared and part 1 is posted as a message. */
 inline claim(w, r) {
   r_owner[r] = w + 1;
   r_claims[r]++;
@@ -393,6 +785,25 @@ inline claim(w, r) {
   :: else ->
      printf("%c: claimed reply %d (token %d)\n", 65 + w, r + 1, r_claims[r])
   fi;
+#if defined(STREAMING)
+  if
+  :: r_dkey[r] != 0 && !r_did[r] ->
+     if
+     :: found(r_dkey[r], r_to[r]) ->
+        r_did[r] = true;
+        printf("%c: look-up finds draft %d; id recorded\n", 65 + w, r_dkey[r])
+     :: else ->
+        printf("%c: look-up proves draft %d absent\n", 65 + w, r_dkey[r]);
+        r_dkey[r] = 0
+     fi
+  :: else
+  fi;
+  /* an edit is repeated (idempotent): the draft is never skipped by the read-back */
+  if
+  :: r_dkey[r] != 0 -> d_have[w] = d_have[w] & 2
+  :: else
+  fi;
+#endif
   next_part(w)
 }
 
@@ -428,13 +839,28 @@ end:
   :: d_step { d_pc[w] == D_IDLE && claimable(0) -> claim(w, 0) }
   :: d_step { d_pc[w] == D_IDLE && claimable(1) -> claim(w, 1) }
   :: d_step { d_pc[w] == D_IDLE && claimable(2) -> claim(w, 2) }
-  /* the post's outcome: it lands and returns; it lands but the call fails (a timeout); it fails */
-  :: atomic { d_pc[w] == D_INFLIGHT ->
+  /* the post's (or final edit's) outcome: it lands and returns; it lands but the call fails (a
+     timeout); it fails */
+  :: atomic { d_pc[w] == D_INFLIGHT && reachable(w) ->
        if
-       :: d_step { land(w); d_part[w]++; next_part(w) }
-       :: d_step { land(w); printf("%c: the post raised after it landed\n", 65 + w); d_pc[w] = D_ERR }
+       :: d_step { reach(w); d_part[w]++; next_part(w) }
+       :: d_step { reach(w); printf("%c: the post raised after it landed\n", 65 + w); d_pc[w] = D_ERR }
        :: d_step { printf("%c: the post failed\n", 65 + w); d_pc[w] = D_ERR }
        fi }
+#if defined(STREAMING)
+  /* the final edit finds no message (a person deleted the draft): the reply's draft reference
+     is cleared (fenced by the claim) and part 1 is posted as a message, once */
+  :: d_step { d_pc[w] == D_INFLIGHT && !reachable(w) ->
+       if
+       :: CLAIM_FENCE(w, d_row[w]) && r_state[d_row[w]] == PENDING ->
+          printf("%c: final edit of draft %d: not found; posts reply %d part 1\n",
+                 65 + w, r_dkey[d_row[w]], d_row[w] + 1);
+          r_dkey[d_row[w]] = 0
+       :: else ->
+          printf("%c: final edit of draft %d: not found; claim lost\n", 65 + w, r_dkey[d_row[w]]);
+          del_reset(w)
+       fi }
+#endif
 #if !defined(MUTANT_OLD_DELIVERY)
   /* while a post is on its way: renew the claim (a step only when it changes something) */
   :: d_step { d_pc[w] == D_INFLIGHT && !d_renew_failed[w] &&
@@ -469,7 +895,8 @@ end:
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Faults: crashes and expiry.
+ * Faults: crashes, expiry, a deliverer cut off from the database, orphaned draft posts, a
+ * person deleting a draft.
  */
 #define busy(w) (g_pc[w] != G_IDLE || d_pc[w] != D_IDLE)
 
@@ -477,9 +904,9 @@ inline crash(w) {
   crashes++;
   printf("%c: crash and restart\n", 65 + w);
   if
-  :: d_pc[w] == D_INFLIGHT ->
+  :: d_pc[w] == D_INFLIGHT && reachable(w) ->
      if
-     :: d_step { land(w) }
+     :: d_step { reach(w) }
      :: skip
      fi
   :: else
@@ -505,6 +932,42 @@ inline expire_claim(r) {
   r_expired[r] = true
 }
 
+/* A deliverer is cut off from the database (one of the stalls) while a part that is not the
+   last is on its way. The post lands and returns; the renewals get no answer, so the claim
+   expires, and its fence (2/3 of the TTL without a renewal) has ended before: the fence check
+   stops it before the next part. The mutant posts the next part anyway. */
+#define can_cut(w) \
+  (stalls < MAXSTALL && d_pc[w] == D_INFLIGHT && d_part[w] + 1 < NPART && \
+   claim_held(w, d_row[w]) && reachable(w))
+
+inline cut(w) {
+  stalls++;
+  printf("%c: cut off from the database while reply %d part %d is on its way\n",
+         65 + w, d_row[w] + 1, d_part[w] + 1);
+  reach(w);
+  d_part[w]++;
+  r_expired[d_row[w]] = true;
+  printf("%c: cannot renew; its claim on reply %d expires\n", 65 + w, d_row[w] + 1);
+#if defined(MUTANT_PARTITION)
+  d_renew_failed[w] = true;
+  printf("%c: posts reply %d part %d under a claim it cannot renew\n",
+         65 + w, d_row[w] + 1, d_part[w] + 1)
+#else
+  printf("%c: its claim fence has ended: stops before part %d\n", 65 + w, d_part[w] + 1);
+  del_reset(w)
+#endif
+}
+
+#if defined(STREAMING)
+#define ORPHAN(k) \
+  :: atomic { orphan(k) -> \
+       if \
+       :: d_step { draft_lands(k) } \
+       :: d_step { k_state[k] = K_LOST; printf("platform: draft %d never arrives\n", k) } \
+       fi }
+#define DELETE(k) :: d_step { deletable(k) -> person_deletes(k) }
+#endif
+
 proctype Chaos() {
 end:
   do
@@ -528,6 +991,15 @@ end:
   :: d_step { can_expire(0) -> expire_claim(0) }
   :: d_step { can_expire(1) -> expire_claim(1) }
   :: d_step { can_expire(2) -> expire_claim(2) }
+  /* a deliverer is cut off from the database */
+  :: d_step { can_cut(0) -> cut(0) }
+  :: d_step { can_cut(1) -> cut(1) }
+#if defined(STREAMING)
+  /* a draft post nobody waits for lands, or never arrives */
+  ORPHAN(1) ORPHAN(2) ORPHAN(3) ORPHAN(4) ORPHAN(5)
+  /* a person deletes a draft that is not (yet) an answer */
+  DELETE(1) DELETE(2) DELETE(3) DELETE(4) DELETE(5)
+#endif
   od
 }
 
@@ -536,6 +1008,9 @@ init {
     run User();
     run Gen(0); run Del(0);
     run Gen(1); run Del(1);
-    run Chaos()
+    run Chaos();
+#if defined(STREAMING)
+    run Quiet()
+#endif
   }
 }
