@@ -4,8 +4,9 @@ In: a message that counts (`routing.Routing`) becomes an `IncomingMessage` and i
 its handler returns; content edits and deletes become `MessageEdited` / `MessageDeleted`. The same
 gateway event seen twice (a RESUME replay, two processes on one shard) is one stored message: the
 engine dedupes by message id. Discord never delivers an event again, so a message the store
-refuses (busy) is tried again a few times with backoff, and one that still fails is left to
-catch-up (history.py), asked to read that conversation from just before the failure. Catch-up
+refuses (busy) is tried again a few times with backoff, and one that still fails is held in a
+bounded in-memory queue and stored once the store answers again (held.py); when that queue is
+full, catch-up (history.py) reads that conversation from just before the failure. Catch-up
 also runs at start and after a reconnect that began a new session (READY again, not RESUMED:
 a resumed session replays what it missed). The `/reset` slash command (`commands`) becomes
 `ResetConversation` for the conversation its user is in there. Out: `posting.post_reply`. Startup
@@ -29,6 +30,7 @@ import aiohttp
 import discord
 
 from adapters.discord import commands, files
+from adapters.discord.held import HELD_LIMIT, HeldMessages
 from adapters.discord.history import History
 from adapters.discord.indicator import TypingKeeper
 from adapters.discord.posting import post_reply
@@ -129,6 +131,7 @@ class DiscordFrontend:
         clock: Clock | None = None,
         typing: TypingKeeper | None = None,
         intents: discord.Intents | None = None,
+        held_limit: int = HELD_LIMIT,
     ) -> None:
         self.routing = Routing.from_config(config)
         self.allowed_mentions = allowed_mentions(config.mention_author)
@@ -138,6 +141,7 @@ class DiscordFrontend:
         self.client = GatewayClient(self, config, intents or gateway_intents())
         self.history = History(self.client, lambda: self.routing, self.incoming)
         self.host: Host | None = None
+        self.held = HeldMessages(self._store, self.clock, self._left_to_catch_up, held_limit)
         self._catch_up: CatchUp | None = None
         self._lost_at: float | None = None  # when the gateway connection last dropped
         self._token = token
@@ -179,6 +183,7 @@ class DiscordFrontend:
 
     async def stop(self) -> None:
         self._stopping = True
+        await self.held.stop()
         if self._catch_up is not None:
             await self._catch_up.stop()
         await self.typing.close()
@@ -239,6 +244,9 @@ class DiscordFrontend:
         event = self.incoming(message)
         if self.host is None or event is None:
             return
+        if self.held.holding:  # behind the messages already waiting, in arrival order
+            self.held.hold(event, self.clock.now())
+            return
         failed_at, delay = self.clock.now(), INGEST_RETRY_SECONDS
         for attempt in range(1, INGEST_ATTEMPTS + 1):
             try:
@@ -251,12 +259,20 @@ class DiscordFrontend:
                             event.message_id, error, delay)  # fmt: skip
                 await self.clock.sleep(delay)
                 delay *= 4
+        self.held.hold(event, failed_at)
+
+    async def _store(self, event: IncomingMessage) -> None:
+        if self.host is not None:
+            await self.host.ingest(event)
+
+    def _left_to_catch_up(self, event: IncomingMessage, failed_at: float) -> None:
+        """The held queue is full: catch-up reads the conversation once the store answers."""
         if self._catch_up is None:
-            log.error("discord: message %s in %s lost: not stored (%s) and catch-up is off",
-                      event.message_id, event.key.id, error)  # fmt: skip
+            log.error("discord: message %s in %s lost: not stored, too many held and catch-up "
+                      "is off", event.message_id, event.key.id)  # fmt: skip
             return
-        log.error("discord: message %s in %s not stored (%s); catch-up will fetch it",
-                  event.message_id, event.key.id, error)  # fmt: skip
+        log.error("discord: message %s in %s not stored, too many held; catch-up will fetch it",
+                  event.message_id, event.key.id)  # fmt: skip
         self._catch_up.request(failed_at, only=event.key)
 
     # catch-up ---------------------------------------------------------------------------------
