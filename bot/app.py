@@ -87,9 +87,16 @@ def build_frontends(config: Config) -> list[Frontend]:
 
 def build_store(config: Config) -> Store:
     from storage import open_store
+    from storage.pool_limits import PoolLimits
 
     storage = config.storage
-    return open_store(storage.url, storage.pool_size, storage.busy_timeout_seconds)
+    limits = PoolLimits(
+        statement_seconds=storage.statement_timeout_seconds,
+        acquire_seconds=storage.acquire_timeout_seconds,
+        connect_seconds=storage.connect_timeout_seconds,
+        keepalive_seconds=storage.keepalive_seconds,
+    )
+    return open_store(storage.url, storage.pool_size, storage.busy_timeout_seconds, limits)
 
 
 class DemoWiring:

@@ -63,6 +63,10 @@ class StorageConfig(Section):
     url: str = "sqlite:///burstbot.db"
     pool_size: int = Field(default=10, ge=1, le=200)
     busy_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
+    statement_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
+    acquire_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
+    connect_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
+    keepalive_seconds: float = Field(default=10.0, ge=1, le=3600)
 
     @field_validator("url")
     @classmethod

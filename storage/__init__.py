@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from bot.core.errors import ConfigError
 from bot.core.store import Store
 
+if TYPE_CHECKING:
+    from storage.pool_limits import PoolLimits
+
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,29}")
 
 
-def open_store(url: str, pool_size: int = 10, busy_timeout_seconds: float = 10.0) -> Store:
-    """Build (not yet open) the store named by `url`: sqlite:///path, sqlite://:memory:, postgresql://."""
+def open_store(
+    url: str,
+    pool_size: int = 10,
+    busy_timeout_seconds: float = 10.0,
+    limits: PoolLimits | None = None,
+) -> Store:
+    """Build (not yet open) the store named by `url`: sqlite:///path, sqlite://:memory:,
+    postgresql:// (with `limits` on its waits)."""
     if url.startswith("sqlite://"):
         from storage.sqlite import SqliteStore
 
@@ -26,7 +36,7 @@ def open_store(url: str, pool_size: int = 10, busy_timeout_seconds: float = 10.0
             raise ConfigError(
                 "storage.url: PostgreSQL needs asyncpg; pip install 'burstbot[postgres]'"
             ) from None
-        return PostgresStore(url, pool_size=pool_size)
+        return PostgresStore(url, pool_size=pool_size, limits=limits)
     scheme, separator, _ = url.partition("://")
     if separator and _SCHEME.fullmatch(scheme):
         raise ConfigError(

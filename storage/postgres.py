@@ -6,6 +6,9 @@ The steps are the shared SQL store's (storage/sql_store.py); PostgreSQL supplies
   makes a concurrent writer wait and then re-check the condition; a read-then-write step locks the
   conversation row first, so steps on one conversation run one after the other. Due timers and
   outbox rows are picked with `FOR UPDATE SKIP LOCKED` (postgres.sql);
+- bounded waits: statement, acquire and connect timeouts, and a connection that stops answering
+  is thrown away with the rest of the pool (pool_limits.py), so a partition is a `StoreError`
+  within the limits, never a hang;
 - numbered migrations tracked in `burstbot_schema_version`, serialized by an advisory lock, so
   processes starting together migrate once;
 - `LISTEN/NOTIFY` as a hint only: `listen(hint)` hears other processes arm timers, queue replies
@@ -23,15 +26,18 @@ The steps are the shared SQL store's (storage/sql_store.py); PostgreSQL supplies
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any, Literal
 
 import asyncpg
 
 from bot.core.errors import StoreError
+from storage.pool_limits import PoolLimits
 from storage.queries import load_queries, migrations, on_clock
 from storage.rows import Params, Row
 from storage.sql_store import SqlStore
@@ -47,6 +53,14 @@ _CLOCKS = {
     "caller": (":now", "CAST(0 AS FLOAT8)"),
 }
 _DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+_LOST_CONNECTION = (
+    OSError,  # TimeoutError too: the client's command or acquire timeout
+    asyncpg.InterfaceError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.IdleInTransactionSessionTimeoutError,
+)
 
 
 def _positional(sql: str, clock: ClockMode) -> tuple[str, tuple[str, ...]]:
@@ -80,33 +94,48 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
         pool_size: int = 10,
         clock: ClockMode = "database",
         schema: str | None = None,
-        connect_timeout: float = 10.0,
+        connect_timeout: float | None = None,
+        limits: PoolLimits | None = None,
     ) -> None:
         self.dsn = dsn
         self.pool_size = pool_size
         self.clock: ClockMode = clock
         self.schema = schema
-        self.connect_timeout = connect_timeout
+        limits = limits or PoolLimits()
+        if connect_timeout is not None:
+            limits = replace(limits, connect_seconds=connect_timeout)
+        self.limits = limits
         self._q = QUERIES[clock]
         self._pool: asyncpg.Pool | None = None
         self._listener: asyncpg.Connection | None = None
 
     @property
+    def connect_timeout(self) -> float:
+        return self.limits.connect_seconds
+
+    @property
     def _settings(self) -> dict[str, str]:
-        return {"search_path": self.schema} if self.schema else {}
+        schema = {"search_path": self.schema} if self.schema else {}
+        return {**self.limits.server_settings(), **schema}
 
     async def open(self) -> None:
+        """Connects once at start, so a wrong URL or an unreachable server fails here."""
         try:
             self._pool = await asyncpg.create_pool(
                 self.dsn,
-                min_size=1,
+                min_size=0,  # no background reconnects (and their tracebacks) in an outage
                 max_size=self.pool_size,
                 timeout=self.connect_timeout,
+                command_timeout=self.limits.command_seconds,
                 server_settings=self._settings,
             )
+            async with self._pool.acquire(timeout=self.connect_timeout):
+                pass
         except (*_DB_ERRORS, TimeoutError) as exc:
+            await self.close()
             raise StoreError(f"cannot connect to PostgreSQL: {exc}") from exc
         except ValueError as exc:  # a malformed URL; its text may quote the password
+            await self.close()
             raise StoreError("cannot connect to PostgreSQL: storage.url is malformed") from exc
         try:
             await self._migrate()
@@ -118,7 +147,10 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
         """Call `hint(payload)` on every wake-up hint (ours included); best effort."""
         try:
             self._listener = await asyncpg.connect(
-                self.dsn, timeout=self.connect_timeout, server_settings=self._settings
+                self.dsn,
+                timeout=self.connect_timeout,
+                command_timeout=self.limits.command_seconds,
+                server_settings=self._settings,
             )
             await self._listener.add_listener(
                 WAKEUP_CHANNEL, lambda _conn, _pid, _channel, payload: hint(payload)
@@ -127,12 +159,20 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
             log.warning("no wake-up hints from other processes (polling only): %s", exc)
 
     async def close(self) -> None:
-        if self._listener is not None:
-            await self._listener.close()
-            self._listener = None
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+        """Bounded too: a connection the network dropped is terminated, not waited for."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            try:
+                await listener.close(timeout=self.limits.command_seconds)
+            except (*_DB_ERRORS, TimeoutError) as exc:
+                log.warning("closing the wake-up connection failed (%s); dropped", _describe(exc))
+                listener.terminate()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:  # a failing close() terminates the pool itself
+                await asyncio.wait_for(pool.close(), self.limits.command_seconds)
+            except (*_DB_ERRORS, TimeoutError) as exc:
+                log.warning("closing the pool failed (%s); connections dropped", _describe(exc))
 
     # the seam --------------------------------------------------------------------------------
     async def _schema_in_use(self, db: asyncpg.Connection) -> int:
@@ -151,15 +191,35 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
         return self._pool
 
     @asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[asyncpg.Connection]:
-        try:
-            async with (
-                self._pool_or_fail().acquire() as conn,
-                conn.transaction(isolation="read_committed"),
-            ):
+    async def _connection(self) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection, waited for no longer than the acquire limit; one that was lost
+        while in use is terminated (not reset and reused) and the rest of the pool expired."""
+        pool = self._pool_or_fail()
+        async with pool.acquire(timeout=self.limits.acquire_seconds) as conn:
+            try:
                 yield conn
+            except BaseException as exc:
+                if connection_lost(exc):
+                    conn.terminate()
+                    await pool.expire_connections()
+                raise
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[asyncpg.Connection]:
+        """Started and ended by hand: after a lost connection no ROLLBACK waits on it again."""
+        try:
+            async with self._connection() as conn:
+                transaction = conn.transaction(isolation="read_committed")
+                await transaction.start()
+                try:
+                    yield conn
+                except BaseException as exc:
+                    if not connection_lost(exc):
+                        await transaction.rollback()
+                    raise
+                await transaction.commit()
         except _DB_ERRORS as exc:
-            raise StoreError(f"PostgreSQL transaction failed: {exc}") from exc
+            raise StoreError(f"PostgreSQL transaction failed: {_describe(exc)}") from exc
 
     async def _rows(
         self, name: str, params: Params, db: asyncpg.Connection | None = None
@@ -169,10 +229,10 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
         try:
             if db is not None:
                 return list(await db.fetch(sql, *args))
-            async with self._pool_or_fail().acquire() as own:
+            async with self._connection() as own:
                 return list(await own.fetch(sql, *args))
         except _DB_ERRORS as exc:
-            raise StoreError(f"{name}: {exc}") from exc
+            raise StoreError(f"{name}: {_describe(exc)}") from exc
 
     def _array(self, values: Sequence[str]) -> list[str]:
         return list(values)
@@ -183,3 +243,16 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
     async def _hint(self, db: asyncpg.Connection, payload: str) -> None:
         """NOTIFY, delivered when the transaction commits; polling stays the guarantee."""
         await self._rows("notify", {"payload": payload}, db)
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """The connection cannot be trusted with another statement (a server-side statement timeout
+    or a constraint violation leaves it usable)."""
+    return isinstance(exc, _LOST_CONNECTION)
+
+
+def _describe(exc: BaseException) -> str:
+    """A client-side timeout has no text of its own."""
+    if isinstance(exc, TimeoutError) and not str(exc):
+        return "PostgreSQL did not answer in time"
+    return str(exc)

@@ -87,9 +87,10 @@ async def running(
     clock: FakeClock,
     catch_up: bool = True,
     catch_up_section: dict[str, Any] | None = None,
+    **options: Any,
 ) -> AsyncIterator[Bot]:
     config = DiscordConfig(enabled=True, listen_channels=[str(LISTENED)])
-    frontend = frontend_for(fake, clock, config)
+    frontend = frontend_for(fake, clock, config, **options)
     store = SqliteStore(db)
     replier = ScriptedReplier()
     engine = engine_config(catch_up=catch_up_section)
@@ -202,11 +203,32 @@ async def test_a_delete_whose_first_two_store_attempts_fail_is_applied(
         await check_invariants(bot.store, [DM_KEY.id])
 
 
-async def test_a_message_the_store_keeps_refusing_is_fetched_by_catch_up(
+async def test_messages_the_store_refuses_for_long_are_held_and_stored_in_order_once_it_answers(
     fake: FakeDiscord, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = FakeClock(start=time.time())
-    async with running(fake, str(tmp_path / "d.db"), clock) as bot:
+    async with running(fake, str(tmp_path / "d.db"), clock, catch_up=False) as bot:
+        attempts = failing_first(bot.store, monkeypatch, times=12)  # a minute or so of outage
+        first, second = fake.message(DM, ALICE, "hello?"), fake.message(DM, ALICE, "anyone?")
+        await fake.dispatch("MESSAGE_CREATE", first)
+        await until(lambda: bot.frontend.held.holding, clock)
+        await fake.dispatch("MESSAGE_CREATE", second)
+        await until(lambda: len(attempts) == 14, clock)
+        await until(lambda: not bot.frontend.held.holding, clock)
+        assert attempts[-2:] == [first["id"], second["id"]]
+        stored = await bot.store.messages(DM_KEY.id)
+        assert [(m.message_id, m.via) for m in stored] == [(first["id"], ""), (second["id"], "")]
+        await bot.step(1.5)
+        [post] = fake.created
+        assert post["request"]["content"] == "reply to: hello? | anyone?"
+        await check_invariants(bot.store, [DM_KEY.id])
+
+
+async def test_a_message_that_does_not_fit_in_the_held_queue_is_fetched_by_catch_up(
+    fake: FakeDiscord, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock(start=time.time())
+    async with running(fake, str(tmp_path / "d.db"), clock, held_limit=0) as bot:
         await bot.settle()
         attempts = failing_first(bot.store, monkeypatch, times=4)  # every in-process attempt
         message = fake.message(DM, ALICE, "hello?")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -13,7 +14,7 @@ from bot.core.clock import FakeClock
 from bot.core.engine import Engine
 from bot.core.errors import StoreError
 from bot.core.events import ConversationKey
-from bot.core.scheduler import FLOOR_SECONDS, Scheduler
+from bot.core.scheduler import FLOOR_SECONDS, STORE_BACKOFF_CAP_SECONDS, Scheduler
 from bot.core.store import DueTimer, Lease, OutboxRow, Timing
 from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
@@ -106,7 +107,9 @@ async def test_a_store_outage_is_logged_once_when_it_starts_and_once_when_it_end
             await asyncio.sleep(0.02)
             await clock.advance(1.0)
         monkeypatch.undo()  # the database is back
-        await clock.advance(1.0)
+        for _ in range(16):  # at most one back-off step
+            await clock.advance(1.0)
+            await asyncio.sleep(0.01)
         await eventually(lambda: any("again" in r.getMessage() for r in caplog.records))
     scheduler.stop()
     await task
@@ -230,6 +233,33 @@ async def test_a_round_claims_from_the_outbox_only_when_a_row_is_due(
         assert len(frontend.posts) == 1  # claimed by its commit, not by a sweep
         await scheduler.tick()
         assert store.sweeps == 0
+
+
+async def test_failing_rounds_back_off_exponentially_up_to_a_cap(
+    store: SqliteStore,
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    engine = make_engine(store, clock, ScriptedReplier(), frontend, poll_seconds=1.0)
+    rounds: list[float] = []
+
+    async def store_down(*args: object, **kwargs: object) -> list[DueTimer]:
+        rounds.append(clock.now())
+        raise StoreError("database is locked")
+
+    monkeypatch.setattr(store, "due_timers", store_down)
+    scheduler = Scheduler(engine)
+    task = asyncio.create_task(scheduler.run())
+    await eventually(lambda: len(rounds) == 1)
+    for _ in range(60):
+        await clock.advance(1.0)
+        await asyncio.sleep(0.01)
+    scheduler.stop()
+    await task
+    await engine.shutdown()
+    gaps = [later - earlier for earlier, later in itertools.pairwise(rounds)]
+    assert gaps[:6] == [1.0, 2.0, 4.0, 8.0, STORE_BACKOFF_CAP_SECONDS, STORE_BACKOFF_CAP_SECONDS]
 
 
 class LeaseFailingStore(SqliteStore):

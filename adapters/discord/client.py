@@ -4,8 +4,9 @@ In: a message that counts (`routing.Routing`) becomes an `IncomingMessage` and i
 its handler returns; content edits and deletes become `MessageEdited` / `MessageDeleted`. The same
 gateway event seen twice (a RESUME replay, two processes on one shard) is one stored message: the
 engine dedupes by message id. Discord never delivers an event again, so a message, edit or delete
-the store refuses (busy) is tried again a few times with backoff; a message that still fails is
-left to catch-up (history.py), asked to read that conversation from just before the failure (an
+the store refuses (busy) is tried again a few times with backoff. A message that still fails is
+held in a bounded in-memory queue and stored once the store answers again (held.py); when that
+queue is full, catch-up (history.py) reads that conversation from just before the failure (an
 edit or delete that still fails is logged as lost: history does not show them). Catch-up
 also runs at start and after a reconnect that began a new session (READY again, not RESUMED:
 a resumed session replays what it missed). The `/reset` slash command (`commands`) becomes
@@ -30,6 +31,7 @@ import aiohttp
 import discord
 
 from adapters.discord import commands, files
+from adapters.discord.held import HELD_LIMIT, HeldMessages
 from adapters.discord.history import History
 from adapters.discord.indicator import TypingKeeper
 from adapters.discord.posting import post_reply
@@ -131,6 +133,7 @@ class DiscordFrontend:
         clock: Clock | None = None,
         typing: TypingKeeper | None = None,
         intents: discord.Intents | None = None,
+        held_limit: int = HELD_LIMIT,
     ) -> None:
         self.routing = Routing.from_config(config)
         self.allowed_mentions = allowed_mentions(config.mention_author)
@@ -140,6 +143,7 @@ class DiscordFrontend:
         self.client = GatewayClient(self, config, intents or gateway_intents())
         self.history = History(self.client, lambda: self.routing, self.incoming)
         self.host: Host | None = None
+        self.held = HeldMessages(self._store_held, self.clock, self._left_to_catch_up, held_limit)
         self._catch_up: CatchUp | None = None
         self._lost_at: float | None = None  # when the gateway connection last dropped
         self._token = token
@@ -187,6 +191,7 @@ class DiscordFrontend:
 
     async def stop(self) -> None:
         self._stopping = True
+        await self.held.stop()
         if self._catch_up is not None:
             await self._catch_up.stop()
         await self.typing.close()
@@ -247,16 +252,25 @@ class DiscordFrontend:
         event = self.incoming(message)
         if self.host is None or event is None:
             return
+        if self.held.holding:  # behind the messages already waiting, in arrival order
+            self.held.hold(event, self.clock.now())
+            return
         failed_at = self.clock.now()
-        error = await self._store(event, f"message {event.message_id}")
-        if error is None:
-            return
+        if await self._store(event, f"message {event.message_id}") is not None:
+            self.held.hold(event, failed_at)
+
+    async def _store_held(self, event: IncomingMessage) -> None:
+        if self.host is not None:
+            await self.host.ingest(event)
+
+    def _left_to_catch_up(self, event: IncomingMessage, failed_at: float) -> None:
+        """The held queue is full: catch-up reads the conversation once the store answers."""
         if self._catch_up is None:
-            log.error("discord: message %s in %s lost: not stored (%s) and catch-up is off",
-                      event.message_id, event.key.id, error)  # fmt: skip
+            log.error("discord: message %s in %s lost: not stored, too many held and catch-up "
+                      "is off", event.message_id, event.key.id)  # fmt: skip
             return
-        log.error("discord: message %s in %s not stored (%s); catch-up will fetch it",
-                  event.message_id, event.key.id, error)  # fmt: skip
+        log.error("discord: message %s in %s not stored, too many held; catch-up will fetch it",
+                  event.message_id, event.key.id)  # fmt: skip
         self._catch_up.request(failed_at, only=event.key)
 
     async def _store(self, event: Event, what: str) -> StoreError | None:

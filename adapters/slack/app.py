@@ -6,7 +6,8 @@ when the listener returns, but only with `process_before_response=True`; otherwi
 and runs the listener afterwards. So the app is built with `process_before_response=True` in both
 modes and the listener returns only after `host.ingest(...)` has stored the message. If storing
 fails the listener raises, Bolt answers 500 (HTTP) or sends no ack (Socket Mode), and Slack
-delivers the event again. Retries (`X-Slack-Retry-Num`) are handled like first deliveries — the
+delivers the event again; a store that cannot be reached is one warning line per event, not a
+traceback. Retries (`X-Slack-Retry-Num`) are handled like first deliveries — the
 store dedupes by message id — and so are the `app_mention`/`message` twins of one message. An
 event that can never be stored (no channel, a field of the wrong type) is acked with a warning
 instead: a retry would fail the same way. In HTTP mode, adapters/slack/endpoint.py checks the
@@ -50,7 +51,7 @@ from adapters.slack.outbound import Outbound, delivery_error, slack_error_code
 from adapters.slack.streaming import SlackDrafts
 from bot.config import SlackConfig, require_secret
 from bot.core.catch_up import Background, CatchUp, CatchUpRun
-from bot.core.errors import BurstbotError, ConfigError, FetchError
+from bot.core.errors import BurstbotError, ConfigError, FetchError, StoreError
 from bot.core.events import Attachment, ConversationKey, IncomingMessage, Reply, ResetConversation
 from bot.core.frontend import Host
 
@@ -147,6 +148,7 @@ class SlackFrontend:
             name="burstbot",
             logger=bolt_logger,
         )
+        bolt.error(self._on_listener_error)
         bolt.event("message")(self._on_message)
         bolt.event("app_mention")(self._on_app_mention)
         bolt.command(RESET_COMMAND)(self._on_reset)
@@ -271,6 +273,14 @@ class SlackFrontend:
             ) from exc
 
     # convert in -------------------------------------------------------------------------------
+    async def _on_listener_error(self, error: Exception) -> None:
+        """Bolt answers 500 either way (Slack delivers the event again); only a failure that is
+        not the store's keeps its traceback."""
+        if isinstance(error, StoreError):
+            log.warning("slack: event not stored (%s); Slack delivers it again", error)
+        else:
+            log.error("slack: an event listener failed", exc_info=error)
+
     async def _on_message(self, event: Payload, body: Payload) -> None:
         """Bolt acks when this returns: only after the event is stored (see module docstring)."""
         await self._accept(event, body, mentioned=False)

@@ -201,6 +201,9 @@ class Engine:
         except asyncio.CancelledError:
             await self._release_quietly(lease)
             raise
+        except StoreError as exc:  # the timer stays armed: served again once the store answers
+            log.warning("conversation %s: store failed (%s); lease released", cid, exc)
+            await self._release_quietly(lease)
         except Exception:
             log.exception("conversation %s: unexpected failure; lease released", cid)
             await self._release_quietly(lease)

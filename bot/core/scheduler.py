@@ -13,8 +13,11 @@ start closer together than `FLOOR_SECONDS`. A timer due later is slept to exactl
 and one that fell due during the round starts the next round at once: timers due every few
 milliseconds are served on time, not at the next floor.
 
-A store that cannot be reached (locked past its busy timeout, a database restarting) is logged
-once when the outage starts and once when it ends, not with a traceback on every round.
+A store that cannot be reached (locked past its busy timeout, a database restarting, a network
+partition) is logged once when the outage starts and once when it ends, not with a traceback on
+every round. Failing rounds back off: the poll interval, doubled after each failure in a row up to
+`STORE_BACKOFF_CAP_SECONDS`; an in-process arrival still wakes the loop at once, and the first
+round that succeeds ends the back-off.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from bot.core.errors import StoreError
 
 log = logging.getLogger("burstbot.scheduler")
 FLOOR_SECONDS = 0.05
+STORE_BACKOFF_CAP_SECONDS = 15.0
 
 
 class Scheduler:
@@ -35,6 +39,7 @@ class Scheduler:
         self.engine = engine
         self._stopping = asyncio.Event()
         self._store_failing_since: float | None = None
+        self._failed_rounds = 0
 
     def stop(self) -> None:
         self._stopping.set()
@@ -67,12 +72,13 @@ class Scheduler:
             try:
                 wanted = await self.tick()
                 self._store_recovered()
+                self._failed_rounds = 0
             except StoreError as exc:
                 self._store_failed(exc)
-                wanted = engine.clock.now() + engine.settings.poll_seconds
+                wanted = engine.clock.now() + self._backoff()
             except Exception:
-                log.exception("scheduler round failed; retrying after the poll interval")
-                wanted = engine.clock.now() + engine.settings.poll_seconds
+                log.exception("scheduler round failed; retrying with back-off")
+                wanted = engine.clock.now() + self._backoff()
             engine.sleeping_until = wanted
             if engine.wakeup.is_set():
                 continue
@@ -85,11 +91,18 @@ class Scheduler:
                 waiter.cancel()
                 engine.sleeping_until = math.inf
 
+    def _backoff(self) -> float:
+        """The wait after this failing round: doubles with each failure in a row, capped."""
+        self._failed_rounds += 1
+        poll = self.engine.settings.poll_seconds
+        doubled = poll * 2.0 ** min(self._failed_rounds - 1, 32)
+        return max(poll, min(doubled, STORE_BACKOFF_CAP_SECONDS))
+
     def _store_failed(self, exc: StoreError) -> None:
         if self._store_failing_since is None:
             self._store_failing_since = self.engine.clock.now()
-            log.warning("store unavailable (%s); retrying every %.1f s", exc,
-                        self.engine.settings.poll_seconds)  # fmt: skip
+            cap = max(self.engine.settings.poll_seconds, STORE_BACKOFF_CAP_SECONDS)
+            log.warning("store unavailable (%s); retrying with back-off up to %.0f s", exc, cap)
 
     def _store_recovered(self) -> None:
         if self._store_failing_since is not None:

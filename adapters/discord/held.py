@@ -1,0 +1,92 @@
+"""Discord messages the store refused, held in memory and stored once it answers again.
+
+Discord never delivers an event twice, so a message the store cannot take (busy for a moment,
+or unreachable for minutes) must not be dropped:
+
+- once a message is held, later ones queue behind it: they are stored in arrival order;
+- the oldest is tried again with back-off doubling from `first_delay` up to `max_delay`, for as
+  long as the process runs, so a store that comes back after minutes gets every held message;
+- the queue is bounded (`limit` messages): one that does not fit goes to `overflow` (catch-up,
+  which reads its conversation's history from Discord once the store answers);
+- one warning when holding starts and one when the queue is empty again, not one per attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+from bot.core.clock import Clock
+from bot.core.errors import StoreError
+from bot.core.events import IncomingMessage
+
+log = logging.getLogger("burstbot.discord")
+
+HELD_LIMIT = 1000
+FIRST_DELAY_SECONDS = 0.25
+MAX_DELAY_SECONDS = 30.0
+
+
+class HeldMessages:
+    def __init__(
+        self,
+        store: Callable[[IncomingMessage], Awaitable[object]],
+        clock: Clock,
+        overflow: Callable[[IncomingMessage, float], None],
+        limit: int = HELD_LIMIT,
+        first_delay: float = FIRST_DELAY_SECONDS,
+        max_delay: float = MAX_DELAY_SECONDS,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.overflow = overflow
+        self.limit = limit
+        self.first_delay = first_delay
+        self.max_delay = max_delay
+        self._queue: deque[IncomingMessage] = deque()
+        self._retrying: asyncio.Task[None] | None = None
+
+    @property
+    def holding(self) -> bool:
+        """Messages are waiting: a new one goes behind them, not to the store first."""
+        return bool(self._queue)
+
+    def hold(self, message: IncomingMessage, failed_at: float) -> None:
+        """`failed_at`: when storing it was first tried (catch-up reads from just before)."""
+        if len(self._queue) >= self.limit:
+            self.overflow(message, failed_at)
+            return
+        self._queue.append(message)
+        if self._retrying is None:
+            log.warning("discord: the store refused message %s; holding new messages until it "
+                        "answers", message.message_id)  # fmt: skip
+            self._retrying = asyncio.ensure_future(self._store_held())
+
+    async def _store_held(self) -> None:
+        delay, stored = self.first_delay, 0
+        try:
+            while self._queue:
+                try:
+                    await self.store(self._queue[0])
+                except StoreError:
+                    await self.clock.sleep(delay)
+                    delay = min(delay * 2, self.max_delay)
+                    continue
+                self._queue.popleft()
+                stored += 1
+                delay = self.first_delay
+            log.warning("discord: the store answers again; %d held message(s) stored", stored)
+        finally:
+            self._retrying = None
+
+    async def stop(self) -> None:
+        """Shutdown: what is still held was never stored; catch-up at the next start reads it."""
+        if self._retrying is not None:
+            self._retrying.cancel()
+            await asyncio.gather(self._retrying, return_exceptions=True)
+        if self._queue:
+            log.error("discord: %d held message(s) not stored at shutdown; catch-up at the next "
+                      "start fetches them", len(self._queue))  # fmt: skip
+            self._queue.clear()
