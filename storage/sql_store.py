@@ -1,4 +1,4 @@
-"""One SQL store: the storage side of the pipeline (DESIGN.md §3), every step written once.
+"""One SQL store: the storage side of the pipeline, every step written once.
 
 `SqlStore` runs named statements (`sql_store.sql`, shared by both dialects, plus the backend's own
 `sqlite.sql` or `postgres.sql`) through a small seam that each backend fills in:

@@ -1,4 +1,4 @@
-"""The engine, step by step, on a fake clock with a real SQLite store (DESIGN.md §3)."""
+"""The engine, step by step, on a fake clock with a real SQLite store."""
 
 from __future__ import annotations
 

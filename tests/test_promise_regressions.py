@@ -1,4 +1,4 @@
-"""Regressions of the delivery issue: each test failed before its fix (DESIGN.md G1, G4, G9)."""
+"""Regressions of the delivery issue: each test failed before its fix (G1, G4, G9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Step 6 of the pipeline (DESIGN.md §3): deliver committed replies from the outbox.
+"""Step 6 of the pipeline: deliver committed replies from the outbox.
 
 Rules:
 

@@ -1,4 +1,4 @@
-"""Step 4's watch (DESIGN.md §3): while the model streams, keep the lease and look for newer input.
+"""Step 4's watch: while the model streams, keep the lease and look for newer input.
 
 Rules:
 
