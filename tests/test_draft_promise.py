@@ -17,16 +17,17 @@ import time
 import pytest
 
 from adapters.discord import DiscordFrontend
+from bot.app import App
 from bot.core.clock import FakeClock
 from bot.core.events import ConversationKey, Draft
 from bot.core.streaming import WAITING
-from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
+from bot.testing import RecordingFrontend, ReplierCall, ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
 from tests.clock_steps import step
 from tests.conftest import message
 from tests.fake_discord import FakeDiscord
-from tests.fakes.slack_api import Failure, FakeSlackApi, PostedMessage, dm
-from tests.slack_harness import DM_KEY, api, running_bot, ts
+from tests.fakes.slack_api import Failure, FakeSlackApi, dm
+from tests.slack_harness import DM_KEY, Bot, api, running_bot, ts
 from tests.test_discord_streaming import (
     DM_ID,
     KEY,
@@ -51,8 +52,15 @@ def now_ts() -> str:
     return f"{time.time() + 1:.6f}"
 
 
-def deleted_by_a_person(api: FakeSlackApi, message: PostedMessage) -> None:
-    api.messages.remove(message)
+async def slack_draft_deleted_mid_stream(api: FakeSlackApi, bot: Bot) -> ReplierCall:
+    """A burst streaming into its draft, which a person then deleted."""
+    await bot.send(dm(ts(1), "tell me"))
+    call = await generating(bot, 0)
+    call.stream(1, "Once")
+    await step(bot.clock, INTERVAL)
+    await drafted(bot)
+    api.messages.remove(api.posts()[0])
+    return call
 
 
 # Slack --------------------------------------------------------------------------------------------
@@ -85,12 +93,7 @@ async def test_slack_a_lost_draft_is_found_from_its_creation_not_after_the_newes
 
 async def test_slack_a_draft_deleted_while_it_grows_is_posted_anew_once(api: FakeSlackApi) -> None:
     async with running_bot(api, replier=ScriptedReplier(hold=True)) as bot:
-        await bot.send(dm(ts(1), "tell me"))
-        call = await generating(bot, 0)
-        call.stream(1, "Once")
-        await step(bot.clock, INTERVAL)
-        await drafted(bot)
-        deleted_by_a_person(api, api.posts()[0])
+        call = await slack_draft_deleted_mid_stream(api, bot)
         call.stream(2, " upon a")
         await step(bot.clock, INTERVAL)
         await until(lambda: shown(api) == ["Once upon a"])
@@ -107,12 +110,7 @@ async def test_slack_a_draft_deleted_before_the_final_edit_still_gets_the_answer
     api: FakeSlackApi,
 ) -> None:
     async with running_bot(api, replier=ScriptedReplier(hold=True)) as bot:
-        await bot.send(dm(ts(1), "tell me"))
-        call = await generating(bot, 0)
-        call.stream(1, "Once")
-        await step(bot.clock, INTERVAL)
-        await drafted(bot)
-        deleted_by_a_person(api, api.posts()[0])
+        call = await slack_draft_deleted_mid_stream(api, bot)
         call.finish("Once upon a time.")
         await answered(bot)
         assert shown(api) == ["Once upon a time."]
@@ -148,23 +146,27 @@ async def test_slack_a_stale_edit_landing_after_the_final_text_is_undone(
         await check_invariants(bot.store, [DM_KEY.id])
 
 
-def deleted_on_discord(fake: FakeDiscord, message_id: str) -> None:
-    """A person deleted our message."""
-    fake.history[DM_ID] = [m for m in fake.history[DM_ID] if m["id"] != message_id]
-
-
-# Discord ------------------------------------------------------------------------------------------
-async def test_discord_a_draft_deleted_while_it_grows_is_posted_anew_once(
+async def discord_draft_deleted_mid_stream(
     fake: FakeDiscord, frontend: DiscordFrontend, store: SqliteStore, clock: FakeClock
-) -> None:
+) -> tuple[App, ReplierCall]:
+    """A burst streaming into its draft, which a person then deleted."""
     app, replier = await streaming_app(frontend, store, clock)
     await say(fake, store, "tell me")
     call = await started(app, clock, replier, 0)
     call.stream(1, "Once")
     await step(clock, INTERVAL)
     await until(lambda: len(fake.created) == 1)
-    await asyncio.sleep(0.05)
-    deleted_on_discord(fake, fake.created[0]["id"])
+    await asyncio.sleep(0.05)  # its id is recorded
+    draft_id = fake.created[0]["id"]
+    fake.history[DM_ID] = [m for m in fake.history[DM_ID] if m["id"] != draft_id]
+    return app, call
+
+
+# Discord ------------------------------------------------------------------------------------------
+async def test_discord_a_draft_deleted_while_it_grows_is_posted_anew_once(
+    fake: FakeDiscord, frontend: DiscordFrontend, store: SqliteStore, clock: FakeClock
+) -> None:
+    app, call = await discord_draft_deleted_mid_stream(fake, frontend, store, clock)
     call.stream(2, " upon a")
     await step(clock, INTERVAL)
     await until(lambda: fake.shown(DM_ID) == ["Once upon a"])
@@ -180,14 +182,7 @@ async def test_discord_a_draft_deleted_while_it_grows_is_posted_anew_once(
 async def test_discord_a_draft_deleted_before_the_final_edit_still_gets_the_answer(
     fake: FakeDiscord, frontend: DiscordFrontend, store: SqliteStore, clock: FakeClock
 ) -> None:
-    app, replier = await streaming_app(frontend, store, clock)
-    await say(fake, store, "tell me")
-    call = await started(app, clock, replier, 0)
-    call.stream(1, "Once")
-    await step(clock, INTERVAL)
-    await until(lambda: len(fake.created) == 1)
-    await asyncio.sleep(0.05)
-    deleted_on_discord(fake, fake.created[0]["id"])
+    app, call = await discord_draft_deleted_mid_stream(fake, frontend, store, clock)
     call.finish("Once upon a time.")
     await step(clock, INTERVAL)
     await app.engine.idle()
