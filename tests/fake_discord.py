@@ -29,6 +29,7 @@ import datetime
 import itertools
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +82,7 @@ class FakeDiscord:
         self.cdn_downloads: list[str] = []  # attachment ids asked of the CDN, in order
         self.edits: list[Json] = []  # every edit that took effect: message id, content, time
         self.edit_failures: list[Failure] = []  # the next edits fail (e.g. 429 + Retry-After)
+        self.after_edit: Callable[[Json], None] | None = None  # e.g. a stale edit lands right after
         self.deleted: list[str] = []
         self.calls: list[tuple[str, str, str]] = []  # what bots did: method, message id, content
         self._ids = _Snowflakes()
@@ -101,6 +103,7 @@ class FakeDiscord:
         app.router.add_get("/api/v10/guilds/{guild_id}/channels", self._guild_channels)
         app.router.add_get("/api/v10/guilds/{guild_id}/threads/active", self._active_threads)
         message_path = "/api/v10/channels/{channel_id}/messages/{message_id}"
+        app.router.add_get(message_path, self._read_message)
         app.router.add_patch(message_path, self._edit_message)
         app.router.add_delete(message_path, self._delete_message)
         app.router.add_post("/api/v10/channels/{channel_id}/typing", self._typing)
@@ -199,6 +202,15 @@ class FakeDiscord:
         channel = self.history.get(int(request.match_info["channel_id"]), [])
         return next((m for m in channel if m["id"] == request.match_info["message_id"]), None)
 
+    async def _read_message(self, request: web.Request) -> web.Response:
+        """GET one message, as it reads now (404 Unknown Message once deleted)."""
+        if not self._authorized(request):
+            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+        message = self._find(request)
+        if message is None:
+            return _json({"message": "Unknown Message", "code": 10008}, status=404)
+        return _json(message)
+
     async def _edit_message(self, request: web.Request) -> web.Response:
         """PATCH a message: only its author may; the content must fit, as on Discord."""
         if not self._authorized(request):
@@ -218,7 +230,10 @@ class FakeDiscord:
         message.update(content=content, edited_timestamp=_now())
         self.edits.append({"id": message["id"], "content": content, "at": time.monotonic()})
         self.calls.append(("PATCH", message["id"], content))
-        return _json(message)
+        answer = dict(message)
+        if self.after_edit is not None:
+            self.after_edit(message)
+        return _json(answer)
 
     async def _delete_message(self, request: web.Request) -> web.Response:
         if not self._authorized(request):

@@ -294,3 +294,27 @@ async def test_a_draft_of_unknown_outcome_is_not_posted_again_until_its_absence_
     await step(clock, INTERVAL)
     await engine.idle()
     assert frontend.visible() == ["Hi there."] and len(frontend.posts) == 1
+
+
+async def test_discord_a_stale_edit_landing_after_the_final_text_is_undone(
+    fake: FakeDiscord, frontend: DiscordFrontend, store: SqliteStore, clock: FakeClock
+) -> None:
+    app, replier = await streaming_app(frontend, store, clock)
+    await say(fake, store, "hello")
+    call = await started(app, clock, replier, 0)
+    call.stream(1, "Hel")
+    await step(clock, INTERVAL)
+    await until(lambda: len(fake.created) == 1)
+
+    def stale_edit_lands(message: dict[str, object]) -> None:
+        if message["content"] == "Hello there.":
+            fake.after_edit = None
+            message["content"] = "Hel"  # a stale generation's late edit, right after the final
+
+    fake.after_edit = stale_edit_lands
+    call.finish("Hello there.")
+    await step(clock, INTERVAL)
+    await app.engine.idle()
+    assert fake.shown(DM_ID) == ["Hello there."]
+    assert [c[2] for c in fake.calls if c[0] == "PATCH"][-2:] == ["Hello there."] * 2
+    await app.engine.shutdown()
