@@ -140,9 +140,7 @@ class PlatformFrontend:
             return str((await response.json())["id"])
 
     async def find_draft(self, key: ConversationKey, draft: Draft) -> str | None:
-        """Slack-like: read back by the key; Discord-like: the nonce finds the earlier post."""
-        if mode_of(key.channel) != SLACK:
-            return await self.post_draft(key, draft, "…")
+        """Read back by the key (what the platform shows); a post in flight does not show."""
         async with self._call("get", "/posts", params={"reply": draft.key}) as response:
             found = (await response.json())["parts"].get("0")
         return None if found is None else str(found)
