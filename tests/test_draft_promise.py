@@ -253,7 +253,7 @@ async def test_a_commit_the_final_check_discards_leaves_the_draft_waiting_not_st
     await step(clock, INTERVAL)
     await until(lambda: frontend.visible() == ["Hi there"])
     call.finish("Hi there, welcome.")
-    await asyncio.sleep(0.05)  # the stream keeps its interval before the commit
+    await until(lambda: KEY_CORE.id not in engine.supervisor._version_bumped)  # the watch ended
     await engine.ingest(message(2, "wait, one more"))  # after the watch, before the final check
     await step(clock, INTERVAL)
     await until(lambda: frontend.visible() == [WAITING])
@@ -268,11 +268,21 @@ async def test_a_commit_the_final_check_discards_leaves_the_draft_waiting_not_st
     await check_invariants(store, [KEY_CORE.id], frontend=frontend)
 
 
+class CountedLookups(RecordingFrontend):
+    """Counts look-ups of a draft by its key."""
+
+    lookups = 0
+
+    async def find_draft(self, key: ConversationKey, draft: Draft) -> str | None:
+        self.lookups += 1
+        return await super().find_draft(key, draft)
+
+
 async def test_a_draft_of_unknown_outcome_is_not_posted_again_until_its_absence_is_proven(
     store: SqliteStore, clock: FakeClock
 ) -> None:
     """A post in flight does not show in a read: a second draft waits a lease TTL."""
-    frontend = streaming_frontend(clock)
+    frontend = CountedLookups(drafts=True, clock=clock)
     replier = ScriptedReplier(hold=True)
     engine = streaming_engine(store, clock, replier, frontend)
     await engine.ingest(message(1, "hello"))
@@ -284,8 +294,9 @@ async def test_a_draft_of_unknown_outcome_is_not_posted_again_until_its_absence_
     call = await start_generation(engine, clock, replier, 0)
     call.stream(2, "Hi there")
     await step(clock, INTERVAL)
-    await step(clock, INTERVAL)
-    await asyncio.sleep(0.05)
+    await until(lambda: frontend.lookups == 1)
+    waits_out = clock.now() + 20.0  # the stream sleeps until the draft's absence is proven
+    await until(lambda: any(wake > waits_out for wake in clock.waiting()))
     assert frontend.posts == []  # its post may still land: nothing new yet
     for _ in range(30):
         await step(clock, INTERVAL)
