@@ -238,10 +238,10 @@ class Outbox:
         """The draft the reply finishes, its message found first if its post's outcome is
         unknown (`locate_draft`: this raises, and the row is retried, while that post may still
         land unseen)."""
-        draft, frontend = row.draft, self.frontends[row.platform]
-        surface = drafts_of(frontend)
+        draft = row.draft
         if draft is None or draft.message_id is not None or row.platform_message_ids:
             return draft
+        surface = drafts_of(self.frontends[row.platform])
         if surface is None:
             return draft
         ttl = self.settings.lease_ttl_seconds
