@@ -78,3 +78,13 @@ async def test_a_permanent_error_fails_the_reply_at_once_with_its_reason(
     assert (await bot.store.backlog()).outbox_failed == 1
     await bot.step(3600)  # failed is final until an operator re-queues it
     assert api.posts() == [] and api.methods().count("chat.postMessage") == 1
+
+
+async def test_the_first_event_during_an_outage_is_stored_not_acked_and_dropped(
+    api: FakeSlackApi, bot: Bot
+) -> None:
+    """Bolt asks `auth.test` on its first event; failing, it would answer 200 and drop it."""
+    api.outage = UPSTREAM_DOWN
+    assert await bot.send(dm(ts(1), "hello during the outage")) == 200
+    state = await bot.store.conversation_state(DM_KEY.id)
+    assert state is not None and state.version == 1

@@ -40,8 +40,12 @@ import aiohttp
 from aiohttp import web
 from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.middleware.authorization.async_single_team_authorization import (
+    AsyncSingleTeamAuthorization,
+)
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from adapters.slack import files, inbound
 from adapters.slack.endpoint import MAX_BODY_BYTES, endpoint, server_log
@@ -128,7 +132,9 @@ class SlackFrontend:
             session=self._session,
             retry_handlers=[],  # no silent re-posts: see adapters/slack/outbound.py
         )
-        self.identity = await self._check_bot_token(self._client)
+        self._auth_test = await self._check_bot_token(self._client)
+        self.identity = Identity(str(self._auth_test["team_id"]), str(self._auth_test["user_id"]),
+                                 str(self._auth_test["bot_id"]))  # fmt: skip
         self._outbound = Outbound(
             self._client,
             self.identity,
@@ -148,6 +154,7 @@ class SlackFrontend:
             name="burstbot",
             logger=bolt_logger,
         )
+        _authorized_by(bolt, self._auth_test)
         bolt.error(self._on_listener_error)
         bolt.event("message")(self._on_message)
         bolt.event("app_mention")(self._on_app_mention)
@@ -184,7 +191,7 @@ class SlackFrontend:
             await self._session.close()
             self._session = None
 
-    async def _check_bot_token(self, client: AsyncWebClient) -> Identity:
+    async def _check_bot_token(self, client: AsyncWebClient) -> AsyncSlackResponse:
         try:
             auth = await client.auth_test()
         except SlackApiError as exc:
@@ -206,7 +213,7 @@ class SlackFrontend:
             raise ConfigError(
                 f"slack.bot_token_env: {self.config.bot_token_env} is not a bot token (xoxb-…)"
             )
-        return Identity(str(auth["team_id"]), str(auth["user_id"]), str(auth["bot_id"]))
+        return auth
 
     async def _serve_http(self, bolt: AsyncApp) -> None:
         """The signature is verified over the raw body before Bolt sees it (endpoint.py)."""
@@ -382,6 +389,15 @@ class SlackFrontend:
     async def show_busy(self, key: ConversationKey, busy: bool, message_id: str) -> None:
         if self._outbound is not None:
             await self._outbound.show_busy(key, busy, message_id)
+
+
+def _authorized_by(bolt: AsyncApp, auth_test: AsyncSlackResponse) -> None:
+    """Bolt's single-workspace authorization asks `auth.test` on the first event and, when that
+    call fails (a Slack outage), answers the event 200 and drops it: a message acknowledged and
+    lost. It gets the answer our start-up check already had, so it never asks."""
+    for middleware in bolt._async_middleware_list:
+        if isinstance(middleware, AsyncSingleTeamAuthorization):
+            middleware.auth_test_result = auth_test
 
 
 def _drop_token_unused_warning(record: logging.LogRecord) -> bool:
