@@ -48,6 +48,13 @@ MAX_MESSAGE_CHARS = 16_000
 """About 4,000 tokens: half the default `llm.max_context_tokens`, so one message cannot crowd
 out the rest of its burst and the history; well above Discord's 2,000 (4,000 with Nitro) and
 any everyday Slack message. Longer ones are refused at arrival with `size_notice`."""
+USER_DAILY_TOKENS = 500_000
+"""Per person and UTC day, by default: about fifty full-context answers (a few US dollars at
+Sonnet's list price), so a stranger who finds the bot cannot spend the API key without bound."""
+CHANNEL_DAILY_TOKENS = 2_000_000
+"""Per channel (a DM is a channel) and UTC day, by default: four busy people's worth."""
+FILE_RETENTION_DAYS = 30.0
+"""Downloaded file bytes are deleted after this many days by default; message text is kept."""
 MAX_ATTACHMENT_BYTES = 5 * 1024 * 1024
 """Per file, by default: Claude's limit for one image (PDFs may be larger)."""
 MAX_REQUEST_FILE_BYTES = 24 * 1024 * 1024
@@ -225,9 +232,12 @@ class CatchUpConfig(Section):
 
 
 class RetentionConfig(Section):
-    """Deleting old stored text (`bot/ops/retention.py`); 0 keeps everything."""
+    """Deleting old stored data (`bot/ops/retention.py`); 0 keeps it."""
 
     max_age_days: float = Field(default=0, ge=0, le=36_500)
+    """Answered text, settled replies and generation records (and their files)."""
+    file_max_age_days: float = Field(default=FILE_RETENTION_DAYS, ge=0, le=36_500)
+    """Downloaded file bytes only: a later burst that shows one again fetches it again."""
     sweep_seconds: float = Field(default=HOUR, gt=0, le=DAY)
 
 
@@ -259,7 +269,8 @@ class LimitsConfig(Section):
 
     user_messages_per_window: int = Field(default=0, ge=0, le=MANY)
     window_seconds: float = Field(default=60.0, gt=0, le=DAY)
-    user_daily_tokens: int = Field(default=0, ge=0, le=MANY)
+    user_daily_tokens: int = Field(default=USER_DAILY_TOKENS, ge=0, le=MANY)
+    channel_daily_tokens: int = Field(default=CHANNEL_DAILY_TOKENS, ge=0, le=MANY)
     global_daily_tokens: int = Field(default=0, ge=0, le=MANY)
     max_message_chars: int = Field(default=MAX_MESSAGE_CHARS, ge=0, le=MANY)
     max_burst_chars: int = Field(default=0, ge=0, le=MANY)

@@ -52,6 +52,11 @@ class Upkeep(StoreSeam[Conn]):
         """Delete answered messages, settled replies and generations older than `cutoff`."""
         return await self._counts(PRUNED, "prune", {"cutoff": cutoff})
 
+    async def prune_files(self, cutoff: float) -> dict[str, int]:
+        """Delete downloaded files older than `cutoff` (and bytes nothing refers to any more);
+        the messages that carried them keep their descriptions."""
+        return await self._counts(("files", "blobs"), "prune", {"cutoff": cutoff})
+
     async def forget_user(self, user_id: str, platform: str | None) -> dict[str, int]:
         """Erase a person's messages (text, name, id) everywhere, or on one platform."""
         params = {"user": user_id, "platform": platform}

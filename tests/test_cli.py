@@ -89,10 +89,13 @@ def test_broken_toml_is_one_line(tmp_path: Path) -> None:
 
 
 def test_example_config_parses() -> None:
-    from bot.config import load_config
+    from bot.config import Config, load_config
 
     config = load_config(ROOT / "config.example.toml")
     assert config.debounce.quiet_seconds == 1.5 and config.slack.http_path == "/slack/events"
+    defaults = Config()
+    for section in ("limits", "retention", "storage", "engine", "catch_up"):  # shown as they are
+        assert getattr(config, section) == getattr(defaults, section), section
 
 
 def test_workers_refuse_front_ends_that_keep_one_connection(tmp_path: Path) -> None:

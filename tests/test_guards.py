@@ -166,6 +166,34 @@ async def test_global_budget_stops_everyone(
     await check_invariants(store, [KEY.id, OTHER.id])
 
 
+async def test_channel_budget_stops_the_channel_and_its_threads_not_other_channels(
+    store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    replier = ScriptedReplier()  # 11 tokens a burst
+    limits = {"channel_daily_tokens": 10, **NOTICES}
+    app = make_app(store, clock, replier, frontend, limits=limits)
+    thread = ConversationKey("test", "w1", "c1", "t1")  # same channel, another conversation
+    await app.ingest(msg())
+    await step(app, clock)
+    await app.ingest(msg("U2", key=thread))
+    await app.ingest(msg("U2", key=OTHER))
+    await step(app, clock)
+    assert len(replier.calls) == 2  # c1's first burst and c2's; the thread in c1 was refused
+    assert frontend.texts(thread) == ["budget spent"]
+    assert frontend.texts(OTHER) == ["reply to: hi"]
+    await check_invariants(store, [KEY.id, thread.id, OTHER.id])
+
+
+def test_the_defaults_cap_each_user_and_channel_per_day() -> None:
+    """Anyone who can message the bot spends the API key: the defaults bound it."""
+    from bot.config import CHANNEL_DAILY_TOKENS, USER_DAILY_TOKENS, LimitsConfig
+
+    limits = LimitsConfig()
+    assert limits.user_daily_tokens == USER_DAILY_TOKENS > 0
+    assert limits.channel_daily_tokens == CHANNEL_DAILY_TOKENS > USER_DAILY_TOKENS
+    assert limits.global_daily_tokens == 0  # off unless set: it would stop everyone at once
+
+
 async def test_admins_are_exempt_from_per_user_limits(
     store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
 ) -> None:
@@ -209,5 +237,6 @@ async def test_messages_are_capped_by_default(
     assert (await app.ingest(msg(text="x" * MAX_MESSAGE_CHARS))).status == "accepted"
     await step(app, clock)
     assert [len(c.texts[0]) for c in replier.calls] == [MAX_MESSAGE_CHARS]
-    off = make_app(store, clock, ScriptedReplier(), frontend, limits={"max_message_chars": 0})
+    every_limit_off = {"max_message_chars": 0, "user_daily_tokens": 0, "channel_daily_tokens": 0}
+    off = make_app(store, clock, ScriptedReplier(), frontend, limits=every_limit_off)
     assert off.guards is None

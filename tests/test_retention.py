@@ -66,15 +66,18 @@ async def test_the_running_app_sweeps_old_text_on_its_clock_and_logs_it(
     await check_invariants(store, [KEY.id])
 
 
-async def test_retention_off_by_default_deletes_nothing(
+async def test_by_default_text_is_kept_and_only_file_bytes_expire(
     store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
 ) -> None:
     app = make_app(store, clock, ScriptedReplier(), frontend)
     await app.ingest(said(1))
     await step(app, clock)
     await clock.advance(400 * DAY)
-    assert app.retention is not None and await app.retention.sweep() is None
+    assert app.retention is not None
+    assert await app.retention.sweep() == {"files": 0, "blobs": 0}  # files: 30 days by default
     assert len(await store.messages(KEY.id)) == 1
+    off = make_app(store, clock, ScriptedReplier(), frontend, retention={"file_max_age_days": 0})
+    assert off.retention is not None and await off.retention.sweep() is None
 
 
 def test_retention_shorter_than_catch_up_is_refused() -> None:

@@ -5,7 +5,8 @@ Where each check lives, and why:
 - at arrival (`check_message`, called by the app before storage): characters per message and the
   per-user message rate. A refused message is never stored, so it cannot start or grow a burst.
 - before the model call (`admit`, called by the engine with the whole burst): messages and
-  characters per burst, and the daily token budgets (per user and global), which also refuse a
+  characters per burst, and the daily token budgets (global, per channel, per user), which also
+  refuse a
   burst whose files' estimated tokens would overrun what is left of them. A refused burst is
   committed as answered with a short notice instead of a model reply, so nothing stays pending.
 - after every model call (`charge`), finished or cancelled: its tokens count against the budgets.
@@ -69,12 +70,18 @@ def limits_active(limits: LimitsConfig) -> bool:
         (
             limits.user_messages_per_window,
             limits.user_daily_tokens,
+            limits.channel_daily_tokens,
             limits.global_daily_tokens,
             limits.max_message_chars,
             limits.max_burst_chars,
             limits.max_burst_messages,
         )
     )
+
+
+def channel_scope(key: ConversationKey) -> str:
+    """The channel's daily token counter: every thread of a channel (or a DM) shares it."""
+    return f"tokens:channel:{key.platform}/{key.workspace}/{key.channel}"
 
 
 def spent_tokens(usage: TokenUsage) -> int:
@@ -152,6 +159,10 @@ class CostGuards:
         budget = lim.global_daily_tokens
         if budget and _over(await self.counters.read_counter("tokens:global", day), files, budget):
             return await self._refuse("global_budget", key.id, lim.budget_notice, now, daily=True)
+        budget = lim.channel_daily_tokens
+        channel = channel_scope(key)
+        if budget and _over(await self.counters.read_counter(channel, day), files, budget):
+            return await self._refuse("channel_budget", key.id, lim.budget_notice, now, daily=True)
         budget = lim.user_daily_tokens
         for user in users if budget else []:
             if _over(await self.counters.read_counter(f"tokens:{user}", day), files, budget):
@@ -162,14 +173,19 @@ class CostGuards:
     async def charge(
         self, key: ConversationKey, burst: Sequence[StoredMessage], usage: TokenUsage, now: float
     ) -> None:
-        """The whole generation counts globally and against every (non-exempt) burst author."""
+        """The whole generation counts against each budget that is on: the global one, its
+        channel's and every (non-exempt) burst author's."""
+        lim = self.limits
         tokens = spent_tokens(usage)
-        if not tokens or not (self.limits.global_daily_tokens or self.limits.user_daily_tokens):
+        if not tokens:
             return
         day = int(now // DAY_SECONDS)
         expires = (day + 2) * DAY_SECONDS
-        await self.counters.add_to_counter("tokens:global", day, tokens, expires, now)
-        for user in self._charged_users(key, burst):
+        if lim.global_daily_tokens:  # only the counters a budget reads: each is a write
+            await self.counters.add_to_counter("tokens:global", day, tokens, expires, now)
+        if lim.channel_daily_tokens:
+            await self.counters.add_to_counter(channel_scope(key), day, tokens, expires, now)
+        for user in self._charged_users(key, burst) if lim.user_daily_tokens else []:
             await self.counters.add_to_counter(f"tokens:{user}", day, tokens, expires, now)
 
     # plumbing --------------------------------------------------------------------------------

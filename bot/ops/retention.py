@@ -5,7 +5,9 @@ armed timers stay until the pipeline is done with them.
 - `[retention] max_age_days`: a running process deletes answered messages, settled replies and
   generation records older than that, every `sweep_seconds` (several processes may sweep: the
   deletes are idempotent). It must exceed catch-up's window, or catch-up would fetch a deleted
-  message again as new (the config refuses it).
+  message again as new (the config refuses it). Off (0) by default.
+- `[retention] file_max_age_days` (30 by default): downloaded file bytes go sooner than text; a
+  later burst whose history shows an expired file fetches it again (or names it in a note).
 - `burstbot forget --user ID` / `--conversation ID`: erase in place. Messages keep their row and
   platform id with empty text, name and author, so a redelivery is recognised and dropped
   instead of stored again; a conversation's posted replies are emptied too, a reply still in the
@@ -28,6 +30,8 @@ log = logging.getLogger("burstbot.retention")
 class RetentionStore(Protocol):
     async def prune(self, cutoff: float) -> dict[str, int]: ...
 
+    async def prune_files(self, cutoff: float) -> dict[str, int]: ...
+
     async def forget_user(self, user_id: str, platform: str | None) -> dict[str, int]: ...
 
     async def forget_conversation(self, conversation_id: str) -> dict[str, int]: ...
@@ -49,13 +53,26 @@ class Retention:
         self.sweeps = 0  # sweeps finished (tests wait on it)
 
     async def sweep(self) -> dict[str, int] | None:
-        """Delete what is older than `max_age_days` now; None when retention is off."""
-        days = self.settings().max_age_days
-        if not days:
+        """Delete what is older than `max_age_days`, and files older than `file_max_age_days`;
+        None when both are off."""
+        settings = self.settings()
+        days, file_days = settings.max_age_days, settings.file_max_age_days
+        if not days and not file_days:
             return None
-        counts = await self.store.prune(self.clock.now() - days * DAY)
-        if any(counts.values()):
-            log.info("retention: deleted what was older than %g days: %s", days, summary(counts))
+        counts: dict[str, int] = {}
+        if days:
+            counts = await self.store.prune(self.clock.now() - days * DAY)
+            if any(counts.values()):
+                log.info(
+                    "retention: deleted what was older than %g days: %s", days, summary(counts)
+                )
+        if file_days and (not days or file_days < days):
+            files = await self.store.prune_files(self.clock.now() - file_days * DAY)
+            if any(files.values()):
+                log.info(
+                    "retention: deleted files older than %g days: %s", file_days, summary(files)
+                )
+            counts = {name: counts.get(name, 0) + files.get(name, 0) for name in {*counts, *files}}
         return counts
 
     async def run(self) -> None:

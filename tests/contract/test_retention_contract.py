@@ -168,3 +168,21 @@ async def test_retention_deletes_old_files_and_bytes_nothing_refers_to(store: St
     assert (counts["files"], counts["blobs"]) == (1, 1)
     assert await store.attachment_file(old) is None
     assert await store.attachment_file(new) is not None
+
+
+async def test_file_retention_deletes_old_files_and_keeps_the_text_that_carried_them(
+    store: Store,
+) -> None:
+    assert isinstance(store, AttachmentStore)
+    await store.ingest(IncomingMessage(KEY, "m1", "u1", "alice", "look", attachments=(SHOT,)),
+                       OLD, T)  # fmt: skip
+    await answer(store, OLD + 2, "answered")
+    old = await keep(store, KEY, SHOT, b"old bytes", OLD)
+    new = await keep(store, KEY, PDF, b"new bytes", NOW)
+    counts = await upkeep(store).prune_files(NOW - 30 * DAY)
+    assert counts == {"files": 1, "blobs": 1}
+    assert await store.attachment_file(old) is None
+    assert await store.attachment_file(new) is not None
+    [message] = await inspector(store).messages(KEY.id)
+    assert (message.text, message.attachments) == ("look", (SHOT,))
+    assert len(await inspector(store).replies(KEY.id)) == 1
