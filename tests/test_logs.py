@@ -37,6 +37,27 @@ def test_secrets_are_redacted_from_messages_arguments_and_tracebacks() -> None:
     assert "about" in output
 
 
+def test_the_database_password_is_redacted_from_pgpassword_and_from_the_url() -> None:
+    """The driver reads PGPASSWORD by itself and a DSN may carry a password: neither is logged,
+    even though the config names neither as a secret."""
+    stream = io.StringIO()
+    url = "postgresql://bot:p%40ss-in-url@db.internal:5432/burstbot"
+    config = parse_config({"logging": {"level": "INFO"}, "storage": {"url": url}})
+    env = {**ENV, "PGPASSWORD": "pg-password-from-env"}
+    handler = configure_logging(config, stream=stream, environ=env)
+    try:
+        log = logging.getLogger("burstbot.test")
+        log.warning("connect failed: password authentication failed for %s", env["PGPASSWORD"])
+        log.warning("dsn %s", url)
+        log.warning("decoded p@ss-in-url")
+    finally:
+        logging.getLogger().removeHandler(handler)
+    output = stream.getvalue()
+    assert "pg-password-from-env" not in output
+    assert "p%40ss-in-url" not in output and "p@ss-in-url" not in output
+    assert output.count(REDACTED) == 3 and "db.internal" in output
+
+
 def test_json_lines_are_parseable_and_redacted() -> None:
     stream = io.StringIO()
     config = parse_config({"logging": {"format": "json", "level": "INFO"}})

@@ -1,7 +1,9 @@
 """Logging setup: plain or JSON lines on stderr, with every configured secret redacted.
 
 The redaction filter sits on the handler, so it sees every record that reaches the output,
-whichever library logged it: the formatted message, the exception text and the stack.
+whichever library logged it: the formatted message, the exception text and the stack. The
+secrets are the values of every `*_env` variable the config names, of `PGPASSWORD` (the
+PostgreSQL driver reads it by itself), and a password written into the storage URL.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TextIO
+from urllib.parse import unquote, urlsplit
 
 from bot.config import Config
 
@@ -20,11 +23,27 @@ REDACTED = "[redacted]"
 MIN_SECRET_LENGTH = 4  # shorter values would redact ordinary words
 PLAIN_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _HANDLER_NAME = "burstbot"
+DRIVER_SECRET_ENV = ("PGPASSWORD",)
+"""Read by the database driver itself, whatever the config names."""
 
 
 def configured_secrets(config: Config, environ: Mapping[str, str] | None = None) -> list[str]:
     env = os.environ if environ is None else environ
-    return [env[name] for name in config.secret_env_names() if env.get(name, "").strip()]
+    names = dict.fromkeys([*config.secret_env_names(), *DRIVER_SECRET_ENV])
+    secrets = [env[name] for name in names if env.get(name, "").strip()]
+    password = url_password(config.storage.url)
+    return [*secrets, password, unquote(password)] if password else secrets
+
+
+def url_password(url: str) -> str:
+    """The password written into a storage URL (postgresql://user:pw@host/db), as written."""
+    try:
+        netloc = urlsplit(url).netloc
+    except ValueError:
+        return ""
+    userinfo, at, _ = netloc.rpartition("@")
+    _, colon, password = userinfo.partition(":")
+    return password if at and colon else ""
 
 
 class SecretRedactor(logging.Filter):
