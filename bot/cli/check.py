@@ -84,6 +84,8 @@ def check_config(
             parts.append(f"{lim.max_burst_chars} chars/burst")
         if lim.user_daily_tokens:
             parts.append(f"{lim.user_daily_tokens} tokens/user/day")
+        if lim.channel_daily_tokens:
+            parts.append(f"{lim.channel_daily_tokens} tokens/channel/day")
         if lim.global_daily_tokens:
             parts.append(f"{lim.global_daily_tokens} tokens/day in all")
         guards = ", ".join(parts)
@@ -101,3 +103,52 @@ def check_config(
         f"logging     {config.logging.format}, {config.logging.level}",
     ]
     return summary, problems
+
+
+def service_checks(config: Config, service: bool) -> tuple[list[str], list[str]]:
+    """What running unattended needs: (problems, warnings).
+
+    With `service` (the unit runs `check-config --service` as the bot's user before each start)
+    these are problems, so a service that could not start refuses at once with one line instead of
+    restarting forever; without it, warnings, since an operator may check a service's file from
+    another account or directory."""
+    found: list[str] = []
+    database = _sqlite_path(config.storage.url)
+    if database is not None and not os.path.isabs(database):
+        found.append(
+            f"storage.url: {database} is relative to the working directory, so commands run "
+            "elsewhere (status, backup) would not find it; use an absolute path such as "
+            "sqlite:////var/lib/burstbot/burstbot.db"
+        )
+    elif database is not None and service:
+        folder = os.path.dirname(database)
+        if not os.access(folder, os.W_OK | os.X_OK):
+            found.append(
+                f"storage.url: directory {folder} is not writable by this user (SQLite writes "
+                "its -wal and -shm files beside the database)"
+            )
+        elif os.path.exists(database) and not os.access(database, os.R_OK | os.W_OK):
+            found.append(f"storage.url: {database} is not readable and writable by this user")
+    pid_file = config.engine.pid_file
+    if pid_file:
+        folder = os.path.dirname(pid_file) or "."
+        if not os.path.isabs(pid_file):
+            found.append(f"engine.pid_file: {pid_file} is relative; use an absolute path")
+        elif not os.path.isdir(folder):
+            found.append(
+                f"engine.pid_file: no directory {folder} (under systemd, RuntimeDirectory= "
+                "creates /run/burstbot)"
+            )
+        elif not os.access(folder, os.W_OK | os.X_OK):
+            found.append(f"engine.pid_file: directory {folder} is not writable by this user")
+    if service and config.console.enabled:
+        found.append("console.enabled: a service has no terminal; set [console] enabled = false")
+    return (found, []) if service else ([], found)
+
+
+def _sqlite_path(url: str) -> str | None:
+    """The file of a sqlite:/// URL (sqlite:////abs/path is absolute); None for anything else."""
+    if not url.startswith("sqlite:///"):
+        return None
+    path = url.removeprefix("sqlite:///")
+    return None if path in ("", ":memory:") else path

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -37,6 +38,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--worker", type=int, help=argparse.SUPPRESS)  # set by --workers
     check = commands.add_parser("check-config", help="validate the config and its secrets")
     check.add_argument("--config", help=config_help)
+    check.add_argument(
+        "--service",
+        action="store_true",
+        help="also check what running unattended needs (absolute paths, writable directories)",
+    )
     status = commands.add_parser("status", help="what is in flight: input, timers, leases, outbox")
     status.add_argument("--config", help=config_help)
     status.add_argument("--all", action="store_true", help="every conversation, idle ones too")
@@ -68,6 +74,11 @@ def _parser() -> argparse.ArgumentParser:
     who.add_argument("--conversation", help="platform/workspace/channel/thread (see status)")
     migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
     migrate.add_argument("--config", help=config_help)
+    backup = commands.add_parser(
+        "backup", help="copy the SQLite database while the bot runs (PostgreSQL: pg_dump's line)"
+    )
+    backup.add_argument("path", help="the new file to write (never overwritten)")
+    backup.add_argument("--config", help=config_help)
     demo = commands.add_parser("demo", help="watch a scripted fast typer get one reply per burst")
     demo.add_argument("--quiet", type=float, default=0.6, help="quiet window in seconds")
     demo.add_argument("--database", help="keep the demo's SQLite database at this path")
@@ -127,9 +138,8 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
     from bot.cli.status import status_lines
     from bot.ops.inspection import StoreInspector, printable
 
-    database = _sqlite_file(config.storage.url)
-    if command != "migrate" and database is not None and not database.exists():
-        raise ConfigError(f"storage.url: no database at {database} (run `burstbot migrate`)")
+    if command != "migrate":
+        _existing_database(config)
     store: Store = build_store(config)
     try:
         await store.open()
@@ -206,14 +216,56 @@ def _sqlite_file(url: str) -> Path | None:
     return None if path in (None, "", ":memory:") else Path(path)
 
 
-def _check(config: Config, path: str | None) -> int:
-    from bot.cli.check import check_config
+def _existing_database(config: Config) -> Path | None:
+    """The SQLite file an operator command reads, which must exist already and be this user's
+    to open: a command must never create an empty database beside the real one."""
+    database = _sqlite_file(config.storage.url)
+    if database is None:
+        return None
+    if not database.exists():
+        if database.is_absolute():
+            raise ConfigError(f"storage.url: no database at {database} (run `burstbot migrate`)")
+        raise ConfigError(
+            f"storage.url: no database at {database} in {Path.cwd()}: the path is relative to "
+            "the current directory; use the bot's absolute path in storage.url (or run from its "
+            "working directory). `burstbot migrate` creates a new, empty one"
+        )
+    if not os.access(database, os.R_OK | os.W_OK):
+        raise ConfigError(
+            f"storage.url: {database} is not readable and writable by this user; run the "
+            "command as the bot's user (sudo -u burstbot burstbot ...)"
+        )
+    return database
+
+
+async def _backup(config: Config, path: str) -> int:
+    from bot.cli.backup import backup_sqlite, pg_dump_lines
+
+    url = config.storage.url
+    if url.startswith(("postgresql://", "postgres://")):
+        print("\n".join(pg_dump_lines(url, path)))
+        return 0
+    database = _existing_database(config)
+    if database is None:
+        raise ConfigError("storage.url: an in-memory database has nothing to back up")
+    timeout_ms = round(config.storage.busy_timeout_seconds * 1000)
+    summary = await backup_sqlite(database, Path(path), timeout_ms)
+    print(summary.line())
+    return 0
+
+
+def _check(config: Config, path: str | None, service: bool) -> int:
+    from bot.cli.check import check_config, service_checks
 
     summary, problems = check_config(config)
+    unattended, warnings = service_checks(config, service)
+    problems += unattended
     for problem in problems:
         print(f"burstbot: config error: {problem}", file=sys.stderr)
     print(f"{path or '(no config file: defaults)'}: {'INVALID' if problems else 'OK'}")
     print("\n".join(f"  {line}" for line in summary))
+    for warning in warnings:
+        print(f"  warning: {warning}")
     return EXIT_USAGE if problems else 0
 
 
@@ -254,7 +306,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(_default_banner(config), file=sys.stderr)
             run_event_loop(_run(config, args.config, verbose))
         elif args.command == "check-config":
-            return _check(config, args.config)
+            return _check(config, args.config, args.service)
+        elif args.command == "backup":
+            return asyncio.run(_backup(config, args.path))
         else:
             return asyncio.run(_with_store(config, args.command, args))
     except ConfigError as exc:
