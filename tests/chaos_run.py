@@ -90,7 +90,7 @@ P_POST_FAIL_AFTER = 0.04  # stored, but the answer is lost: the retry must not p
 P_POST_SLOW = 0.06  # shown after SLOW_SHOW, answered after SLOW_POST (x the lease TTL: > a claim)
 RETRY_AFTER = (1, 2)  # whole seconds, as the platforms send them
 SLOW_POST = (0.8, 2.0)
-# A slow post shows this long (x TTL) after it arrived. DESIGN's timing assumption (docs/model):
+# A slow post shows this long (x TTL) after it arrived. The timing assumption (docs/model):
 # shorter than a deliverer killed mid-post leaves its claim (at least 2/3 of the TTL).
 SLOW_SHOW = (0.0, 0.3)
 STREAMING_INTERVAL = 0.1  # edits while streaming: a few per generation (it lasts 0.1–0.5 s)

@@ -1,6 +1,6 @@
 """The burst engine: every transition of a conversation, in pipeline order.
 
-Rules (the pipeline of README's "How it works"), which this file keeps and nothing else changes:
+Rules (the pipeline of docs/design.md), which this file keeps and nothing else changes:
 
 1. Arrival: a message is stored once (dedupe by platform id), bumps the version and arms the
    conversation's timer: due `quiet` after the last message, never later than `max_wait` after the
