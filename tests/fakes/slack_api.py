@@ -16,7 +16,8 @@ sent once as a signed event, as Slack does (if nobody listens, the event is lost
 `chat.*` calls bots made, in order (method, ts, text). `POST /fake/outage` (form: `on=1`, `on=0`)
 starts and ends an outage: meanwhile every Web API call is answered by the load balancer in front
 of Slack, a plain-text 503 (`UPSTREAM_DOWN`); tests set `outage` or `fail` with a `page` for the
-same.
+same. `POST /fake/token` (form: `token`) is the workspace admin revoking the bot token and
+reinstalling the app: from then on only the new token is accepted (`--token` sets the first one).
 
 Bots' messages can be updated (`chat.update`: the bot's own message, text within Slack's limit,
 metadata replaced when given) and deleted (`chat.delete`), as on Slack.
@@ -143,6 +144,7 @@ class FakeSlackApi:
         app.router.add_get("/fake/posts", self._posts)
         app.router.add_get("/fake/calls", self._chat_calls)
         app.router.add_post("/fake/outage", self._switch_outage)
+        app.router.add_post("/fake/token", self._new_token)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", port)
@@ -241,6 +243,13 @@ class FakeSlackApi:
         self.outage = UPSTREAM_DOWN if form.get("on", "1") == "1" else None
         logging.getLogger("fake-slack").warning("outage %s", "on" if self.outage else "off")
         return web.json_response({"outage": self.outage is not None})
+
+    async def _new_token(self, request: web.Request) -> web.Response:
+        """The old bot token is revoked and a new one issued, as a reinstall after revoking does."""
+        form = await request.post()
+        self.token = str(form["token"])
+        logging.getLogger("fake-slack").warning("bot token replaced; the old one is revoked")
+        return web.json_response({"ok": True})
 
     def posts(self, channel: str | None = None) -> list[PostedMessage]:
         return [m for m in self.messages if m.bot_id and (channel is None or m.channel == channel)]
@@ -574,8 +583,8 @@ def channel_message(
     return event
 
 
-async def _serve(port: int, events_url: str, signing_secret: str) -> None:
-    api = await FakeSlackApi().start(port)
+async def _serve(port: int, events_url: str, signing_secret: str, token: str) -> None:
+    api = await FakeSlackApi(token=token).start(port)
     if events_url:
         api.events = EventSender(events_url, signing_secret)
     logging.getLogger("fake-slack").warning("fake Slack Web API on %s", api.url)
@@ -590,10 +599,11 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8766)
     parser.add_argument("--events-url", default="", help="where to send each message as an event")
     parser.add_argument("--signing-secret", default="", help="signs those events")
+    parser.add_argument("--token", default="xoxb-test", help="the bot token it accepts")
     args = parser.parse_args()
     logging.basicConfig(format="%(message)s")
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(args.port, args.events_url, args.signing_secret))
+        asyncio.run(_serve(args.port, args.events_url, args.signing_secret, args.token))
 
 
 if __name__ == "__main__":
