@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from urllib.parse import urlsplit, urlunsplit
 
@@ -111,7 +112,8 @@ def service_checks(config: Config, service: bool) -> tuple[list[str], list[str]]
     With `service` (the unit runs `check-config --service` as the bot's user before each start)
     these are problems, so a service that could not start refuses at once with one line instead of
     restarting forever; without it, warnings, since an operator may check a service's file from
-    another account or directory."""
+    another account or directory. A Python under a home directory is a warning with `service`:
+    run by hand, it did start."""
     found: list[str] = []
     database = _sqlite_path(config.storage.url)
     if database is not None and not os.path.isabs(database):
@@ -143,7 +145,25 @@ def service_checks(config: Config, service: bool) -> tuple[list[str], list[str]]
             found.append(f"engine.pid_file: directory {folder} is not writable by this user")
     if service and config.console.enabled:
         found.append("console.enabled: a service has no terminal; set [console] enabled = false")
-    return (found, []) if service else ([], found)
+    if not service:
+        return [], found
+    warnings = []
+    if python := home_python(sys.executable):  # a warning: run by hand, it did start after all
+        warnings.append(
+            f"python: this burstbot runs on {python}, under a home directory; the service user "
+            "may not run it and systemd's ProtectHome= hides it: make the venv with the system's "
+            "python3 (/usr/bin/python3 -m venv)"
+        )
+    return found, warnings
+
+
+HOME_DIRECTORIES = ("/root/", "/home/", "/run/user/")
+
+
+def home_python(executable: str) -> str | None:
+    """The real interpreter behind a venv's python, if it lives under a home directory."""
+    real = os.path.realpath(executable)
+    return real if real.startswith(HOME_DIRECTORIES) else None
 
 
 def _sqlite_path(url: str) -> str | None:
