@@ -212,6 +212,8 @@ def config_for(settings: dict[str, Any]) -> Config:
                     "retry_backoff_seconds": engine["model_backoff_seconds"],
                     "failure_message": engine["failure_message"]},
             "console": {"enabled": False},
+            # the run checks delivery, not budgets: a budget notice would stand in for an answer
+            "limits": {"user_daily_tokens": 0, "channel_daily_tokens": 0},
             "streaming": {"enabled": bool(settings.get("streaming")),
                           "interval_seconds": settings.get("streaming_interval", 1.0)},
         }

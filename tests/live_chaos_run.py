@@ -195,6 +195,11 @@ failure_message = "{FAILURE_MESSAGE}"
 enabled = {"true" if self.streaming else "false"}
 interval_seconds = {STREAM_INTERVAL_SECONDS}
 
+[limits]
+# The run checks delivery, not budgets: a budget notice would stand in for an answer.
+user_daily_tokens = 0
+channel_daily_tokens = 0
+
 [console]
 enabled = false
 
