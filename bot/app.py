@@ -163,7 +163,7 @@ class App:
             return None
         if not isinstance(self.store, CounterStore):
             raise ConfigError("limits: this storage backend cannot keep cost-guard counters")
-        return CostGuards(config.limits, self.store, access.is_admin)
+        return CostGuards(config.limits, self.store, access.is_admin, config.attachments)
 
     def reload(self) -> ReloadPlan | None:
         """SIGHUP: re-read `config_path`. Live settings apply from the next burst or message;

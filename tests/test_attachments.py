@@ -235,6 +235,20 @@ async def test_cost_guards_count_a_bursts_files_before_the_model_call(
     assert frontend.texts(KEY)[-1] == "budget spent"
 
 
+async def test_a_file_too_large_to_send_costs_no_budget(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    """It becomes a one-line note, so the budget must not count it (a 200 MB PDF would be
+    estimated at six million tokens and refuse the burst)."""
+    frontend, replier = RecordingFrontend(), ScriptedReplier()
+    limits = {"user_daily_tokens": 1000, "budget_notice": "budget spent"}
+    app = make_app(store, clock, replier, frontend, limits=limits)
+    huge = file(1, "dump.pdf", "application/pdf", size=200 * 1024 * 1024)
+    await app.ingest(IncomingMessage(KEY, "m1", "U1", "alice", "read this", attachments=(huge,)))
+    await step(app, clock)
+    assert len(replier.calls) == 1 and frontend.texts(KEY) != ["budget spent"]
+
+
 def test_attachment_limits_are_validated_strictly() -> None:
     assert parse_config({}).attachments == AttachmentsConfig()
     for bad in ({"max_bytes": 0}, {"max_bytes": 33 * 1024 * 1024}, {"enabled": "yes"},

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
-from bot.config import LimitsConfig
+from bot.config import AttachmentsConfig, LimitsConfig
 from bot.core.attachments import estimate_tokens
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.gate import Refusal
@@ -93,10 +93,18 @@ def spent_tokens(usage: TokenUsage) -> int:
     )
 
 
-def attachment_tokens(burst: Sequence[StoredMessage]) -> int:
+def attachment_tokens(burst: Sequence[StoredMessage], attachments: AttachmentsConfig) -> int:
     """What the burst's files will cost, estimated from their descriptions before any download
-    (see bot/core/attachments.py: images by their dimensions, else 1,600 each)."""
-    return sum(estimate_tokens(a) for m in burst for a in m.attachments)
+    (see bot/core/attachments.py: images by their dimensions, else 1,600 each). A file that will
+    only be named in a note (over `max_bytes`, past `max_per_message`, files off) costs nothing."""
+    if not attachments.enabled:
+        return 0
+    return sum(
+        estimate_tokens(a)
+        for m in burst
+        for a in m.attachments[: attachments.max_per_message]
+        if a.size <= attachments.max_bytes
+    )
 
 
 def _over(used: int, files: int, budget: int) -> bool:
@@ -110,10 +118,12 @@ class CostGuards:
         limits: LimitsConfig,
         counters: CounterStore,
         is_admin: Callable[[str, str], bool] = lambda platform, user: False,
+        attachments: AttachmentsConfig | None = None,
     ) -> None:
         self.limits = limits
         self.counters = counters
         self.is_admin = is_admin
+        self.attachments = attachments or AttachmentsConfig()
 
     # arrival ---------------------------------------------------------------------------------
     async def check_message(self, message: IncomingMessage, now: float) -> Refusal | None:
@@ -155,7 +165,7 @@ class CostGuards:
         if sized and lim.max_burst_chars and chars > lim.max_burst_chars:
             return await self._refuse("burst_too_long", key.id, lim.size_notice, now)
         day = int(now // DAY_SECONDS)
-        files = attachment_tokens(burst)
+        files = attachment_tokens(burst, self.attachments)
         budget = lim.global_daily_tokens
         if budget and _over(await self.counters.read_counter("tokens:global", day), files, budget):
             return await self._refuse("global_budget", key.id, lim.budget_notice, now, daily=True)
