@@ -10,11 +10,18 @@ from typing import Any
 import pytest
 
 from bot.config import parse_config
+from bot.core.clock import FakeClock
 from bot.core.errors import ConfigError
-from bot.core.events import ConversationKey
+from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.settings import EngineSettings
+from bot.core.store import GenerationRecord, TokenUsage
 from bot.model.claude import ClaudeReplier
 from bot.model.replier import BurstMessage, Prompt, Usage, WebSearch, WebTools
+from bot.ops.metrics import Metrics
+from bot.ops.usage import MILLION, PriceTable, summarize, usage_lines
+from bot.testing import RecordingFrontend
+from storage.sqlite import SqliteStore
+from tests.apps import make_app, step
 from tests.fakes.anthropic_server import FakeAnthropic, Plan, Search
 
 KEY_ENV = {"TEST_ANTHROPIC_KEY": "sk-test-not-a-real-key"}
@@ -252,3 +259,53 @@ def test_bad_tools_config_is_one_line(data: dict[str, Any], message: str) -> Non
     with pytest.raises(ConfigError) as caught:
         parse_config(data)
     assert str(caught.value) == message
+
+
+# cost: usage report, metric, guards ------------------------------------------------------------
+def test_searches_are_priced_per_thousand_and_shown_in_the_usage_report() -> None:
+    prices = PriceTable()
+    assert prices.cost("claude-sonnet-5-5", 0, 0, 0, 0, 1000) == pytest.approx(10.0)
+    own = PriceTable(parse_config({"prices": {"claude-sonnet-5-5": {
+        "input": 3, "output": 15, "web_search": 5}}}).prices)  # fmt: skip
+    assert own.cost("claude-sonnet-5-5", MILLION, 0, 0, 0, 2) == pytest.approx(3.0 + 0.01)
+    spent = TokenUsage(1000, 100, web_searches=2)
+    record = GenerationRecord("slack/T1/C1/", 1, 0, 1, 1.0, 2.0, "posted", spent,
+                              model="claude-sonnet-5-5")  # fmt: skip
+    rows, total = summarize([record], prices, "model")
+    assert (total.searches, total.cost) == (2, pytest.approx((3000 + 1500) / MILLION + 0.02))
+    lines = usage_lines(rows, total, "model", None)
+    assert lines[2].split()[-3:] == ["searches", "cost", "(USD)"]
+    assert lines[4].split()[-2:] == ["2", f"{total.cost:.4f}"]
+
+
+def test_the_cost_metric_includes_searches() -> None:
+    metrics = Metrics(PriceTable())
+    fields = {"outcome": "posted", "model": "claude-sonnet-5-5", "input_tokens": 0,
+              "output_tokens": 0, "cache_read_tokens": 0, "cache_write_tokens": 0,
+              "web_searches": 3}  # fmt: skip
+    metrics.observe("generation", fields)
+    sample = metrics.registry.get_sample_value
+    assert sample("burstbot_estimated_cost_usd_total", {"model": "claude-sonnet-5-5"}) == 0.03
+    assert sample("burstbot_web_searches_total", {"model": "claude-sonnet-5-5"}) == 3
+
+
+async def test_a_channels_daily_budget_counts_searches(
+    server: FakeAnthropic, store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    """One search counts as `search_tokens` (3,000) against the budget: the first burst spends
+    a 3,000-token channel budget, a second in that channel is refused, another channel goes on."""
+    server.default_plan = Plan(text="Found.", searches=[Search("q", RESULTS)])
+    llm = {"base_url": server.base_url, "api_key_env": "TEST_ANTHROPIC_KEY", "max_retries": 0}
+    replier = ClaudeReplier.from_config(parse_config({"llm": llm}), KEY_ENV)
+    limits = {"channel_daily_tokens": 3000, "budget_notice": "budget spent"}
+    app = make_app(store, clock, replier, frontend, tools={"web_search": True},  # type: ignore[arg-type]
+                   limits=limits)  # fmt: skip
+    here, there = ConversationKey("test", "w1", "c1"), ConversationKey("test", "w1", "c2")
+    clock.jump(-(clock.now() % 86_400) + 3600)
+    for n, key in enumerate([here, here, there]):
+        await app.ingest(IncomingMessage(key, f"m{n}", "U1", "alice", "look it up"))
+        await step(app, clock)
+    await replier.aclose()
+    assert len(server.requests) == 2  # the first burst here, then the one there
+    assert frontend.texts(here) == ["Found.", "budget spent"]
+    assert frontend.texts(there) == ["Found."]

@@ -5,10 +5,12 @@ Where each check lives, and why:
 - at arrival (`check_message`, called by the app before storage): characters per message and the
   per-user message rate. A refused message is never stored, so it cannot start or grow a burst.
 - before the model call (`admit`, called by the engine with the whole burst): messages and
-  characters per burst, and the daily token budgets (per user and global), which also refuse a
+  characters per burst, and the daily token budgets (per user, per channel and global), which also
+  refuse a
   burst whose files' estimated tokens would overrun what is left of them. A refused burst is
   committed as answered with a short notice instead of a model reply, so nothing stays pending.
-- after every model call (`charge`), finished or cancelled: its tokens count against the budgets.
+- after every model call (`charge`), finished or cancelled: its tokens count against the budgets,
+  and each web search it ran as `search_tokens` tokens (a search is billed on top of the tokens).
 
 Counters live in the database (`CounterStore`), in fixed windows: the rate window for rate and
 size limits, the UTC day for budgets. Each notice is sent at most once per window and subject;
@@ -70,6 +72,7 @@ def limits_active(limits: LimitsConfig) -> bool:
             limits.user_messages_per_window,
             limits.user_daily_tokens,
             limits.global_daily_tokens,
+            limits.channel_daily_tokens,
             limits.max_message_chars,
             limits.max_burst_chars,
             limits.max_burst_messages,
@@ -77,13 +80,20 @@ def limits_active(limits: LimitsConfig) -> bool:
     )
 
 
-def spent_tokens(usage: TokenUsage) -> int:
+def spent_tokens(usage: TokenUsage, search_tokens: int = 0) -> int:
+    """What a generation counts against the budgets: its tokens, and `search_tokens` a search."""
     return (
         usage.input_tokens
         + usage.output_tokens
         + usage.cache_read_tokens
         + usage.cache_write_tokens
+        + usage.web_searches * search_tokens
     )
+
+
+def channel_scope(key: ConversationKey) -> str:
+    """A channel's daily budget counter (its threads included)."""
+    return f"tokens:channel:{key.platform}/{key.workspace}/{key.channel}"
 
 
 def attachment_tokens(burst: Sequence[StoredMessage]) -> int:
@@ -152,6 +162,9 @@ class CostGuards:
         budget = lim.global_daily_tokens
         if budget and _over(await self.counters.read_counter("tokens:global", day), files, budget):
             return await self._refuse("global_budget", key.id, lim.budget_notice, now, daily=True)
+        budget, channel = lim.channel_daily_tokens, channel_scope(key)
+        if budget and _over(await self.counters.read_counter(channel, day), files, budget):
+            return await self._refuse("channel_budget", key.id, lim.budget_notice, now, daily=True)
         budget = lim.user_daily_tokens
         for user in users if budget else []:
             if _over(await self.counters.read_counter(f"tokens:{user}", day), files, budget):
@@ -162,13 +175,18 @@ class CostGuards:
     async def charge(
         self, key: ConversationKey, burst: Sequence[StoredMessage], usage: TokenUsage, now: float
     ) -> None:
-        """The whole generation counts globally and against every (non-exempt) burst author."""
-        tokens = spent_tokens(usage)
-        if not tokens or not (self.limits.global_daily_tokens or self.limits.user_daily_tokens):
+        """The whole generation counts globally, against its channel and against every
+        (non-exempt) burst author."""
+        lim = self.limits
+        tokens = spent_tokens(usage, lim.search_tokens)
+        budgets = lim.global_daily_tokens or lim.user_daily_tokens or lim.channel_daily_tokens
+        if not tokens or not budgets:
             return
         day = int(now // DAY_SECONDS)
         expires = (day + 2) * DAY_SECONDS
         await self.counters.add_to_counter("tokens:global", day, tokens, expires, now)
+        if lim.channel_daily_tokens:
+            await self.counters.add_to_counter(channel_scope(key), day, tokens, expires, now)
         for user in self._charged_users(key, burst):
             await self.counters.add_to_counter(f"tokens:{user}", day, tokens, expires, now)
 
