@@ -181,6 +181,14 @@ async def test_slack_typing_again_during_a_search_cancels_it_and_one_answer_cove
         superseded, posted = await store.generations(SLACK_KEY.id)
         assert (superseded.outcome, posted.outcome) == ("superseded", "posted")
         assert superseded.usage.web_searches == 0  # the held search never returned results
+        assert [(s.query, s.error) for s in superseded.searches] == [
+            ("python 3.14 release notes", "unfinished")
+        ]
+        lines = await explain_lines(store, SLACK_KEY.id, clock.now()) or []
+        assert any(
+            "searched  'python 3.14 release notes': no result (the generation ended first)" in line
+            for line in lines
+        )
         assert [s.query for s in posted.searches] == ["3.14 and 3.15"]
         await check_invariants(store, [SLACK_KEY.id])
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from bot.core.events import ConversationKey
-from bot.core.store import GenerationRecord, OutboxRow, StoredMessage, WebSearch
+from bot.core.store import UNFINISHED, GenerationRecord, OutboxRow, StoredMessage, WebSearch
 from bot.ops.inspection import StoreInspector, printable
 
 PREVIEW = 60
@@ -58,6 +58,8 @@ def _message_events(m: StoredMessage, redact: bool) -> list[tuple[float, int, st
 
 def _search_line(search: WebSearch, redact: bool) -> str:
     query = f"[{len(search.query)} chars]" if redact else printable(repr(search.query))
+    if search.error == UNFINISHED:
+        return f"searched  {query}: no result (the generation ended first)"
     if search.error:
         return f"searched  {query}: error {printable(search.error)}"
     return f"searched  {query}: {search.results} result(s)"

@@ -95,6 +95,9 @@ class HistoryItem:
     attachments: tuple[Attachment, ...] = ()
 
 
+UNFINISHED = "unfinished"  # a search's error while its result never came (the generation ended)
+
+
 @dataclass(frozen=True, slots=True)
 class WebSearch:
     """One search the model ran: its query, how many results came back, or the error code the

@@ -28,6 +28,7 @@ from anthropic.types import (
     WebSearchTool20250305Param,
 )
 
+from bot.core.store import UNFINISHED
 from bot.model.replier import Usage, WebSearch, WebTools
 
 SEARCH_TOOL = "web_search_20250305"
@@ -85,7 +86,7 @@ class ToolTrace:
     sources: list[Source] = field(default_factory=list)
     blocks: dict[int, dict[str, Any]] = field(default_factory=dict)
     _json: dict[int, str] = field(default_factory=dict)
-    _queries: dict[str, str] = field(default_factory=dict)  # tool_use id → query
+    _pending: dict[str, int] = field(default_factory=dict)  # tool_use id → its `searches` entry
     billed_before: int = 0  # searches billed by the earlier calls of this reply
     ran: int = 0  # this call's result blocks without an error (each one a billed search)
     worked: bool = False  # a tool block came since the last text: the next text starts a paragraph
@@ -116,12 +117,16 @@ class ToolTrace:
             elif block.name == "web_fetch":
                 self.usage.activity = "_reading a page…_"
         elif block.type == "web_search_tool_result":
-            query = self._queries.get(block.tool_use_id, "")
+            at = self._pending.pop(block.tool_use_id, None)
+            if at is None:
+                at = len(self.usage.searches)
+                self.usage.searches.append(WebSearch(""))
+            query = self.usage.searches[at].query
             if isinstance(block.content, list):
                 self.ran += 1
-                self.usage.searches.append(WebSearch(query, len(block.content)))
+                self.usage.searches[at] = WebSearch(query, len(block.content))
             else:
-                self.usage.searches.append(WebSearch(query, 0, block.content.error_code))
+                self.usage.searches[at] = WebSearch(query, 0, block.content.error_code)
             self.billed(0)  # counted as it runs, so a cancelled chain still shows its searches
 
     def paragraph_break(self, text_so_far: str) -> str:
@@ -162,8 +167,9 @@ class ToolTrace:
             parsed = {}
         block["input"] = parsed if isinstance(parsed, dict) else {}
         query = block["input"].get("query")
-        if isinstance(query, str):
-            self._queries[str(block.get("id"))] = query
+        if block.get("name") == "web_search" and isinstance(query, str):
+            self._pending[str(block.get("id"))] = len(self.usage.searches)
+            self.usage.searches.append(WebSearch(query, 0, UNFINISHED))
 
     def _cite(self, url: str, title: str) -> None:
         if not _URL.fullmatch(url) or any(s.url == url for s in self.sources):
