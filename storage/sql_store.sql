@@ -435,7 +435,8 @@ WHERE author_id = :user AND (CAST(:platform AS TEXT) IS NULL OR platform = :plat
 RETURNING message_uid;
 
 -- name: forget_user_generations
-UPDATE generations SET user_id = ''
+-- The person's id, and the web searches run for them (queries carry what they asked).
+UPDATE generations SET user_id = '', searches = '[]'
 WHERE user_id = :user
   AND (CAST(:platform AS TEXT) IS NULL
        OR conversation_id IN (SELECT id FROM conversations WHERE platform = :platform))
@@ -454,6 +455,11 @@ RETURNING id;
 
 -- name: forget_conversation_held
 DELETE FROM held_messages WHERE conversation_id = :cid RETURNING message_uid;
+
+-- name: forget_conversation_generations
+-- The web searches run for it (queries carry what people asked); counts and costs stay.
+UPDATE generations SET searches = '[]' WHERE conversation_id = :cid AND searches != '[]'
+RETURNING id;
 
 -- name: backlog
 -- For the gauges: replies waiting in the outbox, and the oldest unanswered message's arrival;
