@@ -206,6 +206,28 @@ async def test_cancelling_during_a_search_closes_the_stream_and_starts_nothing_e
     assert len(server.requests) == 1 and server.streams[0].searches_started == 1
 
 
+async def test_cancelling_during_a_continuation_ends_the_whole_chain(
+    server: FakeAnthropic, claude: ClaudeReplier
+) -> None:
+    server.queue(
+        Plan(text="First.", searches=[SEARCH], stop_reason="pause_turn"),
+        Plan(text="Second.", searches=[Search("slow", RESULTS, hold=True)],
+             stop_reason="pause_turn"),
+    )  # fmt: skip
+    usage = Usage()
+    task = asyncio.ensure_future(claude.generate(prompt(), usage))
+    await server.wait_for(lambda: len(server.streams) == 2 and server.streams[1].paused)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await server.wait_for(lambda: server.streams[1].outcome == "disconnected")
+    assert len(server.requests) == 2  # no further continuation
+    assert usage.web_searches == 1  # the first call's search was billed; the held one never ran
+    assert [(s.query, s.error) for s in usage.searches] == [
+        ("python 3.14 release notes", None), ("slow", "unfinished")
+    ]  # fmt: skip
+
+
 # config ----------------------------------------------------------------------------------------
 KEY = ConversationKey("slack", "T1", "C1")
 
