@@ -1,4 +1,5 @@
-"""Claude replies through the official SDK: one streamed Messages call per burst.
+"""Claude replies through the official SDK: one streamed Messages call per burst (a short chain
+when a server tool's loop pauses the turn: see `bot/model/web.py` and `_reply`).
 
 - The stream runs inside the task the engine cancels when newer input supersedes the burst; leaving
   the `async with` closes the HTTP response at once, so the provider stops generating (and billing)
