@@ -22,7 +22,7 @@ from bot.ops.usage import MILLION, PriceTable, summarize, usage_lines
 from bot.testing import RecordingFrontend
 from storage.sqlite import SqliteStore
 from tests.apps import make_app, step
-from tests.fakes.anthropic_server import FakeAnthropic, Plan, Search
+from tests.fakes.anthropic_server import FakeAnthropic, Fetch, Plan, Search
 
 KEY_ENV = {"TEST_ANTHROPIC_KEY": "sk-test-not-a-real-key"}
 BURST = (BurstMessage("alice", "what changed in the 3.14 release?"),)
@@ -331,3 +331,39 @@ async def test_a_channels_daily_budget_counts_searches(
     assert len(server.requests) == 2  # the first burst here, then the one there
     assert frontend.texts(here) == ["Found.", "budget spent"]
     assert frontend.texts(there) == ["Found."]
+
+
+# web fetch -------------------------------------------------------------------------------------
+async def test_web_fetch_reads_a_page_from_the_conversation_and_its_result_goes_back_as_is(
+    server: FakeAnthropic, claude: ClaudeReplier
+) -> None:
+    url = "https://status.example.com/incidents/42"
+    burst = (BurstMessage("alice", f"what does {url} say?"),)
+    server.queue(
+        Plan(text="Reading it.", fetches=[Fetch(url, "All systems go.")],
+             stop_reason="pause_turn"),
+        Plan(text=" It says all systems go."),
+    )  # fmt: skip
+    usage = Usage()
+    tools = WebTools(web_fetch=True)
+    text = await claude.generate(Prompt("", (), burst, tools=tools), usage)
+    assert text == "Reading it.It says all systems go."
+    first, second = server.requests
+    assert first.body["tools"] == [{"type": "web_fetch_20250910", "name": "web_fetch"}]
+    use, result, said = second.messages[-1]["content"]
+    assert use["name"] == "web_fetch" and use["input"] == {"url": url}
+    assert result["type"] == "web_fetch_tool_result" and result["tool_use_id"] == use["id"]
+    assert result["content"]["content"]["source"]["data"] == "All systems go."
+    assert said == {"type": "text", "text": "Reading it."}
+    assert usage.web_searches == 0 and usage.searches == []  # fetching is not searching
+
+
+async def test_web_fetch_of_a_url_not_in_the_conversation_is_refused_and_answered_anyway(
+    server: FakeAnthropic, claude: ClaudeReplier
+) -> None:
+    server.queue(
+        Plan(text="I cannot open that page.", fetches=[Fetch("https://elsewhere.example")])
+    )
+    text = await claude.generate(prompt(WebTools(web_fetch=True)), Usage())
+    assert text == "I cannot open that page."
+    assert server.streams[0].fetches_started == 1

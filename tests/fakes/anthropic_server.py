@@ -66,6 +66,15 @@ class Search:
 
 
 @dataclass
+class Fetch:
+    """One page the model reads with `web_fetch`: like the API, only a URL already in the
+    conversation is fetched (else `url_not_in_prior_context`), and only when the tool is offered."""
+
+    url: str
+    text: str = "page text"
+
+
+@dataclass
 class Plan:
     """What the server does with one request."""
 
@@ -81,6 +90,7 @@ class Plan:
     end_after: int | None = None  # end the response after this many deltas, no message_stop
     thinking: str | None = None  # stream a thinking block before the text (adaptive thinking)
     searches: list[Search] = field(default_factory=list)  # web searches before the text
+    fetches: list[Fetch] = field(default_factory=list)  # pages read before the searches
     cited: list[tuple[str, str]] = field(default_factory=list)  # (text, url): cited blocks after it
     stop_reason: str | None = None  # e.g. "pause_turn" (the server's tool loop ran long)
 
@@ -130,6 +140,7 @@ class StreamRecord:
     outcome: Literal["streaming", "completed", "error", "disconnected"] = "streaming"
     stop_reason: str = "end_turn"  # "max_tokens" when the request's max_tokens cut the reply
     searches_started: int = 0  # server_tool_use blocks sent
+    fetches_started: int = 0
     web_search_requests: int = 0  # searches billed (not the errors)
 
 
@@ -272,6 +283,8 @@ class FakeAnthropic:
                     {"type": "content_block_delta", "index": 0, "delta": delta},
                 )
             await send("content_block_stop", {"type": "content_block_stop", "index": 0})
+        for fetch in plan.fetches if _offers(recorded.body, "web_fetch_") else []:
+            text_index = await self._fetch(send, recorded, fetch, text_index, record)
         for search in plan.searches if _offers_search(recorded.body) else []:
             text_index = await self._search(request, send, recorded, search, text_index, record)
         block = {"type": "text", "text": ""}
@@ -378,6 +391,37 @@ class FakeAnthropic:
         await send("content_block_stop", {"type": "content_block_stop", "index": index + 1})
         return index + 2
 
+    async def _fetch(
+        self,
+        send: Callable[[str, dict[str, Any]], Any],
+        recorded: RecordedRequest,
+        fetch: Fetch,
+        index: int,
+        record: StreamRecord,
+    ) -> int:
+        tool_id = f"srvtoolu_{len(self.requests):02d}f{record.fetches_started:02d}"
+        record.fetches_started += 1
+        use = {"type": "server_tool_use", "id": tool_id, "name": "web_fetch", "input": {}}
+        start = {"type": "content_block_start", "index": index, "content_block": use}
+        await send("content_block_start", start)
+        delta = {"type": "input_json_delta", "partial_json": json.dumps({"url": fetch.url})}
+        await send("content_block_delta",
+                   {"type": "content_block_delta", "index": index, "delta": delta})  # fmt: skip
+        await send("content_block_stop", {"type": "content_block_stop", "index": index})
+        seen = json.dumps(recorded.messages)
+        content: Any = {"type": "web_fetch_tool_result_error",
+                        "error_code": "url_not_in_prior_context"}  # fmt: skip
+        if fetch.url in seen:
+            source = {"type": "text", "media_type": "text/plain", "data": fetch.text}
+            document = {"type": "document", "source": source, "title": fetch.url}
+            content = {"type": "web_fetch_result", "url": fetch.url,
+                       "retrieved_at": "2026-12-01T12:00:00Z", "content": document}  # fmt: skip
+        result = {"type": "web_fetch_tool_result", "tool_use_id": tool_id, "content": content}
+        start = {"type": "content_block_start", "index": index + 1, "content_block": result}
+        await send("content_block_start", start)
+        await send("content_block_stop", {"type": "content_block_stop", "index": index + 1})
+        return index + 2
+
     def _input_usage(self, recorded: RecordedRequest) -> dict[str, int]:
         """Input tokens, split into cache write/read for the prefix up to the last breakpoint."""
         blocks = list(recorded.system_blocks)
@@ -403,17 +447,21 @@ class FakeAnthropic:
         }
 
 
-def _search_tool(body: dict[str, Any]) -> dict[str, Any]:
+def _search_tool(body: dict[str, Any], kind: str = "web_search_") -> dict[str, Any]:
     for tool in body.get("tools") or []:
-        if isinstance(tool, dict) and str(tool.get("type", "")).startswith("web_search_"):
+        if isinstance(tool, dict) and str(tool.get("type", "")).startswith(kind):
             return tool
     return {}
 
 
-def _offers_search(body: dict[str, Any], any_choice: bool = False) -> bool:
-    """The request lets the model search: the tool is offered and `tool_choice` is not none."""
-    offered = bool(_search_tool(body))
+def _offers(body: dict[str, Any], kind: str, any_choice: bool = False) -> bool:
+    """The request lets the model use a tool: it is offered and `tool_choice` is not none."""
+    offered = bool(_search_tool(body, kind))
     return offered and (any_choice or (body.get("tool_choice") or {}).get("type") != "none")
+
+
+def _offers_search(body: dict[str, Any], any_choice: bool = False) -> bool:
+    return _offers(body, "web_search_", any_choice)
 
 
 def _within(chunks: list[str], max_tokens: int) -> tuple[list[str], str]:
