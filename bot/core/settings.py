@@ -97,9 +97,9 @@ class EngineSettings:
     def tools_for(self, key: ConversationKey) -> WebTools:
         """Server tools: each key of the channel's `tools` table, else the global `[tools]`.
         A channel that sets either domain list sets both (the two are exclusive)."""
-        base = self.tools
-        over = (channel := self._channel(key)) and channel.tools
-        if not over:
+        base, channel = self.tools, self._channel(key)
+        over = None if channel is None else channel.tools
+        if over is None:
             return WebTools(base.web_search, base.web_search_max_uses,
                             tuple(base.web_search_allowed_domains),
                             tuple(base.web_search_blocked_domains), base.web_fetch)  # fmt: skip
