@@ -217,6 +217,7 @@ async def test_cancelling_during_a_continuation_ends_the_whole_chain(
     usage = Usage()
     task = asyncio.ensure_future(claude.generate(prompt(), usage))
     await server.wait_for(lambda: len(server.streams) == 2 and server.streams[1].paused)
+    await server.wait_for(lambda: "slow" in usage.text_so_far())  # the client read the query
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

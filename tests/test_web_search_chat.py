@@ -8,6 +8,7 @@ answer covers both messages."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -37,6 +38,7 @@ ALICE = {"id": "200000000000000001", "username": "alice", "discriminator": "0",
          "global_name": "Alice", "avatar": None}  # fmt: skip
 DISCORD_KEY = ConversationKey("discord", "dm", str(DM_ID))
 INTERVAL = 1.0
+SLACK_SEARCHING = "_searching the web: python 3.14 release notes…_"
 RESULTS = [
     ("https://docs.python.org/3.14/whatsnew.html", "What's New In Python 3.14"),
     ("https://blog.example.org/314", "Python 3.14 released"),
@@ -62,6 +64,17 @@ async def until(predicate: Callable[[], bool], within: float = 5.0) -> None:
     async with asyncio.timeout(within):
         while not predicate():  # noqa: ASYNC110
             await asyncio.sleep(0.005)
+
+
+async def shows(clock: FakeClock, read: Callable[[], list[str]], expected: list[str]) -> None:
+    """Step the draft's interval until the message shows `expected`: the model's stream reaches
+    the client as real I/O, so the query may arrive an interval after the search started."""
+    for _ in range(10):
+        await step(clock, INTERVAL)
+        with contextlib.suppress(TimeoutError):
+            await until(lambda: read() == expected, within=0.5)
+            return
+    assert read() == expected
 
 
 async def start_generating(app: App, clock: FakeClock) -> None:
@@ -117,9 +130,7 @@ async def test_slack_shows_the_search_then_one_answer_with_its_sources_as_links(
         assert await sender.send(dm(ts(1), "what changed in python 3.14?")) == 200
         await start_generating(app, clock)
         await until(lambda: bool(server.streams) and server.streams[0].paused)
-        await step(clock, INTERVAL)
-        await until(lambda: bool(slack_shown(api)))
-        assert slack_shown(api) == ["_searching the web: python 3.14 release notes…_"]
+        await shows(clock, lambda: slack_shown(api), [SLACK_SEARCHING])
         server.release()
         await answered(app, clock, server, 1)
         assert slack_shown(api) == [
@@ -158,8 +169,7 @@ async def test_slack_typing_again_during_a_search_cancels_it_and_one_answer_cove
         assert await sender.send(dm(ts(1), "what changed in python 3.14?")) == 200
         await start_generating(app, clock)
         await until(lambda: bool(server.streams) and server.streams[0].paused)
-        await step(clock, INTERVAL)
-        await until(lambda: bool(slack_shown(api)))
+        await shows(clock, lambda: slack_shown(api), [SLACK_SEARCHING])
         assert await sender.send(dm(ts(2), "and in 3.15?")) == 200  # during the search
         await until(lambda: server.streams[0].outcome == "disconnected")
         assert server.streams[0].searches_started == 1  # its second search never started
@@ -232,9 +242,9 @@ async def test_discord_shows_the_search_then_one_answer_with_masked_links_withou
         await discord_say(fake, store, "what changed in python 3.14?")
         await start_generating(app, clock)
         await until(lambda: bool(server.streams) and server.streams[0].paused)
-        await step(clock, INTERVAL)
-        await until(lambda: len(fake.created) == 1)
-        assert fake.shown(DM_ID) == ["*searching the web: python 3.14 release notes…*"]
+        searching = ["*searching the web: python 3.14 release notes…*"]
+        await shows(clock, lambda: fake.shown(DM_ID), searching)
+        assert len(fake.created) == 1
         server.release()
         await answered(app, clock, server, 1)
         assert fake.shown(DM_ID) == [

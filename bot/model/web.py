@@ -112,7 +112,9 @@ class ToolTrace:
         self.worked = self.worked or block.type in ("server_tool_use", "web_search_tool_result")
         if block.type == "server_tool_use":
             self._json[event.index] = ""
-            if block.name == "web_search":
+            if block.name == "web_search":  # recorded at once: what the draft shows is kept
+                self._pending[block.id] = len(self.usage.searches)
+                self.usage.searches.append(WebSearch("", 0, UNFINISHED))
                 self.usage.activity = searching_line("")
             elif block.name == "web_fetch":
                 self.usage.activity = "_reading a page…_"
@@ -151,7 +153,7 @@ class ToolTrace:
             self._json[event.index] = self._json.get(event.index, "") + delta.partial_json
             query = _partial_query(self._json[event.index])
             if block.get("name") == "web_search" and query:
-                self.usage.activity = searching_line(query)
+                self._searching(str(block.get("id")), query)
         elif delta.type == "thinking_delta":
             block["thinking"] = block.get("thinking", "") + delta.thinking
         elif delta.type == "signature_delta":
@@ -168,8 +170,14 @@ class ToolTrace:
         block["input"] = parsed if isinstance(parsed, dict) else {}
         query = block["input"].get("query")
         if block.get("name") == "web_search" and isinstance(query, str):
-            self._pending[str(block.get("id"))] = len(self.usage.searches)
-            self.usage.searches.append(WebSearch(query, 0, UNFINISHED))
+            self._searching(str(block.get("id")), query)
+
+    def _searching(self, tool_use_id: str, query: str) -> None:
+        """The search's query is known: the draft's line and its record name it."""
+        self.usage.activity = searching_line(query)
+        at = self._pending.get(tool_use_id)
+        if at is not None:
+            self.usage.searches[at] = WebSearch(query, 0, UNFINISHED)
 
     def _cite(self, url: str, title: str) -> None:
         if not _URL.fullmatch(url) or any(s.url == url for s in self.sources):
