@@ -272,6 +272,9 @@ class LimitsConfig(Section):
     user_daily_tokens: int = Field(default=USER_DAILY_TOKENS, ge=0, le=MANY)
     channel_daily_tokens: int = Field(default=CHANNEL_DAILY_TOKENS, ge=0, le=MANY)
     global_daily_tokens: int = Field(default=0, ge=0, le=MANY)
+    search_tokens: int = Field(default=3_000, ge=0, le=MANY)
+    """What one web search counts against the daily token budgets: about the input tokens its
+    $0.01 buys on a Sonnet model, so a budget bounds searches as it bounds tokens."""
     max_message_chars: int = Field(default=MAX_MESSAGE_CHARS, ge=0, le=MANY)
     max_burst_chars: int = Field(default=0, ge=0, le=MANY)
     max_burst_messages: int = Field(default=0, ge=0, le=MANY)
@@ -301,6 +304,67 @@ class PriceConfig(Section):
     output: float = Field(ge=0, le=100_000)
     cache_read: float | None = Field(default=None, ge=0, le=100_000)
     cache_write: float | None = Field(default=None, ge=0, le=100_000)
+    web_search: float = Field(default=10.0, ge=0, le=100_000)
+    """USD per 1,000 web searches (Anthropic bills each search on top of the tokens)."""
+
+
+DOMAIN = r"^[A-Za-z0-9*][A-Za-z0-9.*/_-]{0,252}$"
+"""A domain as the web search tool takes it (`example.com`, `docs.example.com/api`)."""
+
+
+class ChannelToolsConfig(Section):
+    """A channel's `tools` table (`[channels.tools]`): unset keys fall back to `[tools]`."""
+
+    web_search: bool | None = None
+    web_search_max_uses: int | None = Field(default=None, ge=1, le=1000)
+    web_search_allowed_domains: list[str] | None = None
+    web_search_blocked_domains: list[str] | None = None
+    web_fetch: bool | None = None
+
+    @field_validator("web_search_allowed_domains", "web_search_blocked_domains")
+    @classmethod
+    def _domains(cls, domains: list[str] | None) -> list[str] | None:
+        return None if domains is None else _valid_domains(domains)
+
+    @model_validator(mode="after")
+    def _one_domain_list(self) -> ChannelToolsConfig:
+        _exclusive_domains(self.web_search_allowed_domains, self.web_search_blocked_domains)
+        return self
+
+
+class ToolsConfig(Section):
+    """Claude's server tools (`[tools]`): web search and fetch, run and billed by Anthropic."""
+
+    web_search: bool = False
+    web_search_max_uses: int = Field(default=3, ge=1, le=1000)
+    """Searches per burst, counted across the continuations of one reply."""
+    web_search_allowed_domains: list[str] = Field(default_factory=list)
+    web_search_blocked_domains: list[str] = Field(default_factory=list)
+    web_fetch: bool = False
+
+    @field_validator("web_search_allowed_domains", "web_search_blocked_domains")
+    @classmethod
+    def _domains(cls, domains: list[str]) -> list[str]:
+        return _valid_domains(domains)
+
+    @model_validator(mode="after")
+    def _one_domain_list(self) -> ToolsConfig:
+        _exclusive_domains(self.web_search_allowed_domains, self.web_search_blocked_domains)
+        return self
+
+
+def _valid_domains(domains: list[str]) -> list[str]:
+    for domain in domains:
+        if not re.fullmatch(DOMAIN, domain) or "://" in domain:
+            raise ValueError(f"{domain!r} is not a domain (write example.com, no scheme)")
+    return domains
+
+
+def _exclusive_domains(allowed: list[str] | None, blocked: list[str] | None) -> None:
+    if allowed and blocked:
+        raise ValueError(
+            "web_search_allowed_domains and web_search_blocked_domains cannot both be set"
+        )
 
 
 class ChannelConfig(Section):
@@ -321,6 +385,7 @@ class ChannelConfig(Section):
         return _no_sampling(value)
 
     streaming: bool | None = None
+    tools: ChannelToolsConfig | None = None
 
 
 class Config(Section):
@@ -340,6 +405,7 @@ class Config(Section):
     limits: LimitsConfig = LimitsConfig()
     attachments: AttachmentsConfig = AttachmentsConfig()
     streaming: StreamingConfig = StreamingConfig()
+    tools: ToolsConfig = ToolsConfig()
     channels: list[ChannelConfig] = Field(default_factory=list)
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
     """Added to (or replacing entries of) the built-in table in `bot/ops/usage.py`."""

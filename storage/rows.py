@@ -73,7 +73,9 @@ def outbox_from_row(r: Row, platform_message_ids: tuple[str, ...]) -> contract.O
 
 
 def generation_from_row(r: Row) -> contract.GenerationRecord:
-    return _record(contract.GenerationRecord, r, usage=_record(contract.TokenUsage, r))
+    searches = tuple(contract.WebSearch(**s) for s in json.loads(r["searches"] or "[]"))
+    return _record(contract.GenerationRecord, r, usage=_record(contract.TokenUsage, r),
+                   searches=searches)  # fmt: skip
 
 
 # Records to statement parameters (the same names in every dialect's statements) ----------------
@@ -123,4 +125,5 @@ def generation_params(record: contract.GenerationRecord) -> dict[str, Any]:
             "from_version": record.from_version, "to_version": record.to_version,
             "started_at": record.started_at, "ended_at": record.ended_at,
             "outcome": record.outcome, "error": record.error, "model": record.model,
-            "user_id": record.user_id, **asdict(record.usage)}  # fmt: skip
+            "user_id": record.user_id, **asdict(record.usage),
+            "searches": json.dumps([asdict(s) for s in record.searches])}  # fmt: skip

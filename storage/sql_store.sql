@@ -222,10 +222,10 @@ ON CONFLICT (conversation_id) DO UPDATE SET due_at = excluded.due_at;
 -- name: record_generation
 INSERT INTO generations (conversation_id, lease_token, from_version, to_version, started_at,
                          ended_at, outcome, input_tokens, output_tokens, cache_read_tokens,
-                         cache_write_tokens, error, model, user_id)
+                         cache_write_tokens, error, model, user_id, web_searches, searches)
 VALUES (:cid, :token, :from_version, :to_version, :started_at, :ended_at, :outcome,
         :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens, :error,
-        :model, :user_id);
+        :model, :user_id, :web_searches, :searches);
 
 -- 6. deliver (claim_replies and next_outbox_at take a list: per dialect) -------------------------
 
@@ -322,7 +322,8 @@ SELECT * FROM replies WHERE (CAST(:cid AS TEXT) IS NULL OR conversation_id = :ci
 
 -- name: generations
 SELECT conversation_id, lease_token, from_version, to_version, started_at, ended_at, outcome,
-       input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, error, model, user_id
+       input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, error, model, user_id,
+       web_searches, searches
 FROM generations WHERE (CAST(:cid AS TEXT) IS NULL OR conversation_id = :cid) ORDER BY id;
 
 -- operator side (storage/ops.py) ------------------------------------------------------------------
@@ -434,7 +435,8 @@ WHERE author_id = :user AND (CAST(:platform AS TEXT) IS NULL OR platform = :plat
 RETURNING message_uid;
 
 -- name: forget_user_generations
-UPDATE generations SET user_id = ''
+-- The person's id, and the web searches run for them (queries carry what they asked).
+UPDATE generations SET user_id = '', searches = '[]'
 WHERE user_id = :user
   AND (CAST(:platform AS TEXT) IS NULL
        OR conversation_id IN (SELECT id FROM conversations WHERE platform = :platform))
@@ -453,6 +455,11 @@ RETURNING id;
 
 -- name: forget_conversation_held
 DELETE FROM held_messages WHERE conversation_id = :cid RETURNING message_uid;
+
+-- name: forget_conversation_generations
+-- The web searches run for it (queries carry what people asked); counts and costs stay.
+UPDATE generations SET searches = '[]' WHERE conversation_id = :cid AND searches != '[]'
+RETURNING id;
 
 -- name: backlog
 -- For the gauges: replies waiting in the outbox, and the oldest unanswered message's arrival;
@@ -646,3 +653,9 @@ ALTER TABLE replies ADD COLUMN draft_reply_to TEXT;
 -- Delivery retries a transient failure for a horizon measured from the reply's first failure;
 -- NULL until it fails (and again after `burstbot retry`).
 ALTER TABLE replies ADD COLUMN failing_since FLOAT8;
+
+-- name: migration_11
+-- Web search: the searches each generation was billed for (priced per search on top of the
+-- tokens), and what it searched (a JSON list of query, result count and error, for `explain`).
+ALTER TABLE generations ADD COLUMN web_searches INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE generations ADD COLUMN searches TEXT NOT NULL DEFAULT '[]';

@@ -70,7 +70,8 @@ class Upkeep(StoreSeam[Conn]):
         params = {"cid": conversation_id}
         await self._rows("reset_history", params)
         files = await self._forget_files("conversation_files", params)
-        counts = await self._counts(("messages", "replies", "held"), "forget_conversation", params)
+        tables = ("messages", "replies", "held", "generations")
+        counts = await self._counts(tables, "forget_conversation", params)
         unsent = await self._rows("unsent_replies", params)
         return {**counts, "files": files, "unsent_replies_kept": int(unsent[0][0])}
 

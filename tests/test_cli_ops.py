@@ -132,7 +132,8 @@ def test_check_config_names_missing_secrets_and_never_prints_values(tmp_path: Pa
     config.write_text(
         '[llm]\nprovider = "anthropic"\n[slack]\nenabled = true\n'
         '[access]\nblock_users = ["U1", "U2"]\ndm_policy = "off"\n'
-        "[limits]\nuser_daily_tokens = 5000\n"
+        "[limits]\nuser_daily_tokens = 5000\nchannel_daily_tokens = 90000\n"
+        '[tools]\nweb_search = true\nweb_search_blocked_domains = ["spam.example"]\n'
     )
     env = {"ANTHROPIC_API_KEY": "sk-ant-do-not-print", "SLACK_BOT_TOKEN": "", "SLACK_APP_TOKEN": ""}
     result = burstbot(["check-config", "--config", str(config)], tmp_path, env=env)
@@ -145,7 +146,11 @@ def test_check_config_names_missing_secrets_and_never_prints_values(tmp_path: Pa
     assert "sk-ant-do-not-print" not in result.stdout + result.stderr
     assert "ANTHROPIC_API_KEY set" in result.stdout
     assert "block users 2; direct messages off" in result.stdout
-    assert "5000 tokens/user/day" in result.stdout
+    assert "5000 tokens/user/day, 90000 tokens/channel/day" in result.stdout
+    assert (
+        "tools       web search on (3/burst; 1 domain(s) blocked), web fetch off; "
+        "0 channel override(s)"
+    ) in result.stdout
     env.update(SLACK_BOT_TOKEN="xoxb-x", SLACK_APP_TOKEN="xapp-x")
     ok = burstbot(["check-config", "--config", str(config)], tmp_path, env=env)
     assert ok.returncode == 0 and ": OK" in ok.stdout and "xoxb-x" not in ok.stdout

@@ -123,13 +123,13 @@ def test_allowed_mentions_never_include_everyone_roles_or_users() -> None:
         ("[hey](@U123)", "hey (@U123)"),
         ("[x](javascript:alert(1))", "\\[x\\](javascript:alert(1))"),
         ("[x](data:text/html,hi)", "\\[x\\](data:text/html,hi)"),
-        ("[[1]](https://x.io)", "[\\[1\\]](https://x.io)"),
+        ("[[1]](https://x.io)", "[\\[1\\]](<https://x.io>)"),
         ("hi <@123> <@&4> <#5> <t:1:R> <:e:6>", "hi \\<@123> \\<@&4> \\<#5> \\<t:1:R> \\<:e:6>"),
         ("@everyone @here", "@\u200beveryone @\u200bhere"),
-        ("[docs](https://x.io/a)", "[docs](https://x.io/a)"),
+        ("[docs](https://x.io/a)", "[docs](<https://x.io/a>)"),
         (
             "[Python](https://en.wikipedia.org/wiki/Python_(programming_language))",
-            "[Python](https://en.wikipedia.org/wiki/Python_(programming_language))",
+            "[Python](<https://en.wikipedia.org/wiki/Python_(programming_language)>)",
         ),
         (
             "see https://en.wikipedia.org/wiki/Python_(programming_language).",
@@ -170,5 +170,6 @@ def test_no_mention_syntax_or_foreign_link_target_survives(pieces: list[str]) ->
         escaped = (len(out[:at]) - len(out[:at].rstrip("\\"))) % 2 == 1  # an odd run of \\
         assert escaped or out.startswith(("<http://", "<https://"), at), out
     for match in re.finditer(r"(?<!\\)\]\(", out):
-        assert out.startswith(("http://", "https://", "mailto:"), match.end()), out
+        targets = ("<http://", "<https://", "http://", "https://", "mailto:")
+        assert out.startswith(targets, match.end()), out
     assert "@everyone" not in out and "@here" not in out

@@ -116,8 +116,8 @@ def test_forget_from_the_command_line(tmp_path: Path) -> None:
     assert stored_text(tmp_path) == (["text 1", ""], ["reply to: text 1 | text 2"])
     conversation = burstbot(["forget", "--conversation", KEY.id], tmp_path)
     assert conversation.stdout.strip() == (
-        f"forget conversation {KEY.id}: erased 1 messages, 1 replies, 0 held, 0 files, "
-        "0 unsent replies kept"
+        f"forget conversation {KEY.id}: erased 1 messages, 1 replies, 0 held, 0 generations, "
+        "0 files, 0 unsent replies kept"
     )
     assert stored_text(tmp_path) == (["", ""], [""])
     neither = burstbot(["forget"], tmp_path)

@@ -123,8 +123,8 @@ def test_usage_after_the_demo_prints_tokens_and_cost(tmp_path: Path) -> None:
     lines = result.stdout.splitlines()
     assert lines[0] == "model usage, all time, by model (cost estimated from the price table)"
     assert lines[2].split() == [
-        "model", "gens", "input", "output", "cache", "read", "cache", "write", "wasted", "cost",
-        "(USD)",
+        "model", "gens", "input", "output", "cache", "read", "cache", "write", "wasted", "searches",
+        "cost", "(USD)",
     ]  # fmt: skip
     offline = lines[4].split()
     assert offline[0] == "offline" and offline[-1] == "0.0000"

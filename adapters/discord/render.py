@@ -12,7 +12,9 @@ Before splitting, the model's Markdown is rendered for Discord by `to_discord` (
 rules against pings are adapters/markdown.py's): Discord renders Markdown itself, so the output
 stays Markdown, but text is re-escaped so it shows as written, `<` is escaped (no `<@id>`,
 `<@&role>`, `<#channel>` or `<t:…>` syntax from the model), only http(s) and mailto targets become
-links, and tables become code blocks. Allowed mentions block pings as well (`allowed_mentions`).
+links (a masked link as `[label](<url>)`: no embed preview, so a list of sources does not turn
+into a wall of previews), and tables become code blocks. Allowed mentions block pings as well
+(`allowed_mentions`).
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ class DiscordRenderer(Renderer):
             return href if _BARE_URL_END.search(href) else f"<{href}>"
         if not _BALANCED_PARENS.fullmatch(href):
             href = href.replace("(", "%28").replace(")", "%29")
-        return f"[{label}]({href})"
+        return f"[{label}](<{href}>)"  # the angle brackets suppress the link's embed
 
     def heading(self, level: int, inline: SyntaxTreeNode) -> str:
         title = self.inline(inline).strip()

@@ -30,6 +30,22 @@ def _secret(name: str, env: Mapping[str, str], problems: list[str], setting: str
     return f"{name} MISSING"
 
 
+def _tools(config: Config) -> str:
+    """Web search and fetch as configured globally, and how many channels set their own."""
+    tools = config.tools
+    search = "web search off"
+    if tools.web_search:
+        search = f"web search on ({tools.web_search_max_uses}/burst"
+        if tools.web_search_allowed_domains:
+            search += f"; only {len(tools.web_search_allowed_domains)} domain(s)"
+        if tools.web_search_blocked_domains:
+            search += f"; {len(tools.web_search_blocked_domains)} domain(s) blocked"
+        search += ")"
+    overrides = sum(1 for channel in config.channels if channel.tools is not None)
+    fetch = "web fetch on" if tools.web_fetch else "web fetch off"
+    return f"{search}, {fetch}; {overrides} channel override(s)"
+
+
 def check_config(
     config: Config, environ: Mapping[str, str] | None = None
 ) -> tuple[list[str], list[str]]:
@@ -100,6 +116,7 @@ def check_config(
         f"{len(config.channels)} channel override(s)",
         f"access      {', '.join(lists) or 'everyone'}; direct messages {a.dm_policy}",
         f"limits      {guards}",
+        f"tools       {_tools(config)}",
         f"metrics     {f'http://{m.host}:{m.port}/metrics' if m.enabled else 'off'}",
         f"logging     {config.logging.format}, {config.logging.level}",
     ]

@@ -1,8 +1,9 @@
 """`burstbot explain CONVERSATION`: one conversation's story, rebuilt from stored data.
 
-received → (burst) → lease → generation with tokens → superseded / posted / failed, in time
-order. Every line comes from a row: messages, generations and the outbox. A message that came in
-through catch-up (sent while no process listened) or waited for its thread to be looked up says so.
+received → (burst) → lease → generation with tokens (and each web search it ran: query, results
+or error) → superseded / posted / failed, in time order. Every line comes from a row: messages,
+generations and the outbox. A message that came in through catch-up (sent while no process
+listened) or waited for its thread to be looked up says so.
 Stored text is shown through `printable` (no terminal escapes from chat users); with `redact`,
 message and reply text is replaced by its length.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from bot.core.events import ConversationKey
-from bot.core.store import GenerationRecord, OutboxRow, StoredMessage
+from bot.core.store import UNFINISHED, GenerationRecord, OutboxRow, StoredMessage, WebSearch
 from bot.ops.inspection import StoreInspector, printable
 
 PREVIEW = 60
@@ -55,14 +56,25 @@ def _message_events(m: StoredMessage, redact: bool) -> list[tuple[float, int, st
     return events
 
 
+def _search_line(search: WebSearch, redact: bool) -> str:
+    query = f"[{len(search.query)} chars]" if redact else printable(repr(search.query))
+    if search.error == UNFINISHED:
+        return f"searched  {query}: no result (the generation ended first)"
+    if search.error:
+        return f"searched  {query}: error {printable(search.error)}"
+    return f"searched  {query}: {search.results} result(s)"
+
+
 def _generation_events(
-    g: GenerationRecord, committed_at: float | None
+    g: GenerationRecord, committed_at: float | None, redact: bool = False
 ) -> list[tuple[float, int, str]]:
     """`committed_at`: when the reply of a posted generation entered the outbox (the generation
     is recorded just after its commit; the timeline shows it ending there)."""
     burst = _versions(g.from_version, g.to_version)
     usage = g.usage
     tokens = f"{usage.input_tokens} in / {usage.output_tokens} out tokens"
+    if usage.web_searches:
+        tokens += f", {usage.web_searches} web search(es)"
     outcome = g.outcome
     detail = {
         "posted": f"answered ({tokens})",
@@ -73,8 +85,10 @@ def _generation_events(
         "skipped": f"no model call: {printable(g.error or '')}",
     }.get(outcome, outcome)
     seconds = g.ended_at - g.started_at
+    searches = [(g.started_at, 1, _search_line(search, redact)) for search in g.searches]
     return [
         (g.started_at, 1, f"burst     {burst} → lease #{g.lease_token}, generation started"),
+        *searches,
         (
             min(g.ended_at, committed_at or g.ended_at),
             2,
@@ -134,7 +148,7 @@ async def explain_lines(
     committed = {r.covers_to_version: r.created_at for r in replies}
     for generation in await inspector.generations(conversation_id):
         at = committed.get(generation.to_version) if generation.outcome == "posted" else None
-        events += _generation_events(generation, at)
+        events += _generation_events(generation, at, redact)
     for reply in replies:
         events += _reply_events(reply, redact)
     events.sort(key=lambda e: (e[0], e[1]))

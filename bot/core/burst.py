@@ -75,13 +75,18 @@ class Burst:
             error=error,
             model=usage.model,
             user_id=self.messages[-1].author_id if self.messages else "",
+            searches=tuple(usage.searches),
         )
 
 
 def spent(usage: Usage) -> TokenUsage:
     """A snapshot of the counts the replier keeps updating while it streams."""
     return TokenUsage(
-        usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.cache_read_tokens,
+        usage.cache_write_tokens,
+        usage.web_searches,
     )
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bot.config import AttachmentsConfig, ChannelConfig, Config
+from bot.config import AttachmentsConfig, ChannelConfig, Config, ToolsConfig
 from bot.core.events import ConversationKey
 from bot.core.store import Timing
-from bot.model.replier import Voice
+from bot.model.replier import Voice, WebTools
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +34,7 @@ class EngineSettings:
     attachments: AttachmentsConfig = field(default_factory=AttachmentsConfig)
     model: str | None = None  # None: the replier's own
     max_tokens: int | None = None
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
 
     @classmethod
     def from_config(cls, config: Config) -> EngineSettings:
@@ -59,6 +60,7 @@ class EngineSettings:
             attachments=config.attachments,
             model=config.llm.model,
             max_tokens=config.llm.max_tokens,
+            tools=config.tools,
         )
 
     @property
@@ -85,10 +87,32 @@ class EngineSettings:
     def voice_for(self, key: ConversationKey) -> Voice:
         """System prompt, model and max_tokens: the channel's, else the global ones."""
         channel = self._channel(key)
+        tools = self.tools_for(key)
         if channel is None:
-            return Voice(self.system_prompt, self.model, self.max_tokens)
+            return Voice(self.system_prompt, self.model, self.max_tokens, tools)
         prompt = self.system_prompt if channel.system_prompt is None else channel.system_prompt
-        return Voice(prompt, channel.model or self.model, channel.max_tokens or self.max_tokens)
+        model, max_tokens = channel.model or self.model, channel.max_tokens or self.max_tokens
+        return Voice(prompt, model, max_tokens, tools)
+
+    def tools_for(self, key: ConversationKey) -> WebTools:
+        """Server tools: each key of the channel's `tools` table, else the global `[tools]`.
+        A channel that sets either domain list sets both (the two are exclusive)."""
+        base, channel = self.tools, self._channel(key)
+        over = None if channel is None else channel.tools
+        if over is None:
+            return WebTools(base.web_search, base.web_search_max_uses,
+                            tuple(base.web_search_allowed_domains),
+                            tuple(base.web_search_blocked_domains), base.web_fetch)  # fmt: skip
+        allowed, blocked = over.web_search_allowed_domains, over.web_search_blocked_domains
+        if allowed is None and blocked is None:
+            allowed, blocked = base.web_search_allowed_domains, base.web_search_blocked_domains
+        return WebTools(
+            base.web_search if over.web_search is None else over.web_search,
+            over.web_search_max_uses or base.web_search_max_uses,
+            tuple(allowed or ()),
+            tuple(blocked or ()),
+            base.web_fetch if over.web_fetch is None else over.web_fetch,
+        )
 
     def streams(self, key: ConversationKey) -> bool:
         """Streaming for one conversation: its channel's `[[channels]]` override, else global."""

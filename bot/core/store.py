@@ -95,12 +95,26 @@ class HistoryItem:
     attachments: tuple[Attachment, ...] = ()
 
 
+UNFINISHED = "unfinished"  # a search's error while its result never came (the generation ended)
+
+
+@dataclass(frozen=True, slots=True)
+class WebSearch:
+    """One search the model ran: its query, how many results came back, or the error code the
+    tool answered with (errors arrive inside a successful response)."""
+
+    query: str
+    results: int = 0
+    error: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class TokenUsage:
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    web_searches: int = 0  # billed per search on top of the tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +239,7 @@ class GenerationRecord:
     error: str | None = None
     model: str = ""  # as the replier reported it ("" when no model was called)
     user_id: str = ""  # the platform id of whom the reply answers (the burst's last author)
+    searches: tuple[WebSearch, ...] = ()  # the web searches the model ran, in order
 
 
 class Store(Protocol):

@@ -1,4 +1,5 @@
-"""Claude replies through the official SDK: one streamed Messages call per burst.
+"""Claude replies through the official SDK: one streamed Messages call per burst (a short chain
+when a server tool's loop pauses the turn: see `bot/model/web.py` and `_reply`).
 
 - The stream runs inside the task the engine cancels when newer input supersedes the burst; leaving
   the `async with` closes the HTTP response at once, so the provider stops generating (and billing)
@@ -32,6 +33,7 @@ from anthropic.types import (
     Base64ImageSourceParam,
     Base64PDFSourceParam,
     CacheControlEphemeralParam,
+    ContentBlockParam,
     DocumentBlockParam,
     ImageBlockParam,
     MessageParam,
@@ -43,6 +45,7 @@ from bot.config import Config, require_secret
 from bot.core.attachments import LoadedFile
 from bot.core.errors import PermanentReplierError, ReplierError, RetryableReplierError
 from bot.model.replier import Prompt, Usage
+from bot.model.web import ToolTrace, tool_params
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 # Error types an `error` event inside a 200 stream may carry that retrying cannot fix.
@@ -57,6 +60,7 @@ PERMANENT_ERROR_TYPES = frozenset(
     }
 )
 CACHE_PREFIX: CacheControlEphemeralParam = {"type": "ephemeral"}
+MAX_CONTINUATIONS = 3  # continuations of a turn the API paused (`pause_turn`) per burst
 
 Role = Literal["user", "assistant"]
 Block = TextBlockParam | ImageBlockParam | DocumentBlockParam
@@ -202,30 +206,87 @@ class ClaudeReplier:
         await self.client.close()
 
     async def generate(self, prompt: Prompt, usage: Usage) -> str:
-        """One call, bounded overall by `timeout_seconds` (SDK retries and `retry-after` too)."""
+        """One reply: one call, or with server tools a chain of calls continuing a paused turn;
+        each call bounded by `timeout_seconds` (SDK retries and `retry-after` too)."""
+        try:
+            return await self._reply(prompt, usage)
+        except (anthropic.AnthropicError, httpx2.HTTPError) as exc:
+            raise map_error(exc) from exc
+
+    async def _reply(self, prompt: Prompt, usage: Usage) -> str:
+        """A turn paused by the API (`pause_turn`: its server-side tool loop ran long) is
+        continued by sending its content back as-is, up to `MAX_CONTINUATIONS` times, all inside
+        this one task: a newer burst cancels the whole chain. Each continuation may search only
+        what is left of the burst's budget; once it is spent (or the cap reached) a last call
+        without tools (`tool_choice` none) writes the answer from what was found."""
+        system, messages = to_messages(prompt)
+        tools, trace = prompt.tools, ToolTrace(usage)
+        parts: list[str] = []
+        stop_reason: str | None = None
+        for continuation in range(MAX_CONTINUATIONS + 1):
+            left = tools.max_uses - usage.web_searches
+            wrap_up = continuation > 0 and (continuation == MAX_CONTINUATIONS or left <= 0)
+            trace.new_response()
+            stop_reason = await self._call(prompt, usage, system, messages, trace, parts, wrap_up)
+            if stop_reason != "pause_turn" or wrap_up:
+                break
+            paused = cast(list[ContentBlockParam], trace.content())
+            if messages[-1]["role"] == "assistant":
+                previous = cast(list[ContentBlockParam], messages[-1]["content"])
+                messages[-1] = {"role": "assistant", "content": [*previous, *paused]}
+            else:
+                messages = [*messages, {"role": "assistant", "content": paused}]
+        usage.activity = ""
+        text = "".join(parts).strip()
+        if not text and stop_reason == "refusal":
+            raise PermanentReplierError("Claude declined to answer this burst")
+        if text and stop_reason == "max_tokens" and self.cut_note:
+            text = f"{text}\n\n{self.cut_note}"
+        footer = trace.footer()
+        return f"{text}\n\n{footer}" if text and footer else text
+
+    async def _call(
+        self,
+        prompt: Prompt,
+        usage: Usage,
+        system: list[TextBlockParam],
+        messages: list[MessageParam],
+        trace: ToolTrace,
+        parts: list[str],
+        wrap_up: bool,
+    ) -> str | None:
         try:
             async with asyncio.timeout(self.timeout_seconds):
-                return await self._stream(prompt, usage)
+                return await self._stream(prompt, usage, system, messages, trace, parts, wrap_up)
         except TimeoutError:
             raise RetryableReplierError(
                 f"no complete reply from the Claude API within {self.timeout_seconds:g}s"
             ) from None
-        except (anthropic.AnthropicError, httpx2.HTTPError) as exc:
-            raise map_error(exc) from exc
 
-    async def _stream(self, prompt: Prompt, usage: Usage) -> str:
-        system, messages = to_messages(prompt)
-        parts: list[str] = []
+    async def _stream(
+        self,
+        prompt: Prompt,
+        usage: Usage,
+        system: list[TextBlockParam],
+        messages: list[MessageParam],
+        trace: ToolTrace,
+        parts: list[str],
+        wrap_up: bool,
+    ) -> str | None:
+        """One streamed call; returns its stop reason."""
         streamed_chars = 0
         reported_output = 0
         stop_reason: str | None = None
         finished = False
         usage.model = prompt.model or self.model
+        tools = tool_params(prompt.tools, prompt.tools.max_uses - usage.web_searches)
         stream = await self.client.messages.create(
             model=usage.model,
             max_tokens=prompt.max_tokens or self.max_tokens,
             system=system or anthropic.omit,
             messages=messages,
+            tools=tools or anthropic.omit,
+            tool_choice={"type": "none"} if tools and wrap_up else anthropic.omit,
             stream=True,
         )
         async with stream:  # closed on the way out, cancellation included
@@ -238,10 +299,16 @@ class ClaudeReplier:
                     usage.cache_read_tokens += start.cache_read_input_tokens or 0
                     reported_output = start.output_tokens
                     usage.output_tokens += reported_output
+                elif event.type == "content_block_start":
+                    trace.started(event)
+                elif event.type == "content_block_stop":
+                    trace.stopped(event.index)
                 elif event.type == "content_block_delta":
+                    trace.delta(event)
                     if event.delta.type == "text_delta":
-                        parts.append(event.delta.text)
-                        usage.streamed.append(event.delta.text)
+                        text = trace.paragraph_break(parts[-1] if parts else "") + event.delta.text
+                        parts.append(text)
+                        usage.streamed.append(text)
                         streamed_chars += len(event.delta.text)
                     elif event.delta.type == "thinking_delta":  # billed as output, not shown
                         streamed_chars += len(event.delta.thinking)
@@ -252,13 +319,11 @@ class ClaudeReplier:
                     usage.output_tokens += event.usage.output_tokens - reported_output
                     reported_output = event.usage.output_tokens
                     stop_reason = event.delta.stop_reason
+                    server = event.usage.server_tool_use
+                    if server is not None:
+                        trace.billed(server.web_search_requests)
                 elif event.type == "message_stop":
                     finished = True
         if not finished:
             raise RetryableReplierError("the Claude API stream ended before message_stop")
-        text = "".join(parts).strip()
-        if not text and stop_reason == "refusal":
-            raise PermanentReplierError("Claude declined to answer this burst")
-        if text and stop_reason == "max_tokens" and self.cut_note:
-            text = f"{text}\n\n{self.cut_note}"
-        return text
+        return stop_reason

@@ -87,7 +87,7 @@ def build_prompt(
                 notes.append((file if file.content is None else file.as_note(NO_ROOM)).note_line())
         kept.append(Turn(item.role, "\n".join([text, *notes]), tuple(included)))
     kept.reverse()
-    return Prompt(system, tuple(kept), messages, voice.model, voice.max_tokens)
+    return Prompt(system, tuple(kept), messages, voice.model, voice.max_tokens, voice.tools)
 
 
 def _burst_file(file: LoadedFile, room: Room) -> LoadedFile:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from bot.core.attachments import LoadedFile
+from bot.core.store import WebSearch as WebSearch  # reported as the store keeps them
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,24 @@ class Turn:
 
 
 @dataclass(frozen=True, slots=True)
+class WebTools:
+    """The server tools a conversation's model may use (`[tools]`, per channel)."""
+
+    web_search: bool = False
+    max_uses: int = 3  # searches per burst, across continuations
+    allowed_domains: tuple[str, ...] = ()
+    blocked_domains: tuple[str, ...] = ()
+    web_fetch: bool = False
+
+    @property
+    def any(self) -> bool:
+        return self.web_search or self.web_fetch
+
+
+NO_TOOLS = WebTools()
+
+
+@dataclass(frozen=True, slots=True)
 class Voice:
     """How a conversation is answered: its system prompt and model settings (per channel).
     None leaves a setting to the replier's own default."""
@@ -50,6 +69,7 @@ class Voice:
     system: str
     model: str | None = None
     max_tokens: int | None = None
+    tools: WebTools = NO_TOOLS
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +79,7 @@ class Prompt:
     burst: tuple[BurstMessage, ...]
     model: str | None = None
     max_tokens: int | None = None
+    tools: WebTools = NO_TOOLS
 
     def burst_text(self) -> str:
         """The final user turn: every message of the burst, each labelled with its author."""
@@ -68,7 +89,9 @@ class Prompt:
 @dataclass(slots=True)
 class Usage:
     """Token counts and the text so far, updated by the replier as the stream goes (the text is
-    what a streamed draft shows; a replier that does not add to it is simply not streamed)."""
+    what a streamed draft shows; a replier that does not add to it is simply not streamed).
+    `activity` is one line the draft shows after the text while the model works without
+    writing (a web search), gone once the text goes on."""
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -76,9 +99,15 @@ class Usage:
     cache_write_tokens: int = 0
     model: str = ""  # the model that answered, as the replier knows it (usage reports)
     streamed: list[str] = field(default_factory=list)
+    web_searches: int = 0  # billed searches, as the API reports them (`server_tool_use`)
+    searches: list[WebSearch] = field(default_factory=list)
+    activity: str = ""
 
     def text_so_far(self) -> str:
-        return "".join(self.streamed)
+        text = "".join(self.streamed)
+        if not self.activity:
+            return text
+        return f"{text.rstrip()}\n\n{self.activity}" if text.strip() else self.activity
 
 
 class Replier(Protocol):

@@ -9,7 +9,8 @@ Where each check lives, and why:
   refuse a
   burst whose files' estimated tokens would overrun what is left of them. A refused burst is
   committed as answered with a short notice instead of a model reply, so nothing stays pending.
-- after every model call (`charge`), finished or cancelled: its tokens count against the budgets.
+- after every model call (`charge`), finished or cancelled: its tokens count against the budgets,
+  and each web search it ran as `search_tokens` tokens (a search is billed on top of the tokens).
 
 Counters live in the database (`CounterStore`), in fixed windows: the rate window for rate and
 size limits, the UTC day for budgets. Each notice is sent at most once per window and subject;
@@ -84,12 +85,14 @@ def channel_scope(key: ConversationKey) -> str:
     return f"tokens:channel:{key.platform}/{key.workspace}/{key.channel}"
 
 
-def spent_tokens(usage: TokenUsage) -> int:
+def spent_tokens(usage: TokenUsage, search_tokens: int = 0) -> int:
+    """What a generation counts against the budgets: its tokens, and `search_tokens` a search."""
     return (
         usage.input_tokens
         + usage.output_tokens
         + usage.cache_read_tokens
         + usage.cache_write_tokens
+        + usage.web_searches * search_tokens
     )
 
 
@@ -186,7 +189,7 @@ class CostGuards:
         """The whole generation counts against each budget that is on: the global one, its
         channel's and every (non-exempt) burst author's."""
         lim = self.limits
-        tokens = spent_tokens(usage)
+        tokens = spent_tokens(usage, lim.search_tokens)
         if not tokens:
             return
         day = int(now // DAY_SECONDS)

@@ -69,6 +69,12 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.web_searches = Counter(
+            "burstbot_web_searches",
+            "Web searches the model ran (billed per search, included in the estimated cost)",
+            ["model"],
+            registry=r,
+        )
         self.counters = {
             event: Counter(f"burstbot_{name}", text, registry=r)
             for event, (name, text) in SIMPLE_COUNTERS.items()
@@ -138,7 +144,13 @@ class Metrics:
         for kind, count in zip(kinds, tokens, strict=True):
             if count:
                 self.model_tokens.labels(model, kind).inc(count)
-        cost = self.prices.cost(model, *tokens) if any(tokens) else None
+        searches = int(_number(fields.get("web_searches")))
+        if searches:
+            self.web_searches.labels(model).inc(searches)
+        input, output, cache_read, cache_write = tokens
+        cost = None
+        if any(tokens) or searches:
+            cost = self.prices.cost(model, input, output, cache_read, cache_write, searches)
         if cost is not None:
             self.cost.labels(model).inc(cost)
 

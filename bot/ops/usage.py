@@ -8,7 +8,8 @@ their lease or failed the final check (as the `wasted` metric counts it).
 Prices are USD per million tokens: the built-in table below for current Claude models, which
 `[prices."model"]` entries in the config extend or replace. A model id matches the longest table
 entry it starts with (`claude-sonnet-5-5-20261001` is priced as `claude-sonnet-5-5`). A model
-that matches nothing is shown without a cost rather than guessed.
+that matches nothing is shown without a cost rather than guessed. Web searches are billed per
+search on top of the tokens ($10 per 1,000 unless a price entry's `web_search` says otherwise).
 """
 
 from __future__ import annotations
@@ -54,7 +55,13 @@ class PriceTable:
         return self.prices[max(matches, key=len)] if matches else None
 
     def cost(
-        self, model: str, input: int, output: int, cache_read: int, cache_write: int
+        self,
+        model: str,
+        input: int,
+        output: int,
+        cache_read: int,
+        cache_write: int,
+        web_searches: int = 0,
     ) -> float | None:
         """Estimated USD, or None for a model without a price."""
         price = self.price_of(model)
@@ -63,7 +70,8 @@ class PriceTable:
         read = price.input / 10 if price.cache_read is None else price.cache_read
         write = price.input * 1.25 if price.cache_write is None else price.cache_write
         total = input * price.input + output * price.output
-        return (total + cache_read * read + cache_write * write) / MILLION
+        searches = web_searches * price.web_search / 1000
+        return (total + cache_read * read + cache_write * write) / MILLION + searches
 
 
 @dataclass(slots=True)
@@ -75,6 +83,7 @@ class UsageRow:
     cache_read: int = 0
     cache_write: int = 0
     wasted: int = 0
+    searches: int = 0
     cost: float = 0.0
     unpriced: int = 0  # generations with tokens whose model has no price (not in `cost`)
 
@@ -85,10 +94,12 @@ class UsageRow:
         self.output += u.output_tokens
         self.cache_read += u.cache_read_tokens
         self.cache_write += u.cache_write_tokens
+        self.searches += u.web_searches
         if record.outcome in WASTED_OUTCOMES:
             self.wasted += u.output_tokens
         tokens = (u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens)
-        cost = prices.cost(record.model, *tokens) if any(tokens) else 0.0
+        searches = u.web_searches
+        cost = prices.cost(record.model, *tokens, searches) if any(tokens) or searches else 0.0
         if cost is None:
             self.unpriced += 1
         else:
@@ -143,7 +154,8 @@ def usage_lines(
     when = "all time"
     if since:
         when = "since " + datetime.fromtimestamp(since, UTC).strftime("%Y-%m-%d %H:%M UTC")
-    header = (by, "gens", "input", "output", "cache read", "cache write", "wasted", "cost (USD)")
+    header = (by, "gens", "input", "output", "cache read", "cache write", "wasted", "searches",
+              "cost (USD)")  # fmt: skip
     body = [_cells(row) for row in rows]
     table = [header, *body, _cells(total)]
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
@@ -162,5 +174,6 @@ def usage_lines(
 
 def _cells(row: UsageRow) -> tuple[str, ...]:
     cost = f"{row.cost:.4f}" + ("+?" if row.unpriced else "")
-    numbers = (row.generations, row.input, row.output, row.cache_read, row.cache_write, row.wasted)
+    numbers = (row.generations, row.input, row.output, row.cache_read, row.cache_write, row.wasted,
+               row.searches)  # fmt: skip
     return (row.key, *(f"{n:,}" for n in numbers), cost)

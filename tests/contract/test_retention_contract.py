@@ -15,6 +15,7 @@ from bot.core.store import (
     Store,
     Timing,
     TokenUsage,
+    WebSearch,
 )
 from bot.ops.inspection import StoreInspector
 from bot.ops.retention import RetentionStore
@@ -46,7 +47,8 @@ async def answer(store: Store, now: float, text: str, key: ConversationKey = KEY
     check = FinalCheck(lease.token, lease.version, False)
     assert isinstance(await store.commit(key.id, check, now, T, NewReply(text)), Committed)
     record = GenerationRecord(key.id, lease.token, lease.answered_version, lease.version, now - 1,
-                              now, "posted", TokenUsage(5, 5), model="m", user_id="u1")  # fmt: skip
+                              now, "posted", TokenUsage(5, 5, web_searches=1), model="m",
+                              user_id="u1", searches=(WebSearch("what u1 asked", 3),))  # fmt: skip
     await store.record_generation(record)
 
 
@@ -92,7 +94,7 @@ async def test_forget_user_erases_their_text_everywhere_and_only_theirs(store: S
     ]  # fmt: skip
     [other] = await inspector(store).messages(OTHER.id)
     assert (other.text, other.deleted) == ("", True)  # pending: its burst has nothing left
-    assert [g.user_id for g in await store.generations()] == [""]
+    assert [(g.user_id, g.searches) for g in await store.generations()] == [("", ())]
     # the erased message keeps its id: a redelivery is a duplicate, not new text
     assert (await store.ingest(said(1, "u1"), NOW, T)).status == "duplicate"
 
@@ -113,7 +115,10 @@ async def test_forget_conversation_erases_messages_and_posted_replies(store: Sto
     await answer(store, OLD + 5, "waiting in the outbox")
     await store.ingest(said(3, "u9", OTHER), OLD, T)
     counts = await upkeep(store).forget_conversation(KEY.id)
-    assert counts == {"messages": 2, "replies": 1, "held": 0, "files": 0, "unsent_replies_kept": 1}
+    assert counts == {"messages": 2, "replies": 1, "held": 0, "generations": 2, "files": 0,
+                      "unsent_replies_kept": 1}  # fmt: skip
+    searches = [(g.searches, g.usage.web_searches) for g in await store.generations(KEY.id)]
+    assert searches == [((), 1), ((), 1)]  # the queries go, the count stays (it was billed)
     assert {m.text for m in await inspector(store).messages(KEY.id)} == {""}
     assert [r.text for r in await store.replies(KEY.id)] == ["", "waiting in the outbox"]
     assert [h.text for h in await store.history(KEY.id, 5, 10)] == []

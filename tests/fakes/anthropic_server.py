@@ -10,6 +10,13 @@ Prompt caching is simulated: the first request with a given prefix (everything u
 marked `cache_control`) reports it as cache write, later ones as cache read. Token counts are about
 four characters a token.
 
+Server tools are streamed as the real API streams them: a `server_tool_use` block (input `{}`,
+then the query as `input_json_delta`), a `web_search_tool_result` block (results, or an error
+object with HTTP 200), text blocks carrying `citations_delta`, `pause_turn` when planned, and
+`usage.server_tool_use` on `message_delta`. Like the API, a search happens only when the request
+offers the `web_search` tool and `tool_choice` allows tools; searches past the tool's `max_uses`
+answer `max_uses_exceeded` and are not billed.
+
 Standalone: `python -m tests.fakes.anthropic_server --port 8765` (one line per request on stdout).
 """
 
@@ -47,6 +54,27 @@ def count_tokens(text: str) -> int:
 
 
 @dataclass
+class Search:
+    """One web search the model makes: its query and results (url, title), or an error code the
+    tool answers with (`unavailable`, `too_many_requests`, …). `hold`: the stream stops after the
+    query until `release()` (or the client disconnects), as a slow search would."""
+
+    query: str
+    results: list[tuple[str, str]] = field(default_factory=list)
+    error: str | None = None
+    hold: bool = False
+
+
+@dataclass
+class Fetch:
+    """One page the model reads with `web_fetch`: like the API, only a URL already in the
+    conversation is fetched (else `url_not_in_prior_context`), and only when the tool is offered."""
+
+    url: str
+    text: str = "page text"
+
+
+@dataclass
 class Plan:
     """What the server does with one request."""
 
@@ -61,6 +89,10 @@ class Plan:
     stream_error_type: str = "overloaded_error"
     end_after: int | None = None  # end the response after this many deltas, no message_stop
     thinking: str | None = None  # stream a thinking block before the text (adaptive thinking)
+    searches: list[Search] = field(default_factory=list)  # web searches before the text
+    fetches: list[Fetch] = field(default_factory=list)  # pages read before the searches
+    cited: list[tuple[str, str]] = field(default_factory=list)  # (text, url): cited blocks after it
+    stop_reason: str | None = None  # e.g. "pause_turn" (the server's tool loop ran long)
 
 
 @dataclass
@@ -107,6 +139,9 @@ class StreamRecord:
     paused: bool = False
     outcome: Literal["streaming", "completed", "error", "disconnected"] = "streaming"
     stop_reason: str = "end_turn"  # "max_tokens" when the request's max_tokens cut the reply
+    searches_started: int = 0  # server_tool_use blocks sent
+    fetches_started: int = 0
+    web_search_requests: int = 0  # searches billed (not the errors)
 
 
 def echo_reply(request: RecordedRequest) -> str:
@@ -124,6 +159,7 @@ class FakeAnthropic:
     port: int = 0
     _gate: asyncio.Event = field(default_factory=asyncio.Event)
     _cached_prefixes: set[str] = field(default_factory=set)
+    _titles: dict[str, str] = field(default_factory=dict)
     _runner: web.AppRunner | None = None
 
     # lifecycle -------------------------------------------------------------------------------
@@ -196,8 +232,13 @@ class FakeAnthropic:
                 recorded, "".join(chunks), {**usage, "output_tokens": output_tokens}, stop_reason
             )
             return web.json_response(body)
+        output_tokens += sum(count_tokens(s.query) for s in plan.searches)
+        output_tokens += sum(count_tokens(text) for text, _ in plan.cited)
         record = StreamRecord(
-            len(self.requests) - 1, len(chunks), output_tokens, stop_reason=stop_reason
+            len(self.requests) - 1,
+            len(chunks),
+            output_tokens,
+            stop_reason=plan.stop_reason or stop_reason,
         )
         self.streams.append(record)
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
@@ -242,6 +283,10 @@ class FakeAnthropic:
                     {"type": "content_block_delta", "index": 0, "delta": delta},
                 )
             await send("content_block_stop", {"type": "content_block_stop", "index": 0})
+        for fetch in plan.fetches if _offers(recorded.body, "web_fetch_") else []:
+            text_index = await self._fetch(send, recorded, fetch, text_index, record)
+        for search in plan.searches if _offers_search(recorded.body) else []:
+            text_index = await self._search(request, send, recorded, search, text_index, record)
         block = {"type": "text", "text": ""}
         await send(
             "content_block_start",
@@ -272,14 +317,110 @@ class FakeAnthropic:
             )
             record.deltas_sent += 1
         await send("content_block_stop", {"type": "content_block_stop", "index": text_index})
+        results = self._titles  # a citation names its result's title
+        for text, url in plan.cited:
+            text_index += 1
+            block = {"type": "text", "text": "", "citations": []}
+            await send("content_block_start", {"type": "content_block_start", "index": text_index,
+                                               "content_block": block})  # fmt: skip
+            citation = {"type": "web_search_result_location", "url": url,
+                        "title": results.get(url, url), "cited_text": text[:150],
+                        "encrypted_index": "ZW5jcnlwdGVk"}  # fmt: skip
+            for delta in ({"type": "citations_delta", "citation": citation},
+                          {"type": "text_delta", "text": text}):  # fmt: skip
+                event = {"type": "content_block_delta", "index": text_index, "delta": delta}
+                await send("content_block_delta", event)
+            await send("content_block_stop", {"type": "content_block_stop", "index": text_index})
+        usage_out: dict[str, Any] = {"output_tokens": record.output_tokens}
+        if _offers_search(recorded.body, any_choice=True):
+            usage_out["server_tool_use"] = {
+                "web_search_requests": record.web_search_requests,
+                "web_fetch_requests": 0,
+            }
         await send("message_delta", {
             "type": "message_delta",
             "delta": {"stop_reason": record.stop_reason, "stop_sequence": None},
-            "usage": {"output_tokens": record.output_tokens},
+            "usage": usage_out,
         })  # fmt: skip
         await send("message_stop", {"type": "message_stop"})
         record.outcome = "completed"
         await response.write_eof()
+
+    async def _search(
+        self,
+        request: web.Request,
+        send: Callable[[str, dict[str, Any]], Any],
+        recorded: RecordedRequest,
+        search: Search,
+        index: int,
+        record: StreamRecord,
+    ) -> int:
+        """One search as the API streams it; returns the index the next block takes."""
+        tool_id = f"srvtoolu_{len(self.requests):02d}{record.searches_started:02d}"
+        record.searches_started += 1
+        use = {"type": "server_tool_use", "id": tool_id, "name": "web_search", "input": {}}
+        start = {"type": "content_block_start", "index": index, "content_block": use}
+        await send("content_block_start", start)
+        query = json.dumps({"query": search.query})
+        for part in ("", query[: len(query) // 2], query[len(query) // 2 :]):
+            delta = {"type": "input_json_delta", "partial_json": part}
+            await send("content_block_delta",
+                       {"type": "content_block_delta", "index": index, "delta": delta})  # fmt: skip
+        await send("content_block_stop", {"type": "content_block_stop", "index": index})
+        if search.hold:
+            record.paused = True
+            while not self._gate.is_set():
+                _raise_if_gone(request)
+                await asyncio.sleep(0.005)
+        max_uses = _search_tool(recorded.body).get("max_uses")
+        error = search.error
+        if error is None and max_uses is not None and record.web_search_requests >= max_uses:
+            error = "max_uses_exceeded"
+        content: Any
+        if error is not None:
+            content = {"type": "web_search_tool_result_error", "error_code": error}
+        else:
+            record.web_search_requests += 1
+            self._titles.update({url: title for url, title in search.results})
+            content = [{"type": "web_search_result", "url": url, "title": title,
+                        "encrypted_content": "ZW5jcnlwdGVk", "page_age": "1 day ago"}
+                       for url, title in search.results]  # fmt: skip
+        result = {"type": "web_search_tool_result", "tool_use_id": tool_id, "content": content}
+        start = {"type": "content_block_start", "index": index + 1, "content_block": result}
+        await send("content_block_start", start)
+        await send("content_block_stop", {"type": "content_block_stop", "index": index + 1})
+        return index + 2
+
+    async def _fetch(
+        self,
+        send: Callable[[str, dict[str, Any]], Any],
+        recorded: RecordedRequest,
+        fetch: Fetch,
+        index: int,
+        record: StreamRecord,
+    ) -> int:
+        tool_id = f"srvtoolu_{len(self.requests):02d}f{record.fetches_started:02d}"
+        record.fetches_started += 1
+        use = {"type": "server_tool_use", "id": tool_id, "name": "web_fetch", "input": {}}
+        start = {"type": "content_block_start", "index": index, "content_block": use}
+        await send("content_block_start", start)
+        delta = {"type": "input_json_delta", "partial_json": json.dumps({"url": fetch.url})}
+        await send("content_block_delta",
+                   {"type": "content_block_delta", "index": index, "delta": delta})  # fmt: skip
+        await send("content_block_stop", {"type": "content_block_stop", "index": index})
+        seen = json.dumps(recorded.messages)
+        content: Any = {"type": "web_fetch_tool_result_error",
+                        "error_code": "url_not_in_prior_context"}  # fmt: skip
+        if fetch.url in seen:
+            source = {"type": "text", "media_type": "text/plain", "data": fetch.text}
+            document = {"type": "document", "source": source, "title": fetch.url}
+            content = {"type": "web_fetch_result", "url": fetch.url,
+                       "retrieved_at": "2026-12-01T12:00:00Z", "content": document}  # fmt: skip
+        result = {"type": "web_fetch_tool_result", "tool_use_id": tool_id, "content": content}
+        start = {"type": "content_block_start", "index": index + 1, "content_block": result}
+        await send("content_block_start", start)
+        await send("content_block_stop", {"type": "content_block_stop", "index": index + 1})
+        return index + 2
 
     def _input_usage(self, recorded: RecordedRequest) -> dict[str, int]:
         """Input tokens, split into cache write/read for the prefix up to the last breakpoint."""
@@ -304,6 +445,23 @@ class FakeAnthropic:
             "cache_creation_input_tokens": write,
             "cache_read_input_tokens": read,
         }
+
+
+def _search_tool(body: dict[str, Any], kind: str = "web_search_") -> dict[str, Any]:
+    for tool in body.get("tools") or []:
+        if isinstance(tool, dict) and str(tool.get("type", "")).startswith(kind):
+            return tool
+    return {}
+
+
+def _offers(body: dict[str, Any], kind: str, any_choice: bool = False) -> bool:
+    """The request lets the model use a tool: it is offered and `tool_choice` is not none."""
+    offered = bool(_search_tool(body, kind))
+    return offered and (any_choice or (body.get("tool_choice") or {}).get("type") != "none")
+
+
+def _offers_search(body: dict[str, Any], any_choice: bool = False) -> bool:
+    return _offers(body, "web_search_", any_choice)
 
 
 def _within(chunks: list[str], max_tokens: int) -> tuple[list[str], str]:
