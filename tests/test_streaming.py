@@ -309,11 +309,13 @@ async def test_a_rate_limited_edit_waits_out_its_retry_after(
     await drafted(store, frontend)
     call.stream(1, " two")
     await step(clock, INTERVAL)  # this edit is rate limited for 3 s
+    retry_at = clock.now() + 3.0
     await until(lambda: frontend.edit_failures == [])
     call.stream(1, " three")
     await step(clock, INTERVAL)
-    await asyncio.sleep(0.05)
-    assert frontend.edits == []  # still waiting out the Retry-After
+    # the stream sleeps until the Retry-After has passed: nothing edits before the clock gets there
+    await until(lambda: retry_at in clock.waiting())
+    assert frontend.edits == []
     await clock.advance(2.0)
     await until(lambda: frontend.visible() == ["One two three"])
     call.finish("One two three four.")
@@ -330,11 +332,11 @@ async def test_streaming_off_posts_the_answer_once_complete(
     call.stream(2, "partial")
     for _ in range(3):
         await step(clock, INTERVAL)
-        await asyncio.sleep(0.01)
-    assert frontend.posts == []
     call.finish("whole")
     await answered(engine, clock)
-    assert frontend.visible() == ["whole"] and frontend.edits == []
+    # every raw post is recorded: a draft posted (and replaced) on the way would be in `posts`
+    assert [post.text for post in frontend.posts] == ["whole"] and frontend.edits == []
+    assert frontend.visible() == ["whole"]
     assert (await store.replies(KEY.id))[0].draft is None
 
 
@@ -348,8 +350,7 @@ async def test_a_channel_can_turn_streaming_off(store: SqliteStore, clock: FakeC
     call.stream(2, "partial")
     for _ in range(3):
         await step(clock, INTERVAL)
-        await asyncio.sleep(0.01)
-    assert frontend.posts == []
     call.finish("whole")
     await engine.idle()
+    assert [post.text for post in frontend.posts] == ["whole"] and frontend.edits == []
     assert frontend.visible() == ["whole"]
