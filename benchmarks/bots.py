@@ -78,7 +78,9 @@ class BurstbotBot:
             self.store, model, SystemClock(), settings, "bench", {PLATFORM: self.platform}
         )
         if self.supervisor_class is not None:
-            self.engine.supervisor = self.supervisor_class(self.store, self.engine.clock, settings)
+            self.engine.supervisor = self.supervisor_class(
+                self.store, self.engine.clock, settings, self.engine.signals
+            )
         self.scheduler = Scheduler(self.engine)
         self._loop: asyncio.Task[None] | None = None
 

@@ -111,6 +111,16 @@ class Post:
 
 
 @dataclass(frozen=True)
+class Fault:
+    """A platform call that fails: before it takes effect, or after (`landed`: the response was
+    lost). A post fault names the part whose post fails: a later part fails between parts."""
+
+    error: BurstbotError
+    landed: bool = False
+    part: int = 0
+
+
+@dataclass(frozen=True)
 class Edit:
     """One edit of a message (a draft growing, or finished by its reply), at `at` on the clock."""
 
@@ -129,7 +139,11 @@ class RecordingFrontend:
 
     `parts` splits each reply into that many posts; `post_seconds` makes every post take that long
     on `clock` (a slow platform); `failures` are raised by the next calls, in order (a
-    `RetryableDeliveryError` with `retry_after` is a 429 with Retry-After).
+    `RetryableDeliveryError` with `retry_after` is a 429 with Retry-After), before they post
+    anything. `post_faults` fail the next raw posts (of the part each names, so a later part fails
+    between parts), `final_edit_faults` the next edits that finish a draft; a `Fault` that
+    `landed` takes effect on the platform first, and the call raises all the same (the response
+    was lost). `person_deletes` is someone deleting one of the bot's messages.
     """
 
     def __init__(
@@ -154,6 +168,9 @@ class RecordingFrontend:
         self.attempts: list[str] = []
         self.busy: dict[ConversationKey, bool] = {}
         self.failures: list[BurstbotError] = []
+        self.post_faults: list[Fault] = []
+        self.final_edit_faults: list[Fault] = []
+        self.deleted_by_people: set[str] = set()
         self.host: Host | None = None
 
     async def start(self, host: Host) -> None:
@@ -180,27 +197,41 @@ class RecordingFrontend:
                 reply.fence.check()
                 if self.post_seconds and self.clock is not None:
                     await self.clock.sleep(self.post_seconds)
-                self.posts.append(Post(reply.id, reply.key, text, reply.covers_to_version, part))
+                self._post(Post(reply.id, reply.key, text, reply.covers_to_version, part))
                 await reply.fence.posted(part, f"{reply.id}-p{part}")
             ids.append(f"{reply.id}-p{part}")
         return ids
+
+    def _post(self, post: Post) -> str:
+        """One raw post, unless the next post fault (for this part) fails it."""
+        fault = self.post_faults[0] if self.post_faults else None
+        if fault is None or fault.part != post.part:
+            self.posts.append(post)
+            return post.message_id
+        self.post_faults.pop(0)
+        if fault.landed:
+            self.posts.append(post)
+        raise fault.error
 
     async def _finish_draft(self, reply: Reply, draft: Draft, text: str) -> str:
         """The draft's message (posted first if the outbox found it never landed), edited to the
         reply's first part; a deleted draft is replaced by a fresh post of the part."""
         message_id = draft.message_id or await self.post_draft(reply.key, draft, text)
         try:
+            if self.final_edit_faults:
+                fault = self.final_edit_faults.pop(0)
+                if fault.landed:
+                    await self.edit_draft(reply.key, message_id, text)
+                raise fault.error
             await self.edit_draft(reply.key, message_id, text)
         except MessageGone:
-            self.posts.append(Post(reply.id, reply.key, text, reply.covers_to_version, 0))
-            return self.posts[-1].message_id
+            return self._post(Post(reply.id, reply.key, text, reply.covers_to_version, 0))
         return message_id
 
     nonce_window = 0.0  # like Slack: a repeated post is a second message
 
     async def post_draft(self, key: ConversationKey, draft: Draft, text: str) -> str:
-        self.posts.append(Post(draft.key, key, text, 0))
-        return self.posts[-1].message_id
+        return self._post(Post(draft.key, key, text, 0))
 
     async def find_draft(self, key: ConversationKey, draft: Draft) -> str | None:
         found = [p.message_id for p in self.posts if p.reply_id == draft.key]
@@ -216,6 +247,11 @@ class RecordingFrontend:
 
     async def delete_draft(self, key: ConversationKey, message_id: str) -> None:
         self.deleted.add(message_id)
+
+    def person_deletes(self, message_id: str) -> None:
+        """Someone deletes one of the bot's messages (a draft, or a part of a reply)."""
+        self.deleted.add(message_id)
+        self.deleted_by_people.add(message_id)
 
     def visible(self, key: ConversationKey | None = None) -> list[str]:
         """What the conversation shows now: each message (post or draft) with its latest text."""
@@ -272,15 +308,17 @@ async def check_invariants(
     is not judged: its first arrival is unknown.
     G9: a reply is sent only once every earlier reply of its conversation is settled (sent or
     failed), and the sent ones were sent in commit order.
-    Raw posts (given `frontend`): each part of a reply posted at most once and in order, a
-    conversation's replies posted one after another in commit order, and (when `quiescent`)
-    every sent reply showing all its parts.
+    Raw posts (given `frontend`): each part of a reply posted at most once and in order (again
+    only after a person deleted it: a draft deleted mid-stream is replaced), a conversation's
+    replies posted one after another in commit order, and (when `quiescent`) every sent reply
+    showing all its parts, and G10: every message still visible is a part of a sent reply showing
+    that part's text (no stray draft, no draft left with a partial text), and no part visible twice.
 
     Raises `InvariantViolation` naming each breach; returns counts for a summary line.
     """
     counts = dict.fromkeys(
         ("conversations", "replies", "duplicates", "unanswered", "failed", "stale"), 0
-    ) | dict.fromkeys(("out_of_order", "duplicate_posts", "missing_parts"), 0)
+    ) | dict.fromkeys(("out_of_order", "duplicate_posts", "missing_parts", "stray_drafts"), 0)
     problems: list[str] = []
 
     def breach(name: str, what: str) -> None:
@@ -351,17 +389,26 @@ def check_posts(
     quiescent: bool,
     breach: Callable[[str, str], None],
 ) -> None:
-    """The raw posts against the outbox rows: once per part, parts in order, replies in order."""
+    """The raw posts against the outbox rows: once per part, parts in order, replies in order;
+    when quiescent, what is still visible (`check_visible`)."""
     parts: dict[str, list[int]] = {}
     last_reply: dict[str, str] = {}  # conversation -> reply whose parts were posted last
     done: set[str] = set()  # replies a later reply of their conversation was posted after
     finished = {row.draft_key: reply_id for reply_id, row in rows.items() if row.draft_key}
+    messages: dict[tuple[str, int], list[str]] = {}  # (reply, part) -> its messages, in order
     for raw in frontend.posts:
         cid = raw.key.id
         if cid not in conversation_ids:
             continue
         post = replace(raw, reply_id=finished.get(raw.reply_id, raw.reply_id))  # a draft: part 0
+        if post.reply_id not in rows and raw.message_id in frontend.deleted:
+            continue  # a draft no reply finished, gone (no reply, or a person deleted it)
         seen = parts.setdefault(post.reply_id, [])
+        earlier = messages.setdefault((post.reply_id, post.part), [])
+        earlier.append(raw.message_id)
+        replaced = any(m in frontend.deleted_by_people for m in earlier[:-1])
+        if post.part in seen and replaced:
+            continue  # a replacement for a message a person deleted: not a second copy
         if post.part in seen:
             breach("duplicate_posts", f"part {post.part} of {post.reply_id} posted again ({cid})")
         elif post.part != max(seen, default=-1) + 1:
@@ -380,6 +427,45 @@ def check_posts(
             and sorted(set(parts.get(reply_id, []))) != list(range(frontend.parts))
         ):
             breach("missing_parts", f"{reply_id} is sent but shows parts {parts.get(reply_id)}")
+    if quiescent:
+        check_visible(frontend, rows, finished, conversation_ids, messages, breach)
+
+
+def check_visible(
+    frontend: RecordingFrontend,
+    rows: Mapping[str, OutboxRow],
+    finished: Mapping[str, str],
+    conversation_ids: set[str],
+    messages: Mapping[tuple[str, int], list[str]],
+    breach: Callable[[str, str], None],
+) -> None:
+    """G10 once all is settled: each message the conversation still shows is one part of a sent
+    reply, with that part's text; each part shows once (none, if a person deleted it)."""
+    showing: dict[tuple[str, int], int] = {}
+    for raw in frontend.posts:
+        if raw.key.id not in conversation_ids or raw.message_id in frontend.deleted:
+            continue
+        reply_id = finished.get(raw.reply_id, raw.reply_id)
+        row = rows.get(reply_id)
+        text = frontend.shown.get(raw.message_id, raw.text)
+        if row is None or row.state != "sent":
+            state = "no reply" if row is None else row.state
+            breach("stray_drafts", f"{raw.message_id} shows {text!r} ({state}, {raw.key.id})")
+            continue
+        expected = split_evenly(row.text, frontend.parts)[raw.part]
+        if text != expected:
+            breach("stray_drafts", f"{raw.message_id} shows {text!r}, not {reply_id}'s text")
+        showing[(reply_id, raw.part)] = showing.get((reply_id, raw.part), 0) + 1
+    for (reply_id, part), count in showing.items():
+        if count > 1:
+            breach("duplicate_posts", f"part {part} of {reply_id} is visible {count} times")
+    for reply_id, row in rows.items():
+        for part in range(frontend.parts) if row.state == "sent" else ():
+            deleted = any(
+                m in frontend.deleted_by_people for m in messages.get((reply_id, part), [])
+            )
+            if not showing.get((reply_id, part)) and not deleted:
+                breach("missing_parts", f"part {part} of sent {reply_id} is not visible")
 
 
 def reply_number(reply_id: str) -> int:

@@ -33,6 +33,7 @@ class WriterTurn:
         self._path = None if database_path is None else f"{database_path}-writer"
         self._fd: int | None = None
         self._held = False
+        self.queued = 0  # waits that found the turn taken: a test knows a writer is queued
 
     def open(self) -> None:
         """Create the lock file readable by its owner only, like the database (no-op in memory)."""
@@ -60,6 +61,7 @@ class WriterTurn:
     async def _wait(self, fd: int) -> None:
         """A cancelled caller's wait still runs to its end; the turn it got is given back."""
         wait = asyncio.get_running_loop().run_in_executor(None, fcntl.flock, fd, fcntl.LOCK_EX)
+        self.queued += 1
         try:
             await to_completion(wait)
         except asyncio.CancelledError:

@@ -10,6 +10,8 @@ the row to the version range it covers. A reply is posted when every one of its 
 - not_posted: replies whose parts are not all shown.
 - stray_drafts: streamed drafts no reply finished (with streaming on): a second visible message
   for a burst (G10). `streamed` counts the replies whose first part is a finished draft.
+- wrong_channel: posts of a reply (its parts, its finished draft) stored in another channel than
+  its conversation's: an answer shown to the wrong people.
 - unseen: posted answers whose text (the parts joined) does not quote exactly the messages they
   cover (the reply saw its whole burst and nothing else).
 - out_of_order: a reply part shown before an earlier part of its reply, or a reply whose first
@@ -219,6 +221,9 @@ async def check(
                 if s in messages
             ]
             if reply is not None and reply.copies:
+                counts["wrong_channel"] += sum(
+                    1 for copies in reply.copies.values() for p in copies if p["channel"] != channel
+                )
                 doubled = sum(len(c) - 1 for c in reply.copies.values())
                 counts["duplicate_posts_raw"] += doubled
                 if doubled and verbose:
@@ -299,6 +304,7 @@ async def check(
         "edits": platform.edits,
         "streamed": sum(1 for p in platform.posts if p.get("finished_by")),
         "stray_drafts": sum(1 for p in platform.posts if is_stray_draft(p)),
+        "wrong_channel": counts["wrong_channel"],
         "post_attempts": len(platform.attempts),
         "post_failures": platform.failures,
         "retry_after": platform.rate_limited,

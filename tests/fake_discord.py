@@ -17,7 +17,9 @@ listed by `GET /guilds/{id}/channels` and its threads by `GET /guilds/{id}/threa
 RESUME is refused (op 9): the client identifies anew.
 
 A bot may edit (PATCH) and delete its own messages; content over 2000 characters is refused with
-Discord's 400, and the next edits can be told to fail (`edit_failures`, e.g. a 429). `calls`
+Discord's 400, and the next edits can be told to fail (`edit_failures`, e.g. a 429). A failure
+that `lands` takes effect first (the bot sees the failure, as when the response is lost), and a
+`PASS` in a channel's failures lets one post through, so the next fails between parts. `calls`
 lists what the bot did (POST, PATCH, DELETE), `shown` what its messages in a channel say now.
 """
 
@@ -52,6 +54,12 @@ class Failure:
     body: Json | str  # a str: an HTML page, as Cloudflare in front of Discord answers
     headers: dict[str, str] = field(default_factory=dict)
     only_with_reference: bool = False
+    lands: bool = False  # the post or edit takes effect, but the bot gets the failure
+
+
+PASS = None
+"""In a channel's `failures`: let this post through (so the failure after it comes between the
+parts of a reply)."""
 
 
 class FakeDiscord:
@@ -65,7 +73,7 @@ class FakeDiscord:
         self.created: list[Json] = []  # messages Discord created, in order
         self.requests: list[Json] = []  # every post request's JSON body, deduped or not
         self.typing: list[int] = []
-        self.failures: dict[int, list[Failure]] = {}
+        self.failures: dict[int, list[Failure | None]] = {}  # None: `PASS`
         self.gateway_close_code: int | None = None
         self.identify: Json | None = None
         self.commands: dict[str, Json] = {}  # the application's global commands, by name
@@ -163,14 +171,20 @@ class FakeDiscord:
         body: Json = await request.json()
         self.requests.append(body)
         queued = self.failures.get(channel_id) or []
-        if queued and (not queued[0].only_with_reference or "message_reference" in body):
-            return _failed(queued.pop(0))
+        failure = None
+        if queued and queued[0] is None:
+            queued.pop(0)
+        elif queued and (not queued[0].only_with_reference or "message_reference" in body):
+            failure = queued.pop(0)
+            if failure is not None and not failure.lands:
+                return _failed(failure)
         if len(body.get("content", "")) > MESSAGE_LIMIT:
             return _too_long()
         earlier = self.earlier_post(channel_id, body)
         if earlier is not None:
-            return _json(earlier)
-        return _json(self.create_post(channel_id, body))
+            return _json(earlier) if failure is None else _failed(failure)
+        created = self.create_post(channel_id, body)
+        return _json(created) if failure is None else _failed(failure)
 
     def earlier_post(self, channel_id: int, body: Json) -> Json | None:
         """The message an `enforce_nonce` post with this nonce made in the channel within the
@@ -216,8 +230,9 @@ class FakeDiscord:
         if not self._authorized(request):
             return _json({"message": "401: Unauthorized", "code": 0}, status=401)
         body: Json = await request.json()
-        if self.edit_failures:
-            return _failed(self.edit_failures.pop(0))
+        failure = self.edit_failures.pop(0) if self.edit_failures else None
+        if failure is not None and not failure.lands:
+            return _failed(failure)
         message = self._find(request)
         if message is None:
             return _json({"message": "Unknown Message", "code": 10008}, status=404)
@@ -233,7 +248,7 @@ class FakeDiscord:
         answer = dict(message)
         if self.after_edit is not None:
             self.after_edit(message)
-        return _json(answer)
+        return _json(answer) if failure is None else _failed(failure)
 
     async def _delete_message(self, request: web.Request) -> web.Response:
         if not self._authorized(request):

@@ -14,6 +14,8 @@ that row covers; everything else is read off the screen.
   showing "…" or half an answer beside (or instead of) the reply, a reply whose text is not
   whole, or a message no sent outbox row names with these exact texts (stale text).
 - shown_twice: bursts (outbox rows) that more than one visible group speaks for.
+- wrong_channel: messages a sent outbox row names (its parts) that landed in another channel than
+  its conversation's, deleted since or not.
 
 Raw platform counts (every landed post, draft and edit, deleted ones included) and the faults
 that fired come alongside, for the summary line.
@@ -34,8 +36,9 @@ if TYPE_CHECKING:
     from tests.live_chaos_run import Conversation, Run
 
 SUMMARY = ("posts", "drafts", "edits", "deletes", "duplicates", "missing", "out_of_order",
-           "stray_drafts", "shown_twice", "kills", "sigterms")  # fmt: skip
-VIOLATIONS = ("duplicates", "missing", "out_of_order", "stray_drafts", "shown_twice")
+           "stray_drafts", "shown_twice", "wrong_channel", "kills", "sigterms")  # fmt: skip
+VIOLATIONS = ("duplicates", "missing", "out_of_order", "stray_drafts", "shown_twice",
+              "wrong_channel")  # fmt: skip
 
 
 @dataclass
@@ -107,6 +110,7 @@ async def check(run: Run) -> dict[str, Any]:
 
     counts: Counter[str] = Counter()
     examples: list[str] = []
+    channel_of = landed_channels(run)
     for conversation in run.conversations:
         cid = conversation.key.id
         state = await run.store.conversation_state(cid)
@@ -132,8 +136,11 @@ async def check(run: Run) -> dict[str, Any]:
         coverage: Counter[str] = Counter(m for g in groups for m in set(g.markers))
         valid = [g for g in groups if g.valid]
         sent = run.sent.get(conversation, [])
-        before = sum(counts[name] for name in ("duplicates", "missing", "out_of_order",
-                                               "stray_drafts", "shown_twice"))  # fmt: skip
+        before = sum(counts[name] for name in VIOLATIONS)
+        counts["wrong_channel"] += sum(
+            1 for r in rows if r.state == "sent" for m in r.platform_message_ids
+            if channel_of.get((conversation.platform, m)) != conversation.channel
+        )  # fmt: skip
         counts["duplicates"] += sum(1 for n in coverage.values() if n > 1)
         counts["missing"] += len(set(sent) - {m for g in valid for m in g.markers})
         counts["out_of_order"] += sum(
@@ -150,6 +157,13 @@ async def check(run: Run) -> dict[str, Any]:
             examples.append(describe(conversation, groups, sent, unshown, texts))
     return {**raw_counts(run), **{name: counts[name] for name in sorted(counts)},
             "examples": examples}  # fmt: skip
+
+
+def landed_channels(run: Run) -> dict[tuple[str, str], str]:
+    """The channel every bot message that landed (deleted since or not) was posted in."""
+    slack = {("slack", f"{m.channel}:{m.ts}"): m.channel for m in run.slack.landed_posts}
+    discord = {("discord", str(m["id"])): str(m["channel_id"]) for m in run.discord.landed_posts}
+    return slack | discord
 
 
 def judge(g: Group, row: OutboxRow | None, texts: dict[int, str]) -> None:

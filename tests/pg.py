@@ -1,6 +1,7 @@
 """PostgreSQL for tests: the DSN comes from `BURSTBOT_TEST_POSTGRES_DSN`; each test gets a fresh
 schema (via `search_path`) that is dropped afterwards. Without a reachable server the tests that
-need one are skipped with the reason."""
+need one are skipped with the reason, except under `CI=true`, where they fail: CI that skips
+PostgreSQL would be green for the wrong reason."""
 
 from __future__ import annotations
 
@@ -38,9 +39,16 @@ def unavailable() -> str | None:
     return None
 
 
+def required() -> bool:
+    """CI must run the PostgreSQL tests; elsewhere they may skip."""
+    return os.environ.get("CI", "").lower() == "true"
+
+
 def dsn() -> str:
     reason = unavailable()
     if reason is not None:
+        if required():
+            pytest.fail(f"CI=true and PostgreSQL is needed: {reason}", pytrace=False)
         pytest.skip(reason)
     return os.environ[DSN_ENV]
 

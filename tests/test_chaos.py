@@ -34,6 +34,7 @@ def violations(counts: dict[str, Any]) -> list[str]:
         for name in (
             "duplicates",
             "duplicate_posts_raw",
+            "wrong_channel",
             "unanswered",
             "stored_twice",
             "not_posted",

@@ -256,3 +256,45 @@ def test_long_replies_split_at_spaces_and_join_back() -> None:
     parts = split_text(text, 40)
     assert len(parts) == 3 and all(len(p) <= 40 for p in parts)
     assert " ".join(parts) == text
+
+
+async def test_a_part_stored_in_another_channel_is_in_the_wrong_channel(
+    answered_twice: World,
+) -> None:
+    store, run, platform = answered_twice
+    platform.posts[2]["channel"] = "c3"  # r2's second part, shown to the people of c3
+    counts = await run_check(store, run, platform)
+    assert counts["wrong_channel"] == 1
+    assert (counts["duplicates"], counts["unanswered"]) == (0, 0)  # the counts by reply look fine
+
+
+async def test_a_draft_no_reply_finished_is_stray(answered: World) -> None:
+    store, run, platform = answered
+    show(platform, "d0123456789abcdef0123", 0, 1, "saw: c1-m1", NOW + 1.4)
+    counts = await run_check(store, run, platform)
+    assert (counts["stray_drafts"], counts["streamed"]) == (1, 0)
+
+
+async def test_a_draft_its_reply_finished_is_the_reply_not_a_stray(answered: World) -> None:
+    store, run, platform = answered
+    platform.posts[0] |= {"reply": "d0123456789abcdef0123", "finished_by": "r1"}
+    counts = await run_check(store, run, platform)
+    assert (counts["stray_drafts"], counts["streamed"], counts["not_posted"]) == (0, 1, 0)
+
+
+async def test_a_takeover_within_the_lease_ttl_is_in_time(answered: World) -> None:
+    store, run, platform = answered
+    killed_at = NOW + 0.5
+    run.kills.append((killed_at, "worker0.0", {KEY.id: killed_at + 0.9}))
+    took_over = GenerationRecord(KEY.id, 9, 2, 2, killed_at + 1.2, killed_at + 1.4, "posted")
+    await store.record_generation(took_over)
+    counts = await run_check(store, run, platform)
+    assert (counts["takeovers"], counts["slow_takeovers"], counts["no_takeover"]) == (1, 0, 0)
+    assert counts["max_takeover"] == pytest.approx(1.2)
+
+
+async def test_a_killed_lease_nobody_took_over_is_no_takeover(answered: World) -> None:
+    store, run, platform = answered
+    run.kills.append((NOW + 0.5, "worker0.0", {KEY.id: NOW + 1.4}))
+    counts = await run_check(store, run, platform)
+    assert (counts["takeovers"], counts["no_takeover"]) == (0, 1)

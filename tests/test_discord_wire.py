@@ -11,6 +11,7 @@ import asyncio
 import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 
 import discord
@@ -32,7 +33,7 @@ from bot.core.events import ConversationKey, Reply
 from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
 from tests.discord_harness import engine_config
-from tests.fake_discord import Failure, FakeDiscord, frontend_for
+from tests.fake_discord import PASS, Failure, FakeDiscord, frontend_for
 from tests.test_cli import ROOT, burstbot
 
 GUILD_ID, CHANNEL_ID, DM_ID = (
@@ -396,3 +397,20 @@ async def test_the_cli_exits_1_with_one_line_when_the_gateway_ends_for_good(
     assert process.returncode == 1, stderr.decode()
     [printed] = stderr.decode().strip().splitlines()
     assert printed.startswith("burstbot: discord: the gateway connection ended")
+
+
+async def test_a_part_that_landed_though_its_post_failed_is_not_posted_again(
+    fake: FakeDiscord, frontend: DiscordFrontend
+) -> None:
+    """Between parts: the second part lands but the bot hears a 503. The retry posts it again
+    with the same nonce, and Discord (within its nonce window) returns the earlier message."""
+    await frontend.client.login(fake.token)
+    text = "\n\n".join(f"Paragraph {n}. " + "words " * 120 for n in range(8))
+    fake.failures[CHANNEL_ID] = [PASS, Failure(503, {"message": "upstream overloaded"}, lands=True)]
+    reply = Reply("r7", CHANNEL_KEY, text, 3)
+    with pytest.raises(RetryableDeliveryError):
+        await frontend.deliver(reply)
+    assert len(fake.created) == 2
+    ids = await frontend.deliver(replace(reply, attempt=2))
+    assert len(ids) == len(fake.created) >= 3  # each part once
+    assert ids[:2] == [post["id"] for post in fake.created[:2]]

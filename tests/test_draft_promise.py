@@ -24,6 +24,7 @@ from bot.core.streaming import WAITING
 from bot.testing import RecordingFrontend, ReplierCall, ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
 from tests.clock_steps import step
+from tests.conftest import KEY as CONFTEST_KEY
 from tests.conftest import message
 from tests.fake_discord import FakeDiscord
 from tests.fakes.slack_api import Failure, FakeSlackApi, dm
@@ -146,6 +147,13 @@ async def test_slack_a_stale_edit_landing_after_the_final_text_is_undone(
         await check_invariants(bot.store, [DM_KEY.id])
 
 
+async def draft_recorded(store: SqliteStore, key: ConversationKey) -> None:
+    """The draft's message id is in the store (bounded wait for the store's thread)."""
+    async with asyncio.timeout(5.0):
+        while (draft := await store.draft(key.id)) is None or not draft.message_id:  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+
+
 async def discord_draft_deleted_mid_stream(
     fake: FakeDiscord, frontend: DiscordFrontend, store: SqliteStore, clock: FakeClock
 ) -> tuple[App, ReplierCall]:
@@ -156,7 +164,7 @@ async def discord_draft_deleted_mid_stream(
     call.stream(1, "Once")
     await step(clock, INTERVAL)
     await until(lambda: len(fake.created) == 1)
-    await asyncio.sleep(0.05)  # its id is recorded
+    await draft_recorded(store, KEY)
     draft_id = fake.created[0]["id"]
     fake.history[DM_ID] = [m for m in fake.history[DM_ID] if m["id"] != draft_id]
     return app, call
@@ -225,7 +233,7 @@ async def test_the_end_of_a_stream_cancels_a_held_edit_instead_of_waiting_for_it
     call.stream(1, "Hel")
     await step(clock, INTERVAL)
     await until(lambda: len(frontend.posts) == 1)
-    await asyncio.sleep(0.05)  # its id is recorded
+    await draft_recorded(store, CONFTEST_KEY)
     call.stream(1, "lo")
     await step(clock, INTERVAL)
     await until(frontend.held.is_set)  # an edit is held back by the platform

@@ -19,6 +19,7 @@ from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited, Repl
 from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
 from tests.conftest import KEY, make_engine, message
+from tests.heard import Heard
 
 
 async def tick(engine, clock: FakeClock, seconds: float = 0.0) -> int:  # type: ignore[no-untyped-def]
@@ -107,8 +108,11 @@ async def test_input_after_the_deadline_does_not_cancel_and_forms_the_next_burst
     await clock.advance(8.0)  # the deadline
     await engine.run_due()
     first = await replier.next_call(0)
+    heard = Heard()
+    engine.subscribe(heard)
     await engine.ingest(message(2, "two"))
-    await asyncio.sleep(0.05)  # give a (wrong) cancellation every chance to happen
+    looked = await heard.next("looked")  # the watch saw the newer input and decided
+    assert looked == {"conversation": KEY.id, "superseded": False}
     assert not first.cancelled
     first.finish("answer one")
     await engine.idle()

@@ -15,6 +15,7 @@ import pytest
 from bot.core.clock import FakeClock, OffsetClock, trusted_until
 from bot.core.errors import ClaimLost
 from bot.core.outbox import ClaimFence
+from bot.core.signals import Signals
 from bot.core.store import FinalCheck, NewReply, OutboxRow, Timing
 from bot.core.supervisor import Supervision, Supervisor
 from storage.sqlite import SqliteStore
@@ -89,7 +90,9 @@ async def test_a_watch_that_starts_late_renews_the_lease_at_once(
     never: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     generation = asyncio.ensure_future(never)
     watch = asyncio.create_task(
-        Supervisor(store, clock, settings).watch(generation, lease, 1e12, renewals.append)
+        Supervisor(store, clock, settings, Signals()).watch(
+            generation, lease, 1e12, renewals.append
+        )
     )
     async with asyncio.timeout(5.0):  # the store's thread answers the renewal
         while not renewals:  # noqa: ASYNC110

@@ -133,6 +133,7 @@ async def test_a_reply_that_cannot_finish_in_the_grace_period_is_left_to_another
                 await clock.advance(0.5)
                 await asyncio.sleep(0.005)
         assert clock.now() - stopped_at >= app.shutdown_grace
+    # the app has stopped (awaited above): the store is read after the event, not after a pause
     store = await stored(tmp_path)
     [row] = await store.replies(DM_KEY.id)
     assert row.state == "pending"

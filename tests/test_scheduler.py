@@ -19,6 +19,7 @@ from bot.core.store import DueTimer, Lease, OutboxRow, Timing
 from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
 from tests.conftest import KEY, make_engine, message
+from tests.heard import Heard
 
 
 async def eventually(condition: Callable[[], bool], within: float = 5.0) -> None:
@@ -31,10 +32,32 @@ async def eventually(condition: Callable[[], bool], within: float = 5.0) -> None
 
 
 @pytest.fixture
+def heard() -> Heard:
+    return Heard()
+
+
+async def asleep_until(heard: Heard, when: float, since: int = 0) -> None:
+    """The scheduler went to sleep until `when`: before the fake clock gets there (or something
+    wakes it) it does nothing, so a negative asserted now is about the code, not about timing."""
+    await heard.next("asleep", lambda fields: fields["until"] == pytest.approx(when), since)
+
+
+async def sleep_through_rounds(heard: Heard, clock: FakeClock, rounds: int, since: int = 0) -> int:
+    """Let the scheduler run `rounds` more rounds: each time it goes to sleep (heard since
+    `since`), move the clock to its wake-up. Returns where the next call should look from."""
+    for _ in range(rounds):
+        fields = await heard.next("asleep", since=since)
+        since = heard.mark()
+        await clock.advance(float(str(fields["until"])) - clock.now())
+    return since
+
+
+@pytest.fixture
 async def running(
-    store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
+    store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend, heard: Heard
 ) -> AsyncIterator[tuple[Engine, Scheduler]]:
     engine = make_engine(store, clock, ScriptedReplier(), frontend, poll_seconds=60.0)
+    engine.subscribe(heard)
     scheduler = Scheduler(engine)
     task = asyncio.create_task(scheduler.run())
     yield engine, scheduler
@@ -44,25 +67,33 @@ async def running(
 
 
 async def test_sleeps_until_the_due_timer_then_answers(
-    running: tuple[Engine, Scheduler], clock: FakeClock, frontend: RecordingFrontend
+    running: tuple[Engine, Scheduler],
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    heard: Heard,
 ) -> None:
     engine, _ = running
+    due = clock.now() + 1.5
     await engine.ingest(message(1))
-    await asyncio.sleep(0.05)
+    await asleep_until(heard, due)
     await clock.advance(1.4)
-    await asyncio.sleep(0.05)
-    assert frontend.posts == []  # quiet window not over
+    assert frontend.posts == []  # quiet window not over: the scheduler sleeps until `due`
+    assert clock.waiting()[0] == pytest.approx(due)
     await clock.advance(0.1)
     await eventually(lambda: len(frontend.posts) == 1)
 
 
 async def test_an_in_process_arrival_wakes_a_long_sleep(
-    running: tuple[Engine, Scheduler], clock: FakeClock, frontend: RecordingFrontend
+    running: tuple[Engine, Scheduler],
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    heard: Heard,
 ) -> None:
     engine, _ = running
-    await asyncio.sleep(0.05)  # the scheduler is now sleeping for its 60 s poll interval
+    await asleep_until(heard, clock.now() + 60.0)  # its poll interval
+    due = clock.now() + 1.5
     await engine.ingest(message(1))
-    await asyncio.sleep(0.05)
+    await asleep_until(heard, due)  # woken by the arrival
     await clock.advance(1.5)  # far less than the poll interval
     await eventually(lambda: len(frontend.posts) == 1)
 
@@ -72,13 +103,16 @@ async def test_timers_armed_by_another_process_are_found_by_polling(
     store: SqliteStore,
     clock: FakeClock,
     frontend: RecordingFrontend,
+    heard: Heard,
 ) -> None:
-    await asyncio.sleep(0.05)
+    engine, _ = running
+    poll_ends = clock.now() + 60.0
+    await asleep_until(heard, poll_ends)
     # written straight to the store, as another process would: no in-process wake-up
     await store.ingest(message(1), clock.now(), Timing(1.5, 8.0))
     await clock.advance(30.0)
-    await asyncio.sleep(0.1)
     assert frontend.posts == []  # still sleeping: nothing told this process
+    assert engine.sleeping_until == poll_ends and heard.count("asleep") == 1
     await clock.advance(30.0)  # the poll interval
     await eventually(lambda: len(frontend.posts) == 1)
     assert frontend.posts[0].key == KEY
@@ -100,16 +134,14 @@ async def test_a_store_outage_is_logged_once_when_it_starts_and_once_when_it_end
         raise StoreError("database is locked")
 
     monkeypatch.setattr(store, "next_due_at", store_down)
+    heard = Heard()
+    engine.subscribe(heard)
     scheduler = Scheduler(engine)
     task = asyncio.create_task(scheduler.run())
     with caplog.at_level(logging.WARNING, logger="burstbot.scheduler"):
-        for _ in range(5):
-            await asyncio.sleep(0.02)
-            await clock.advance(1.0)
+        since = await sleep_through_rounds(heard, clock, 4)
         monkeypatch.undo()  # the database is back
-        for _ in range(16):  # at most one back-off step
-            await clock.advance(1.0)
-            await asyncio.sleep(0.01)
+        await sleep_through_rounds(heard, clock, 1, since)
         await eventually(lambda: any("again" in r.getMessage() for r in caplog.records))
     scheduler.stop()
     await task
@@ -249,12 +281,12 @@ async def test_failing_rounds_back_off_exponentially_up_to_a_cap(
         raise StoreError("database is locked")
 
     monkeypatch.setattr(store, "due_timers", store_down)
+    heard = Heard()
+    engine.subscribe(heard)
     scheduler = Scheduler(engine)
     task = asyncio.create_task(scheduler.run())
-    await eventually(lambda: len(rounds) == 1)
-    for _ in range(60):
-        await clock.advance(1.0)
-        await asyncio.sleep(0.01)
+    await sleep_through_rounds(heard, clock, 7)
+    await eventually(lambda: len(rounds) == 8)
     scheduler.stop()
     await task
     await engine.shutdown()

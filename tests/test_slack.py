@@ -18,7 +18,15 @@ from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, Event
 from bot.core.store import IngestResult
 from bot.testing import check_invariants
-from tests.fakes.slack_api import BOT_ID, BOT_USER, TEAM, FakeSlackApi, channel_message, dm
+from tests.fakes.slack_api import (
+    BOT_ID,
+    BOT_USER,
+    TEAM,
+    EventSender,
+    FakeSlackApi,
+    channel_message,
+    dm,
+)
 from tests.slack_harness import DM_KEY, Bot, api, bot, running_bot, slack_config, stored_texts, ts
 
 __all__ = ["api", "bot"]  # fixtures
@@ -169,8 +177,10 @@ class GatedHost:
 
     def __init__(self, app: Any) -> None:
         self.app, self.gate, self.fail_next = app, asyncio.Event(), False
+        self.reached = asyncio.Event()  # an event got as far as storing
 
     async def ingest(self, event: Event) -> IngestResult:
+        self.reached.set()
         await self.gate.wait()
         if self.fail_next:
             self.fail_next = False
@@ -195,7 +205,11 @@ async def test_the_ack_waits_until_the_message_is_stored(api: FakeSlackApi) -> N
     async with running_bot(api, host_wrapper=gated(hosts)) as bot:
         host = hosts[0]
         request = asyncio.create_task(bot.send(dm(ts(1), "hello")))
-        await asyncio.sleep(0.2)  # bounded real wait for the request to reach the listener
+        await asyncio.wait_for(host.reached.wait(), 5)
+        # An ack sent before storing would have been written before `reached`; a request sent
+        # after it (refused by the signature check) is answered only after that one's answer.
+        forged = EventSender(bot.sender.url, "not-the-signing-secret")
+        assert await forged.send(dm(ts(9), "probe")) == 401
         assert not request.done(), "acked before the message was stored"
         host.gate.set()
         assert await asyncio.wait_for(request, 5) == 200
@@ -213,22 +227,27 @@ async def test_socket_mode_acks_after_storing_and_dedupes_redeliveries(api: Fake
     async with running_bot(api, host_wrapper=gated(hosts), mode="socket") as bot:
         assert "apps.connections.open" in api.methods() and api.sockets
         first = await api.push_envelope(dm(ts(1), "over the socket"))
-        await asyncio.sleep(0.2)  # bounded real wait: the envelope reaches the listener
-        assert api.acks == [], "acked before the message was stored"
+        await asyncio.wait_for(hosts[0].reached.wait(), 5)
+        # A bot's message is acked without being stored; acks share one websocket, in order, so
+        # once its ack is in, an ack of `first` sent before storing would be in too.
+        probe = await api.push_envelope({**dm(ts(9), "probe"), "bot_id": "B0OTHER"})
+        await asyncio.wait_for(api.ack_received.wait(), 5)
+        assert api.acks == [probe], "acked before the message was stored"
+        api.ack_received.clear()
         hosts[0].gate.set()
         await asyncio.wait_for(api.ack_received.wait(), 5)
-        assert api.acks == [first]
+        assert api.acks == [probe, first]
         assert await stored_texts(bot, DM_KEY) == ["over the socket"]
         # Slack redelivers an unacked envelope (perhaps to another connection): stored once
         hosts[0].fail_next = True
         api.ack_received.clear()
         failed = await api.push_envelope(dm(ts(2), "second"))
-        await asyncio.sleep(0.2)
-        assert failed not in api.acks
         for attempt in (1, 2):
             api.ack_received.clear()
             await api.push_envelope(dm(ts(2), "second"), retry_attempt=attempt)
             await asyncio.wait_for(api.ack_received.wait(), 5)
+        # the redeliveries' acks came in order after any ack of the failed delivery
+        assert failed not in api.acks
         assert await stored_texts(bot, DM_KEY) == ["over the socket", "second"]
         await bot.step(1.5)
         [post] = api.posts()

@@ -1,6 +1,9 @@
 """`burstbot run` as an operator runs it: Slack in HTTP mode against a fake Slack Web API.
 
-These run a real process on the wall clock (debounce 0.3 s); waits are bounded polls for I/O.
+These run a real process on the wall clock; waits are bounded polls for I/O. The quiet window is
+long (3 s) so a burst sent in one go is not split by a busy machine, and "nothing more was posted"
+is read from the store once every message is answered and every reply sent (`settled_replies`),
+never from a pause.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import aiohttp
+import aiosqlite
 import pytest
 
 from tests.fakes.slack_api import EventSender, FakeSlackApi, dm
@@ -38,8 +42,8 @@ def write_config(tmp_path: Path, api: FakeSlackApi, port: int, extra: str = "") 
 url = "sqlite:///{tmp_path / "burstbot.db"}"
 
 [debounce]
-quiet_seconds = 0.3
-max_wait_seconds = 2.0
+quiet_seconds = 3.0
+max_wait_seconds = 30.0
 
 [engine]
 poll_seconds = 0.2
@@ -77,6 +81,28 @@ async def until(condition: Callable[[], bool], within: float = 15.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.05)
+
+
+async def settled_replies(db: Path, within: float = 30.0) -> dict[str, list[tuple[str, str]]]:
+    """Each conversation's replies (state, text) in the store at `db`, once every stored message
+    is answered and every reply sent or failed: everything the process has posted and ever will."""
+    deadline = time.monotonic() + within
+    while True:
+        async with aiosqlite.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            conversations = await conn.execute_fetchall(
+                "SELECT id, version, answered_version FROM conversations"
+            )
+            rows = await conn.execute_fetchall(
+                "SELECT conversation_id, state, text FROM replies ORDER BY id"
+            )
+        replies: dict[str, list[tuple[str, str]]] = {str(c[0]): [] for c in conversations}
+        for cid, state, text in rows:
+            replies[str(cid)].append((str(state), str(text)))
+        answered = all(version == done for _, version, done in conversations)
+        if answered and all(state in ("sent", "failed") for _, state, _ in rows):
+            return replies
+        assert time.monotonic() < deadline, f"not settled: {conversations} {rows}"
+        await asyncio.sleep(0.1)
 
 
 @pytest.fixture
@@ -152,7 +178,8 @@ async def test_two_workers_share_one_port_and_one_store_and_stop_together(
                     assert process.returncode is None and time.monotonic() < deadline
                     await asyncio.sleep(0.1)
         await until(lambda: len(api.posts()) == 4)
-        await asyncio.sleep(1.0)  # no second reply to any burst
+        replies = await settled_replies(tmp_path / "burstbot.db")
+        assert [len(answers) for answers in replies.values()] == [1, 1, 1, 1]  # one per burst
         assert sorted(p.channel for p in api.posts()) == ["D0", "D1", "D2", "D3"]
         assert all(p.text.startswith("Got your 5 messages:") for p in api.posts())
     finally:
@@ -177,7 +204,7 @@ async def test_a_reload_of_the_workers_parent_reaches_every_worker(
     try:
         await until(lambda: api.methods().count("auth.test") == 2)  # both workers started
         assert pid_file.read_text().strip() == str(process.pid)
-        config.write_text(text.replace("quiet_seconds = 0.3", "quiet_seconds = 0.4"))
+        config.write_text(text.replace("quiet_seconds = 3.0", "quiet_seconds = 3.5"))
         process.send_signal(signal.SIGHUP)
         seen = await lines_until(process, "config reloaded from", 2)
     finally:

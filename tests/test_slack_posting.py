@@ -293,3 +293,28 @@ async def test_a_reply_longer_than_the_part_cap_is_truncated_with_a_note(
         assert all(p.count("```") % 2 == 0 for p in parts)
         [row] = await bot.store.replies(DM_KEY.id)
         assert row.state == "sent" and len(row.platform_message_ids) == 3
+
+
+async def test_a_second_part_that_landed_though_its_post_failed_is_not_posted_again(
+    api: FakeSlackApi,
+) -> None:
+    """Between parts: the first part posts, the second lands but the bot hears a 500. The retry
+    reads back what the reply already shows (its parts carry the reply's id) and posts nothing."""
+    replier = ScriptedReplier(hold=True)
+    async with running_bot(api, replier=replier) as bot:
+        await bot.send(dm(ts(1), "write two pages"))
+        await bot.clock.advance(1.5)
+        await bot.app.engine.run_due()
+        api.fail(
+            "chat.postMessage", Failure(status=500, error="internal_error", lands=True), after=1
+        )
+        page = "\n".join(f"line {n} " + "x" * 70 for n in range(60))
+        (await replier.next_call(0)).finish(page + "\n\n" + page)
+        await bot.step()
+        assert len(api.posts()) == 2
+        [row] = await bot.store.replies(DM_KEY.id)
+        assert row.state == "pending"
+        await bot.step(5)
+        [row] = await bot.store.replies(DM_KEY.id)
+        assert row.state == "sent" and len(row.platform_message_ids) == 3  # each part once
+        assert [f"D1:{p.ts}" for p in api.posts()] == list(row.platform_message_ids)

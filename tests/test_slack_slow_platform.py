@@ -18,7 +18,14 @@ import pytest
 
 from adapters.slack.mrkdwn import split_mrkdwn, to_mrkdwn
 from tests.fakes.slack_api import EventSender, FakeSlackApi, dm
-from tests.test_slack_cli import SECRET, free_port, start_burstbot, until, write_config
+from tests.test_slack_cli import (
+    SECRET,
+    free_port,
+    settled_replies,
+    start_burstbot,
+    until,
+    write_config,
+)
 
 TTL = 1.0
 PARAGRAPHS = [f"paragraph {n}: " + " ".join(f"word{n}x{i}" for i in range(330)) for n in range(4)]
@@ -52,7 +59,9 @@ async def test_a_four_part_reply_reaches_a_slow_slack_exactly_once_in_order(
                 assert process.returncode is None and time.monotonic() < deadline
                 await asyncio.sleep(0.1)
         await until(lambda: len(api.posts()) >= 4, within=30)
-        await asyncio.sleep(3 * TTL)  # long enough for any re-claim to post again
+        # sent, so no re-claim can post it again
+        replies = await settled_replies(tmp_path / "burstbot.db")
+        assert [[state for state, _ in answers] for answers in replies.values()] == [["sent"]]
     finally:
         if process.returncode is None:
             process.send_signal(signal.SIGTERM)

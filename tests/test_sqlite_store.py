@@ -125,7 +125,7 @@ async def test_a_failed_open_closes_its_connection(tmp_path: Path, content: str)
     store = SqliteStore(str(path))
     with pytest.raises(StoreError):
         await store.open()
-    for _ in range(1000):  # a bounded wait for the thread to exit, not a speed check
+    for _ in range(1000):  # a bounded wait for the thread to exit (what is asserted is awaited)
         if not connection_threads() - before:
             break
         await asyncio.sleep(0.01)
@@ -176,7 +176,7 @@ async def test_an_open_that_fails_leaves_no_connection_thread_behind(tmp_path: P
     finally:
         holder.execute("ROLLBACK")
         holder.close()
-    for _ in range(100):
+    for _ in range(1000):  # a bounded wait for the threads to end: what is asserted is awaited
         if not [t for t in set(threading.enumerate()) - before if t.is_alive()]:
             break
         await asyncio.sleep(0.01)

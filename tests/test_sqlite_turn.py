@@ -39,6 +39,13 @@ def probe(path: Path) -> Iterator[int]:
         os.close(fd)
 
 
+async def queued(store: SqliteStore) -> None:
+    """The store found the turn taken and waits in the kernel's queue for it (bounded wait)."""
+    async with asyncio.timeout(10):
+        while store._turn.queued == 0:  # noqa: ASYNC110 (a thread's state, no event to await)
+            await asyncio.sleep(0.005)
+
+
 def turn_is_free(path: Path) -> bool:
     with probe(path) as fd:
         try:
@@ -67,7 +74,7 @@ async def test_a_second_writer_waits_for_its_turn_instead_of_failing(tmp_path: P
     async with opened(path) as first, opened(path, busy_timeout_ms=0) as second:
         async with first._transaction():
             arrival = asyncio.create_task(second.ingest(message(1), 100.0, T))
-            await asyncio.sleep(0.2)
+            await queued(second)
             assert not arrival.done(), arrival.exception()
         result = await arrival
         assert result.status == "accepted"
@@ -84,7 +91,7 @@ async def test_a_writer_cancelled_while_waiting_leaves_the_turn_free(tmp_path: P
 
         async with first._transaction():
             waiting = asyncio.create_task(write())
-            await asyncio.sleep(0.2)
+            await queued(second)
             waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting

@@ -1,7 +1,11 @@
 """Randomized interleavings (hypothesis): arrivals, duplicates, edits, deletes, timers, generation
-ends and failures, input after a deadline while generating, delivery failures (429 with
-Retry-After), a platform slower than the claim and frozen workers. After every step the store and
-the raw posts must keep G1, G3 and G9 (`check_invariants`); at the end G2 and G4 hold too."""
+ends and failures, input after a deadline while generating, streaming on or off (drafts that
+grow as the model writes), delivery failures (429 with Retry-After) before a post, after it landed
+(the response lost), between the parts of a reply and on the edit that finishes a draft, people
+deleting the bot's messages, a platform slower than the claim and frozen workers. After every step
+the store and the raw posts must keep G1, G3 and G9 (`check_invariants`); at the end G2 and G4
+hold too, and every conversation shows one message per part of each sent reply (G10: no stray
+draft, none left with a partial text), apart from what people deleted."""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from bot.core.errors import RetryableDeliveryError, RetryableReplierError
 from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEdited
 from bot.core.store import Committed, FinalCheck, NewReply
 from bot.testing import (
+    Fault,
     InvariantViolation,
     RecordingFrontend,
     ReplierCall,
@@ -68,11 +73,10 @@ class BurstMachine(RuleBasedStateMachine):
         self.clock = FakeClock()
         self.store = SqliteStore(":memory:")
         self.run(self.store.open())
-        self.platform = RecordingFrontend(parts=2, clock=self.clock)
+        self.platform = RecordingFrontend(parts=2, clock=self.clock, drafts=True)
         self.replier = self.run(self._make_replier())
         self.engines: list[Engine] = []
-        self._new_engine()  # a second process on the store, sweeping the outbox too
-        self.engine = self._new_engine()
+        self.streaming = False
         self.arrivals: list[Arrival] = []
         self.counter = 0
 
@@ -81,7 +85,12 @@ class BurstMachine(RuleBasedStateMachine):
 
     def _new_engine(self) -> Engine:
         engine = make_engine(
-            self.store, self.clock, self.replier, self.platform, owner=f"w{len(self.engines)}"
+            self.store,
+            self.clock,
+            self.replier,
+            self.platform,
+            owner=f"w{len(self.engines)}",
+            streaming=self.streaming,
         )
         self.engines.append(engine)
         return engine
@@ -90,15 +99,36 @@ class BurstMachine(RuleBasedStateMachine):
         return self.loop.run_until_complete(coro)
 
     def settle(self) -> None:
-        """Let in-flight work reach its next wait (real I/O of the store runs on a thread)."""
-        self.run(asyncio.sleep(0.003))
+        """Let in-flight work reach its next wait (real I/O of the store runs on a thread): poll
+        until what the processes did (calls, posts, edits, tasks) stops changing, briefly. Only
+        coverage depends on it: the invariants hold at every moment, settled or not."""
+        self.run(self._settle())
+
+    async def _settle(self, polls: int = 25) -> None:
+        steady, seen = 0, None
+        for _ in range(polls):
+            await asyncio.sleep(0.001)
+            now = (
+                len(self.replier.calls),
+                len(self.platform.posts),
+                len(self.platform.edits),
+                len(self.platform.attempts),
+                sum(1 for task in asyncio.all_tasks(self.loop) if not task.done()),
+            )
+            steady = steady + 1 if now == seen else 0
+            if steady >= 3:
+                return
+            seen = now
 
     def open_calls(self) -> list[ReplierCall]:
         return [c for c in self.replier.calls if not c._outcome.done() and not c.cancelled]
 
     # rules -----------------------------------------------------------------------------------
-    @initialize(slow=st.booleans())
-    def platform_speed(self, slow: bool) -> None:
+    @initialize(slow=st.booleans(), streaming=st.booleans())
+    def processes(self, slow: bool, streaming: bool) -> None:
+        self.streaming = streaming
+        self._new_engine()  # a second process on the store, sweeping the outbox too
+        self.engine = self._new_engine()
         self.slow_platform(slow)
 
     @rule(conversation=st.integers(0, 2), text=st.sampled_from(["yes", "no", "hm"]))
@@ -134,7 +164,11 @@ class BurstMachine(RuleBasedStateMachine):
 
     @rule(seconds=st.sampled_from([0.5, 1.0, 1.5, 3.0, 8.0, 31.0]), newest_first=st.booleans())
     def advance(self, seconds: float, newest_first: bool = False) -> None:
-        """Time passes; every process, a frozen one that woke up too, serves what is due."""
+        """Time passes while the model writes (a draft shows it, with streaming on); every
+        process, a frozen one that woke up too, serves what is due."""
+        for call in self.open_calls():
+            self.counter += 1
+            call.stream(1, f"w{self.counter} ")
         self.run(self.clock.advance(seconds))
         for engine in reversed(self.engines) if newest_first else self.engines:
             self.run(engine.run_due())
@@ -194,6 +228,33 @@ class BurstMachine(RuleBasedStateMachine):
         """A 502, or a 429 with Retry-After (longer than the claim, at 45 s)."""
         self.platform.failures.append(RetryableDeliveryError("502 or 429", retry_after))
 
+    @rule(part=st.integers(0, 1), landed=st.booleans(), retry_after=st.sampled_from([None, 5.0]))
+    def break_next_post(self, part: int, landed: bool, retry_after: float | None) -> None:
+        """The next post of `part` (1: between the parts of a reply; 0: a draft's post too) fails,
+        before it takes effect or after it landed (a response lost on the way back)."""
+        error = RetryableDeliveryError("lost" if landed else "502", retry_after)
+        self.platform.post_faults.append(Fault(error, landed=landed, part=part))
+
+    @rule(landed=st.booleans(), mid_stream=st.booleans())
+    def break_next_edit(self, landed: bool, mid_stream: bool) -> None:
+        """The edit that finishes a draft fails (before, or after it took effect), or the next
+        edit of all, a draft growing mid-stream, is refused (429)."""
+        error = RetryableDeliveryError("edit lost" if landed else "edit refused", 2.0)
+        if mid_stream:
+            self.platform.edit_failures.append(error)
+        else:
+            self.platform.final_edit_faults.append(Fault(error, landed=landed))
+
+    @rule(pick=PICK)
+    def person_deletes(self, pick: int) -> None:
+        """Someone deletes one of the bot's messages: a draft (the reply must post anew, once)
+        or a part already final."""
+        showing = [
+            p.message_id for p in self.platform.posts if p.message_id not in self.platform.deleted
+        ]
+        if showing:
+            self.platform.person_deletes(showing[pick % len(showing)])
+
     @rule(slow=st.booleans())
     def slow_platform(self, slow: bool) -> None:
         """Each part takes 0.8 × the claim TTL to post: a reply outlives one claim."""
@@ -227,8 +288,7 @@ class BurstMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         try:
             self.replier.hold = False
-            self.platform.failures.clear()
-            self.platform.post_seconds = 0.0
+            self.platform.post_seconds = 0.0  # faults still queued fire while it drains
             for _ in range(40):
                 for call in self.open_calls():
                     call.finish()

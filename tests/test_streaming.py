@@ -20,7 +20,8 @@ from bot.core.streaming import WAITING
 from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
 from tests.clock_steps import step
-from tests.conftest import KEY, make_engine, message
+from tests.conftest import KEY, SETTINGS, make_engine, message
+from tests.heard import Heard
 
 INTERVAL = 1.0
 
@@ -147,6 +148,33 @@ async def test_edits_are_never_closer_than_the_interval(
     assert len(times) >= 5  # it did stream
     assert all(later - earlier >= INTERVAL for earlier, later in itertools.pairwise(times))
     assert frontend.visible() == ["done"] and len(frontend.posts) == 1
+
+
+async def test_a_stream_that_stalled_past_its_fence_leaves_the_draft_alone(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    """A superseded generation's "still reading" edit waits for the interval; if the process
+    stalls meanwhile past the lease's fence, another worker may own the draft (and its reply may
+    have finished it): the late edit is not made."""
+    frontend = streaming_frontend(clock)
+    replier = ScriptedReplier(hold=True)
+    engine = streaming_engine(store, clock, replier, frontend)
+    heard = Heard()
+    engine.subscribe(heard)
+    await engine.ingest(message(1, "what is"))
+    first = await start_generation(engine, clock, replier, 0)
+    first.stream(3, "It is a")
+    await step(clock, INTERVAL)
+    await drafted(store, frontend)
+    edit_due = frontend.edits[-1].at + INTERVAL if frontend.edits else clock.now() + INTERVAL
+    await engine.ingest(message(2, "the time?"))
+    await heard.next("looked", lambda fields: fields["superseded"] is True)
+    await until(lambda: edit_due in clock.waiting())  # the "still reading" edit waits
+    clock.jump(SETTINGS.lease_ttl_seconds)  # a stall: the fence ends before it wakes
+    await clock.advance(0.0)
+    await engine.idle()
+    assert WAITING not in [edit.text for edit in frontend.edits]
+    assert frontend.visible() == ["It is a"]
 
 
 async def test_a_supersede_mid_stream_ends_with_one_message_covering_both_bursts(
@@ -309,11 +337,13 @@ async def test_a_rate_limited_edit_waits_out_its_retry_after(
     await drafted(store, frontend)
     call.stream(1, " two")
     await step(clock, INTERVAL)  # this edit is rate limited for 3 s
+    retry_at = clock.now() + 3.0
     await until(lambda: frontend.edit_failures == [])
     call.stream(1, " three")
     await step(clock, INTERVAL)
-    await asyncio.sleep(0.05)
-    assert frontend.edits == []  # still waiting out the Retry-After
+    # the stream sleeps until the Retry-After has passed: nothing edits before the clock gets there
+    await until(lambda: retry_at in clock.waiting())
+    assert frontend.edits == []
     await clock.advance(2.0)
     await until(lambda: frontend.visible() == ["One two three"])
     call.finish("One two three four.")
@@ -330,11 +360,11 @@ async def test_streaming_off_posts_the_answer_once_complete(
     call.stream(2, "partial")
     for _ in range(3):
         await step(clock, INTERVAL)
-        await asyncio.sleep(0.01)
-    assert frontend.posts == []
     call.finish("whole")
     await answered(engine, clock)
-    assert frontend.visible() == ["whole"] and frontend.edits == []
+    # every raw post is recorded: a draft posted (and replaced) on the way would be in `posts`
+    assert [post.text for post in frontend.posts] == ["whole"] and frontend.edits == []
+    assert frontend.visible() == ["whole"]
     assert (await store.replies(KEY.id))[0].draft is None
 
 
@@ -348,8 +378,7 @@ async def test_a_channel_can_turn_streaming_off(store: SqliteStore, clock: FakeC
     call.stream(2, "partial")
     for _ in range(3):
         await step(clock, INTERVAL)
-        await asyncio.sleep(0.01)
-    assert frontend.posts == []
     call.finish("whole")
     await engine.idle()
+    assert [post.text for post in frontend.posts] == ["whole"] and frontend.edits == []
     assert frontend.visible() == ["whole"]

@@ -92,7 +92,7 @@ class Engine:
         self.outbox = Outbox(
             store, clock, settings, owner, served, self.indicator, self.signals, self.wakeup.set
         )
-        self.supervisor = Supervisor(store, clock, settings)
+        self.supervisor = Supervisor(store, clock, settings, self.signals)
         files = AttachmentLoader(store, served, lambda: self.settings.attachments, clock)
         self.prompts = PromptStep(lambda: self.settings, files)
         self.drafts = Drafts(store, clock, lambda: self.settings, served, self.outbox.waiting)

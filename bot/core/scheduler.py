@@ -18,6 +18,9 @@ partition) is logged once when the outage starts and once when it ends, not with
 every round. Failing rounds back off: the poll interval, doubled after each failure in a row up to
 `STORE_BACKOFF_CAP_SECONDS`; an in-process arrival still wakes the loop at once, and the first
 round that succeeds ends the back-off.
+
+Each time it goes to sleep it announces `asleep` (with `until`): a test on a fake clock waits for
+that, and knows nothing more happens before the clock reaches `until` or something wakes it.
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ class Scheduler:
             engine.sleeping_until = wanted
             if engine.wakeup.is_set():
                 continue
+            engine.signals.emit("asleep", until=wanted)
             sleeper = asyncio.ensure_future(engine.clock.sleep_until(wanted))
             waiter = asyncio.ensure_future(engine.wakeup.wait())
             try:

@@ -230,7 +230,12 @@ class DraftStream(Stream):
             log.info("conversation %s: draft not set to waiting (%s)", self.burst.key.id, exc)
 
     async def _within_fence(self, call: Awaitable[T]) -> T:
-        """Await a platform call, cancelling it once the lease's fence ends (renewals move it)."""
+        """Await a platform call, cancelling it once the lease's fence ends (renewals move it).
+        A call whose fence already ended (the process stalled while it slept) is not made."""
+        if not self._fenced():
+            if asyncio.iscoroutine(call):
+                call.close()
+            raise FenceEnded("the lease's fence ended before a draft call")
         task = asyncio.ensure_future(call)
         try:
             while True:

@@ -11,6 +11,8 @@ Rules:
 - Watch the version: this process's ingest says so at once, and a poll every `poll_seconds` sees
   input that other processes stored. Newer input before the burst's deadline cancels the stream at
   once, so nobody pays for tokens nobody will read; past the deadline the generation runs on (G4).
+- Each look announces `looked` (with `superseded`), so a test can wait for the decision instead of
+  sleeping and hoping it was made.
 
 The engine decides what each outcome means (`engine.py`, step 4).
 """
@@ -23,6 +25,7 @@ from collections.abc import Callable
 
 from bot.core.clock import Clock, trusted_until
 from bot.core.settings import EngineSettings
+from bot.core.signals import Signals
 from bot.core.store import Lease, Store
 
 
@@ -35,10 +38,13 @@ class Supervision(enum.Enum):
 
 
 class Supervisor:
-    def __init__(self, store: Store, clock: Clock, settings: EngineSettings) -> None:
+    def __init__(
+        self, store: Store, clock: Clock, settings: EngineSettings, signals: Signals
+    ) -> None:
         self.store = store
         self.clock = clock
         self.settings = settings
+        self.signals = signals
         self._version_bumped: dict[str, asyncio.Event] = {}
 
     def newer_input(self, conversation_id: str) -> None:
@@ -82,7 +88,9 @@ class Supervisor:
                     in_time = clock.now() < deadline
                     if in_time and await self.store.current_version(cid) > lease.version:
                         await _cancel(generation)
+                        self.signals.emit("looked", conversation=cid, superseded=True)
                         return Supervision.SUPERSEDED
+                    self.signals.emit("looked", conversation=cid, superseded=False)
                 if ticked >= next_renew:
                     expires_at = await self.store.renew_lease(
                         cid, lease.token, lease.version, clock.now(), ttl

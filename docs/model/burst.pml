@@ -1,8 +1,8 @@
 /*
  * The burst protocol of burstbot as a Promela model for Spin: ingest, the debounce timer, the
- * lease, the final check and commit, the outbox claim and delivery, and (with -DSTREAMING) the
- * streamed draft. docs/model/README.md says what is modelled, what is not, and how to run and
- * read it.
+ * lease, the final check and commit, the outbox claim and delivery, shutdown, and (with
+ * -DSTREAMING) the streamed draft, on Discord (-DDISCORD) with its nonce window.
+ * docs/model/README.md says what is modelled, what is not, and how to run and read it.
  *
  * World: one conversation; a user who sends up to NMSG messages (the platform may deliver one
  * twice); NW worker processes, each with a generation side (Gen) and a delivery side (Del) that
@@ -46,12 +46,17 @@
  *                       may lose its claim while a post is on its way
  *   MUTANT_PARTITION    a deliverer cut off from the database posts its next part without    G1
  *                       the fence check (under a claim it cannot renew)
+ *   MUTANT_SHUTDOWN_EARLY_RELEASE  shutdown releases the claims before the front ends stop:  G1
+ *                       a cancelled post is still on its way when another process claims
  * With -DSTREAMING:
  *   MUTANT_DRAFT_BEFORE_KEY      the draft is posted before its key is recorded             G10
  *   MUTANT_DRAFT_PER_GENERATION  no reuse: every generation posts a draft of its own        G10
  *   MUTANT_DRAFT_LOOKUP_FROM_BURST  the look-up searches from the burst's newest message,   G10
  *                       not from the draft's recorded creation
  *   MUTANT_REFUSAL_KEEPS_DRAFT   a silent refusal commits without deleting the draft     G10
+ * With -DSTREAMING -DDISCORD:
+ *   MUTANT_NONCE_PAST_WINDOW     a draft is posted again with its key past the nonce     G10
+ *                       window (Discord makes a second message), not looked up
  */
 
 #ifndef NMSG
@@ -161,6 +166,12 @@ byte g_pc[NW], g_tok[NW], g_V[NW], g_ans[NW];
 byte d_pc[NW], d_row[NW], d_tok[NW], d_part[NW];
 byte d_have[NW];         /* bit p: the read-back found part p on the platform */
 bool d_renew_failed[NW]; /* a claim renewal failed, or cannot reach the database */
+#if defined(MUTANT_SHUTDOWN_EARLY_RELEASE)
+bool d_shut[NW];         /* shut down with its cancelled post still on its way */
+#define shut(w) d_shut[w]
+#else
+#define shut(w) false
+#endif
 
 #if defined(STREAMING)
 /* the conversation's draft (draft_key with its created_at, draft_message_id) */
@@ -179,6 +190,11 @@ byte k_landv[NKEY];      /* version when it landed: it sits after messages 1 .. 
 #endif
 byte k_owner[NKEY];      /* 0, or the reply + 1 it was handed to */
 byte g_dr[NW], g_key[NW];
+#if defined(DISCORD)
+bool k_window[NKEY];     /* Discord still dedupes a post with this key (its nonce window) */
+byte g_rep[NW];          /* its draft post is a re-post of the key: 1 the only one on its way,
+                            2 an earlier post with the key is on its way too, 0 a first post */
+#endif
 byte deletes;
 #endif
 
@@ -296,6 +312,21 @@ end:
 #define may_look(w) (c_dkey == 0 || c_did || k_state[c_dkey] != K_FLIGHT)
 #endif
 
+/* Discord (-DDISCORD): a draft whose post outcome is unknown is posted again with its key while
+   Discord still dedupes that nonce (Discord returns the message an earlier post made, or makes
+   it); past the window it is looked up in the history like on Slack. The mutant posts again
+   past the window too, where Discord makes a second message. */
+#if defined(DISCORD) && defined(MUTANT_NONCE_PAST_WINDOW)
+#define repost(k) true
+#elif defined(DISCORD)
+#define repost(k) k_window[k]
+#else
+#define repost(k) false
+#endif
+/* the first text may go to the draft: no look-up needed, or it may run, or (Discord) a re-post
+   with the key replaces it */
+#define may_stream(w) (may_look(w) || repost(c_dkey))
+
 #define finished(k) (k_owner[k] != 0 && r_edited[k_owner[k] - 1])
 
 /* the burst a draft answers: its reply's once handed over, else the pending burst from its
@@ -366,6 +397,10 @@ inline new_draft(w) {
   nkeys++;
   k_state[nkeys] = K_FLIGHT;
   k_lo[nkeys] = g_ans[w];
+#if defined(DISCORD)
+  k_window[nkeys] = true;
+  g_rep[w] = 0;
+#endif
 #if defined(MUTANT_DRAFT_BEFORE_KEY)
   printf("%c: posts draft %d (its key not recorded yet)\n", 65 + w, nkeys);
 #else
@@ -399,9 +434,60 @@ inline record_id(w, withid) {
   g_dr[w] = DR_READY
 }
 
+/* a generation waits for the outcome of its post with key k */
+#define waits(w, k) (g_pc[w] == G_GEN && g_dr[w] == DR_POST && g_key[w] == (k))
+
+#if defined(DISCORD)
+/* the conversation's draft posted again with its key */
+inline repost_draft(w) {
+  g_key[w] = c_dkey;
+  if
+  :: k_state[c_dkey] == K_FLIGHT -> g_rep[w] = 2
+  :: k_state[c_dkey] == K_LOST || k_state[c_dkey] == K_NONE -> g_rep[w] = 1; k_state[c_dkey] = K_FLIGHT
+  :: else -> g_rep[w] = 2
+  fi;
+  printf("%c: posts draft %d again with its key (nonce window open %d)\n", 65 + w, c_dkey,
+         k_window[c_dkey]);
+  g_dr[w] = DR_POST
+}
+
+/* a post with the key reaches Discord (a first post or a re-post): within the window Discord
+   returns the message an earlier post with that nonce made (even one deleted since), or makes
+   it if none did; past the window (only the mutant's re-post gets there) it makes another
+   message, a copy answering the same burst */
+inline nonce_lands(w, k) {
+  if
+  :: k_window[k] && (k_state[k] == K_SHOWN || k_state[k] == K_DELETED) ->
+     printf("platform: nonce of draft %d seen: the earlier message is returned\n", k)
+  :: k_state[k] == K_FLIGHT || k_state[k] == K_LOST -> draft_lands(k)
+  :: !k_window[k] && (k_state[k] == K_SHOWN || k_state[k] == K_DELETED) ->
+     model_bound_draft_keys = (nkeys + 1 < NKEY);
+     assert(model_bound_draft_keys);
+     nkeys++;
+     k_lo[nkeys] = k_lo[k];
+     k_owner[nkeys] = k_owner[k];
+     printf("platform: nonce window of draft %d over: a second message, draft %d\n", k, nkeys);
+     draft_lands(nkeys)
+  fi
+}
+
+/* the post failed: another post with the key (an earlier one, or the other worker's) may
+   still be on its way */
+inline nonce_failed(w, k) {
+  if
+  :: k_state[k] == K_FLIGHT && g_rep[w] != 2 && !waits(1 - w, k) -> k_state[k] = K_LOST
+  :: else
+  fi
+}
+
+#define WINDOW_ENDS(k) \
+  :: d_step { (k) <= nkeys && k_window[k] && k_state[k] != K_FLIGHT && !waits(0, k) && \
+              !waits(1, k) -> \
+       k_window[k] = false; printf("Discord: the nonce window of draft %d ends\n", k) }
+#endif
+
 /* a post nobody waits for any more (its generation crashed, was cancelled, committed or lost
    its fence) lands later or never */
-#define waits(w, k) (g_pc[w] == G_GEN && g_dr[w] == DR_POST && g_key[w] == (k))
 #define orphan(k) (k_state[k] == K_FLIGHT && !waits(0, k) && !waits(1, k))
 #define deletable(k) (deletes < MAXDEL && k_state[k] == K_SHOWN && !finished(k))
 
@@ -446,7 +532,11 @@ proctype Quiet() {
  */
 #if defined(STREAMING)
 /* stopping the stream cancels its call in flight (the post, if sent, lands or not on its own) */
+#if defined(DISCORD)
+#define stream_stop(w) g_dr[w] = DR_NONE; g_key[w] = 0; g_rep[w] = 0
+#else
 #define stream_stop(w) g_dr[w] = DR_NONE; g_key[w] = 0
+#endif
 #else
 #define stream_stop(w) skip
 #endif
@@ -531,6 +621,14 @@ inline skip_commit(w) {
 #define streamed(w) true
 #endif
 
+#if defined(DISCORD)
+#define LANDS(w, k) nonce_lands(w, k); g_rep[w] = 0
+#define FAILS(w, k) nonce_failed(w, k); g_rep[w] = 0
+#else
+#define LANDS(w, k) draft_lands(k)
+#define FAILS(w, k) k_state[k] = K_LOST
+#endif
+
 proctype Gen(byte w) {
 end:
   do
@@ -575,7 +673,7 @@ end:
      it (not found: a person deleted it; a fresh draft replaces it). Key without id: look it up
      by key from its creation (only once an earlier post could show); found: record the id;
      absent: a fresh draft. The mutant posts a draft of its own every time. */
-  :: d_step { g_pc[w] == G_GEN && g_dr[w] == DR_NONE && LIVE(w) && may_look(w) ->
+  :: d_step { g_pc[w] == G_GEN && g_dr[w] == DR_NONE && LIVE(w) && may_stream(w) ->
        if
 #if defined(MUTANT_DRAFT_PER_GENERATION)
        :: true -> new_draft(w)
@@ -587,7 +685,12 @@ end:
        :: c_dkey != 0 && c_did && k_state[c_dkey] != K_SHOWN ->
           printf("%c: edit of draft %d: not found\n", 65 + w, c_dkey);
           new_draft(w)
+#if defined(DISCORD)
+       :: c_dkey != 0 && !c_did && repost(c_dkey) -> repost_draft(w)
+       :: c_dkey != 0 && !c_did && !repost(c_dkey) && found(c_dkey, g_V[w]) ->
+#else
        :: c_dkey != 0 && !c_did && found(c_dkey, g_V[w]) ->
+#endif
           c_did = true;
           printf("%c: look-up finds draft %d; id recorded, streams into it\n", 65 + w, c_dkey);
           g_dr[w] = DR_READY
@@ -601,11 +704,11 @@ end:
   :: atomic { g_pc[w] == G_GEN && g_dr[w] == DR_POST ->
        if
        :: d_step { printf("%c: draft %d lands, the post returns\n", 65 + w, g_key[w]);
-                   h_k = g_key[w]; record_id(w, 1); draft_lands(h_k) }
+                   h_k = g_key[w]; record_id(w, 1); LANDS(w, h_k) }
        :: d_step { printf("%c: draft %d lands, the post raises\n", 65 + w, g_key[w]);
-                   h_k = g_key[w]; record_id(w, 0); draft_lands(h_k) }
+                   h_k = g_key[w]; record_id(w, 0); LANDS(w, h_k) }
        :: d_step { printf("%c: the draft post failed\n", 65 + w);
-                   k_state[g_key[w]] = K_LOST;
+                   FAILS(w, g_key[w]);
                    record_id(w, 0) }
        fi }
   /* a silent guard refusal (or an all-deleted burst) before any text: the draft is deleted
@@ -839,9 +942,18 @@ end:
   :: d_step { d_pc[w] == D_IDLE && claimable(0) -> claim(w, 0) }
   :: d_step { d_pc[w] == D_IDLE && claimable(1) -> claim(w, 1) }
   :: d_step { d_pc[w] == D_IDLE && claimable(2) -> claim(w, 2) }
+#if defined(MUTANT_SHUTDOWN_EARLY_RELEASE)
+  /* a shut-down process's cancelled post, still on its way after its claim was released */
+  :: atomic { shut(w) && d_pc[w] == D_INFLIGHT ->
+       if
+       :: d_step { reachable(w) -> reach(w) }
+       :: d_step { printf("platform: the cancelled post never arrives\n") }
+       fi;
+       d_step { d_shut[w] = false; del_reset(w) } }
+#endif
   /* the post's (or final edit's) outcome: it lands and returns; it lands but the call fails (a
      timeout); it fails */
-  :: atomic { d_pc[w] == D_INFLIGHT && reachable(w) ->
+  :: atomic { d_pc[w] == D_INFLIGHT && reachable(w) && !shut(w) ->
        if
        :: d_step { reach(w); d_part[w]++; next_part(w) }
        :: d_step { reach(w); printf("%c: the post raised after it landed\n", 65 + w); d_pc[w] = D_ERR }
@@ -850,7 +962,7 @@ end:
 #if defined(STREAMING)
   /* the final edit finds no message (a person deleted the draft): the reply's draft reference
      is cleared (fenced by the claim) and part 1 is posted as a message, once */
-  :: d_step { d_pc[w] == D_INFLIGHT && !reachable(w) ->
+  :: d_step { d_pc[w] == D_INFLIGHT && !reachable(w) && !shut(w) ->
        if
        :: CLAIM_FENCE(w, d_row[w]) && r_state[d_row[w]] == PENDING ->
           printf("%c: final edit of draft %d: not found; posts reply %d part 1\n",
@@ -863,7 +975,7 @@ end:
 #endif
 #if !defined(MUTANT_OLD_DELIVERY)
   /* while a post is on its way: renew the claim (a step only when it changes something) */
-  :: d_step { d_pc[w] == D_INFLIGHT && !d_renew_failed[w] &&
+  :: d_step { d_pc[w] == D_INFLIGHT && !d_renew_failed[w] && !shut(w) &&
               (!CLAIM_FENCE(w, d_row[w]) || r_state[d_row[w]] != PENDING || r_expired[d_row[w]]) ->
        if
        :: CLAIM_FENCE(w, d_row[w]) && r_state[d_row[w]] == PENDING -> r_expired[d_row[w]] = false
@@ -915,6 +1027,57 @@ inline crash(w) {
   del_reset(w)
 }
 
+/* Shutdown (SIGTERM): generations are cancelled, a delivery past the grace period is cancelled
+   after its post was sent, the front ends stop, and only then are the process's leases and
+   claims released (`release_owner_leases`, `release_owner_claims`), so the other process takes
+   them over at once. The front ends stop first: by the release, the post that was sent has
+   reached the platform or never will. The mutant releases first: the post is still on its way
+   when the claim is free, and lands on its own later. */
+inline release_owner(w) {
+  if
+  :: lease_owner == w + 1 -> lease_owner = 0; lease_expired = false
+  :: else
+  fi;
+  h_r = 0;
+  do
+  :: h_r < nrows ->
+     if
+     :: r_owner[h_r] == w + 1 && r_state[h_r] == PENDING -> r_owner[h_r] = 0; r_expired[h_r] = false
+     :: else
+     fi;
+     h_r++
+  :: else -> break
+  od;
+  h_r = 0;
+  printf("%c: released its lease and claims\n", 65 + w)
+}
+
+inline shutdown(w) {
+  crashes++;
+  printf("%c: shuts down and restarts\n", 65 + w);
+  gen_reset(w);
+#if defined(MUTANT_SHUTDOWN_EARLY_RELEASE)
+  if
+  :: d_pc[w] == D_INFLIGHT && reachable(w) ->
+     printf("%c: its cancelled post is still on its way\n", 65 + w);
+     d_shut[w] = true
+  :: else -> del_reset(w)
+  fi;
+#else
+  if
+  :: d_pc[w] == D_INFLIGHT && reachable(w) ->
+     printf("%c: its delivery is cancelled after the post was sent\n", 65 + w);
+     if
+     :: d_step { reach(w) }
+     :: printf("platform: the cancelled post never arrives\n")
+     fi
+  :: else
+  fi;
+  del_reset(w);
+#endif
+  release_owner(w)
+}
+
 #define claim_holder(r) (r_owner[r] - 1)
 #define can_expire(r) \
   ((r) < nrows && r_state[r] == PENDING && r_owner[r] != 0 && !r_expired[r] && \
@@ -937,7 +1100,7 @@ inline expire_claim(r) {
    expires, and its fence (2/3 of the TTL without a renewal) has ended before: the fence check
    stops it before the next part. The mutant posts the next part anyway. */
 #define can_cut(w) \
-  (stalls < MAXSTALL && d_pc[w] == D_INFLIGHT && d_part[w] + 1 < NPART && \
+  (stalls < MAXSTALL && d_pc[w] == D_INFLIGHT && !shut(w) && d_part[w] + 1 < NPART && \
    claim_held(w, d_row[w]) && reachable(w))
 
 inline cut(w) {
@@ -975,6 +1138,9 @@ end:
      expire */
   :: atomic { crashes < MAXCRASH && busy(0) -> crash(0) }
   :: atomic { crashes < MAXCRASH && busy(1) -> crash(1) }
+  /* or shuts down (SIGTERM) and restarts: its lease and claims are released at once */
+  :: atomic { crashes < MAXCRASH && busy(0) && !shut(0) -> shutdown(0) }
+  :: atomic { crashes < MAXCRASH && busy(1) && !shut(1) -> shutdown(1) }
   /* the lease expires */
   :: d_step { lease_owner != 0 && !lease_expired &&
               (!lease_held(lease_owner - 1) || stalls < MAXSTALL) ->
@@ -999,6 +1165,11 @@ end:
   ORPHAN(1) ORPHAN(2) ORPHAN(3) ORPHAN(4) ORPHAN(5)
   /* a person deletes a draft that is not (yet) an answer */
   DELETE(1) DELETE(2) DELETE(3) DELETE(4) DELETE(5)
+#if defined(DISCORD)
+  /* Discord stops deduping a draft's nonce (never while a post with it is on its way: posts
+     reach Discord or fail within a fence, minutes shorter than the window) */
+  WINDOW_ENDS(1) WINDOW_ENDS(2) WINDOW_ENDS(3) WINDOW_ENDS(4) WINDOW_ENDS(5)
+#endif
 #endif
   od
 }

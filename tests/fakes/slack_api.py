@@ -115,7 +115,7 @@ class FakeSlackApi:
         self.updates: list[tuple[str, str, float]] = []  # chat.update: ts, text, when (monotonic)
         self.chat_log: list[dict[str, str]] = []  # chat.* calls that took effect: method, ts, text
         self.deleted: list[str] = []
-        self.failures: dict[str, list[Failure]] = {}
+        self.failures: dict[str, list[Failure | None]] = {}  # None: let one call through
         self.outage: Failure | None = None  # while set, every Web API call gets this answer
         self.holds: dict[str, asyncio.Event] = {}
         self.delays: dict[str, float] = {}
@@ -161,8 +161,10 @@ class FakeSlackApi:
             await self._runner.cleanup()
 
     # test controls ----------------------------------------------------------------------------
-    def fail(self, method: str, failure: Failure, times: int = 1) -> None:
-        self.failures.setdefault(method, []).extend([failure] * times)
+    def fail(self, method: str, failure: Failure, times: int = 1, after: int = 0) -> None:
+        """The next `times` calls of `method` fail, once `after` calls have gone through (a
+        second part's post fails between parts)."""
+        self.failures.setdefault(method, []).extend([None] * after + [failure] * times)
 
     def slow(self, method: str, seconds: float) -> None:
         """Calls of `method` take effect at once and answer only after `seconds` (a slow API)."""
