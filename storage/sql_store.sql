@@ -454,6 +454,9 @@ RETURNING id;
 -- name: forget_conversation_held
 DELETE FROM held_messages WHERE conversation_id = :cid RETURNING message_uid;
 
+-- name: forget_conversation_notes
+DELETE FROM conversation_notes WHERE conversation_id = :cid;
+
 -- name: backlog
 -- For the gauges: replies waiting in the outbox, and the oldest unanswered message's arrival;
 -- replies that failed for good (waiting for `burstbot retry`).
@@ -563,6 +566,24 @@ UPDATE conversations SET draft_key = NULL, draft_message_id = NULL, draft_create
     draft_reply_to = NULL
 WHERE id = :cid;
 
+-- what front ends note about a conversation (storage/notes.py) ---------------------------------
+
+-- name: note
+SELECT value FROM conversation_notes WHERE conversation_id = :cid AND name = :name;
+
+-- name: put_note
+INSERT INTO conversation_notes (conversation_id, name, value, noted_at)
+VALUES (:cid, :name, :value, :db_now)
+ON CONFLICT (conversation_id, name) DO UPDATE SET value = excluded.value,
+    noted_at = excluded.noted_at;
+
+-- name: add_note
+-- Only the first of two deliveries of one event inserts (and gets a row back).
+INSERT INTO conversation_notes (conversation_id, name, value, noted_at)
+VALUES (:cid, :name, :value, :db_now)
+ON CONFLICT (conversation_id, name) DO NOTHING
+RETURNING name;
+
 -- name: migration_3
 -- Delivery is fenced like generation: every claim bumps claim_token, and renewals and marks are
 -- conditional on it. A conversation's replies are claimed in commit order, one at a time (G9).
@@ -646,3 +667,18 @@ ALTER TABLE replies ADD COLUMN draft_reply_to TEXT;
 -- Delivery retries a transient failure for a horizon measured from the reply's first failure;
 -- NULL until it fails (and again after `burstbot retry`).
 ALTER TABLE replies ADD COLUMN failing_since FLOAT8;
+
+-- name: migration_11
+-- Reserved: numbered ahead of migration 12, it changes nothing.
+SELECT 1;
+
+-- name: migration_12
+-- Notes front ends keep per conversation (Slack's assistant threads: opened, the channel the
+-- person is viewing, the title set), which may exist before the conversation's first message.
+CREATE TABLE conversation_notes (
+    conversation_id   TEXT NOT NULL,
+    name              TEXT NOT NULL,
+    value             TEXT NOT NULL,
+    noted_at          FLOAT8 NOT NULL,
+    PRIMARY KEY (conversation_id, name)
+);

@@ -66,6 +66,7 @@ class Upkeep(StoreSeam[Conn]):
         await self._rows("reset_history", params)
         files = await self._forget_files("conversation_files", params)
         counts = await self._counts(("messages", "replies", "held"), "forget_conversation", params)
+        await self._rows("forget_conversation_notes", params)  # the viewed channel, a title
         unsent = await self._rows("unsent_replies", params)
         return {**counts, "files": files, "unsent_replies_kept": int(unsent[0][0])}
 

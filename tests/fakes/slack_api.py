@@ -11,15 +11,26 @@ over it and `acks` records the envelope ids the bot acknowledged.
 To try burstbot by hand against it: `python -m tests.fakes.slack_api --port 8766 --events-url
 http://127.0.0.1:3000/slack/events --signing-secret S`. `POST /fake/say` (form: `channel`,
 `text`, optional `user`, `thread_ts`) is a person writing: the message lands in history and is
-sent once as a signed event, as Slack does (if nobody listens, the event is lost); `GET
-/fake/posts` lists what bots posted (as the messages read now), and `GET /fake/calls` the
-`chat.*` calls bots made, in order (method, ts, text). `POST /fake/outage` (form: `on=1`, `on=0`)
+sent once as a signed event, as Slack does (if nobody listens, the event is lost); `POST
+/fake/assistant` (form: `user`, optional `viewing` channel) is a person opening the app's
+assistant panel: a new thread in their DM and its `assistant_thread_started` event; `GET
+/fake/posts` lists what bots posted (as the messages read now), `GET /fake/calls` the `chat.*`
+calls bots made, in order (method, ts, text), and `GET /fake/log` every Web API call, in order
+(method and arguments). `POST /fake/outage` (form: `on=1`, `on=0`)
 starts and ends an outage: meanwhile every Web API call is answered by the load balancer in front
 of Slack, a plain-text 503 (`UPSTREAM_DOWN`); tests set `outage` or `fail` with a `page` for the
 same.
 
 Bots' messages can be updated (`chat.update`: the bot's own message, text within Slack's limit,
 metadata replaced when given) and deleted (`chat.delete`), as on Slack.
+
+Assistant threads: `assistant.threads.setStatus`, `setSuggestedPrompts` and `setTitle` take
+effect (recorded in `statuses`, `suggested` and `titles`) only when the app has the
+`assistant:write` scope and the assistant feature (`assistant_enabled`, set by
+`status_supported=True`); otherwise they answer `missing_scope`, as Slack does. Their arguments are
+checked as Slack does (a thread, one to four prompts each with a title and a message, a title).
+`conversations.info` answers for the channels in `channels` (name, and whether the bot is a
+member).
 """
 
 from __future__ import annotations
@@ -111,6 +122,9 @@ class FakeSlackApi:
         self.reactions: set[tuple[str, str, str]] = set()
         self.reaction_log: list[tuple[str, str, str]] = []
         self.statuses: list[tuple[str, str, str]] = []
+        self.suggested: list[tuple[str, str, list[dict[str, str]], str | None]] = []
+        self.titles: list[tuple[str, str, str]] = []
+        self.channels: dict[str, dict[str, Any]] = {}  # conversations.info: id → name, is_member
         self.updates: list[tuple[str, str, float]] = []  # chat.update: ts, text, when (monotonic)
         self.chat_log: list[dict[str, str]] = []  # chat.* calls that took effect: method, ts, text
         self.deleted: list[str] = []
@@ -142,6 +156,8 @@ class FakeSlackApi:
         app.router.add_post("/fake/say", self._say)
         app.router.add_get("/fake/posts", self._posts)
         app.router.add_get("/fake/calls", self._chat_calls)
+        app.router.add_get("/fake/log", self._call_log)
+        app.router.add_post("/fake/assistant", self._open_assistant)
         app.router.add_post("/fake/outage", self._switch_outage)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -234,6 +250,31 @@ class FakeSlackApi:
 
     async def _chat_calls(self, request: web.Request) -> web.Response:
         return web.json_response(self.chat_log)
+
+    async def _call_log(self, request: web.Request) -> web.Response:
+        return web.json_response([{"method": method, "args": args} for method, args in self.calls])
+
+    async def _open_assistant(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        user, viewing = str(form.get("user", "U1")), str(form.get("viewing", ""))
+        channel, thread_ts = self.open_assistant_thread(user)
+        status: int | str = "no events url"
+        if self.events is not None:
+            event = assistant_event("assistant_thread_started", channel, thread_ts, user, viewing)
+            try:
+                status = await self.events.send(event)
+            except aiohttp.ClientError as exc:
+                status = f"event lost: {exc}"
+        return web.json_response({"channel": channel, "thread_ts": thread_ts, "event": status})
+
+    def open_assistant_thread(self, user: str = "U1") -> tuple[str, str]:
+        """A person opens the assistant panel: Slack starts a thread in their DM with the app
+        (its root is the person's `assistant_app_thread` message). Returns (channel, thread_ts)."""
+        channel, ts = "D" + user.removeprefix("U"), self._next_ts()
+        root = PostedMessage(channel, ts, "New Assistant Thread", None, None, user, None,
+                             subtype="assistant_app_thread")  # fmt: skip
+        self.messages.append(root)
+        return channel, ts
 
     async def _switch_outage(self, request: web.Request) -> web.Response:
         """`on=1`: every Web API call gets the load balancer's plain-text 503 until `on=0`."""
@@ -470,11 +511,53 @@ class FakeSlackApi:
         )  # fmt: skip
         return envelope_id
 
-    def _assistant_threads_setStatus(self, args: dict[str, Any]) -> dict[str, Any]:
+    def _assistant_thread(self, args: dict[str, Any]) -> dict[str, Any] | None:
+        """The error Slack gives for a call of the assistant surface, or None."""
         if not self.status_supported:
-            return {"error": "missing_scope"}
+            return {"error": "missing_scope", "needed": "assistant:write"}
+        if not args.get("channel_id") or not args.get("thread_ts"):
+            return {"error": "invalid_arguments"}
+        return None
+
+    def _assistant_threads_setStatus(self, args: dict[str, Any]) -> dict[str, Any]:
+        refused = self._assistant_thread(args)
+        if refused is not None:
+            return refused
         self.statuses.append((str(args["channel_id"]), str(args["thread_ts"]), args["status"]))
         return {}
+
+    def _assistant_threads_setSuggestedPrompts(self, args: dict[str, Any]) -> dict[str, Any]:
+        refused = self._assistant_thread(args)
+        if refused is not None:
+            return refused
+        prompts = args.get("prompts")
+        if isinstance(prompts, str):
+            prompts = json.loads(prompts)
+        if not (
+            isinstance(prompts, list)
+            and 1 <= len(prompts) <= 4
+            and all(isinstance(p, dict) and p.get("title") and p.get("message") for p in prompts)
+        ):
+            return {"error": "invalid_arguments"}
+        title = args.get("title")
+        self.suggested.append((str(args["channel_id"]), str(args["thread_ts"]), prompts,
+                               None if title is None else str(title)))  # fmt: skip
+        return {}
+
+    def _assistant_threads_setTitle(self, args: dict[str, Any]) -> dict[str, Any]:
+        refused = self._assistant_thread(args)
+        if refused is not None:
+            return refused
+        if not args.get("title"):
+            return {"error": "invalid_arguments"}
+        self.titles.append((str(args["channel_id"]), str(args["thread_ts"]), str(args["title"])))
+        return {}
+
+    def _conversations_info(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel = str(args.get("channel", ""))
+        if channel not in self.channels:
+            return {"error": "channel_not_found"}
+        return {"channel": {"id": channel, **self.channels[channel]}}
 
 
 class EventSender:
@@ -557,6 +640,17 @@ def event_callback(
         "event_time": int(time.time()),
         "event": {"team": team, "event_ts": event.get("ts"), **event},
     }
+
+
+def assistant_event(
+    event_type: str, channel: str, thread_ts: str, user: str = "U1", viewing: str = ""
+) -> dict[str, Any]:
+    """`assistant_thread_started` / `assistant_thread_context_changed`, as Slack sends them."""
+    context = {"channel_id": viewing, "team_id": TEAM, "enterprise_id": None} if viewing else {}
+    return {"type": event_type,
+            "assistant_thread": {"user_id": user, "context": context, "channel_id": channel,
+                                 "thread_ts": thread_ts},
+            "event_ts": f"{time.time():.6f}"}  # fmt: skip
 
 
 def dm(ts: str, text: str, user: str = "U1", **extra: Any) -> dict[str, Any]:
