@@ -215,7 +215,7 @@ class AssistantThreads:
         )
         about = info.get("channel") or {}
         name = f"#{about['name']}" if about.get("name") else f"channel {channel}"
-        lines = [f"The user is looking at {name} in Slack (<#{channel}>) while talking to you."]
+        lines = [f"The user is looking at {name} in Slack while talking to you."]
         if self.config.channel_context and about.get("is_member"):
             recent = await self._recent(channel)
             if recent:

@@ -10,7 +10,8 @@ Prompt caching is simulated: the first request with a given prefix (everything u
 marked `cache_control`) reports it as cache write, later ones as cache read. Token counts are about
 four characters a token.
 
-Standalone: `python -m tests.fakes.anthropic_server --port 8765` (one line per request on stdout).
+Standalone: `python -m tests.fakes.anthropic_server --port 8765` (one line per request on stdout;
+`--show-system` adds its system prompt).
 """
 
 from __future__ import annotations
@@ -346,9 +347,12 @@ def _error(
     return web.json_response(body, status=status, headers=headers)
 
 
-async def _serve(port: int, reply: str | None, delay: float) -> None:
+async def _serve(port: int, reply: str | None, delay: float, show_system: bool = False) -> None:
     def log(request: RecordedRequest) -> None:
         print(f"request {len(server.requests)}: {json.dumps(request.last_user_text)}", flush=True)
+        if show_system:
+            system = "\n".join(block.get("text", "") for block in request.system_blocks)
+            print(f"  system: {json.dumps(system)}", flush=True)
 
     server = FakeAnthropic(on_request=log)
     server.default_plan = Plan(text=reply, delay=delay)
@@ -365,9 +369,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--reply", help="fixed reply text (default: echo the last user turn)")
     parser.add_argument("--delay", type=float, default=0.0, help="seconds between words")
+    parser.add_argument("--show-system", action="store_true", help="print each system prompt")
     args = parser.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(args.port, args.reply, args.delay))
+        asyncio.run(_serve(args.port, args.reply, args.delay, args.show_system))
 
 
 if __name__ == "__main__":

@@ -9,17 +9,17 @@ HTTP endpoint, with `X-Slack-Retry-Num` for retries, and slash commands. For Soc
 over it and `acks` records the envelope ids the bot acknowledged.
 
 To try burstbot by hand against it: `python -m tests.fakes.slack_api --port 8766 --events-url
-http://127.0.0.1:3000/slack/events --signing-secret S`. `POST /fake/say` (form: `channel`,
-`text`, optional `user`, `thread_ts`) is a person writing: the message lands in history and is
-sent once as a signed event, as Slack does (if nobody listens, the event is lost); `POST
-/fake/assistant` (form: `user`, optional `viewing` channel) is a person opening the app's
-assistant panel: a new thread in their DM and its `assistant_thread_started` event; `GET
+http://127.0.0.1:3000/slack/events --signing-secret S` (by hand the app has the assistant scope
+unless `--without-assistant-scope`; `--channel C7:design` adds a channel the bot is in). `POST
+/fake/say` (form: `channel`, `text`, optional `user`, `thread_ts`) is a person writing: the message
+lands in history and is sent once as a signed event, as Slack does (if nobody listens, the event is
+lost); `POST /fake/assistant` (form: `user`, optional `viewing` channel) is a person opening the
+app's assistant panel: a new thread in their DM and its `assistant_thread_started` event; `GET
 /fake/posts` lists what bots posted (as the messages read now), `GET /fake/calls` the `chat.*`
 calls bots made, in order (method, ts, text), and `GET /fake/log` every Web API call, in order
-(method and arguments). `POST /fake/outage` (form: `on=1`, `on=0`)
-starts and ends an outage: meanwhile every Web API call is answered by the load balancer in front
-of Slack, a plain-text 503 (`UPSTREAM_DOWN`); tests set `outage` or `fail` with a `page` for the
-same.
+(method and arguments). `POST /fake/outage` (form: `on=1`, `on=0`) starts and ends an outage:
+meanwhile every Web API call is answered by the load balancer in front of Slack, a plain-text 503
+(`UPSTREAM_DOWN`); tests set `outage` or `fail` with a `page` for the same.
 
 Bots' messages can be updated (`chat.update`: the bot's own message, text within Slack's limit,
 metadata replaced when given) and deleted (`chat.delete`), as on Slack.
@@ -668,8 +668,13 @@ def channel_message(
     return event
 
 
-async def _serve(port: int, events_url: str, signing_secret: str) -> None:
-    api = await FakeSlackApi().start(port)
+async def _serve(
+    port: int, events_url: str, signing_secret: str, channels: list[str], assistant_scope: bool
+) -> None:
+    api = await FakeSlackApi(status_supported=assistant_scope).start(port)
+    for channel in channels:  # ID:name, a channel the bot is a member of
+        channel_id, _, name = channel.partition(":")
+        api.channels[channel_id] = {"name": name or channel_id.lower(), "is_member": True}
     if events_url:
         api.events = EventSender(events_url, signing_secret)
     logging.getLogger("fake-slack").warning("fake Slack Web API on %s", api.url)
@@ -684,10 +689,15 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8766)
     parser.add_argument("--events-url", default="", help="where to send each message as an event")
     parser.add_argument("--signing-secret", default="", help="signs those events")
+    member = "ID:name of a channel the bot is a member of (repeatable)"
+    parser.add_argument("--channel", action="append", default=[], help=member)
+    unscoped = "the app lacks assistant:write (assistant.threads.* refused)"
+    parser.add_argument("--without-assistant-scope", action="store_true", help=unscoped)
     args = parser.parse_args()
     logging.basicConfig(format="%(message)s")
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(args.port, args.events_url, args.signing_secret))
+        asyncio.run(_serve(args.port, args.events_url, args.signing_secret, args.channel,
+                           not args.without_assistant_scope))  # fmt: skip
 
 
 if __name__ == "__main__":
