@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from bot.config import parse_config
-from bot.core.errors import ConfigError
+from bot.core.errors import ConfigError, PermanentReplierError
 from bot.core.events import ConversationKey
 from bot.core.notes import NoteBook
 from bot.testing import ReplierCall, ScriptedReplier, check_invariants
@@ -47,6 +47,18 @@ async def until(predicate: Any, within: float = 5.0) -> None:
     async with asyncio.timeout(within):
         while not predicate():  # noqa: ASYNC110
             await asyncio.sleep(0.005)
+
+
+async def deliver(
+    bot: Bot, api: FakeSlackApi, mode: str, event: dict[str, Any], retry: int = 0
+) -> None:
+    """One event, as Slack sends it in `mode`, and its acknowledgement (a 200, an envelope ack)."""
+    if mode == "http":
+        assert await bot.send(event, retry_num=retry or None) == 200
+        return
+    envelope = await api.push_envelope(event, retry_attempt=retry)
+    await until(lambda: envelope in api.acks)
+    await bot.app.engine.idle()
 
 
 async def settled(bot: Bot) -> None:
@@ -146,15 +158,17 @@ def slow_notes(hosts: list[SlowNotesHost]) -> Any:
 
 
 # a burst in the thread ------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["http", "socket"])
 async def test_three_lines_get_one_streamed_answer_with_status_and_a_title_once(
-    api: FakeSlackApi,
+    api: FakeSlackApi, mode: str
 ) -> None:
     api.status_supported = True
     key = thread_key(ts(1))
-    async with running_bot(api, replier=ScriptedReplier(hold=True), assistant=ASSISTANT) as bot:
-        await bot.send(started(ts(1)))
+    replier = ScriptedReplier(hold=True)
+    async with running_bot(api, replier=replier, assistant=ASSISTANT, mode=mode) as bot:
+        await deliver(bot, api, mode, started(ts(1)))
         for n, text in enumerate(["how do I rotate", "the signing secret", "without downtime?"]):
-            assert await bot.send(dm(ts(n + 2), text, thread_ts=ts(1))) == 200
+            await deliver(bot, api, mode, dm(ts(n + 2), text, thread_ts=ts(1)))
         await settled(bot)
         assert api.titles == [("D1", ts(1), "how do I rotate")]
         call = await generating(bot, 0)
@@ -176,7 +190,7 @@ async def test_three_lines_get_one_streamed_answer_with_status_and_a_title_once(
         assert chat.count("chat.postMessage") == 1 and "chat.update" in chat
         assert api.statuses == [("D1", ts(1), "is thinking…"), ("D1", ts(1), "")]
         # the next burst: answered as usual, the title stays
-        await bot.send(dm(ts(9), "and for the app token?", thread_ts=ts(1)))
+        await deliver(bot, api, mode, dm(ts(9), "and for the app token?", thread_ts=ts(1)))
         (await generating(bot, 1)).finish("The same way.")
         await step(bot.clock, INTERVAL)
         await bot.step()
@@ -209,6 +223,23 @@ async def test_a_line_typed_while_the_status_shows_is_answered_once(api: FakeSla
         await check_invariants(bot.store, [key.id])
 
 
+async def test_the_status_is_cleared_when_the_burst_fails(api: FakeSlackApi) -> None:
+    api.status_supported = True
+    async with running_bot(api, replier=ScriptedReplier(hold=True)) as bot:
+        await bot.send(started(ts(1)))
+        await bot.send(dm(ts(2), "hello", thread_ts=ts(1)))
+        call = await generating(bot, 0)
+        await bot.clock.advance(1.0)
+        await bot.app.engine.indicator.idle()
+        assert api.statuses == [("D1", ts(1), "is thinking…")]
+        call.fail(PermanentReplierError("invalid_request_error: prompt is too long"))
+        await bot.app.engine.idle()
+        await bot.step()
+        [apology] = api.posts()
+        assert apology.thread_ts == ts(1)
+        assert api.statuses == [("D1", ts(1), "is thinking…"), ("D1", ts(1), "")]
+
+
 async def test_the_title_can_come_from_the_answer_or_not_at_all(api: FakeSlackApi) -> None:
     api.status_supported = True
     async with running_bot(api, assistant={"set_title": "answer"}) as bot:
@@ -238,16 +269,19 @@ async def test_a_dm_thread_not_opened_as_an_assistant_thread_gets_no_title(
 
 
 # context --------------------------------------------------------------------------------------
-async def test_the_viewed_channel_is_noted_and_named_in_the_next_prompt(api: FakeSlackApi) -> None:
+@pytest.mark.parametrize("mode", ["http", "socket"])
+async def test_the_viewed_channel_is_noted_and_named_in_the_next_prompt(
+    api: FakeSlackApi, mode: str
+) -> None:
     api.status_supported = True
     api.channels = {"C5": {"name": "general", "is_member": True},
                     "C7": {"name": "design", "is_member": True}}  # fmt: skip
     api.add_user_message("C7", ts(1), "the mockups are in figma")
-    async with running_bot(api) as bot:
-        await bot.send(started(ts(10), viewing="C5"))
-        await bot.send(viewing(ts(10), "C7"))
-        await bot.send(viewing(ts(10), "C7"), retry_num=1)
-        await bot.send(dm(ts(11), "what is this channel about?", thread_ts=ts(10)))
+    async with running_bot(api, mode=mode) as bot:
+        await deliver(bot, api, mode, started(ts(10), viewing="C5"))
+        await deliver(bot, api, mode, viewing(ts(10), "C7"))
+        await deliver(bot, api, mode, viewing(ts(10), "C7"), retry=1)
+        await deliver(bot, api, mode, dm(ts(11), "what is this channel about?", thread_ts=ts(10)))
         await bot.step(1.5)
         [call] = bot.replier.calls
         assert "The user is looking at #design" in call.prompt.system
