@@ -182,7 +182,8 @@ class AssistantThreads:
 
     async def reply_delivered(self, reply: Reply) -> None:
         """A reply was posted: the thread's first answer names it (`set_title = "answer"`)."""
-        if self.config.set_title == "answer" and not reply.id.startswith("n"):
+        notice = reply.id.startswith("n")  # a cost guard's notice (bot/app.py), not an answer
+        if self.config.set_title == "answer" and not notice:
             await self._title_once(reply.key, reply.text)
 
     async def _title_once(self, key: ConversationKey, text: str) -> None:
