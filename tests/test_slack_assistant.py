@@ -179,15 +179,24 @@ async def test_three_lines_get_one_streamed_answer_with_status_and_a_title_once(
         call.stream(3, "Add the new secret")
         await step(bot.clock, INTERVAL)
         await until(lambda: len(api.posts()) == 1)
+        call.stream(3, " first, then")
+        await step(bot.clock, INTERVAL)
+        await until(lambda: "chat.appendStream" in api.methods())
         call.finish("Add the new secret first, then remove the old one.")
         await step(bot.clock, INTERVAL)
         await bot.app.engine.idle()
         await bot.step()
         [answer] = api.posts()
-        assert answer.thread_ts == ts(1)
+        assert answer.thread_ts == ts(1) and not answer.streaming
         assert answer.text == "Add the new secret first, then remove the old one."
-        chat = [m for m in api.methods() if m.startswith("chat.")]
-        assert chat.count("chat.postMessage") == 1 and "chat.update" in chat
+        # one native stream: started once, appended to, stopped once, then the final text
+        assert api.chat_log == [
+            {"method": "chat.startStream", "ts": answer.ts, "text": "Add the new secret"},
+            {"method": "chat.appendStream", "ts": answer.ts, "text": " first, then"},
+            {"method": "chat.stopStream", "ts": answer.ts, "text": ""},
+            {"method": "chat.update", "ts": answer.ts, "text": answer.text},
+        ]
+        assert answer.metadata is not None and answer.metadata["event_payload"]["part"] == 0
         assert api.statuses == [("D1", ts(1), "is thinking…"), ("D1", ts(1), "")]
         # the next burst: answered as usual, the title stays
         await deliver(bot, api, mode, dm(ts(9), "and for the app token?", thread_ts=ts(1)))

@@ -148,9 +148,9 @@ class SlackFrontend:
             reaction=self.config.thinking_reaction,
             max_parts=self.config.max_parts_per_reply,
         )
-        self.drafts = SlackDrafts(self._outbound)
-        self._history = History(self._client, self.identity, self.listen_channels)
         self.assistant = AssistantThreads(self._client, self.identity, host, self.config.assistant)
+        self.drafts = SlackDrafts(self._outbound, native=self.assistant.streams_natively)
+        self._history = History(self._client, self.identity, self.listen_channels)
         bolt_logger = logging.getLogger("burstbot.slack.bolt")
         bolt_logger.addFilter(_drop_token_unused_warning)
         bolt = AsyncApp(

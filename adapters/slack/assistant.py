@@ -107,6 +107,7 @@ class AssistantThreads:
         self._background: set[asyncio.Task[None]] = set()
         self._refused: set[str] = set()  # methods Slack refused for want of scope: warned once
         self._names: dict[str, str] = {}
+        self._native: set[str] = set()  # assistant threads seen: drafts stream natively there
 
     def reconfigure(self, config: SlackAssistantConfig) -> None:
         """A reload: the next thread gets the new prompts, greeting and title rule."""
@@ -157,7 +158,10 @@ class AssistantThreads:
             await self._call(
                 "chat.postMessage",
                 self.client.chat_postMessage(
-                    channel=thread.key.channel, thread_ts=thread.key.thread, text=config.greeting
+                    channel=thread.key.channel,
+                    thread_ts=thread.key.thread,
+                    text=config.greeting,
+                    metadata=greeting_metadata(thread.key),
                 ),
             )
 
@@ -171,6 +175,18 @@ class AssistantThreads:
                 channel_id=key.channel, thread_ts=key.thread, prompts=listed, title=title or None
             ),
         )
+
+    async def streams_natively(self, key: ConversationKey) -> bool:
+        """Whether the conversation's drafts are Slack's native streams: a thread opened from
+        the assistant surface (noted once, never un-noted: remembered)."""
+        if not (self.config.enabled and is_dm_thread(key)):
+            return False
+        if key.id in self._native:
+            return True
+        if await self.host.notes.note(key.id, NOTE_THREAD) is None:
+            return False
+        self._native.add(key.id)
+        return True
 
     # the thread's title -----------------------------------------------------------------------
     async def message_accepted(self, message: IncomingMessage) -> None:
@@ -303,6 +319,12 @@ class AssistantThreads:
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
+
+
+def greeting_metadata(key: ConversationKey) -> dict[str, Any]:
+    """The greeting's label: every message of ours in an assistant thread carries one, so a
+    native stream (unlabelled until it stops) is told apart from them (native_stream.py)."""
+    return {"event_type": "burstbot_greeting", "event_payload": {"conversation": key.id}}
 
 
 def viewed_channel(noted: str | None) -> str:

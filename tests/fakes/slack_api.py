@@ -24,6 +24,14 @@ meanwhile every Web API call is answered by the load balancer in front of Slack,
 Bots' messages can be updated (`chat.update`: the bot's own message, text within Slack's limit,
 metadata replaced when given) and deleted (`chat.delete`), as on Slack.
 
+Native streams: `chat.startStream` (a thread reply: `thread_ts` required, `markdown_text` within
+12,000 characters) posts a message that shows in `conversations.replies` at once, without
+metadata; `chat.appendStream` appends to it, `chat.stopStream` appends its `markdown_text` if any,
+sets its `metadata` if given and ends it. Appending to or stopping a message that is not streaming
+answers `message_not_in_streaming_state`, an unknown one `message_not_found`. A streaming message
+cannot be `chat.update`d (`cant_update_message`: Slack documents no update of a running stream,
+so the fake refuses it and the bot must stop the stream first); it can be deleted.
+
 Assistant threads: `assistant.threads.setStatus`, `setSuggestedPrompts` and `setTitle` take
 effect (recorded in `statuses`, `suggested` and `titles`) only when the app has the
 `assistant:write` scope and the assistant feature (`assistant_enabled`, set by
@@ -54,6 +62,7 @@ TEAM = "T0001"
 BOT_USER = "UBOT"
 BOT_ID = "BBOT"
 MAX_TEXT_CHARS = 40_000  # Slack refuses longer text with msg_too_long
+MAX_STREAM_CHARS = 12_000  # a stream's markdown_text, per call
 
 
 @dataclass
@@ -85,6 +94,7 @@ class PostedMessage:
     bot_id: str | None = BOT_ID
 
     subtype: str | None = None
+    streaming: bool = False  # a native stream not stopped yet
 
     @property
     def top_level(self) -> bool:
@@ -373,6 +383,8 @@ class FakeSlackApi:
         message = self._own_message(args)
         if isinstance(message, dict):
             return message
+        if message.streaming:
+            return {"error": "cant_update_message"}
         text = str(args.get("text", ""))
         if len(text) > MAX_TEXT_CHARS:
             return {"error": "msg_too_long"}
@@ -385,6 +397,53 @@ class FakeSlackApi:
         self.updates.append((message.ts, text, time.monotonic()))
         self.chat_log.append({"method": "chat.update", "ts": message.ts, "text": text})
         return {"channel": message.channel, "ts": message.ts, "text": text}
+
+    def _chat_startStream(self, args: dict[str, Any]) -> dict[str, Any]:
+        if not args.get("channel") or not args.get("thread_ts"):
+            return {"error": "invalid_arguments"}
+        text = str(args.get("markdown_text") or "")
+        if len(text) > MAX_STREAM_CHARS:
+            return {"error": "msg_too_long"}
+        ts = self._next_ts()
+        message = PostedMessage(str(args["channel"]), ts, text, str(args["thread_ts"]), None,
+                                streaming=True)  # fmt: skip
+        self.messages.append(message)
+        self.chat_log.append({"method": "chat.startStream", "ts": ts, "text": text})
+        return {"channel": message.channel, "ts": ts}
+
+    def _streaming_message(self, args: dict[str, Any]) -> PostedMessage | dict[str, Any]:
+        message = self._own_message(args)
+        if isinstance(message, PostedMessage) and not message.streaming:
+            return {"error": "message_not_in_streaming_state"}
+        return message
+
+    def _chat_appendStream(self, args: dict[str, Any]) -> dict[str, Any]:
+        message = self._streaming_message(args)
+        if isinstance(message, dict):
+            return message
+        text = str(args.get("markdown_text") or "")
+        if not text:
+            return {"error": "invalid_arguments"}
+        if len(text) > MAX_STREAM_CHARS:
+            return {"error": "msg_too_long"}
+        message.text += text
+        self.chat_log.append({"method": "chat.appendStream", "ts": message.ts, "text": text})
+        return {"channel": message.channel, "ts": message.ts}
+
+    def _chat_stopStream(self, args: dict[str, Any]) -> dict[str, Any]:
+        message = self._streaming_message(args)
+        if isinstance(message, dict):
+            return message
+        text = str(args.get("markdown_text") or "")
+        metadata = args.get("metadata")
+        if isinstance(metadata, str):
+            metadata = json.loads(metadata)
+        message.text += text
+        message.streaming = False
+        if metadata:
+            message.metadata = metadata
+        self.chat_log.append({"method": "chat.stopStream", "ts": message.ts, "text": text})
+        return {"channel": message.channel, "ts": message.ts, "message": message.as_api(True)}
 
     def _chat_delete(self, args: dict[str, Any]) -> dict[str, Any]:
         message = self._own_message(args)
