@@ -132,3 +132,49 @@ async def test_other_slack_conversations_keep_post_and_update(api: FakeSlackApi)
         await bot.step()
         assert [m.text for m in api.posts()] == ["Hi there."]
         assert not [m for m in chat_methods(api) if "Stream" in m]
+
+
+async def test_a_stream_slack_ended_goes_on_by_update_in_the_same_message(
+    api: FakeSlackApi,
+) -> None:
+    api.status_supported = True
+    async with running_bot(api, replier=ScriptedReplier(hold=True)) as bot:
+        await bot.send(started(ts(1)))
+        await bot.send(dm(ts(2), "a long one please", thread_ts=ts(1)))
+        call = await generating(bot, 0)
+        call.stream(3, "First part")
+        await step(bot.clock, INTERVAL)
+        await until(lambda: "chat.startStream" in chat_methods(api))
+        api.end_streams()  # minutes later, Slack closed it
+        call.stream(3, " and more")
+        await step(bot.clock, INTERVAL)
+        await until(lambda: "chat.update" in chat_methods(api))
+        assert answers(api) == ["First part and more"]
+        call.finish("First part and more, all of it.")
+        await step(bot.clock, INTERVAL)
+        await bot.app.engine.idle()
+        await bot.step()
+        assert answers(api) == ["First part and more, all of it."]
+        assert chat_methods(api) == ["chat.startStream", "chat.update", "chat.update"]
+        await check_invariants(bot.store, [KEY.id])
+
+
+async def test_half_written_markdown_waits_instead_of_being_taken_back(api: FakeSlackApi) -> None:
+    api.status_supported = True
+    async with running_bot(api, replier=ScriptedReplier(hold=True)) as bot:
+        await bot.send(started(ts(1)))
+        await bot.send(dm(ts(2), "is it deployed?", thread_ts=ts(1)))
+        call = await generating(bot, 0)
+        call.stream(3, "It is, see [the log](https://ci.exa")
+        await step(bot.clock, INTERVAL)
+        await until(lambda: "chat.startStream" in chat_methods(api))
+        call.stream(3, "mple/42) for")
+        await step(bot.clock, INTERVAL)
+        await until(lambda: "chat.appendStream" in chat_methods(api))
+        sent = [entry["text"] for entry in api.chat_log]
+        assert sent == ["It is, see", " [the log](https://ci.example/42) for"]
+        call.finish("It is, see [the log](https://ci.example/42) for details.")
+        await step(bot.clock, INTERVAL)
+        await bot.app.engine.idle()
+        await bot.step()
+        assert answers(api) == ["It is, see <https://ci.example/42|the log> for details."]

@@ -53,8 +53,9 @@ LOOKUP_PAGE = 200
 def settled_prefix(text: str) -> str:
     """The part of text still being written that will not change: what settling it keeps."""
     settled = settle_partial(text)
-    same = next((i for i, (a, b) in enumerate(zip(text, settled, strict=False)) if a != b), None)
-    return (text if same is None else text[:same]).rstrip()
+    common = min(len(text), len(settled))
+    same = next((i for i in range(common) if text[i] != settled[i]), common)
+    return text[:same].rstrip()
 
 
 class NativeStreams:

@@ -198,6 +198,11 @@ class FakeSlackApi:
         self.holds[method] = asyncio.Event()
         return self.holds[method]
 
+    def end_streams(self) -> None:
+        """Slack ends running streams by itself after some minutes: they stop taking appends."""
+        for message in self.messages:
+            message.streaming = False
+
     def add_user_message(
         self, channel: str, ts: str, text: str, user: str = "U1", thread_ts: str | None = None
     ) -> None:
