@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from bot.core.events import ConversationKey
 from bot.testing import ReplierCall, ScriptedReplier, check_invariants
 from tests.clock_steps import step
@@ -178,3 +180,27 @@ async def test_half_written_markdown_waits_instead_of_being_taken_back(api: Fake
         await bot.app.engine.idle()
         await bot.step()
         assert answers(api) == ["It is, see <https://ci.example/42|the log> for details."]
+
+
+async def test_a_workspace_that_refuses_streams_gets_post_and_update_once_warned(
+    api: FakeSlackApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    api.status_supported = True
+    api.fail("chat.startStream", Failure(error="unknown_method"))
+    async with running_bot(api, replier=ScriptedReplier(hold=True)) as bot:
+        await bot.send(started(ts(1)))
+        await bot.send(dm(ts(2), "hello", thread_ts=ts(1)))
+        call = await generating(bot, 0)
+        call.stream(3, "Hi")
+        await step(bot.clock, INTERVAL)
+        await until(lambda: "chat.postMessage" in chat_methods(api))
+        call.finish("Hi there.")
+        await step(bot.clock, INTERVAL)
+        await bot.app.engine.idle()
+        await bot.step()
+        assert answers(api) == ["Hi there."]
+        assert chat_methods(api) == ["chat.postMessage", "chat.update"]
+        assert api.methods().count("chat.startStream") == 1  # refused once, not asked again
+        refused = [r.message for r in caplog.records if "startStream refused" in r.message]
+        assert refused == ["slack: chat.startStream refused (unknown_method): drafts are posted "
+                           "and updated instead"]  # fmt: skip

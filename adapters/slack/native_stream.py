@@ -48,6 +48,15 @@ log = logging.getLogger("burstbot.slack")
 NOT_STREAMING = "message_not_in_streaming_state"
 REMEMBERED = 512  # streams (and stopped messages) a process remembers
 LOOKUP_PAGE = 200
+UNAVAILABLE = frozenset(
+    {"unknown_method", "method_deprecated", "not_allowed_token_type", "missing_scope",
+     "no_permission", "feature_not_enabled", "not_supported"}
+)  # fmt: skip
+"""`chat.startStream` refused for good: Slack answered, so nothing was posted."""
+
+
+class StreamsUnavailable(Exception):
+    """The workspace refuses native streams; drafts go by post and update instead."""
 
 
 def settled_prefix(text: str) -> str:
@@ -77,6 +86,11 @@ class NativeStreams:
             args["markdown_text"] = first
         try:
             response = await self.client.chat_startStream(**args)
+        except SlackApiError as exc:
+            code = slack_error_code(exc)
+            if code in UNAVAILABLE:
+                raise StreamsUnavailable(code) from exc
+            raise delivery_error(exc, f"conversation {key.id}: start stream") from exc
         except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as exc:
             raise delivery_error(exc, f"conversation {key.id}: start stream") from exc
         message_id = f"{key.channel}:{response['ts']}"

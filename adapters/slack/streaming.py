@@ -26,7 +26,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from adapters.markdown import settle_partial
 from adapters.slack.inbound import split_message_id
 from adapters.slack.mrkdwn import split_mrkdwn, to_mrkdwn
-from adapters.slack.native_stream import NativeStreams
+from adapters.slack.native_stream import NativeStreams, StreamsUnavailable
 from adapters.slack.outbound import Outbound, delivery_error, part_metadata, slack_error_code
 from bot.core.errors import MessageGone
 from bot.core.events import ConversationKey, Draft, Reply
@@ -50,9 +50,12 @@ class SlackDrafts:
         self._native = native  # where drafts are native streams (assistant threads)
         self.streams = NativeStreams(outbound.client, outbound.identity, outbound.part_chars)
         self._labels: dict[str, str] = {}  # a native draft's message id → the draft's key
+        self.native_refused = ""  # Slack's reason, once it refused to start a stream
 
     async def native(self, key: ConversationKey) -> bool:
-        return bool(key.thread) and self._native is not None and await self._native(key)
+        if self.native_refused or self._native is None or not key.thread:
+            return False
+        return await self._native(key)
 
     def draft_text(self, text: str) -> str:
         """What a draft shows of the text so far: rendered whole, one part's worth."""
@@ -61,9 +64,15 @@ class SlackDrafts:
 
     async def post_draft(self, key: ConversationKey, draft: Draft, text: str) -> str:
         if await self.native(key):
-            message_id = await self.streams.start(key, text)
-            self._labels[message_id] = draft.key
-            return message_id
+            try:
+                message_id = await self.streams.start(key, text)
+            except StreamsUnavailable as refused:  # Slack answered: nothing was posted
+                self.native_refused = str(refused)
+                log.warning("slack: chat.startStream refused (%s): drafts are posted and updated "
+                            "instead", refused)  # fmt: skip
+            else:
+                self._labels[message_id] = draft.key
+                return message_id
         return await self._post(key, draft, text)
 
     async def _post(self, key: ConversationKey, draft: Draft, text: str) -> str:
