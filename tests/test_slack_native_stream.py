@@ -10,11 +10,23 @@ import asyncio
 from typing import Any
 
 import pytest
+from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.core.events import ConversationKey
+from adapters.slack.inbound import Identity
+from adapters.slack.outbound import Outbound
+from adapters.slack.streaming import SlackDrafts
+from bot.core.events import ConversationKey, Draft
 from bot.testing import ReplierCall, ScriptedReplier, check_invariants
 from tests.clock_steps import step
-from tests.fakes.slack_api import TEAM, Failure, FakeSlackApi, assistant_event, dm
+from tests.fakes.slack_api import (
+    BOT_ID,
+    BOT_USER,
+    TEAM,
+    Failure,
+    FakeSlackApi,
+    assistant_event,
+    dm,
+)
 from tests.slack_harness import Bot, api, running_bot, ts
 
 __all__ = ["api"]  # fixture
@@ -204,3 +216,31 @@ async def test_a_workspace_that_refuses_streams_gets_post_and_update_once_warned
         refused = [r.message for r in caplog.records if "startStream refused" in r.message]
         assert refused == ["slack: chat.startStream refused (unknown_method): drafts are posted "
                            "and updated instead"]  # fmt: skip
+
+
+# another process's stream (a takeover after a crash) ------------------------------------------
+def drafts_of_a_process(api: FakeSlackApi) -> SlackDrafts:
+    """The drafts of one burstbot process, for the assistant thread at `KEY`."""
+    client = AsyncWebClient(token=api.token, base_url=api.url, retry_handlers=[])
+    outbound = Outbound(client, Identity(TEAM, BOT_USER, BOT_ID))
+
+    async def assistant_thread(key: ConversationKey) -> bool:
+        return key == KEY
+
+    return SlackDrafts(outbound, native=assistant_thread)
+
+
+async def test_a_stream_another_process_started_is_stopped_before_its_message_is_edited(
+    api: FakeSlackApi,
+) -> None:
+    crashed, survivor = drafts_of_a_process(api), drafts_of_a_process(api)
+    draft = Draft("dkey", None, 0.0, None)
+    message_id = await crashed.post_draft(KEY, draft, "Half of")
+    await survivor.edit_draft(KEY, message_id, "Five.")
+    [message] = api.posts()
+    assert (message.text, message.streaming) == ("Five.", False)
+    assert chat_methods(api) == ["chat.startStream", "chat.stopStream", "chat.update"]
+    second = await crashed.post_draft(KEY, Draft("dkey2", None, 0.0, None), "Never mind")
+    await survivor.delete_draft(KEY, second)
+    assert [m.text for m in api.posts()] == ["Five."]
+    assert chat_methods(api)[-2:] == ["chat.stopStream", "chat.delete"]
