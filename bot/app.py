@@ -21,6 +21,7 @@ from bot.core.errors import BurstbotError, ConfigError, StoreError
 from bot.core.events import ConversationKey, Event, IncomingMessage, Reply, ResetConversation
 from bot.core.frontend import Frontend, stop_intake
 from bot.core.gate import GuardStep, Refusal
+from bot.core.notes import NoteBook
 from bot.core.scheduler import Scheduler
 from bot.core.settings import EngineSettings
 from bot.core.signals import Listener
@@ -38,6 +39,7 @@ from bot.ops.retention import Retention, RetentionStore
 from bot.ops.usage import PriceTable
 
 log = logging.getLogger("burstbot")
+PROMPT_CONTEXT_SECONDS = 10.0  # a front end's look-ups for the prompt (a channel's messages)
 SHUTDOWN_GRACE_SECONDS = 5.0  # for replies being posted at shutdown; well inside systemd's 30 s
 
 
@@ -143,6 +145,10 @@ class App:
             raise ConfigError("storage: this backend cannot remember threads or catch up")
         self.catch_up_settings = CatchUpSettings.from_config(config)
         self.threads = ThreadBook(store, self.engine.clock, self.ingest, self.catch_up_settings)
+        if not isinstance(store, NoteBook):
+            raise ConfigError("storage: this backend cannot keep notes about conversations")
+        self.notes: NoteBook = store
+        self.engine.prompts.context = self._prompt_context
         self.catch_ups: list[CatchUp] = []
         self.metrics = Metrics(PriceTable(config.prices))
         self.retention = None
@@ -186,6 +192,10 @@ class App:
         self.engine.guard = GuardStep(guards)
         self.engine.settings = EngineSettings.from_config(plan.config)
         self.metrics.prices = PriceTable(plan.config.prices)
+        for frontend in self.frontends:  # the live part of a front end's own section
+            reconfigure = getattr(frontend, "reconfigure", None)
+            if reconfigure is not None:
+                reconfigure(plan.config)
         log.warning(
             "config reloaded from %s: %s", self.config_path, ", ".join(plan.applied) or "no change"
         )
@@ -269,6 +279,22 @@ class App:
 
     async def flush(self, key: ConversationKey) -> None:
         await self.engine.flush(key)
+
+    async def _prompt_context(self, key: ConversationKey) -> str:
+        """What the conversation's front end adds to the system prompt (optional
+        `async def prompt_context(key) -> str`, e.g. the channel a Slack user is viewing).
+        Bounded, and a courtesy: a failure answers without it."""
+        frontend = self.by_platform.get(key.platform)
+        method = getattr(frontend, "prompt_context", None)
+        if method is None:
+            return ""
+        try:
+            async with asyncio.timeout(PROMPT_CONTEXT_SECONDS):
+                return str(await method(key))
+        except (TimeoutError, BurstbotError) as exc:
+            log.warning("conversation %s: answering without its context (%s)", key.id,
+                        exc or "timed out")  # fmt: skip
+            return ""
 
     async def is_settled(self, key: ConversationKey) -> bool:
         return await self.engine.is_settled(key)

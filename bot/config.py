@@ -59,6 +59,10 @@ MAX_ATTACHMENT_BYTES = 5 * 1024 * 1024
 """Per file, by default: Claude's limit for one image (PDFs may be larger)."""
 MAX_REQUEST_FILE_BYTES = 24 * 1024 * 1024
 """Files one model request may carry: base64 makes them a third larger, and Claude takes 32 MB."""
+MAX_SUGGESTED_PROMPTS = 4  # Slack's limit for one assistant thread
+MAX_PROMPT_TITLE_CHARS = 100
+MAX_PROMPT_MESSAGE_CHARS = 4_000
+MAX_GREETING_CHARS = 4_000
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,29}")
 
 
@@ -183,6 +187,40 @@ class ConsoleConfig(Section):
     user_name: str = "you"
 
 
+class SuggestedPrompt(Section):
+    """One button of an assistant thread: `title` shows, `message` is sent as the person's."""
+
+    title: str = Field(min_length=1, max_length=MAX_PROMPT_TITLE_CHARS)
+    message: str = Field(min_length=1, max_length=MAX_PROMPT_MESSAGE_CHARS)
+
+
+class SlackAssistantConfig(Section):
+    """Slack's AI app surface (assistant threads): `[slack.assistant]`. Live on reload."""
+
+    enabled: bool = True
+    suggested_prompts: list[SuggestedPrompt] = Field(
+        default_factory=list, max_length=MAX_SUGGESTED_PROMPTS
+    )
+    channel_prompts: dict[str, list[SuggestedPrompt]] = Field(default_factory=dict)
+    prompts_title: str = Field(default="", max_length=MAX_PROMPT_TITLE_CHARS)
+    greeting: str = Field(default="", max_length=MAX_GREETING_CHARS)
+    set_title: Literal["first_message", "answer", "off"] = "first_message"
+    channel_context: bool = False
+    channel_context_messages: int = Field(default=20, ge=1, le=200)
+
+    @field_validator("channel_prompts")
+    @classmethod
+    def _at_most_four(
+        cls, prompts: dict[str, list[SuggestedPrompt]]
+    ) -> dict[str, list[SuggestedPrompt]]:
+        for channel, listed in prompts.items():
+            if len(listed) > MAX_SUGGESTED_PROMPTS:
+                raise ValueError(
+                    f"{channel}: at most {MAX_SUGGESTED_PROMPTS} prompts (Slack shows no more)"
+                )
+        return prompts
+
+
 class SlackConfig(Section):
     enabled: bool = False
     mode: Literal["socket", "http"] = "socket"
@@ -198,6 +236,7 @@ class SlackConfig(Section):
     thinking_indicator: Literal["auto", "reaction", "off"] = "auto"
     thinking_reaction: str = Field(default="hourglass_flowing_sand", min_length=1)
     max_parts_per_reply: int = Field(default=MAX_PARTS_PER_REPLY, ge=1, le=100)
+    assistant: SlackAssistantConfig = Field(default_factory=SlackAssistantConfig)
 
 
 class DiscordConfig(Section):

@@ -36,12 +36,13 @@ from bot.ops.inspection import ConversationSummary
 from storage import rows as codec
 from storage.drafts import DraftSteps
 from storage.files import FileSteps
+from storage.notes import NoteSteps
 from storage.rows import Params, Row
 from storage.seam import Conn
 from storage.upkeep import Upkeep
 
 
-class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn]):
+class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn], NoteSteps[Conn]):
     MIGRATIONS: ClassVar[Sequence[str]]
 
     # the rest of the seam (see the module docstring) ----------------------------------------

@@ -461,6 +461,9 @@ DELETE FROM held_messages WHERE conversation_id = :cid RETURNING message_uid;
 UPDATE generations SET searches = '[]' WHERE conversation_id = :cid AND searches != '[]'
 RETURNING id;
 
+-- name: forget_conversation_notes
+DELETE FROM conversation_notes WHERE conversation_id = :cid;
+
 -- name: backlog
 -- For the gauges: replies waiting in the outbox, and the oldest unanswered message's arrival;
 -- replies that failed for good (waiting for `burstbot retry`).
@@ -570,6 +573,24 @@ UPDATE conversations SET draft_key = NULL, draft_message_id = NULL, draft_create
     draft_reply_to = NULL
 WHERE id = :cid;
 
+-- what front ends note about a conversation (storage/notes.py) ---------------------------------
+
+-- name: note
+SELECT value FROM conversation_notes WHERE conversation_id = :cid AND name = :name;
+
+-- name: put_note
+INSERT INTO conversation_notes (conversation_id, name, value, noted_at)
+VALUES (:cid, :name, :value, :db_now)
+ON CONFLICT (conversation_id, name) DO UPDATE SET value = excluded.value,
+    noted_at = excluded.noted_at;
+
+-- name: add_note
+-- Only the first of two deliveries of one event inserts (and gets a row back).
+INSERT INTO conversation_notes (conversation_id, name, value, noted_at)
+VALUES (:cid, :name, :value, :db_now)
+ON CONFLICT (conversation_id, name) DO NOTHING
+RETURNING name;
+
 -- name: migration_3
 -- Delivery is fenced like generation: every claim bumps claim_token, and renewals and marks are
 -- conditional on it. A conversation's replies are claimed in commit order, one at a time (G9).
@@ -659,3 +680,14 @@ ALTER TABLE replies ADD COLUMN failing_since FLOAT8;
 -- tokens), and what it searched (a JSON list of query, result count and error, for `explain`).
 ALTER TABLE generations ADD COLUMN web_searches INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE generations ADD COLUMN searches TEXT NOT NULL DEFAULT '[]';
+
+-- name: migration_12
+-- Notes front ends keep per conversation (Slack's assistant threads: opened, the channel the
+-- person is viewing, the title set), which may exist before the conversation's first message.
+CREATE TABLE conversation_notes (
+    conversation_id   TEXT NOT NULL,
+    name              TEXT NOT NULL,
+    value             TEXT NOT NULL,
+    noted_at          FLOAT8 NOT NULL,
+    PRIMARY KEY (conversation_id, name)
+);

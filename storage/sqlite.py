@@ -271,6 +271,14 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         with _arriving():
             await super().hold(message, now)
 
+    async def put_note(self, conversation_id: str, name: str, value: str, now: float) -> None:
+        with _arriving():  # an assistant thread's event waits for it before its ack
+            await super().put_note(conversation_id, name, value, now)
+
+    async def add_note(self, conversation_id: str, name: str, value: str, now: float) -> bool:
+        with _arriving():
+            return await super().add_note(conversation_id, name, value, now)
+
     async def _ingest_batch(self, batch: Sequence[QueuedIngest]) -> list[IngestResult]:
         """Before other waiters for the lock: acks wait for this (storage/sqlite_lock.py)."""
         async with self._lock.held(urgent=True):

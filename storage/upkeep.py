@@ -72,6 +72,7 @@ class Upkeep(StoreSeam[Conn]):
         files = await self._forget_files("conversation_files", params)
         tables = ("messages", "replies", "held", "generations")
         counts = await self._counts(tables, "forget_conversation", params)
+        await self._rows("forget_conversation_notes", params)  # the viewed channel, a title
         unsent = await self._rows("unsent_replies", params)
         return {**counts, "files": files, "unsent_replies_kept": int(unsent[0][0])}
 

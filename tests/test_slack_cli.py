@@ -21,7 +21,7 @@ import aiohttp
 import aiosqlite
 import pytest
 
-from tests.fakes.slack_api import EventSender, FakeSlackApi, dm
+from tests.fakes.slack_api import EventSender, FakeSlackApi, assistant_event, dm
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "operator-signing-secret"
@@ -144,6 +144,40 @@ async def test_operator_run_answers_a_dm_burst_once_and_ignores_a_retry(
         _, stderr = await asyncio.wait_for(process.communicate(), 15)
     assert process.returncode == 0, stderr.decode()
     assert len(api.posts()) == 2
+
+
+async def test_operator_run_serves_an_assistant_thread(api: FakeSlackApi, tmp_path: Path) -> None:
+    """Opened from the assistant panel: prompts once; three quick lines, one answer, a title."""
+    api.status_supported = True  # the app has assistant:write
+    port = free_port()
+    prompts = '[slack.assistant]\nsuggested_prompts = [{ title = "Hi", message = "Say hi" }]\n'
+    process = await start_burstbot(write_config(tmp_path, api, port, prompts), "xoxb-test")
+    sender = EventSender(f"http://127.0.0.1:{port}/slack/events", SECRET)
+    channel, thread = api.open_assistant_thread("U1")
+    opened = assistant_event("assistant_thread_started", channel, thread, "U1", "C7")
+    try:
+        deadline = time.monotonic() + 15
+        while True:  # the endpoint is up once a request connects
+            try:
+                assert await sender.send(opened, event_id="Ev1") == 200
+                break
+            except aiohttp.ClientConnectionError:
+                assert process.returncode is None and time.monotonic() < deadline
+                await asyncio.sleep(0.1)
+        assert await sender.send(opened, event_id="Ev1", retry_num=1) == 200
+        for n, text in enumerate(["hey", "quick question", "is prod up?"]):
+            line = dm(f"{float(thread) + n + 1:.6f}", text, thread_ts=thread, channel=channel)
+            assert await sender.send(line) == 200
+        await until(lambda: len(api.posts()) == 1 and api.titles != [])
+        [answer] = api.posts()
+        assert answer.thread_ts == thread and answer.text.startswith("Got your 3 messages:")
+        assert api.suggested == [(channel, thread, [{"title": "Hi", "message": "Say hi"}], None)]
+        assert api.titles == [(channel, thread, "hey")]
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(process.communicate(), 15)
+    assert process.returncode == 0, stderr.decode()
 
 
 async def test_rejected_bot_token_prints_one_line_and_exits_2(

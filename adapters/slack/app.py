@@ -24,6 +24,10 @@ lookup (a 429) is retried instead of dropping the message.
 
 Catch-up (bot/core/catch_up.py, history.py) runs after start and after every Socket Mode
 reconnect (a new `hello`).
+
+Assistant threads (Slack's AI app surface) are assistant.py's: their events are plain Bolt event
+listeners acked after the store write like messages (Bolt's `Assistant` middleware is not used:
+it would answer thread messages in its own listeners, outside the burst pipeline).
 """
 
 from __future__ import annotations
@@ -48,12 +52,13 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from adapters.slack import files, inbound
+from adapters.slack.assistant import AssistantThreads
 from adapters.slack.endpoint import MAX_BODY_BYTES, endpoint, server_log
 from adapters.slack.history import History
 from adapters.slack.inbound import Identity, Payload
 from adapters.slack.outbound import Outbound, delivery_error, slack_error_code
 from adapters.slack.streaming import SlackDrafts
-from bot.config import SlackConfig, require_secret
+from bot.config import Config, SlackConfig, require_secret
 from bot.core.catch_up import Background, CatchUp, CatchUpRun
 from bot.core.errors import BurstbotError, ConfigError, FetchError, StoreError
 from bot.core.events import Attachment, ConversationKey, IncomingMessage, Reply, ResetConversation
@@ -103,6 +108,7 @@ class SlackFrontend:
         self.http_port: int | None = None
         self._accepting = True
         self.drafts: SlackDrafts | None = None  # streaming, once started
+        self.assistant: AssistantThreads | None = None  # assistant threads, once started
 
     # lifecycle --------------------------------------------------------------------------------
     def health(self) -> tuple[bool, str]:
@@ -142,7 +148,8 @@ class SlackFrontend:
             reaction=self.config.thinking_reaction,
             max_parts=self.config.max_parts_per_reply,
         )
-        self.drafts = SlackDrafts(self._outbound)
+        self.assistant = AssistantThreads(self._client, self.identity, host, self.config.assistant)
+        self.drafts = SlackDrafts(self._outbound, native=self.assistant.streams_natively)
         self._history = History(self._client, self.identity, self.listen_channels)
         bolt_logger = logging.getLogger("burstbot.slack.bolt")
         bolt_logger.addFilter(_drop_token_unused_warning)
@@ -151,6 +158,9 @@ class SlackFrontend:
             signing_secret=self._signing_secret,
             process_before_response=True,
             request_verification_enabled=False,  # HTTP: endpoint.py verified the raw body first
+            # Bolt's assistant helpers (say, set_status, ...) are not used here, and building them
+            # fails on a malformed assistant event before our listener can ack it with a warning
+            attaching_conversation_kwargs_enabled=False,
             name="burstbot",
             logger=bolt_logger,
         )
@@ -158,6 +168,8 @@ class SlackFrontend:
         bolt.error(self._on_listener_error)
         bolt.event("message")(self._on_message)
         bolt.event("app_mention")(self._on_app_mention)
+        bolt.event("assistant_thread_started")(self._on_assistant_thread_started)
+        bolt.event("assistant_thread_context_changed")(self._on_assistant_context_changed)
         bolt.command(RESET_COMMAND)(self._on_reset)
         if self.config.mode == "http":
             await self._serve_http(bolt)
@@ -181,6 +193,8 @@ class SlackFrontend:
         for job in (self._catch_up, self._decider):
             if job is not None:
                 await job.stop()
+        if self.assistant is not None:
+            await self.assistant.stop()
         if self._socket is not None:
             await self._socket.close_async()
             self._socket = None
@@ -329,7 +343,21 @@ class SlackFrontend:
             if ours is None:  # stored now, decided in the background: acked either way
                 await self._host.threads.hold(message)
                 return
-        await self._host.ingest(message)
+        result = await self._host.ingest(message)
+        if result.status in ("accepted", "duplicate") and self.assistant is not None:
+            await self.assistant.message_accepted(message)
+
+    async def _on_assistant_thread_started(self, body: Payload) -> None:
+        """Noted in the store before Bolt acks (a retry finds the note); prompts come after."""
+        assert self.assistant is not None
+        await self.assistant.started(body, self._team_of(body))
+
+    async def _on_assistant_context_changed(self, body: Payload) -> None:
+        assert self.assistant is not None
+        await self.assistant.context_changed(body, self._team_of(body))
+
+    def _team_of(self, body: Payload) -> str:
+        return str(body.get("team_id") or self.identity.team_id)
 
     async def _on_reset(self, ack: AsyncAck, body: Payload) -> None:
         """`/reset`: Bolt sends the ack (our ephemeral answer) when this returns."""
@@ -384,7 +412,23 @@ class SlackFrontend:
     async def deliver(self, reply: Reply) -> list[str]:
         assert self._outbound is not None and self.drafts is not None, "deliver before start"
         first = None if reply.draft is None else functools.partial(self.drafts.finish, reply)
-        return await self._outbound.deliver(reply, first)
+        posted = await self._outbound.deliver(reply, first)
+        if self.assistant is not None:
+            try:
+                await self.assistant.reply_delivered(reply)
+            except BurstbotError as exc:  # a title is a nicety: the reply is posted
+                log.warning("reply %s: no thread title (%s)", reply.id, exc)
+        return posted
+
+    async def prompt_context(self, key: ConversationKey) -> str:
+        """For the system prompt: the channel an assistant thread's user is viewing."""
+        return "" if self.assistant is None else await self.assistant.prompt_context(key)
+
+    def reconfigure(self, config: Config) -> None:
+        """A reload: `[slack.assistant]` is live; the rest of `[slack]` needs a restart."""
+        self.config = self.config.model_copy(update={"assistant": config.slack.assistant})
+        if self.assistant is not None:
+            self.assistant.reconfigure(config.slack.assistant)
 
     async def show_busy(self, key: ConversationKey, busy: bool, message_id: str) -> None:
         if self._outbound is not None:

@@ -37,7 +37,9 @@ log = logging.getLogger("burstbot.slack")
 
 MAX_BODY_BYTES = 1024 * 1024
 MAX_CLOCK_SKEW_SECONDS = 300
-HANDLED_EVENTS = frozenset({"message", "app_mention"})
+HANDLED_EVENTS = frozenset(
+    {"message", "app_mention", "assistant_thread_started", "assistant_thread_context_changed"}
+)
 _TIMESTAMP = re.compile(r"[0-9]{1,15}")
 
 

@@ -13,7 +13,7 @@ What counts (all decided here, from the payload alone, except "a thread we are p
 - a message's `files` become its attachments (adapters/slack/files.py), downloaded later;
 - `message_changed` / `message_deleted` become `MessageEdited` / `MessageDeleted` (text and
   files: adding or removing a file is an edit); other subtypes
-  (joins, topic changes, ...) are ignored;
+  (joins, topic changes, an assistant thread's root and its title changes, ...) are ignored;
 - the `/reset` slash command becomes `ResetConversation` for the channel or DM it was typed in
   (a slash command names its channel but no thread, so the key's thread is always "").
 
@@ -45,6 +45,7 @@ from bot.core.events import (
 
 PLATFORM = "slack"
 NEW_MESSAGE_SUBTYPES = frozenset({"", "thread_broadcast", "file_share", "me_message"})
+ASSISTANT_ROOT = "assistant_app_thread"  # an assistant thread's root; its edits set the title
 
 Payload = Mapping[str, Any]
 
@@ -111,6 +112,10 @@ def _message_problem(message: Payload) -> str | None:
     ):
         return "files is not a list of objects"
     return None
+
+
+def is_slack_ts(value: str) -> bool:
+    return _TS.fullmatch(value) is not None
 
 
 def message_id(channel: str, ts: str) -> str:
@@ -234,7 +239,7 @@ def change(
     message = event.get("message") or {}
     previous = event.get("previous_message") or {}
     ts = str(message.get("ts", ""))
-    if not ts or is_from_bot(message, identity):
+    if not ts or is_from_bot(message, identity) or message.get("subtype") == ASSISTANT_ROOT:
         return None
     text = plain_text(str(message.get("text") or ""), identity)
     attached = files.attachments(message)

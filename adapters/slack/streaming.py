@@ -9,13 +9,15 @@ its first part and re-labels its metadata with the reply's id, so a re-delivery 
 finds part 0 like any posted part. Partial text is settled (`settle_partial`) and rendered like a
 reply; a draft shows at most the reply's first part.
 
-`chat.update` is the path every workspace supports (threads, channels, DMs); Slack's native
-`chat.startStream` is not used yet.
+`chat.update` is the path every workspace supports (threads, channels, DMs). In assistant threads
+(`native`) a draft is Slack's native stream instead while its text only grows: native_stream.py
+says how each of the rules above is kept there.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -24,6 +26,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from adapters.markdown import settle_partial
 from adapters.slack.inbound import split_message_id
 from adapters.slack.mrkdwn import split_mrkdwn, to_mrkdwn
+from adapters.slack.native_stream import NativeStreams, StreamsUnavailable
 from adapters.slack.outbound import Outbound, delivery_error, part_metadata, slack_error_code
 from bot.core.errors import MessageGone
 from bot.core.events import ConversationKey, Draft, Reply
@@ -37,9 +40,22 @@ CLOCK_MARGIN = 60.0  # seconds a look-up starts before a draft's creation (our c
 class SlackDrafts:
     nonce_window = 0.0  # Slack never dedupes a post: a draft is found by its metadata
 
-    def __init__(self, outbound: Outbound) -> None:
+    def __init__(
+        self,
+        outbound: Outbound,
+        native: Callable[[ConversationKey], Awaitable[bool]] | None = None,
+    ) -> None:
         self.outbound = outbound
         self.client = outbound.client
+        self._native = native  # where drafts are native streams (assistant threads)
+        self.streams = NativeStreams(outbound.client, outbound.identity, outbound.part_chars)
+        self._labels: dict[str, str] = {}  # a native draft's message id → the draft's key
+        self.native_refused = ""  # Slack's reason, once it refused to start a stream
+
+    async def native(self, key: ConversationKey) -> bool:
+        if self.native_refused or self._native is None or not key.thread:
+            return False
+        return await self._native(key)
 
     def draft_text(self, text: str) -> str:
         """What a draft shows of the text so far: rendered whole, one part's worth."""
@@ -47,23 +63,65 @@ class SlackDrafts:
         return parts[0] if parts and parts[0].strip() else "…"
 
     async def post_draft(self, key: ConversationKey, draft: Draft, text: str) -> str:
+        if await self.native(key):
+            try:
+                message_id = await self.streams.start(key, text)
+            except StreamsUnavailable as refused:  # Slack answered: nothing was posted
+                self.native_refused = str(refused)
+                log.warning("slack: chat.startStream refused (%s): drafts are posted and updated "
+                            "instead", refused)  # fmt: skip
+            else:
+                self._labels[message_id] = draft.key
+                return message_id
+        return await self._post(key, draft, text)
+
+    async def _post(self, key: ConversationKey, draft: Draft, text: str) -> str:
         metadata = part_metadata(draft.key, 0, key)
         return await self.outbound.post(key, self.draft_text(text), metadata, f"draft {draft.key}")
 
     async def find_draft(self, key: ConversationKey, draft: Draft) -> str | None:
         """The draft's message, if a post of it shows: read back by its metadata from its
-        creation (not from the burst's newest message, which may be younger than the draft)."""
+        creation (not from the burst's newest message, which may be younger than the draft);
+        in an assistant thread also a native stream still running (it has no metadata yet)."""
         oldest = f"{max(0.0, draft.created_at - CLOCK_MARGIN):.6f}"
         probe = Reply(draft.key, key, "", 0, attempt=2)
-        return (await self.outbound.posted_parts(probe, oldest)).get(0)
+        found = (await self.outbound.posted_parts(probe, oldest)).get(0)
+        if found is None and await self.native(key):
+            found = await self.streams.find_unlabelled(key, oldest)
+            if found is not None:
+                log.info("draft %s: found its stream %s", draft.key, found)
+                self._labels[found] = draft.key
+        return found
 
     async def edit_draft(self, key: ConversationKey, message_id: str, text: str) -> None:
+        """Append to the draft's native stream while the text grows it; else (a stream that
+        ended, another generation's text, the waiting mark) stop it and update the message."""
+        if await self.native(key):
+            if self.streams.extends(message_id, text) and await self.streams.grow(message_id, text):
+                return
+            await self._stop(key, message_id)
+            label = self._labels.get(message_id)
+            metadata = None if label is None else part_metadata(label, 0, key)
+            await self._update(message_id, self.draft_text(text), metadata)
+            return
         await self._update(message_id, self.draft_text(text))
+
+    async def _stop(self, key: ConversationKey, message_id: str) -> None:
+        """Stop the message's native stream if it may run, labelled with its draft's key."""
+        label = self._labels.get(message_id)
+        metadata = None if label is None else part_metadata(label, 0, key)
+        await self.streams.stop(message_id, metadata)
 
     async def delete_draft(self, key: ConversationKey, message_id: str) -> None:
         channel, ts = split_message_id(message_id)
         try:
+            if await self.native(key):
+                await self._stop(key, message_id)
+        except MessageGone:
+            return
+        try:
             await self.client.chat_delete(channel=channel, ts=ts)
+            self._labels.pop(message_id, None)
         except SlackApiError as exc:
             if slack_error_code(exc) not in GONE:
                 raise delivery_error(exc, f"message {message_id}: delete") from exc
@@ -77,8 +135,13 @@ class SlackDrafts:
         post of the part, labelled with the reply's id like any part (found on a retry)."""
         assert reply.draft is not None
         draft, metadata = reply.draft, part_metadata(reply.id, 0, reply.key)
-        message_id = draft.message_id or await self.post_draft(reply.key, draft, text)
+        message_id = draft.message_id or await self._post(reply.key, draft, text)
         try:
+            # the final text is the update's, not the stream's: a stream still running stops
+            if draft.message_id is not None and await self.native(reply.key):
+                self._labels.setdefault(message_id, draft.key)
+                await self._stop(reply.key, message_id)
+            self._labels.pop(message_id, None)
             stored = await self._update(message_id, text, metadata)
             if await self._shows(reply.key, message_id) not in (None, stored):
                 log.warning("reply %s: a stale draft edit landed after the final text; restored",

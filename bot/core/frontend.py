@@ -17,12 +17,15 @@ from typing import Protocol
 from bot.core.catch_up import ThreadBook
 from bot.core.errors import BurstbotError
 from bot.core.events import ConversationKey, Draft, Event, Reply
+from bot.core.notes import NoteBook
 from bot.core.store import IngestResult
 
 
 class Host(Protocol):
     threads: ThreadBook
     """Which threads are ours (from the store), and messages held until a lookup decides."""
+    notes: NoteBook
+    """What a front end remembers about a conversation beyond its messages (bot/core/notes.py)."""
 
     async def ingest(self, event: Event) -> IngestResult:
         """Store the event durably (milliseconds) and return; ack the platform only after this."""

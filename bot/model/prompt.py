@@ -8,8 +8,8 @@ named in a note instead.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from bot.config import MAX_REQUEST_FILE_BYTES
 from bot.core.attachments import NO_ROOM, AttachmentLoader, LoadedFile, human_size
@@ -115,14 +115,26 @@ def _cut(file: LoadedFile, tokens: int) -> LoadedFile:
     return LoadedFile(file.attachment, "text", "text/plain", (kept + marker).encode())
 
 
+ContextSource = Callable[[ConversationKey], Awaitable[str]]
+"""What the conversation's surroundings add to the system prompt ("" for nothing): the composition
+root asks the front end (the channel a Slack user is viewing, its recent messages)."""
+
+
 class PromptStep:
     """Step 4's input, built inside the generation task the engine supervises: the burst's files
-    are fetched there (the lease is renewed and newer input cancels it meanwhile), then one
-    prompt goes to the replier. `settings` is read at each burst: a reload replaces them."""
+    and the conversation's context are fetched there (the lease is renewed and newer input cancels
+    it meanwhile), then one prompt goes to the replier. `settings` is read at each burst: a reload
+    replaces them."""
 
-    def __init__(self, settings: Callable[[], EngineSettings], files: AttachmentLoader) -> None:
+    def __init__(
+        self,
+        settings: Callable[[], EngineSettings],
+        files: AttachmentLoader,
+        context: ContextSource | None = None,
+    ) -> None:
         self.settings = settings
         self.files = files
+        self.context = context
 
     async def generate(
         self,
@@ -137,6 +149,9 @@ class PromptStep:
         burst_files = await self.files.burst(key, burst)
         history_files = await self.files.history(key, history, max_tokens)
         voice = settings.voice_for(key)
+        surroundings = "" if self.context is None else (await self.context(key)).strip()
+        if surroundings:
+            voice = replace(voice, system=f"{voice.system}\n\n{surroundings}")
         max_bytes = settings.attachments.max_total_bytes
         prompt = build_prompt(
             voice, history, burst, max_tokens, burst_files, history_files, max_bytes

@@ -1,7 +1,8 @@
 """Reloading the config of a running process (SIGHUP, `burstbot reload`).
 
 What a running process can take on at once is what it reads per burst or per message: debounce,
-prompts, models and their limits, access lists, cost guards, channel overrides and logging. What it
+prompts, models and their limits, access lists, cost guards, channel overrides, logging and Slack's
+assistant threads (`[slack.assistant]`, handed to the Slack front end). What it
 built at start cannot change under it: the store, the front ends and their ports or tokens, the
 metrics listener, leases and engine sizing, the model client (provider, key, endpoint, timeouts)
 and catch-up. A reload keeps the running values of those and names each changed one as needing a
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from bot.core.errors import ConfigError
 RESTART_SECTIONS = (
     "storage", "console", "slack", "discord", "metrics", "engine", "lease", "catch_up",
 )  # fmt: skip
+LIVE_FRONTEND_KEYS = ("slack.assistant",)  # read per event and thread: applied at once
 RESTART_LLM_KEYS = (  # the model client's own: it is built once
     "provider", "api_key_env", "base_url", "timeout_seconds", "max_retries", "cut_note",
 )  # fmt: skip
@@ -53,10 +56,14 @@ def plan_reload(running: Config, loaded: Config) -> ReloadPlan:
     changed = _changed(running.model_dump(), loaded.model_dump(), "")
     restart_keys = {*RESTART_SECTIONS, *(f"llm.{key}" for key in RESTART_LLM_KEYS)}
 
+    def under(key: str, keys: Iterable[str]) -> bool:
+        return any(key == k or key.startswith(k + ".") for k in keys)
+
     def needs_restart(key: str) -> bool:
-        return any(key == k or key.startswith(k + ".") for k in restart_keys)
+        return under(key, restart_keys) and not under(key, LIVE_FRONTEND_KEYS)
 
     kept: dict[str, object] = {name: getattr(running, name) for name in RESTART_SECTIONS}
+    kept["slack"] = running.slack.model_copy(update={"assistant": loaded.slack.assistant})
     kept["llm"] = loaded.llm.model_copy(
         update={key: getattr(running.llm, key) for key in RESTART_LLM_KEYS}
     )

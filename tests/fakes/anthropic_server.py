@@ -17,7 +17,8 @@ object with HTTP 200), text blocks carrying `citations_delta`, `pause_turn` when
 offers the `web_search` tool and `tool_choice` allows tools; searches past the tool's `max_uses`
 answer `max_uses_exceeded` and are not billed.
 
-Standalone: `python -m tests.fakes.anthropic_server --port 8765` (one line per request on stdout).
+Standalone: `python -m tests.fakes.anthropic_server --port 8765` (one line per request on stdout;
+`--show-system` adds its system prompt).
 """
 
 from __future__ import annotations
@@ -504,9 +505,12 @@ def _error(
     return web.json_response(body, status=status, headers=headers)
 
 
-async def _serve(port: int, reply: str | None, delay: float) -> None:
+async def _serve(port: int, reply: str | None, delay: float, show_system: bool = False) -> None:
     def log(request: RecordedRequest) -> None:
         print(f"request {len(server.requests)}: {json.dumps(request.last_user_text)}", flush=True)
+        if show_system:
+            system = "\n".join(block.get("text", "") for block in request.system_blocks)
+            print(f"  system: {json.dumps(system)}", flush=True)
 
     server = FakeAnthropic(on_request=log)
     server.default_plan = Plan(text=reply, delay=delay)
@@ -523,9 +527,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--reply", help="fixed reply text (default: echo the last user turn)")
     parser.add_argument("--delay", type=float, default=0.0, help="seconds between words")
+    parser.add_argument("--show-system", action="store_true", help="print each system prompt")
     args = parser.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(args.port, args.reply, args.delay))
+        asyncio.run(_serve(args.port, args.reply, args.delay, args.show_system))
 
 
 if __name__ == "__main__":

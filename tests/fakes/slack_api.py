@@ -9,18 +9,38 @@ HTTP endpoint, with `X-Slack-Retry-Num` for retries, and slash commands. For Soc
 over it and `acks` records the envelope ids the bot acknowledged.
 
 To try burstbot by hand against it: `python -m tests.fakes.slack_api --port 8766 --events-url
-http://127.0.0.1:3000/slack/events --signing-secret S`. `POST /fake/say` (form: `channel`,
-`text`, optional `user`, `thread_ts`) is a person writing: the message lands in history and is
-sent once as a signed event, as Slack does (if nobody listens, the event is lost); `GET
-/fake/posts` lists what bots posted (as the messages read now), and `GET /fake/calls` the
-`chat.*` calls bots made, in order (method, ts, text). `POST /fake/outage` (form: `on=1`, `on=0`)
-starts and ends an outage: meanwhile every Web API call is answered by the load balancer in front
-of Slack, a plain-text 503 (`UPSTREAM_DOWN`); tests set `outage` or `fail` with a `page` for the
-same. `POST /fake/token` (form: `token`) is the workspace admin revoking the bot token and
-reinstalling the app: from then on only the new token is accepted (`--token` sets the first one).
+http://127.0.0.1:3000/slack/events --signing-secret S` (by hand the app has the assistant scope
+unless `--without-assistant-scope`; `--channel C7:design` adds a channel the bot is in). `POST
+/fake/say` (form: `channel`, `text`, optional `user`, `thread_ts`) is a person writing: the message
+lands in history and is sent once as a signed event, as Slack does (if nobody listens, the event is
+lost); `POST /fake/assistant` (form: `user`, optional `viewing` channel) is a person opening the
+app's assistant panel: a new thread in their DM and its `assistant_thread_started` event; `GET
+/fake/posts` lists what bots posted (as the messages read now), `GET /fake/calls` the `chat.*`
+calls bots made, in order (method, ts, text), and `GET /fake/log` every Web API call, in order
+(method and arguments). `POST /fake/outage` (form: `on=1`, `on=0`) starts and ends an outage:
+meanwhile every Web API call is answered by the load balancer in front of Slack, a plain-text 503
+(`UPSTREAM_DOWN`); tests set `outage` or `fail` with a `page` for the same. `POST /fake/token`
+(form: `token`) is the workspace admin revoking the bot token and reinstalling the app: from then
+on only the new token is accepted (`--token` sets the first one).
 
 Bots' messages can be updated (`chat.update`: the bot's own message, text within Slack's limit,
 metadata replaced when given) and deleted (`chat.delete`), as on Slack.
+
+Native streams: `chat.startStream` (a thread reply: `thread_ts` required, `markdown_text` within
+12,000 characters) posts a message that shows in `conversations.replies` at once, without
+metadata; `chat.appendStream` appends to it, `chat.stopStream` appends its `markdown_text` if any,
+sets its `metadata` if given and ends it. Appending to or stopping a message that is not streaming
+answers `message_not_in_streaming_state`, an unknown one `message_not_found`. A streaming message
+cannot be `chat.update`d (`cant_update_message`: Slack documents no update of a running stream,
+so the fake refuses it and the bot must stop the stream first); it can be deleted.
+
+Assistant threads: `assistant.threads.setStatus`, `setSuggestedPrompts` and `setTitle` take
+effect (recorded in `statuses`, `suggested` and `titles`) only when the app has the
+`assistant:write` scope and the assistant feature (`assistant_enabled`, set by
+`status_supported=True`); otherwise they answer `missing_scope`, as Slack does. Their arguments are
+checked as Slack does (a thread, one to four prompts each with a title and a message, a title).
+`conversations.info` answers for the channels in `channels` (name, and whether the bot is a
+member).
 """
 
 from __future__ import annotations
@@ -44,6 +64,7 @@ TEAM = "T0001"
 BOT_USER = "UBOT"
 BOT_ID = "BBOT"
 MAX_TEXT_CHARS = 40_000  # Slack refuses longer text with msg_too_long
+MAX_STREAM_CHARS = 12_000  # a stream's markdown_text, per call
 
 
 @dataclass
@@ -75,6 +96,7 @@ class PostedMessage:
     bot_id: str | None = BOT_ID
 
     subtype: str | None = None
+    streaming: bool = False  # a native stream not stopped yet
 
     @property
     def top_level(self) -> bool:
@@ -112,6 +134,9 @@ class FakeSlackApi:
         self.reactions: set[tuple[str, str, str]] = set()
         self.reaction_log: list[tuple[str, str, str]] = []
         self.statuses: list[tuple[str, str, str]] = []
+        self.suggested: list[tuple[str, str, list[dict[str, str]], str | None]] = []
+        self.titles: list[tuple[str, str, str]] = []
+        self.channels: dict[str, dict[str, Any]] = {}  # conversations.info: id → name, is_member
         self.updates: list[tuple[str, str, float]] = []  # chat.update: ts, text, when (monotonic)
         self.chat_log: list[dict[str, str]] = []  # chat.* calls that took effect: method, ts, text
         self.deleted: list[str] = []
@@ -143,6 +168,8 @@ class FakeSlackApi:
         app.router.add_post("/fake/say", self._say)
         app.router.add_get("/fake/posts", self._posts)
         app.router.add_get("/fake/calls", self._chat_calls)
+        app.router.add_get("/fake/log", self._call_log)
+        app.router.add_post("/fake/assistant", self._open_assistant)
         app.router.add_post("/fake/outage", self._switch_outage)
         app.router.add_post("/fake/token", self._new_token)
         self._runner = web.AppRunner(app, access_log=None)
@@ -175,6 +202,11 @@ class FakeSlackApi:
         self.held[method] = asyncio.Event()
         self.holds[method] = asyncio.Event()
         return self.holds[method]
+
+    def end_streams(self) -> None:
+        """Slack ends running streams by itself after some minutes: they stop taking appends."""
+        for message in self.messages:
+            message.streaming = False
 
     def add_user_message(
         self, channel: str, ts: str, text: str, user: str = "U1", thread_ts: str | None = None
@@ -238,6 +270,31 @@ class FakeSlackApi:
 
     async def _chat_calls(self, request: web.Request) -> web.Response:
         return web.json_response(self.chat_log)
+
+    async def _call_log(self, request: web.Request) -> web.Response:
+        return web.json_response([{"method": method, "args": args} for method, args in self.calls])
+
+    async def _open_assistant(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        user, viewing = str(form.get("user", "U1")), str(form.get("viewing", ""))
+        channel, thread_ts = self.open_assistant_thread(user)
+        status: int | str = "no events url"
+        if self.events is not None:
+            event = assistant_event("assistant_thread_started", channel, thread_ts, user, viewing)
+            try:
+                status = await self.events.send(event)
+            except aiohttp.ClientError as exc:
+                status = f"event lost: {exc}"
+        return web.json_response({"channel": channel, "thread_ts": thread_ts, "event": status})
+
+    def open_assistant_thread(self, user: str = "U1") -> tuple[str, str]:
+        """A person opens the assistant panel: Slack starts a thread in their DM with the app
+        (its root is the person's `assistant_app_thread` message). Returns (channel, thread_ts)."""
+        channel, ts = "D" + user.removeprefix("U"), self._next_ts()
+        root = PostedMessage(channel, ts, "New Assistant Thread", None, None, user, None,
+                             subtype="assistant_app_thread")  # fmt: skip
+        self.messages.append(root)
+        return channel, ts
 
     async def _switch_outage(self, request: web.Request) -> web.Response:
         """`on=1`: every Web API call gets the load balancer's plain-text 503 until `on=0`."""
@@ -343,6 +400,8 @@ class FakeSlackApi:
         message = self._own_message(args)
         if isinstance(message, dict):
             return message
+        if message.streaming:
+            return {"error": "cant_update_message"}
         text = str(args.get("text", ""))
         if len(text) > MAX_TEXT_CHARS:
             return {"error": "msg_too_long"}
@@ -355,6 +414,53 @@ class FakeSlackApi:
         self.updates.append((message.ts, text, time.monotonic()))
         self.chat_log.append({"method": "chat.update", "ts": message.ts, "text": text})
         return {"channel": message.channel, "ts": message.ts, "text": text}
+
+    def _chat_startStream(self, args: dict[str, Any]) -> dict[str, Any]:
+        if not args.get("channel") or not args.get("thread_ts"):
+            return {"error": "invalid_arguments"}
+        text = str(args.get("markdown_text") or "")
+        if len(text) > MAX_STREAM_CHARS:
+            return {"error": "msg_too_long"}
+        ts = self._next_ts()
+        message = PostedMessage(str(args["channel"]), ts, text, str(args["thread_ts"]), None,
+                                streaming=True)  # fmt: skip
+        self.messages.append(message)
+        self.chat_log.append({"method": "chat.startStream", "ts": ts, "text": text})
+        return {"channel": message.channel, "ts": ts}
+
+    def _streaming_message(self, args: dict[str, Any]) -> PostedMessage | dict[str, Any]:
+        message = self._own_message(args)
+        if isinstance(message, PostedMessage) and not message.streaming:
+            return {"error": "message_not_in_streaming_state"}
+        return message
+
+    def _chat_appendStream(self, args: dict[str, Any]) -> dict[str, Any]:
+        message = self._streaming_message(args)
+        if isinstance(message, dict):
+            return message
+        text = str(args.get("markdown_text") or "")
+        if not text:
+            return {"error": "invalid_arguments"}
+        if len(text) > MAX_STREAM_CHARS:
+            return {"error": "msg_too_long"}
+        message.text += text
+        self.chat_log.append({"method": "chat.appendStream", "ts": message.ts, "text": text})
+        return {"channel": message.channel, "ts": message.ts}
+
+    def _chat_stopStream(self, args: dict[str, Any]) -> dict[str, Any]:
+        message = self._streaming_message(args)
+        if isinstance(message, dict):
+            return message
+        text = str(args.get("markdown_text") or "")
+        metadata = args.get("metadata")
+        if isinstance(metadata, str):
+            metadata = json.loads(metadata)
+        message.text += text
+        message.streaming = False
+        if metadata:
+            message.metadata = metadata
+        self.chat_log.append({"method": "chat.stopStream", "ts": message.ts, "text": text})
+        return {"channel": message.channel, "ts": message.ts, "message": message.as_api(True)}
 
     def _chat_delete(self, args: dict[str, Any]) -> dict[str, Any]:
         message = self._own_message(args)
@@ -481,11 +587,53 @@ class FakeSlackApi:
         )  # fmt: skip
         return envelope_id
 
-    def _assistant_threads_setStatus(self, args: dict[str, Any]) -> dict[str, Any]:
+    def _assistant_thread(self, args: dict[str, Any]) -> dict[str, Any] | None:
+        """The error Slack gives for a call of the assistant surface, or None."""
         if not self.status_supported:
-            return {"error": "missing_scope"}
+            return {"error": "missing_scope", "needed": "assistant:write"}
+        if not args.get("channel_id") or not args.get("thread_ts"):
+            return {"error": "invalid_arguments"}
+        return None
+
+    def _assistant_threads_setStatus(self, args: dict[str, Any]) -> dict[str, Any]:
+        refused = self._assistant_thread(args)
+        if refused is not None:
+            return refused
         self.statuses.append((str(args["channel_id"]), str(args["thread_ts"]), args["status"]))
         return {}
+
+    def _assistant_threads_setSuggestedPrompts(self, args: dict[str, Any]) -> dict[str, Any]:
+        refused = self._assistant_thread(args)
+        if refused is not None:
+            return refused
+        prompts = args.get("prompts")
+        if isinstance(prompts, str):
+            prompts = json.loads(prompts)
+        if not (
+            isinstance(prompts, list)
+            and 1 <= len(prompts) <= 4
+            and all(isinstance(p, dict) and p.get("title") and p.get("message") for p in prompts)
+        ):
+            return {"error": "invalid_arguments"}
+        title = args.get("title")
+        self.suggested.append((str(args["channel_id"]), str(args["thread_ts"]), prompts,
+                               None if title is None else str(title)))  # fmt: skip
+        return {}
+
+    def _assistant_threads_setTitle(self, args: dict[str, Any]) -> dict[str, Any]:
+        refused = self._assistant_thread(args)
+        if refused is not None:
+            return refused
+        if not args.get("title"):
+            return {"error": "invalid_arguments"}
+        self.titles.append((str(args["channel_id"]), str(args["thread_ts"]), str(args["title"])))
+        return {}
+
+    def _conversations_info(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel = str(args.get("channel", ""))
+        if channel not in self.channels:
+            return {"error": "channel_not_found"}
+        return {"channel": {"id": channel, **self.channels[channel]}}
 
 
 class EventSender:
@@ -570,6 +718,17 @@ def event_callback(
     }
 
 
+def assistant_event(
+    event_type: str, channel: str, thread_ts: str, user: str = "U1", viewing: str = ""
+) -> dict[str, Any]:
+    """`assistant_thread_started` / `assistant_thread_context_changed`, as Slack sends them."""
+    context = {"channel_id": viewing, "team_id": TEAM, "enterprise_id": None} if viewing else {}
+    return {"type": event_type,
+            "assistant_thread": {"user_id": user, "context": context, "channel_id": channel,
+                                 "thread_ts": thread_ts},
+            "event_ts": f"{time.time():.6f}"}  # fmt: skip
+
+
 def dm(ts: str, text: str, user: str = "U1", **extra: Any) -> dict[str, Any]:
     return {"type": "message", "channel": "D1", "channel_type": "im", "user": user,
             "text": text, "ts": ts, "user_profile": {"display_name": "alice"}, **extra}  # fmt: skip
@@ -585,8 +744,18 @@ def channel_message(
     return event
 
 
-async def _serve(port: int, events_url: str, signing_secret: str, token: str) -> None:
-    api = await FakeSlackApi(token=token).start(port)
+async def _serve(
+    port: int,
+    events_url: str,
+    signing_secret: str,
+    token: str,
+    channels: list[str],
+    assistant_scope: bool,
+) -> None:
+    api = await FakeSlackApi(token=token, status_supported=assistant_scope).start(port)
+    for channel in channels:  # ID:name, a channel the bot is a member of
+        channel_id, _, name = channel.partition(":")
+        api.channels[channel_id] = {"name": name or channel_id.lower(), "is_member": True}
     if events_url:
         api.events = EventSender(events_url, signing_secret)
     logging.getLogger("fake-slack").warning("fake Slack Web API on %s", api.url)
@@ -602,10 +771,15 @@ def main() -> None:
     parser.add_argument("--events-url", default="", help="where to send each message as an event")
     parser.add_argument("--signing-secret", default="", help="signs those events")
     parser.add_argument("--token", default="xoxb-test", help="the bot token it accepts")
+    member = "ID:name of a channel the bot is a member of (repeatable)"
+    parser.add_argument("--channel", action="append", default=[], help=member)
+    unscoped = "the app lacks assistant:write (assistant.threads.* refused)"
+    parser.add_argument("--without-assistant-scope", action="store_true", help=unscoped)
     args = parser.parse_args()
     logging.basicConfig(format="%(message)s")
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(args.port, args.events_url, args.signing_secret, args.token))
+        asyncio.run(_serve(args.port, args.events_url, args.signing_secret, args.token,
+                           args.channel, not args.without_assistant_scope))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,0 +1,193 @@
+"""Slack's native streams (`chat.startStream` / `appendStream` / `stopStream`) for the drafts of
+assistant threads, kept to the one-visible-message-per-burst rules of every draft.
+
+What a native stream can and cannot do, and how each draft rule is kept:
+
+- A stream is started in a thread (`thread_ts`) with its first text and grows only by appending
+  (`appendStream` with the new suffix). So it is used while the text only grows: the settled
+  prefix of the model's markdown (the part a half-written link or an unclosed marker leaves
+  alone) is appended as it grows, and nothing is sent while a fix-up hides a suffix that was
+  already sent (it is sent once the text moves past it). Text that is not an extension of what
+  was sent (a new generation's, the waiting mark of a superseded one) stops the stream and the
+  message is edited by `chat.update` from then on: still the same one message.
+- A stream carries no metadata until it stops, so it cannot be found by the draft's key while it
+  runs. A draft whose `startStream` outcome is unknown is found by reading the thread from the
+  draft's creation: the bot's message there that carries no metadata at all (every other message
+  the bot posts in these threads is labelled, the greeting included). The engine's
+  `locate_draft` keeps its rule: absence counts only a lease TTL after the draft's creation.
+- Stopping labels the message with the draft's key (`stopStream` takes `metadata`), so a stopped
+  stream is found like any posted draft. The final text is never the stream's: the reply that
+  finishes the draft stops the stream (if it still runs) and updates the message to its first
+  part with the reply's label, then reads it back, as for every draft.
+- A stream this process did not start (a takeover after a crash, a draft found again) may still
+  be running: it is stopped before its message is edited or deleted; a message that is not
+  streaming answers `message_not_in_streaming_state`, which is not an error here.
+- Slack closes a stream by itself after some minutes; an append then answers
+  `message_not_in_streaming_state` and the draft goes on by `chat.update`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.markdown import settle_partial
+from adapters.slack.inbound import Identity, split_message_id
+from adapters.slack.outbound import delivery_error, slack_error_code
+from bot.core.errors import MessageGone
+from bot.core.events import ConversationKey
+
+log = logging.getLogger("burstbot.slack")
+
+NOT_STREAMING = "message_not_in_streaming_state"
+REMEMBERED = 512  # streams (and stopped messages) a process remembers
+LOOKUP_PAGE = 200
+UNAVAILABLE = frozenset(
+    {"unknown_method", "method_deprecated", "not_allowed_token_type", "missing_scope",
+     "no_permission", "feature_not_enabled", "not_supported"}
+)  # fmt: skip
+"""`chat.startStream` refused for good: Slack answered, so nothing was posted."""
+
+
+class StreamsUnavailable(Exception):
+    """The workspace refuses native streams; drafts go by post and update instead."""
+
+
+def settled_prefix(text: str) -> str:
+    """The part of text still being written that will not change: what settling it keeps."""
+    settled = settle_partial(text)
+    common = min(len(text), len(settled))
+    same = next((i for i in range(common) if text[i] != settled[i]), common)
+    return text[:same].rstrip()
+
+
+class NativeStreams:
+    """The native streams of one workspace's drafts: what each stream this process started has
+    been sent, and which messages are known to be stopped."""
+
+    def __init__(self, client: AsyncWebClient, identity: Identity, max_chars: int) -> None:
+        self.client = client
+        self.identity = identity
+        self.max_chars = max_chars  # a draft shows at most one part's worth
+        self._sent: OrderedDict[str, str] = OrderedDict()  # message id → text sent (running)
+        self._stopped: OrderedDict[str, None] = OrderedDict()
+
+    async def start(self, key: ConversationKey, text: str) -> str:
+        """`chat.startStream` in the thread with the settled text so far; the message id."""
+        first = settled_prefix(text)[: self.max_chars]
+        args: dict[str, Any] = {"channel": key.channel, "thread_ts": key.thread}
+        if first.strip():
+            args["markdown_text"] = first
+        try:
+            response = await self.client.chat_startStream(**args)
+        except SlackApiError as exc:
+            code = slack_error_code(exc)
+            if code in UNAVAILABLE:
+                raise StreamsUnavailable(code) from exc
+            raise delivery_error(exc, f"conversation {key.id}: start stream") from exc
+        except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as exc:
+            raise delivery_error(exc, f"conversation {key.id}: start stream") from exc
+        message_id = f"{key.channel}:{response['ts']}"
+        self._remember(self._sent, message_id, first if first.strip() else "")
+        return message_id
+
+    def streaming(self, message_id: str) -> bool:
+        return message_id in self._sent
+
+    def extends(self, message_id: str, text: str) -> bool:
+        """Whether `text` grows what the stream was sent (so appending can show it)."""
+        sent = self._sent.get(message_id)
+        return sent is not None and text.startswith(sent)
+
+    async def grow(self, message_id: str, text: str) -> bool:
+        """Append what `text` adds to the stream (the settled part, within one part's worth);
+        False when the stream has ended (Slack closed it): the caller edits the message."""
+        sent = self._sent[message_id]
+        new = settled_prefix(text)[: self.max_chars]
+        if len(new) <= len(sent) or not new.startswith(sent):
+            return True  # nothing settled to add yet: sent once the text moves past it
+        channel, ts = split_message_id(message_id)
+        try:
+            suffix = new[len(sent) :]
+            await self.client.chat_appendStream(channel=channel, ts=ts, markdown_text=suffix)
+        except SlackApiError as exc:
+            code = slack_error_code(exc)
+            if code == NOT_STREAMING:
+                log.info("message %s: Slack ended its stream; editing it instead", message_id)
+                self._forget(message_id)
+                return False
+            if code == "message_not_found":
+                self._forget(message_id)
+                raise MessageGone(f"message {message_id}: deleted") from exc
+            raise delivery_error(exc, f"message {message_id}: append stream") from exc
+        except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as exc:
+            raise delivery_error(exc, f"message {message_id}: append stream") from exc
+        self._sent[message_id] = new
+        return True
+
+    async def stop(self, message_id: str, metadata: Mapping[str, Any] | None) -> None:
+        """Stop the message's stream if it may still run (labelled with `metadata`); one that is
+        not streaming is no error. Raises `MessageGone` for a deleted message."""
+        if message_id in self._stopped:
+            return
+        channel, ts = split_message_id(message_id)
+        extra: dict[str, Any] = {} if metadata is None else {"metadata": dict(metadata)}
+        try:
+            await self.client.chat_stopStream(channel=channel, ts=ts, **extra)
+        except SlackApiError as exc:
+            code = slack_error_code(exc)
+            if code == "message_not_found":
+                self._forget(message_id)
+                raise MessageGone(f"message {message_id}: deleted") from exc
+            if code != NOT_STREAMING:
+                raise delivery_error(exc, f"message {message_id}: stop stream") from exc
+        except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as exc:
+            raise delivery_error(exc, f"message {message_id}: stop stream") from exc
+        self._forget(message_id)
+
+    async def find_unlabelled(self, key: ConversationKey, oldest: str) -> str | None:
+        """The bot's first message in the thread after `oldest` that carries no metadata: a
+        stream still running (every other message of ours is labelled)."""
+        cursor = None
+        try:
+            for _ in range(10):
+                args: dict[str, Any] = {"channel": key.channel, "ts": key.thread,
+                                        "oldest": oldest, "limit": LOOKUP_PAGE,
+                                        "include_all_metadata": True}  # fmt: skip
+                if cursor:
+                    args["cursor"] = cursor
+                page = await self.client.conversations_replies(**args)
+                for message in page.get("messages") or []:
+                    if self._ours_unlabelled(message, key):
+                        return f"{key.channel}:{message['ts']}"
+                cursor = (page.get("response_metadata") or {}).get("next_cursor")
+                if not cursor:
+                    return None
+        except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as exc:
+            raise delivery_error(exc, f"conversation {key.id}: looking for a stream") from exc
+        return None
+
+    def _ours_unlabelled(self, message: Mapping[str, Any], key: ConversationKey) -> bool:
+        if message.get("ts") == key.thread or message.get("metadata") or message.get("subtype"):
+            return False
+        ours = (self.identity.bot_id and message.get("bot_id") == self.identity.bot_id) or (
+            message.get("user") == self.identity.bot_user_id
+        )
+        return bool(ours)
+
+    def _forget(self, message_id: str) -> None:
+        self._sent.pop(message_id, None)
+        self._remember(self._stopped, message_id, None)
+
+    @staticmethod
+    def _remember(table: OrderedDict[str, Any], message_id: str, value: Any) -> None:
+        table[message_id] = value
+        table.move_to_end(message_id)
+        while len(table) > REMEMBERED:
+            table.popitem(last=False)
