@@ -130,6 +130,25 @@ async def test_a_burst_streams_into_one_message_that_ends_as_the_answer(
     await check_invariants(store, [KEY.id], frontend=frontend)
 
 
+async def test_the_first_word_is_shown_at_once_then_edits_keep_the_interval(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    frontend = streaming_frontend(clock)
+    engine, call = await one_message_generating(store, clock, frontend)
+    started = clock.now()
+    call.stream(1, "Sure")
+    await drafted(store, frontend)  # the clock has not moved: no pacing tick before it
+    assert clock.now() == started and frontend.visible() == ["Sure"]
+    call.stream(1, ",")
+    call.stream(1, " here")
+    await step(clock, INTERVAL)
+    await until(lambda: frontend.visible() == ["Sure, here"])
+    assert [e.at for e in frontend.edits] == [started + INTERVAL]
+    call.finish("Sure, here it is.")
+    await answered(engine, clock)
+    assert frontend.visible() == ["Sure, here it is."] and len(frontend.posts) == 1
+
+
 async def test_edits_are_never_closer_than_the_interval(
     store: SqliteStore, clock: FakeClock
 ) -> None:
