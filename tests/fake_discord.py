@@ -17,7 +17,10 @@ listed by `GET /guilds/{id}/channels` and its threads by `GET /guilds/{id}/threa
 RESUME is refused (op 9): the client identifies anew.
 
 A bot may edit (PATCH) and delete its own messages; content over 2000 characters is refused with
-Discord's 400, and the next edits can be told to fail (`edit_failures`, e.g. a 429). `calls`
+Discord's 400, and the next edits can be told to fail (`edit_failures`, e.g. a 429). On request
+(`enforce_rate_limits`) a channel's posts and edits are limited as on Discord, about five per five
+seconds (a token bucket): a call over it gets Discord's 429 (`retry_after` in the body), counted in
+`rate_limited`. `calls`
 lists what the bot did (POST, PATCH, DELETE), `shown` what its messages in a channel say now.
 """
 
@@ -39,6 +42,7 @@ from aiohttp import WSMsgType, web
 from adapters.discord import DiscordFrontend
 from bot.config import DiscordConfig
 from bot.core.clock import Clock
+from tests.fakes.rate_limits import RateLimits
 
 Json = dict[str, Any]
 BOT_ID = 100_000_000_000_000_001
@@ -86,11 +90,30 @@ class FakeDiscord:
         self.deleted: list[str] = []
         self.calls: list[tuple[str, str, str]] = []  # what bots did: method, message id, content
         self._ids = _Snowflakes()
+        self.limits: RateLimits | None = None  # posts and edits per channel, when enforced
         self._socket: web.WebSocketResponse | None = None  # the newest connection
         self._identified: list[web.WebSocketResponse] = []
         self._sequence = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self.port = 0
+
+    def enforce_rate_limits(self, per_five_seconds: float = 5.0) -> None:
+        """Limit each channel's posts and edits, as Discord does (real time: discord.py sleeps
+        out a 429 on the real clock and sends again)."""
+        self.limits = RateLimits(per_five_seconds * 12, per_five_seconds)
+
+    @property
+    def rate_limited(self) -> int:
+        return 0 if self.limits is None else len(self.limits.refused)
+
+    def _over_limit(self, channel_id: int) -> web.Response | None:
+        wait = None if self.limits is None else self.limits.spend(str(channel_id))
+        if wait is None:
+            return None
+        body = {"message": "You are being rate limited.", "retry_after": round(wait, 3),
+                "global": False}  # fmt: skip
+        headers = {"Retry-After": f"{wait:.3f}", "Via": "1.1 google", "X-RateLimit-Scope": "user"}
+        return _json(body, status=429, headers=headers)
 
     # lifecycle -------------------------------------------------------------------------------
     async def __aenter__(self) -> FakeDiscord:
@@ -162,6 +185,8 @@ class FakeDiscord:
             return _json({"message": "401: Unauthorized", "code": 0}, status=401)
         body: Json = await request.json()
         self.requests.append(body)
+        if (refused := self._over_limit(channel_id)) is not None:
+            return refused
         queued = self.failures.get(channel_id) or []
         if queued and (not queued[0].only_with_reference or "message_reference" in body):
             return _failed(queued.pop(0))
@@ -216,6 +241,8 @@ class FakeDiscord:
         if not self._authorized(request):
             return _json({"message": "401: Unauthorized", "code": 0}, status=401)
         body: Json = await request.json()
+        if (refused := self._over_limit(int(request.match_info["channel_id"]))) is not None:
+            return refused
         if self.edit_failures:
             return _failed(self.edit_failures.pop(0))
         message = self._find(request)

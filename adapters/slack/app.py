@@ -51,10 +51,11 @@ from adapters.slack import files, inbound
 from adapters.slack.endpoint import MAX_BODY_BYTES, endpoint, server_log
 from adapters.slack.history import History
 from adapters.slack.inbound import Identity, Payload
-from adapters.slack.outbound import Outbound, delivery_error, slack_error_code
+from adapters.slack.outbound import Outbound, delivery_error, slack_error_code, slack_pacer
 from adapters.slack.streaming import SlackDrafts
 from bot.config import SlackConfig, require_secret
 from bot.core.catch_up import Background, CatchUp, CatchUpRun
+from bot.core.clock import Clock, SystemClock
 from bot.core.errors import BurstbotError, ConfigError, FetchError, StoreError
 from bot.core.events import Attachment, ConversationKey, IncomingMessage, Reply, ResetConversation
 from bot.core.frontend import Host
@@ -83,8 +84,10 @@ class SlackFrontend:
         bot_token: str,
         signing_secret: str = "",
         app_token: str = "",
+        clock: Clock | None = None,
     ) -> None:
         self.config = config
+        self.clock = clock or SystemClock()  # paces draft edits (tests pass the fake clock)
         self.listen_channels = frozenset(config.listen_channels)
         self._bot_token = bot_token
         self._signing_secret = signing_secret
@@ -141,6 +144,7 @@ class SlackFrontend:
             indicator=self.config.thinking_indicator,
             reaction=self.config.thinking_reaction,
             max_parts=self.config.max_parts_per_reply,
+            pacer=slack_pacer(self.config, self.clock),
         )
         self.drafts = SlackDrafts(self._outbound)
         self._history = History(self._client, self.identity, self.listen_channels)

@@ -20,6 +20,12 @@ same.
 
 Bots' messages can be updated (`chat.update`: the bot's own message, text within Slack's limit,
 metadata replaced when given) and deleted (`chat.delete`), as on Slack.
+
+Rate limits, on request (`enforce_rate_limits`, or `--rate-limits` by hand): `chat.update` per
+workspace (Tier 3, 50 a minute) and `chat.postMessage` per channel (one a second), each a token
+bucket holding five seconds' worth; a call over the limit is refused as Slack does (HTTP 429,
+`ratelimited`, `Retry-After` in whole seconds) and counted (`rate_limited`, `GET
+/fake/rate-limits`).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import itertools
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -39,10 +46,14 @@ import aiohttp
 from aiohttp import web
 from slack_sdk.signature import SignatureVerifier
 
+from tests.fakes.rate_limits import RateLimits, whole_seconds
+
 TEAM = "T0001"
 BOT_USER = "UBOT"
 BOT_ID = "BBOT"
 MAX_TEXT_CHARS = 40_000  # Slack refuses longer text with msg_too_long
+SLACK_LIMITS = {"chat.update": (50.0, 4.0, "workspace"), "chat.postMessage": (60.0, 5.0, "channel")}
+"""Per method: calls a minute, burst, and what the limit counts over (Slack's tiers)."""
 
 
 @dataclass
@@ -132,6 +143,7 @@ class FakeSlackApi:
         self.downloads: list[str] = []  # file ids whose download was asked with the right token
         self.refused_downloads: list[str] = []  # ... asked without it (got the sign-in page)
         self.timeline: list[str] = []  # "download <id>" as each starts; tests add their own marks
+        self.limits: dict[str, tuple[RateLimits, str]] = {}  # method → its buckets, counted over
 
     # lifecycle --------------------------------------------------------------------------------
     async def start(self, port: int = 0) -> FakeSlackApi:
@@ -143,6 +155,7 @@ class FakeSlackApi:
         app.router.add_get("/fake/posts", self._posts)
         app.router.add_get("/fake/calls", self._chat_calls)
         app.router.add_post("/fake/outage", self._switch_outage)
+        app.router.add_get("/fake/rate-limits", self._rate_limit_counts)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", port)
@@ -161,6 +174,34 @@ class FakeSlackApi:
     # test controls ----------------------------------------------------------------------------
     def fail(self, method: str, failure: Failure, times: int = 1) -> None:
         self.failures.setdefault(method, []).extend([failure] * times)
+
+    def enforce_rate_limits(
+        self,
+        limits: dict[str, tuple[float, float, str]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Refuse calls over Slack's limits (`SLACK_LIMITS` by default) with a 429, as Slack
+        does; `clock` is the platform's time (a fake clock's `monotonic` in fake-time tests)."""
+        for method, (per_minute, burst, per) in (limits or SLACK_LIMITS).items():
+            self.limits[method] = (RateLimits(per_minute, burst, clock), per)
+
+    @property
+    def rate_limited(self) -> dict[str, int]:
+        """429s answered, by method."""
+        return {method: len(limits.refused) for method, (limits, _) in self.limits.items()}
+
+    async def _rate_limit_counts(self, request: web.Request) -> web.Response:
+        return web.json_response({"rate_limited": self.rate_limited})
+
+    def _over_limit(self, method: str, args: dict[str, Any]) -> web.Response | None:
+        if method not in self.limits:
+            return None
+        limits, per = self.limits[method]
+        wait = limits.spend(TEAM if per == "workspace" else str(args.get("channel", "")))
+        if wait is None:
+            return None
+        return web.json_response({"ok": False, "error": "ratelimited"}, status=429,
+                                 headers={"Retry-After": whole_seconds(wait)})  # fmt: skip
 
     def slow(self, method: str, seconds: float) -> None:
         """Calls of `method` take effect at once and answer only after `seconds` (a slow API)."""
@@ -264,6 +305,8 @@ class FakeSlackApi:
         expected = self.app_token if method == "apps.connections.open" else self.token
         if token != expected:
             return web.json_response({"ok": False, "error": "invalid_auth"})
+        if (refused := self._over_limit(method, args)) is not None:
+            return refused
         failure = self.failures.get(method, []).pop(0) if self.failures.get(method) else None
         if failure is not None and not failure.lands:
             return self._failure(failure)
@@ -574,8 +617,11 @@ def channel_message(
     return event
 
 
-async def _serve(port: int, events_url: str, signing_secret: str) -> None:
-    api = await FakeSlackApi().start(port)
+async def _serve(port: int, events_url: str, signing_secret: str, rate_limits: bool) -> None:
+    api = FakeSlackApi()
+    if rate_limits:
+        api.enforce_rate_limits()
+    await api.start(port)
     if events_url:
         api.events = EventSender(events_url, signing_secret)
     logging.getLogger("fake-slack").warning("fake Slack Web API on %s", api.url)
@@ -590,10 +636,11 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8766)
     parser.add_argument("--events-url", default="", help="where to send each message as an event")
     parser.add_argument("--signing-secret", default="", help="signs those events")
+    parser.add_argument("--rate-limits", action="store_true", help="enforce Slack's rate limits")
     args = parser.parse_args()
     logging.basicConfig(format="%(message)s")
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(args.port, args.events_url, args.signing_secret))
+        asyncio.run(_serve(args.port, args.events_url, args.signing_secret, args.rate_limits))
 
 
 if __name__ == "__main__":
