@@ -543,7 +543,7 @@ class EventSender:
             "Content-Type": "application/json",
             "X-Slack-Request-Timestamp": stamp,
             "X-Slack-Signature": signature
-            or self.verifier.generate_signature(timestamp=stamp, body=body),
+            or str(self.verifier.generate_signature(timestamp=stamp, body=body)),
         }
         if retry_num is not None:
             headers["X-Slack-Retry-Num"] = str(retry_num)
@@ -577,7 +577,7 @@ class EventSender:
         headers = {
             "Content-Type": "application/x-www-form-urlencoded",
             "X-Slack-Request-Timestamp": stamp,
-            "X-Slack-Signature": self.verifier.generate_signature(timestamp=stamp, body=body),
+            "X-Slack-Signature": str(self.verifier.generate_signature(timestamp=stamp, body=body)),
         }
         async with (
             aiohttp.ClientSession() as session,
