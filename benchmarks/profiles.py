@@ -55,7 +55,7 @@ class Profile:
     caching_turns: int = 20
     # 10. streaming under rate limits: conversation i answers words[0] + i * words[1] words
     limits_conversations: int = 100
-    limits_words: tuple[int, int] = (20, 6)
+    limits_words: tuple[int, int] = (20, 8)
     limits_token_seconds: float = 0.2
 
 

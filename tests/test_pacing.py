@@ -29,13 +29,16 @@ async def test_drafts_take_turns_and_leave_the_last_token_for_a_final() -> None:
     final = taken(order, "final", bucket, final=True)
     await settle()
     assert order == ["draft0", "draft1", "final"]  # at once, ahead of the waiting drafts
+    second, third = (taken(order, name, bucket, final=True) for name in ("second", "third"))
     await clock.advance(1.0)
-    assert order[-1:] == ["final"]  # the bucket was overdrawn by the final: drafts wait more
+    assert order[3:] == ["second"]  # finals follow each other at the rate, drafts wait
     await clock.advance(1.0)
-    assert order[3:] == ["draft2"]  # first come, first served
+    assert order[3:] == ["second", "third"]
+    await clock.advance(2.0)
+    assert order[5:] == ["draft2"]  # first come, first served, the last token kept
     await clock.advance(1.0)
-    assert order[3:] == ["draft2", "draft3"]
-    await asyncio.gather(*tasks, final)
+    assert order[5:] == ["draft2", "draft3"]
+    await asyncio.gather(*tasks, final, second, third)
 
 
 async def test_a_retry_after_holds_drafts_and_finals_alike() -> None:

@@ -5,9 +5,10 @@ one a second per channel; Discord about five edits per five seconds per channel.
 pacing itself alone spends that budget many times over when several stream at once, and a final
 edit then waits behind drafts in 429 backoff. So each limit is a `Bucket` (a token bucket), shared:
 
-- **final text first**: a reply's final edit or post never waits for a token: it goes out at once
-  (only a Retry-After holds it) and spends from the bucket, which the drafts then wait to refill;
-  drafts never take the bucket's last token (kept for a final), so finals rarely meet a 429;
+- **final text first**: a reply's final edit or post takes the next token ahead of every waiting
+  draft, and drafts never take the bucket's last token (kept for a final), so a final goes out at
+  once unless other finals came first (they then follow each other at the platform's rate,
+  without a 429);
 - **drafts in turn**: waiting drafts are served first come, first served; a conversation asks
   again only after its own interval, so the edits spread across everyone streaming, and each
   conversation makes fewer, larger edits when many stream (never lost ones: the final edit
@@ -53,7 +54,7 @@ class Bucket:
     tokens: float = field(init=False)
     refilled_at: float = field(init=False)
     held_until: float = 0.0
-    finals_waiting: int = 0
+    _finals: deque[int] = field(default_factory=deque)
     _drafts: deque[int] = field(default_factory=deque)
     _tickets: itertools.count[int] = field(default_factory=itertools.count)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -68,23 +69,16 @@ class Bucket:
         return 1.0 if self.limit.capacity > 1 else 0.0
 
     async def take(self, final: bool = False) -> None:
-        """Wait for a call's turn on this limit: a final's is now (after a Retry-After), and
-        drafts wait behind it."""
+        """Wait for a call's turn on this limit (finals first, each queue in arrival order)."""
         ticket = next(self._tickets)
-        if final:
-            self.finals_waiting += 1
-        else:
-            self._drafts.append(ticket)
+        queue = self._finals if final else self._drafts
+        queue.append(ticket)
         try:
             while (wait := self._wait(final, ticket)) > 0:
                 await self._sleep(wait)
-            self._refill(self.clock.monotonic())
-            self.tokens = max(self.tokens - 1.0, -self.limit.capacity)  # a final may overdraw
+            self.tokens -= 1.0
         finally:
-            if final:
-                self.finals_waiting -= 1
-            else:
-                self._drafts.remove(ticket)
+            queue.remove(ticket)
             self._notify()
 
     def hold(self, retry_after: float) -> None:
@@ -103,12 +97,15 @@ class Bucket:
         now = self.clock.monotonic()
         if now < self.held_until:
             return self.held_until - now
-        if final:
-            return 0.0
         self._refill(now)
-        if self.finals_waiting or self._drafts[0] != ticket:
-            return math.inf  # woken when the final or the draft ahead has gone
-        need = 1.0 + self.reserve
+        if final:
+            if self._finals[0] != ticket:
+                return math.inf  # woken when the final ahead has gone
+            need = 1.0
+        elif self._finals or self._drafts[0] != ticket:
+            return math.inf  # woken when the finals or the draft ahead have gone
+        else:
+            need = 1.0 + self.reserve
         if self.tokens >= need:
             return 0.0
         return (need - self.tokens) * 60.0 / self.limit.per_minute
@@ -162,7 +159,7 @@ class Pacer:
         now = self.clock.monotonic()
         for key, bucket in list(self._buckets.items()):
             bucket._refill(now)
-            idle = not (bucket._drafts or bucket.finals_waiting) and now >= bucket.held_until
+            idle = not (bucket._drafts or bucket._finals) and now >= bucket.held_until
             if idle and bucket.tokens >= bucket.limit.capacity:
                 del self._buckets[key]
 
