@@ -341,4 +341,4 @@ def _final_shown(slack: TimedSlack, model: Model, tag: str) -> float | None:
 
 def summary(values: list[float]) -> tuple[float, float]:
     """p50 and p99 (0 when nothing was measured)."""
-    return (percentile(values, 50), percentile(values, 99)) if values else (0.0, 0.0)
+    return (percentile(values, 0.5), percentile(values, 0.99)) if values else (0.0, 0.0)
