@@ -97,10 +97,13 @@ class FakeDiscord:
         self._runner: web.AppRunner | None = None
         self.port = 0
 
-    def enforce_rate_limits(self, per_five_seconds: float = 5.0) -> None:
-        """Limit each channel's posts and edits, as Discord does (real time: discord.py sleeps
-        out a 429 on the real clock and sends again)."""
-        self.limits = RateLimits(per_five_seconds * 12, per_five_seconds)
+    def enforce_rate_limits(
+        self, per_five_seconds: float = 5.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        """Limit each channel's posts and edits, as Discord does; `clock` is Discord's time (a
+        fake clock's `monotonic` in fake-time tests; discord.py sleeps out a 429 on the real
+        one)."""
+        self.limits = RateLimits(per_five_seconds * 12, per_five_seconds, clock)
 
     @property
     def rate_limited(self) -> int:
