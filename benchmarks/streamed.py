@@ -112,6 +112,7 @@ async def burstbot(
                 "api_key_env": KEY_ENV,
                 "max_retries": 0,
                 "max_tokens": 4096,
+                "timeout_seconds": 3600.0,  # the longest answer streams for minutes
             },
             "debounce": {"quiet_seconds": quiet, "max_wait_seconds": max(2.0, 4 * quiet)},
             "engine": {"max_concurrent_generations": max(8, conversations)},
