@@ -57,6 +57,7 @@ class Profile:
     limits_conversations: int = 100
     limits_words: tuple[int, int] = (20, 8)
     limits_token_seconds: float = 0.2
+    discord_people: int = 10  # conversations in one Discord channel (scope "user")
 
 
 FULL = Profile(
@@ -125,4 +126,5 @@ QUICK = Profile(
     limits_conversations=4,
     limits_words=(5, 3),
     limits_token_seconds=0.05,
+    discord_people=3,
 )

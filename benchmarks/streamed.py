@@ -30,12 +30,16 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import discord
+
 from adapters.slack import SlackFrontend
 from benchmarks.ingest import percentile
 from benchmarks.profiles import Profile
 from bot.app import App, build_store
-from bot.config import parse_config
+from bot.config import DiscordConfig, parse_config
+from bot.core.clock import SystemClock
 from bot.model.claude import ClaudeReplier
+from tests.fake_discord import FakeDiscord, frontend_for
 from tests.fakes.anthropic_server import FakeAnthropic, Plan, RecordedRequest, StreamRecord
 from tests.fakes.slack_api import EventSender, FakeSlackApi, dm
 
@@ -281,7 +285,96 @@ async def run_rate_limits(profile: Profile, directory: str) -> list[LimitsRow]:
         ("each conversation alone (pacer off)", {"updates_per_minute": 0, "posts_per_minute": 0}),
     ):
         rows.append(await _limits_once(profile, directory, system, settings))
+    for system, per_minute in (
+        ("Discord, one channel: burstbot (shared pacer)", 60.0),
+        ("Discord, one channel: each conversation alone (pacer off)", 0.0),
+    ):
+        rows.append(await _discord_limits_once(profile, directory, system, per_minute))
     return rows
+
+
+GUILD, CHANNEL = 300_000_000_000_000_001, 400_000_000_000_000_001
+
+
+async def _discord_limits_once(
+    profile: Profile, directory: str, system: str, edits_per_minute: float
+) -> LimitsRow:
+    """People streaming at once in one Discord channel (scope "user": a conversation each)
+    against the fake Discord enforcing about five posts and edits per five seconds there."""
+    n = profile.discord_people
+    tags = [f"c{i}" for i in range(n)]
+    words = {tag: profile.limits_words[0] + i * profile.limits_words[1] for i, tag in
+             enumerate(tags)}  # fmt: skip
+    model = Model(words, Plan(first_delay=0.2, delay=profile.limits_token_seconds))
+    await model.start()
+    base, gateway = discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY
+    async with FakeDiscord() as fake:
+        discord.http.Route.BASE = fake.api_base
+        discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = fake.gateway_url
+        fake.guilds.append(GUILD)
+        fake.add_channel(CHANNEL, "text", guild_id=GUILD)
+        fake.enforce_rate_limits()
+        name = "discord-paced" if edits_per_minute else "discord-alone"
+        config = parse_config(
+            {
+                "storage": {"url": "sqlite:///" + os.path.join(directory, f"{name}.db")},
+                "console": {"enabled": False},
+                "catch_up": {"enabled": False},
+                "llm": {"provider": "anthropic", "base_url": model.base_url,
+                        "api_key_env": KEY_ENV, "max_retries": 0, "timeout_seconds": 3600.0},
+                "debounce": {"quiet_seconds": 0.3, "max_wait_seconds": 2.0},
+                "engine": {"max_concurrent_generations": max(8, n)},
+            }
+        )  # fmt: skip
+        discord_config = DiscordConfig(enabled=True, listen_channels=[str(CHANNEL)], scope="user",
+                                       edits_per_minute=edits_per_minute)  # fmt: skip
+        frontend = frontend_for(fake, SystemClock(), discord_config)
+        replier = ClaudeReplier.from_config(config, {KEY_ENV: "bench-key"})
+        app = App(config, build_store(config), replier, [frontend], shutdown_grace=1.0)
+        running = asyncio.create_task(app.run())
+        try:
+            await asyncio.wait_for(app.serving.wait(), 30)
+            for i, tag in enumerate(tags):
+                person = {"id": str(200_000_000_000_000_001 + i), "username": f"p{i}",
+                          "discriminator": "0", "global_name": f"P{i}", "avatar": None}  # fmt: skip
+                await fake.dispatch("MESSAGE_CREATE", fake.message(
+                    CHANNEL, person, f"{tag} a question", guild_id=str(GUILD)))  # fmt: skip
+            longest = max(words.values()) * profile.limits_token_seconds
+            await until(lambda: all(_discord_final(fake, model, t) for t in tags),
+                        longest + profile.settle_timeout_seconds, 0.05)  # fmt: skip
+        finally:
+            app.request_stop()
+            await asyncio.gather(running, return_exceptions=True)
+            await replier.aclose()
+            await model.stop()
+            discord.http.Route.BASE = base
+            discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = gateway
+    finals = []
+    for tag in tags:
+        stream, shown = model.stream_of(tag), _discord_final(fake, model, tag)
+        if stream is not None and stream.delta_times and shown is not None:
+            finals.append(1000 * (shown - stream.delta_times[-1]))
+    complete = sum(1 for tag in tags if _discord_final(fake, model, tag) is not None)
+    refused = fake.limits.refused if fake.limits is not None else []
+    return LimitsRow(
+        system=system,
+        conversations=n,
+        rate_limited=len(refused),
+        beyond_first=max(0, len(refused) - 1),  # one bucket: the channel
+        buckets=1 if refused else 0,
+        edits_per_reply=len(fake.edits) / n,
+        last_token_to_final_ms=finals,
+        complete=complete,
+        cut_short=n - complete,
+    )
+
+
+def _discord_final(fake: FakeDiscord, model: Model, tag: str) -> float | None:
+    stream = model.stream_of(tag)
+    if stream is None or stream.outcome != "completed":
+        return None
+    text = model.replies[stream.request_index]
+    return next((edit["at"] for edit in fake.edits if edit["content"] == text), None)
 
 
 async def _limits_once(

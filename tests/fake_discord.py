@@ -254,7 +254,7 @@ class FakeDiscord:
         if message["author"]["id"] != self.bot_user["id"]:
             return _json({"message": "Cannot edit a message authored by another user",
                           "code": 50005}, status=403)  # fmt: skip
-        content = body.get("content", message["content"])
+        content = str(body.get("content", message["content"]))
         if len(content) > MESSAGE_LIMIT:
             return _too_long()
         message.update(content=content, edited_timestamp=_now())

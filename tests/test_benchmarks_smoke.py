@@ -68,8 +68,13 @@ def test_quick_run_writes_a_report_with_every_row(tmp_path: Path) -> None:
     assert [r[0] for r in caching] == ["1-4", f"5-{QUICK.caching_turns}"]
     assert int(caching[1][5].replace(",", "")) > 0  # later turns read the cached prefix
     limits = rows(report, "10. Streaming under rate limits")
-    assert [r[0].split(" (")[0] for r in limits] == ["burstbot", "each conversation alone"]
-    assert all(r[6] == str(QUICK.limits_conversations) and r[7] == "0" for r in limits)
+    assert [r[0].split(" (")[0] for r in limits] == [
+        "burstbot",
+        "each conversation alone",
+        "Discord, one channel: burstbot",
+        "Discord, one channel: each conversation alone",
+    ]
+    assert all(r[6] == r[1] and r[7] == "0" for r in limits)  # every reply whole
     targets = rows(report, "Targets")
-    assert len(targets) == 7 + 2 * len(QUICK.flood_workers) + 1 + 7
+    assert len(targets) == 7 + 2 * len(QUICK.flood_workers) + 1 + 9
     assert all(r[3] in ("yes", "**no**") for r in targets)
