@@ -134,7 +134,8 @@ class Bucket:
 
 
 class Pacer:
-    """The buckets of one platform connection, by name (`chat.update`, `edit:<channel>`…)."""
+    """The buckets of one platform connection, by method and scope (`chat.update` per workspace,
+    `chat.postMessage` or Discord's `messages` per channel)."""
 
     def __init__(self, clock: Clock, limits: dict[str, Limit]) -> None:
         self.clock = clock
