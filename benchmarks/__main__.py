@@ -14,13 +14,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.bursts import run_bursts, run_typing
+from benchmarks.caching import run_caching
 from benchmarks.flood import run_flood
 from benchmarks.ingest import run_ingest
 from benchmarks.profiles import FULL, QUICK, Profile
 from benchmarks.report import Results, markdown, plot, text
 from benchmarks.scale import run_scale
+from benchmarks.streamed import run_first_word, run_rate_limits
 
-WORKLOADS = ("bursts", "typing", "ingest", "scale", "flood")
+WORKLOADS = ("bursts", "typing", "ingest", "scale", "flood", "felt", "caching", "limits")
 
 
 def machine() -> list[str]:
@@ -58,6 +60,16 @@ async def run(
             print("running: flood ...", file=sys.stderr, flush=True)
             flood = await run_flood(profile, directory, py_spy)
             results.flood, results.indicator = flood.floods, flood.indicator
+        if not only or "felt" in only:
+            print("running: first visible word and cancel latency ...", file=sys.stderr, flush=True)
+            first_word, cancel = await run_first_word(profile, directory)
+            results.first_word, results.cancel = [first_word], [cancel]
+        if not only or "caching" in only:
+            print("running: prompt caching ...", file=sys.stderr, flush=True)
+            results.caching = await run_caching(profile, seed)
+        if not only or "limits" in only:
+            print("running: streaming under rate limits ...", file=sys.stderr, flush=True)
+            results.limits = await run_rate_limits(profile, directory)
     results.seconds = time.monotonic() - started
     results.machine = machine()
     return results

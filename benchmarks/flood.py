@@ -239,6 +239,8 @@ mode = "http"
 api_base_url = "{fakes["slack"]}"
 http_port = {port}
 thinking_indicator = "reaction"
+updates_per_minute = 0.0
+posts_per_minute = 0.0
 """,
         encoding="utf-8",
     )

@@ -42,6 +42,22 @@ class Profile:
     flood_workers: tuple[int, ...] = (1, 2)
     start_spread_seconds: float = 1.0  # people start typing at random times within this
     settle_timeout_seconds: float = 120.0
+    # 7, 8. first visible word and cancel latency (Slack HTTP mode, Claude replier, real clock)
+    felt_conversations: int = 20
+    felt_quiet_seconds: float = 0.5
+    felt_ttft_seconds: float = 0.3  # the fake model's time to first token
+    felt_token_seconds: float = 0.02
+    felt_words: int = 150
+    felt_cancel_after: int = 10  # deltas streamed before the superseding message is sent
+    felt_spread_seconds: float = 0.25
+    # 9. prompt caching
+    caching_conversations: int = 8
+    caching_turns: int = 20
+    # 10. streaming under rate limits: conversation i answers words[0] + i * words[1] words
+    limits_conversations: int = 100
+    limits_words: tuple[int, int] = (20, 8)
+    limits_token_seconds: float = 0.2
+    discord_people: int = 10  # conversations in one Discord channel (scope "user")
 
 
 FULL = Profile(
@@ -62,7 +78,7 @@ FULL = Profile(
     typing_token_latency=0.02,
     senders=100,
     messages_per_sender=100,
-    stored_conversations=100_000,
+    stored_conversations=1_000_000,
     armed_timers=100_000,
     firing=tuple((rate * 4, 4.0) for rate in (100, 250, 500, 1_000, 2_000)),
 )
@@ -98,4 +114,17 @@ QUICK = Profile(
     flood_workers=(1, 2),
     start_spread_seconds=0.1,
     settle_timeout_seconds=30.0,
+    felt_conversations=3,
+    felt_quiet_seconds=0.1,
+    felt_ttft_seconds=0.05,
+    felt_token_seconds=0.005,
+    felt_words=40,
+    felt_cancel_after=3,
+    felt_spread_seconds=0.02,
+    caching_conversations=1,
+    caching_turns=8,
+    limits_conversations=4,
+    limits_words=(5, 3),
+    limits_token_seconds=0.05,
+    discord_people=3,
 )

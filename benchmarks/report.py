@@ -5,12 +5,21 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from benchmarks.bursts import BurstRow
+from benchmarks.caching import CachingRow
 from benchmarks.flood import FloodRow, IndicatorRow
 from benchmarks.ingest import IngestRow
 from benchmarks.profiles import Profile
 from benchmarks.scale import LATE_P99_GOAL_MS, ScaleRow, highest_rate_within_goal
+from benchmarks.streamed import CancelRow, FirstWordRow, LimitsRow, summary
+
+FIRST_WORD_GOAL_MS = 100.0  # burstbot's own share: model's first token → draft request, p99
+CANCEL_GOAL_MS = 50.0
+CACHE_GOAL = 0.30
+FINAL_GOAL_MS = 2000.0
+RSS_GOAL_MB = 100.0
 
 
 @dataclass
@@ -23,6 +32,10 @@ class Results:
     scale: list[ScaleRow] = field(default_factory=list)
     flood: list[FloodRow] = field(default_factory=list)
     indicator: list[IndicatorRow] = field(default_factory=list)
+    first_word: list[FirstWordRow] = field(default_factory=list)
+    cancel: list[CancelRow] = field(default_factory=list)
+    caching: list[CachingRow] = field(default_factory=list)
+    limits: list[LimitsRow] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -206,7 +219,96 @@ def tables(results: Results) -> list[Table]:
             ],
         )
     )
-    return out
+    return out + felt_tables(results)
+
+
+def _ms(values: list[float]) -> str:
+    p50, p99 = summary(values)
+    return f"{p50:.0f} / {p99:.0f}"
+
+
+def felt_tables(results: Results) -> list[Table]:
+    """What people feel: first visible word, cancel latency, prompt caching, rate limits."""
+    return [
+        Table(
+            "7. First visible word (Slack HTTP mode, one-message bursts; ms, p50 / p99)",
+            ("bursts", "fake model's time to first token (baseline)", "first token -> draft on "
+             "Slack", "quiet window's close -> model request", "quiet window's close -> draft"),
+            [(str(r.conversations), _ms(r.ttft_ms), _ms(r.token_to_draft_ms),
+              _ms(r.close_to_request_ms), _ms(r.close_to_draft_ms)) for r in results.first_word],
+        ),
+        Table(
+            "8. Cancel latency (a newer message while the answer streams)",
+            ("superseded streams", "ack -> model stream closed ms, p50 / p99",
+             "fake model's time per token ms (baseline)", "output tokens after the ack",
+             "tokens the rest of the replies would have cost (baseline)", "answered in full"),
+            [(str(r.supersedes), _ms(r.ack_to_closed_ms), f"{r.token_interval_ms:.0f}",
+              str(r.tokens_after), str(r.tokens_left), f"{r.answered} of {r.supersedes}")
+             for r in results.cancel],
+        ),
+        Table(
+            "9. Prompt caching (billed input cost, in input-token prices)",
+            ("turns", "requests", "caching off (baseline)", "billed with caching", "share",
+             "tokens read from cache", "tokens written"),
+            [(r.turns, str(r.requests), f"{r.uncached_cost:,.0f}", f"{r.billed_cost:,.0f}",
+              f"{100 * r.share:.0f} %", f"{r.read_tokens:,}", f"{r.written_tokens:,}")
+             for r in results.caching],
+        ),
+        Table(
+            "10. Streaming under rate limits (one Slack workspace, one Discord channel; limits "
+            "enforced by the fakes)",
+            ("system", "conversations", "429s", "429s after the first per bucket",
+             "edits per reply", "model's last token -> final text ms, p50 / p99 / max",
+             "replies complete", "cut short or missing"),
+            [(r.system, str(r.conversations), str(r.rate_limited), str(r.beyond_first),
+              f"{r.edits_per_reply:.1f}", _ms(r.last_token_to_final_ms) +
+              f" / {max(r.last_token_to_final_ms, default=0):.0f}", str(r.complete),
+              str(r.cut_short)) for r in results.limits],
+        ),
+    ]  # fmt: skip
+
+
+def felt_targets(results: Results) -> list[Target]:
+    found = []
+    for r in results.first_word:
+        p99 = summary(r.token_to_draft_ms)[1]
+        found.append(Target("first token -> draft request, p99 (SQLite)",
+                            f"<= {FIRST_WORD_GOAL_MS:.0f} ms", f"{p99:.0f} ms",
+                            p99 <= FIRST_WORD_GOAL_MS))  # fmt: skip
+    for c in results.cancel:
+        p99 = summary(c.ack_to_closed_ms)[1]
+        closed = len(c.ack_to_closed_ms) == c.supersedes
+        found.append(Target("newer message acked -> model stream closed, p99",
+                            f"<= {CANCEL_GOAL_MS:.0f} ms", f"{p99:.0f} ms",
+                            p99 <= CANCEL_GOAL_MS and closed))  # fmt: skip
+    later = [r for r in results.caching if not r.turns.startswith("1-")]
+    for c_row in later:
+        found.append(Target(f"billed input cost vs caching off, turns {c_row.turns}",
+                            f"<= {100 * CACHE_GOAL:.0f} %", f"{100 * c_row.share:.0f} %",
+                            c_row.share <= CACHE_GOAL))  # fmt: skip
+    for lim in results.limits[:1]:
+        worst = max(lim.last_token_to_final_ms, default=float("inf"))
+        found.append(Target(f"429s after the first per bucket, {lim.conversations} conversations",
+                            "0", str(lim.beyond_first), lim.beyond_first == 0))  # fmt: skip
+        found.append(Target("model's last token -> final text on Slack, max (includes the commit)",
+                            f"<= {FINAL_GOAL_MS / 1000:.0f} s", f"{worst / 1000:.1f} s",
+                            worst <= FINAL_GOAL_MS))  # fmt: skip
+        found.append(Target("replies complete under rate limits", f"{lim.conversations}",
+                            str(lim.complete), lim.complete == lim.conversations))  # fmt: skip
+    for lim in results.limits[2:3]:  # Discord, with the pacer
+        worst = max(lim.last_token_to_final_ms, default=float("inf"))
+        name = f"Discord: 429s after the first, {lim.conversations} people, one channel"
+        found.append(Target(name, "0", str(lim.beyond_first), lim.beyond_first == 0))
+        found.append(Target("Discord: model's last token -> final text, max",
+                            f"<= {FINAL_GOAL_MS / 1000:.0f} s", f"{worst / 1000:.1f} s",
+                            worst <= FINAL_GOAL_MS))  # fmt: skip
+    if results.scale:
+        rss = max(r.peak_rss_mb for r in results.scale)
+        stored = results.scale[0].stored_conversations
+        found.append(Target(f"peak RSS with {stored:,} stored conversations",
+                            f"<= {RSS_GOAL_MB:.0f} MB", f"{rss:.0f} MB",
+                            rss <= RSS_GOAL_MB))  # fmt: skip
+    return found
 
 
 def flood_pairs(rows: list[FloodRow]) -> list[tuple[FloodRow, FloodRow]]:
@@ -344,7 +446,7 @@ def targets(results: Results) -> list[Target]:
         found.append(
             Target("peak RSS of a burstbot process", "<= 150 MB", f"{rss:.0f} MB", rss <= 150.0)
         )
-    return found + _flood_targets(results)
+    return found + felt_targets(results) + _flood_targets(results)
 
 
 def text(results: Results) -> str:
@@ -389,13 +491,36 @@ def markdown(results: Results, preamble: str, plot_name: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _plot_felt(results: Results, g: Any, h: Any) -> None:
+    """7: the first word beside the model's own first token; 10: 429s and final-text delay."""
+    for r in results.first_word:
+        names = ["model: first token", "first token -> draft", "close -> model request"]
+        series = [r.ttft_ms, r.token_to_draft_ms, r.close_to_request_ms]
+        spots = range(len(names))
+        g.bar([x - 0.2 for x in spots], [summary(v)[0] for v in series], 0.4, label="p50")
+        g.bar([x + 0.2 for x in spots], [summary(v)[1] for v in series], 0.4, label="p99")
+        g.set_xticks(list(spots), names, fontsize=8)
+        g.set_title(f"7. first visible word, ms ({r.conversations} bursts)")
+        g.legend()
+    labels = [r.system.split(" (")[0] for r in results.limits]
+    spots = range(len(labels))
+    h.bar([x - 0.2 for x in spots], [r.rate_limited for r in results.limits], 0.4, label="429s")
+    h.bar([x + 0.2 for x in spots], [max(r.last_token_to_final_ms, default=0) / 1000
+                                     for r in results.limits], 0.4,
+          label="last token -> final text, max s")  # fmt: skip
+    h.set_xticks(list(spots), labels, fontsize=8)
+    conversations = results.limits[0].conversations if results.limits else 0
+    h.set_title(f"10. {conversations} conversations streaming in one Slack workspace")
+    h.legend()
+
+
 def plot(results: Results, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ((a, b), (c, d), (e, f)) = plt.subplots(3, 2, figsize=(12, 12))
+    fig, ((a, b), (c, d), (e, f), (g, h)) = plt.subplots(4, 2, figsize=(12, 16))
     systems = [r.system for r in results.bursts]
     xs = range(len(systems))
     a.bar(
@@ -449,6 +574,7 @@ def plot(results: Results, path: Path) -> None:
     f.axhline(2.0, color="red", linestyle="--", label="at most one on + one off")
     f.set_title("6. thinking indicator calls per burst")
     f.legend()
+    _plot_felt(results, g, h)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

@@ -237,6 +237,9 @@ class SlackConfig(Section):
     thinking_reaction: str = Field(default="hourglass_flowing_sand", min_length=1)
     max_parts_per_reply: int = Field(default=MAX_PARTS_PER_REPLY, ge=1, le=100)
     assistant: SlackAssistantConfig = Field(default_factory=SlackAssistantConfig)
+    # the platform's limits, shared by every conversation streaming at once (0: not paced)
+    updates_per_minute: float = Field(default=50.0, ge=0, le=100_000)  # chat.update, workspace
+    posts_per_minute: float = Field(default=60.0, ge=0, le=100_000)  # chat.postMessage, channel
 
 
 class DiscordConfig(Section):
@@ -251,6 +254,9 @@ class DiscordConfig(Section):
     shard_id: int | None = Field(default=None, ge=0, le=100_000)
     shard_count: int | None = Field(default=None, ge=1, le=100_000)
     nonce_window_seconds: float = Field(default=120.0, ge=0, le=600)
+    # message posts and edits per channel, shared by every conversation streaming there (0: not
+    # paced); Discord allows about five per five seconds
+    edits_per_minute: float = Field(default=60.0, ge=0, le=100_000)
 
     @model_validator(mode="after")
     def _shard_pair(self) -> DiscordConfig:

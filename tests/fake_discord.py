@@ -19,7 +19,10 @@ RESUME is refused (op 9): the client identifies anew.
 A bot may edit (PATCH) and delete its own messages; content over 2000 characters is refused with
 Discord's 400, and the next edits can be told to fail (`edit_failures`, e.g. a 429). A failure
 that `lands` takes effect first (the bot sees the failure, as when the response is lost), and a
-`PASS` in a channel's failures lets one post through, so the next fails between parts. `calls`
+`PASS` in a channel's failures lets one post through, so the next fails between parts. On request
+(`enforce_rate_limits`) a channel's posts and edits are limited as on Discord, about five per five
+seconds (a token bucket): a call over it gets Discord's 429 (`retry_after` in the body), counted in
+`rate_limited`. `calls`
 lists what the bot did (POST, PATCH, DELETE), `shown` what its messages in a channel say now.
 """
 
@@ -41,6 +44,7 @@ from aiohttp import WSMsgType, web
 from adapters.discord import DiscordFrontend
 from bot.config import DiscordConfig
 from bot.core.clock import Clock
+from tests.fakes.rate_limits import RateLimits
 
 Json = dict[str, Any]
 BOT_ID = 100_000_000_000_000_001
@@ -94,11 +98,33 @@ class FakeDiscord:
         self.deleted: list[str] = []
         self.calls: list[tuple[str, str, str]] = []  # what bots did: method, message id, content
         self._ids = _Snowflakes()
+        self.limits: RateLimits | None = None  # posts and edits per channel, when enforced
         self._socket: web.WebSocketResponse | None = None  # the newest connection
         self._identified: list[web.WebSocketResponse] = []
         self._sequence = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self.port = 0
+
+    def enforce_rate_limits(
+        self, per_five_seconds: float = 5.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        """Limit each channel's posts and edits, as Discord does; `clock` is Discord's time (a
+        fake clock's `monotonic` in fake-time tests; discord.py sleeps out a 429 on the real
+        one)."""
+        self.limits = RateLimits(per_five_seconds * 12, per_five_seconds, clock)
+
+    @property
+    def rate_limited(self) -> int:
+        return 0 if self.limits is None else len(self.limits.refused)
+
+    def _over_limit(self, channel_id: int) -> web.Response | None:
+        wait = None if self.limits is None else self.limits.spend(str(channel_id))
+        if wait is None:
+            return None
+        body = {"message": "You are being rate limited.", "retry_after": round(wait, 3),
+                "global": False}  # fmt: skip
+        headers = {"Retry-After": f"{wait:.3f}", "Via": "1.1 google", "X-RateLimit-Scope": "user"}
+        return _json(body, status=429, headers=headers)
 
     # lifecycle -------------------------------------------------------------------------------
     async def __aenter__(self) -> FakeDiscord:
@@ -170,11 +196,14 @@ class FakeDiscord:
             return _json({"message": "401: Unauthorized", "code": 0}, status=401)
         body: Json = await request.json()
         self.requests.append(body)
+        if (refused := self._over_limit(channel_id)) is not None:
+            return refused
         queued = self.failures.get(channel_id) or []
         failure = None
-        if queued and queued[0] is None:
+        first = queued[0] if queued else None
+        if queued and first is None:
             queued.pop(0)
-        elif queued and (not queued[0].only_with_reference or "message_reference" in body):
+        elif first is not None and (not first.only_with_reference or "message_reference" in body):
             failure = queued.pop(0)
             if failure is not None and not failure.lands:
                 return _failed(failure)
@@ -230,6 +259,8 @@ class FakeDiscord:
         if not self._authorized(request):
             return _json({"message": "401: Unauthorized", "code": 0}, status=401)
         body: Json = await request.json()
+        if (refused := self._over_limit(int(request.match_info["channel_id"]))) is not None:
+            return refused
         failure = self.edit_failures.pop(0) if self.edit_failures else None
         if failure is not None and not failure.lands:
             return _failed(failure)
@@ -239,7 +270,7 @@ class FakeDiscord:
         if message["author"]["id"] != self.bot_user["id"]:
             return _json({"message": "Cannot edit a message authored by another user",
                           "code": 50005}, status=403)  # fmt: skip
-        content = body.get("content", message["content"])
+        content = str(body.get("content", message["content"]))
         if len(content) > MESSAGE_LIMIT:
             return _too_long()
         message.update(content=content, edited_timestamp=_now())

@@ -102,7 +102,9 @@ async def running_bot(
     clock = clock or FakeClock()
     replier = replier or ScriptedReplier()
     store = SqliteStore(db)
-    frontend = SlackFrontend(config.slack, TOKEN, signing_secret=SECRET, app_token=api.app_token)
+    frontend = SlackFrontend(
+        config.slack, TOKEN, signing_secret=SECRET, app_token=api.app_token, clock=clock
+    )
     app = App(config, store, replier, [frontend], clock=clock, owner=owner)
     await store.open()
     host: Host = host_wrapper(app) if host_wrapper else app

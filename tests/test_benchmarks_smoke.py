@@ -59,6 +59,22 @@ def test_quick_run_writes_a_report_with_every_row(tmp_path: Path) -> None:
     indicator = rows(report, "6. Thinking indicator")
     assert len(indicator) == len(QUICK.flood_workers) * QUICK.flood_runs
     assert all(int(r[3]) >= int(r[2]) for r in indicator)  # every burst was answered
+    first_word = rows(report, "7. First visible word")
+    assert [int(r[0]) for r in first_word] == [QUICK.felt_conversations]
+    assert all(len(cell.split(" / ")) == 2 for cell in first_word[0][1:])
+    [cancel] = rows(report, "8. Cancel latency")
+    assert cancel[5] == f"{QUICK.felt_conversations} of {QUICK.felt_conversations}"
+    caching = rows(report, "9. Prompt caching")
+    assert [r[0] for r in caching] == ["1-4", f"5-{QUICK.caching_turns}"]
+    assert int(caching[1][5].replace(",", "")) > 0  # later turns read the cached prefix
+    limits = rows(report, "10. Streaming under rate limits")
+    assert [r[0].split(" (")[0] for r in limits] == [
+        "burstbot",
+        "each conversation alone",
+        "Discord, one channel: burstbot",
+        "Discord, one channel: each conversation alone",
+    ]
+    assert all(r[6] == r[1] and r[7] == "0" for r in limits)  # every reply whole
     targets = rows(report, "Targets")
-    assert len(targets) == 7 + 2 * len(QUICK.flood_workers) + 1
+    assert len(targets) == 7 + 2 * len(QUICK.flood_workers) + 1 + 9
     assert all(r[3] in ("yes", "**no**") for r in targets)

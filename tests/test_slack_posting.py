@@ -79,10 +79,12 @@ async def test_rate_limit_is_retryable_with_retry_after_and_missing_channel_is_p
     with pytest.raises(RetryableDeliveryError) as retry:
         await bot.frontend.deliver(reply)
     assert retry.value.retry_after == 7.0
+    await bot.clock.advance(7.0)  # the channel's posts are held for everyone until then
     api.fail("chat.postMessage", Failure(error="channel_not_found"))
     with pytest.raises(PermanentDeliveryError, match="channel_not_found"):
         await bot.frontend.deliver(reply)
     assert api.posts() == []
+    await bot.clock.advance(1.0)  # after a 429 the channel's budget restarts at one call a second
     assert await bot.frontend.deliver(reply) == [f"C1:{api.posts()[0].ts}"]
 
 

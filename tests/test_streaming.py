@@ -131,6 +131,25 @@ async def test_a_burst_streams_into_one_message_that_ends_as_the_answer(
     await check_invariants(store, [KEY.id], frontend=frontend)
 
 
+async def test_the_first_word_is_shown_at_once_then_edits_keep_the_interval(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    frontend = streaming_frontend(clock)
+    engine, call = await one_message_generating(store, clock, frontend)
+    started = clock.now()
+    call.stream(1, "Sure")
+    await drafted(store, frontend)  # the clock has not moved: no pacing tick before it
+    assert clock.now() == started and frontend.visible() == ["Sure"]
+    call.stream(1, ",")
+    call.stream(1, " here")
+    await step(clock, INTERVAL)
+    await until(lambda: frontend.visible() == ["Sure, here"])
+    assert [e.at for e in frontend.edits] == [started + INTERVAL]
+    call.finish("Sure, here it is.")
+    await answered(engine, clock)
+    assert frontend.visible() == ["Sure, here it is."] and len(frontend.posts) == 1
+
+
 async def test_edits_are_never_closer_than_the_interval(
     store: SqliteStore, clock: FakeClock
 ) -> None:
@@ -164,9 +183,8 @@ async def test_a_stream_that_stalled_past_its_fence_leaves_the_draft_alone(
     await engine.ingest(message(1, "what is"))
     first = await start_generation(engine, clock, replier, 0)
     first.stream(3, "It is a")
-    await step(clock, INTERVAL)
-    await drafted(store, frontend)
-    edit_due = frontend.edits[-1].at + INTERVAL if frontend.edits else clock.now() + INTERVAL
+    await drafted(store, frontend)  # posted at the first word, at this time on the clock
+    edit_due = clock.now() + INTERVAL
     await engine.ingest(message(2, "the time?"))
     await heard.next("looked", lambda fields: fields["superseded"] is True)
     await until(lambda: edit_due in clock.waiting())  # the "still reading" edit waits

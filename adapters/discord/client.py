@@ -37,7 +37,7 @@ from adapters.discord.indicator import TypingKeeper
 from adapters.discord.posting import post_reply
 from adapters.discord.render import allowed_mentions
 from adapters.discord.routing import Routing, message_text
-from adapters.discord.streaming import DiscordDrafts
+from adapters.discord.streaming import MESSAGES, DiscordDrafts
 from bot.config import DiscordConfig
 from bot.core.catch_up import CatchUp, CatchUpRun
 from bot.core.clock import Clock, SystemClock
@@ -53,6 +53,7 @@ from bot.core.events import (
     ResetConversation,
 )
 from bot.core.frontend import Host
+from bot.core.pacing import Limit, Pacer
 
 log = logging.getLogger("burstbot.discord")
 
@@ -157,6 +158,7 @@ class DiscordFrontend:
             self.allowed_mentions,
             lambda: None if self.client.user is None else self.client.user.id,
             config.nonce_window_seconds,
+            Pacer(self.clock, {MESSAGES: Limit(config.edits_per_minute)}),
         )
 
     # lifecycle -------------------------------------------------------------------------------

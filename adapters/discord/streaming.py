@@ -4,11 +4,13 @@ The draft is sent with its key as nonce (discord.py sends `enforce_nonce`), so s
 after a lost response returns the message Discord already made instead of a copy — within
 Discord's nonce window of a few minutes (`nonce_window`, kept below it). Past the window the draft
 is looked up in the channel's history from its creation: our message answering the same message.
-An edit of a deleted message raises `MessageGone`. Edits are
-PATCHes of that message; discord.py waits out 429s by their rate-limit headers itself, and the
-engine spaces edits by `streaming.interval_seconds` (Discord allows about five edits per five
-seconds in a channel). Partial text is settled (`settle_partial`) and rendered like a reply, and
-a draft shows at most the reply's first part: the reply that finishes it posts the rest.
+An edit of a deleted message raises `MessageGone`. Edits are PATCHes of that message;
+discord.py waits out 429s by their rate-limit headers itself, the engine spaces each
+conversation's edits by `streaming.interval_seconds`, and every draft call waits for its turn on
+the channel's budget (`draft_turn`, `bot/core/pacing.py`; Discord allows about five edits per
+five seconds in a channel), a reply's final edit ahead of drafts. Partial text is settled
+(`settle_partial`) and rendered like a reply, and a draft shows at most the reply's first part:
+the reply that finishes it posts the rest.
 """
 
 from __future__ import annotations
@@ -24,13 +26,15 @@ import discord
 from adapters.discord.posting import as_delivery_errors, reply_reference, send_part
 from adapters.discord.render import nonce_for, split_message, to_discord
 from adapters.markdown import settle_partial
-from bot.core.errors import MessageGone, PermanentDeliveryError
+from bot.core.errors import MessageGone, PermanentDeliveryError, RetryableDeliveryError
 from bot.core.events import ConversationKey, Draft, Reply
+from bot.core.pacing import Pacer
 
 log = logging.getLogger("burstbot.discord")
 
 
 NONCE_WINDOW = 120.0  # Discord dedupes a nonce for "a few minutes"; this stays inside that
+MESSAGES = "messages"  # the pacer's bucket: posts and edits, per channel
 CLOCK_MARGIN = 60.0  # seconds a history look-up starts before a draft's creation
 LOOKUP_LIMIT = 100
 
@@ -48,12 +52,22 @@ class DiscordDrafts:
         mentions: discord.AllowedMentions,
         bot_id: Callable[[], int | None],
         nonce_window: float = NONCE_WINDOW,
+        pacer: Pacer | None = None,
     ) -> None:
+        self.pacer = pacer
         self.channel_for = channel_for
         self.partial_channel = partial_channel
         self.mentions = mentions
         self.bot_id = bot_id
         self.nonce_window = nonce_window
+
+    async def draft_turn(self, key: ConversationKey, posting: bool) -> None:
+        """A draft call's turn on the channel's budget (behind every final edit)."""
+        await self._take(key, final=False)
+
+    async def _take(self, key: ConversationKey, final: bool) -> None:
+        if self.pacer is not None:
+            await self.pacer.take(MESSAGES, key.channel, final)
 
     async def post_draft(self, key: ConversationKey, draft: Draft, text: str) -> str:
         """Within the nonce window a post with the draft's key returns the message an earlier
@@ -94,12 +108,16 @@ class DiscordDrafts:
         replaced by a fresh post of the part (the reply's own nonce)."""
         assert reply.draft is not None
         draft = reply.draft
+        await self._take(reply.key, final=True)
         message_id = draft.message_id or await self.post_draft(reply.key, draft, text)
         try:
+            if draft.message_id is None:
+                await self._take(reply.key, final=True)
             await self._edit(reply.key, message_id, text)
             if await self._shows(reply.key, message_id) not in (None, text):
                 log.warning("reply %s: a stale draft edit landed after the final text; restored",
                             reply.id)  # fmt: skip
+                await self._take(reply.key, final=True)
                 await self._edit(reply.key, message_id, text)
         except MessageGone:
             log.info("reply %s: its draft was deleted; posting the reply anew", reply.id)
@@ -114,6 +132,10 @@ class DiscordDrafts:
         try:
             with as_delivery_errors():
                 await message.edit(content=content, allowed_mentions=self.mentions)
+        except RetryableDeliveryError as exc:
+            if exc.retry_after is not None and self.pacer is not None:
+                self.pacer.hold(MESSAGES, key.channel, exc.retry_after)  # for everyone there
+            raise
         except PermanentDeliveryError as exc:
             if isinstance(exc.__cause__, discord.NotFound):
                 raise MessageGone(f"message {message_id}: deleted") from exc.__cause__

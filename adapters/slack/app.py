@@ -56,10 +56,11 @@ from adapters.slack.assistant import AssistantThreads
 from adapters.slack.endpoint import MAX_BODY_BYTES, endpoint, server_log
 from adapters.slack.history import History
 from adapters.slack.inbound import Identity, Payload
-from adapters.slack.outbound import Outbound, delivery_error, slack_error_code
+from adapters.slack.outbound import Outbound, delivery_error, slack_error_code, slack_pacer
 from adapters.slack.streaming import SlackDrafts
 from bot.config import Config, SlackConfig, require_secret
 from bot.core.catch_up import Background, CatchUp, CatchUpRun
+from bot.core.clock import Clock, SystemClock
 from bot.core.errors import BurstbotError, ConfigError, FetchError, StoreError
 from bot.core.events import Attachment, ConversationKey, IncomingMessage, Reply, ResetConversation
 from bot.core.frontend import Host
@@ -88,8 +89,10 @@ class SlackFrontend:
         bot_token: str,
         signing_secret: str = "",
         app_token: str = "",
+        clock: Clock | None = None,
     ) -> None:
         self.config = config
+        self.clock = clock or SystemClock()  # paces draft edits (tests pass the fake clock)
         self.listen_channels = frozenset(config.listen_channels)
         self._bot_token = bot_token
         self._signing_secret = signing_secret
@@ -147,6 +150,7 @@ class SlackFrontend:
             indicator=self.config.thinking_indicator,
             reaction=self.config.thinking_reaction,
             max_parts=self.config.max_parts_per_reply,
+            pacer=slack_pacer(self.config, self.clock),
         )
         self.assistant = AssistantThreads(self._client, self.identity, host, self.config.assistant)
         self.drafts = SlackDrafts(self._outbound, native=self.assistant.streams_natively)

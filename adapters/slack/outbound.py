@@ -6,7 +6,8 @@ between posting and recording) first reads the conversation with `include_all_me
 the parts already there. The Web API client has no retry handlers at all: a retry the client made
 on its own after a dropped connection could post a part twice behind that check's back. A 429
 becomes `RetryableDeliveryError(retry_after=…)`, so the engine's next attempt (which runs the check)
-honours `Retry-After`.
+honours `Retry-After`; the workspace's pacer (`bot/core/pacing.py`) holds that method's budget for
+every conversation meanwhile, and gives a reply's posts their turn ahead of streamed drafts.
 """
 
 from __future__ import annotations
@@ -22,12 +23,17 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.markdown import cap_parts
 from adapters.slack.inbound import Identity, split_message_id
 from adapters.slack.mrkdwn import MAX_PART_CHARS, split_mrkdwn, to_mrkdwn
+from bot.config import SlackConfig
+from bot.core.clock import Clock
 from bot.core.errors import DeliveryError, PermanentDeliveryError, RetryableDeliveryError
 from bot.core.events import ConversationKey, Reply
+from bot.core.pacing import Limit, Pacer
 
 log = logging.getLogger("burstbot.slack")
 
 METADATA_EVENT_TYPE = "burstbot_reply"
+POST = "chat.postMessage"  # the pacer's buckets: per channel
+UPDATE = "chat.update"  # per workspace
 LOOKUP_PAGE = 200
 LOOKUP_MAX_PAGES = 10
 BODY_PREVIEW_CHARS = 80
@@ -99,6 +105,12 @@ def _retry_after(exc: SlackApiError) -> float | None:
     return None
 
 
+def slack_pacer(config: SlackConfig, clock: Clock) -> Pacer:
+    """The workspace's budget: `chat.update` per workspace, `chat.postMessage` per channel."""
+    limits = {UPDATE: Limit(config.updates_per_minute), POST: Limit(config.posts_per_minute)}
+    return Pacer(clock, limits)
+
+
 def part_metadata(reply_id: int | str, part: int, key: ConversationKey) -> dict[str, Any]:
     """The message metadata that labels each part we post (a draft's key stands for its reply
     until the reply that finishes it re-labels it)."""
@@ -118,8 +130,10 @@ class Outbound:
         status_text: str = "is thinking…",
         part_chars: int = MAX_PART_CHARS,
         max_parts: int = 10,
+        pacer: Pacer | None = None,
     ) -> None:
         self.client = client
+        self.pacer = pacer
         self.identity = identity
         self.indicator = indicator
         self.reaction = reaction
@@ -156,10 +170,18 @@ class Outbound:
         return ids
 
     async def post(
-        self, key: ConversationKey, text: str, metadata: dict[str, Any], what: str
+        self,
+        key: ConversationKey,
+        text: str,
+        metadata: dict[str, Any],
+        what: str,
+        final: bool | None = True,
     ) -> str:
         """One `chat.postMessage` of ours (labelled by `metadata`, so a lost response is found);
-        returns its platform id."""
+        returns its platform id. It waits for its turn on the channel's budget (a reply's text
+        before drafts; `final=None`: the caller took the turn)."""
+        if final is not None:
+            await self.take(POST, key.channel, final)
         try:
             response = await self.client.chat_postMessage(
                 channel=key.channel,
@@ -171,8 +193,23 @@ class Outbound:
                 metadata=metadata,
             )
         except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as exc:
-            raise delivery_error(exc, what) from exc
+            raise self.paced_error(exc, what, POST, key.channel) from exc
         return f"{key.channel}:{response['ts']}"
+
+    async def take(self, method: str, scope: str, final: bool) -> None:
+        """Wait for a call's turn on the workspace's budget for `method` in `scope`."""
+        if self.pacer is not None:
+            await self.pacer.take(method, scope, final)
+
+    def paced_error(self, exc: Exception, what: str, method: str, scope: str) -> DeliveryError:
+        """`delivery_error`, and a 429 holds `method`'s budget for everyone for its Retry-After."""
+        error = delivery_error(exc, what)
+        rate_limited = isinstance(exc, SlackApiError) and (
+            http_status(exc) == 429 or slack_error_code(exc) == "ratelimited"
+        )
+        if rate_limited and self.pacer is not None and isinstance(error, RetryableDeliveryError):
+            self.pacer.hold(method, scope, error.retry_after)
+        return error
 
     async def posted_parts(self, reply: Reply, oldest: str | None = None) -> dict[int, str]:
         """Parts of this reply already in the conversation, found by their metadata (posted after

@@ -3,11 +3,14 @@
 The draft is posted with message `metadata` naming its key (as reply parts name their reply), so a
 post whose response was lost is found by reading the conversation back, from the draft's creation,
 before posting again. An update of a deleted message raises `MessageGone`. The
-engine spaces updates by `streaming.interval_seconds`; a 429 becomes `RetryableDeliveryError`
-with the Retry-After, which the stream waits out. The reply that finishes a draft updates it to
-its first part and re-labels its metadata with the reply's id, so a re-delivery of that reply
-finds part 0 like any posted part. Partial text is settled (`settle_partial`) and rendered like a
-reply; a draft shows at most the reply's first part.
+engine spaces each conversation's updates by `streaming.interval_seconds`, and every call waits
+for its turn on the workspace's budget (`draft_turn`: `chat.update` per workspace,
+`chat.postMessage` per channel, `bot/core/pacing.py`), a reply's final text ahead of drafts; a 429
+becomes `RetryableDeliveryError` with the Retry-After, which holds that budget for everyone.
+The reply that finishes a draft updates it to its first part and re-labels its metadata with the
+reply's id, so a re-delivery of that reply finds part 0 like any posted part. Partial text is
+settled (`settle_partial`) and rendered like a reply; a draft shows at most the reply's first
+part.
 
 `chat.update` is the path every workspace supports (threads, channels, DMs). In assistant threads
 (`native`) a draft is Slack's native stream instead while its text only grows: native_stream.py
@@ -27,7 +30,14 @@ from adapters.markdown import settle_partial
 from adapters.slack.inbound import split_message_id
 from adapters.slack.mrkdwn import split_mrkdwn, to_mrkdwn
 from adapters.slack.native_stream import NativeStreams, StreamsUnavailable
-from adapters.slack.outbound import Outbound, delivery_error, part_metadata, slack_error_code
+from adapters.slack.outbound import (
+    POST,
+    UPDATE,
+    Outbound,
+    delivery_error,
+    part_metadata,
+    slack_error_code,
+)
 from bot.core.errors import MessageGone
 from bot.core.events import ConversationKey, Draft, Reply
 
@@ -62,7 +72,15 @@ class SlackDrafts:
         parts = split_mrkdwn(to_mrkdwn(settle_partial(text)), self.outbound.part_chars)
         return parts[0] if parts and parts[0].strip() else "…"
 
+    async def draft_turn(self, key: ConversationKey, posting: bool) -> None:
+        """A draft call's turn on the workspace's budget (behind every final text)."""
+        if posting:
+            await self.outbound.take(POST, key.channel, final=False)
+        else:
+            await self.outbound.take(UPDATE, self.outbound.identity.team_id, final=False)
+
     async def post_draft(self, key: ConversationKey, draft: Draft, text: str) -> str:
+        """The stream took this post's turn (`draft_turn`); a post from elsewhere takes its own."""
         if await self.native(key):
             try:
                 message_id = await self.streams.start(key, text)
@@ -77,7 +95,8 @@ class SlackDrafts:
 
     async def _post(self, key: ConversationKey, draft: Draft, text: str) -> str:
         metadata = part_metadata(draft.key, 0, key)
-        return await self.outbound.post(key, self.draft_text(text), metadata, f"draft {draft.key}")
+        what = f"draft {draft.key}"
+        return await self.outbound.post(key, self.draft_text(text), metadata, what, final=None)
 
     async def find_draft(self, key: ConversationKey, draft: Draft) -> str | None:
         """The draft's message, if a post of it shows: read back by its metadata from its
@@ -95,7 +114,8 @@ class SlackDrafts:
 
     async def edit_draft(self, key: ConversationKey, message_id: str, text: str) -> None:
         """Append to the draft's native stream while the text grows it; else (a stream that
-        ended, another generation's text, the waiting mark) stop it and update the message."""
+        ended, another generation's text, the waiting mark) stop it and update the message. The
+        stream took this call's turn on the budget (`draft_turn`)."""
         if await self.native(key):
             if self.streams.extends(message_id, text) and await self.streams.grow(message_id, text):
                 return
@@ -135,6 +155,8 @@ class SlackDrafts:
         post of the part, labelled with the reply's id like any part (found on a retry)."""
         assert reply.draft is not None
         draft, metadata = reply.draft, part_metadata(reply.id, 0, reply.key)
+        if draft.message_id is None:
+            await self.outbound.take(POST, reply.key.channel, final=True)
         message_id = draft.message_id or await self._post(reply.key, draft, text)
         try:
             # the final text is the update's, not the stream's: a stream still running stops
@@ -142,30 +164,39 @@ class SlackDrafts:
                 self._labels.setdefault(message_id, draft.key)
                 await self._stop(reply.key, message_id)
             self._labels.pop(message_id, None)
-            stored = await self._update(message_id, text, metadata)
+            stored = await self._update(message_id, text, metadata, final=True)
             if await self._shows(reply.key, message_id) not in (None, stored):
                 log.warning("reply %s: a stale draft edit landed after the final text; restored",
                             reply.id)  # fmt: skip
-                await self._update(message_id, text, metadata)
+                await self._update(message_id, text, metadata, final=True)
         except MessageGone:
             log.info("reply %s: its draft was deleted; posting the reply anew", reply.id)
             return await self.outbound.post(reply.key, text, metadata, f"reply {reply.id} part 0")
         return message_id
 
     async def _update(
-        self, message_id: str, text: str, metadata: dict[str, Any] | None = None
+        self,
+        message_id: str,
+        text: str,
+        metadata: dict[str, Any] | None = None,
+        final: bool | None = None,
     ) -> str:
-        """Update one message of ours; returns its text as Slack stored it."""
+        """Update one message of ours (after its turn on the budget, unless `final` is None:
+        taken already); returns its text as Slack stored it."""
         channel, ts = split_message_id(message_id)
         extra: dict[str, Any] = {} if metadata is None else {"metadata": metadata}
+        team = self.outbound.identity.team_id
+        if final is not None:
+            await self.outbound.take(UPDATE, team, final)
+        what = f"message {message_id}: update"
         try:
             response = await self.client.chat_update(channel=channel, ts=ts, text=text, **extra)
         except SlackApiError as exc:
             if slack_error_code(exc) == "message_not_found":
                 raise MessageGone(f"message {message_id}: deleted") from exc
-            raise delivery_error(exc, f"message {message_id}: update") from exc
+            raise self.outbound.paced_error(exc, what, UPDATE, team) from exc
         except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
-            raise delivery_error(exc, f"message {message_id}: update") from exc
+            raise delivery_error(exc, what) from exc
         return str(response.get("text", text))
 
     async def _shows(self, key: ConversationKey, message_id: str) -> str | None:

@@ -121,6 +121,22 @@ class DraftSurface(Protocol):
         ...
 
 
+async def draft_turn(surface: DraftSurface, key: ConversationKey, posting: bool) -> None:
+    """Wait for the platform's budget before one draft call (a post, or else an edit).
+
+    Optional: a surface whose platform limits calls shared by many conversations defines
+    `async def draft_turn(self, key, posting) -> None` (`bot/core/pacing.py`); the stream reads
+    its newest text after the turn, so a long wait makes one larger edit, not a stale one."""
+    method = getattr(surface, "draft_turn", None)
+    if method is not None:
+        await method(key, posting)
+
+
+def paces(surface: DraftSurface) -> bool:
+    """The surface paces its calls itself (shares the platform's budget, final text first)."""
+    return getattr(surface, "draft_turn", None) is not None
+
+
 def drafts_of(frontend: Frontend) -> DraftSurface | None:
     """The front end's streaming surface, if it offers one (`drafts`, None when turned off)."""
     surface: DraftSurface | None = getattr(frontend, "drafts", None)

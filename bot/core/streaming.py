@@ -3,9 +3,12 @@
 Rules:
 
 - A stream follows one generation, so it starts only when a generation starts (after the quiet
-  window), and shows the text so far (`usage.streamed`) in the conversation's draft: one platform
-  call at a time, the next no sooner than `streaming_interval_seconds` after the previous one
-  ended (longer after a Retry-After).
+  window), and shows the text so far (`usage.streamed`) in the conversation's draft: the first
+  call as soon as the model wrote a word (people see it start at once), then one platform call
+  at a time, the next no sooner than `streaming_interval_seconds` after the previous one ended
+  (longer after a Retry-After). A surface that shares the platform's budget among conversations
+  (`draft_turn`, `bot/core/pacing.py`) gives each call its turn; the text is read after the
+  turn, so a long wait makes one larger edit.
 - The draft belongs to the conversation's pending burst, not to one generation. Its key, the time
   it was created and the message it answers are recorded, fenced by the lease, before its first
   post, which carries the key as its idempotency key; its message id is recorded right after.
@@ -43,7 +46,7 @@ from bot.core.burst import Burst
 from bot.core.clock import Clock, trusted_until
 from bot.core.errors import BurstbotError, MessageGone, RetryableDeliveryError
 from bot.core.events import ConversationKey, Draft
-from bot.core.frontend import DraftSurface, Frontend, drafts_of
+from bot.core.frontend import DraftSurface, Frontend, draft_turn, drafts_of, paces
 from bot.core.settings import EngineSettings
 from bot.core.store import Store
 from bot.core.supervisor import Supervision
@@ -180,7 +183,7 @@ class DraftStream(Stream):
         self.valid_until = trusted_until(self.clock, burst.lease.expires_at, self.ttl)
         self.draft: Draft | None = None  # once this stream knows the draft's message
         self.replaced = False  # a fresh post replaced a draft a person deleted (once a stream)
-        self.next_call_at = self.clock.now() + self.interval
+        self.next_call_at = self.clock.now()  # the first word is shown at once
         self.calls = 0
         self._stopping = asyncio.Event()
         self._task = asyncio.ensure_future(self._run())
@@ -207,7 +210,10 @@ class DraftStream(Stream):
         await asyncio.gather(self._task, return_exceptions=True)
         if outcome is Supervision.LEASE_LOST or self.calls == 0:
             return
-        await self.clock.sleep_until(min(self.next_call_at, self._fence_ends_at()))
+        done = outcome is Supervision.DONE and not self.generation.cancelled()
+        if not (done and self.generation.exception() is None and paces(self.surface)):
+            # a surface that paces puts the final edit first; others keep the interval
+            await self.clock.sleep_until(min(self.next_call_at, self._fence_ends_at()))
         failed = outcome is Supervision.DONE and (
             self.generation.cancelled() or self.generation.exception() is not None
         )
@@ -223,6 +229,7 @@ class DraftStream(Stream):
         await self.clock.sleep_until(self.next_call_at)
         self.next_call_at = self.clock.now() + self.interval
         try:
+            await self._within_fence(draft_turn(self.surface, self.burst.key, posting=False))
             await self._within_fence(
                 self.surface.edit_draft(self.burst.key, draft.message_id, WAITING)
             )
@@ -254,8 +261,9 @@ class DraftStream(Stream):
                 await asyncio.gather(task, return_exceptions=True)
 
     async def _run(self) -> None:
-        shown, check_at = "", self.next_call_at
-        while await self._pause_until(check_at):
+        shown, check_at = "", self.next_call_at + self.interval
+        first_word = getattr(self.usage.streamed, "arrived", None)  # set by the first word
+        while await self._pause_until(check_at, None if self.calls else first_word):
             text = self.usage.text_so_far()
             check_at = max(self.next_call_at, self.clock.now() + self.interval)
             if not text.strip() or text == shown:
@@ -276,34 +284,41 @@ class DraftStream(Stream):
                 log.warning("conversation %s: streaming stopped (%s)", self.burst.key.id, exc)
                 return
             self.next_call_at = check_at = self.clock.now() + self.interval
-            if not showing:
+            if showing is None:
                 return
-            shown = text
+            shown = showing
 
-    async def _pause_until(self, when: float) -> bool:
-        """Sleep on the clock; False once the generation ended or the stream is stopped."""
+    async def _pause_until(self, when: float, first_word: asyncio.Event | None = None) -> bool:
+        """Sleep on the clock (or until the first word, while waiting for it); False once the
+        generation ended or the stream is stopped."""
         sleeper = asyncio.ensure_future(self.clock.sleep_until(when))
         stopping = asyncio.ensure_future(self._stopping.wait())
+        waits: set[asyncio.Future[Any]] = {sleeper, stopping, self.generation}
+        if first_word is not None:
+            waits.add(asyncio.ensure_future(first_word.wait()))
         try:
-            waits: set[asyncio.Future[Any]] = {sleeper, stopping, self.generation}
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            sleeper.cancel()
-            stopping.cancel()
+            for waiter in waits - {self.generation}:
+                waiter.cancel()
         return not (self._stopping.is_set() or self.generation.done())
 
-    async def _show(self, text: str) -> bool:
+    async def _show(self, text: str) -> str | None:
+        """Show the text so far; returns what was shown (the newest text: a turn may have
+        waited), None once the stream should stop."""
         if self.draft is None or self.draft.message_id is None:
             return await self._open(text)
+        await self._within_fence(draft_turn(self.surface, self.burst.key, posting=False))
+        text = self.usage.text_so_far() or text
         try:
             await self._within_fence(
                 self.surface.edit_draft(self.burst.key, self.draft.message_id, text)
             )
         except MessageGone:
             return await self._replace(text)
-        return True
+        return text
 
-    async def _replace(self, text: str) -> bool:
+    async def _replace(self, text: str) -> str | None:
         """A person deleted the draft: close its record and post a fresh one, once."""
         assert self.draft is not None
         cid, token = self.burst.key.id, self.burst.lease.token
@@ -311,11 +326,11 @@ class DraftStream(Stream):
         closed = await self.store.drop_draft(cid, token, self.draft.key)
         self.draft = None
         if not closed or self.replaced:
-            return False
+            return None
         self.replaced = True
         return await self._open(text)
 
-    async def _open(self, text: str) -> bool:
+    async def _open(self, text: str) -> str | None:
         """The first call of this stream: the conversation's draft (found again if its post's
         outcome is unknown), or a new one."""
         store, key, token = self.store, self.burst.key, self.burst.lease.token
@@ -324,23 +339,25 @@ class DraftStream(Stream):
         message_id: str | None = None
         if draft is None:
             if await self.drafts.waiting(key.id):
-                return False  # G9: a draft would show above a reply still to be posted
+                return None  # G9: a draft would show above a reply still to be posted
             draft = new_draft(self.clock.now(), self.burst.messages[-1].message_id)
             if not await store.record_draft(key.id, token, draft):
-                return False
+                return None
         else:
             located = locate_draft(self.surface, key, draft, self.clock.now(), self.ttl)
             message_id = await self._within_fence(located)
         if not self._fenced():
-            return False
+            return None
         if message_id is None:
+            await self._within_fence(draft_turn(self.surface, key, posting=True))
+            text = self.usage.text_so_far() or text
             message_id = await self._within_fence(self.surface.post_draft(key, draft, text))
         self.draft = Draft(draft.key, message_id, draft.created_at, draft.reply_to)
         recorded = draft.message_id == message_id or await store.record_draft(
             key.id, token, self.draft
         )
         if not recorded:
-            return False
+            return None
         if reused:  # the message shows what an earlier generation (or post) left there
             return await self._show(text)
-        return True
+        return text

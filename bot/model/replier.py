@@ -8,8 +8,10 @@ Failures are raised as `RetryableReplierError` or `PermanentReplierError` (`bot/
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, SupportsIndex
 
 from bot.core.attachments import LoadedFile
 from bot.core.store import WebSearch as WebSearch  # reported as the store keeps them
@@ -86,6 +88,31 @@ class Prompt:
         return "\n".join(m.line() for m in self.burst)
 
 
+class StreamedText(list[str]):
+    """The text a replier streamed so far, in pieces; `arrived` is set by each new piece, so a
+    draft goes out at the first word instead of at the next pacing tick."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arrived = asyncio.Event()
+
+    def append(self, piece: str) -> None:
+        super().append(piece)
+        if piece.strip():
+            self.arrived.set()
+
+    def insert(self, index: SupportsIndex, piece: str) -> None:
+        super().insert(index, piece)
+        if piece.strip():
+            self.arrived.set()
+
+    def extend(self, pieces: Iterable[str]) -> None:
+        added = list(pieces)
+        super().extend(added)
+        if any(piece.strip() for piece in added):
+            self.arrived.set()
+
+
 @dataclass(slots=True)
 class Usage:
     """Token counts and the text so far, updated by the replier as the stream goes (the text is
@@ -98,10 +125,16 @@ class Usage:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     model: str = ""  # the model that answered, as the replier knows it (usage reports)
-    streamed: list[str] = field(default_factory=list)
+    streamed: StreamedText = field(default_factory=StreamedText)
     web_searches: int = 0  # billed searches, as the API reports them (`server_tool_use`)
     searches: list[WebSearch] = field(default_factory=list)
     activity: str = ""
+
+    def show_activity(self, line: str) -> None:
+        """Set the activity line; a new one is something to show at once, like a first word."""
+        self.activity = line
+        if line:
+            self.streamed.arrived.set()
 
     def text_so_far(self) -> str:
         text = "".join(self.streamed)

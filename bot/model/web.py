@@ -115,9 +115,9 @@ class ToolTrace:
             if block.name == "web_search":  # recorded at once: what the draft shows is kept
                 self._pending[block.id] = len(self.usage.searches)
                 self.usage.searches.append(WebSearch("", 0, UNFINISHED))
-                self.usage.activity = searching_line("")
+                self.usage.show_activity(searching_line(""))
             elif block.name == "web_fetch":
-                self.usage.activity = "_reading a page…_"
+                self.usage.show_activity("_reading a page…_")
         elif block.type == "web_search_tool_result":
             at = self._pending.pop(block.tool_use_id, None)
             if at is None:
@@ -174,7 +174,7 @@ class ToolTrace:
 
     def _searching(self, tool_use_id: str, query: str) -> None:
         """The search's query is known: the draft's line and its record name it."""
-        self.usage.activity = searching_line(query)
+        self.usage.show_activity(searching_line(query))
         at = self._pending.get(tool_use_id)
         if at is not None:
             self.usage.searches[at] = WebSearch(query, 0, UNFINISHED)

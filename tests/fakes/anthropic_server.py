@@ -8,7 +8,9 @@ stream how many deltas went out and whether it completed, failed or saw the clie
 
 Prompt caching is simulated: the first request with a given prefix (everything up to the last block
 marked `cache_control`) reports it as cache write, later ones as cache read. Token counts are about
-four characters a token.
+four characters a token. With `cache=PromptCache(...)` it is accounted as the API does instead:
+hits only on an exact prefix ending at a breakpoint (or up to 20 blocks before one), nothing
+cached below the model's minimum length, entries living five minutes from their last use.
 
 Server tools are streamed as the real API streams them: a `server_tool_use` block (input `{}`,
 then the query as `input_json_delta`), a `web_search_tool_result` block (results, or an error
@@ -26,8 +28,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import json
 import re
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -85,6 +89,8 @@ class Plan:
     text: str | None = None  # the reply; None = the server's `reply` function
     words_per_delta: int = 1
     delay: float = 0.0  # seconds between deltas
+    first_delay: float | None = None  # seconds before the first delta (time to first token)
+    watch: bool = False  # notice a client that went away within 5 ms, not at the next delta
     pause_after: int | None = None  # hold after this many deltas until `release()` (or disconnect)
     error_after: int | None = None  # send an `error` event after this many deltas
     stream_error_type: str = "overloaded_error"
@@ -143,6 +149,62 @@ class StreamRecord:
     searches_started: int = 0  # server_tool_use blocks sent
     fetches_started: int = 0
     web_search_requests: int = 0  # searches billed (not the errors)
+    started_at: float = field(default_factory=time.monotonic)  # the request arrived
+    delta_times: list[float] = field(default_factory=list)  # each text delta sent (monotonic)
+    ended_at: float | None = None  # completed, failed, or the client went away
+
+
+LOOKBACK_BLOCKS = 20  # the API checks for hits this many blocks before each breakpoint
+CACHE_LIFETIME = 300.0  # seconds an entry lives after its last use (the default 5-minute cache)
+
+
+@dataclass
+class PromptCache:
+    """The API's prompt cache, for one organisation: entries are exact prefixes of content blocks
+    (ending where a request had a breakpoint) with the time they expire."""
+
+    min_tokens: int = 1024  # the shortest cacheable prefix (Sonnet, Opus; Haiku: 2048)
+    clock: Callable[[], float] = time.monotonic
+    entries: dict[str, float] = field(default_factory=dict)
+
+    def usage(self, model: str, blocks: list[dict[str, Any]]) -> dict[str, int]:
+        """Input tokens split as billed: read from the cache, written to it, and the rest."""
+        now = self.clock()
+        sizes = [count_tokens(b.get("text", "")) for b in blocks]
+        total = sum(sizes)
+        keys = _prefix_keys(model, blocks)
+        marks = [i for i, b in enumerate(blocks) if b.get("cache_control")][-4:]
+        read_to = -1  # the last block of the longest live prefix found
+        for mark in marks:
+            for end in range(mark, max(-1, mark - LOOKBACK_BLOCKS - 1), -1):
+                if self.entries.get(keys[end], 0.0) > now:
+                    read_to = max(read_to, end)
+                    break
+        read = sum(sizes[: read_to + 1])
+        write = 0
+        for mark in marks:
+            if sum(sizes[: mark + 1]) >= self.min_tokens and mark > read_to:
+                write = sum(sizes[read_to + 1 : mark + 1])
+            if sum(sizes[: mark + 1]) >= self.min_tokens:
+                self.entries[keys[mark]] = now + CACHE_LIFETIME
+        if read_to >= 0:
+            self.entries[keys[read_to]] = now + CACHE_LIFETIME  # a hit refreshes the entry
+        return {
+            "input_tokens": max(1, total - read - write),
+            "cache_creation_input_tokens": write,
+            "cache_read_input_tokens": read,
+        }
+
+
+def _prefix_keys(model: str, blocks: list[dict[str, Any]]) -> list[str]:
+    """A key for each prefix (blocks 0..i), from the content alone (not where the marks are)."""
+    digest = hashlib.sha256(model.encode())
+    keys = []
+    for block in blocks:
+        content = {k: v for k, v in block.items() if k != "cache_control"}
+        digest.update(json.dumps(content, sort_keys=True).encode())
+        keys.append(digest.copy().hexdigest())
+    return keys
 
 
 def echo_reply(request: RecordedRequest) -> str:
@@ -157,6 +219,7 @@ class FakeAnthropic:
     requests: list[RecordedRequest] = field(default_factory=list)
     streams: list[StreamRecord] = field(default_factory=list)
     on_request: Callable[[RecordedRequest], None] | None = None
+    cache: PromptCache | None = None  # account caching as the API does (else: the simple model)
     port: int = 0
     _gate: asyncio.Event = field(default_factory=asyncio.Event)
     _cached_prefixes: set[str] = field(default_factory=set)
@@ -248,6 +311,11 @@ class FakeAnthropic:
             await self._stream(request, response, recorded, plan, chunks, usage, record)
         except ConnectionError:
             record.outcome = "disconnected"
+        except asyncio.CancelledError:  # aiohttp cancels the handler when the client goes away
+            record.outcome = "disconnected"
+            record.ended_at = time.monotonic()
+            raise
+        record.ended_at = time.monotonic()
         return response
 
     async def _stream(
@@ -309,26 +377,31 @@ class FakeAnthropic:
                 while not self._gate.is_set():
                     _raise_if_gone(request)
                     await asyncio.sleep(0.005)
-            if plan.delay:
-                await asyncio.sleep(plan.delay)
+            pause = plan.first_delay if index == 0 and plan.first_delay is not None else plan.delay
+            if pause and plan.watch:
+                await _sleep_watching(request, pause)
+            elif pause:
+                await asyncio.sleep(pause)
             delta = {"type": "text_delta", "text": chunk}
             await send(
                 "content_block_delta",
                 {"type": "content_block_delta", "index": text_index, "delta": delta},
             )
             record.deltas_sent += 1
+            record.delta_times.append(time.monotonic())
         await send("content_block_stop", {"type": "content_block_stop", "index": text_index})
         results = self._titles  # a citation names its result's title
         for text, url in plan.cited:
             text_index += 1
-            block = {"type": "text", "text": "", "citations": []}
+            cited_block: dict[str, Any] = {"type": "text", "text": "", "citations": []}
             await send("content_block_start", {"type": "content_block_start", "index": text_index,
-                                               "content_block": block})  # fmt: skip
-            citation = {"type": "web_search_result_location", "url": url,
+                                               "content_block": cited_block})  # fmt: skip
+            citation: dict[str, str] = {"type": "web_search_result_location", "url": url,
                         "title": results.get(url, url), "cited_text": text[:150],
                         "encrypted_index": "ZW5jcnlwdGVk"}  # fmt: skip
-            for delta in ({"type": "citations_delta", "citation": citation},
-                          {"type": "text_delta", "text": text}):  # fmt: skip
+            deltas: list[dict[str, Any]] = [{"type": "citations_delta", "citation": citation},
+                                            {"type": "text_delta", "text": text}]  # fmt: skip
+            for delta in deltas:
                 event = {"type": "content_block_delta", "index": text_index, "delta": delta}
                 await send("content_block_delta", event)
             await send("content_block_stop", {"type": "content_block_stop", "index": text_index})
@@ -429,6 +502,8 @@ class FakeAnthropic:
         for message in recorded.messages:
             content = message["content"]
             blocks += [{"type": "text", "text": content}] if isinstance(content, str) else content
+        if self.cache is not None:
+            return self.cache.usage(str(recorded.body.get("model")), blocks)
         total = sum(count_tokens(b.get("text", "")) for b in blocks)
         marked = [i for i, b in enumerate(blocks) if b.get("cache_control")]
         write = read = 0
@@ -475,6 +550,15 @@ def _within(chunks: list[str], max_tokens: int) -> tuple[list[str], str]:
         kept.append(chunk)
         spent += count_tokens(chunk)
     return kept, "end_turn"
+
+
+async def _sleep_watching(request: web.Request, seconds: float) -> None:
+    """Pause between deltas, noticing within 5 ms that the client went away (its close time is
+    what cancel latency is measured by)."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        _raise_if_gone(request)
+        await asyncio.sleep(min(0.005, left))
 
 
 def _raise_if_gone(request: web.Request) -> None:

@@ -41,6 +41,12 @@ effect (recorded in `statuses`, `suggested` and `titles`) only when the app has 
 checked as Slack does (a thread, one to four prompts each with a title and a message, a title).
 `conversations.info` answers for the channels in `channels` (name, and whether the bot is a
 member).
+
+Rate limits, on request (`enforce_rate_limits`, or `--rate-limits` by hand): `chat.update` per
+workspace (Tier 3, 50 a minute) and `chat.postMessage` per channel (one a second), each a token
+bucket holding five seconds' worth; a call over the limit is refused as Slack does (HTTP 429,
+`ratelimited`, `Retry-After` in whole seconds) and counted (`rate_limited`, `GET
+/fake/rate-limits`).
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ import itertools
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -60,11 +67,15 @@ import aiohttp
 from aiohttp import web
 from slack_sdk.signature import SignatureVerifier
 
+from tests.fakes.rate_limits import RateLimits, whole_seconds
+
 TEAM = "T0001"
 BOT_USER = "UBOT"
 BOT_ID = "BBOT"
 MAX_TEXT_CHARS = 40_000  # Slack refuses longer text with msg_too_long
 MAX_STREAM_CHARS = 12_000  # a stream's markdown_text, per call
+SLACK_LIMITS = {"chat.update": (50.0, 4.0, "workspace"), "chat.postMessage": (60.0, 5.0, "channel")}
+"""Per method: calls a minute, burst, and what the limit counts over (Slack's tiers)."""
 
 
 @dataclass
@@ -158,6 +169,7 @@ class FakeSlackApi:
         self.downloads: list[str] = []  # file ids whose download was asked with the right token
         self.refused_downloads: list[str] = []  # ... asked without it (got the sign-in page)
         self.timeline: list[str] = []  # "download <id>" as each starts; tests add their own marks
+        self.limits: dict[str, tuple[RateLimits, str]] = {}  # method → its buckets, counted over
 
     # lifecycle --------------------------------------------------------------------------------
     async def start(self, port: int = 0) -> FakeSlackApi:
@@ -172,6 +184,7 @@ class FakeSlackApi:
         app.router.add_post("/fake/assistant", self._open_assistant)
         app.router.add_post("/fake/outage", self._switch_outage)
         app.router.add_post("/fake/token", self._new_token)
+        app.router.add_get("/fake/rate-limits", self._rate_limit_counts)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", port)
@@ -192,6 +205,34 @@ class FakeSlackApi:
         """The next `times` calls of `method` fail, once `after` calls have gone through (a
         second part's post fails between parts)."""
         self.failures.setdefault(method, []).extend([None] * after + [failure] * times)
+
+    def enforce_rate_limits(
+        self,
+        limits: dict[str, tuple[float, float, str]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Refuse calls over Slack's limits (`SLACK_LIMITS` by default) with a 429, as Slack
+        does; `clock` is the platform's time (a fake clock's `monotonic` in fake-time tests)."""
+        for method, (per_minute, burst, per) in (limits or SLACK_LIMITS).items():
+            self.limits[method] = (RateLimits(per_minute, burst, clock), per)
+
+    @property
+    def rate_limited(self) -> dict[str, int]:
+        """429s answered, by method."""
+        return {method: len(limits.refused) for method, (limits, _) in self.limits.items()}
+
+    async def _rate_limit_counts(self, request: web.Request) -> web.Response:
+        return web.json_response({"rate_limited": self.rate_limited})
+
+    def _over_limit(self, method: str, args: dict[str, Any]) -> web.Response | None:
+        if method not in self.limits:
+            return None
+        limits, per = self.limits[method]
+        wait = limits.spend(TEAM if per == "workspace" else str(args.get("channel", "")))
+        if wait is None:
+            return None
+        return web.json_response({"ok": False, "error": "ratelimited"}, status=429,
+                                 headers={"Retry-After": whole_seconds(wait)})  # fmt: skip
 
     def slow(self, method: str, seconds: float) -> None:
         """Calls of `method` take effect at once and answer only after `seconds` (a slow API)."""
@@ -332,6 +373,8 @@ class FakeSlackApi:
         expected = self.app_token if method == "apps.connections.open" else self.token
         if token != expected:
             return web.json_response({"ok": False, "error": "invalid_auth"})
+        if (refused := self._over_limit(method, args)) is not None:
+            return refused
         failure = self.failures.get(method, []).pop(0) if self.failures.get(method) else None
         if failure is not None and not failure.lands:
             return self._failure(failure)
@@ -659,7 +702,7 @@ class EventSender:
             "Content-Type": "application/json",
             "X-Slack-Request-Timestamp": stamp,
             "X-Slack-Signature": signature
-            or self.verifier.generate_signature(timestamp=stamp, body=body),
+            or str(self.verifier.generate_signature(timestamp=stamp, body=body)),
         }
         if retry_num is not None:
             headers["X-Slack-Retry-Num"] = str(retry_num)
@@ -693,7 +736,7 @@ class EventSender:
         headers = {
             "Content-Type": "application/x-www-form-urlencoded",
             "X-Slack-Request-Timestamp": stamp,
-            "X-Slack-Signature": self.verifier.generate_signature(timestamp=stamp, body=body),
+            "X-Slack-Signature": str(self.verifier.generate_signature(timestamp=stamp, body=body)),
         }
         async with (
             aiohttp.ClientSession() as session,
@@ -751,8 +794,12 @@ async def _serve(
     token: str,
     channels: list[str],
     assistant_scope: bool,
+    rate_limits: bool,
 ) -> None:
-    api = await FakeSlackApi(token=token, status_supported=assistant_scope).start(port)
+    api = FakeSlackApi(token=token, status_supported=assistant_scope)
+    if rate_limits:
+        api.enforce_rate_limits()
+    await api.start(port)
     for channel in channels:  # ID:name, a channel the bot is a member of
         channel_id, _, name = channel.partition(":")
         api.channels[channel_id] = {"name": name or channel_id.lower(), "is_member": True}
@@ -775,11 +822,13 @@ def main() -> None:
     parser.add_argument("--channel", action="append", default=[], help=member)
     unscoped = "the app lacks assistant:write (assistant.threads.* refused)"
     parser.add_argument("--without-assistant-scope", action="store_true", help=unscoped)
+    parser.add_argument("--rate-limits", action="store_true", help="enforce Slack's rate limits")
     args = parser.parse_args()
     logging.basicConfig(format="%(message)s")
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(args.port, args.events_url, args.signing_secret, args.token,
-                           args.channel, not args.without_assistant_scope))  # fmt: skip
+                           args.channel, not args.without_assistant_scope,
+                           args.rate_limits))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,0 +1,80 @@
+"""The shared streaming budget (`bot/core/pacing.py`) on a fake clock: drafts take turns and leave a
+token for finals, a final never waits behind drafts, and a 429 holds everyone on that limit."""
+
+from __future__ import annotations
+
+import asyncio
+
+from bot.core.clock import FakeClock, settle
+from bot.core.pacing import Bucket, Limit, Pacer
+
+PER_MINUTE = 60.0  # one token a second
+
+
+def taken(order: list[str], name: str, bucket: Bucket, final: bool = False) -> asyncio.Task[None]:
+    async def take() -> None:
+        await bucket.take(final)
+        order.append(name)
+
+    return asyncio.ensure_future(take())
+
+
+async def test_drafts_take_turns_and_leave_the_last_token_for_a_final() -> None:
+    clock = FakeClock()
+    bucket = Bucket(clock, Limit(PER_MINUTE, burst=3))
+    order: list[str] = []
+    tasks = [taken(order, f"draft{n}", bucket) for n in range(4)]
+    await settle()
+    assert order == ["draft0", "draft1"]  # three tokens, one kept for a final
+    final = taken(order, "final", bucket, final=True)
+    await settle()
+    assert order == ["draft0", "draft1", "final"]  # at once, ahead of the waiting drafts
+    second, third = (taken(order, name, bucket, final=True) for name in ("second", "third"))
+    await clock.advance(1.0)
+    assert order[3:] == ["second"]  # finals follow each other at the rate, drafts wait
+    await clock.advance(1.0)
+    assert order[3:] == ["second", "third"]
+    await clock.advance(2.0)
+    assert order[5:] == ["draft2"]  # first come, first served, the last token kept
+    await clock.advance(1.0)
+    assert order[5:] == ["draft2", "draft3"]
+    await asyncio.gather(*tasks, final, second, third)
+
+
+async def test_a_retry_after_holds_drafts_and_finals_alike() -> None:
+    clock = FakeClock()
+    pacer = Pacer(clock, {"chat.update": Limit(PER_MINUTE, burst=5)})
+    pacer.hold("chat.update", "T1", 3.0)
+    order: list[str] = []
+    bucket = pacer.bucket("chat.update", "T1")
+    assert bucket is not None
+    draft, final = taken(order, "draft", bucket), taken(order, "final", bucket, final=True)
+    await clock.advance(2.9)
+    assert order == []
+    await clock.advance(0.1)
+    assert order == ["final"]  # when the hold ends the final goes first
+    await clock.advance(2.0)
+    assert order == ["final", "draft"]
+    await asyncio.gather(draft, final)
+    other = pacer.bucket("chat.update", "T2")
+    assert other is not None and other is not bucket and other.held_until == 0.0
+
+
+async def test_a_draft_that_gives_up_its_turn_lets_the_next_one_go() -> None:
+    clock = FakeClock()
+    bucket = Bucket(clock, Limit(PER_MINUTE, burst=2))
+    order: list[str] = []
+    first = taken(order, "first", bucket)
+    await settle()
+    waiting, behind = taken(order, "waiting", bucket), taken(order, "behind", bucket)
+    await settle()
+    waiting.cancel()  # its stream stopped
+    await clock.advance(1.0)
+    assert order == ["first", "behind"]
+    await asyncio.gather(first, behind)
+
+
+def test_an_unlimited_method_is_not_paced() -> None:
+    pacer = Pacer(FakeClock(), {"chat.update": Limit(0.0)})
+    assert pacer.bucket("chat.update") is None and pacer.bucket("chat.delete") is None
+    assert Limit(50.0).capacity == 4.0 and Limit(60.0).capacity == 5.0 and Limit(6.0).capacity == 1

@@ -1,0 +1,64 @@
+"""Many conversations streaming at once inside the platform's rate limits: the real Slack front end
+against a fake Web API that enforces Slack's limits as token buckets (429 + Retry-After), all on
+one fake clock. Drafts share the workspace's `chat.update` budget; each final text goes out ahead
+of the drafts, so none meets a 429 and none is cut short."""
+
+from __future__ import annotations
+
+import asyncio
+
+from bot.core.clock import FakeClock
+from bot.testing import ReplierCall, ScriptedReplier, check_invariants
+from tests.clock_steps import step
+from tests.fakes.slack_api import TEAM, FakeSlackApi, dm
+from tests.slack_harness import Bot, api, running_bot, ts
+
+__all__ = ["api"]  # fixture
+
+CONVERSATIONS = 8  # the engine's default of concurrent generations
+TICK = 0.25  # a token from every model this often
+
+
+def channel(n: int) -> str:
+    return f"D{n}"
+
+
+async def stream_for(bot: Bot, calls: list[ReplierCall], seconds: float, start: int) -> None:
+    for tick in range(int(seconds / TICK)):
+        for call in calls:
+            call.stream(1, f"w{start + tick} ")
+        await step(bot.clock, TICK, within=0.2)
+
+
+async def shown_within_one_tick(bot: Bot, api: FakeSlackApi, where: str, answer: str) -> None:
+    """The commit and the outbox's final edit take no fake time at all: nothing waits for a
+    token (bounded real-time wait for the store and the HTTP calls)."""
+    async with asyncio.timeout(5.0):
+        while [m.text for m in api.posts(where)] != [answer]:  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+
+
+async def test_conversations_streaming_at_once_share_the_budget_and_finals_go_first(
+    api: FakeSlackApi,
+) -> None:
+    clock = FakeClock()
+    api.enforce_rate_limits(clock=clock.monotonic)
+    async with running_bot(api, clock=clock, replier=ScriptedReplier(hold=True)) as bot:
+        for n in range(CONVERSATIONS):
+            await bot.send(dm(ts(n + 1), f"question {n}", channel=channel(n)))
+        await bot.clock.advance(1.5)
+        await bot.app.engine.run_due()
+        calls = [await bot.replier.next_call(n) for n in range(CONVERSATIONS)]
+        await stream_for(bot, calls, 10.0, 0)
+        streaming = list(calls)
+        for turn in range(CONVERSATIONS):  # one answer ends every 1.5 s while the rest stream
+            call = streaming.pop(0)
+            answer = f"answer to {call.texts[0]}, complete."
+            call.finish(answer)
+            number = int(call.texts[0].split()[-1])  # the conversation it answers
+            await shown_within_one_tick(bot, api, channel(number), answer)
+            await stream_for(bot, streaming, 1.25, 100 + 10 * turn)
+        assert api.rate_limited == {"chat.update": 0, "chat.postMessage": 0}
+        assert len(api.updates) > 2 * CONVERSATIONS  # the drafts did grow, in fewer edits
+        ids = [f"slack/{TEAM}/{channel(n)}/" for n in range(CONVERSATIONS)]
+        await check_invariants(bot.store, ids)
