@@ -226,7 +226,7 @@ async def check(
                 )
                 doubled = sum(len(c) - 1 for c in reply.copies.values())
                 counts["duplicate_posts_raw"] += doubled
-                if doubled and verbose:
+                if doubled:  # always: a failing run says how it happened (stderr)
                     report_doubled(cid, row, reply, run)
                 counts["out_of_order"] += reply.parts_out_of_order()
                 if previous is not None and previous.copies:

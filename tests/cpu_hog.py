@@ -18,13 +18,25 @@ import sys
 import time
 
 
-def spin(until: float) -> None:
-    """Busy until the monotonic clock reaches `until`: arithmetic, no sleeping, no I/O."""
+def spin(until: float, parent: int) -> None:
+    """Busy until the monotonic clock reaches `until` or the hog that started it is gone:
+    arithmetic, no sleeping, no I/O."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     x = 0
-    while time.monotonic() < until:
+    while time.monotonic() < until and os.getppid() == parent:
         for _ in range(10_000):
             x = (x * 31 + 7) % 1_000_003
+
+
+def stop_on_sigterm(workers: list[multiprocessing.Process]) -> None:
+    """`kill <hog>` stops its busy processes too, not just the hog."""
+
+    def stop(signum: int, frame: object) -> None:
+        for worker in workers:
+            worker.terminate()
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,9 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     until = time.monotonic() + args.seconds
     workers = [
-        multiprocessing.Process(target=spin, args=(until,), daemon=True)
+        multiprocessing.Process(target=spin, args=(until, os.getpid()), daemon=True)
         for _ in range(args.processes)
     ]
+    stop_on_sigterm(workers)
     for worker in workers:
         worker.start()
     print(f"cpu_hog: {args.processes} busy process(es) for {args.seconds:.0f} s", flush=True)
