@@ -227,7 +227,15 @@ class ClaudeReplier:
             left = tools.max_uses - usage.web_searches
             wrap_up = continuation > 0 and (continuation == MAX_CONTINUATIONS or left <= 0)
             trace.new_response()
-            stop_reason = await self._call(prompt, usage, system, messages, trace, parts, wrap_up)
+            try:
+                async with asyncio.timeout(self.timeout_seconds):
+                    stop_reason = await self._stream(
+                        prompt, usage, system, messages, trace, parts, wrap_up
+                    )
+            except TimeoutError:
+                raise RetryableReplierError(
+                    f"no complete reply from the Claude API within {self.timeout_seconds:g}s"
+                ) from None
             if stop_reason != "pause_turn" or wrap_up:
                 break
             paused = cast(list[ContentBlockParam], trace.content())
@@ -244,24 +252,6 @@ class ClaudeReplier:
             text = f"{text}\n\n{self.cut_note}"
         footer = trace.footer()
         return f"{text}\n\n{footer}" if text and footer else text
-
-    async def _call(
-        self,
-        prompt: Prompt,
-        usage: Usage,
-        system: list[TextBlockParam],
-        messages: list[MessageParam],
-        trace: ToolTrace,
-        parts: list[str],
-        wrap_up: bool,
-    ) -> str | None:
-        try:
-            async with asyncio.timeout(self.timeout_seconds):
-                return await self._stream(prompt, usage, system, messages, trace, parts, wrap_up)
-        except TimeoutError:
-            raise RetryableReplierError(
-                f"no complete reply from the Claude API within {self.timeout_seconds:g}s"
-            ) from None
 
     async def _stream(
         self,
