@@ -25,7 +25,7 @@ from benchmarks.fakes import PLATFORM, RecordingPlatform, StreamingModel
 from benchmarks.ingest import percentile
 from benchmarks.postgres import scratch_schema
 from benchmarks.profiles import Profile
-from benchmarks.scale import ROOT, _channel, _plain_timers, peak_rss_mb
+from benchmarks.scale import ROOT, channel_name, peak_rss_mb, plain_timers
 from bot.cli.serve import run_event_loop
 from bot.core.clock import SystemClock
 from bot.core.engine import Engine
@@ -61,7 +61,7 @@ async def populate(dsn: str, schema: str, conversations: int, timers: int) -> No
     await store.open()
     await store.close()
     now, later = time.time(), time.time() + 86_400
-    cid = [f"{PLATFORM}/w/{_channel(i)}/" for i in range(conversations)]
+    cid = [f"{PLATFORM}/w/{channel_name(i)}/" for i in range(conversations)]
     conn = await asyncpg.connect(dsn, server_settings={"search_path": schema})
     try:
         await conn.copy_records_to_table(
@@ -75,15 +75,13 @@ async def populate(dsn: str, schema: str, conversations: int, timers: int) -> No
         await conn.copy_records_to_table(
             "messages",
             columns=columns,
-            records=((cid[i], 1, f"{PLATFORM}/w/{_channel(i)}-old", f"{_channel(i)}-old", "u",
-                      "someone", f"{_channel(i)}-old an earlier question", now)
+            records=(_message(cid[i], 1, f"{channel_name(i)}-old", "an earlier question", now)
                      for i in range(conversations)),
         )  # fmt: skip
         await conn.copy_records_to_table(
             "messages",
             columns=columns,
-            records=((cid[i], 2, f"{PLATFORM}/w/{_channel(i)}-new", f"{_channel(i)}-new", "u",
-                      "someone", f"{_channel(i)}-new a new question", now)
+            records=(_message(cid[i], 2, f"{channel_name(i)}-new", "a new question", now)
                      for i in range(timers)),
         )  # fmt: skip
         await conn.copy_records_to_table(
@@ -101,6 +99,13 @@ async def populate(dsn: str, schema: str, conversations: int, timers: int) -> No
         await conn.execute("ANALYZE")
     finally:
         await conn.close()
+
+
+def _message(
+    conversation: str, seq: int, message_id: str, question: str, now: float
+) -> tuple[str, int, str, str, str, str, str, float]:
+    uid = f"{PLATFORM}/w/{message_id}"
+    return (conversation, seq, uid, message_id, "u", "someone", f"{message_id} {question}", now)
 
 
 async def run_scale_postgres(profile: Profile, dsn: str) -> list[PostgresScaleRow]:
@@ -143,23 +148,13 @@ async def _run_step(
         )
         for k in range(PROCESSES)
     ]
-    for child in children:  # each has opened the store and waits for its due times
-        assert child.stdout is not None
-        if (await child.stdout.readline()).strip() != b"ready":
-            raise RuntimeError("a PostgreSQL scale process failed to start")
-    due = await _make_due(dsn, schema, firing, window, start=time.time() + 1.0)
-    line = (json.dumps(due) + "\n").encode()
-    outs = []
-    for child in children:
-        assert child.stdin is not None
-        child.stdin.write(line)
-        await child.stdin.drain()
-        child.stdin.close()
-    for child in children:
-        out, _ = await child.communicate()
-        if child.returncode != 0:
-            raise RuntimeError(f"a PostgreSQL scale process failed with code {child.returncode}")
-        outs.append(json.loads(out.splitlines()[-1]))
+    try:
+        due, outs = await _fire(children, dsn, schema, firing, window)
+    finally:  # a failed step leaves no process behind
+        for child in children:
+            if child.returncode is None:
+                child.kill()
+                await child.wait()
     late = sorted((at - due[cid]) * 1000 for out in outs for cid, at in out["calls"])
     loop_late = sorted(x for out in outs for x in out["loop_late"])
     if len(late) < firing:
@@ -177,6 +172,30 @@ async def _run_step(
         loop_p50_ms=percentile(loop_late, 0.50),
         loop_p99_ms=percentile(loop_late, 0.99),
     )
+
+
+async def _fire(
+    children: list[asyncio.subprocess.Process], dsn: str, schema: str, firing: int, window: float
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """Once every process has opened the store, the due times go to the database and to them."""
+    for child in children:
+        assert child.stdout is not None
+        if (await child.stdout.readline()).strip() != b"ready":
+            raise RuntimeError("a PostgreSQL scale process failed to start")
+    due = await _make_due(dsn, schema, firing, window, start=time.time() + 1.0)
+    line = (json.dumps(due) + "\n").encode()
+    for child in children:
+        assert child.stdin is not None
+        child.stdin.write(line)
+        await child.stdin.drain()
+        child.stdin.close()
+    outs = []
+    for child in children:
+        out, _ = await child.communicate()
+        if child.returncode != 0:
+            raise RuntimeError(f"a PostgreSQL scale process failed with code {child.returncode}")
+        outs.append(json.loads(out.splitlines()[-1]))
+    return due, outs
 
 
 async def _make_due(
@@ -214,8 +233,11 @@ async def serve(dsn: str, schema: str, name: str, within: float) -> dict[str, An
     engine = Engine(store, model, SystemClock(), EngineSettings(), name, {PLATFORM: platform})
     print("ready", flush=True)
     line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    if not line:  # the parent gave up before the due times were set
+        await store.close()
+        raise SystemExit("scale_postgres: no due times arrived; stopping")
     due: dict[str, float] = json.loads(line)
-    loop_late = _plain_timers(due.values())
+    loop_late = plain_timers(due.values())
     scheduler = Scheduler(engine)
     running = asyncio.create_task(scheduler.run())
     last_due = max(due.values())
