@@ -17,10 +17,12 @@ from benchmarks.bursts import run_bursts, run_typing
 from benchmarks.caching import run_caching
 from benchmarks.flood import run_flood
 from benchmarks.ingest import run_ingest
+from benchmarks.postgres import DSN_ENV, chosen_dsn
 from benchmarks.profiles import FULL, QUICK, Profile
 from benchmarks.report import Results, markdown, plot, text
 from benchmarks.scale import run_scale
-from benchmarks.streamed import run_first_word, run_rate_limits
+from benchmarks.scale_postgres import run_scale_postgres
+from benchmarks.streamed import run_first_word, run_first_word_postgres, run_rate_limits
 
 WORKLOADS = ("bursts", "typing", "ingest", "scale", "flood", "felt", "caching", "limits")
 
@@ -41,6 +43,7 @@ async def run(
     seed: int,
     only: frozenset[str] = frozenset(),
     py_spy: str | None = None,
+    postgres: str | None = None,
 ) -> Results:
     results = Results(profile, [])
     started = time.monotonic()
@@ -56,6 +59,9 @@ async def run(
                 continue
             print(f"running: {name} ...", file=sys.stderr, flush=True)
             getattr(results, name).extend(await step())
+        if postgres and (not only or "scale" in only):
+            print("running: scale on PostgreSQL ...", file=sys.stderr, flush=True)
+            results.scale_postgres = await run_scale_postgres(profile, postgres)
         if not only or "flood" in only:
             print("running: flood ...", file=sys.stderr, flush=True)
             flood = await run_flood(profile, directory, py_spy)
@@ -64,6 +70,11 @@ async def run(
             print("running: first visible word and cancel latency ...", file=sys.stderr, flush=True)
             first_word, cancel = await run_first_word(profile, directory)
             results.first_word, results.cancel = [first_word], [cancel]
+            if postgres:
+                print("running: first visible word on PostgreSQL ...", file=sys.stderr, flush=True)
+                results.first_word.append(
+                    await run_first_word_postgres(profile, directory, postgres)
+                )
         if not only or "caching" in only:
             print("running: prompt caching ...", file=sys.stderr, flush=True)
             results.caching = await run_caching(profile, seed)
@@ -103,6 +114,11 @@ def main(argv: list[str] | None = None) -> int:
         help="profile the flood's burstbot process with py-spy (pip install py-spy): collapsed "
         "stacks to DIR/flood-N.txt",
     )
+    parser.add_argument(
+        "--postgres-dsn",
+        help=f"also measure the first word and the scale on PostgreSQL here (default: ${DSN_ENV}, "
+        "full profile only); each workload uses a schema of its own, dropped afterwards",
+    )
     args = parser.parse_args(argv)
     profile = QUICK if args.quick else FULL
     if args.runs:
@@ -114,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown workload(s): {', '.join(sorted(unknown))}")
     scratch = args.quick or bool(only)
     out = Path(args.out or (tempfile.mkdtemp(prefix="burstbot-report-") if scratch else "docs"))
-    results = asyncio.run(run(profile, args.db_dir, args.seed, only, args.py_spy))
+    postgres = chosen_dsn(args.postgres_dsn, args.quick)
+    results = asyncio.run(run(profile, args.db_dir, args.seed, only, args.py_spy, postgres))
     print(text(results))
     out.mkdir(parents=True, exist_ok=True)
     plot(results, out / "benchmarks.png")

@@ -34,10 +34,12 @@ import discord
 
 from adapters.slack import SlackFrontend
 from benchmarks.ingest import percentile
+from benchmarks.postgres import scratch_schema
 from benchmarks.profiles import Profile
 from bot.app import App, build_store
 from bot.config import DiscordConfig, parse_config
 from bot.core.clock import SystemClock
+from bot.core.store import Store
 from bot.model.claude import ClaudeReplier
 from tests.fake_discord import FakeDiscord, frontend_for
 from tests.fakes.anthropic_server import FakeAnthropic, Plan, RecordedRequest, StreamRecord
@@ -102,9 +104,10 @@ def tag_of(request: RecordedRequest) -> str:
 @asynccontextmanager
 async def burstbot(
     directory: str, name: str, slack: FakeSlackApi, model: FakeAnthropic, quiet: float,
-    conversations: int, **slack_settings: Any,
+    conversations: int, store: Store | None = None, **slack_settings: Any,
 ) -> AsyncIterator[tuple[App, EventSender]]:  # fmt: skip
-    """One burstbot serving Slack HTTP mode in this process, until the block ends."""
+    """One burstbot serving Slack HTTP mode in this process, until the block ends (on SQLite
+    unless another `store` is given)."""
     config = parse_config(
         {
             "storage": {"url": "sqlite:///" + os.path.join(directory, f"{name}.db")},
@@ -132,7 +135,7 @@ async def burstbot(
     )
     replier = ClaudeReplier.from_config(config, {KEY_ENV: "bench-key"})
     frontend = SlackFrontend(config.slack, slack.token, signing_secret=SECRET)
-    app = App(config, build_store(config), replier, [frontend], shutdown_grace=1.0)
+    app = App(config, store or build_store(config), replier, [frontend], shutdown_grace=1.0)
     running = asyncio.create_task(app.run())
     serving = asyncio.ensure_future(app.serving.wait())
     await asyncio.wait({running, serving}, return_when=asyncio.FIRST_COMPLETED)
@@ -172,6 +175,7 @@ class FirstWordRow:
     token_to_draft_ms: list[float]  # first token → first draft text on Slack
     close_to_request_ms: list[float]  # quiet window's close → model request
     close_to_draft_ms: list[float]  # quiet window's close → first draft text
+    store: str = "SQLite"
 
 
 @dataclass(frozen=True)
@@ -184,7 +188,20 @@ class CancelRow:
     answered: int  # conversations whose final answer covers both messages
 
 
-async def run_first_word(profile: Profile, directory: str) -> tuple[FirstWordRow, CancelRow]:
+async def run_first_word_postgres(profile: Profile, directory: str, dsn: str) -> FirstWordRow:
+    """The first visible word again with the store on PostgreSQL (a scratch schema)."""
+    from storage.postgres import PostgresStore
+
+    async with scratch_schema(dsn, "burstbot_bench_felt") as schema:
+        first_word, _ = await run_first_word(
+            profile, directory, PostgresStore(dsn, schema=schema), "PostgreSQL"
+        )
+    return first_word
+
+
+async def run_first_word(
+    profile: Profile, directory: str, store: Store | None = None, store_name: str = "SQLite"
+) -> tuple[FirstWordRow, CancelRow]:
     n, quiet = profile.felt_conversations, profile.felt_quiet_seconds
     tags = [f"c{i}" for i in range(n)]
     plan = Plan(first_delay=profile.felt_ttft_seconds, delay=profile.felt_token_seconds, watch=True)
@@ -194,7 +211,7 @@ async def run_first_word(profile: Profile, directory: str) -> tuple[FirstWordRow
     await slack.start()
     rows: dict[str, tuple[float, float]] = {}  # tag → (quiet window's close, newer message acked)
     try:
-        async with burstbot(directory, "felt", slack, model, quiet, n) as (_, sender):
+        async with burstbot(directory, "felt", slack, model, quiet, n, store) as (_, sender):
 
             async def conversation(i: int) -> None:
                 tag, channel = tags[i], f"D{i}"
@@ -214,7 +231,8 @@ async def run_first_word(profile: Profile, directory: str) -> tuple[FirstWordRow
     finally:
         await model.stop()
         await slack.stop()
-    return _first_word(model, slack, tags, rows), _cancel(profile, model, slack, tags, rows)
+    first_word = _first_word(model, slack, tags, rows, store_name)
+    return first_word, _cancel(profile, model, slack, tags, rows)
 
 
 def _answered(slack: TimedSlack, model: Model, tag: str) -> bool:
@@ -226,7 +244,11 @@ def _answered(slack: TimedSlack, model: Model, tag: str) -> bool:
 
 
 def _first_word(
-    model: Model, slack: TimedSlack, tags: list[str], rows: dict[str, tuple[float, float]]
+    model: Model,
+    slack: TimedSlack,
+    tags: list[str],
+    rows: dict[str, tuple[float, float]],
+    store_name: str,
 ) -> FirstWordRow:
     ttft, to_draft, to_request, close_to_draft = [], [], [], []
     for tag in tags:
@@ -238,7 +260,7 @@ def _first_word(
         to_draft.append(1000 * (shown - stream.delta_times[0]))
         to_request.append(1000 * (stream.started_at - close))
         close_to_draft.append(1000 * (shown - close))
-    return FirstWordRow(len(tags), ttft, to_draft, to_request, close_to_draft)
+    return FirstWordRow(len(tags), ttft, to_draft, to_request, close_to_draft, store_name)
 
 
 def _cancel(

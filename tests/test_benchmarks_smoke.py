@@ -5,11 +5,13 @@ and that the numbers are the kind each system must produce."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 from pathlib import Path
 
 from benchmarks.__main__ import main
 from benchmarks.profiles import QUICK
+from tests import pg
 
 SYSTEMS = ("naive", "sleep-debounce", "complete-then-discard", "burstbot")
 
@@ -40,6 +42,7 @@ def test_quick_run_writes_a_report_with_every_row(tmp_path: Path) -> None:
         "burstbot at the raw rate",
     ]
     assert all(int(r[1]) == QUICK.senders * QUICK.messages_per_sender for r in ingest)
+    assert "### 4b. Scale on PostgreSQL" not in report  # quick: only with --postgres-dsn
     scale = rows(report, "4. Scale")
     assert len(scale) == len(QUICK.firing)
     assert int(scale[0][2]) == QUICK.firing[0][0]  # every due timer reached the model
@@ -60,8 +63,8 @@ def test_quick_run_writes_a_report_with_every_row(tmp_path: Path) -> None:
     assert len(indicator) == len(QUICK.flood_workers) * QUICK.flood_runs
     assert all(int(r[3]) >= int(r[2]) for r in indicator)  # every burst was answered
     first_word = rows(report, "7. First visible word")
-    assert [int(r[0]) for r in first_word] == [QUICK.felt_conversations]
-    assert all(len(cell.split(" / ")) == 2 for cell in first_word[0][1:])
+    assert [(r[0], int(r[1])) for r in first_word] == [("SQLite", QUICK.felt_conversations)]
+    assert all(len(cell.split(" / ")) == 2 for cell in first_word[0][2:])
     [cancel] = rows(report, "8. Cancel latency")
     assert cancel[5] == f"{QUICK.felt_conversations} of {QUICK.felt_conversations}"
     caching = rows(report, "9. Prompt caching")
@@ -78,3 +81,33 @@ def test_quick_run_writes_a_report_with_every_row(tmp_path: Path) -> None:
     targets = rows(report, "Targets")
     assert len(targets) == 7 + 2 * len(QUICK.flood_workers) + 1 + 9
     assert all(r[3] in ("yes", "**no**") for r in targets)
+
+
+def test_postgres_rows_when_a_server_is_given(tmp_path: Path) -> None:
+    """With `--postgres-dsn` the first word and the two-process scale run on PostgreSQL too, each
+    in a schema of its own that is dropped afterwards."""
+    server = pg.dsn()
+    arguments = ["--quick", "--only", "scale,felt", "--postgres-dsn", server]
+    assert main([*arguments, "--out", str(tmp_path), "--db-dir", str(tmp_path)]) == 0
+
+    report = (tmp_path / "benchmarks.md").read_text(encoding="utf-8")
+    first_word = rows(report, "7. First visible word")
+    assert [r[0] for r in first_word] == ["SQLite", "PostgreSQL"]
+    assert all(len(cell.split(" / ")) == 2 for r in first_word for cell in r[2:])
+    [scale] = rows(report, "4b. Scale on PostgreSQL")
+    assert (scale[2], scale[3]) == ("2", str(QUICK.firing[0][0]))  # every due timer fired once
+    assert len(scale[8].split(" / ")) == 2  # a peak RSS for each process
+    names = [r[0] for r in rows(report, "Targets")]
+    assert "first token -> draft request, p99 (PostgreSQL)" in names
+    assert asyncio.run(leftover_schemas(server)) == []
+
+
+async def leftover_schemas(server: str) -> list[str]:
+    import asyncpg
+
+    conn = await asyncpg.connect(server)
+    try:
+        query = "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'burstbot_bench%'"
+        return [r[0] for r in await conn.fetch(query)]
+    finally:
+        await conn.close()
