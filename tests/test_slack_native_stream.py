@@ -10,12 +10,14 @@ import asyncio
 from typing import Any
 
 import pytest
+from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.inbound import Identity
 from adapters.slack.outbound import Outbound
 from adapters.slack.streaming import SlackDrafts
 from bot.core.events import ConversationKey, Draft
+from bot.model.replier import DraftText, SearchStep
 from bot.testing import ReplierCall, ScriptedReplier, check_invariants
 from tests.clock_steps import step
 from tests.fakes.slack_api import (
@@ -244,3 +246,32 @@ async def test_a_stream_another_process_started_is_stopped_before_its_message_is
     await survivor.delete_draft(KEY, second)
     assert [m.text for m in api.posts()] == ["Five."]
     assert chat_methods(api)[-2:] == ["chat.stopStream", "chat.delete"]
+
+
+# searches as task chunks ------------------------------------------------------------------------
+async def test_a_failed_search_is_an_error_task_and_the_text_goes_on_in_the_same_stream(
+    api: FakeSlackApi,
+) -> None:
+    drafts = drafts_of_a_process(api)
+    running = SearchStep("srvtoolu_1", "burstbot releases")
+    searching = DraftText("_searching the web: burstbot releases…_", "", (running,))
+    message_id = await drafts.post_draft(KEY, Draft("dkey", None, 0.0, None), searching)
+    failed = SearchStep("srvtoolu_1", "burstbot releases", "failed", error="too_many_requests")
+    await drafts.edit_draft(KEY, message_id, DraftText("No results, but", "No results, but",
+                                                       (failed,)))  # fmt: skip
+    [message] = api.posts()
+    assert (message.text, message.streaming) == ("No results, but", True)
+    assert message.tasks == {"srvtoolu_1": {
+        "type": "task_update", "id": "srvtoolu_1", "title": "Searching the web: burstbot releases",
+        "status": "error", "output": "search failed: too_many_requests"}}  # fmt: skip
+    assert chat_methods(api) == ["chat.startStream", "chat.appendStream"]
+    assert api.chat_log[0]["chunks"][0]["status"] == "in_progress"
+
+
+async def test_the_fake_refuses_a_task_chunk_slack_would_refuse(api: FakeSlackApi) -> None:
+    client = AsyncWebClient(token=api.token, base_url=api.url, retry_handlers=[])
+    bad = {"type": "task_update", "id": "t1", "title": "Searching", "status": "running"}
+    with pytest.raises(SlackApiError) as refused:
+        await client.chat_startStream(channel="D1", thread_ts=ts(1), chunks=[bad])
+    assert refused.value.response["error"] == "invalid_arguments"
+    assert api.posts() == []

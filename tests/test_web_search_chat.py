@@ -26,7 +26,7 @@ from storage.sqlite import SqliteStore
 from tests.clock_steps import step
 from tests.fake_discord import FakeDiscord, frontend_for
 from tests.fakes.anthropic_server import FakeAnthropic, Plan, Search
-from tests.fakes.slack_api import TEAM, EventSender, FakeSlackApi, dm
+from tests.fakes.slack_api import TEAM, EventSender, FakeSlackApi, assistant_event, dm
 from tests.slack_harness import SECRET, TOKEN, api, ts
 
 __all__ = ["api"]  # fixture
@@ -201,6 +201,69 @@ async def test_slack_typing_again_during_a_search_cancels_it_and_one_answer_cove
         )
         assert [s.query for s in posted.searches] == ["3.14 and 3.15"]
         await check_invariants(store, [SLACK_KEY.id])
+
+
+def task_updates(api: FakeSlackApi) -> list[tuple[str, dict[str, Any]]]:
+    """Each task chunk the bot streamed, with the method that carried it."""
+    return [(entry["method"], chunk) for entry in api.chat_log
+            for chunk in entry.get("chunks") or [] if chunk["type"] == "task_update"]  # fmt: skip
+
+
+async def test_slack_assistant_thread_streams_the_search_as_a_task_and_the_answer_goes_on(
+    api: FakeSlackApi, server: FakeAnthropic
+) -> None:
+    api.status_supported = True
+    key = ConversationKey("slack", TEAM, "D1", ts(1))
+    search = Search("python 3.14 release notes", RESULTS, hold=True)
+    server.queue(Plan(text="Here is what changed.", searches=[search], cited=CITED, pause_after=2))
+    async with slack_app(api, server) as (app, sender, clock, store):
+        started = assistant_event("assistant_thread_started", "D1", ts(1), "U1")
+        assert await sender.send(started) == 200
+        assert await sender.send(dm(ts(2), "what changed in python 3.14?", thread_ts=ts(1))) == 200
+        await start_generating(app, clock)
+        await until(lambda: bool(server.streams) and server.streams[0].paused)
+        await until(lambda: any(m.streaming for m in api.messages))  # opened at the first step
+        [stream] = [m for m in api.messages if m.streaming]
+        running = {
+            "type": "task_update",
+            "id": "srvtoolu_0100",
+            "title": "Searching the web: python 3.14 release notes",
+            "status": "in_progress",
+        }
+        await shows(clock, lambda: list(stream.tasks.values()), [running])  # fmt: skip
+        assert stream.text == ""  # the search is a task card, not a line of text
+        server.release_searches()  # the results arrive; the answer starts, then waits
+        await until(lambda: server.streams[0].deltas_sent == 2)
+        done = {
+            **running,
+            "status": "complete",
+            "output": "2 sources",
+            "sources": [{"type": "url", "url": url, "text": title} for url, title in RESULTS],
+        }
+        await shows(clock, lambda: [*stream.tasks.values(), stream.text], [done, "Here is"])
+        server.release()
+        await answered(app, clock, server, 1)
+        methods = [entry["method"] for entry in api.chat_log]
+        assert methods.count("chat.startStream") == 1 and methods.count("chat.stopStream") == 1
+        assert "chat.postMessage" not in methods
+        stop = methods.index("chat.stopStream")
+        assert "chat.update" not in methods[:stop]  # the search never interrupted the stream
+        assert methods[stop + 1 :] == ["chat.update"]  # the final text is the outbox's
+        assert [(m, c["status"]) for m, c in task_updates(api)][-1] == ("chat.appendStream",
+                                                                         "complete")  # fmt: skip
+        assert ("chat.startStream", "in_progress") in [
+            (m, c["status"]) for m, c in task_updates(api)
+        ]
+        appended = [e["text"] for e in api.chat_log if e["method"] == "chat.appendStream"]
+        assert "".join(appended) == "Here is"
+        answer = (
+            "Here is what changed. Free-threading is officially supported. Template strings "
+            "arrived.\n\nSources: <https://docs.python.org/3.14/whatsnew.html|What's New In "
+            "Python 3.14> · <https://blog.example.org/314|Python 3.14 released>"
+        )
+        assert [m.text for m in api.posts() if m.thread_ts == ts(1)] == [answer]
+        assert not stream.streaming and stream.metadata is not None
+        await check_invariants(store, [key.id])
 
 
 # Discord ---------------------------------------------------------------------------------------

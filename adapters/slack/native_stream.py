@@ -24,6 +24,10 @@ What a native stream can and cannot do, and how each draft rule is kept:
   streaming answers `message_not_in_streaming_state`, which is not an error here.
 - Slack closes a stream by itself after some minutes; an append then answers
   `message_not_in_streaming_state` and the draft goes on by `chat.update`.
+- A web search is a task (`task_update` chunk, shown as a timeline card): in progress with its
+  query, then complete with its first results as sources (or an error). The text the search line
+  would add is not sent, so a search never stops the stream: the answer goes on appending. The
+  task cards are the stream's; the final `chat.update` shows the answer with its sources.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from adapters.slack.inbound import Identity, split_message_id
 from adapters.slack.outbound import delivery_error, slack_error_code
 from bot.core.errors import MessageGone
 from bot.core.events import ConversationKey
+from bot.model.replier import SearchStep
 
 log = logging.getLogger("burstbot.slack")
 
@@ -55,8 +60,32 @@ UNAVAILABLE = frozenset(
 """`chat.startStream` refused for good: Slack answered, so nothing was posted."""
 
 
+TASK_STATUS = {"running": "in_progress", "done": "complete", "failed": "error"}
+TASK_TEXT_CHARS = 256  # a task's title, details and output, each
+
+
 class StreamsUnavailable(Exception):
     """The workspace refuses native streams; drafts go by post and update instead."""
+
+
+def task_chunk(step: SearchStep) -> dict[str, Any]:
+    """A search as Slack's `task_update` chunk: its query, then its sources or its error."""
+    title = f"Searching the web: {step.query}" if step.query.strip() else "Searching the web"
+    chunk: dict[str, Any] = {"type": "task_update", "id": step.id,
+                             "title": _cut(title), "status": TASK_STATUS[step.state]}  # fmt: skip
+    if step.state == "done":
+        chunk["output"] = f"{len(step.sources)} sources" if step.sources else "no results"
+        if step.sources:
+            chunk["sources"] = [{"type": "url", "url": url, "text": _cut(name or url)}
+                                for url, name in step.sources]  # fmt: skip
+    elif step.state == "failed":
+        chunk["output"] = _cut(f"search failed: {step.error or 'error'}")
+    return chunk
+
+
+def _cut(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= TASK_TEXT_CHARS else text[: TASK_TEXT_CHARS - 1] + "…"
 
 
 def settled_prefix(text: str) -> str:
@@ -77,12 +106,20 @@ class NativeStreams:
         self.max_chars = max_chars  # a draft shows at most one part's worth
         self._sent: OrderedDict[str, str] = OrderedDict()  # message id → text sent (running)
         self._stopped: OrderedDict[str, None] = OrderedDict()
+        self._tasks: OrderedDict[str, dict[str, SearchStep]] = OrderedDict()  # steps as sent
 
-    async def start(self, key: ConversationKey, text: str) -> str:
-        """`chat.startStream` in the thread with the settled text so far; the message id."""
+    async def start(
+        self, key: ConversationKey, text: str, steps: tuple[SearchStep, ...] = ()
+    ) -> str:
+        """`chat.startStream` in the thread with the settled text so far (and the searches as
+        task chunks); the message id."""
         first = settled_prefix(text)[: self.max_chars]
         args: dict[str, Any] = {"channel": key.channel, "thread_ts": key.thread}
-        if first.strip():
+        if steps:
+            chunks = [{"type": "markdown_text", "text": first}] if first.strip() else []
+            args["chunks"] = chunks + [task_chunk(step) for step in steps]
+            args["task_display_mode"] = "timeline"
+        elif first.strip():
             args["markdown_text"] = first
         try:
             response = await self.client.chat_startStream(**args)
@@ -95,6 +132,7 @@ class NativeStreams:
             raise delivery_error(exc, f"conversation {key.id}: start stream") from exc
         message_id = f"{key.channel}:{response['ts']}"
         self._remember(self._sent, message_id, first if first.strip() else "")
+        self._remember(self._tasks, message_id, {step.id: step for step in steps})
         return message_id
 
     def streaming(self, message_id: str) -> bool:
@@ -105,17 +143,26 @@ class NativeStreams:
         sent = self._sent.get(message_id)
         return sent is not None and text.startswith(sent)
 
-    async def grow(self, message_id: str, text: str) -> bool:
-        """Append what `text` adds to the stream (the settled part, within one part's worth);
-        False when the stream has ended (Slack closed it): the caller edits the message."""
-        sent = self._sent[message_id]
+    async def grow(self, message_id: str, text: str, steps: tuple[SearchStep, ...] = ()) -> bool:
+        """Append what `text` adds to the stream (the settled part, within one part's worth)
+        and the searches that changed since they were sent; False when the stream has ended
+        (Slack closed it): the caller edits the message."""
+        sent, tasks = self._sent[message_id], self._tasks.get(message_id) or {}
         new = settled_prefix(text)[: self.max_chars]
+        changed = [step for step in steps if tasks.get(step.id) != step]
         if len(new) <= len(sent) or not new.startswith(sent):
-            return True  # nothing settled to add yet: sent once the text moves past it
+            new = sent  # nothing settled to add yet: sent once the text moves past it
+        if new == sent and not changed:
+            return True
         channel, ts = split_message_id(message_id)
+        suffix = new[len(sent) :]
         try:
-            suffix = new[len(sent) :]
-            await self.client.chat_appendStream(channel=channel, ts=ts, markdown_text=suffix)
+            if changed:
+                chunks = [{"type": "markdown_text", "text": suffix}] if suffix else []
+                chunks += [task_chunk(step) for step in changed]
+                await self.client.chat_appendStream(channel=channel, ts=ts, chunks=chunks)
+            else:
+                await self.client.chat_appendStream(channel=channel, ts=ts, markdown_text=suffix)
         except SlackApiError as exc:
             code = slack_error_code(exc)
             if code == NOT_STREAMING:
@@ -129,6 +176,9 @@ class NativeStreams:
         except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as exc:
             raise delivery_error(exc, f"message {message_id}: append stream") from exc
         self._sent[message_id] = new
+        if changed:
+            tasks.update((step.id, step) for step in changed)
+            self._remember(self._tasks, message_id, tasks)
         return True
 
     async def stop(self, message_id: str, metadata: Mapping[str, Any] | None) -> None:
@@ -183,6 +233,7 @@ class NativeStreams:
 
     def _forget(self, message_id: str) -> None:
         self._sent.pop(message_id, None)
+        self._tasks.pop(message_id, None)
         self._remember(self._stopped, message_id, None)
 
     @staticmethod

@@ -40,11 +40,20 @@ from adapters.slack.outbound import (
 )
 from bot.core.errors import MessageGone
 from bot.core.events import ConversationKey, Draft, Reply
+from bot.model.replier import DraftText, SearchStep
 
 log = logging.getLogger("burstbot.slack")
 
 GONE = frozenset({"message_not_found", "cant_delete_message"})
 CLOCK_MARGIN = 60.0  # seconds a look-up starts before a draft's creation (our clock vs Slack's)
+
+
+def native_parts(text: str) -> tuple[str, tuple[SearchStep, ...]]:
+    """What a native stream shows of a draft's text: while it names searches, the text alone and
+    the searches (task chunks, not the activity line); else the text as every draft shows it."""
+    if isinstance(text, DraftText) and text.steps:
+        return text.body, text.steps
+    return text, ()
 
 
 class SlackDrafts:
@@ -83,7 +92,7 @@ class SlackDrafts:
         """The stream took this post's turn (`draft_turn`); a post from elsewhere takes its own."""
         if await self.native(key):
             try:
-                message_id = await self.streams.start(key, text)
+                message_id = await self.streams.start(key, *native_parts(text))
             except StreamsUnavailable as refused:  # Slack answered: nothing was posted
                 self.native_refused = str(refused)
                 log.warning("slack: chat.startStream refused (%s): drafts are posted and updated "
@@ -113,11 +122,15 @@ class SlackDrafts:
         return found
 
     async def edit_draft(self, key: ConversationKey, message_id: str, text: str) -> None:
-        """Append to the draft's native stream while the text grows it; else (a stream that
+        """Append to the draft's native stream while the text grows it (searches go as task
+        chunks, so a search does not end the stream); else (a stream that
         ended, another generation's text, the waiting mark) stop it and update the message. The
         stream took this call's turn on the budget (`draft_turn`)."""
         if await self.native(key):
-            if self.streams.extends(message_id, text) and await self.streams.grow(message_id, text):
+            body, steps = native_parts(text)
+            if self.streams.extends(message_id, body) and await self.streams.grow(
+                message_id, body, steps
+            ):
                 return
             await self._stop(key, message_id)
             label = self._labels.get(message_id)

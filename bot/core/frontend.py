@@ -114,7 +114,10 @@ class DraftSurface(Protocol):
         answers)."""
         ...
 
-    async def edit_draft(self, key: ConversationKey, message_id: str, text: str) -> None: ...
+    async def edit_draft(self, key: ConversationKey, message_id: str, text: str) -> None:
+        """Show the text so far. A draft's text may be a `DraftText` (a str: the text and the
+        activity line) that also names the searches, for a surface that shows them itself."""
+        ...
 
     async def delete_draft(self, key: ConversationKey, message_id: str) -> None:
         """Remove the draft (its burst ended without a reply); one already gone is no error."""

@@ -50,7 +50,7 @@ from bot.core.frontend import DraftSurface, Frontend, draft_turn, drafts_of, pac
 from bot.core.settings import EngineSettings
 from bot.core.store import Store
 from bot.core.supervisor import Supervision
-from bot.model.replier import Usage
+from bot.model.replier import Usage, same_draft
 
 log = logging.getLogger("burstbot.streaming")
 
@@ -266,7 +266,7 @@ class DraftStream(Stream):
         while await self._pause_until(check_at, None if self.calls else first_word):
             text = self.usage.text_so_far()
             check_at = max(self.next_call_at, self.clock.now() + self.interval)
-            if not text.strip() or text == shown:
+            if not text.strip() or same_draft(text, shown):
                 continue
             if not self._fenced():
                 return

@@ -113,12 +113,44 @@ class StreamedText(list[str]):
             self.arrived.set()
 
 
+@dataclass(frozen=True, slots=True)
+class SearchStep:
+    """One web search as a draft shows it: a surface that renders the model's work itself
+    (Slack's task chunks) shows each step; the others show the activity line."""
+
+    id: str  # the search's tool use id: the same step from start to result
+    query: str = ""
+    state: Literal["running", "done", "failed"] = "running"
+    sources: tuple[tuple[str, str], ...] = ()  # (url, title) of its first results
+    error: str = ""  # the error code of a failed search
+
+
+class DraftText(str):
+    """The text so far as a draft shows it (the text, then the activity line), which also carries
+    its parts for a surface that renders the work itself: `body` is the text alone and `steps`
+    the searches so far. Two draft texts are the same only with the same steps."""
+
+    body: str
+    steps: tuple[SearchStep, ...]
+
+    def __new__(cls, shown: str, body: str, steps: tuple[SearchStep, ...] = ()) -> DraftText:
+        text = super().__new__(cls, shown)
+        text.body, text.steps = body, steps
+        return text
+
+
+def same_draft(a: str, b: str) -> bool:
+    """Whether showing `a` again after `b` would change nothing (text and steps alike)."""
+    return a == b and getattr(a, "steps", ()) == getattr(b, "steps", ())
+
+
 @dataclass(slots=True)
 class Usage:
     """Token counts and the text so far, updated by the replier as the stream goes (the text is
     what a streamed draft shows; a replier that does not add to it is simply not streamed).
     `activity` is one line the draft shows after the text while the model works without
-    writing (a web search), gone once the text goes on."""
+    writing (a web search), gone once the text goes on; `steps` are the searches it names, kept
+    for surfaces that show each one (`DraftText`)."""
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -129,6 +161,7 @@ class Usage:
     web_searches: int = 0  # billed searches, as the API reports them (`server_tool_use`)
     searches: list[WebSearch] = field(default_factory=list)
     activity: str = ""
+    steps: list[SearchStep] = field(default_factory=list)
 
     def show_activity(self, line: str) -> None:
         """Set the activity line; a new one is something to show at once, like a first word."""
@@ -136,11 +169,20 @@ class Usage:
         if line:
             self.streamed.arrived.set()
 
-    def text_so_far(self) -> str:
+    def step(self, step: SearchStep) -> None:
+        """Add a search step, or replace the one with its id (its query known, its result in)."""
+        at = next((i for i, s in enumerate(self.steps) if s.id == step.id), None)
+        if at is None:
+            self.steps.append(step)
+        else:
+            self.steps[at] = step
+
+    def text_so_far(self) -> DraftText:
         text = "".join(self.streamed)
-        if not self.activity:
-            return text
-        return f"{text.rstrip()}\n\n{self.activity}" if text.strip() else self.activity
+        shown = text
+        if self.activity:
+            shown = f"{text.rstrip()}\n\n{self.activity}" if text.strip() else self.activity
+        return DraftText(shown, text, tuple(self.steps))
 
 
 class Replier(Protocol):

@@ -29,7 +29,7 @@ from anthropic.types import (
 )
 
 from bot.core.store import UNFINISHED
-from bot.model.replier import Usage, WebSearch, WebTools
+from bot.model.replier import SearchStep, Usage, WebSearch, WebTools
 
 SEARCH_TOOL = "web_search_20250305"
 FETCH_TOOL = "web_fetch_20250910"
@@ -115,6 +115,7 @@ class ToolTrace:
             if block.name == "web_search":  # recorded at once: what the draft shows is kept
                 self._pending[block.id] = len(self.usage.searches)
                 self.usage.searches.append(WebSearch("", 0, UNFINISHED))
+                self.usage.step(SearchStep(block.id))
                 self.usage.show_activity(searching_line(""))
             elif block.name == "web_fetch":
                 self.usage.show_activity("_reading a page…_")
@@ -127,8 +128,13 @@ class ToolTrace:
             if isinstance(block.content, list):
                 self.ran += 1
                 self.usage.searches[at] = WebSearch(query, len(block.content))
+                found = [(r.url, r.title.strip() or r.url) for r in block.content]
+                sources = tuple((u, t) for u, t in found if _URL.fullmatch(u))[:MAX_SOURCES]
+                self.usage.step(SearchStep(block.tool_use_id, query, "done", sources))
             else:
-                self.usage.searches[at] = WebSearch(query, 0, block.content.error_code)
+                code = block.content.error_code
+                self.usage.searches[at] = WebSearch(query, 0, code)
+                self.usage.step(SearchStep(block.tool_use_id, query, "failed", error=code))
             self.billed(0)  # counted as it runs, so a cancelled chain still shows its searches
 
     def paragraph_break(self, text_so_far: str) -> str:
@@ -178,6 +184,7 @@ class ToolTrace:
         at = self._pending.get(tool_use_id)
         if at is not None:
             self.usage.searches[at] = WebSearch(query, 0, UNFINISHED)
+            self.usage.step(SearchStep(tool_use_id, query))
 
     def _cite(self, url: str, title: str) -> None:
         if not _URL.fullmatch(url) or any(s.url == url for s in self.sources):

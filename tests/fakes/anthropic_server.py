@@ -62,7 +62,8 @@ def count_tokens(text: str) -> int:
 class Search:
     """One web search the model makes: its query and results (url, title), or an error code the
     tool answers with (`unavailable`, `too_many_requests`, …). `hold`: the stream stops after the
-    query until `release()` (or the client disconnects), as a slow search would."""
+    query until `release()` or `release_searches()` (or the client disconnects), as a slow search
+    would."""
 
     query: str
     results: list[tuple[str, str]] = field(default_factory=list)
@@ -222,6 +223,7 @@ class FakeAnthropic:
     cache: PromptCache | None = None  # account caching as the API does (else: the simple model)
     port: int = 0
     _gate: asyncio.Event = field(default_factory=asyncio.Event)
+    _search_gate: asyncio.Event = field(default_factory=asyncio.Event)  # held searches only
     _cached_prefixes: set[str] = field(default_factory=set)
     _titles: dict[str, str] = field(default_factory=dict)
     _runner: web.AppRunner | None = None
@@ -256,6 +258,11 @@ class FakeAnthropic:
     def release(self) -> None:
         """Let paused streams go on."""
         self._gate.set()
+        self._search_gate.set()
+
+    def release_searches(self) -> None:
+        """Let held searches answer; a stream's `pause_after` still holds its text."""
+        self._search_gate.set()
 
     async def wait_for(self, condition: Callable[[], bool], within: float = 5.0) -> None:
         """Bounded wait for real I/O (the client and this server share no clock)."""
@@ -443,7 +450,7 @@ class FakeAnthropic:
         await send("content_block_stop", {"type": "content_block_stop", "index": index})
         if search.hold:
             record.paused = True
-            while not self._gate.is_set():
+            while not self._search_gate.is_set():
                 _raise_if_gone(request)
                 await asyncio.sleep(0.005)
         max_uses = _search_tool(recorded.body).get("max_uses")

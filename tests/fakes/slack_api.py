@@ -32,7 +32,13 @@ metadata; `chat.appendStream` appends to it, `chat.stopStream` appends its `mark
 sets its `metadata` if given and ends it. Appending to or stopping a message that is not streaming
 answers `message_not_in_streaming_state`, an unknown one `message_not_found`. A streaming message
 cannot be `chat.update`d (`cant_update_message`: Slack documents no update of a running stream,
-so the fake refuses it and the bot must stop the stream first); it can be deleted.
+so the fake refuses it and the bot must stop the stream first); it can be deleted. The three
+methods also take `chunks`, checked as Slack documents them (`markdown_text` with its `text`;
+`task_update` with `id`, `title`, `status` pending / in_progress / complete / error, optional
+`details` and `output` within 256 characters and `sources`, a list of `url` elements with `url` and
+`text`; `plan_update` with `title`; `blocks`), anything else `invalid_arguments`; `startStream`
+takes `task_display_mode` timeline or plan. Markdown chunks append to the text; each task's newest
+update is kept on the message (`tasks`, by id), as the timeline shows it.
 
 Assistant threads: `assistant.threads.setStatus`, `setSuggestedPrompts` and `setTitle` take
 effect (recorded in `statuses`, `suggested` and `titles`) only when the app has the
@@ -74,6 +80,9 @@ BOT_USER = "UBOT"
 BOT_ID = "BBOT"
 MAX_TEXT_CHARS = 40_000  # Slack refuses longer text with msg_too_long
 MAX_STREAM_CHARS = 12_000  # a stream's markdown_text, per call
+TASK_STATUSES = frozenset({"pending", "in_progress", "complete", "error"})
+TASK_TEXT_CHARS = 256  # a task's details and output
+TASK_KEYS = frozenset({"type", "id", "title", "status", "details", "output", "sources"})
 SLACK_LIMITS = {"chat.update": (50.0, 4.0, "workspace"), "chat.postMessage": (60.0, 5.0, "channel")}
 """Per method: calls a minute, burst, and what the limit counts over (Slack's tiers)."""
 
@@ -108,6 +117,7 @@ class PostedMessage:
 
     subtype: str | None = None
     streaming: bool = False  # a native stream not stopped yet
+    tasks: dict[str, dict[str, Any]] = field(default_factory=dict)  # a stream's task cards, by id
 
     @property
     def top_level(self) -> bool:
@@ -135,6 +145,54 @@ class SharedFile:
     mimetype: str
 
 
+def stream_chunks(args: dict[str, Any]) -> tuple[str, list[dict[str, Any]]] | None:
+    """A stream call's `chunks` as Slack documents them: the markdown they add and the task
+    updates, or None when one is malformed."""
+    chunks = args.get("chunks")
+    if chunks is None:
+        return "", []
+    if isinstance(chunks, str):
+        try:
+            chunks = json.loads(chunks)
+        except json.JSONDecodeError:
+            return None
+    if not isinstance(chunks, list) or not chunks:
+        return None
+    text, tasks = "", []
+    for chunk in chunks:
+        kind = chunk.get("type") if isinstance(chunk, dict) else None
+        if kind == "markdown_text" and isinstance(chunk.get("text"), str) and chunk["text"]:
+            text += chunk["text"]
+        elif kind == "task_update" and valid_task(chunk):
+            tasks.append(chunk)
+        elif not (
+            (kind == "plan_update" and isinstance(chunk.get("title"), str))
+            or (kind == "blocks" and isinstance(chunk.get("blocks"), list))
+        ):
+            return None
+    return text, tasks
+
+
+def valid_task(chunk: dict[str, Any]) -> bool:
+    if set(chunk) - TASK_KEYS or chunk.get("status") not in TASK_STATUSES:
+        return False
+    if not (isinstance(chunk.get("id"), str) and chunk["id"]) or not isinstance(
+        chunk.get("title"), str
+    ):
+        return False
+    for name in ("details", "output"):
+        value = chunk.get(name)
+        if value is not None and not (isinstance(value, str) and len(value) <= TASK_TEXT_CHARS):
+            return False
+    sources = chunk.get("sources", [])
+    return isinstance(sources, list) and all(
+        isinstance(s, dict) and s.get("type") == "url" and set(s) == {"type", "url", "text"}
+        and isinstance(s["url"], str) and s["url"].startswith(("http://", "https://"))
+        and isinstance(s["text"], str)
+        for s in sources
+    )  # fmt: skip
+
+
 class FakeSlackApi:
     def __init__(self, token: str = "xoxb-test", status_supported: bool = False) -> None:
         self.token = token
@@ -149,7 +207,8 @@ class FakeSlackApi:
         self.titles: list[tuple[str, str, str]] = []
         self.channels: dict[str, dict[str, Any]] = {}  # conversations.info: id → name, is_member
         self.updates: list[tuple[str, str, float]] = []  # chat.update: ts, text, when (monotonic)
-        self.chat_log: list[dict[str, str]] = []  # chat.* calls that took effect: method, ts, text
+        self.chat_log: list[dict[str, Any]] = []  # chat.* calls that took effect: method, ts,
+        # text (and a stream's chunks)
         self.deleted: list[str] = []
         self.failures: dict[str, list[Failure | None]] = {}  # None: let one call through
         self.outage: Failure | None = None  # while set, every Web API call gets this answer
@@ -461,15 +520,26 @@ class FakeSlackApi:
     def _chat_startStream(self, args: dict[str, Any]) -> dict[str, Any]:
         if not args.get("channel") or not args.get("thread_ts"):
             return {"error": "invalid_arguments"}
-        text = str(args.get("markdown_text") or "")
+        chunked = stream_chunks(args)
+        if chunked is None or args.get("task_display_mode") not in (None, "timeline", "plan"):
+            return {"error": "invalid_arguments"}
+        text = str(args.get("markdown_text") or "") + chunked[0]
         if len(text) > MAX_STREAM_CHARS:
             return {"error": "msg_too_long"}
         ts = self._next_ts()
         message = PostedMessage(str(args["channel"]), ts, text, str(args["thread_ts"]), None,
                                 streaming=True)  # fmt: skip
+        message.tasks.update((task["id"], task) for task in chunked[1])
         self.messages.append(message)
-        self.chat_log.append({"method": "chat.startStream", "ts": ts, "text": text})
+        self._log_stream("chat.startStream", ts, text, args)
         return {"channel": message.channel, "ts": ts}
+
+    def _log_stream(self, method: str, ts: str, text: str, args: dict[str, Any]) -> None:
+        entry: dict[str, Any] = {"method": method, "ts": ts, "text": text}
+        if args.get("chunks") is not None:
+            chunks = args["chunks"]
+            entry["chunks"] = json.loads(chunks) if isinstance(chunks, str) else chunks
+        self.chat_log.append(entry)
 
     def _streaming_message(self, args: dict[str, Any]) -> PostedMessage | dict[str, Any]:
         message = self._own_message(args)
@@ -481,28 +551,36 @@ class FakeSlackApi:
         message = self._streaming_message(args)
         if isinstance(message, dict):
             return message
-        text = str(args.get("markdown_text") or "")
-        if not text:
+        chunked = stream_chunks(args)
+        if chunked is None:
+            return {"error": "invalid_arguments"}
+        text = str(args.get("markdown_text") or "") + chunked[0]
+        if not text and not chunked[1]:
             return {"error": "invalid_arguments"}
         if len(text) > MAX_STREAM_CHARS:
             return {"error": "msg_too_long"}
         message.text += text
-        self.chat_log.append({"method": "chat.appendStream", "ts": message.ts, "text": text})
+        message.tasks.update((task["id"], task) for task in chunked[1])
+        self._log_stream("chat.appendStream", message.ts, text, args)
         return {"channel": message.channel, "ts": message.ts}
 
     def _chat_stopStream(self, args: dict[str, Any]) -> dict[str, Any]:
         message = self._streaming_message(args)
         if isinstance(message, dict):
             return message
-        text = str(args.get("markdown_text") or "")
+        chunked = stream_chunks(args)
+        if chunked is None:
+            return {"error": "invalid_arguments"}
+        text = str(args.get("markdown_text") or "") + chunked[0]
         metadata = args.get("metadata")
         if isinstance(metadata, str):
             metadata = json.loads(metadata)
         message.text += text
+        message.tasks.update((task["id"], task) for task in chunked[1])
         message.streaming = False
         if metadata:
             message.metadata = metadata
-        self.chat_log.append({"method": "chat.stopStream", "ts": message.ts, "text": text})
+        self._log_stream("chat.stopStream", message.ts, text, args)
         return {"channel": message.channel, "ts": message.ts, "message": message.as_api(True)}
 
     def _chat_delete(self, args: dict[str, Any]) -> dict[str, Any]:
