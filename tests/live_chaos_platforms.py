@@ -53,6 +53,7 @@ class Faults:
     slow_total: tuple[float, float] = (1.1, 2.0)  # longer than a lease (and a delivery claim)
     retry_after: tuple[int, int] = (1, 2)  # whole seconds, as both platforms send them
     delete_draft: float = 0.06  # per edit of a draft whose generation still streams
+    delete_surely_after: int = 10  # such edits without any deletion yet: the next one is deleted
 
 
 @dataclass
@@ -68,6 +69,23 @@ class FaultRoller:
 
     def __init__(self, rng: random.Random, faults: Faults, ttl: float, ledger: Ledger) -> None:
         self.rng, self.faults, self.ttl, self.ledger = rng, faults, ttl, ledger
+        self.delete_chances = 0
+
+    def person_deletes(self) -> float | None:
+        """Whether a person deletes the growing draft an edit just showed, and after how many
+        seconds (None: not this time). Now and then by chance; and at once when
+        `delete_surely_after` chances went by without any deletion yet, so that every run
+        exercises it (left to chance alone, a run without one passed while checking nothing)."""
+        self.delete_chances += 1
+        if (
+            not self.ledger.counts["people_deleted"]
+            and self.delete_chances >= self.faults.delete_surely_after
+        ):
+            self.delete_chances = 0
+            return 0.0
+        if self.rng.random() >= self.faults.delete_draft:
+            return None
+        return self.rng.uniform(0.0, 0.2) * self.ttl
 
     def roll(self, platform: str) -> str:
         faults = self.faults
@@ -138,11 +156,11 @@ class ChaoticSlack(FakeSlackApi):
 
     def _maybe_delete_later(self, channel: str, ts: str, text: str) -> None:
         roller = self.roller
-        if not self.still_streaming(text) or roller.rng.random() >= roller.faults.delete_draft:
+        if not self.still_streaming(text) or (after := roller.person_deletes()) is None:
             return
 
         async def delete() -> None:
-            await asyncio.sleep(roller.rng.uniform(0.0, 0.2) * roller.ttl)
+            await asyncio.sleep(after)
             found = [m for m in self.messages if m.channel == channel and m.ts == ts]
             if found and self.still_streaming(found[0].text):
                 self.messages.remove(found[0])
@@ -236,11 +254,11 @@ class ChaoticDiscord(FakeDiscord):
         message = current()
         if message is None or not self.still_streaming(message["content"]):
             return
-        if roller.rng.random() >= roller.faults.delete_draft:
+        if (after := roller.person_deletes()) is None:
             return
 
         async def delete() -> None:
-            await asyncio.sleep(roller.rng.uniform(0.0, 0.2) * roller.ttl)
+            await asyncio.sleep(after)
             message = current()
             if message is not None and self.still_streaming(message["content"]):
                 self.history[channel_id].remove(message)
