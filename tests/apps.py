@@ -5,8 +5,8 @@ from __future__ import annotations
 from bot.app import App
 from bot.config import parse_config
 from bot.core.clock import FakeClock
-from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier
 
 
 def make_app(

@@ -8,8 +8,8 @@ from bot.config import AccessConfig
 from bot.core.clock import FakeClock
 from bot.core.events import ConversationKey, IncomingMessage, ResetConversation
 from bot.ops.access import AccessPolicy
-from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier
 from tests.apps import make_app, step
 
 CHANNEL = ConversationKey("slack", "T1", "C1")

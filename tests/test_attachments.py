@@ -25,8 +25,8 @@ from bot.core.store import HistoryItem, StoredMessage
 from bot.model.offline import OfflineReplier
 from bot.model.prompt import NO_ROOM, build_prompt
 from bot.model.replier import Usage
-from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier, check_invariants
 from tests.apps import make_app, step
 from tests.conftest import make_engine
 

@@ -12,8 +12,8 @@ from bot.core.clock import FakeClock
 from bot.core.errors import PermanentDeliveryError
 from bot.core.events import Attachment, ConversationKey, IncomingMessage
 from bot.core.store import Timing
-from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import MIGRATIONS, SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier
 from tests.conftest import make_engine
 from tests.test_cli import burstbot
 

@@ -17,8 +17,8 @@ from bot.core.clock import FakeClock
 from bot.core.engine import Engine
 from bot.core.events import Reply
 from bot.core.settings import EngineSettings
-from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier, check_invariants
 from tests.discord_harness import DiscordWorld, close_world, engine_config, open_world
 
 

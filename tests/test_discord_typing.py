@@ -17,9 +17,9 @@ from bot.app import App
 from bot.config import parse_config
 from bot.core.clock import FakeClock
 from bot.core.events import ConversationKey
-from bot.testing import ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
-from tests.fake_discord import FakeDiscord, frontend_for
+from testkit import ScriptedReplier, check_invariants
+from testkit.fake_discord import FakeDiscord, frontend_for
 from tests.test_discord_wire import ALICE, DM_ID, eventually
 
 BOB = {"id": "200000000000000002", "username": "bob", "discriminator": "0",

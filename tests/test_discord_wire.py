@@ -30,10 +30,10 @@ from bot.core.errors import (
     RetryableDeliveryError,
 )
 from bot.core.events import ConversationKey, Reply
-from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier
+from testkit.fake_discord import PASS, Failure, FakeDiscord, frontend_for
 from tests.discord_harness import engine_config
-from tests.fake_discord import PASS, Failure, FakeDiscord, frontend_for
 from tests.test_cli import ROOT, burstbot
 
 GUILD_ID, CHANNEL_ID, DM_ID = (

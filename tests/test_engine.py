@@ -16,8 +16,8 @@ from bot.core.errors import (
     RetryableReplierError,
 )
 from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited, Reply
-from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier, check_invariants
 from tests.conftest import KEY, make_engine, message
 from tests.heard import Heard
 

@@ -8,8 +8,8 @@ from bot.core.clock import FakeClock
 from bot.core.events import ConversationKey
 from bot.core.indicator import Indicator
 from bot.core.store import Timing
-from bot.testing import RecordingFrontend
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend
 from tests.conftest import KEY, message
 
 T = Timing(1.5, 8.0)

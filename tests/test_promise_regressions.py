@@ -9,8 +9,8 @@ from bot.core.errors import RetryableDeliveryError, StoreError
 from bot.core.events import ConversationKey, Reply
 from bot.core.frontend import Host
 from bot.core.scheduler import Scheduler
-from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier
 from tests.conftest import KEY, SETTINGS, make_engine, message
 
 

@@ -18,8 +18,8 @@ from bot.config import SlackConfig
 from bot.core.clock import FakeClock
 from bot.core.errors import ConfigError, PermanentDeliveryError, RetryableDeliveryError
 from bot.core.events import ConversationKey, Reply
-from bot.testing import ScriptedReplier, check_invariants
-from tests.fakes.slack_api import TEAM, UPSTREAM_DOWN, Failure, FakeSlackApi, dm
+from testkit import ScriptedReplier, check_invariants
+from testkit.fake_slack import TEAM, UPSTREAM_DOWN, Failure, FakeSlackApi, dm
 from tests.slack_harness import DM_KEY, Bot, api, bot, running_bot, slack_config, ts
 
 __all__ = ["api", "bot"]  # fixtures

@@ -28,7 +28,8 @@ from bot.core.engine import Engine
 from bot.core.errors import RetryableDeliveryError, RetryableReplierError
 from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEdited
 from bot.core.store import Committed, FinalCheck, NewReply
-from bot.testing import (
+from storage.sqlite import SqliteStore
+from testkit import (
     Fault,
     InvariantViolation,
     RecordingFrontend,
@@ -36,7 +37,6 @@ from bot.testing import (
     ScriptedReplier,
     check_invariants,
 )
-from storage.sqlite import SqliteStore
 from tests.conftest import SETTINGS, make_engine
 
 R = TypeVar("R")

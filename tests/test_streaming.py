@@ -17,8 +17,8 @@ from bot.core.engine import Engine
 from bot.core.errors import PermanentReplierError, RetryableDeliveryError
 from bot.core.events import ConversationKey, Draft, MessageDeleted
 from bot.core.streaming import WAITING
-from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier, check_invariants
 from tests.clock_steps import step
 from tests.conftest import KEY, SETTINGS, make_engine, message
 from tests.heard import Heard

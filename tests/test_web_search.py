@@ -19,10 +19,10 @@ from bot.model.claude import ClaudeReplier
 from bot.model.replier import BurstMessage, Prompt, Usage, WebSearch, WebTools
 from bot.ops.metrics import Metrics
 from bot.ops.usage import MILLION, PriceTable, summarize, usage_lines
-from bot.testing import RecordingFrontend
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend
+from testkit.fake_anthropic import FakeAnthropic, Fetch, Plan, Search
 from tests.apps import make_app, step
-from tests.fakes.anthropic_server import FakeAnthropic, Fetch, Plan, Search
 
 KEY_ENV = {"TEST_ANTHROPIC_KEY": "sk-test-not-a-real-key"}
 BURST = (BurstMessage("alice", "what changed in the 3.14 release?"),)

@@ -8,7 +8,7 @@ HTTP endpoint, with `X-Slack-Retry-Num` for retries, and slash commands. For Soc
 `apps.connections.open` hands out a WebSocket on the same server; `push_envelope` sends an event
 over it and `acks` records the envelope ids the bot acknowledged.
 
-To try burstbot by hand against it: `python -m tests.fakes.slack_api --port 8766 --events-url
+To try burstbot by hand against it: `python -m testkit.fake_slack --port 8766 --events-url
 http://127.0.0.1:3000/slack/events --signing-secret S` (by hand the app has the assistant scope
 unless `--without-assistant-scope`; `--channel C7:design` adds a channel the bot is in). `POST
 /fake/say` (form: `channel`, `text`, optional `user`, `thread_ts`) is a person writing: the message
@@ -73,7 +73,7 @@ import aiohttp
 from aiohttp import web
 from slack_sdk.signature import SignatureVerifier
 
-from tests.fakes.rate_limits import RateLimits, whole_seconds
+from testkit.rate_limits import RateLimits, whole_seconds
 
 TEAM = "T0001"
 BOT_USER = "UBOT"

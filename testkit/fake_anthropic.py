@@ -19,7 +19,7 @@ object with HTTP 200), text blocks carrying `citations_delta`, `pause_turn` when
 offers the `web_search` tool and `tool_choice` allows tools; searches past the tool's `max_uses`
 answer `max_uses_exceeded` and are not billed.
 
-Standalone: `python -m tests.fakes.anthropic_server --port 8765` (one line per request on stdout;
+Standalone: `python -m testkit.fake_anthropic --port 8765` (one line per request on stdout;
 `--show-system` adds its system prompt).
 """
 

@@ -44,7 +44,7 @@ from aiohttp import WSMsgType, web
 from adapters.discord import DiscordFrontend
 from bot.config import DiscordConfig
 from bot.core.clock import Clock
-from tests.fakes.rate_limits import RateLimits
+from testkit.rate_limits import RateLimits
 
 Json = dict[str, Any]
 BOT_ID = 100_000_000_000_000_001
