@@ -16,7 +16,7 @@ The parent process runs:
   acknowledged, some delivered twice to two workers at once, some typed on past their deadline
   while a worker generates the answer. Now and then it pauses for a quiet spell, in which only
   two people type on past their deadline: the workers wait on the model and the platform, and
-  the sampler's reading of their CPU time (/proc) shows any that spin;
+  the sampler reads their CPU time (/proc) for the summary (reported, not judged);
 - the killer (SIGKILL of a worker that holds a lease, i.e. is generating, then a restart);
 - the store's bad moments: on SQLite the parent holds the write lock for up to a second, longer
   than the workers' busy timeout (they get "database is locked"); on PostgreSQL it holds an
