@@ -26,6 +26,7 @@ from aiohttp import web
 from bot.cli.serve import run_event_loop
 from testkit.fake_anthropic import FakeAnthropic, Plan
 from testkit.fake_slack import FakeSlackApi
+from testkit.serving import serve_locally
 
 SIGNING_SECRET = "flood-signing-secret"
 BOT_TOKEN = "xoxb-flood"
@@ -61,11 +62,9 @@ async def serve_fakes(model_delay: float, model_words: int) -> None:
     control = web.Application()
     control.router.add_get("/counts", counts)
     control.router.add_post("/forget", forget)
-    runner = web.AppRunner(control, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    _, control_port = await serve_locally(control, access_log=None)
     ports = {"slack": slack.url, "model": model.base_url}
-    ports["control"] = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    ports["control"] = f"http://127.0.0.1:{control_port}"
     print(json.dumps(ports), flush=True)
     await asyncio.Event().wait()
 
@@ -81,10 +80,9 @@ async def serve_bare(port: int, api: str) -> None:
 
     app.event("message")(nothing)
     app.event("app_mention")(nothing)
-    runner = web.AppRunner(app.web_app(path="/slack/events", port=port), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    print(json.dumps({"port": runner.addresses[0][1]}), flush=True)
+    web_app = app.web_app(path="/slack/events", port=port)
+    _, bound = await serve_locally(web_app, port, access_log=None)
+    print(json.dumps({"port": bound}), flush=True)
     await asyncio.Event().wait()
 
 

@@ -47,6 +47,7 @@ from aiohttp import web
 
 from bot.core.store import Store
 from storage import open_store
+from testkit.serving import serve_locally
 
 
 @dataclass(frozen=True)
@@ -634,12 +635,9 @@ async def run_chaos(
     app.router.add_post("/post", platform.post)
     app.router.add_get("/posts", platform.shown)
     app.router.add_post("/edit", platform.edit)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
+    runner, port = await serve_locally(app, access_log=None)
     store = open_store(db_url, pool_size=2)
-    run = Run(size, db_url, f"http://127.0.0.1:{runner.addresses[0][1]}", rng, store)
+    run = Run(size, db_url, f"http://127.0.0.1:{port}", rng, store)
     run.streaming = streaming
     channels = [f"c{i}" for i in range(size.conversations)]
     background: list[asyncio.Task[None]] = []
