@@ -5,11 +5,16 @@ A waiting process should cost next to nothing: its polls, lease renewals and tim
 behaviour on a fake clock (the scheduler sleeps to its next wake-up); the figure itself depends on
 the machine, so it is measured here and reported, never asserted.
 
-`burstbot run` (Slack HTTP mode, a SQLite file, the flood's fake Slack and Anthropic APIs) answers
-one burst, so every loop has run once, waits until the burst is answered and its indicator is off,
-and is then left alone for `idle_seconds`: the CPU time of its process tree (user and system, from
-`/proc`) over that wall time, in cores. The flood's bare Bolt app, after acknowledging one event,
-is measured the same way in the same run: the baseline of a Python web app that only waits.
+`burstbot run` (Slack HTTP mode, a SQLite file, the flood's fake Slack and Anthropic APIs) gets
+one message, and is measured twice for `idle_seconds` each: the CPU time of its process tree (user
+and system, from `/proc`) over that wall time, in cores.
+
+- waiting on the model: from a second after the quiet window closed, while the fake model streams
+  its answer slowly (a word every half spell, so the stream outlasts the spell);
+- idle: once the burst is answered and its indicator is off, with nothing left to do.
+
+The flood's bare Bolt app, after acknowledging one event, is measured the same way in the same
+run: the baseline of a Python web app that only waits.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from benchmarks.flood import (
 from benchmarks.profiles import Profile
 
 SETTLE_SECONDS = 1.0  # after the burst's last effect, before the measured spell begins
+MODEL_WORDS = 6  # streamed a word every half spell: the answer takes three spells
 
 
 @dataclass(frozen=True)
@@ -63,9 +69,10 @@ async def one_event(url: str, tag: str) -> None:
 async def run_idle(profile: Profile, directory: str) -> list[IdleRow]:
     rows = []
     peers = ["-m", "benchmarks.flood_peers"]
-    fakes_args = [*peers, "fakes", "--model-delay", str(profile.flood_model_delay)]
+    word_every = profile.idle_seconds / 2
+    fakes_args = [*peers, "fakes", "--model-delay", str(word_every)]
     async with (
-        child(*fakes_args, "--model-words", str(profile.flood_model_words), env=_env()) as fakes,
+        child(*fakes_args, "--model-words", str(MODEL_WORDS), env=_env()) as fakes,
         child(*peers, "bare", "--api", fakes["slack"], env=_env()) as bare,
         aiohttp.ClientSession() as session,
     ):
@@ -81,9 +88,12 @@ async def run_idle(profile: Profile, directory: str) -> list[IdleRow]:
         async with burstbot(config, port, 1) as pid:
             await _started(session, fakes["control"], 1)
             await one_event(f"http://127.0.0.1:{port}/slack/events", "idle")
+            await asyncio.sleep(profile.flood_quiet_seconds + SETTLE_SECONDS)
+            waiting = await idle_cores(pid, profile.idle_seconds)
+            rows.append(IdleRow("burstbot, waiting on the model", *waiting))
             counts = await _settle(session, fakes["control"], 1, profile.settle_timeout_seconds)
             if counts["posts"] < 1:
                 raise RuntimeError("burstbot did not answer the burst before idling")
             await asyncio.sleep(SETTLE_SECONDS)
-            rows.append(IdleRow("burstbot", *await idle_cores(pid, profile.idle_seconds)))
+            rows.append(IdleRow("burstbot, idle", *await idle_cores(pid, profile.idle_seconds)))
     return rows

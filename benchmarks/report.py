@@ -230,7 +230,7 @@ def tables(results: Results) -> list[Table]:
 def idle_table(results: Results) -> Table:
     """Measured, with no goal: what a waiting process costs depends on the machine."""
     return Table(
-        "11. Idle CPU (a process with nothing to do, after answering one burst)",
+        "11. Idle CPU (a process waiting on the model, then with nothing to do)",
         ("system", "seconds measured", "CPU cores used"),
         [
             (
