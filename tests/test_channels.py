@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from bot.config import parse_config
-from bot.core.clock import FakeClock
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.settings import EngineSettings
 from bot.model.claude import ClaudeReplier
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier
+from testkit.clock import FakeClock
 from testkit.fake_anthropic import FakeAnthropic
 from tests.conftest import make_engine
 

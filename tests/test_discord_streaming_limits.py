@@ -14,9 +14,9 @@ import pytest
 
 from bot.app import App
 from bot.config import DiscordConfig, parse_config
-from bot.core.clock import FakeClock
 from storage.sqlite import SqliteStore
 from testkit import ReplierCall, ScriptedReplier
+from testkit.clock import FakeClock
 from testkit.fake_discord import FakeDiscord, frontend_for
 from tests.clock_steps import step
 

@@ -18,11 +18,11 @@ import pytest
 
 from adapters.discord import DiscordFrontend
 from bot.app import App
-from bot.core.clock import FakeClock
 from bot.core.events import ConversationKey, Draft
 from bot.core.streaming import WAITING
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ReplierCall, ScriptedReplier, check_invariants
+from testkit.clock import FakeClock
 from testkit.fake_discord import FakeDiscord
 from testkit.fake_slack import Failure, FakeSlackApi, dm
 from tests.clock_steps import step

@@ -11,11 +11,11 @@ import aiohttp
 
 from adapters.slack import SlackFrontend
 from bot.app import App
-from bot.core.clock import FakeClock
 from bot.core.errors import RetryableDeliveryError
 from bot.core.events import ConversationKey, IncomingMessage
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier
+from testkit.clock import FakeClock
 from testkit.fake_discord import FakeDiscord, frontend_for
 from testkit.fake_slack import FakeSlackApi
 from tests.apps import make_app

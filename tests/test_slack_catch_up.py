@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bot.core.clock import FakeClock
 from bot.core.events import ConversationKey
 from testkit import check_invariants
+from testkit.clock import FakeClock
 from testkit.fake_slack import BOT_ID, BOT_USER, TEAM, Failure, FakeSlackApi, channel_message, dm
 from tests.slack_harness import DM_KEY, api, running_bot, ts
 

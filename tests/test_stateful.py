@@ -23,7 +23,6 @@ from hypothesis.stateful import (
     rule,
 )
 
-from bot.core.clock import FakeClock
 from bot.core.engine import Engine
 from bot.core.errors import RetryableDeliveryError, RetryableReplierError
 from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEdited
@@ -37,6 +36,7 @@ from testkit import (
     ScriptedReplier,
     check_invariants,
 )
+from testkit.clock import FakeClock
 from tests.conftest import SETTINGS, make_engine
 
 R = TypeVar("R")

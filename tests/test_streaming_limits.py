@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.core.clock import FakeClock
 from testkit import ReplierCall, ScriptedReplier, check_invariants
+from testkit.clock import FakeClock
 from testkit.fake_slack import TEAM, FakeSlackApi, dm
 from tests.clock_steps import step
 from tests.slack_harness import Bot, api, running_bot, ts

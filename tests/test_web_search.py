@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from bot.config import parse_config
-from bot.core.clock import FakeClock
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.settings import EngineSettings
@@ -21,6 +20,7 @@ from bot.ops.metrics import Metrics
 from bot.ops.usage import MILLION, PriceTable, summarize, usage_lines
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend
+from testkit.clock import FakeClock
 from testkit.fake_anthropic import FakeAnthropic, Fetch, Plan, Search
 from tests.apps import make_app, step
 
