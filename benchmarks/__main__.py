@@ -16,6 +16,7 @@ from pathlib import Path
 from benchmarks.bursts import run_bursts, run_typing
 from benchmarks.caching import run_caching
 from benchmarks.flood import run_flood
+from benchmarks.idle import run_idle
 from benchmarks.ingest import run_ingest
 from benchmarks.postgres import DSN_ENV, chosen_dsn
 from benchmarks.profiles import FULL, QUICK, Profile
@@ -24,7 +25,7 @@ from benchmarks.scale import run_scale
 from benchmarks.scale_postgres import run_scale_postgres
 from benchmarks.streamed import run_first_word, run_first_word_postgres, run_rate_limits
 
-WORKLOADS = ("bursts", "typing", "ingest", "scale", "flood", "felt", "caching", "limits")
+WORKLOADS = ("bursts", "typing", "ingest", "scale", "flood", "felt", "caching", "limits", "idle")
 
 
 def machine() -> list[str]:
@@ -81,6 +82,9 @@ async def run(
         if not only or "limits" in only:
             print("running: streaming under rate limits ...", file=sys.stderr, flush=True)
             results.limits = await run_rate_limits(profile, directory)
+        if not only or "idle" in only:
+            print("running: idle CPU ...", file=sys.stderr, flush=True)
+            results.idle = await run_idle(profile, directory)
     results.seconds = time.monotonic() - started
     results.machine = machine()
     return results

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from benchmarks.fakes import PLATFORM, RecordingPlatform, StreamingModel
+from benchmarks.tally import PLATFORM
 from bot.core.clock import SystemClock
 from bot.core.engine import Engine
 from bot.core.events import ConversationKey, IncomingMessage
@@ -28,6 +28,7 @@ from bot.core.store import Lease
 from bot.core.supervisor import Supervision, Supervisor
 from bot.model.replier import BurstMessage, Prompt, Usage
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, StreamingModel
 
 WASTED_OUTCOMES = ("superseded", "discarded", "lease_lost", "failed")
 
@@ -35,7 +36,7 @@ WASTED_OUTCOMES = ("superseded", "discarded", "lease_lost", "failed")
 class Bot(Protocol):
     name: str
     model: StreamingModel
-    platform: RecordingPlatform
+    platform: RecordingFrontend
 
     async def start(self) -> None: ...
 
@@ -70,7 +71,7 @@ class BurstbotBot:
 
     def __init__(self, model: StreamingModel, settings: EngineSettings, directory: str) -> None:
         self.model = model
-        self.platform = RecordingPlatform()
+        self.platform = RecordingFrontend(PLATFORM)
         self.settings = settings
         self.path = os.path.join(directory, f"{self.name}.db")
         self.store = SqliteStore(self.path)
@@ -121,7 +122,7 @@ class _InMemoryBot:
 
     def __init__(self, model: StreamingModel) -> None:
         self.model = model
-        self.platform = RecordingPlatform()
+        self.platform = RecordingFrontend(PLATFORM)
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
@@ -145,7 +146,7 @@ class _InMemoryBot:
     async def _answer(self, key: ConversationKey, burst: Sequence[IncomingMessage]) -> None:
         prompt = Prompt("", (), tuple(BurstMessage(m.author_name, m.text) for m in burst))
         text = await self.model.generate(prompt, Usage())
-        self.platform.post(key.id, text)
+        self.platform.post_text(key, text)
 
 
 class NaiveBot(_InMemoryBot):

@@ -18,10 +18,11 @@ from benchmarks.bots import (
     NaiveBot,
     SleepDebounceBot,
 )
-from benchmarks.fakes import PLATFORM, StreamingModel, Tally, tally
 from benchmarks.profiles import Profile
+from benchmarks.tally import PLATFORM, Tally, tally
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.settings import EngineSettings
+from testkit import StreamingModel
 
 SYSTEMS = ("naive", "sleep-debounce", "complete-then-discard", "burstbot")
 

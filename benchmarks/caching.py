@@ -19,7 +19,7 @@ import anthropic
 from benchmarks.profiles import Profile
 from bot.model.claude import ClaudeReplier
 from bot.model.replier import BurstMessage, Prompt, Turn, Usage
-from tests.fakes.anthropic_server import FakeAnthropic, Plan, PromptCache, RecordedRequest
+from testkit.fake_anthropic import FakeAnthropic, Plan, PromptCache, RecordedRequest
 
 WRITE_PRICE, READ_PRICE = 1.25, 0.1
 SYSTEM = (

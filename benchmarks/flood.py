@@ -7,7 +7,7 @@ loop, as Slack's delivery workers are). The same senders flood, in the same run 
 - **bare Bolt**: a Bolt `AsyncApp` whose listeners do nothing (benchmarks/flood_peers.py);
 - **burstbot**: `burstbot run` in HTTP mode (its own process, or `--workers N` processes on one
   port), on a SQLite file, against the fake Slack Web API and the fake Anthropic Messages API (one
-  more process, tests/fakes), through the real Slack SDK and Anthropic SDK.
+  more process, testkit), through the real Slack SDK and Anthropic SDK.
 
 Each run floods twice: once into an idle bot ("idle"), and again once the first flood's bursts
 have closed and are being answered ("while answering": the acks then share the process with the

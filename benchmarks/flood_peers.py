@@ -1,7 +1,7 @@
 """The processes a Slack flood needs besides burstbot: the fake platform and the bare Bolt app.
 
 `python -m benchmarks.flood_peers fakes --model-delay S --model-words N` serves the fake Slack Web
-API and the fake Anthropic Messages API (tests/fakes) from one process, plus `GET /counts` on the
+API and the fake Anthropic Messages API (testkit) from one process, plus `GET /counts` on the
 Slack port's neighbour: every Web API method called so far and how many replies were posted. The
 model streams `N` words, one every `S` seconds, so a reply takes a while, as a real one does.
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import importlib
 import json
 import sys
 from typing import Any
@@ -25,6 +24,9 @@ from typing import Any
 from aiohttp import web
 
 from bot.cli.serve import run_event_loop
+from testkit.fake_anthropic import FakeAnthropic, Plan
+from testkit.fake_slack import FakeSlackApi
+from testkit.serving import serve_locally
 
 SIGNING_SECRET = "flood-signing-secret"
 BOT_TOKEN = "xoxb-flood"
@@ -32,13 +34,9 @@ MODEL_KEY = "flood-model-key"
 
 
 async def serve_fakes(model_delay: float, model_words: int) -> None:
-    # The fakes are test code, outside the type-checked packages: imported by name.
-    fake_model = importlib.import_module("tests.fakes.anthropic_server")
-    fake_slack = importlib.import_module("tests.fakes.slack_api")
-
-    slack = await fake_slack.FakeSlackApi(token=BOT_TOKEN).start()
+    slack = await FakeSlackApi(token=BOT_TOKEN).start()
     words = " ".join(f"w{i}" for i in range(model_words))
-    model = fake_model.FakeAnthropic(default_plan=fake_model.Plan(text=words, delay=model_delay))
+    model = FakeAnthropic(default_plan=Plan(text=words, delay=model_delay))
     await model.start()
 
     async def counts(request: web.Request) -> web.Response:
@@ -64,11 +62,9 @@ async def serve_fakes(model_delay: float, model_words: int) -> None:
     control = web.Application()
     control.router.add_get("/counts", counts)
     control.router.add_post("/forget", forget)
-    runner = web.AppRunner(control, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    _, control_port = await serve_locally(control, access_log=None)
     ports = {"slack": slack.url, "model": model.base_url}
-    ports["control"] = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    ports["control"] = f"http://127.0.0.1:{control_port}"
     print(json.dumps(ports), flush=True)
     await asyncio.Event().wait()
 
@@ -84,10 +80,9 @@ async def serve_bare(port: int, api: str) -> None:
 
     app.event("message")(nothing)
     app.event("app_mention")(nothing)
-    runner = web.AppRunner(app.web_app(path="/slack/events", port=port), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    print(json.dumps({"port": runner.addresses[0][1]}), flush=True)
+    web_app = app.web_app(path="/slack/events", port=port)
+    _, bound = await serve_locally(web_app, port, access_log=None)
+    print(json.dumps({"port": bound}), flush=True)
     await asyncio.Event().wait()
 
 

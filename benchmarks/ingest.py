@@ -16,14 +16,15 @@ import sqlite3
 import time
 from dataclasses import dataclass
 
-from benchmarks.fakes import PLATFORM, StreamingModel
 from benchmarks.profiles import Profile
+from benchmarks.tally import PLATFORM
 from bot.core.clock import SystemClock
 from bot.core.engine import Engine
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.settings import EngineSettings
 from storage.rows import message_uid
 from storage.sqlite import Q, SqliteStore
+from testkit import StreamingModel
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,8 @@ class Profile:
     limits_words: tuple[int, int] = (20, 8)
     limits_token_seconds: float = 0.2
     discord_people: int = 10  # conversations in one Discord channel (scope "user")
+    # 11. idle CPU: wall seconds a waiting process is measured for
+    idle_seconds: float = 5.0
 
 
 FULL = Profile(
@@ -127,4 +129,5 @@ QUICK = Profile(
     limits_words=(5, 3),
     limits_token_seconds=0.05,
     discord_people=3,
+    idle_seconds=1.0,
 )

@@ -10,6 +10,7 @@ from typing import Any
 from benchmarks.bursts import BurstRow
 from benchmarks.caching import CachingRow
 from benchmarks.flood import FloodRow, IndicatorRow
+from benchmarks.idle import IdleRow
 from benchmarks.ingest import IngestRow
 from benchmarks.profiles import Profile
 from benchmarks.scale import LATE_P99_GOAL_MS, ScaleRow, highest_rate_within_goal
@@ -38,6 +39,7 @@ class Results:
     cancel: list[CancelRow] = field(default_factory=list)
     caching: list[CachingRow] = field(default_factory=list)
     limits: list[LimitsRow] = field(default_factory=list)
+    idle: list[IdleRow] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -222,7 +224,23 @@ def tables(results: Results) -> list[Table]:
             ],
         )
     )
-    return out + felt_tables(results)
+    return [*out, *felt_tables(results), idle_table(results)]
+
+
+def idle_table(results: Results) -> Table:
+    """Measured, with no goal: what a waiting process costs depends on the machine."""
+    return Table(
+        "11. Idle CPU (a process waiting on the model, then with nothing to do)",
+        ("system", "seconds measured", "CPU cores used"),
+        [
+            (
+                r.system,
+                f"{r.seconds:.1f}",
+                "n/a (no /proc)" if r.cores is None else f"{r.cores:.3f}",
+            )
+            for r in results.idle
+        ],
+    )
 
 
 def _ms(values: list[float]) -> str:

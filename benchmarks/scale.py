@@ -31,15 +31,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.fakes import PLATFORM, RecordingPlatform, StreamingModel
 from benchmarks.ingest import percentile
 from benchmarks.profiles import Profile
+from benchmarks.tally import PLATFORM
 from bot.cli.serve import run_event_loop
 from bot.core.clock import SystemClock
 from bot.core.engine import Engine
 from bot.core.scheduler import Scheduler
 from bot.core.settings import EngineSettings
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, StreamingModel
 
 ROOT = str(Path(__file__).resolve().parent.parent)  # the child imports `benchmarks` from here
 LATE_P99_GOAL_MS = 10.0
@@ -195,7 +196,7 @@ async def serve(path: str, firing: int, window: float, within: float) -> dict[st
     store = SqliteStore(path)
     await store.open()
     model = StreamingModel(tokens=20, token_latency=0.0)
-    platform = RecordingPlatform()
+    platform = RecordingFrontend(PLATFORM)
     engine = Engine(store, model, SystemClock(), EngineSettings(), "scale", {PLATFORM: platform})
     due = _make_due(path, firing, window, start=time.time() + 0.5)
     loop_late = plain_timers(due.values())

@@ -21,16 +21,17 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.fakes import PLATFORM, RecordingPlatform, StreamingModel
 from benchmarks.ingest import percentile
 from benchmarks.postgres import scratch_schema
 from benchmarks.profiles import Profile
 from benchmarks.scale import ROOT, channel_name, peak_rss_mb, plain_timers
+from benchmarks.tally import PLATFORM
 from bot.cli.serve import run_event_loop
 from bot.core.clock import SystemClock
 from bot.core.engine import Engine
 from bot.core.scheduler import Scheduler
 from bot.core.settings import EngineSettings
+from testkit import RecordingFrontend, StreamingModel
 
 PROCESSES = 2
 RATES = (100, 250)  # due per second: the two rates the scale goal names
@@ -229,7 +230,7 @@ async def serve(dsn: str, schema: str, name: str, within: float) -> dict[str, An
     store = PostgresStore(dsn, schema=schema)
     await store.open()
     model = StreamingModel(tokens=20, token_latency=0.0)
-    platform = RecordingPlatform()
+    platform = RecordingFrontend(PLATFORM)
     engine = Engine(store, model, SystemClock(), EngineSettings(), name, {PLATFORM: platform})
     print("ready", flush=True)
     line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)

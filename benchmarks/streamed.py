@@ -2,7 +2,7 @@
 
 One burstbot (the real `App`: Slack front end through Bolt and `AsyncWebClient`, the Claude
 replier through the Anthropic SDK, SQLite) runs in this process against the fake Slack Web API and
-the fake Messages API (tests/fakes), on the real clock. Both fakes note when each thing happened
+the fake Messages API (testkit), on the real clock. Both fakes note when each thing happened
 on this process's monotonic clock: the model request, each streamed delta and the stream's close
 (the fake Messages API), each post and update (the fake Slack).
 
@@ -41,9 +41,9 @@ from bot.config import DiscordConfig, parse_config
 from bot.core.clock import SystemClock
 from bot.core.store import Store
 from bot.model.claude import ClaudeReplier
-from tests.fake_discord import FakeDiscord, frontend_for
-from tests.fakes.anthropic_server import FakeAnthropic, Plan, RecordedRequest, StreamRecord
-from tests.fakes.slack_api import EventSender, FakeSlackApi, dm
+from testkit.fake_anthropic import FakeAnthropic, Plan, RecordedRequest, StreamRecord
+from testkit.fake_discord import FakeDiscord, frontend_for
+from testkit.fake_slack import EventSender, FakeSlackApi, dm
 
 SECRET = "bench-signing-secret"
 KEY_ENV = "BENCH_MODEL_KEY"

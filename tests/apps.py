@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from bot.app import App
 from bot.config import parse_config
-from bot.core.clock import FakeClock
-from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier
+from testkit.clock import FakeClock
 
 
 def make_app(

@@ -37,9 +37,10 @@ the row to the version range it covers. A reply is posted when every one of its 
 - max_idle_cpu: the most CPU (cores: CPU seconds per wall second, from /proc) any worker used in
   any half second of a quiet spell, once the work begun before the spell has ended: nothing
   arrives then but the messages of two people typing on past their deadline, so a worker only
-  waits on the model, the platform and its timers. over_idle_budget counts (worker, spell)
-  pairs above IDLE_CPU_BUDGET: a busy loop (the issue's: input past the deadline while
-  generating woke the scheduler again and again until the generation ended).
+  waits on the model, the platform and its timers. Reported, never judged: a CPU figure depends
+  on the machine (`python -m benchmarks --only idle` measures it beside a baseline); the busy
+  loop it would show (input past the deadline while generating waking the scheduler again and
+  again) is asserted against on a fake clock in `tests/test_promise_regressions.py`.
 
 Also reported: the faults injected (post_failures, retry_after, slow_posts, deduped_by_nonce,
 late_input, store_busy, ingest_refused, failed_starts: workers that exited at start because
@@ -62,7 +63,6 @@ if TYPE_CHECKING:
     from tests.chaos_run import FakePlatform, Run
 
 STARVED_STEPS = 6  # wake-ups in a row from arrival to post: timer, lease, generate, commit, post
-IDLE_CPU_BUDGET = 0.15  # cores a waiting worker may use: its polls, lease renewals, the model's
 SPELL_SETTLE = 0.8  # seconds into a quiet spell before sampling: work begun before it ends
 IDLE_WINDOW = 0.5  # seconds of CPU time added up at a time
 STARTUP_GRACE = 3.0  # a (re)started worker's imports and migrations are not idling
@@ -335,8 +335,6 @@ async def check(
         "takeover_bound": round(ttl + tick + jitter, 2),
         "idle_samples": len(idle),
         "max_idle_cpu": round(max((cores for _, cores in idle), default=0.0), 3),
-        "idle_cpu_budget": IDLE_CPU_BUDGET,
-        "over_idle_budget": sum(1 for _, cores in idle if cores > IDLE_CPU_BUDGET),
         "max_loop_lag": round(max((lag for _, lag in run.lags), default=0.0), 2),
     }
 

@@ -16,7 +16,7 @@ The parent process runs:
   acknowledged, some delivered twice to two workers at once, some typed on past their deadline
   while a worker generates the answer. Now and then it pauses for a quiet spell, in which only
   two people type on past their deadline: the workers wait on the model and the platform, and
-  the sampler's reading of their CPU time (/proc) shows any that spin;
+  the sampler reads their CPU time (/proc) for the summary (reported, not judged);
 - the killer (SIGKILL of a worker that holds a lease, i.e. is generating, then a restart);
 - the store's bad moments: on SQLite the parent holds the write lock for up to a second, longer
   than the workers' busy timeout (they get "database is locked"); on PostgreSQL it holds an
@@ -47,6 +47,7 @@ from aiohttp import web
 
 from bot.core.store import Store
 from storage import open_store
+from testkit.serving import serve_locally
 
 
 @dataclass(frozen=True)
@@ -634,12 +635,9 @@ async def run_chaos(
     app.router.add_post("/post", platform.post)
     app.router.add_get("/posts", platform.shown)
     app.router.add_post("/edit", platform.edit)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
+    runner, port = await serve_locally(app, access_log=None)
     store = open_store(db_url, pool_size=2)
-    run = Run(size, db_url, f"http://127.0.0.1:{runner.addresses[0][1]}", rng, store)
+    run = Run(size, db_url, f"http://127.0.0.1:{port}", rng, store)
     run.streaming = streaming
     channels = [f"c{i}" for i in range(size.conversations)]
     background: list[asyncio.Task[None]] = []

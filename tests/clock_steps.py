@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.core.clock import FakeClock
+from testkit.clock import FakeClock
 
 
 async def step(clock: FakeClock, seconds: float, within: float = 2.0) -> None:

@@ -8,15 +8,15 @@ from dataclasses import replace
 import discord
 import pytest
 
-from bot.core.clock import FakeClock
 from bot.core.engine import Engine
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.settings import EngineSettings
-from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier
+from testkit.clock import FakeClock
+from testkit.fake_anthropic import FakeAnthropic
+from testkit.fake_discord import FakeDiscord
 from tests import pg
-from tests.fake_discord import FakeDiscord
-from tests.fakes.anthropic_server import FakeAnthropic
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -22,10 +22,10 @@ from adapters.discord.client import gateway_intents
 from adapters.discord.indicator import TypingKeeper
 from bot.app import App
 from bot.config import Config, DiscordConfig, parse_config
-from bot.core.clock import FakeClock
 from bot.core.events import ConversationKey
 from bot.model.replier import Replier
 from storage.sqlite import SqliteStore
+from testkit.clock import FakeClock
 
 Payload = dict[str, Any]
 

@@ -33,9 +33,9 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fake_discord import FakeDiscord
-from tests.fakes.anthropic_server import FakeAnthropic, Plan, RecordedRequest
-from tests.fakes.slack_api import FakeSlackApi, PostedMessage
+from testkit.fake_anthropic import FakeAnthropic, Plan, RecordedRequest
+from testkit.fake_discord import FakeDiscord
+from testkit.fake_slack import FakeSlackApi, PostedMessage
 
 MARKER = re.compile(r"\b[sd]\d+m\d+\b")
 TAG = re.compile(r"\bg(\d+)\b")

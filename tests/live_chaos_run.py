@@ -40,7 +40,7 @@ import aiohttp
 from bot.core.events import ConversationKey
 from bot.core.store import Store
 from storage import open_store
-from tests.fakes.slack_api import TEAM, EventSender, dm
+from testkit.fake_slack import TEAM, EventSender, dm
 from tests.live_chaos_platforms import (
     ChaoticDiscord,
     ChaoticModel,

@@ -12,12 +12,12 @@ import pytest
 from adapters.slack import SlackFrontend
 from bot.app import App
 from bot.config import Config, parse_config
-from bot.core.clock import FakeClock
 from bot.core.events import ConversationKey
 from bot.core.frontend import Host
-from bot.testing import ScriptedReplier
 from storage.sqlite import SqliteStore
-from tests.fakes.slack_api import TEAM, EventSender, FakeSlackApi
+from testkit import ScriptedReplier
+from testkit.clock import FakeClock
+from testkit.fake_slack import TEAM, EventSender, FakeSlackApi
 
 SECRET = "signing-secret-for-tests"
 TOKEN = "xoxb-test"

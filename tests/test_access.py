@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from bot.config import AccessConfig
-from bot.core.clock import FakeClock
 from bot.core.events import ConversationKey, IncomingMessage, ResetConversation
 from bot.ops.access import AccessPolicy
-from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier
+from testkit.clock import FakeClock
 from tests.apps import make_app, step
 
 CHANNEL = ConversationKey("slack", "T1", "C1")

@@ -18,15 +18,15 @@ from bot.core.attachments import (
     kind_of,
     readable,
 )
-from bot.core.clock import FakeClock
 from bot.core.errors import ConfigError, FetchError
 from bot.core.events import Attachment, ConversationKey, IncomingMessage
 from bot.core.store import HistoryItem, StoredMessage
 from bot.model.offline import OfflineReplier
 from bot.model.prompt import NO_ROOM, build_prompt
 from bot.model.replier import Usage
-from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier, check_invariants
+from testkit.clock import FakeClock
 from tests.apps import make_app, step
 from tests.conftest import make_engine
 

@@ -78,6 +78,13 @@ def test_quick_run_writes_a_report_with_every_row(tmp_path: Path) -> None:
         "Discord, one channel: each conversation alone",
     ]
     assert all(r[6] == r[1] and r[7] == "0" for r in limits)  # every reply whole
+    idle = rows(report, "11. Idle CPU")
+    assert [r[0] for r in idle] == [
+        "bare Bolt (baseline)",
+        "burstbot, waiting on the model",
+        "burstbot, idle",
+    ]
+    assert all(float(r[1]) >= QUICK.idle_seconds and float(r[2]) >= 0 for r in idle)
     targets = rows(report, "Targets")
     assert len(targets) == 7 + 2 * len(QUICK.flood_workers) + 1 + 9
     assert all(r[3] in ("yes", "**no**") for r in targets)

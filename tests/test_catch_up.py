@@ -10,11 +10,11 @@ import pytest
 
 from bot.app import App
 from bot.core.catch_up import CatchUp, CatchUpRun
-from bot.core.clock import FakeClock
 from bot.core.errors import FetchError, StoreError
 from bot.core.events import ConversationKey, IncomingMessage
-from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier
+from testkit.clock import FakeClock
 from tests.apps import make_app, step
 
 KEY = ConversationKey("test", "w1", "c1")

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 
 from bot.config import parse_config
-from bot.core.clock import FakeClock
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.settings import EngineSettings
 from bot.model.claude import ClaudeReplier
-from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier
+from testkit.clock import FakeClock
+from testkit.fake_anthropic import FakeAnthropic
 from tests.conftest import make_engine
-from tests.fakes.anthropic_server import FakeAnthropic
 
 FAST = ConversationKey("test", "w1", "fast")
 SLOW = ConversationKey("test", "w1", "slow")

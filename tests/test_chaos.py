@@ -43,7 +43,6 @@ def violations(counts: dict[str, Any]) -> list[str]:
             "late",
             "no_takeover",
             "slow_takeovers",
-            "over_idle_budget",
             "stray_drafts",
         )
         if counts[name]

@@ -18,7 +18,7 @@ from aiohttp.test_utils import make_mocked_request
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.store import Committed, FinalCheck, GenerationRecord, NewReply, OutboxRow, Timing
 from storage.sqlite import SqliteStore
-from tests.chaos_check import IDLE_CPU_BUDGET, SPELL_SETTLE, check
+from tests.chaos_check import SPELL_SETTLE, check
 from tests.chaos_run import (
     DISCORD_NONCE_WINDOW,
     ENGINE,
@@ -94,7 +94,7 @@ async def test_a_clean_run_counts_nothing(answered_twice: World) -> None:
     counts = await run_check(*answered_twice)
     assert counts["posts"] == 3 and counts["messages"] == 3 and counts["multi_part"] == 1
     for name in ("duplicates", "duplicate_posts_raw", "unanswered", "unseen", "late",
-                 "not_posted", "stored_twice", "out_of_order", "over_idle_budget"):  # fmt: skip
+                 "not_posted", "stored_twice", "out_of_order"):  # fmt: skip
         assert counts[name] == 0, name
 
 
@@ -178,7 +178,7 @@ async def test_a_reply_before_the_previous_one_is_out_of_order(answered_twice: W
     assert (await run_check(store, run, platform))["out_of_order"] == 1
 
 
-async def test_a_worker_busy_in_a_quiet_spell_is_over_the_idle_budget(answered: World) -> None:
+async def test_a_worker_busy_in_a_quiet_spell_shows_in_the_idle_cpu(answered: World) -> None:
     store, run, platform = answered
     run.worker_starts = {"worker0.0": NOW - 60, "worker1.0": NOW - 60, "worker2.0": NOW - 1}
     start, end = NOW, NOW + SPELL_SECONDS
@@ -191,9 +191,7 @@ async def test_a_worker_busy_in_a_quiet_spell_is_over_the_idle_budget(answered: 
         t += 0.25
     counts = await run_check(store, run, platform)
     assert counts["idle_samples"] == 2
-    assert counts["over_idle_budget"] == 1
     assert counts["max_idle_cpu"] == pytest.approx(0.96)
-    assert counts["max_idle_cpu"] > IDLE_CPU_BUDGET
 
 
 async def test_a_takeover_counts_from_the_lease_seen_when_the_new_holder_dies_too(

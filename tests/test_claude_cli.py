@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from tests.fakes.anthropic_server import FakeAnthropic
+from testkit.fake_anthropic import FakeAnthropic
 
 ROOT = Path(__file__).resolve().parent.parent
 

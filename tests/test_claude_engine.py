@@ -11,15 +11,15 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bot.config import parse_config
-from bot.core.clock import FakeClock
 from bot.core.engine import Engine
 from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited
 from bot.model.claude import ClaudeReplier
 from bot.model.replier import Prompt, Usage
-from bot.testing import RecordingFrontend, check_invariants
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, check_invariants
+from testkit.clock import FakeClock
+from testkit.fake_anthropic import FakeAnthropic, Plan
 from tests.conftest import KEY, SETTINGS, make_engine
-from tests.fakes.anthropic_server import FakeAnthropic, Plan
 
 KEY_ENV = {"TEST_ANTHROPIC_KEY": "sk-test-not-a-real-key"}
 

@@ -12,7 +12,7 @@ from bot.config import parse_config
 from bot.core.errors import ConfigError, PermanentReplierError, RetryableReplierError
 from bot.model.claude import ClaudeReplier, to_messages
 from bot.model.replier import BurstMessage, Prompt, Turn, Usage
-from tests.fakes.anthropic_server import FakeAnthropic, Plan
+from testkit.fake_anthropic import FakeAnthropic, Plan
 
 KEY_ENV = {"TEST_ANTHROPIC_KEY": "sk-test-not-a-real-key"}
 BURST = (BurstMessage("alice", "first"), BurstMessage("bob", "second"))

@@ -8,12 +8,12 @@ from pathlib import Path
 from subprocess import CompletedProcess
 
 from bot.cli.explain import explain_lines
-from bot.core.clock import FakeClock
 from bot.core.errors import PermanentDeliveryError
 from bot.core.events import Attachment, ConversationKey, IncomingMessage
 from bot.core.store import Timing
-from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import MIGRATIONS, SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier
+from testkit.clock import FakeClock
 from tests.conftest import make_engine
 from tests.test_cli import burstbot
 

@@ -16,11 +16,12 @@ from dataclasses import replace
 
 import pytest
 
-from bot.core.clock import Clock, OffsetClock, SystemClock
+from bot.core.clock import Clock, SystemClock
 from bot.core.engine import Engine
 from bot.core.scheduler import Scheduler
-from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
 from storage.postgres import PostgresStore
+from testkit import RecordingFrontend, ScriptedReplier, check_invariants
+from testkit.clock import OffsetClock
 from tests import pg
 from tests.conftest import KEY, SETTINGS, message
 

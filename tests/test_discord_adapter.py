@@ -13,12 +13,12 @@ from discord.ext.test import factories as facts
 from adapters.discord.render import MESSAGE_LIMIT, nonce_for
 from adapters.markdown import TRUNCATED_NOTE
 from bot.config import DiscordConfig
-from bot.core.clock import FakeClock
 from bot.core.engine import Engine
 from bot.core.events import Reply
 from bot.core.settings import EngineSettings
-from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier, check_invariants
+from testkit.clock import FakeClock
 from tests.discord_harness import DiscordWorld, close_world, engine_config, open_world
 
 

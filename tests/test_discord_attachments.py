@@ -8,12 +8,12 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bot.app import App
-from bot.core.clock import FakeClock
 from bot.core.events import ConversationKey
-from bot.testing import ScriptedReplier
 from storage.sqlite import SqliteStore
+from testkit import ScriptedReplier
+from testkit.clock import FakeClock
+from testkit.fake_discord import FakeDiscord, frontend_for
 from tests.discord_harness import engine_config
-from tests.fake_discord import FakeDiscord, frontend_for
 from tests.test_discord_wire import ALICE, DM_ID, eventually
 
 KEY = ConversationKey("discord", "dm", str(DM_ID))

@@ -24,13 +24,13 @@ import pytest
 from adapters.discord import DiscordFrontend
 from bot.app import App
 from bot.config import DiscordConfig
-from bot.core.clock import FakeClock
 from bot.core.errors import StoreError
 from bot.core.events import ConversationKey
-from bot.testing import ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
+from testkit import ScriptedReplier, check_invariants
+from testkit.clock import FakeClock
+from testkit.fake_discord import BOT_ID, Failure, FakeDiscord, Json, frontend_for, snowflake_at
 from tests.discord_harness import engine_config
-from tests.fake_discord import BOT_ID, Failure, FakeDiscord, Json, frontend_for, snowflake_at
 
 GUILD, LISTENED, GENERAL, THREAD, DM = (
     400_000_000_000_000_001,

@@ -14,12 +14,12 @@ from adapters.discord import DiscordFrontend
 from adapters.discord.commands import RESET_DESCRIPTION, RESET_DONE, RESET_REFUSED
 from bot.app import App
 from bot.config import DiscordConfig
-from bot.core.clock import FakeClock
 from bot.core.events import ConversationKey, IncomingMessage
-from bot.testing import ScriptedReplier
 from storage.sqlite import SqliteStore
+from testkit import ScriptedReplier
+from testkit.clock import FakeClock
+from testkit.fake_discord import APP_ID, FakeDiscord, frontend_for
 from tests.discord_harness import close_world, engine_config, open_world
-from tests.fake_discord import APP_ID, FakeDiscord, frontend_for
 from tests.test_discord_wire import ALICE, CHANNEL_ID, DM_ID, GUILD_ID, fake, frontend
 
 __all__ = ["fake", "frontend"]  # fixtures

@@ -15,12 +15,12 @@ import pytest
 from adapters.discord import DiscordFrontend
 from bot.app import App
 from bot.config import Config, parse_config
-from bot.core.clock import FakeClock
 from bot.core.events import ConversationKey
-from bot.testing import ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
+from testkit import ScriptedReplier, check_invariants
+from testkit.clock import FakeClock
+from testkit.fake_discord import MESSAGE_LIMIT, Failure, FakeDiscord, frontend_for
 from tests.clock_steps import step
-from tests.fake_discord import MESSAGE_LIMIT, Failure, FakeDiscord, frontend_for
 
 DM_ID = 400_000_000_000_000_003
 ALICE = {"id": "200000000000000001", "username": "alice", "discriminator": "0",

@@ -14,11 +14,11 @@ import pytest
 
 from bot.app import App
 from bot.config import DiscordConfig, parse_config
-from bot.core.clock import FakeClock
-from bot.testing import ReplierCall, ScriptedReplier
 from storage.sqlite import SqliteStore
+from testkit import ReplierCall, ScriptedReplier
+from testkit.clock import FakeClock
+from testkit.fake_discord import FakeDiscord, frontend_for
 from tests.clock_steps import step
-from tests.fake_discord import FakeDiscord, frontend_for
 
 GUILD, CHANNEL = 300_000_000_000_000_001, 400_000_000_000_000_001
 PEOPLE = [{"id": str(200_000_000_000_000_001 + n), "username": f"person{n}", "discriminator": "0",

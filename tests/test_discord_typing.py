@@ -15,11 +15,11 @@ from adapters.discord import DiscordFrontend
 from adapters.discord.client import gateway_intents
 from bot.app import App
 from bot.config import parse_config
-from bot.core.clock import FakeClock
 from bot.core.events import ConversationKey
-from bot.testing import ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
-from tests.fake_discord import FakeDiscord, frontend_for
+from testkit import ScriptedReplier, check_invariants
+from testkit.clock import FakeClock
+from testkit.fake_discord import FakeDiscord, frontend_for
 from tests.test_discord_wire import ALICE, DM_ID, eventually
 
 BOB = {"id": "200000000000000002", "username": "bob", "discriminator": "0",

@@ -22,7 +22,6 @@ from adapters.discord.client import INTENT_HELP
 from adapters.discord.render import MESSAGE_LIMIT, nonce_for
 from bot.app import App
 from bot.config import DiscordConfig
-from bot.core.clock import FakeClock
 from bot.core.errors import (
     BurstbotError,
     ConfigError,
@@ -30,10 +29,11 @@ from bot.core.errors import (
     RetryableDeliveryError,
 )
 from bot.core.events import ConversationKey, Reply
-from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier
+from testkit.clock import FakeClock
+from testkit.fake_discord import PASS, Failure, FakeDiscord, frontend_for
 from tests.discord_harness import engine_config
-from tests.fake_discord import PASS, Failure, FakeDiscord, frontend_for
 from tests.test_cli import ROOT, burstbot
 
 GUILD_ID, CHANNEL_ID, DM_ID = (

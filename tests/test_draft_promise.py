@@ -18,16 +18,16 @@ import pytest
 
 from adapters.discord import DiscordFrontend
 from bot.app import App
-from bot.core.clock import FakeClock
 from bot.core.events import ConversationKey, Draft
 from bot.core.streaming import WAITING
-from bot.testing import RecordingFrontend, ReplierCall, ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ReplierCall, ScriptedReplier, check_invariants
+from testkit.clock import FakeClock
+from testkit.fake_discord import FakeDiscord
+from testkit.fake_slack import Failure, FakeSlackApi, dm
 from tests.clock_steps import step
 from tests.conftest import KEY as CONFTEST_KEY
 from tests.conftest import message
-from tests.fake_discord import FakeDiscord
-from tests.fakes.slack_api import Failure, FakeSlackApi, dm
 from tests.slack_harness import DM_KEY, Bot, api, running_bot, ts
 from tests.test_discord_streaming import (
     DM_ID,

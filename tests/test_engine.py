@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from bot.core.clock import FakeClock
 from bot.core.errors import (
     PermanentDeliveryError,
     PermanentReplierError,
@@ -16,8 +15,9 @@ from bot.core.errors import (
     RetryableReplierError,
 )
 from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited, Reply
-from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier, check_invariants
+from testkit.clock import FakeClock
 from tests.conftest import KEY, make_engine, message
 from tests.heard import Heard
 

@@ -118,10 +118,8 @@ def test_a_store_error_during_shutdown(tmp_path: Path) -> None:
             time.sleep(0.02)
         time.sleep(0.5)  # the scheduler's round after the delivery ends; it sleeps for a minute
         locker.execute("BEGIN IMMEDIATE")  # held until the bot has exited
-        started = time.monotonic()
         process.send_signal(signal.SIGTERM)
-        process.wait(timeout=EXIT_WITHIN_SECONDS)
-        took = time.monotonic() - started
+        process.wait(timeout=EXIT_WITHIN_SECONDS)  # well before the scheduler's next round
     finally:
         locker.close()
         if process.poll() is None:
@@ -132,7 +130,6 @@ def test_a_store_error_during_shutdown(tmp_path: Path) -> None:
     lines = stderr.strip().splitlines()
     assert process.returncode == 1 and len(lines) == 1, stderr
     assert lines[0].startswith("burstbot: ") and "database is locked" in lines[0]
-    assert took < 5.0
 
 
 def test_a_store_error_while_chatting_in_the_terminal(tmp_path: Path) -> None:

@@ -12,13 +12,14 @@ from dataclasses import replace
 
 import pytest
 
-from bot.core.clock import FakeClock, OffsetClock, trusted_until
+from bot.core.clock import trusted_until
 from bot.core.errors import ClaimLost
 from bot.core.outbox import ClaimFence
 from bot.core.signals import Signals
 from bot.core.store import FinalCheck, NewReply, OutboxRow, Timing
 from bot.core.supervisor import Supervision, Supervisor
 from storage.sqlite import SqliteStore
+from testkit.clock import FakeClock, OffsetClock
 from tests.conftest import KEY, SETTINGS, message
 
 TTL = 30.0

@@ -6,10 +6,10 @@ import asyncio
 from pathlib import Path
 
 from bot.config import MAX_MESSAGE_CHARS
-from bot.core.clock import FakeClock, settle
 from bot.core.events import ConversationKey, IncomingMessage
-from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier, check_invariants
+from testkit.clock import FakeClock, settle
 from tests.apps import make_app, step
 
 KEY = ConversationKey("test", "w1", "c1")

@@ -11,14 +11,14 @@ import aiohttp
 
 from adapters.slack import SlackFrontend
 from bot.app import App
-from bot.core.clock import FakeClock
 from bot.core.errors import RetryableDeliveryError
 from bot.core.events import ConversationKey, IncomingMessage
-from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier
+from testkit.clock import FakeClock
+from testkit.fake_discord import FakeDiscord, frontend_for
+from testkit.fake_slack import FakeSlackApi
 from tests.apps import make_app
-from tests.fake_discord import FakeDiscord, frontend_for
-from tests.fakes.slack_api import FakeSlackApi
 from tests.slack_harness import SECRET, TOKEN, api, slack_config
 from tests.test_metrics import until
 

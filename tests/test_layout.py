@@ -5,14 +5,18 @@
 - Adapters translate; they never reach into storage, operations, the CLI or the composition root.
 - Storage implements the core's `Store`; a backend module never imports another backend.
 - Only `bot/cli/main.py` (the entry point) and the composition root itself import `bot.app`.
+- The test kit stays outside the product: no product module imports `testkit` or `tests`, the
+  wheel holds neither, and benchmarks (and the kit itself) never import `tests`.
 """
 
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
+from setuptools import find_packages
 
 ROOT = Path(__file__).resolve().parent.parent
 BACKENDS = ("storage.sqlite", "storage.postgres")
@@ -72,6 +76,15 @@ def test_storage_backends_stand_alone() -> None:
 def test_only_the_entry_point_wires_the_app() -> None:
     commands = [p for p in modules("bot/cli") if p.name != "main.py"]
     assert offenders(commands, ("bot.app",)) == []
+
+
+def test_the_test_kit_stays_outside_the_product() -> None:
+    assert offenders(modules("bot", "adapters", "storage"), ("testkit", "tests")) == []
+    assert offenders(modules("benchmarks", "testkit"), ("tests",)) == []
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    shipped = find_packages(str(ROOT), **config["tool"]["setuptools"]["packages"]["find"])
+    assert "bot" in shipped
+    assert [p for p in shipped if p.split(".")[0] in ("testkit", "tests", "benchmarks")] == []
 
 
 @pytest.mark.parametrize(

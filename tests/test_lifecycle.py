@@ -16,11 +16,11 @@ from adapters.slack import SlackFrontend
 from bot.app import App
 from bot.cli.serve import serve_app
 from bot.config import parse_config
-from bot.core.clock import FakeClock, settle
-from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier, check_invariants
+from testkit.clock import FakeClock, settle
+from testkit.fake_slack import EventSender, FakeSlackApi, dm
 from tests.conftest import KEY, message
-from tests.fakes.slack_api import EventSender, FakeSlackApi, dm
 from tests.slack_harness import DM_KEY, SECRET, TOKEN, api, slack_config, ts
 
 __all__ = ["api"]  # fixture

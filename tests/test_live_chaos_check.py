@@ -9,7 +9,7 @@ from typing import Any
 from bot.core.events import IncomingMessage
 from bot.core.store import Committed, FinalCheck, NewReply, OutboxRow, Timing
 from storage.sqlite import SqliteStore
-from tests.fakes.slack_api import BOT_ID, BOT_USER, PostedMessage
+from testkit.fake_slack import BOT_ID, BOT_USER, PostedMessage
 from tests.live_chaos_check import Group, Shown, check, group, judge, violations
 from tests.live_chaos_run import Conversation
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import aiohttp
 
-from bot.core.clock import FakeClock
 from bot.core.events import ConversationKey, IncomingMessage
-from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier
+from testkit.clock import FakeClock
 from tests.apps import make_app
 
 KEY = ConversationKey("test", "w1", "c1")

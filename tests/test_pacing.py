@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.core.clock import FakeClock, settle
 from bot.core.pacing import Bucket, Limit, Pacer
+from testkit.clock import FakeClock, settle
 
 PER_MINUTE = 60.0  # one token a second
 

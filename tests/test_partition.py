@@ -24,11 +24,11 @@ from adapters.slack import SlackFrontend
 from bot.app import App
 from bot.config import parse_config
 from bot.core.events import ConversationKey
-from bot.testing import ScriptedReplier
 from storage.pool_limits import PoolLimits
 from storage.postgres import PostgresStore
+from testkit import ScriptedReplier
+from testkit.fake_slack import TEAM, EventSender, FakeSlackApi, dm
 from tests import pg
-from tests.fakes.slack_api import TEAM, EventSender, FakeSlackApi, dm
 from tests.pg_proxy import CuttableProxy
 from tests.slack_harness import SECRET, TOKEN, api
 

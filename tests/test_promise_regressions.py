@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.core.clock import FakeClock
 from bot.core.errors import RetryableDeliveryError, StoreError
 from bot.core.events import ConversationKey, Reply
 from bot.core.frontend import Host
 from bot.core.scheduler import Scheduler
-from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier
+from testkit.clock import FakeClock
 from tests.conftest import KEY, SETTINGS, make_engine, message
 
 

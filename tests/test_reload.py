@@ -16,9 +16,9 @@ import pytest
 from bot.app import App
 from bot.cli.main import main
 from bot.config import load_config
-from bot.core.clock import FakeClock
-from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier
+from testkit.clock import FakeClock
 from tests.conftest import message
 from tests.test_exit_paths import environment
 from tests.test_lifecycle import eventually

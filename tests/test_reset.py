@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from bot.core.clock import FakeClock
 from bot.core.store import Timing
-from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier
+from testkit.clock import FakeClock
 from tests.conftest import KEY, make_engine, message
 
 TIMING = Timing(1.5, 8.0)

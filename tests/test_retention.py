@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from bot.config import parse_config
-from bot.core.clock import FakeClock
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, IncomingMessage
-from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier, check_invariants
+from testkit.clock import FakeClock
 from tests.apps import make_app, step
 from tests.test_cli import burstbot
 

@@ -10,14 +10,14 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from bot.core.clock import FakeClock
 from bot.core.engine import Engine
 from bot.core.errors import StoreError
 from bot.core.events import ConversationKey
 from bot.core.scheduler import FLOOR_SECONDS, STORE_BACKOFF_CAP_SECONDS, Scheduler
 from bot.core.store import DueTimer, Lease, OutboxRow, Timing
-from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier
+from testkit.clock import FakeClock
 from tests.conftest import KEY, make_engine, message
 from tests.heard import Heard
 

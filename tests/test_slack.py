@@ -17,8 +17,8 @@ from adapters.slack import SlackFrontend
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, Event
 from bot.core.store import IngestResult
-from bot.testing import check_invariants
-from tests.fakes.slack_api import (
+from testkit import check_invariants
+from testkit.fake_slack import (
     BOT_ID,
     BOT_USER,
     TEAM,

@@ -15,9 +15,9 @@ from bot.config import parse_config
 from bot.core.errors import ConfigError, PermanentReplierError
 from bot.core.events import ConversationKey
 from bot.core.notes import NoteBook
-from bot.testing import ReplierCall, ScriptedReplier, check_invariants
+from testkit import ReplierCall, ScriptedReplier, check_invariants
+from testkit.fake_slack import TEAM, FakeSlackApi, assistant_event, dm
 from tests.clock_steps import step
-from tests.fakes.slack_api import TEAM, FakeSlackApi, assistant_event, dm
 from tests.slack_harness import Bot, api, running_bot, ts
 
 __all__ = ["api"]  # fixture

@@ -14,8 +14,8 @@ import pytest
 
 from bot.config import parse_config
 from bot.model.claude import ClaudeReplier
-from tests.fakes.anthropic_server import FakeAnthropic, RecordedRequest
-from tests.fakes.slack_api import FakeSlackApi, dm
+from testkit.fake_anthropic import FakeAnthropic, RecordedRequest
+from testkit.fake_slack import FakeSlackApi, dm
 from tests.slack_harness import TOKEN, Bot, api, running_bot, ts
 
 __all__ = ["api"]  # fixtures

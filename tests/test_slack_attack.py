@@ -17,7 +17,7 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.fakes.slack_api import EventSender, FakeSlackApi, dm
+from testkit.fake_slack import EventSender, FakeSlackApi, dm
 from tests.test_slack_cli import (
     SECRET,
     api,

@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bot.core.clock import FakeClock
 from bot.core.events import ConversationKey
-from bot.testing import check_invariants
-from tests.fakes.slack_api import BOT_ID, BOT_USER, TEAM, Failure, FakeSlackApi, channel_message, dm
+from testkit import check_invariants
+from testkit.clock import FakeClock
+from testkit.fake_slack import BOT_ID, BOT_USER, TEAM, Failure, FakeSlackApi, channel_message, dm
 from tests.slack_harness import DM_KEY, api, running_bot, ts
 
 __all__ = ["api"]  # fixture

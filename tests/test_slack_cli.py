@@ -21,7 +21,7 @@ import aiohttp
 import aiosqlite
 import pytest
 
-from tests.fakes.slack_api import EventSender, FakeSlackApi, assistant_event, dm
+from testkit.fake_slack import EventSender, FakeSlackApi, assistant_event, dm
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "operator-signing-secret"

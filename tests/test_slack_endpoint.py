@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 
 from adapters.slack.endpoint import verify
-from tests.fakes.slack_api import FakeSlackApi, dm, event_callback
+from testkit.fake_slack import FakeSlackApi, dm, event_callback
 from tests.slack_harness import DM_KEY, SECRET, Bot, api, bot, ts
 
 __all__ = ["api", "bot"]  # fixtures

@@ -18,9 +18,8 @@ from adapters.slack.outbound import Outbound
 from adapters.slack.streaming import SlackDrafts
 from bot.core.events import ConversationKey, Draft
 from bot.model.replier import DraftText, SearchStep
-from bot.testing import ReplierCall, ScriptedReplier, check_invariants
-from tests.clock_steps import step
-from tests.fakes.slack_api import (
+from testkit import ReplierCall, ScriptedReplier, check_invariants
+from testkit.fake_slack import (
     BOT_ID,
     BOT_USER,
     TEAM,
@@ -29,6 +28,7 @@ from tests.fakes.slack_api import (
     assistant_event,
     dm,
 )
+from tests.clock_steps import step
 from tests.slack_harness import Bot, api, running_bot, ts
 
 __all__ = ["api"]  # fixture

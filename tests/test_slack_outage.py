@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from tests.fakes.slack_api import UPSTREAM_DOWN, Failure, FakeSlackApi, dm
+from testkit.fake_slack import UPSTREAM_DOWN, Failure, FakeSlackApi, dm
 from tests.slack_harness import DM_KEY, Bot, api, bot, ts
 
 __all__ = ["api", "bot"]  # fixtures

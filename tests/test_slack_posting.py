@@ -15,11 +15,11 @@ from adapters.slack import SlackFrontend, build_slack_frontend
 from adapters.slack.app import RESET_COMMAND
 from adapters.slack.mrkdwn import MAX_PART_CHARS
 from bot.config import SlackConfig
-from bot.core.clock import FakeClock
 from bot.core.errors import ConfigError, PermanentDeliveryError, RetryableDeliveryError
 from bot.core.events import ConversationKey, Reply
-from bot.testing import ScriptedReplier, check_invariants
-from tests.fakes.slack_api import TEAM, UPSTREAM_DOWN, Failure, FakeSlackApi, dm
+from testkit import ScriptedReplier, check_invariants
+from testkit.clock import FakeClock
+from testkit.fake_slack import TEAM, UPSTREAM_DOWN, Failure, FakeSlackApi, dm
 from tests.slack_harness import DM_KEY, Bot, api, bot, running_bot, slack_config, ts
 
 __all__ = ["api", "bot"]  # fixtures

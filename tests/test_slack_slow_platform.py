@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from adapters.slack.mrkdwn import split_mrkdwn, to_mrkdwn
-from tests.fakes.slack_api import EventSender, FakeSlackApi, dm
+from testkit.fake_slack import EventSender, FakeSlackApi, dm
 from tests.test_slack_cli import (
     SECRET,
     free_port,

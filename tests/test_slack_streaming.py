@@ -12,9 +12,9 @@ import asyncio
 from collections.abc import Callable
 
 from bot.core.events import ConversationKey
-from bot.testing import ReplierCall, ScriptedReplier, check_invariants
+from testkit import ReplierCall, ScriptedReplier, check_invariants
+from testkit.fake_slack import TEAM, Failure, FakeSlackApi, dm
 from tests.clock_steps import step
-from tests.fakes.slack_api import TEAM, Failure, FakeSlackApi, dm
 from tests.slack_harness import DM_KEY, Bot, api, running_bot, ts
 
 __all__ = ["api"]  # fixture

@@ -23,12 +23,12 @@ from hypothesis.stateful import (
     rule,
 )
 
-from bot.core.clock import FakeClock
 from bot.core.engine import Engine
 from bot.core.errors import RetryableDeliveryError, RetryableReplierError
 from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEdited
 from bot.core.store import Committed, FinalCheck, NewReply
-from bot.testing import (
+from storage.sqlite import SqliteStore
+from testkit import (
     Fault,
     InvariantViolation,
     RecordingFrontend,
@@ -36,7 +36,7 @@ from bot.testing import (
     ScriptedReplier,
     check_invariants,
 )
-from storage.sqlite import SqliteStore
+from testkit.clock import FakeClock
 from tests.conftest import SETTINGS, make_engine
 
 R = TypeVar("R")

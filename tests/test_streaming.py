@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from bot.config import ChannelConfig
-from bot.core.clock import FakeClock
 from bot.core.engine import Engine
 from bot.core.errors import PermanentReplierError, RetryableDeliveryError
 from bot.core.events import ConversationKey, Draft, MessageDeleted
 from bot.core.streaming import WAITING
-from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend, ScriptedReplier, check_invariants
+from testkit.clock import FakeClock
 from tests.clock_steps import step
 from tests.conftest import KEY, SETTINGS, make_engine, message
 from tests.heard import Heard

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.core.clock import FakeClock
-from bot.testing import ReplierCall, ScriptedReplier, check_invariants
+from testkit import ReplierCall, ScriptedReplier, check_invariants
+from testkit.clock import FakeClock
+from testkit.fake_slack import TEAM, FakeSlackApi, dm
 from tests.clock_steps import step
-from tests.fakes.slack_api import TEAM, FakeSlackApi, dm
 from tests.slack_harness import Bot, api, running_bot, ts
 
 __all__ = ["api"]  # fixture

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from bot.config import parse_config
-from bot.core.clock import FakeClock
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.settings import EngineSettings
@@ -19,10 +18,11 @@ from bot.model.claude import ClaudeReplier
 from bot.model.replier import BurstMessage, Prompt, Usage, WebSearch, WebTools
 from bot.ops.metrics import Metrics
 from bot.ops.usage import MILLION, PriceTable, summarize, usage_lines
-from bot.testing import RecordingFrontend
 from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend
+from testkit.clock import FakeClock
+from testkit.fake_anthropic import FakeAnthropic, Fetch, Plan, Search
 from tests.apps import make_app, step
-from tests.fakes.anthropic_server import FakeAnthropic, Fetch, Plan, Search
 
 KEY_ENV = {"TEST_ANTHROPIC_KEY": "sk-test-not-a-real-key"}
 BURST = (BurstMessage("alice", "what changed in the 3.14 release?"),)

@@ -18,15 +18,15 @@ from adapters.slack import SlackFrontend
 from bot.app import App
 from bot.cli.explain import explain_lines
 from bot.config import Config, parse_config
-from bot.core.clock import FakeClock
 from bot.core.events import ConversationKey
 from bot.model.claude import ClaudeReplier
-from bot.testing import check_invariants
 from storage.sqlite import SqliteStore
+from testkit import check_invariants
+from testkit.clock import FakeClock
+from testkit.fake_anthropic import FakeAnthropic, Plan, Search
+from testkit.fake_discord import FakeDiscord, frontend_for
+from testkit.fake_slack import TEAM, EventSender, FakeSlackApi, assistant_event, dm
 from tests.clock_steps import step
-from tests.fake_discord import FakeDiscord, frontend_for
-from tests.fakes.anthropic_server import FakeAnthropic, Plan, Search
-from tests.fakes.slack_api import TEAM, EventSender, FakeSlackApi, assistant_event, dm
 from tests.slack_harness import SECRET, TOKEN, api, ts
 
 __all__ = ["api"]  # fixture

@@ -8,7 +8,7 @@ HTTP endpoint, with `X-Slack-Retry-Num` for retries, and slash commands. For Soc
 `apps.connections.open` hands out a WebSocket on the same server; `push_envelope` sends an event
 over it and `acks` records the envelope ids the bot acknowledged.
 
-To try burstbot by hand against it: `python -m tests.fakes.slack_api --port 8766 --events-url
+To try burstbot by hand against it: `python -m testkit.fake_slack --port 8766 --events-url
 http://127.0.0.1:3000/slack/events --signing-secret S` (by hand the app has the assistant scope
 unless `--without-assistant-scope`; `--channel C7:design` adds a channel the bot is in). `POST
 /fake/say` (form: `channel`, `text`, optional `user`, `thread_ts`) is a person writing: the message
@@ -73,7 +73,8 @@ import aiohttp
 from aiohttp import web
 from slack_sdk.signature import SignatureVerifier
 
-from tests.fakes.rate_limits import RateLimits, whole_seconds
+from testkit.rate_limits import RateLimits, whole_seconds
+from testkit.serving import serve_locally
 
 TEAM = "T0001"
 BOT_USER = "UBOT"
@@ -244,11 +245,8 @@ class FakeSlackApi:
         app.router.add_post("/fake/outage", self._switch_outage)
         app.router.add_post("/fake/token", self._new_token)
         app.router.add_get("/fake/rate-limits", self._rate_limit_counts)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", port)
-        await site.start()
-        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/api/"
+        self._runner, bound = await serve_locally(app, port, access_log=None)
+        self.url = f"http://127.0.0.1:{bound}/api/"
         return self
 
     async def stop(self) -> None:
@@ -541,42 +539,45 @@ class FakeSlackApi:
             entry["chunks"] = json.loads(chunks) if isinstance(chunks, str) else chunks
         self.chat_log.append(entry)
 
-    def _streaming_message(self, args: dict[str, Any]) -> PostedMessage | dict[str, Any]:
+    def _stream_update(
+        self, args: dict[str, Any]
+    ) -> tuple[PostedMessage, str, list[dict[str, Any]]] | dict[str, Any]:
+        """The streaming message a stream call names, the text it adds and its task updates; or
+        the error Slack answers (not the bot's, no longer streaming, malformed chunks)."""
         message = self._own_message(args)
-        if isinstance(message, PostedMessage) and not message.streaming:
-            return {"error": "message_not_in_streaming_state"}
-        return message
-
-    def _chat_appendStream(self, args: dict[str, Any]) -> dict[str, Any]:
-        message = self._streaming_message(args)
         if isinstance(message, dict):
             return message
+        if not message.streaming:
+            return {"error": "message_not_in_streaming_state"}
         chunked = stream_chunks(args)
         if chunked is None:
             return {"error": "invalid_arguments"}
-        text = str(args.get("markdown_text") or "") + chunked[0]
-        if not text and not chunked[1]:
+        return message, str(args.get("markdown_text") or "") + chunked[0], chunked[1]
+
+    def _chat_appendStream(self, args: dict[str, Any]) -> dict[str, Any]:
+        update = self._stream_update(args)
+        if isinstance(update, dict):
+            return update
+        message, text, tasks = update
+        if not text and not tasks:
             return {"error": "invalid_arguments"}
         if len(text) > MAX_STREAM_CHARS:
             return {"error": "msg_too_long"}
         message.text += text
-        message.tasks.update((task["id"], task) for task in chunked[1])
+        message.tasks.update((task["id"], task) for task in tasks)
         self._log_stream("chat.appendStream", message.ts, text, args)
         return {"channel": message.channel, "ts": message.ts}
 
     def _chat_stopStream(self, args: dict[str, Any]) -> dict[str, Any]:
-        message = self._streaming_message(args)
-        if isinstance(message, dict):
-            return message
-        chunked = stream_chunks(args)
-        if chunked is None:
-            return {"error": "invalid_arguments"}
-        text = str(args.get("markdown_text") or "") + chunked[0]
+        update = self._stream_update(args)
+        if isinstance(update, dict):
+            return update
+        message, text, tasks = update
         metadata = args.get("metadata")
         if isinstance(metadata, str):
             metadata = json.loads(metadata)
         message.text += text
-        message.tasks.update((task["id"], task) for task in chunked[1])
+        message.tasks.update((task["id"], task) for task in tasks)
         message.streaming = False
         if metadata:
             message.metadata = metadata

@@ -44,7 +44,8 @@ from aiohttp import WSMsgType, web
 from adapters.discord import DiscordFrontend
 from bot.config import DiscordConfig
 from bot.core.clock import Clock
-from tests.fakes.rate_limits import RateLimits
+from testkit.rate_limits import RateLimits
+from testkit.serving import serve_locally
 
 Json = dict[str, Any]
 BOT_ID = 100_000_000_000_000_001
@@ -146,11 +147,7 @@ class FakeDiscord:
         app.router.add_post("/api/v10/interactions/{id}/{token}/callback", self._callback)
         app.router.add_get("/gateway", self._gateway)
         app.router.add_get("/attachments/{channel_id}/{attachment_id}/{filename}", self._cdn)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, self.port = await serve_locally(app)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -178,7 +175,7 @@ class FakeDiscord:
 
     async def _me(self, request: web.Request) -> web.Response:
         if not self._authorized(request):
-            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+            return _unauthorized()
         return _json(self.bot_user)
 
     async def _application(self, request: web.Request) -> web.Response:
@@ -193,7 +190,7 @@ class FakeDiscord:
     async def _post_message(self, request: web.Request) -> web.Response:
         channel_id = int(request.match_info["channel_id"])
         if not self._authorized(request):
-            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+            return _unauthorized()
         body: Json = await request.json()
         self.requests.append(body)
         if (refused := self._over_limit(channel_id)) is not None:
@@ -245,19 +242,22 @@ class FakeDiscord:
         channel = self.history.get(int(request.match_info["channel_id"]), [])
         return next((m for m in channel if m["id"] == request.match_info["message_id"]), None)
 
+    def _found_or_refused(self, request: web.Request) -> Json | web.Response:
+        """The message a request names, or Discord's answer when it may not see it or it is gone."""
+        if not self._authorized(request):
+            return _unauthorized()
+        message = self._find(request)
+        return _unknown_message() if message is None else message
+
     async def _read_message(self, request: web.Request) -> web.Response:
         """GET one message, as it reads now (404 Unknown Message once deleted)."""
-        if not self._authorized(request):
-            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
-        message = self._find(request)
-        if message is None:
-            return _json({"message": "Unknown Message", "code": 10008}, status=404)
-        return _json(message)
+        message = self._found_or_refused(request)
+        return message if isinstance(message, web.Response) else _json(message)
 
     async def _edit_message(self, request: web.Request) -> web.Response:
         """PATCH a message: only its author may; the content must fit, as on Discord."""
         if not self._authorized(request):
-            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+            return _unauthorized()
         body: Json = await request.json()
         if (refused := self._over_limit(int(request.match_info["channel_id"]))) is not None:
             return refused
@@ -266,7 +266,7 @@ class FakeDiscord:
             return _failed(failure)
         message = self._find(request)
         if message is None:
-            return _json({"message": "Unknown Message", "code": 10008}, status=404)
+            return _unknown_message()
         if message["author"]["id"] != self.bot_user["id"]:
             return _json({"message": "Cannot edit a message authored by another user",
                           "code": 50005}, status=403)  # fmt: skip
@@ -282,11 +282,9 @@ class FakeDiscord:
         return _json(answer) if failure is None else _failed(failure)
 
     async def _delete_message(self, request: web.Request) -> web.Response:
-        if not self._authorized(request):
-            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
-        message = self._find(request)
-        if message is None:
-            return _json({"message": "Unknown Message", "code": 10008}, status=404)
+        message = self._found_or_refused(request)
+        if isinstance(message, web.Response):
+            return message
         self.history[int(request.match_info["channel_id"])].remove(message)
         self.deleted.append(message["id"])
         self.calls.append(("DELETE", message["id"], ""))
@@ -299,7 +297,7 @@ class FakeDiscord:
 
     async def _commands(self, request: web.Request) -> web.Response:
         if not self._authorized(request):
-            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+            return _unauthorized()
         if self.commands_status != 200:
             return _json({"message": "Missing Access", "code": 50001}, self.commands_status)
         return _json(list(self.commands.values()))
@@ -307,7 +305,7 @@ class FakeDiscord:
     async def _upsert_command(self, request: web.Request) -> web.Response:
         """Create a global command, or overwrite the one with the same name (as Discord does)."""
         if not self._authorized(request):
-            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+            return _unauthorized()
         body: Json = await request.json()
         self.command_posts.append(body)
         known = self.commands.get(body["name"])
@@ -392,14 +390,14 @@ class FakeDiscord:
 
     async def _guild_channels(self, request: web.Request) -> web.Response:
         if not self._authorized(request):
-            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+            return _unauthorized()
         guild_id = request.match_info["guild_id"]
         mine = [c for c in self.channels.values() if c.get("guild_id") == guild_id]
         return _json([c for c in mine if c["type"] != 11])
 
     async def _active_threads(self, request: web.Request) -> web.Response:
         if not self._authorized(request):
-            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+            return _unauthorized()
         guild_id = request.match_info["guild_id"]
         mine = [c for c in self.channels.values() if c.get("guild_id") == guild_id]
         archived = [c for c in mine if c["type"] == 11 and c["thread_metadata"]["archived"]]
@@ -580,6 +578,14 @@ class _Snowflakes:
 def snowflake_at(when: datetime.datetime) -> int:
     """The smallest id of a message created at `when` (a message from long ago)."""
     return (int(when.timestamp() * 1000) - _Snowflakes.DISCORD_EPOCH_MS) << 22
+
+
+def _unauthorized() -> web.Response:
+    return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+
+
+def _unknown_message() -> web.Response:
+    return _json({"message": "Unknown Message", "code": 10008}, status=404)
 
 
 def _too_long() -> web.Response:

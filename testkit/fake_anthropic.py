@@ -19,7 +19,7 @@ object with HTTP 200), text blocks carrying `citations_delta`, `pause_turn` when
 offers the `web_search` tool and `tool_choice` allows tools; searches past the tool's `max_uses`
 answer `max_uses_exceeded` and are not billed.
 
-Standalone: `python -m tests.fakes.anthropic_server --port 8765` (one line per request on stdout;
+Standalone: `python -m testkit.fake_anthropic --port 8765` (one line per request on stdout;
 `--show-system` adds its system prompt).
 """
 
@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from aiohttp import web
+
+from testkit.serving import serve_locally
 
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -239,11 +241,7 @@ class FakeAnthropic:
         return app
 
     async def start(self, port: int = 0) -> FakeAnthropic:
-        self._runner = web.AppRunner(self.app(), shutdown_timeout=0.5)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", port)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        self._runner, self.port = await serve_locally(self.app(), port, shutdown_timeout=0.5)
         return self
 
     async def stop(self) -> None:
@@ -439,15 +437,9 @@ class FakeAnthropic:
         """One search as the API streams it; returns the index the next block takes."""
         tool_id = f"srvtoolu_{len(self.requests):02d}{record.searches_started:02d}"
         record.searches_started += 1
-        use = {"type": "server_tool_use", "id": tool_id, "name": "web_search", "input": {}}
-        start = {"type": "content_block_start", "index": index, "content_block": use}
-        await send("content_block_start", start)
         query = json.dumps({"query": search.query})
-        for part in ("", query[: len(query) // 2], query[len(query) // 2 :]):
-            delta = {"type": "input_json_delta", "partial_json": part}
-            await send("content_block_delta",
-                       {"type": "content_block_delta", "index": index, "delta": delta})  # fmt: skip
-        await send("content_block_stop", {"type": "content_block_stop", "index": index})
+        halves = ("", query[: len(query) // 2], query[len(query) // 2 :])
+        await _tool_use(send, index, tool_id, "web_search", halves)
         if search.hold:
             record.paused = True
             while not self._search_gate.is_set():
@@ -482,13 +474,7 @@ class FakeAnthropic:
     ) -> int:
         tool_id = f"srvtoolu_{len(self.requests):02d}f{record.fetches_started:02d}"
         record.fetches_started += 1
-        use = {"type": "server_tool_use", "id": tool_id, "name": "web_fetch", "input": {}}
-        start = {"type": "content_block_start", "index": index, "content_block": use}
-        await send("content_block_start", start)
-        delta = {"type": "input_json_delta", "partial_json": json.dumps({"url": fetch.url})}
-        await send("content_block_delta",
-                   {"type": "content_block_delta", "index": index, "delta": delta})  # fmt: skip
-        await send("content_block_stop", {"type": "content_block_stop", "index": index})
+        await _tool_use(send, index, tool_id, "web_fetch", (json.dumps({"url": fetch.url}),))
         seen = json.dumps(recorded.messages)
         content: Any = {"type": "web_fetch_tool_result_error",
                         "error_code": "url_not_in_prior_context"}  # fmt: skip
@@ -528,6 +514,24 @@ class FakeAnthropic:
             "cache_creation_input_tokens": write,
             "cache_read_input_tokens": read,
         }
+
+
+async def _tool_use(
+    send: Callable[[str, dict[str, Any]], Any],
+    index: int,
+    tool_id: str,
+    name: str,
+    partial_jsons: tuple[str, ...],
+) -> None:
+    """A server tool's use block as the API streams it: its start, its input in parts, its stop."""
+    use = {"type": "server_tool_use", "id": tool_id, "name": name, "input": {}}
+    await send("content_block_start",
+               {"type": "content_block_start", "index": index, "content_block": use})  # fmt: skip
+    for part in partial_jsons:
+        delta = {"type": "input_json_delta", "partial_json": part}
+        await send("content_block_delta",
+                   {"type": "content_block_delta", "index": index, "delta": delta})  # fmt: skip
+    await send("content_block_stop", {"type": "content_block_stop", "index": index})
 
 
 def _search_tool(body: dict[str, Any], kind: str = "web_search_") -> dict[str, Any]:
