@@ -80,7 +80,7 @@ def generation_from_row(r: Row) -> contract.GenerationRecord:
 
 # Records to statement parameters (the same names in every dialect's statements) ----------------
 def message_params(message: IncomingMessage, now: float) -> dict[str, Any]:
-    """A new message as `insert_message` (and the SQLite group commit) take it, less its seq."""
+    """A new message as `insert_message` takes it, less its seq."""
     key = message.key
     return {"cid": key.id, "platform": key.platform, "now": now,
             "uid": message_uid(key.platform, key.workspace, message.message_id),
