@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bot import __version__
-from bot.cli.serve import for_worker, run_event_loop, run_workers, serve_app, workers_refusal
+from bot.cli.serve import for_worker, run_event_loop, run_workers, workers_refusal
 from bot.config import Config, default_config, load_config
 from bot.core.errors import BurstbotError, ConfigError
 from bot.core.store import Store
@@ -103,7 +103,7 @@ async def _run(config: Config, path: str | None, verbose: bool) -> None:
         app.config_path, app.verbose = (Path(path) if path else None), verbose
         if pid_file:
             write_pid_file(pid_file)
-        await serve_app(app)
+        await app.run()
     finally:
         if pid_file:
             remove_pid_file(pid_file)
