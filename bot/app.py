@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from bot.config import Config, load_config, require_secret
-from bot.core.catch_up import CatchUp, CatchUpSettings, CatchUpSource, FrontendMemory, ThreadBook
+from bot.core.catch_up import CatchUp, CatchUpSettings, CatchUpSource, ThreadBook
 from bot.core.clock import Clock, SystemClock
 from bot.core.engine import Engine
 from bot.core.errors import BurstbotError, ConfigError, StoreError
@@ -26,16 +26,16 @@ from bot.core.scheduler import Scheduler
 from bot.core.settings import EngineSettings
 from bot.core.signals import Listener
 from bot.core.store import IngestResult, Store
-from bot.core.typing_window import TypingStore, author_typing
+from bot.core.typing_window import author_typing
 from bot.model.offline import OfflineReplier
 from bot.model.replier import Replier
 from bot.ops.access import AccessPolicy
-from bot.ops.guards import CostGuards, CounterStore, limits_active
+from bot.ops.guards import CostGuards, limits_active
 from bot.ops.health import Health
 from bot.ops.logs import configure_logging
 from bot.ops.metrics import Metrics, MetricsServer
 from bot.ops.reload import ReloadPlan, plan_reload
-from bot.ops.retention import Retention, RetentionStore
+from bot.ops.retention import Retention
 from bot.ops.usage import PriceTable
 
 log = logging.getLogger("burstbot")
@@ -141,19 +141,13 @@ class App:
             gate=self.guards,
         )
         self.scheduler = Scheduler(self.engine)
-        if not isinstance(store, FrontendMemory):
-            raise ConfigError("storage: this backend cannot remember threads or catch up")
         self.catch_up_settings = CatchUpSettings.from_config(config)
         self.threads = ThreadBook(store, self.engine.clock, self.ingest, self.catch_up_settings)
-        if not isinstance(store, NoteBook):
-            raise ConfigError("storage: this backend cannot keep notes about conversations")
         self.notes: NoteBook = store
         self.engine.prompts.context = self._prompt_context
         self.catch_ups: list[CatchUp] = []
         self.metrics = Metrics(PriceTable(config.prices))
-        self.retention = None
-        if isinstance(store, RetentionStore):
-            self.retention = Retention(store, self.engine.clock, lambda: self.config.retention)
+        self.retention = Retention(store, self.engine.clock, lambda: self.config.retention)
         self.metrics_server: MetricsServer | None = None
         self._listeners: list[Listener] = []
         self.subscribe(self.metrics.observe)
@@ -167,8 +161,6 @@ class App:
     def _cost_guards(self, config: Config, access: AccessPolicy) -> CostGuards | None:
         if not limits_active(config.limits):
             return None
-        if not isinstance(self.store, CounterStore):
-            raise ConfigError("limits: this storage backend cannot keep cost-guard counters")
         return CostGuards(config.limits, self.store, access.is_admin, config.attachments)
 
     def reload(self) -> ReloadPlan | None:
@@ -301,7 +293,7 @@ class App:
 
     async def typing(self, key: ConversationKey, author_id: str) -> None:
         debounce = self.config.debounce
-        if not debounce.typing_aware or not isinstance(self.store, TypingStore):
+        if not debounce.typing_aware:
             return
         engine = self.engine
         due = await author_typing(self.store, engine.clock, debounce.typing_seconds, key, author_id)
@@ -379,7 +371,7 @@ class App:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, handler)
         scheduler = asyncio.create_task(self.scheduler.run())
-        sweeper = asyncio.create_task(self.retention.run()) if self.retention else None
+        sweeper = asyncio.create_task(self.retention.run())
         started: list[Frontend] = []
         connecting_at = self.engine.clock.now()
         try:
@@ -393,9 +385,8 @@ class App:
             await asyncio.wait({stop, scheduler}, return_when=asyncio.FIRST_COMPLETED)
             stop.cancel()
         finally:
-            if sweeper is not None:
-                sweeper.cancel()
-                await asyncio.gather(sweeper, return_exceptions=True)
+            sweeper.cancel()
+            await asyncio.gather(sweeper, return_exceptions=True)
             await self._shutdown(started, scheduler)
             for sig in handlers:
                 with contextlib.suppress(NotImplementedError, RuntimeError):

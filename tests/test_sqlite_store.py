@@ -186,9 +186,10 @@ async def test_an_open_that_fails_leaves_no_connection_thread_behind(tmp_path: P
 async def test_a_new_file_another_process_is_writing_to_opens_once_it_is_done(
     tmp_path: Path,
 ) -> None:
-    """`--workers N` on a fresh file: while another opener holds a write lock on the file (it has
-    not switched it to WAL yet), SQLite refuses the switch to WAL at once, without its busy
-    timeout. The store must wait for the lock like any other statement does, not fail."""
+    """Two processes started together on a fresh file: while another opener holds a write lock
+    on the file (it has not switched it to WAL yet), SQLite refuses the switch to WAL at once,
+    without its busy timeout. The store must wait for the lock like any other statement does,
+    not fail."""
     path = str(tmp_path / "fresh.db")
     other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     other.execute("BEGIN IMMEDIATE")
