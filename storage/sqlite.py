@@ -126,13 +126,11 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         async with self._lock:
             db = self._open_db()
             try:
-                await to_completion(db.execute("BEGIN IMMEDIATE"))
+                await _run(db, "BEGIN IMMEDIATE", "cannot begin transaction")
                 yield db
-                await to_completion(db.execute("COMMIT"))
-            except BaseException as exc:
+                await _run(db, "COMMIT", "commit failed")
+            except BaseException:
                 await _roll_back(db)
-                if isinstance(exc, sqlite3.Error):
-                    raise StoreError(f"transaction failed: {exc}") from exc
                 raise
 
     async def _rows(
@@ -153,6 +151,13 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
 
     def _strings(self, value: Any) -> tuple[str, ...]:
         return tuple(json.loads(value))
+
+
+async def _run(db: aiosqlite.Connection, statement: str, failure: str) -> None:
+    try:
+        await to_completion(db.execute(statement))
+    except sqlite3.Error as exc:
+        raise StoreError(f"{failure}: {exc}") from exc
 
 
 async def _roll_back(db: aiosqlite.Connection) -> None:
