@@ -12,13 +12,13 @@ loop, as Slack's delivery workers are). The same senders flood, in the same run 
 
 Each run floods three times: once into an idle bot ("idle"), again once the first flood's bursts
 have closed and are being answered ("while answering": the acks then share the process with the
-model streams, commits and posts), and then with the events offered at the floor's rate
-(`ACK_FLOOR_PER_SECOND`, evenly spaced, whether or not earlier ones were acked) while the
-earlier bursts are still answered. The floor: one process on SQLite acknowledges >= 200 events
-a second (the closed-loop floods) with ack p99 <= 50 ms (at that rate). The bare app gets the
-same floods with the same pauses. After burstbot's run every burst is waited for, and the fake
-Slack API's call counts give the thinking indicator's calls (reactions, assistant status) per
-answered burst.
+model streams, commits and posts), and, once every burst is answered, with the events offered at
+the floor's rate (`ACK_FLOOR_PER_SECOND`, evenly spaced, whether or not earlier ones were acked;
+the process answers those bursts as they close, as it would in steady use). The floor: one
+process on SQLite acknowledges >= 200 events a second (the closed-loop floods) with ack p99 <= 50
+ms (at that rate). The bare app gets the same floods. After burstbot's run every burst is waited
+for, and the fake Slack API's call counts give the thinking indicator's calls (reactions,
+assistant status) per answered burst.
 
 Each flood also reads the CPU time its server used (user and system, from `/proc`, the process
 and every process it started) and divides it by the events acknowledged. The senders share the
@@ -355,14 +355,14 @@ async def _control(session: aiohttp.ClientSession, url: str, post: bool = False)
 
 
 # one run ----------------------------------------------------------------------------------------
-async def _two_floods(
+async def _floods(
     system: str, workers: int, beside: int, run: int, server: tuple[str, int], tag: str,
-    profile: Profile,
+    profile: Profile, phases: Sequence[str],
 ) -> list[FloodRow]:  # fmt: skip
-    """The idle flood, the one while answering and the paced one into `server` (URL and pid)."""
+    """The floods of `phases` (PHASES) into `server` (its URL and pid), one after the other."""
     url, pid = server
     rows = []
-    for phase in PHASES:
+    for phase in phases:
         bodies = events(
             f"{tag}{phase[0]}", profile.flood_senders, profile.flood_messages_per_sender,
             profile.flood_conversations_per_sender,
@@ -436,13 +436,18 @@ async def run_flood(
                     for system in order:
                         await _control(session, f"{fakes['control']}/forget", post=True)
                         if system == "bare":
-                            results.floods += await _two_floods(
-                                "bare Bolt", 0, workers, run, bare_server, f"B{tag}", profile
-                            )
+                            results.floods += await _floods(
+                                "bare Bolt", 0, workers, run, bare_server, f"B{tag}", profile,
+                                PHASES,
+                            )  # fmt: skip
                             continue
-                        results.floods += await _two_floods(
-                            "burstbot", workers, workers, run, (bot_url, pid), tag, profile
-                        )
+                        bot = ("burstbot", workers, workers, run, (bot_url, pid), tag, profile)
+                        results.floods += await _floods(*bot, PHASES[:2])
+                        await _settle(
+                            session, fakes["control"], bursts * 2 // 3,
+                            profile.settle_timeout_seconds,
+                        )  # fmt: skip
+                        results.floods += await _floods(*bot, [PACED])
                         counts = await _settle(
                             session, fakes["control"], bursts, profile.settle_timeout_seconds
                         )

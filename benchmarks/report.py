@@ -379,8 +379,10 @@ def _median(values: list[float]) -> float:
 
 
 def _flood_targets(results: Results) -> list[Target]:
-    found = []
+    found: list[Target] = []
     pairs = flood_pairs(results.flood)
+    if not pairs:
+        return found
     for phase in PHASES[:2]:  # the closed-loop floods: how many acks a second
         rates = [b.rate for b, _ in pairs if b.phase == phase]
         bare = [b.rate for _, b in pairs if b.phase == phase]
