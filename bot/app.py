@@ -11,7 +11,6 @@ import signal
 import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 from bot.config import Config, load_config, require_secret
 from bot.core.catch_up import CatchUp, CatchUpSettings, CatchUpSource, ThreadBook
@@ -41,13 +40,6 @@ from bot.ops.usage import PriceTable
 log = logging.getLogger("burstbot")
 PROMPT_CONTEXT_SECONDS = 10.0  # a front end's look-ups for the prompt (a channel's messages)
 SHUTDOWN_GRACE_SECONDS = 5.0  # for replies being posted at shutdown; well inside systemd's 30 s
-
-
-@runtime_checkable
-class WakeupHints(Protocol):
-    """A store that can tell this process when another one armed a timer or queued a reply."""
-
-    async def listen(self, hint: Callable[[str], None]) -> None: ...
 
 
 def make_owner(config: Config) -> str:
@@ -346,8 +338,7 @@ class App:
         """Serve until asked to stop (signal or a front end), then shut down cleanly; raise the
         error of a front end that failed for good, once everything has stopped."""
         await self.store.open()
-        if isinstance(self.store, WakeupHints):
-            await self.store.listen(self.hint)
+        await self.store.listen(self.hint)
         if self.config.metrics.enabled:
             metrics = self.config.metrics
             health = Health(self.store, self.frontends, self.metrics, self.engine.clock,

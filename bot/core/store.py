@@ -23,7 +23,7 @@ implementation keeps:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from bot.core.events import Draft, IncomingMessage, MessageDeleted, MessageEdited
@@ -93,6 +93,12 @@ class Store(NoteBook, Protocol):
         ...
 
     async def close(self) -> None: ...
+
+    async def listen(self, hint: Callable[[str], None]) -> None:
+        """Call `hint(payload)` when another process arms a timer, queues a reply or releases its
+        leases (best effort: polling stays the guarantee; a store that hears nothing does
+        nothing)."""
+        ...
 
     @property
     def schema_version(self) -> int:
