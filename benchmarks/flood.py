@@ -4,21 +4,26 @@ Signed Events API requests (new messages in direct-message channels) come from `
 concurrent senders, each sending its next event once the previous one is acknowledged (a closed
 loop, as Slack's delivery workers are). The same senders flood, in the same run and taking turns:
 
-- **bare Bolt**: a Bolt `AsyncApp` whose listeners do nothing (benchmarks/flood_peers.py);
-- **burstbot**: `burstbot run` in HTTP mode (its own process, or `--workers N` processes on one
-  port), on a SQLite file, against the fake Slack Web API and the fake Anthropic Messages API (one
-  more process, testkit), through the real Slack SDK and Anthropic SDK.
+- **bare Bolt**: a Bolt `AsyncApp` whose listeners do nothing (benchmarks/flood_peers.py), the
+  baseline measured in the same run;
+- **burstbot**: one `burstbot run` process in HTTP mode on a SQLite file, against the fake Slack
+  Web API and the fake Anthropic Messages API (one more process, testkit), through the real
+  Slack SDK and Anthropic SDK.
 
-Each run floods twice: once into an idle bot ("idle"), and again once the first flood's bursts
+Each run floods three times: once into an idle bot ("idle"), again once the first flood's bursts
 have closed and are being answered ("while answering": the acks then share the process with the
-model streams, commits and posts). The bare app gets the same two floods with the same pause. After
-burstbot's run every burst is waited for, and the fake Slack API's call counts give the thinking
-indicator's calls (reactions, assistant status) per answered burst.
+model streams, commits and posts), and, once every burst is answered, with the events offered at
+the floor's rate (`ACK_FLOOR_PER_SECOND`, evenly spaced, whether or not earlier ones were acked;
+the process answers those bursts as they close, as it would in steady use). The floor: one
+process on SQLite acknowledges >= 200 events a second (the closed-loop floods) with ack p99 <= 50
+ms (at that rate). The bare app gets the same floods. After burstbot's run every burst is waited
+for, and the fake Slack API's call counts give the thinking indicator's calls (reactions,
+assistant status) per answered burst.
 
 Each flood also reads the CPU time its server used (user and system, from `/proc`, the process
-and every process it started: all of `--workers N`) and divides it by the events acknowledged.
-The senders share the machine's cores, so acks per second follow this figure; where `/proc` is
-missing (not Linux) it is left out.
+and every process it started) and divides it by the events acknowledged. The senders share the
+machine's cores, so acks per second follow this figure; where `/proc` is missing (not Linux) it
+is left out.
 """
 
 from __future__ import annotations
@@ -41,11 +46,13 @@ from typing import Any
 import aiohttp
 
 from benchmarks.flood_peers import BOT_TOKEN, MODEL_KEY, SIGNING_SECRET
-from benchmarks.ingest import percentile
+from benchmarks.ingest import ACK_FLOOR_PER_SECOND, percentile
 from benchmarks.profiles import Profile
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 INDICATOR_METHODS = ("reactions.add", "reactions.remove", "assistant.threads.setStatus")
+PHASES = ("idle", "while answering", f"at {ACK_FLOOR_PER_SECOND:.0f} / s")
+PACED = PHASES[2]
 
 
 @dataclass(frozen=True)
@@ -54,7 +61,7 @@ class FloodRow:
     workers: int  # burstbot processes; 0 for the bare app
     beside: int  # burstbot processes of the pass this row was measured in (the pairing key)
     run: int
-    phase: str  # "idle" or "while answering"
+    phase: str  # one of PHASES
     events: int
     seconds: float
     p50_ms: float
@@ -143,6 +150,41 @@ async def flood(url: str, per_sender: Sequence[Sequence[bytes]]) -> tuple[float,
     async with aiohttp.ClientSession(connector=connector) as session:
         began = time.perf_counter()
         await asyncio.gather(*(sender(session, bodies) for bodies in per_sender))
+        seconds = time.perf_counter() - began
+    return seconds, latencies, failed
+
+
+async def paced_flood(
+    url: str, per_sender: Sequence[Sequence[bytes]], rate: float
+) -> tuple[float, list[float], int]:
+    """Offer every body at `rate` a second, evenly spaced (the senders' bodies interleaved), each
+    sent on time whether or not earlier ones were acknowledged; as `flood` returns."""
+    latencies: list[float] = []
+    failed = 0
+    order = [bodies[m] for m in range(max(map(len, per_sender))) for bodies in per_sender
+             if m < len(bodies)]  # fmt: skip
+
+    async def send(session: aiohttp.ClientSession, body: bytes) -> None:
+        nonlocal failed
+        began = time.perf_counter()
+        try:
+            async with session.post(url, data=body, headers=_signed(body)) as response:
+                await response.read()
+                ok = response.status == 200
+        except aiohttp.ClientError:
+            ok = False
+        latencies.append((time.perf_counter() - began) * 1000)
+        failed += not ok
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        began = time.perf_counter()
+        sent: list[asyncio.Task[None]] = []
+        for n, body in enumerate(order):
+            delay = began + n / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            sent.append(asyncio.create_task(send(session, body)))
+        await asyncio.gather(*sent)
         seconds = time.perf_counter() - began
     return seconds, latencies, failed
 
@@ -313,20 +355,23 @@ async def _control(session: aiohttp.ClientSession, url: str, post: bool = False)
 
 
 # one run ----------------------------------------------------------------------------------------
-async def _two_floods(
+async def _floods(
     system: str, workers: int, beside: int, run: int, server: tuple[str, int], tag: str,
-    profile: Profile,
+    profile: Profile, phases: Sequence[str],
 ) -> list[FloodRow]:  # fmt: skip
-    """The idle flood and the one while answering into `server` (its URL and pid)."""
+    """The floods of `phases` (PHASES) into `server` (its URL and pid), one after the other."""
     url, pid = server
     rows = []
-    for phase in ("idle", "while answering"):
+    for phase in phases:
         bodies = events(
             f"{tag}{phase[0]}", profile.flood_senders, profile.flood_messages_per_sender,
             profile.flood_conversations_per_sender,
         )  # fmt: skip
         cpu_before = cpu_seconds(pid)
-        seconds, latencies, failed = await flood(url, bodies)
+        if phase == PACED:
+            seconds, latencies, failed = await paced_flood(url, bodies, ACK_FLOOR_PER_SECOND)
+        else:
+            seconds, latencies, failed = await flood(url, bodies)
         cpu_after = cpu_seconds(pid)
         p50, p99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
         acked = len(latencies) - failed
@@ -368,7 +413,7 @@ async def run_flood(
     profile: Profile, directory: str, py_spy_dir: str | None = None
 ) -> FloodResults:
     results = FloodResults([], [])
-    bursts = 2 * profile.flood_senders * profile.flood_conversations_per_sender
+    bursts = len(PHASES) * profile.flood_senders * profile.flood_conversations_per_sender
     peers = ["-m", "benchmarks.flood_peers"]
     fakes_args = [*peers, "fakes", "--model-delay", str(profile.flood_model_delay)]
     async with (
@@ -391,13 +436,18 @@ async def run_flood(
                     for system in order:
                         await _control(session, f"{fakes['control']}/forget", post=True)
                         if system == "bare":
-                            results.floods += await _two_floods(
-                                "bare Bolt", 0, workers, run, bare_server, f"B{tag}", profile
-                            )
+                            results.floods += await _floods(
+                                "bare Bolt", 0, workers, run, bare_server, f"B{tag}", profile,
+                                PHASES,
+                            )  # fmt: skip
                             continue
-                        results.floods += await _two_floods(
-                            "burstbot", workers, workers, run, (bot_url, pid), tag, profile
-                        )
+                        bot = ("burstbot", workers, workers, run, (bot_url, pid), tag, profile)
+                        results.floods += await _floods(*bot, PHASES[:2])
+                        await _settle(
+                            session, fakes["control"], bursts * 2 // 3,
+                            profile.settle_timeout_seconds,
+                        )  # fmt: skip
+                        results.floods += await _floods(*bot, [PACED])
                         counts = await _settle(
                             session, fakes["control"], bursts, profile.settle_timeout_seconds
                         )

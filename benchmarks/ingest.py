@@ -1,10 +1,13 @@
-"""Workload 3: an ingest flood from many concurrent senders into one process.
+"""Workload 3: an ingest flood from many concurrent senders into one process on SQLite.
 
-burstbot: `Engine.ingest` (what adapters call) on the SQLite store, every sender awaiting its ack
-before sending its next message. Reference: plain `sqlite3` running the shared per-message
-statements (`ensure_conversation`, `bump_version`, `insert_message`, `arm_timer`), one
-`BEGIN IMMEDIATE` ... `COMMIT` per message, same PRAGMAs (WAL, synchronous=FULL), in a tight loop:
-the rate one writer can commit messages one at a time on this disk.
+burstbot: `Engine.ingest` (what adapters call) on the SQLite store, first with every sender
+awaiting its ack before sending its next message (how many acks a second one process gives), then
+with messages offered at the floor's rate whether or not earlier ones were acked (the ack p99 at
+that rate). The floor: **one process on SQLite acknowledges >= 200 messages a second with ack p99
+<= 50 ms**, 25x Slack's per-workspace cap of 30,000 events an hour. Baseline, measured in the same
+run: plain `sqlite3` running the same shared per-message statements (`ensure_conversation`,
+`bump_version`, `insert_message`, `arm_timer`), one `BEGIN IMMEDIATE` ... `COMMIT` per message,
+same PRAGMAs (WAL, synchronous=FULL), in a tight loop: what this disk allows one writer.
 """
 
 from __future__ import annotations
@@ -25,6 +28,11 @@ from bot.core.settings import EngineSettings
 from storage.rows import message_uid
 from storage.sqlite import Q, SqliteStore
 from testkit import StreamingModel
+
+ACK_FLOOR_PER_SECOND = 200.0
+"""Acks a second one process on SQLite must give (ingest and the Slack flood)."""
+ACK_P99_FLOOR_MS = 50.0
+"""The ack p99 it must keep at that rate."""
 
 
 @dataclass(frozen=True)
@@ -177,7 +185,7 @@ async def burstbot_at_rate(profile: Profile, directory: str, rate: float) -> Ing
     seconds = time.perf_counter() - started
     await engine.store.close()
     return IngestRow(
-        f"burstbot at the raw rate ({rate:.0f}/s offered)",
+        f"burstbot at the floor's rate ({rate:.0f}/s offered)",
         len(latencies),
         seconds,
         percentile(latencies, 0.5) * 1000,
@@ -188,5 +196,5 @@ async def burstbot_at_rate(profile: Profile, directory: str, rate: float) -> Ing
 async def run_ingest(profile: Profile, directory: str) -> list[IngestRow]:
     raw = await raw_sqlite(profile, directory)
     flood = await burstbot_flood(profile, directory)
-    at_rate = await burstbot_at_rate(profile, directory, raw.rate)
+    at_rate = await burstbot_at_rate(profile, directory, ACK_FLOOR_PER_SECOND)
     return [raw, flood, at_rate]

@@ -39,7 +39,7 @@ class Profile:
     flood_model_words: int = 20
     flood_model_delay: float = 0.02
     flood_runs: int = 3
-    flood_workers: tuple[int, ...] = (1, 2)
+    flood_workers: tuple[int, ...] = (1,)  # SQLite: one process (several need PostgreSQL)
     start_spread_seconds: float = 1.0  # people start typing at random times within this
     settle_timeout_seconds: float = 120.0
     # 7, 8. first visible word and cancel latency (Slack HTTP mode, Claude replier, real clock)
@@ -113,7 +113,7 @@ QUICK = Profile(
     flood_model_words=3,
     flood_model_delay=0.0,
     flood_runs=1,
-    flood_workers=(1, 2),
+    flood_workers=(1,),
     start_spread_seconds=0.1,
     settle_timeout_seconds=30.0,
     felt_conversations=3,

@@ -11,10 +11,9 @@ import signal
 import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 from bot.config import Config, load_config, require_secret
-from bot.core.catch_up import CatchUp, CatchUpSettings, CatchUpSource, FrontendMemory, ThreadBook
+from bot.core.catch_up import CatchUp, CatchUpSettings, CatchUpSource, ThreadBook
 from bot.core.clock import Clock, SystemClock
 from bot.core.engine import Engine
 from bot.core.errors import BurstbotError, ConfigError, StoreError
@@ -26,28 +25,21 @@ from bot.core.scheduler import Scheduler
 from bot.core.settings import EngineSettings
 from bot.core.signals import Listener
 from bot.core.store import IngestResult, Store
-from bot.core.typing_window import TypingStore, author_typing
+from bot.core.typing_window import author_typing
 from bot.model.offline import OfflineReplier
 from bot.model.replier import Replier
 from bot.ops.access import AccessPolicy
-from bot.ops.guards import CostGuards, CounterStore, limits_active
+from bot.ops.guards import CostGuards, limits_active
 from bot.ops.health import Health
 from bot.ops.logs import configure_logging
 from bot.ops.metrics import Metrics, MetricsServer
 from bot.ops.reload import ReloadPlan, plan_reload
-from bot.ops.retention import Retention, RetentionStore
+from bot.ops.retention import Retention
 from bot.ops.usage import PriceTable
 
 log = logging.getLogger("burstbot")
 PROMPT_CONTEXT_SECONDS = 10.0  # a front end's look-ups for the prompt (a channel's messages)
 SHUTDOWN_GRACE_SECONDS = 5.0  # for replies being posted at shutdown; well inside systemd's 30 s
-
-
-@runtime_checkable
-class WakeupHints(Protocol):
-    """A store that can tell this process when another one armed a timer or queued a reply."""
-
-    async def listen(self, hint: Callable[[str], None]) -> None: ...
 
 
 def make_owner(config: Config) -> str:
@@ -141,19 +133,13 @@ class App:
             gate=self.guards,
         )
         self.scheduler = Scheduler(self.engine)
-        if not isinstance(store, FrontendMemory):
-            raise ConfigError("storage: this backend cannot remember threads or catch up")
         self.catch_up_settings = CatchUpSettings.from_config(config)
         self.threads = ThreadBook(store, self.engine.clock, self.ingest, self.catch_up_settings)
-        if not isinstance(store, NoteBook):
-            raise ConfigError("storage: this backend cannot keep notes about conversations")
         self.notes: NoteBook = store
         self.engine.prompts.context = self._prompt_context
         self.catch_ups: list[CatchUp] = []
         self.metrics = Metrics(PriceTable(config.prices))
-        self.retention = None
-        if isinstance(store, RetentionStore):
-            self.retention = Retention(store, self.engine.clock, lambda: self.config.retention)
+        self.retention = Retention(store, self.engine.clock, lambda: self.config.retention)
         self.metrics_server: MetricsServer | None = None
         self._listeners: list[Listener] = []
         self.subscribe(self.metrics.observe)
@@ -167,8 +153,6 @@ class App:
     def _cost_guards(self, config: Config, access: AccessPolicy) -> CostGuards | None:
         if not limits_active(config.limits):
             return None
-        if not isinstance(self.store, CounterStore):
-            raise ConfigError("limits: this storage backend cannot keep cost-guard counters")
         return CostGuards(config.limits, self.store, access.is_admin, config.attachments)
 
     def reload(self) -> ReloadPlan | None:
@@ -301,7 +285,7 @@ class App:
 
     async def typing(self, key: ConversationKey, author_id: str) -> None:
         debounce = self.config.debounce
-        if not debounce.typing_aware or not isinstance(self.store, TypingStore):
+        if not debounce.typing_aware:
             return
         engine = self.engine
         due = await author_typing(self.store, engine.clock, debounce.typing_seconds, key, author_id)
@@ -354,8 +338,7 @@ class App:
         """Serve until asked to stop (signal or a front end), then shut down cleanly; raise the
         error of a front end that failed for good, once everything has stopped."""
         await self.store.open()
-        if isinstance(self.store, WakeupHints):
-            await self.store.listen(self.hint)
+        await self.store.listen(self.hint)
         if self.config.metrics.enabled:
             metrics = self.config.metrics
             health = Health(self.store, self.frontends, self.metrics, self.engine.clock,
@@ -379,7 +362,7 @@ class App:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, handler)
         scheduler = asyncio.create_task(self.scheduler.run())
-        sweeper = asyncio.create_task(self.retention.run()) if self.retention else None
+        sweeper = asyncio.create_task(self.retention.run())
         started: list[Frontend] = []
         connecting_at = self.engine.clock.now()
         try:
@@ -393,9 +376,8 @@ class App:
             await asyncio.wait({stop, scheduler}, return_when=asyncio.FIRST_COMPLETED)
             stop.cancel()
         finally:
-            if sweeper is not None:
-                sweeper.cancel()
-                await asyncio.gather(sweeper, return_exceptions=True)
+            sweeper.cancel()
+            await asyncio.gather(sweeper, return_exceptions=True)
             await self._shutdown(started, scheduler)
             for sig in handlers:
                 with contextlib.suppress(NotImplementedError, RuntimeError):

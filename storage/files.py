@@ -3,7 +3,7 @@ fetch gave, and its bytes, kept once per SHA-256 however many messages share the
 
 from __future__ import annotations
 
-from bot.core.attachments import StoredFile
+from bot.core.store import StoredFile
 from storage.seam import Conn, StoreSeam
 
 

@@ -153,7 +153,7 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
                 server_settings=self._settings,
             )
             await self._listener.add_listener(
-                WAKEUP_CHANNEL, lambda _conn, _pid, _channel, payload: hint(payload)
+                WAKEUP_CHANNEL, lambda _listener, _pid, _channel, payload: hint(payload)
             )
         except (*_DB_ERRORS, TimeoutError) as exc:
             log.warning("no wake-up hints from other processes (polling only): %s", exc)
@@ -191,7 +191,7 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
         return self._pool
 
     @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[asyncpg.Connection]:
+    async def _pooled(self) -> AsyncIterator[asyncpg.Connection]:
         """A pooled connection, waited for no longer than the acquire limit; one that was lost
         while in use is terminated (not reset and reused) and the rest of the pool expired."""
         pool = self._pool_or_fail()
@@ -208,7 +208,7 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
     async def _transaction(self) -> AsyncIterator[asyncpg.Connection]:
         """Started and ended by hand: after a lost connection no ROLLBACK waits on it again."""
         try:
-            async with self._connection() as conn:
+            async with self._pooled() as conn:
                 transaction = conn.transaction(isolation="read_committed")
                 await transaction.start()
                 try:
@@ -229,7 +229,7 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
         try:
             if db is not None:
                 return list(await db.fetch(sql, *args))
-            async with self._connection() as own:
+            async with self._pooled() as own:
                 return list(await own.fetch(sql, *args))
         except _DB_ERRORS as exc:
             raise StoreError(f"{name}: {_describe(exc)}") from exc

@@ -10,7 +10,6 @@ from typing import Any, Protocol, TypeVar
 
 from bot.core import store as contract
 from bot.core.events import Attachment, ConversationKey, IncomingMessage, MessageEdited
-from bot.ops.inspection import ConversationSummary
 
 Params = Mapping[str, Any]
 R = TypeVar("R")
@@ -54,8 +53,8 @@ def history_from_row(r: Row) -> contract.HistoryItem:
     return _record(contract.HistoryItem, r, version=int(r["version"]), attachments=attachments)
 
 
-def summary_from_row(r: Row) -> ConversationSummary:
-    return _record(ConversationSummary, r, state=state_from_row(str(r["id"]), r))
+def summary_from_row(r: Row) -> contract.ConversationSummary:
+    return _record(contract.ConversationSummary, r, state=state_from_row(str(r["id"]), r))
 
 
 def state_from_row(conversation_id: str, r: Row) -> contract.ConversationState:
@@ -80,7 +79,7 @@ def generation_from_row(r: Row) -> contract.GenerationRecord:
 
 # Records to statement parameters (the same names in every dialect's statements) ----------------
 def message_params(message: IncomingMessage, now: float) -> dict[str, Any]:
-    """A new message as `insert_message` (and the SQLite group commit) take it, less its seq."""
+    """A new message as `insert_message` takes it, less its seq."""
     key = message.key
     return {"cid": key.id, "platform": key.platform, "now": now,
             "uid": message_uid(key.platform, key.workspace, message.message_id),

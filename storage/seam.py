@@ -5,7 +5,7 @@ groups (sql_store.py, files.py, drafts.py, upkeep.py) share it."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Generic, TypeVar
 
@@ -31,6 +31,9 @@ class StoreSeam(ABC, Generic[Conn]):
 
     async def _hint(self, db: Conn, payload: str) -> None:
         """No other process listens unless the backend says otherwise."""
+
+    async def listen(self, hint: Callable[[str], None]) -> None:
+        """Nothing to hear unless the backend says otherwise (see `_hint`)."""
 
     async def _one(self, name: str, params: Params, db: Conn | None = None) -> Row | None:
         rows = await self._rows(name, params, db)

@@ -31,8 +31,7 @@ from typing import ClassVar, Literal
 from bot.core import store as contract
 from bot.core.errors import StoreError
 from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited
-from bot.core.store import IngestResult, OutboxRow, Timing
-from bot.ops.inspection import ConversationSummary
+from bot.core.store import ConversationSummary, IngestResult, OutboxRow, Timing
 from storage import rows as codec
 from storage.drafts import DraftSteps
 from storage.files import FileSteps
@@ -335,7 +334,7 @@ class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn], NoteSteps[Conn])
         rows = await self._rows("reset_history", {"cid": conversation_id})
         return int(rows[0][0]) if rows else None
 
-    # what front ends remember (bot.core.catch_up.FrontendMemory) -----------------------------
+    # what front ends remember (bot.core.catch_up) -------------------------------------------
     async def thread_status(self, conversation_id: str) -> bool | None:
         row = await self._one("thread_status", {"cid": conversation_id})
         return None if row is None or row[0] is None else bool(row[0])
@@ -359,7 +358,7 @@ class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn], NoteSteps[Conn])
         params = {"platform": platform, "before": before, "now": now}
         return {str(r[0]): r[1] for r in await self._rows("catch_up_points", params)}
 
-    # cost-guard counters (bot.ops.guards.CounterStore) ---------------------------------------
+    # cost-guard counters (bot.ops.guards) ----------------------------------------------------
     async def add_to_counter(self, scope: str, window_start: int, amount: int, expires_at: float,
                              now: float) -> int:  # fmt: skip
         async with self._transaction() as db:
@@ -391,7 +390,7 @@ class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn], NoteSteps[Conn])
         rows = await self._rows("read_counter", {"scope": scope, "window_start": window_start})
         return int(rows[0][0]) if rows else 0
 
-    # operator inspection (bot.ops.inspection.StoreInspector) ----------------------------------
+    # operator inspection (burstbot status, explain) -----------------------------------------
     async def list_conversations(self, active_only: bool = True, limit: int = 50,
                                  ) -> list[ConversationSummary]:  # fmt: skip
         rows = await self._rows("list_conversations", {"active": active_only, "limit": limit})

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from bot.core.attachments import attachment_uid
 from bot.core.events import ConversationKey
-from bot.ops.health import Backlog
+from bot.core.store import Backlog
 from storage.rows import Params, attachments_from_json
 from storage.seam import Conn, StoreSeam
 

@@ -82,7 +82,7 @@ async def test_a_pass_starts_after_the_newest_message_stored_before_the_cut_off(
     await app.catch_ups[0].idle()
     [run] = front.runs
     assert run.points == {KEY: "m1"} and run.listened
-    messages = await app.store.messages(KEY.id)  # type: ignore[attr-defined]
+    messages = await app.store.messages(KEY.id)
     assert [(m.message_id, m.via) for m in messages] == [("m1", ""), ("m3", ""), ("m2", "catch-up")]
 
 
@@ -120,7 +120,7 @@ async def test_a_failed_pass_runs_again_after_a_backoff_with_the_same_cut_off(
     await runner.idle()
     assert 6 <= clock.now() - started <= 7
     assert front.runs[2].points == {live: None} and front.runs[2].listened  # same cut-off
-    assert [m.message_id for m in await app.store.messages(KEY.id)] == ["m1"]  # type: ignore[attr-defined]
+    assert [m.message_id for m in await app.store.messages(KEY.id)] == ["m1"]
 
 
 async def test_requests_while_a_pass_runs_merge_into_one_more_pass(

@@ -100,12 +100,13 @@ def test_example_config_parses() -> None:
 
 def test_workers_refuse_front_ends_that_keep_one_connection(tmp_path: Path) -> None:
     """Only Slack's HTTP endpoint can be shared by several processes; the rest is refused."""
+    postgres = '[storage]\nurl = "postgresql://bot@127.0.0.1:9/bot"\n'
     socket_mode = '[console]\nenabled = false\n[slack]\nenabled = true\nmode = "socket"\n'
     discord = "[console]\nenabled = false\n[discord]\nenabled = true\n"
     http_and_console = '[slack]\nenabled = true\nmode = "http"\n'
     for text in (socket_mode, discord, http_and_console):
         config = tmp_path / "c.toml"
-        config.write_text(text)
+        config.write_text(postgres + text)
         result = burstbot(["run", "--config", str(config), "--workers", "2"], tmp_path)
         assert result.returncode == 2, result.stderr
         [line] = result.stderr.strip().splitlines()
@@ -114,3 +115,19 @@ def test_workers_refuse_front_ends_that_keep_one_connection(tmp_path: Path) -> N
     result = burstbot(["run", "--workers", "0"], tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip() == "burstbot: config error: --workers must be at least 1"
+
+
+def test_workers_on_sqlite_point_to_postgresql(tmp_path: Path) -> None:
+    """SQLite is for one process: `--workers N` on it is refused in one line, before anything
+    starts, whatever the front ends (the default config's terminal included)."""
+    http_only = '[console]\nenabled = false\n[slack]\nenabled = true\nmode = "http"\n'
+    config = tmp_path / "c.toml"
+    config.write_text(f'[storage]\nurl = "sqlite:///{tmp_path / "bot.db"}"\n{http_only}')
+    for args in (["--config", str(config)], []):
+        result = burstbot(["run", *args, "--workers", "2"], tmp_path)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.strip() == (
+            "burstbot: config error: --workers 2: several processes need PostgreSQL; SQLite is "
+            'for one process (set [storage] url = "postgresql://...", or run with --workers 1)'
+        )
+    assert not (tmp_path / "bot.db").exists() and not (tmp_path / "burstbot.db").exists()

@@ -3,7 +3,8 @@
 - The core (`bot/core/`, `bot/model/`) imports nothing from adapters, storage, operations, the
   command line or the composition root: it runs on any store and any platform.
 - Adapters translate; they never reach into storage, operations, the CLI or the composition root.
-- Storage implements the core's `Store`; a backend module never imports another backend.
+- Storage implements the core's `Store` and imports nothing else of the bot; a backend module
+  never imports another backend.
 - Only `bot/cli/main.py` (the entry point) and the composition root itself import `bot.app`.
 - The test kit stays outside the product: no product module imports `testkit` or `tests`, the
   wheel holds neither, and benchmarks (and the kit itself) never import `tests`.
@@ -71,6 +72,17 @@ def test_storage_backends_stand_alone() -> None:
         path = ROOT / (backend.replace(".", "/") + ".py")
         others = tuple(b for b in BACKENDS if b != backend)
         assert offenders([path], others) == []
+
+
+def test_storage_imports_only_the_core() -> None:
+    """Of the bot, storage sees the core alone: the records it returns live in the core."""
+    outside_core = [
+        f"{path.name} imports {name}"
+        for path in modules("storage")
+        for name in sorted(imports_of(path))
+        if name.split(".")[0] == "bot" and name.split(".")[:2] != ["bot", "core"]
+    ]
+    assert outside_core == []
 
 
 def test_only_the_entry_point_wires_the_app() -> None:

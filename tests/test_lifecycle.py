@@ -4,7 +4,6 @@ dead front end does to it."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -14,7 +13,6 @@ import pytest
 
 from adapters.slack import SlackFrontend
 from bot.app import App
-from bot.cli.serve import serve_app
 from bot.config import parse_config
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier, check_invariants
@@ -149,25 +147,6 @@ async def eventually(check: Callable[[], bool], within: float = 5.0) -> None:
     async with asyncio.timeout(within):
         while not check():  # noqa: ASYNC110
             await asyncio.sleep(0.005)
-
-
-async def test_what_startup_built_leaves_the_collectors_way_once_the_app_serves(
-    store: SqliteStore, clock: FakeClock
-) -> None:
-    """`burstbot run` (serve_app): once every front end has started, the objects alive then move
-    to the collector's permanent generation, so full collections no longer walk them (each one
-    stopped the loop for 17-80 ms in the Slack flood)."""
-    config = parse_config(shared_config())
-    app = App(config, store, ScriptedReplier(), [RecordingFrontend()], clock=clock)
-    gc.unfreeze()
-    serving = asyncio.create_task(serve_app(app))
-    try:
-        await asyncio.wait_for(app.serving.wait(), 5)
-        await eventually(lambda: gc.get_freeze_count() > 0)
-    finally:
-        app.request_stop()
-        await asyncio.wait_for(serving, 10)
-        gc.unfreeze()  # the rest of the suite's objects stay collectable
 
 
 class BrokenStopFrontend(RecordingFrontend):

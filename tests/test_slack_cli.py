@@ -16,12 +16,14 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import aiosqlite
 import pytest
 
 from testkit.fake_slack import EventSender, FakeSlackApi, assistant_event, dm
+from tests import pg
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "operator-signing-secret"
@@ -33,13 +35,16 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def write_config(tmp_path: Path, api: FakeSlackApi, port: int, extra: str = "") -> Path:
-    """`extra` adds TOML sections, and keys at the end of `[slack]`."""
+def write_config(
+    tmp_path: Path, api: FakeSlackApi, port: int, extra: str = "", storage_url: str = ""
+) -> Path:
+    """`extra` adds TOML sections, and keys at the end of `[slack]`; the store is SQLite in
+    `tmp_path` unless `storage_url` names another."""
     config = tmp_path / "burstbot.toml"
     config.write_text(
         f"""{extra}
 [storage]
-url = "sqlite:///{tmp_path / "burstbot.db"}"
+url = "{storage_url or f"sqlite:///{tmp_path / 'burstbot.db'}"}"
 
 [debounce]
 quiet_seconds = 3.0
@@ -83,18 +88,37 @@ async def until(condition: Callable[[], bool], within: float = 15.0) -> None:
         await asyncio.sleep(0.05)
 
 
-async def settled_replies(db: Path, within: float = 30.0) -> dict[str, list[tuple[str, str]]]:
-    """Each conversation's replies (state, text) in the store at `db`, once every stored message
-    is answered and every reply sent or failed: everything the process has posted and ever will."""
+CONVERSATIONS = "SELECT id, version, answered_version FROM conversations"
+REPLIES = "SELECT conversation_id, state, text FROM replies ORDER BY id"
+Rows = list[tuple[Any, ...]]
+
+
+async def stored_rows(db: Path | str) -> tuple[Rows, Rows]:
+    """Conversations and replies in the SQLite file `db`, or in PostgreSQL's schema `db`."""
+    if isinstance(db, Path):
+        async with aiosqlite.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            conversations = await conn.execute_fetchall(CONVERSATIONS)
+            return [tuple(r) for r in conversations], [
+                tuple(r) for r in await conn.execute_fetchall(REPLIES)
+            ]
+    import asyncpg
+
+    pg_conn = await asyncpg.connect(pg.dsn(), server_settings={"search_path": db})
+    try:
+        return [tuple(r) for r in await pg_conn.fetch(CONVERSATIONS)], [
+            tuple(r) for r in await pg_conn.fetch(REPLIES)
+        ]
+    finally:
+        await pg_conn.close()
+
+
+async def settled_replies(db: Path | str, within: float = 30.0) -> dict[str, list[tuple[str, str]]]:
+    """Each conversation's replies (state, text) in the store `db` (see `stored_rows`), once every
+    stored message is answered and every reply sent or failed: everything the process has posted
+    and ever will."""
     deadline = time.monotonic() + within
     while True:
-        async with aiosqlite.connect(f"file:{db}?mode=ro", uri=True) as conn:
-            conversations = await conn.execute_fetchall(
-                "SELECT id, version, answered_version FROM conversations"
-            )
-            rows = await conn.execute_fetchall(
-                "SELECT conversation_id, state, text FROM replies ORDER BY id"
-            )
+        conversations, rows = await stored_rows(db)
         replies: dict[str, list[tuple[str, str]]] = {str(c[0]): [] for c in conversations}
         for cid, state, text in rows:
             replies[str(cid)].append((str(state), str(text)))
@@ -103,6 +127,18 @@ async def settled_replies(db: Path, within: float = 30.0) -> dict[str, list[tupl
             return replies
         assert time.monotonic() < deadline, f"not settled: {conversations} {rows}"
         await asyncio.sleep(0.1)
+
+
+@pytest.fixture
+async def pg_schema() -> AsyncIterator[str]:
+    """A fresh PostgreSQL schema: `--workers N` refuses SQLite (skips without a server)."""
+    schema = await pg.create_schema("burstbot_workers")
+    yield schema
+    await pg.drop_schema(schema)
+
+
+def pg_url(schema: str) -> str:
+    return f"{pg.dsn()}?search_path={schema}"
 
 
 @pytest.fixture
@@ -193,10 +229,10 @@ async def test_rejected_bot_token_prints_one_line_and_exits_2(
 
 
 async def test_two_workers_share_one_port_and_one_store_and_stop_together(
-    api: FakeSlackApi, tmp_path: Path
+    api: FakeSlackApi, tmp_path: Path, pg_schema: str
 ) -> None:
     port = free_port()
-    config = write_config(tmp_path, api, port)
+    config = write_config(tmp_path, api, port, storage_url=pg_url(pg_schema))
     process = await start_burstbot(config, "xoxb-test", "--workers", "2", "-v")
     sender = EventSender(f"http://127.0.0.1:{port}/slack/events", SECRET)
     try:
@@ -212,7 +248,7 @@ async def test_two_workers_share_one_port_and_one_store_and_stop_together(
                     assert process.returncode is None and time.monotonic() < deadline
                     await asyncio.sleep(0.1)
         await until(lambda: len(api.posts()) == 4)
-        replies = await settled_replies(tmp_path / "burstbot.db")
+        replies = await settled_replies(pg_schema)
         assert [len(answers) for answers in replies.values()] == [1, 1, 1, 1]  # one per burst
         assert sorted(p.channel for p in api.posts()) == ["D0", "D1", "D2", "D3"]
         assert all(p.text.startswith("Got your 5 messages:") for p in api.posts())
@@ -227,11 +263,11 @@ async def test_two_workers_share_one_port_and_one_store_and_stop_together(
 
 
 async def test_a_reload_of_the_workers_parent_reaches_every_worker(
-    api: FakeSlackApi, tmp_path: Path
+    api: FakeSlackApi, tmp_path: Path, pg_schema: str
 ) -> None:
     """`engine.pid_file` names the parent of `--workers N`; its SIGHUP reloads every worker."""
     pid_file = tmp_path / "burstbot.pid"
-    config = write_config(tmp_path, api, free_port())
+    config = write_config(tmp_path, api, free_port(), storage_url=pg_url(pg_schema))
     text = config.read_text().replace("[engine]\n", f'[engine]\npid_file = "{pid_file}"\n', 1)
     config.write_text(text)
     process = await start_burstbot(config, "xoxb-test", "--workers", "2")

@@ -8,6 +8,7 @@ import sqlite3
 import stat
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -149,7 +150,6 @@ async def test_the_database_and_its_wal_are_private_to_their_owner(tmp_path: Pat
         os.umask(previous)
     assert modes == {
         "private.db": 0o600, "private.db-shm": 0o600, "private.db-wal": 0o600,
-        "private.db-writer": 0o600,  # the writers' turn (storage/sqlite_turn.py)
     }  # fmt: skip
 
 
@@ -186,9 +186,10 @@ async def test_an_open_that_fails_leaves_no_connection_thread_behind(tmp_path: P
 async def test_a_new_file_another_process_is_writing_to_opens_once_it_is_done(
     tmp_path: Path,
 ) -> None:
-    """`--workers N` on a fresh file: while another opener holds a write lock on the file (it has
-    not switched it to WAL yet), SQLite refuses the switch to WAL at once, without its busy
-    timeout. The store must wait for the lock like any other statement does, not fail."""
+    """Two processes started together on a fresh file: while another opener holds a write lock
+    on the file (it has not switched it to WAL yet), SQLite refuses the switch to WAL at once,
+    without its busy timeout. The store must wait for the lock like any other statement does,
+    not fail."""
     path = str(tmp_path / "fresh.db")
     other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     other.execute("BEGIN IMMEDIATE")
@@ -205,38 +206,11 @@ async def test_a_new_file_another_process_is_writing_to_opens_once_it_is_done(
         await store.close()
 
 
-async def test_a_read_does_not_wait_behind_a_write_transaction(tmp_path: Path) -> None:
-    """On a file, the scheduler's lookups go to a second connection (WAL): they never queue
-    behind a commit and its fsync."""
-    store = SqliteStore(str(tmp_path / "reads.db"))
-    await store.open()
-    try:
-        await store.ingest(message(1), 0.0, T)
-        cid = message(1).key.id
-        writing, done = asyncio.Event(), asyncio.Event()
-
-        async def long_transaction() -> None:
-            async with store._transaction() as db:
-                await store._rows("drop_timer", {"cid": cid, "version": 1}, db)
-                writing.set()
-                await done.wait()
-
-        writer = asyncio.create_task(long_transaction())
-        await writing.wait()
-        due = await asyncio.wait_for(store.next_due_at(0.0), 5)
-        assert due is not None  # the last commit's timer, not the open transaction's drop
-        done.set()
-        await writer
-        assert await store.next_due_at(0.0) is None
-    finally:
-        await store.close()
-
-
 async def test_waiting_for_another_process_s_write_lock_never_blocks_the_event_loop(
     tmp_path: Path,
 ) -> None:
-    """BEGIN runs on the loop's thread only when the lock is free; while another process holds
-    it, BEGIN waits on the connection's thread and the event loop keeps running."""
+    """While another process holds the write lock, BEGIN waits on the connection's thread (the
+    busy timeout) and the event loop keeps running."""
     path = str(tmp_path / "shared.db")
     store = SqliteStore(path)
     await store.open()
@@ -260,4 +234,89 @@ async def test_waiting_for_another_process_s_write_lock_never_blocks_the_event_l
         assert ticks >= 10  # the loop ran while the lease waited for the lock
     finally:
         other.close()
+        await store.close()
+
+
+async def test_a_second_process_on_the_file_waits_for_the_write_lock_instead_of_failing(
+    tmp_path: Path,
+) -> None:
+    """A second `burstbot run` started by accident on the same file: its writes wait for the
+    first one's transaction (busy timeout + BEGIN IMMEDIATE) and then run the same
+    compare-and-swap, so a lease still has one holder."""
+    path = tmp_path / "bot.db"
+    first, second = SqliteStore(str(path)), SqliteStore(str(path))
+    await first.open()
+    await second.open()
+    try:
+        await first.ingest(message(1), 0.0, T)
+        cid = message(1).key.id
+        async with first._transaction() as db:
+            await first._rows("drop_timer", {"cid": cid, "version": 0}, db)
+            arrival = asyncio.create_task(second.ingest(message(2), 1.0, T))
+            theirs = asyncio.create_task(second.acquire_lease(cid, "second", 1.0, 30.0))
+            async with asyncio.timeout(10):  # the second store's BEGIN is under way
+                while not second._lock.locked():  # noqa: ASYNC110 (no event to await)
+                    await asyncio.sleep(0.005)
+            await asyncio.sleep(0.05)  # time for it to reach SQLite's busy handler
+            mine = await first._one(
+                "acquire_lease", {"cid": cid, "owner": "first", "now": 1.0, "ttl": 30.0}, db
+            )
+        assert mine is not None
+        assert (await arrival).status == "accepted"
+        assert await theirs is None  # the first process's lease holds: one owner
+        state = await second.conversation_state(cid)
+        assert state is not None and state.version == 2
+    finally:
+        await second.close()
+        await first.close()
+
+
+async def test_a_writer_cancelled_while_its_commit_is_queued_leaves_no_open_transaction() -> None:
+    """The caller is cancelled while its COMMIT still waits behind other work on aiosqlite's
+    thread. Deciding about ROLLBACK before the COMMIT has run would roll back a transaction that
+    then commits, or leave the shared connection inside one. The COMMIT runs to its end first:
+    the caller is not acked (its platform retries), the retry finds the message stored, and the
+    connection is left outside any transaction."""
+    store = SqliteStore(":memory:")
+    await store.open()
+    db = store._db
+    assert db is not None
+    released = threading.Event()
+
+    def hold_thread() -> int:
+        released.wait(timeout=0.3)
+        return 1
+
+    await db.create_function("hold_thread", 0, hold_thread)
+    busy: list[asyncio.Future[Any]] = []
+    real_execute = db.execute
+    ingest: list[asyncio.Task[Any]] = []
+
+    async def commit_behind_busy_thread(sql: str) -> Any:
+        busy.append(asyncio.ensure_future(real_execute("SELECT hold_thread()")))
+        commit = asyncio.ensure_future(real_execute(sql))
+        await asyncio.sleep(0)  # both are queued on the thread, the COMMIT behind the busy call
+        ingest[0].cancel()
+        released.set()
+        return await commit
+
+    def execute(sql: str, *args: object) -> Any:
+        if sql == "COMMIT" and not busy:
+            return commit_behind_busy_thread(sql)
+        return real_execute(sql, *args)
+
+    db.execute = execute  # type: ignore[method-assign]
+    first = message(1)
+    ingest.append(asyncio.create_task(store.ingest(first, 0.0, T)))
+    [outcome] = await asyncio.gather(*ingest, return_exceptions=True)
+    assert isinstance(outcome, asyncio.CancelledError)  # not acked: its platform retries
+    db.execute = real_execute  # type: ignore[method-assign]
+    await asyncio.gather(*busy)
+    try:
+        assert not db.in_transaction
+        retried = await store.ingest(first, 1.0, T)
+        assert (retried.status, retried.version) == ("duplicate", 1)  # the COMMIT ran to its end
+        assert (await store.ingest(message(2), 2.0, T)).version == 2
+        assert not db.in_transaction
+    finally:
         await store.close()

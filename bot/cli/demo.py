@@ -22,7 +22,6 @@ from bot.core.frontend import Frontend, Host
 from bot.core.store import Store
 from bot.model.offline import OfflineReplier
 from bot.model.replier import Replier
-from bot.ops.inspection import StoreInspector
 
 DEMO_KEY = ConversationKey("console", "demo", "terminal")
 SCRIPT: list[tuple[list[str], list[str]]] = [
@@ -150,7 +149,6 @@ async def run_demo(
         store = wiring.build_store(config)
         await store.open()
         try:
-            assert isinstance(store, StoreInspector)
             lines = await explain_lines(store, DEMO_KEY.id, time.time()) or []
         finally:
             await store.close()

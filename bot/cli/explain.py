@@ -13,8 +13,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from bot.core.events import ConversationKey
-from bot.core.store import UNFINISHED, GenerationRecord, OutboxRow, StoredMessage, WebSearch
-from bot.ops.inspection import StoreInspector, printable
+from bot.core.store import (
+    UNFINISHED,
+    GenerationRecord,
+    OutboxRow,
+    Store,
+    StoredMessage,
+    WebSearch,
+)
+from bot.ops.inspection import printable
 
 PREVIEW = 60
 VIA = {"catch-up": " (via catch-up)", "held": " (held until its thread was looked up)"}
@@ -136,7 +143,7 @@ def _reply_events(r: OutboxRow, redact: bool) -> list[tuple[float, int, str]]:
 
 
 async def explain_lines(
-    inspector: StoreInspector, conversation_id: str, now: float, redact: bool = False
+    inspector: Store, conversation_id: str, now: float, redact: bool = False
 ) -> list[str] | None:
     state = await inspector.conversation_state(conversation_id)
     if state is None:

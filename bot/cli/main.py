@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bot import __version__
-from bot.cli.serve import for_worker, run_event_loop, run_workers, serve_app, workers_refusal
+from bot.cli.serve import for_worker, run_event_loop, run_workers, workers_refusal
 from bot.config import Config, default_config, load_config
 from bot.core.errors import BurstbotError, ConfigError
 from bot.core.store import Store
@@ -103,7 +103,7 @@ async def _run(config: Config, path: str | None, verbose: bool) -> None:
         app.config_path, app.verbose = (Path(path) if path else None), verbose
         if pid_file:
             write_pid_file(pid_file)
-        await serve_app(app)
+        await app.run()
     finally:
         if pid_file:
             remove_pid_file(pid_file)
@@ -136,7 +136,7 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
     from bot.app import build_store
     from bot.cli.explain import explain_lines, normalize_conversation_id
     from bot.cli.status import status_lines
-    from bot.ops.inspection import StoreInspector, printable
+    from bot.ops.inspection import printable
 
     if command != "migrate":
         _existing_database(config)
@@ -144,21 +144,17 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
     try:
         await store.open()
         if command == "migrate":
-            version = getattr(store, "schema_version", "?")
+            version = store.schema_version
             from bot.cli.check import display_url
 
             print(f"{display_url(config.storage.url)}: schema at version {version}, up to date")
             return 0
-        if not isinstance(store, StoreInspector):
-            raise ConfigError("storage.url: this storage backend cannot be inspected")
         now = time.time()
         if command == "status":
             lines = await status_lines(store, now, show_all=args.all, limit=args.limit)
         elif command == "forget":
-            from bot.ops.retention import RetentionStore, forget
+            from bot.ops.retention import forget
 
-            if not isinstance(store, RetentionStore):
-                raise ConfigError("storage.url: this storage backend cannot erase data")
             try:
                 conversation = args.conversation and normalize_conversation_id(args.conversation)
             except ValueError as exc:
@@ -166,15 +162,8 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
                 return EXIT_USAGE
             lines = [await forget(store, args.user, conversation)]
         elif command == "retry":
-            from bot.ops.requeue import (
-                RequeueStore,
-                reply_id_of,
-                requeue_conversation,
-                requeue_reply,
-            )
+            from bot.ops.requeue import reply_id_of, requeue_conversation, requeue_reply
 
-            if not isinstance(store, RequeueStore):
-                raise ConfigError("storage.url: this storage backend cannot re-queue replies")
             reply_id = reply_id_of(args.target)
             if reply_id is not None:
                 lines = [await requeue_reply(store, reply_id, now)]
@@ -184,7 +173,7 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
                 except ValueError as exc:
                     print(f"burstbot: {exc}", file=sys.stderr)
                     return EXIT_USAGE
-                lines = [await requeue_conversation(store, store, conversation, now)]
+                lines = [await requeue_conversation(store, conversation, now)]
         elif command == "usage":
             from bot.ops.usage import PriceTable, summarize, usage_lines
 

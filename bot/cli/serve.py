@@ -1,25 +1,23 @@
 """How `burstbot run` runs: its event loop, and `--workers N` processes on one HTTP port.
 
 The loop is uvloop where it is installed (a dependency on Linux and macOS), else asyncio's own.
-Once the app serves, what startup built is moved out of the garbage collector's way
-(`serve_app`).
 
 `--workers N` starts N `burstbot run` processes that share the Slack HTTP port (SO_REUSEPORT:
-the kernel spreads connections over them) and the store; every guarantee already holds across
-processes on one store. Only Slack's HTTP mode can be shared that way: Socket Mode, Discord and
-the terminal keep one connection per process, so a config with any of them is refused.
+the kernel spreads connections over them) and a PostgreSQL store; every guarantee already holds
+across processes on one store. Only Slack's HTTP mode can be shared that way: Socket Mode,
+Discord and the terminal keep one connection per process, so a config with any of them is
+refused, and so is SQLite: its one writer at a time is for one process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import signal
 import sys
 from collections.abc import Coroutine
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from bot.config import Config
 
@@ -37,36 +35,15 @@ def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
         return runner.run(main)
 
 
-class Serving(Protocol):
-    """The app as `serve_app` runs it (bot.app.App)."""
-
-    serving: asyncio.Event
-
-    async def run(self) -> None: ...
-
-
-async def serve_app(app: Serving) -> None:
-    """`app.run()`; once every front end has started, the objects startup built (modules, SDK
-    clients and their pydantic models: about 200,000) go to the collector's permanent generation.
-    They live as long as the process, yet each full collection walked all of them: 17-80 ms
-    with the event loop stopped, every ack waiting (the Slack flood's ack p99)."""
-    running = asyncio.ensure_future(app.run())
-    serving = asyncio.ensure_future(app.serving.wait())
-    try:
-        await asyncio.wait({running, serving}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        serving.cancel()
-    if not running.done():
-        gc.collect()
-        gc.freeze()
-    await running
-
-
 # `burstbot run --workers N` --------------------------------------------------------------------
 WORKERS_NEED_HTTP = (
     "--workers {n}: several processes can share only Slack's HTTP endpoint; Socket Mode, Discord "
     "and the terminal keep one connection per process. Run those with --workers 1 (the default), "
     'or enable only [slack] with mode = "http"'
+)
+WORKERS_NEED_POSTGRES = (
+    "--workers {n}: several processes need PostgreSQL; SQLite is for one process "
+    '(set [storage] url = "postgresql://...", or run with --workers 1)'
 )
 
 
@@ -76,12 +53,12 @@ def workers_refusal(config: Config, workers: int) -> str | None:
         return "--workers must be at least 1"
     if workers == 1:
         return None
+    if config.storage.url.startswith("sqlite://"):
+        return WORKERS_NEED_POSTGRES.format(n=workers)
     if not (config.slack.enabled and config.slack.mode == "http"):
         return WORKERS_NEED_HTTP.format(n=workers)
     if config.console.enabled or config.discord.enabled:
         return WORKERS_NEED_HTTP.format(n=workers)
-    if config.storage.url in ("sqlite://", "sqlite:///", "sqlite:///:memory:"):
-        return f"--workers {workers}: the processes must share one store, not an in-memory one"
     return None
 
 

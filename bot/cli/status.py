@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bot.ops.inspection import ConversationSummary, StoreInspector, printable
+from bot.core.store import ConversationSummary, Store
+from bot.ops.inspection import printable
 
 
 def relative(at: float | None, now: float) -> str:
@@ -53,7 +54,7 @@ def _row(item: ConversationSummary, now: float) -> list[str]:
 
 
 async def status_lines(
-    inspector: StoreInspector, now: float, show_all: bool = False, limit: int = 10
+    inspector: Store, now: float, show_all: bool = False, limit: int = 10
 ) -> list[str]:
     """Two tables: what is in flight, then the most recently active conversations."""
     headers = ["CONVERSATION", "ANSWERED", "PENDING", "TIMER", "LEASE", "OUTBOX", "LAST ACTIVITY"]

@@ -29,7 +29,7 @@ from typing import Literal, Protocol, runtime_checkable
 from bot.config import AttachmentsConfig
 from bot.core.clock import Clock
 from bot.core.events import Attachment, ConversationKey
-from bot.core.store import HistoryItem, StoredMessage
+from bot.core.store import HistoryItem, Store, StoredFile, StoredMessage
 
 log = logging.getLogger("burstbot.attachments")
 
@@ -91,15 +91,6 @@ def human_size(size: int) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class StoredFile:
-    """What the store remembers of one file: its bytes (kept by `sha256`) or why there are none."""
-
-    sha256: str | None
-    note: str | None
-    content: bytes | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class LoadedFile:
     """One file as a prompt carries it: readable content with its media type, or a note."""
 
@@ -124,19 +115,6 @@ class LoadedFile:
 
     def as_note(self, note: str) -> LoadedFile:
         return LoadedFile(self.attachment, self.kind, note=note)
-
-
-@runtime_checkable
-class AttachmentStore(Protocol):
-    """Where fetched files are kept (implemented by the SQL store)."""
-
-    async def attachment_file(self, uid: str) -> StoredFile | None:
-        """What is remembered of the file `uid` (platform/workspace/file id); None: never tried."""
-        ...
-
-    async def keep_attachment_file(self, uid: str, file: StoredFile, now: float) -> None:
-        """Remember a fetch's outcome (the first one wins); bytes are stored once per hash."""
-        ...
 
 
 @runtime_checkable
@@ -192,12 +170,12 @@ class AttachmentLoader:
 
     def __init__(
         self,
-        store: object,
+        store: Store,
         sources: Mapping[str, object],
         limits: AttachmentsConfig | Callable[[], AttachmentsConfig],
         clock: Clock,
     ) -> None:
-        self.store = store if isinstance(store, AttachmentStore) else None
+        self.store = store
         self.sources = sources
         self._limits = limits  # a callable is read at each use: a reload replaces the limits
         self.clock = clock
@@ -254,8 +232,6 @@ class AttachmentLoader:
         refusal = self._refusal(attachment, kind, index, total)
         if refusal is not None:
             return unread.as_note(refusal)
-        if self.store is None:
-            return unread.as_note("this storage backend does not keep files")
         uid = attachment_uid(key, attachment)
         stored = await self.store.attachment_file(uid)
         if stored is None:

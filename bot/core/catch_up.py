@@ -46,7 +46,7 @@ from bot.config import Config
 from bot.core.clock import Clock
 from bot.core.errors import FetchError
 from bot.core.events import ConversationKey, Event, IncomingMessage
-from bot.core.store import IngestResult
+from bot.core.store import IngestResult, Store
 
 log = logging.getLogger("burstbot.catch_up")
 
@@ -54,38 +54,6 @@ T = TypeVar("T")
 Ingest = Callable[[Event], Awaitable[IngestResult]]
 Lookup = Callable[[ConversationKey], Awaitable[bool]]
 HELD_BATCH = 200
-
-
-@runtime_checkable
-class FrontendMemory(Protocol):
-    """What the store remembers for front ends (storage/sql_store.py)."""
-
-    async def thread_status(self, conversation_id: str) -> bool | None:
-        """True: a conversation of ours, or a lookup said so; False: a lookup said it is not;
-        None: never decided."""
-        ...
-
-    async def remember_thread(self, conversation_id: str, ours: bool, now: float) -> None: ...
-
-    async def hold(self, message: IncomingMessage, now: float) -> None:
-        """Keep a message until its thread is decided; holding one id twice changes nothing.
-        Held messages are thread replies in channels (never DMs)."""
-        ...
-
-    async def held(self, platform: str, limit: int) -> list[IncomingMessage]:
-        """The oldest held messages of a platform, with `via="held"`."""
-        ...
-
-    async def unhold(self, message: IncomingMessage) -> None: ...
-
-    async def catch_up_points(
-        self, platform: str, before: float, now: float
-    ) -> dict[str, str | None]:
-        """Every conversation of `platform` → the platform id of its newest message stored before
-        `before` (None: none stored before then), most recently active first. Arrival times are
-        the database's: `before` crosses over by its distance from `now` (the Store protocol's
-        rule)."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +153,7 @@ class ThreadBook:
     """Which threads are ours (the store's answer), and messages held until a lookup decides."""
 
     def __init__(
-        self, memory: FrontendMemory, clock: Clock, ingest: Ingest, settings: CatchUpSettings
+        self, memory: Store, clock: Clock, ingest: Ingest, settings: CatchUpSettings
     ) -> None:
         self.memory = memory
         self._clock = clock
@@ -358,7 +326,7 @@ class CatchUp:
     def __init__(
         self,
         source: CatchUpSource,
-        memory: FrontendMemory,
+        memory: Store,
         ingest: Ingest,
         clock: Clock,
         settings: CatchUpSettings,

@@ -7,11 +7,12 @@ opening, the title). `add_note` is the "once": of two deliveries of one event, o
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 
-@runtime_checkable
 class NoteBook(Protocol):
+    """The part of the `Store` a front end is handed (the host's `notes`)."""
+
     async def note(self, conversation_id: str, name: str) -> str | None: ...
 
     async def put_note(self, conversation_id: str, name: str, value: str, now: float) -> None:

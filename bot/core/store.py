@@ -1,7 +1,9 @@
-"""The storage contract: what the engine needs from a database, and nothing more.
+"""The storage contract: one `Store` protocol, everything the bot needs from a database.
 
-Implementations live in `storage/` (SQLite on aiosqlite, PostgreSQL on asyncpg) and must pass one
-contract suite (`tests/contract/`). Rules every implementation keeps:
+Implementations live in `storage/` (one SQL store; SQLite on aiosqlite, PostgreSQL on asyncpg)
+and must pass one contract suite (`tests/contract/`); the records they take and return are in
+bot/core/records.py. Front ends are handed only the notes part (`NoteBook`). Rules every
+implementation keeps:
 
 - every compare-and-swap is one conditional statement (`UPDATE ... WHERE ... RETURNING`) and the
   caller reads the returned rows, never a row count;
@@ -21,234 +23,87 @@ contract suite (`tests/contract/`). Rules every implementation keeps:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
-from bot.core.events import Attachment, Draft, IncomingMessage, MessageDeleted, MessageEdited
+from bot.core.events import Draft, IncomingMessage, MessageDeleted, MessageEdited
+from bot.core.notes import NoteBook
+from bot.core.records import (
+    UNFINISHED,
+    Backlog,
+    ClaimRequest,
+    CommitOutcome,
+    Committed,
+    ConversationState,
+    ConversationSummary,
+    Discarded,
+    DueTimer,
+    FinalCheck,
+    GenerationOutcome,
+    GenerationRecord,
+    HistoryItem,
+    IngestResult,
+    IngestStatus,
+    Lease,
+    NewReply,
+    OutboxRow,
+    OutboxState,
+    Sent,
+    StoredFile,
+    StoredMessage,
+    Timing,
+    TokenUsage,
+    WebSearch,
+)
 
-IngestStatus = Literal["accepted", "duplicate", "history", "unknown", "ignored"]
-"""accepted: stored and the version bumped; duplicate: already stored; history: an edit or delete of
-an answered message (history updated, no new burst); unknown: edit/delete of a message never seen;
-ignored: refused before storage (a bot's message)."""
-
-
-@dataclass(frozen=True, slots=True)
-class IngestResult:
-    status: IngestStatus
-    conversation_id: str
-    version: int
-    due_at: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Timing:
-    """Debounce settings for one arrival (per-channel overrides may change them)."""
-
-    quiet_seconds: float
-    max_wait_seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class DueTimer:
-    conversation_id: str
-    due_at: float
-    deadline_at: float
-    armed_version: int
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    conversation_id: str
-    owner: str
-    token: int
-    version: int
-    answered_version: int
-    expires_at: float
-    deadline_at: float | None
-    failed_attempts: int
-    taken_over: bool = False  # the previous holder let it expire without releasing it
-
-
-@dataclass(frozen=True, slots=True)
-class StoredMessage:
-    seq: int
-    message_id: str
-    author_id: str
-    author_name: str
-    text: str
-    created_at: float
-    edited_at: float | None
-    deleted: bool
-    via: str = ""  # as `IncomingMessage.via`
-    attachments: tuple[Attachment, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryItem:
-    """One earlier turn: a user message (`author_name` set) or one of our replies."""
-
-    role: Literal["user", "assistant"]
-    author_name: str
-    text: str
-    version: int
-    attachments: tuple[Attachment, ...] = ()
+__all__ = [
+    "UNFINISHED",
+    "Backlog",
+    "ClaimRequest",
+    "CommitOutcome",
+    "Committed",
+    "ConversationState",
+    "ConversationSummary",
+    "Discarded",
+    "DueTimer",
+    "FinalCheck",
+    "GenerationOutcome",
+    "GenerationRecord",
+    "HistoryItem",
+    "IngestResult",
+    "IngestStatus",
+    "Lease",
+    "NewReply",
+    "OutboxRow",
+    "OutboxState",
+    "Sent",
+    "Store",
+    "StoredFile",
+    "StoredMessage",
+    "Timing",
+    "TokenUsage",
+    "WebSearch",
+]
 
 
-UNFINISHED = "unfinished"  # a search's error while its result never came (the generation ended)
-
-
-@dataclass(frozen=True, slots=True)
-class WebSearch:
-    """One search the model ran: its query, how many results came back, or the error code the
-    tool answered with (errors arrive inside a successful response)."""
-
-    query: str
-    results: int = 0
-    error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TokenUsage:
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    web_searches: int = 0  # billed per search on top of the tokens
-
-
-@dataclass(frozen=True, slots=True)
-class NewReply:
-    """A reply to commit. `covers_from_version` is the answered version the prompt was built on
-    (the lease's); the outbox records it, so a reply that re-answered covered messages shows up as
-    an overlap instead of hiding behind the version read at commit time."""
-
-    text: str
-    kind: Literal["answer", "apology"] = "answer"
-    reply_to_message_id: str | None = None
-    usage: TokenUsage = field(default_factory=TokenUsage)
-    covers_from_version: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class FinalCheck:
-    """Step 5's condition: the lease's fencing `token` still holds and `version` (V, the burst's
-    snapshot) is still current, unless the burst's deadline has passed."""
-
-    token: int
-    version: int
-    deadline_passed: bool
-
-
-OutboxState = Literal["pending", "sent", "failed"]
-
-
-@dataclass(frozen=True, slots=True)
-class OutboxRow:
-    id: int
-    conversation_id: str
-    platform: str
-    covers_from_version: int
-    covers_to_version: int
-    seen_version: int  # the conversation's version at the final check (> covers_to: deadline)
-    text: str
-    kind: str
-    state: OutboxState
-    attempts: int  # failed attempts to post (claims and rate limits are not attempts)
-    next_attempt_at: float
-    reply_to_message_id: str | None
-    platform_message_ids: tuple[str, ...]
-    created_at: float
-    sent_at: float | None
-    last_error: str | None
-    claim_token: int = 0  # bumped by every claim: renewals and marks are fenced by it
-    claim_expires_at: float | None = None  # as stored; in a row a claim returned, the claimer's
-    draft_key: str | None = None  # the draft this reply finishes (its first part edits it)
-    draft_message_id: str | None = None  # None with a key: posted, but its id was never recorded
-    draft_created_at: float | None = None
-    draft_reply_to: str | None = None
-    failing_since: float | None = None  # its first failure: the give-up horizon runs from here
-
-    @property
-    def draft(self) -> Draft | None:
-        if self.draft_key is None:
-            return None
-        created_at = self.draft_created_at or 0.0
-        return Draft(self.draft_key, self.draft_message_id, created_at, self.draft_reply_to)
-
-
-@dataclass(frozen=True, slots=True)
-class ConversationState:
-    conversation_id: str
-    version: int
-    answered_version: int
-    lease_owner: str | None
-    lease_token: int
-    lease_expires_at: float | None
-    failed_attempts: int
-    timer: DueTimer | None
-
-
-@dataclass(frozen=True, slots=True)
-class Committed:
-    """The final check passed: the burst is answered. `reply` is its outbox row, or None when it
-    was answered without a reply (every message deleted, a guard's silent refusal)."""
-
-    reply: OutboxRow | None
-    claimed: bool = False  # `reply` was claimed for delivery by the commit (`ClaimRequest`)
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimRequest:
-    """Claim the committed reply for `owner` in the commit's own transaction, as `claim_replies`
-    would right after it: delivery starts without a commit of its own."""
-
-    owner: str
-    ttl: float
-    platforms: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Discarded:
-    """The final check failed: the token no longer fences, or newer input arrived in time."""
-
-
-CommitOutcome = Committed | Discarded
-
-GenerationOutcome = Literal["posted", "superseded", "discarded", "failed", "lease_lost", "skipped"]
-
-
-@dataclass(frozen=True, slots=True)
-class Sent:
-    """A reply marked sent. It took the conversation's recorded thinking indicator down with it:
-    `indicator_at` is the message it was shown at, for the caller to remove from the platform."""
-
-    indicator_at: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class GenerationRecord:
-    conversation_id: str
-    lease_token: int
-    from_version: int
-    to_version: int
-    started_at: float
-    ended_at: float
-    outcome: GenerationOutcome
-    usage: TokenUsage = field(default_factory=TokenUsage)
-    error: str | None = None
-    model: str = ""  # as the replier reported it ("" when no model was called)
-    user_id: str = ""  # the platform id of whom the reply answers (the burst's last author)
-    searches: tuple[WebSearch, ...] = ()  # the web searches the model ran, in order
-
-
-class Store(Protocol):
+class Store(NoteBook, Protocol):
     # lifecycle -----------------------------------------------------------------------------
     async def open(self) -> None:
         """Connect and run pending migrations."""
         ...
 
     async def close(self) -> None: ...
+
+    async def listen(self, hint: Callable[[str], None]) -> None:
+        """Call `hint(payload)` when another process arms a timer, queues a reply or releases its
+        leases (best effort: polling stays the guarantee; a store that hears nothing does
+        nothing)."""
+        ...
+
+    @property
+    def schema_version(self) -> int:
+        """The migration this burstbot brings the database to."""
+        ...
 
     # 1. arrival ------------------------------------------------------------------------------
     async def ingest(self, message: IncomingMessage, now: float, timing: Timing) -> IngestResult:
@@ -263,6 +118,14 @@ class Store(Protocol):
 
     async def flush(self, conversation_id: str, now: float) -> None:
         """Make an armed timer due now (the input source ended: no need to wait for quiet)."""
+        ...
+
+    async def extend_quiet(
+        self, conversation_id: str, author_id: str, until: float, now: float
+    ) -> float | None:
+        """A typing notice: stretch an armed timer's quiet window to `until` (capped by its
+        deadline) if `author_id` has a pending message there; the timer's due time, or None when
+        nothing matched."""
         ...
 
     # 2. timers and leases --------------------------------------------------------------------
@@ -432,7 +295,94 @@ class Store(Protocol):
         token."""
         ...
 
+    # what front ends remember (bot.core.catch_up) ------------------------------------------
+    async def thread_status(self, conversation_id: str) -> bool | None:
+        """True: a conversation of ours, or a lookup said so; False: a lookup said it is not;
+        None: never decided."""
+        ...
+
+    async def remember_thread(self, conversation_id: str, ours: bool, now: float) -> None: ...
+
+    async def hold(self, message: IncomingMessage, now: float) -> None:
+        """Keep a message until its thread is decided; holding one id twice changes nothing.
+        Held messages are thread replies in channels (never DMs)."""
+        ...
+
+    async def held(self, platform: str, limit: int) -> list[IncomingMessage]:
+        """The oldest held messages of a platform, with `via="held"`."""
+        ...
+
+    async def unhold(self, message: IncomingMessage) -> None: ...
+
+    async def catch_up_points(
+        self, platform: str, before: float, now: float
+    ) -> dict[str, str | None]:
+        """Every conversation of `platform` → the platform id of its newest message stored before
+        `before` (None: none stored before then), most recently active first. Arrival times are
+        the database's: `before` crosses over by its distance from `now`."""
+        ...
+
+    # fetched files (bot.core.attachments) ------------------------------------------------------
+    async def attachment_file(self, uid: str) -> StoredFile | None:
+        """What is remembered of the file `uid` (platform/workspace/file id); None: never tried."""
+        ...
+
+    async def keep_attachment_file(self, uid: str, file: StoredFile, now: float) -> None:
+        """Remember a fetch's outcome (the first one wins); bytes are stored once per hash."""
+        ...
+
+    # cost-guard counters (bot.ops.guards) ------------------------------------------------------
+    async def add_to_counter(
+        self, scope: str, window_start: int, amount: int, expires_at: float, now: float
+    ) -> int:
+        """Atomically add to a windowed counter and return its new total (expired rows pruned)."""
+        ...
+
+    async def add_once(
+        self,
+        key: str,
+        scope: str,
+        window_start: int,
+        expires_at: float,
+        key_expires_at: float,
+        now: float,
+    ) -> tuple[int, bool]:
+        """Add 1 to a windowed counter once per `key` and remember the new total until
+        `key_expires_at`: returns (that total, True) for the first call and (the same total,
+        False) for every later one, which adds nothing, even when calls race."""
+        ...
+
+    async def read_counter(self, scope: str, window_start: int) -> int: ...
+
+    # upkeep: retention, erasure, re-queue, backlog (bot.ops) ----------------------------------
+    async def prune(self, cutoff: float) -> dict[str, int]: ...
+
+    async def prune_files(self, cutoff: float) -> dict[str, int]: ...
+
+    async def forget_user(self, user_id: str, platform: str | None) -> dict[str, int]: ...
+
+    async def forget_conversation(self, conversation_id: str) -> dict[str, int]: ...
+
+    async def requeue_failed(
+        self, reply_id: int | None, conversation_id: str | None, now: float
+    ) -> list[int]: ...
+
+    async def reply_state(self, reply_id: int) -> str | None: ...
+
+    async def backlog(self) -> Backlog: ...
+
     # inspection (tests, status, explain) -----------------------------------------------------
+    async def list_conversations(
+        self, active_only: bool = True, limit: int = 50
+    ) -> list[ConversationSummary]:
+        """Newest activity first; `active_only` keeps conversations with pending input, a timer,
+        a lease, or outbox rows pending or failed."""
+        ...
+
+    async def messages(self, conversation_id: str) -> list[StoredMessage]:
+        """Every stored message of a conversation in order, deleted ones included."""
+        ...
+
     async def conversation_state(self, conversation_id: str) -> ConversationState | None: ...
 
     async def replies(self, conversation_id: str | None = None) -> list[OutboxRow]: ...

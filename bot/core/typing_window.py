@@ -10,25 +10,13 @@ re-arms the timer as usual (`quiet_seconds` after it), so the reply follows the 
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
-
 from bot.core.clock import Clock
 from bot.core.events import ConversationKey
-
-
-@runtime_checkable
-class TypingStore(Protocol):
-    async def extend_quiet(
-        self, conversation_id: str, author_id: str, until: float, now: float
-    ) -> float | None:
-        """Stretch an armed timer's quiet window to `until` (capped by its deadline) if `author_id`
-        has a pending message there; the timer's due time, or None when nothing matched. Times
-        are the caller's, `now` its clock's reading (see the Store protocol)."""
-        ...
+from bot.core.store import Store
 
 
 async def author_typing(
-    store: TypingStore, clock: Clock, typing_seconds: float, key: ConversationKey, author_id: str
+    store: Store, clock: Clock, typing_seconds: float, key: ConversationKey, author_id: str
 ) -> float | None:
     """The due time of the conversation's timer after the notice, None if it has none to stretch."""
     now = clock.now()

@@ -12,7 +12,7 @@ Where each check lives, and why:
 - after every model call (`charge`), finished or cancelled: its tokens count against the budgets,
   and each web search it ran as `search_tokens` tokens (a search is billed on top of the tokens).
 
-Counters live in the database (`CounterStore`), in fixed windows: the rate window for rate and
+Counters live in the database (the store's counters), in fixed windows: the rate window for rate and
 size limits, the UTC day for budgets. Each notice is sent at most once per window and subject;
 later refusals in that window are silent (and still logged).
 
@@ -28,41 +28,15 @@ stored, and twins arrive together, before either is.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
 
 from bot.config import AttachmentsConfig, LimitsConfig
 from bot.core.attachments import estimate_tokens
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.gate import Refusal
-from bot.core.store import StoredMessage, TokenUsage
+from bot.core.store import Store, StoredMessage, TokenUsage
 
 DAY_SECONDS = 86_400.0
 REPEAT_MEMORY_SECONDS = 3_600.0  # well past Slack's last retry (5 minutes) and a gateway resume
-
-
-@runtime_checkable
-class CounterStore(Protocol):
-    async def add_to_counter(
-        self, scope: str, window_start: int, amount: int, expires_at: float, now: float
-    ) -> int:
-        """Atomically add to a windowed counter and return its new total (expired rows pruned)."""
-        ...
-
-    async def add_once(
-        self,
-        key: str,
-        scope: str,
-        window_start: int,
-        expires_at: float,
-        key_expires_at: float,
-        now: float,
-    ) -> tuple[int, bool]:
-        """Add 1 to a windowed counter once per `key` and remember the new total until
-        `key_expires_at`: returns (that total, True) for the first call and (the same total,
-        False) for every later one, which adds nothing, even when calls race."""
-        ...
-
-    async def read_counter(self, scope: str, window_start: int) -> int: ...
 
 
 def limits_active(limits: LimitsConfig) -> bool:
@@ -119,7 +93,7 @@ class CostGuards:
     def __init__(
         self,
         limits: LimitsConfig,
-        counters: CounterStore,
+        counters: Store,
         is_admin: Callable[[str, str], bool] = lambda platform, user: False,
         attachments: AttachmentsConfig | None = None,
     ) -> None:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 from bot.core.clock import Clock
 from bot.core.frontend import Frontend, frontend_health
@@ -20,18 +18,6 @@ from bot.core.store import Store
 from bot.ops.metrics import Metrics
 
 STORE_CHECK_SECONDS = 4.0
-
-
-@dataclass(frozen=True, slots=True)
-class Backlog:
-    outbox_depth: int  # replies waiting in the outbox
-    oldest_pending_at: float | None  # when the oldest unanswered message arrived
-    outbox_failed: int  # replies that failed for good, until `burstbot retry`
-
-
-@runtime_checkable
-class BacklogStore(Protocol):
-    async def backlog(self) -> Backlog: ...
 
 
 class Health:
@@ -64,10 +50,9 @@ class Health:
 
     async def refresh(self) -> None:
         self.metrics.generations_in_flight.set(self.in_flight())
-        if isinstance(self.store, BacklogStore):
-            backlog = await self.store.backlog()
-            oldest = backlog.oldest_pending_at
-            age = 0.0 if oldest is None else max(0.0, self.clock.now() - oldest)
-            self.metrics.outbox_depth.set(backlog.outbox_depth)
-            self.metrics.oldest_pending_age.set(age)
-            self.metrics.outbox_failed.set(backlog.outbox_failed)
+        backlog = await self.store.backlog()
+        oldest = backlog.oldest_pending_at
+        age = 0.0 if oldest is None else max(0.0, self.clock.now() - oldest)
+        self.metrics.outbox_depth.set(backlog.outbox_depth)
+        self.metrics.oldest_pending_age.set(age)
+        self.metrics.outbox_failed.set(backlog.outbox_failed)

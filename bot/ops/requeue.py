@@ -15,21 +15,11 @@ Rules:
 from __future__ import annotations
 
 import re
-from typing import Protocol, runtime_checkable
 
 from bot.core.errors import BurstbotError
-from bot.ops.inspection import StoreInspector
+from bot.core.store import Store
 
 REPLY_ID = re.compile(r"r?(\d+)")
-
-
-@runtime_checkable
-class RequeueStore(Protocol):
-    async def requeue_failed(
-        self, reply_id: int | None, conversation_id: str | None, now: float
-    ) -> list[int]: ...
-
-    async def reply_state(self, reply_id: int) -> str | None: ...
 
 
 def reply_id_of(target: str) -> int | None:
@@ -38,7 +28,7 @@ def reply_id_of(target: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-async def requeue_reply(store: RequeueStore, reply_id: int, now: float) -> str:
+async def requeue_reply(store: Store, reply_id: int, now: float) -> str:
     if await store.requeue_failed(reply_id, None, now):
         return f"re-queued r{reply_id}: a running burstbot posts it now"
     state = await store.reply_state(reply_id)
@@ -47,13 +37,11 @@ async def requeue_reply(store: RequeueStore, reply_id: int, now: float) -> str:
     raise BurstbotError(f"reply r{reply_id} is {state}, not failed: nothing to retry")
 
 
-async def requeue_conversation(
-    store: RequeueStore, inspector: StoreInspector, conversation_id: str, now: float
-) -> str:
+async def requeue_conversation(store: Store, conversation_id: str, now: float) -> str:
     requeued = await store.requeue_failed(None, conversation_id, now)
     if requeued:
         ids = ", ".join(f"r{reply_id}" for reply_id in requeued)
         return f"re-queued {ids} of {conversation_id}: a running burstbot posts them now"
-    if await inspector.conversation_state(conversation_id) is None:
+    if await store.conversation_state(conversation_id) is None:
         raise BurstbotError(f"no conversation {conversation_id!r} (see `burstbot status --all`)")
     raise BurstbotError(f"no failed reply in {conversation_id}: nothing to retry")

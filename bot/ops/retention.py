@@ -18,23 +18,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
 
 from bot.config import DAY, RetentionConfig
 from bot.core.clock import Clock
+from bot.core.store import Store
 
 log = logging.getLogger("burstbot.retention")
-
-
-@runtime_checkable
-class RetentionStore(Protocol):
-    async def prune(self, cutoff: float) -> dict[str, int]: ...
-
-    async def prune_files(self, cutoff: float) -> dict[str, int]: ...
-
-    async def forget_user(self, user_id: str, platform: str | None) -> dict[str, int]: ...
-
-    async def forget_conversation(self, conversation_id: str) -> dict[str, int]: ...
 
 
 def summary(counts: dict[str, int]) -> str:
@@ -44,9 +33,7 @@ def summary(counts: dict[str, int]) -> str:
 class Retention:
     """The sweeper of a running process; it reads the settings at every sweep (reloadable)."""
 
-    def __init__(
-        self, store: RetentionStore, clock: Clock, settings: Callable[[], RetentionConfig]
-    ) -> None:
+    def __init__(self, store: Store, clock: Clock, settings: Callable[[], RetentionConfig]) -> None:
         self.store = store
         self.clock = clock
         self.settings = settings
@@ -85,7 +72,7 @@ class Retention:
             await self.clock.sleep(self.settings().sweep_seconds)
 
 
-async def forget(store: RetentionStore, user: str | None, conversation: str | None) -> str:
+async def forget(store: Store, user: str | None, conversation: str | None) -> str:
     """`burstbot forget`: erase one person's (`platform:id` or a bare id) or one conversation's
     stored text; returns what was erased, also logged."""
     if conversation is not None:

@@ -6,10 +6,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 
-from bot.core.attachments import AttachmentStore, StoredFile
-from bot.core.catch_up import FrontendMemory
 from bot.core.events import Attachment, ConversationKey, IncomingMessage, MessageEdited
-from bot.core.store import FinalCheck, Store, Timing
+from bot.core.store import FinalCheck, Store, StoredFile, Timing
 from tests.contract.conftest import Backend
 
 T = Timing(quiet_seconds=2.0, max_wait_seconds=10.0)
@@ -22,11 +20,6 @@ BYTES = bytes(range(256)) * 3  # every byte value, NUL included
 
 def msg(n: int, *attachments: Attachment, text: str = "look") -> IncomingMessage:
     return IncomingMessage(DM, f"D1:{n}", "U1", "alice", text, attachments=attachments)
-
-
-def files(store: Store) -> AttachmentStore:
-    assert isinstance(store, AttachmentStore)
-    return store
 
 
 async def test_attachments_are_stored_with_their_message(store: Store) -> None:
@@ -75,14 +68,13 @@ async def test_history_carries_each_turns_files(store: Store) -> None:
 
 
 async def test_a_held_message_keeps_its_files(store: Store) -> None:
-    assert isinstance(store, FrontendMemory)
     await store.hold(msg(1, SHOT, LOG), NOW)
     [held] = await store.held("slack", 10)
     assert held.attachments == (SHOT, LOG)
 
 
 async def test_a_fetch_is_remembered_with_its_exact_bytes(store: Store) -> None:
-    kept = files(store)
+    kept = store
     assert await kept.attachment_file("slack/T1/F1") is None
     digest = hashlib.sha256(BYTES).hexdigest()
     await kept.keep_attachment_file("slack/T1/F1", StoredFile(digest, None, BYTES), NOW)
@@ -90,7 +82,7 @@ async def test_a_fetch_is_remembered_with_its_exact_bytes(store: Store) -> None:
 
 
 async def test_the_first_outcome_wins_and_equal_bytes_are_shared(store: Store) -> None:
-    kept = files(store)
+    kept = store
     digest = hashlib.sha256(BYTES).hexdigest()
     await kept.keep_attachment_file("slack/T1/F1", StoredFile(None, "HTTP 404"), NOW)
     await kept.keep_attachment_file("slack/T1/F1", StoredFile(digest, None, BYTES), NOW + 1)
@@ -101,7 +93,7 @@ async def test_the_first_outcome_wins_and_equal_bytes_are_shared(store: Store) -
 
 
 async def test_another_process_sees_what_was_fetched(backend: Backend) -> None:
-    one, two = files(await backend.new_store()), files(await backend.new_store())
+    one, two = await backend.new_store(), await backend.new_store()
     digest = hashlib.sha256(BYTES).hexdigest()
     await one.keep_attachment_file("slack/T1/F1", StoredFile(digest, None, BYTES), NOW)
     assert await two.attachment_file("slack/T1/F1") == StoredFile(digest, None, BYTES)

@@ -1,11 +1,10 @@
-"""What every store remembers for front ends (`FrontendMemory`): threads, held messages, where
+"""What every store remembers for front ends : threads, held messages, where
 catch-up starts, and how each message arrived. Run against every backend (see conftest)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from bot.core.catch_up import FrontendMemory
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.store import Store, Timing
 
@@ -19,44 +18,36 @@ def msg(n: int, key: ConversationKey = DM, via: str = "") -> IncomingMessage:
     return IncomingMessage(key, f"{key.channel}:{n}", "U1", "alice", f"text {n}", via=via)
 
 
-def memory(store: Store) -> FrontendMemory:
-    assert isinstance(store, FrontendMemory)
-    return store
-
-
 async def test_a_thread_is_ours_once_we_hold_its_conversation_or_a_lookup_said_so(
     store: Store,
 ) -> None:
-    book = memory(store)
     other = ConversationKey("slack", "T1", "C1", "1700000000.000009")
-    assert await book.thread_status(THREAD.id) is None
-    await book.remember_thread(other.id, False, NOW)
-    assert await book.thread_status(other.id) is False
-    await book.remember_thread(other.id, True, NOW + 1)  # decided again: the last answer holds
-    assert await book.thread_status(other.id) is True
+    assert await store.thread_status(THREAD.id) is None
+    await store.remember_thread(other.id, False, NOW)
+    assert await store.thread_status(other.id) is False
+    await store.remember_thread(other.id, True, NOW + 1)  # decided again: the last answer holds
+    assert await store.thread_status(other.id) is True
     await store.ingest(msg(1, THREAD), NOW, T)
-    assert await book.thread_status(THREAD.id) is True
+    assert await store.thread_status(THREAD.id) is True
 
 
 async def test_held_messages_are_kept_once_in_order_until_unheld(store: Store) -> None:
-    book = memory(store)
     first, second = msg(1, THREAD), msg(2, THREAD)
-    await book.hold(first, NOW)
-    await book.hold(second, NOW + 1)
-    await book.hold(first, NOW + 2)  # Slack's retry of the same event
-    await book.hold(msg(3, ConversationKey("discord", "g", "c")), NOW)
-    held = await book.held("slack", 10)
+    await store.hold(first, NOW)
+    await store.hold(second, NOW + 1)
+    await store.hold(first, NOW + 2)  # Slack's retry of the same event
+    await store.hold(msg(3, ConversationKey("discord", "g", "c")), NOW)
+    held = await store.held("slack", 10)
     assert held == [replace(first, via="held"), replace(second, via="held")]
-    assert await book.held("slack", 1) == [replace(first, via="held")]
-    await book.unhold(held[0])
-    assert [m.message_id for m in await book.held("slack", 10)] == [second.message_id]
+    assert await store.held("slack", 1) == [replace(first, via="held")]
+    await store.unhold(held[0])
+    assert [m.message_id for m in await store.held("slack", 10)] == [second.message_id]
     assert await store.conversation_state(THREAD.id) is None  # held is not accepted input
 
 
 async def test_catch_up_points_name_every_conversation_most_recently_active_first(
     store: Store,
 ) -> None:
-    book = memory(store)
     quiet = ConversationKey("slack", "T1", "D9")
     await store.ingest(msg(1, quiet), NOW - 100_000, T)  # quiet for longer than any window
     await store.ingest(msg(1), NOW - 50, T)
@@ -64,7 +55,7 @@ async def test_catch_up_points_name_every_conversation_most_recently_active_firs
     await store.ingest(msg(3), NOW + 5, T)  # stored after the cut-off: a live message
     await store.ingest(msg(1, THREAD), NOW + 6, T)  # a conversation first seen after it
     await store.ingest(msg(1, ConversationKey("discord", "g", "c")), NOW, T)
-    points = await book.catch_up_points("slack", NOW, NOW)
+    points = await store.catch_up_points("slack", NOW, NOW)
     assert list(points.items()) == [(THREAD.id, None), (DM.id, "D1:2"), (quiet.id, "D9:1")]
 
 

@@ -1,16 +1,12 @@
-"""The operator side of the store contract: `/reset` (every `Store`), and the optional
-`CounterStore` (cost guards) and `StoreInspector` (status, explain) every backend should offer."""
+"""The operator side of the store contract: `/reset`, the cost guards' counters and inspection
+(status, explain)."""
 
 from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted
 from bot.core.store import Committed, FinalCheck, NewReply, OutboxRow, Store, Timing
-from bot.ops.guards import CounterStore
-from bot.ops.inspection import StoreInspector
 from tests.contract.conftest import Backend
 
 T = Timing(quiet_seconds=2.0, max_wait_seconds=10.0)
@@ -51,8 +47,6 @@ async def test_reset_history_leaves_earlier_turns_out_of_history(store: Store) -
 
 
 async def test_counters_add_atomically_per_window_and_expire(store: Store) -> None:
-    if not isinstance(store, CounterStore):
-        pytest.skip("this backend keeps no cost-guard counters")
     assert await store.add_to_counter("rate:u", 7, 1, expires_at=100.0, now=10.0) == 1
     assert await store.add_to_counter("rate:u", 7, 2, expires_at=100.0, now=10.0) == 3
     assert await store.add_to_counter("rate:u", 8, 1, expires_at=200.0, now=10.0) == 1
@@ -66,9 +60,7 @@ async def test_counters_add_atomically_per_window_and_expire(store: Store) -> No
 async def test_a_key_adds_to_a_counter_once_and_repeats_its_total(backend: Backend) -> None:
     """Twin deliveries of one message, racing on separate connections: exactly one adds."""
     stores = [await backend.new_store() for _ in range(3)]
-    if not isinstance(stores[0], CounterStore):
-        pytest.skip("this backend keeps no cost-guard counters")
-    counters = [s for s in stores if isinstance(s, CounterStore)]
+    counters = stores
     assert await counters[0].add_once("m0", "rate:u", 7, 100.0, 500.0, now=10.0) == (1, True)
     outcomes = await asyncio.gather(
         *(c.add_once("m1", "rate:u", 7, 100.0, 500.0, now=10.0) for c in counters for _ in "ab")
@@ -82,8 +74,6 @@ async def test_a_key_adds_to_a_counter_once_and_repeats_its_total(backend: Backe
 
 
 async def test_inspection_lists_active_conversations_and_every_message(store: Store) -> None:
-    if not isinstance(store, StoreInspector):
-        pytest.skip("this backend cannot be inspected")
     quiet = ConversationKey("test", "w", "quiet")
     await store.ingest(IncomingMessage(quiet, "q1", "u1", "bob", "answered"), NOW, T)
     lease = await store.acquire_lease(quiet.id, "o1", NOW + 3, 30.0)

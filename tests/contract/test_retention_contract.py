@@ -1,11 +1,11 @@
-"""Retention and erasure on every backend (`RetentionStore`): old answered text goes, pending work
+"""Retention and erasure on every backend: old answered text goes, pending work
 (unanswered messages, replies in the outbox, armed timers) stays; `forget` erases in place."""
 
 from __future__ import annotations
 
 import hashlib
 
-from bot.core.attachments import AttachmentStore, StoredFile, attachment_uid
+from bot.core.attachments import attachment_uid
 from bot.core.events import Attachment, ConversationKey, IncomingMessage
 from bot.core.store import (
     Committed,
@@ -13,12 +13,11 @@ from bot.core.store import (
     GenerationRecord,
     NewReply,
     Store,
+    StoredFile,
     Timing,
     TokenUsage,
     WebSearch,
 )
-from bot.ops.inspection import StoreInspector
-from bot.ops.retention import RetentionStore
 
 T = Timing(quiet_seconds=1.0, max_wait_seconds=8.0)
 KEY = ConversationKey("test", "w", "c1")
@@ -29,16 +28,6 @@ OLD, NOW = 1_000.0, 1_000.0 + 40 * DAY
 
 def said(n: int, author: str = "u1", key: ConversationKey = KEY) -> IncomingMessage:
     return IncomingMessage(key, f"{key.channel}-m{n}", author, f"name-{author}", f"text {n}")
-
-
-def upkeep(store: Store) -> RetentionStore:
-    assert isinstance(store, RetentionStore)
-    return store
-
-
-def inspector(store: Store) -> StoreInspector:
-    assert isinstance(store, StoreInspector)
-    return store
 
 
 async def answer(store: Store, now: float, text: str, key: ConversationKey = KEY) -> None:
@@ -64,13 +53,13 @@ async def test_retention_deletes_old_answered_text_and_keeps_pending_work(store:
     await store.ingest(said(2), OLD + 10, T)
     await answer(store, OLD + 12, "old answer, never posted")  # still in the outbox
     await store.ingest(said(3), OLD + 20, T)  # old, but never answered: pending input
-    counts = await upkeep(store).prune(NOW - 30 * DAY)
+    counts = await store.prune(NOW - 30 * DAY)
     assert counts == {"messages": 2, "replies": 1, "generations": 2, "files": 0, "blobs": 0}
-    assert [m.text for m in await inspector(store).messages(KEY.id)] == ["text 3"]
+    assert [m.text for m in await store.messages(KEY.id)] == ["text 3"]
     assert [r.text for r in await store.replies(KEY.id)] == ["old answer, never posted"]
     state = await store.conversation_state(KEY.id)
     assert state is not None and state.timer is not None and state.version == 3  # armed
-    assert await upkeep(store).prune(NOW - 30 * DAY) == {
+    assert await store.prune(NOW - 30 * DAY) == {
         "messages": 0, "replies": 0, "generations": 0, "files": 0, "blobs": 0
     }  # fmt: skip
     # the pending message is answered as usual afterwards
@@ -86,13 +75,13 @@ async def test_forget_user_erases_their_text_everywhere_and_only_theirs(store: S
     await store.ingest(said(2, "u2"), OLD + 0.5, T)
     await answer(store, OLD + 2, "answer")
     await store.ingest(said(3, "u1", OTHER), OLD + 3, T)
-    counts = await upkeep(store).forget_user("u1", None)
+    counts = await store.forget_user("u1", None)
     assert counts == {"messages": 2, "held": 0, "generations": 1, "files": 0}
-    messages = await inspector(store).messages(KEY.id)
+    messages = await store.messages(KEY.id)
     assert [(m.author_id, m.author_name, m.text, m.deleted) for m in messages] == [
         ("", "", "", True), ("u2", "name-u2", "text 2", False),
     ]  # fmt: skip
-    [other] = await inspector(store).messages(OTHER.id)
+    [other] = await store.messages(OTHER.id)
     assert (other.text, other.deleted) == ("", True)  # pending: its burst has nothing left
     assert [(g.user_id, g.searches) for g in await store.generations()] == [("", ())]
     # the erased message keeps its id: a redelivery is a duplicate, not new text
@@ -102,8 +91,8 @@ async def test_forget_user_erases_their_text_everywhere_and_only_theirs(store: S
 async def test_forget_user_on_one_platform_leaves_the_others(store: Store) -> None:
     await store.ingest(said(1, "u1"), OLD, T)
     await store.ingest(said(2, "u1", OTHER), OLD, T)
-    assert (await upkeep(store).forget_user("u1", "other"))["messages"] == 1
-    [kept] = await inspector(store).messages(KEY.id)
+    assert (await store.forget_user("u1", "other"))["messages"] == 1
+    [kept] = await store.messages(KEY.id)
     assert kept.text == "text 1"
 
 
@@ -114,15 +103,15 @@ async def test_forget_conversation_erases_messages_and_posted_replies(store: Sto
     await store.ingest(said(2), OLD + 4, T)
     await answer(store, OLD + 5, "waiting in the outbox")
     await store.ingest(said(3, "u9", OTHER), OLD, T)
-    counts = await upkeep(store).forget_conversation(KEY.id)
+    counts = await store.forget_conversation(KEY.id)
     assert counts == {"messages": 2, "replies": 1, "held": 0, "generations": 2, "files": 0,
                       "unsent_replies_kept": 1}  # fmt: skip
     searches = [(g.searches, g.usage.web_searches) for g in await store.generations(KEY.id)]
     assert searches == [((), 1), ((), 1)]  # the queries go, the count stays (it was billed)
-    assert {m.text for m in await inspector(store).messages(KEY.id)} == {""}
+    assert {m.text for m in await store.messages(KEY.id)} == {""}
     assert [r.text for r in await store.replies(KEY.id)] == ["", "waiting in the outbox"]
     assert [h.text for h in await store.history(KEY.id, 5, 10)] == []
-    [untouched] = await inspector(store).messages(OTHER.id)
+    [untouched] = await store.messages(OTHER.id)
     assert untouched.text == "text 3"
 
 
@@ -132,7 +121,6 @@ PDF = Attachment("F2", "report.pdf", "application/pdf", 4, "https://files.exampl
 
 async def keep(store: Store, key: ConversationKey, attachment: Attachment, content: bytes,
                now: float) -> str:  # fmt: skip
-    assert isinstance(store, AttachmentStore)
     uid = attachment_uid(key, attachment)
     file = StoredFile(hashlib.sha256(content).hexdigest(), None, content)
     await store.keep_attachment_file(uid, file, now)
@@ -140,36 +128,33 @@ async def keep(store: Store, key: ConversationKey, attachment: Attachment, conte
 
 
 async def test_forget_user_erases_their_files_and_the_bytes_only_they_had(store: Store) -> None:
-    assert isinstance(store, AttachmentStore)
     await store.ingest(IncomingMessage(KEY, "m1", "u1", "alice", "look", attachments=(SHOT,)),
                        OLD, T)  # fmt: skip
     await store.ingest(IncomingMessage(KEY, "m2", "u2", "bob", "mine", attachments=(PDF,)), OLD, T)
     shot = await keep(store, KEY, SHOT, b"\x89PNG", OLD + 1)
     report = await keep(store, KEY, PDF, b"%PDF", OLD + 1)
-    counts = await upkeep(store).forget_user("u1", None)
+    counts = await store.forget_user("u1", None)
     assert (counts["messages"], counts["files"]) == (1, 1)
     assert await store.attachment_file(shot) is None
     assert await store.attachment_file(report) is not None
-    erased, kept = await inspector(store).messages(KEY.id)
+    erased, kept = await store.messages(KEY.id)
     assert (erased.attachments, kept.attachments) == ((), (PDF,))
 
 
 async def test_forget_conversation_erases_its_files(store: Store) -> None:
-    assert isinstance(store, AttachmentStore)
     await store.ingest(IncomingMessage(KEY, "m1", "u1", "alice", "", attachments=(SHOT,)), OLD, T)
     shot = await keep(store, KEY, SHOT, b"\x89PNG", OLD + 1)
-    counts = await upkeep(store).forget_conversation(KEY.id)
+    counts = await store.forget_conversation(KEY.id)
     assert (counts["messages"], counts["files"]) == (1, 1)
     assert await store.attachment_file(shot) is None
-    [erased] = await inspector(store).messages(KEY.id)
+    [erased] = await store.messages(KEY.id)
     assert erased.attachments == ()
 
 
 async def test_retention_deletes_old_files_and_bytes_nothing_refers_to(store: Store) -> None:
-    assert isinstance(store, AttachmentStore)
     old = await keep(store, KEY, SHOT, b"old bytes", OLD)
     new = await keep(store, KEY, PDF, b"new bytes", NOW)
-    counts = await upkeep(store).prune(NOW - 30 * DAY)
+    counts = await store.prune(NOW - 30 * DAY)
     assert (counts["files"], counts["blobs"]) == (1, 1)
     assert await store.attachment_file(old) is None
     assert await store.attachment_file(new) is not None
@@ -178,16 +163,15 @@ async def test_retention_deletes_old_files_and_bytes_nothing_refers_to(store: St
 async def test_file_retention_deletes_old_files_and_keeps_the_text_that_carried_them(
     store: Store,
 ) -> None:
-    assert isinstance(store, AttachmentStore)
     await store.ingest(IncomingMessage(KEY, "m1", "u1", "alice", "look", attachments=(SHOT,)),
                        OLD, T)  # fmt: skip
     await answer(store, OLD + 2, "answered")
     old = await keep(store, KEY, SHOT, b"old bytes", OLD)
     new = await keep(store, KEY, PDF, b"new bytes", NOW)
-    counts = await upkeep(store).prune_files(NOW - 30 * DAY)
+    counts = await store.prune_files(NOW - 30 * DAY)
     assert counts == {"files": 1, "blobs": 1}
     assert await store.attachment_file(old) is None
     assert await store.attachment_file(new) is not None
-    [message] = await inspector(store).messages(KEY.id)
+    [message] = await store.messages(KEY.id)
     assert (message.text, message.attachments) == ("look", (SHOT,))
-    assert len(await inspector(store).replies(KEY.id)) == 1
+    assert len(await store.replies(KEY.id)) == 1
