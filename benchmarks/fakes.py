@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from bot.core.events import ConversationKey, Reply
 from bot.core.frontend import Host
-from bot.model.replier import Prompt, Usage
+from bot.core.replier import Prompt, Usage
 
 PLATFORM = "bench"
 

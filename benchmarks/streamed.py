@@ -36,11 +36,12 @@ from adapters.slack import SlackFrontend
 from benchmarks.ingest import percentile
 from benchmarks.postgres import scratch_schema
 from benchmarks.profiles import Profile
-from bot.app import App, build_store
+from bot.app import App
 from bot.config import DiscordConfig, parse_config
 from bot.core.clock import SystemClock
 from bot.core.store import Store
 from bot.model.claude import ClaudeReplier
+from bot.wiring import build_store
 from tests.fake_discord import FakeDiscord, frontend_for
 from tests.fakes.anthropic_server import FakeAnthropic, Plan, RecordedRequest, StreamRecord
 from tests.fakes.slack_api import EventSender, FakeSlackApi, dm

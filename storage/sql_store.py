@@ -37,12 +37,13 @@ from storage import rows as codec
 from storage.drafts import DraftSteps
 from storage.files import FileSteps
 from storage.notes import NoteSteps
+from storage.notices import NoticeSteps
 from storage.rows import Params, Row
 from storage.seam import Conn
 from storage.upkeep import Upkeep
 
 
-class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn], NoteSteps[Conn]):
+class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn], NoteSteps[Conn], NoticeSteps[Conn]):
     MIGRATIONS: ClassVar[Sequence[str]]
 
     # the rest of the seam (see the module docstring) ----------------------------------------

@@ -24,7 +24,7 @@ from bot.app import App
 from bot.config import Config, DiscordConfig, parse_config
 from bot.core.clock import FakeClock
 from bot.core.events import ConversationKey
-from bot.model.replier import Replier
+from bot.core.replier import Replier
 from storage.sqlite import SqliteStore
 
 Payload = dict[str, Any]

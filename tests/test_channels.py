@@ -8,9 +8,9 @@ from bot.config import parse_config
 from bot.core.clock import FakeClock
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, IncomingMessage
-from bot.core.settings import EngineSettings
 from bot.model.claude import ClaudeReplier
 from bot.testing import RecordingFrontend, ScriptedReplier
+from bot.wiring import engine_settings
 from storage.sqlite import SqliteStore
 from tests.conftest import make_engine
 from tests.fakes.anthropic_server import FakeAnthropic
@@ -30,7 +30,7 @@ CONFIG = {
 async def test_each_channel_gets_its_own_quiet_window_and_prompt(
     store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
 ) -> None:
-    settings = EngineSettings.from_config(parse_config(CONFIG))
+    settings = engine_settings(parse_config(CONFIG))
     replier = ScriptedReplier()
     engine = make_engine(
         store, clock, replier, frontend,
@@ -82,7 +82,7 @@ async def test_a_channel_can_have_its_own_model_and_max_tokens(
     })  # fmt: skip
     claude = ClaudeReplier.from_config(config, {"TEST_ANTHROPIC_KEY": "sk-test"})
     engine = make_engine(store, clock, claude, frontend)
-    engine.settings = EngineSettings.from_config(config)
+    engine.settings = engine_settings(config)
     try:
         for n, key in enumerate((FAST, SLOW)):
             await engine.ingest(IncomingMessage(key, f"m{n}", "u1", "alice", f"to {key.channel}"))

@@ -14,8 +14,8 @@ from bot.config import parse_config
 from bot.core.clock import FakeClock
 from bot.core.engine import Engine
 from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited
+from bot.core.replier import Prompt, Usage
 from bot.model.claude import ClaudeReplier
-from bot.model.replier import Prompt, Usage
 from bot.testing import RecordingFrontend, check_invariants
 from storage.sqlite import SqliteStore
 from tests.conftest import KEY, SETTINGS, make_engine

@@ -10,8 +10,8 @@ import pytest
 
 from bot.config import parse_config
 from bot.core.errors import ConfigError, PermanentReplierError, RetryableReplierError
+from bot.core.replier import BurstMessage, Prompt, Turn, Usage
 from bot.model.claude import ClaudeReplier, to_messages
-from bot.model.replier import BurstMessage, Prompt, Turn, Usage
 from tests.fakes.anthropic_server import FakeAnthropic, Plan
 
 KEY_ENV = {"TEST_ANTHROPIC_KEY": "sk-test-not-a-real-key"}

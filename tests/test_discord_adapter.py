@@ -16,8 +16,8 @@ from bot.config import DiscordConfig
 from bot.core.clock import FakeClock
 from bot.core.engine import Engine
 from bot.core.events import Reply
-from bot.core.settings import EngineSettings
 from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
+from bot.wiring import engine_settings
 from storage.sqlite import SqliteStore
 from tests.discord_harness import DiscordWorld, close_world, engine_config, open_world
 
@@ -291,7 +291,7 @@ async def test_typing_stops_when_another_process_posted_the_reply(
     # Two processes on one shard both see the burst; the other one answers (slowly) and posts it.
     other_platform = RecordingFrontend("discord")
     slow = ScriptedReplier(hold=True)
-    other = Engine(store, slow, clock, EngineSettings.from_config(engine_config()),
+    other = Engine(store, slow, clock, engine_settings(engine_config()),
                    "w2", {"discord": other_platform})  # fmt: skip
     await world.say(world.listened, world.alice, "who answers?")
     await world.advance(1.5)

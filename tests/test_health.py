@@ -14,6 +14,7 @@ from bot.app import App
 from bot.core.clock import FakeClock
 from bot.core.errors import RetryableDeliveryError
 from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.frontend import Healthy
 from bot.testing import RecordingFrontend, ScriptedReplier
 from storage.sqlite import SqliteStore
 from tests.apps import make_app
@@ -28,7 +29,7 @@ KEY = ConversationKey("test", "w1", "c1")
 OTHER = ConversationKey("test", "w1", "c2")
 
 
-class Reconnecting(RecordingFrontend):
+class Reconnecting(RecordingFrontend, Healthy):
     """A front end whose connection is down (as a gateway that is reconnecting)."""
 
     def health(self) -> tuple[bool, str]:

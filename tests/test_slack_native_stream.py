@@ -17,7 +17,7 @@ from adapters.slack.inbound import Identity
 from adapters.slack.outbound import Outbound
 from adapters.slack.streaming import SlackDrafts
 from bot.core.events import ConversationKey, Draft
-from bot.model.replier import DraftText, SearchStep
+from bot.core.replier import DraftText, SearchStep
 from bot.testing import ReplierCall, ScriptedReplier, check_invariants
 from tests.clock_steps import step
 from tests.fakes.slack_api import (

@@ -13,13 +13,13 @@ from bot.config import parse_config
 from bot.core.clock import FakeClock
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, IncomingMessage
-from bot.core.settings import EngineSettings
+from bot.core.replier import BurstMessage, Prompt, Usage, WebSearch, WebTools
 from bot.core.store import GenerationRecord, TokenUsage
 from bot.model.claude import ClaudeReplier
-from bot.model.replier import BurstMessage, Prompt, Usage, WebSearch, WebTools
 from bot.ops.metrics import Metrics
 from bot.ops.usage import MILLION, PriceTable, summarize, usage_lines
 from bot.testing import RecordingFrontend
+from bot.wiring import engine_settings
 from storage.sqlite import SqliteStore
 from tests.apps import make_app, step
 from tests.fakes.anthropic_server import FakeAnthropic, Fetch, Plan, Search
@@ -243,14 +243,14 @@ def test_channel_tools_override_the_global_ones_key_by_key() -> None:
             {"platform": "slack", "channel": "C2", "tools": {"web_search": False}},
         ],
     })  # fmt: skip
-    settings = EngineSettings.from_config(config)
+    settings = engine_settings(config)
     assert settings.tools_for(KEY) == WebTools(True, 1, ("python.org",), ())
     assert settings.voice_for(KEY).tools == settings.tools_for(KEY)
     assert not settings.tools_for(ConversationKey("slack", "T1", "C2")).web_search
     assert settings.tools_for(ConversationKey("slack", "T1", "C3")) == WebTools(
         True, 4, (), ("spam.example",)
     )
-    assert not EngineSettings.from_config(parse_config({})).tools_for(KEY).any
+    assert not engine_settings(parse_config({})).tools_for(KEY).any
 
 
 @pytest.mark.parametrize(

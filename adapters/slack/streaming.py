@@ -40,7 +40,8 @@ from adapters.slack.outbound import (
 )
 from bot.core.errors import MessageGone
 from bot.core.events import ConversationKey, Draft, Reply
-from bot.model.replier import DraftText, SearchStep
+from bot.core.frontend import PacedDrafts
+from bot.core.replier import DraftText, SearchStep
 
 log = logging.getLogger("burstbot.slack")
 
@@ -56,7 +57,7 @@ def native_parts(text: str) -> tuple[str, tuple[SearchStep, ...]]:
     return text, ()
 
 
-class SlackDrafts:
+class SlackDrafts(PacedDrafts):
     nonce_window = 0.0  # Slack never dedupes a post: a draft is found by its metadata
 
     def __init__(

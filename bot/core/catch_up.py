@@ -42,7 +42,6 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Protocol, TypeVar, runtime_checkable
 
-from bot.config import Config
 from bot.core.clock import Clock
 from bot.core.errors import FetchError
 from bot.core.events import ConversationKey, Event, IncomingMessage
@@ -98,16 +97,6 @@ class CatchUpSettings:
     attempts: int = 6  # tries of one platform read before its run fails (and is run again)
     max_requests: int = 1000  # platform calls a pass may spend, most recently active first
     progress_every: int = 100  # conversations checked between two progress lines
-
-    @classmethod
-    def from_config(cls, config: Config) -> CatchUpSettings:
-        section = config.catch_up
-        return cls(
-            section.enabled,
-            section.max_age_hours * 3600.0,
-            section.max_pages,
-            max_requests=section.max_requests,
-        )
 
 
 async def patiently(
@@ -302,14 +291,14 @@ class CatchUpRun:
         done, every = self.counts["checked"], self._catch_up.settings.progress_every
         if done % every == 0 and done < total:
             log.info("catch-up (%s): %d of %d conversation(s) checked, %d request(s), "
-                     "%d new message(s) so far", self._catch_up.source.platform, done, total,
+                     "%d new message(s) so far", self._catch_up.platform, done, total,
                      self.counts["requests"], self.counts["accepted"])  # fmt: skip
 
     def unchecked(self, left: int) -> None:
         """The budget ran out with `left` conversations not read (the least recently active)."""
         self.counts["unchecked"] += left
         log.warning("catch-up (%s): %d request(s) spent (catch_up.max_requests); %d less recently "
-                    "active conversation(s) not checked this pass", self._catch_up.source.platform,
+                    "active conversation(s) not checked this pass", self._catch_up.platform,
                     self.counts["requests"], left)  # fmt: skip
 
     async def ingest(self, where: str, messages: Iterable[IncomingMessage]) -> None:
@@ -335,35 +324,20 @@ class CatchUpRun:
                     self.max_pages)  # fmt: skip
 
 
-@runtime_checkable
-class CatchUpSource(Protocol):
-    """A front end that can fetch what it missed."""
-
-    platform: str
-
-    def use_catch_up(self, catch_up: CatchUp) -> None:
-        """Keep the runner: request a pass after a reconnect that may have lost events (or for a
-        message that could not be stored); stop it when the front end stops."""
-        ...
-
-    async def catch_up(self, run: CatchUpRun) -> None:
-        """Fetch what came after each of `run.points` (and, with `run.listened`, in the listened
-        channels since `run.window_start`) and `run.ingest` what counts."""
-        ...
-
-
 class CatchUp:
     """One front end's catch-up passes, run in the background one at a time."""
 
     def __init__(
         self,
-        source: CatchUpSource,
+        platform: str,
+        fetch: Callable[[CatchUpRun], Awaitable[None]],
         memory: FrontendMemory,
         ingest: Ingest,
         clock: Clock,
         settings: CatchUpSettings,
     ) -> None:
-        self.source = source
+        self.platform = platform
+        self.fetch = fetch  # the front end's `CatchUpSource.catch_up`
         self.memory = memory
         self.ingest = ingest
         self.clock = clock
@@ -372,7 +346,7 @@ class CatchUp:
         self._before: float | None = None
         self._everything = False
         self._only: set[ConversationKey] = set()
-        self._job = Background(f"{source.platform} catch-up", self._pass, clock, settings)
+        self._job = Background(f"{platform} catch-up", self._pass, clock, settings)
 
     def request(self, before: float, only: ConversationKey | None = None) -> None:
         """Catch up what was stored before `before` and sent since: every active conversation and
@@ -403,7 +377,7 @@ class CatchUp:
             raise
 
     async def _run(self, before: float, everything: bool, only: set[ConversationKey]) -> None:
-        platform = self.source.platform
+        platform = self.platform
         started = self.clock.now()
         since = started - self.settings.max_age_seconds
         stored = await self.memory.catch_up_points(platform, before, started)
@@ -416,7 +390,7 @@ class CatchUp:
                  platform, len(points), " and any listened channels" if everything else "",
                  hours)  # fmt: skip
         run = CatchUpRun(self, points, since, everything)
-        await self.source.catch_up(run)
+        await self.fetch(run)
         self.passes += 1
         counts = run.counts
         log.info(

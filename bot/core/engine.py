@@ -44,6 +44,8 @@ from bot.core.frontend import Frontend
 from bot.core.gate import BurstGate, GuardStep, Refusal
 from bot.core.indicator import Indicator
 from bot.core.outbox import Outbox
+from bot.core.prompt import PromptStep
+from bot.core.replier import Replier, Usage
 from bot.core.settings import EngineSettings
 from bot.core.signals import Listener, Signals
 from bot.core.store import (
@@ -57,8 +59,6 @@ from bot.core.store import (
 )
 from bot.core.streaming import Drafts, Stream
 from bot.core.supervisor import Supervision, Supervisor
-from bot.model.prompt import PromptStep
-from bot.model.replier import Replier, Usage
 
 log = logging.getLogger("burstbot.engine")
 

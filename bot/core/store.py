@@ -21,6 +21,7 @@ contract suite (`tests/contract/`). Rules every implementation keeps:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -124,10 +125,16 @@ class NewReply:
     an overlap instead of hiding behind the version read at commit time."""
 
     text: str
-    kind: Literal["answer", "apology"] = "answer"
+    kind: Literal["answer", "apology", "notice"] = "answer"
     reply_to_message_id: str | None = None
     usage: TokenUsage = field(default_factory=TokenUsage)
     covers_from_version: int | None = None
+
+
+def notice_slot(message_id: str) -> int:
+    """The versions a notice answering `message_id` takes in the outbox: negative, so it covers
+    no message, and the same for one message, so one message never gets two notices."""
+    return -1 - int.from_bytes(hashlib.sha256(message_id.encode()).digest()[:6], "big")
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,6 +358,14 @@ class Store(Protocol):
     async def record_generation(self, record: GenerationRecord) -> None: ...
 
     # 6. deliver ------------------------------------------------------------------------------
+    async def queue_notice(
+        self, conversation_id: str, text: str, reply_to_message_id: str, now: float
+    ) -> OutboxRow:
+        """A notice outside any burst (a message refused at arrival, which is not stored): an
+        outbox row of kind `notice`, delivered like any reply (durable, posted once, in order),
+        covering no message (`notice_slot`)."""
+        ...
+
     async def claim_replies(
         self,
         owner: str,

@@ -44,7 +44,7 @@ from anthropic.types import (
 from bot.config import Config, require_secret
 from bot.core.attachments import LoadedFile
 from bot.core.errors import PermanentReplierError, ReplierError, RetryableReplierError
-from bot.model.replier import Prompt, Usage
+from bot.core.replier import Closable, Prompt, Usage
 from bot.model.web import ToolTrace, tool_params
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
@@ -171,7 +171,7 @@ def map_error(exc: Exception) -> ReplierError:
     return RetryableReplierError(f"Claude API failure: {exc}")
 
 
-class ClaudeReplier:
+class ClaudeReplier(Closable):
     """A `Replier` on `AsyncAnthropic`: streams one reply per burst."""
 
     def __init__(
