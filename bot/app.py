@@ -13,7 +13,7 @@ from typing import cast
 
 from bot.arrival import Arrival
 from bot.config import Config, Reconfigurable, load_config
-from bot.core.catch_up import CatchUp, FrontendMemory, ThreadBook
+from bot.core.catch_up import CatchUp
 from bot.core.clock import Clock, SystemClock
 from bot.core.engine import Engine
 from bot.core.errors import BurstbotError, ConfigError, StoreError
@@ -34,6 +34,7 @@ from bot.core.replier import Closable, Replier
 from bot.core.scheduler import Scheduler
 from bot.core.signals import Listener, Signals
 from bot.core.store import IngestResult, Store
+from bot.core.threads import FrontendMemory, ThreadBook
 from bot.core.typing_window import TypingStore, author_typing
 from bot.ops.access import AccessPolicy
 from bot.ops.guards import CostGuards, CounterStore, limits_active

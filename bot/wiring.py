@@ -12,11 +12,10 @@ import socket
 
 from bot.config import ChannelConfig, ChannelToolsConfig, Config, ToolsConfig, require_secret
 from bot.core.attachments import AttachmentLimits
-from bot.core.catch_up import CatchUpSettings
 from bot.core.errors import ConfigError
 from bot.core.frontend import Frontend
 from bot.core.replier import Replier, WebTools
-from bot.core.settings import ChannelSettings, EngineSettings
+from bot.core.settings import CatchUpSettings, ChannelSettings, EngineSettings
 from bot.core.store import Store
 from bot.model.offline import OfflineReplier
 

@@ -336,7 +336,7 @@ class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn], NoteSteps[Conn],
         rows = await self._rows("reset_history", {"cid": conversation_id})
         return int(rows[0][0]) if rows else None
 
-    # what front ends remember (bot.core.catch_up.FrontendMemory) -----------------------------
+    # what front ends remember (bot.core.threads.FrontendMemory) -----------------------------
     async def thread_status(self, conversation_id: str) -> bool | None:
         row = await self._one("thread_status", {"cid": conversation_id})
         return None if row is None or row[0] is None else bool(row[0])

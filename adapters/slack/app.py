@@ -59,7 +59,8 @@ from adapters.slack.inbound import Identity, Payload
 from adapters.slack.outbound import Outbound, delivery_error, slack_error_code, slack_pacer
 from adapters.slack.streaming import SlackDrafts
 from bot.config import Config, Reconfigurable, SlackConfig, require_secret
-from bot.core.catch_up import Background, CatchUp, CatchUpRun
+from bot.core.background import Background
+from bot.core.catch_up import CatchUp, CatchUpRun
 from bot.core.clock import Clock, SystemClock
 from bot.core.errors import BurstbotError, ConfigError, FetchError, StoreError
 from bot.core.events import Attachment, ConversationKey, IncomingMessage, Reply, ResetConversation

@@ -1,16 +1,7 @@
-"""What a front end did not see live: threads decided later, and catch-up after downtime (G7, G11).
+"""Catch-up after downtime (G11): what a front end did not see live, fetched in the background.
 
-Both jobs are platform-neutral here; the platform side (which API, which pages, what counts) stays
-in the adapter.
+The platform side (which API, which pages, what counts) stays in the adapter (`CatchUpSource`).
 
-- `ThreadBook`: which threads are ours, remembered in the store. A front end that cannot tell from
-  an event alone whether a thread reply counts (Slack: a reply, without a mention, in a thread the
-  bot joined earlier) asks `status`: a thread the store holds a conversation for is ours; one a
-  lookup decided is what the lookup said; an unknown one is `hold`-ed — stored durably, then
-  acked — and decided in the background: the front end's lookup runs (waiting out `Retry-After`),
-  the answer is remembered, and the held messages are ingested (or dropped: not ours). A lookup
-  that fails leaves the message held and is tried again, so a failed lookup never turns into
-  "ignore", and nothing slow runs before the ack.
 - `CatchUp`: one front end's catch-up passes, requested at start, after a reconnect that may have
   lost events, and for a message whose ingest failed. A pass reads, for every conversation of the
   platform however long it was quiet, the newest message stored before the cut-off, and hands the
@@ -26,225 +17,27 @@ in the adapter.
 
 The cut-off is the moment the connection that may have missed events began (the process start, a
 reconnect, a failed ingest), not "now": a live message stored after the reconnect must not hide
-the ones sent during the gap before it.
-
-Both run in the background (`Background`), one run at a time per job: never before an ack, never
-in a live event's way. A failed run is logged and tried again with doubling backoff.
+the ones sent during the gap before it. Passes run in the background (`Background`), one at a
+time.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, replace
-from typing import Protocol, TypeVar, runtime_checkable
+from dataclasses import replace
+from typing import TypeVar
 
+from bot.core.background import Background, patiently
 from bot.core.clock import Clock
-from bot.core.errors import FetchError
-from bot.core.events import ConversationKey, Event, IncomingMessage
-from bot.core.store import IngestResult
+from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.settings import CatchUpSettings
+from bot.core.threads import FrontendMemory, Ingest
 
 log = logging.getLogger("burstbot.catch_up")
 
 T = TypeVar("T")
-Ingest = Callable[[Event], Awaitable[IngestResult]]
-Lookup = Callable[[ConversationKey], Awaitable[bool]]
-HELD_BATCH = 200
-
-
-@runtime_checkable
-class FrontendMemory(Protocol):
-    """What the store remembers for front ends (storage/sql_store.py)."""
-
-    async def thread_status(self, conversation_id: str) -> bool | None:
-        """True: a conversation of ours, or a lookup said so; False: a lookup said it is not;
-        None: never decided."""
-        ...
-
-    async def remember_thread(self, conversation_id: str, ours: bool, now: float) -> None: ...
-
-    async def hold(self, message: IncomingMessage, now: float) -> None:
-        """Keep a message until its thread is decided; holding one id twice changes nothing.
-        Held messages are thread replies in channels (never DMs)."""
-        ...
-
-    async def held(self, platform: str, limit: int) -> list[IncomingMessage]:
-        """The oldest held messages of a platform, with `via="held"`."""
-        ...
-
-    async def unhold(self, message: IncomingMessage) -> None: ...
-
-    async def catch_up_points(
-        self, platform: str, before: float, now: float
-    ) -> dict[str, str | None]:
-        """Every conversation of `platform` → the platform id of its newest message stored before
-        `before` (None: none stored before then), most recently active first. Arrival times are
-        the database's: `before` crosses over by its distance from `now` (the Store protocol's
-        rule)."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class CatchUpSettings:
-    enabled: bool = True
-    max_age_seconds: float = 24 * 3600.0
-    max_pages: int = 10  # pages a front end reads per conversation and pass
-    retry_seconds: float = 2.0  # first wait after a failure that names no Retry-After; doubles
-    max_retry_seconds: float = 300.0
-    attempts: int = 6  # tries of one platform read before its run fails (and is run again)
-    max_requests: int = 1000  # platform calls a pass may spend, most recently active first
-    progress_every: int = 100  # conversations checked between two progress lines
-
-
-async def patiently(
-    read: Callable[[], Awaitable[T]], what: str, clock: Clock, settings: CatchUpSettings
-) -> T:
-    """One platform read, tried again after a rate limit (exactly its `Retry-After`) or a passing
-    failure (backoff); a permanent failure, or the last attempt's, goes up."""
-    delay = settings.retry_seconds
-    for attempt in range(1, settings.attempts + 1):
-        try:
-            return await read()
-        except FetchError as exc:
-            if exc.permanent or attempt == settings.attempts:
-                raise
-            wait = delay if exc.retry_after is None else exc.retry_after
-            log.info("%s: %s; trying again in %.1f s", what, exc, wait)
-            await clock.sleep(wait)
-            delay = min(delay * 2, settings.max_retry_seconds)
-    raise AssertionError("unreachable")
-
-
-class Background:
-    """A job run in the background when requested, one run at a time; a request during a run
-    makes another run follow it. A run that fails is logged and run again after a backoff."""
-
-    def __init__(
-        self,
-        name: str,
-        work: Callable[[], Awaitable[None]],
-        clock: Clock,
-        settings: CatchUpSettings,
-    ) -> None:
-        self.name = name
-        self._work = work
-        self._clock = clock
-        self._settings = settings
-        self._wanted = False
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._task: asyncio.Task[None] | None = None
-
-    def request(self) -> None:
-        self._wanted = True
-        self._idle.clear()
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._loop(), name=self.name)
-
-    async def idle(self) -> None:
-        """Until no run is under way or wanted (a failing job stays busy while it retries)."""
-        await self._idle.wait()
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
-        self._idle.set()
-
-    async def _loop(self) -> None:
-        delay = self._settings.retry_seconds
-        while self._wanted:
-            self._wanted = False
-            try:
-                await self._work()
-                delay = self._settings.retry_seconds
-            except Exception as exc:
-                log.warning("%s failed (%s); trying again in %.0f s", self.name, exc, delay)
-                self._wanted = True
-                await self._clock.sleep(delay)
-                delay = min(delay * 2, self._settings.max_retry_seconds)
-        self._idle.set()
-
-
-class ThreadBook:
-    """Which threads are ours (the store's answer), and messages held until a lookup decides."""
-
-    def __init__(
-        self, memory: FrontendMemory, clock: Clock, ingest: Ingest, settings: CatchUpSettings
-    ) -> None:
-        self.memory = memory
-        self._clock = clock
-        self._ingest = ingest
-        self._settings = settings
-        self._deciders: dict[str, Background] = {}
-
-    async def idle(self) -> None:
-        """Until every held message seen so far is decided (tests)."""
-        for decider in list(self._deciders.values()):
-            await decider.idle()
-
-    async def status(self, key: ConversationKey) -> bool | None:
-        return await self.memory.thread_status(key.id)
-
-    async def hold(self, message: IncomingMessage) -> None:
-        """Store the message until its thread is decided (the caller acks after this)."""
-        await self.memory.hold(message, self._clock.now())
-        decider = self._deciders.get(message.key.platform)
-        if decider is not None:
-            decider.request()
-
-    def decide_with(self, platform: str, lookup: Lookup) -> Background:
-        """Decide `platform`'s held messages with `lookup` (True: the thread is ours; raises
-        `FetchError`), starting now with any an earlier run left. The caller stops the job."""
-        work = functools.partial(self._decide, platform, lookup)
-        job = Background(f"{platform}: deciding held threads", work, self._clock, self._settings)
-        self._deciders[platform] = job
-        job.request()
-        return job
-
-    async def _decide(self, platform: str, lookup: Lookup) -> None:
-        """Thread by thread; one whose lookup keeps failing does not hold up the others, and
-        the job runs again (after a backoff) while any is left undecided."""
-        while held := await self.memory.held(platform, HELD_BATCH):
-            threads: dict[ConversationKey, list[IncomingMessage]] = {}
-            for message in held:
-                threads.setdefault(message.key, []).append(message)
-            failed: FetchError | None = None
-            for key, messages in threads.items():
-                try:
-                    await self._settle(key, messages, lookup)
-                except FetchError as exc:
-                    failed = failed or exc
-            if failed is not None:
-                raise failed
-
-    async def _settle(
-        self, key: ConversationKey, messages: list[IncomingMessage], lookup: Lookup
-    ) -> None:
-        ours = await self.memory.thread_status(key.id)
-        if ours is None:
-            read = functools.partial(lookup, key)
-            try:
-                ours = await patiently(read, f"thread {key.id}", self._clock, self._settings)
-            except FetchError as exc:
-                if not exc.permanent:
-                    raise  # still held: the job runs again after a backoff
-                log.warning("thread %s cannot be read (%s): %d held message(s) not answered",
-                            key.id, exc, len(messages))  # fmt: skip
-                ours = False
-            else:
-                await self.memory.remember_thread(key.id, ours, self._clock.now())
-                log.info("thread %s is %s: %d held message(s) %s", key.id,
-                         "ours" if ours else "not ours", len(messages),
-                         "taken in" if ours else "dropped")  # fmt: skip
-        for message in messages:
-            if ours:
-                await self._ingest(message)
-            await self.memory.unhold(message)
 
 
 class CatchUpRun:

@@ -19,13 +19,16 @@ declaration (`declares`), not the object's attributes.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from bot.core.catch_up import CatchUp, CatchUpRun, ThreadBook
 from bot.core.errors import BurstbotError, ConfigError
 from bot.core.events import Attachment, ConversationKey, Draft, Event, Reply
 from bot.core.notes import NoteBook
 from bot.core.store import IngestResult
+
+if TYPE_CHECKING:  # catch-up and threads name front-end types too
+    from bot.core.catch_up import CatchUp, CatchUpRun
+    from bot.core.threads import ThreadBook
 
 
 class Host(Protocol):

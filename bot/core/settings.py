@@ -27,6 +27,18 @@ class ChannelSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class CatchUpSettings:
+    enabled: bool = True
+    max_age_seconds: float = 24 * 3600.0
+    max_pages: int = 10  # pages a front end reads per conversation and pass
+    retry_seconds: float = 2.0  # first wait after a failure that names no Retry-After; doubles
+    max_retry_seconds: float = 300.0
+    attempts: int = 6  # tries of one platform read before its run fails (and is run again)
+    max_requests: int = 1000  # platform calls a pass may spend, most recently active first
+    progress_every: int = 100  # conversations checked between two progress lines
+
+
+@dataclass(frozen=True, slots=True)
 class EngineSettings:
     quiet_seconds: float = 1.5
     max_wait_seconds: float = 8.0

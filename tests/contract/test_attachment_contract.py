@@ -7,9 +7,9 @@ import asyncio
 import hashlib
 
 from bot.core.attachments import AttachmentStore, StoredFile
-from bot.core.catch_up import FrontendMemory
 from bot.core.events import Attachment, ConversationKey, IncomingMessage, MessageEdited
 from bot.core.store import FinalCheck, Store, Timing
+from bot.core.threads import FrontendMemory
 from tests.contract.conftest import Backend
 
 T = Timing(quiet_seconds=2.0, max_wait_seconds=10.0)

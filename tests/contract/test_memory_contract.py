@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bot.core.catch_up import FrontendMemory
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.store import Store, Timing
+from bot.core.threads import FrontendMemory
 
 T = Timing(quiet_seconds=2.0, max_wait_seconds=10.0)
 DM = ConversationKey("slack", "T1", "D1")
