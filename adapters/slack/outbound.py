@@ -123,8 +123,8 @@ class Turn(Enum):
     """Whose turn on the pacer a post or update waits for."""
 
     REPLY = "reply"  # a reply's final text: ahead of every draft
-    DRAFT = "draft"  # a draft's call: behind every final text
-    TAKEN = "taken"  # the caller took the turn already (the stream's `draft_turn`)
+    TAKEN = "taken"  # the caller took the turn already (the stream's `draft_turn`, behind
+    # every final text)
 
 
 class Outbound:
@@ -210,7 +210,7 @@ class Outbound:
 
     async def wait_turn(self, method: str, scope: str, turn: Turn) -> None:
         if turn is not Turn.TAKEN:
-            await self.take(method, scope, final=turn is Turn.REPLY)
+            await self.take(method, scope, final=True)
 
     def paced_error(self, exc: Exception, what: str, method: str, scope: str) -> DeliveryError:
         """`delivery_error`, and a 429 holds `method`'s budget for everyone for its Retry-After."""
