@@ -135,7 +135,6 @@ class CatchUp:
         self.ingest = ingest
         self.clock = clock
         self.settings = settings
-        self.passes = 0
         self._before: float | None = None
         self._everything = False
         self._only: set[ConversationKey] = set()
@@ -184,7 +183,6 @@ class CatchUp:
                  hours)  # fmt: skip
         run = CatchUpRun(self, points, since, everything)
         await self.fetch(run)
-        self.passes += 1
         counts = run.counts
         log.info(
             "catch-up (%s) done in %.1f s: %d request(s), %d new message(s), %d already stored, "

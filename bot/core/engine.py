@@ -32,7 +32,7 @@ import asyncio
 import functools
 import logging
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from bot.core.attachments import AttachmentLoader
@@ -371,14 +371,13 @@ class Engine:
             if cid not in self._committing:
                 task.cancel()
 
-    async def finish(self, grace: float, others: Collection[asyncio.Task[None]] = ()) -> None:
-        """Give commits and deliveries in flight (and `others`, e.g. notices) `grace` seconds on
-        the engine's clock, then cancel what is left. A cancelled delivery keeps its claim until
-        `release`: the front ends stop first, so nothing of ours posts after another process
-        took the row over."""
+    async def finish(self, grace: float) -> None:
+        """Give commits and deliveries in flight `grace` seconds on the engine's clock, then
+        cancel what is left. A cancelled delivery keeps its claim until `release`: the front
+        ends stop first, so nothing of ours posts after another process took the row over."""
 
         def running() -> list[asyncio.Task[Any]]:
-            return [*self._workers.values(), *self.outbox.running, *self.indicator.running, *others]
+            return [*self._workers.values(), *self.outbox.running, *self.indicator.running]
 
         timeout = asyncio.ensure_future(self.clock.sleep_until(self.clock.now() + grace))
         try:

@@ -225,10 +225,6 @@ def check_abilities(obj: object, what: str, abilities: tuple[type, ...]) -> None
             raise ConfigError(f"{what}: {type(obj).__name__} {problem}")
 
 
-def check_frontend(frontend: Frontend) -> None:
-    check_abilities(frontend, f"{frontend.platform} front end", FRONTEND_ABILITIES)
-
-
 def frontend_health(frontend: Frontend) -> tuple[bool, str]:
     """Whether a front end can receive now, and how it is connected (`/healthz`)."""
     if not declares(frontend, Healthy):
