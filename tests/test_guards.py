@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from bot.cli.explain import explain_lines
 from bot.config import MAX_MESSAGE_CHARS
 from bot.core.clock import FakeClock
 from bot.core.events import ConversationKey, IncomingMessage
@@ -270,6 +271,9 @@ async def test_a_notice_is_an_outbox_row_posted_once_even_after_a_crash_before_i
         "notice", "sent", too_long.message_id
     )  # fmt: skip
     assert await survivor_store.pending_messages(KEY.id, 0, 10) == []  # nothing refused stored
+    lines = await explain_lines(survivor_store, KEY.id, clock.now()) or []
+    assert any(f"[notice] committed, covers nothing (answers {too_long.message_id})" in line
+               for line in lines)  # fmt: skip
     assert (await survivor.ingest(msg(text="short"))).status == "accepted"
     await step(survivor, clock)
     assert [p.text for p in front.posts][:1] == ["too long"] and len(front.posts) == 2

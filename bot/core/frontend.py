@@ -192,6 +192,9 @@ FRONTEND_ABILITIES: tuple[type, ...] = (
 )  # fmt: skip
 
 
+_checked_surfaces: set[type] = set()
+
+
 def declares(obj: object, ability: type) -> bool:
     """`obj` names `ability` among its bases (checked at wiring by `check_abilities`)."""
     return ability in type(obj).__mro__
@@ -238,8 +241,9 @@ def drafts_of(frontend: Frontend) -> DraftSurface | None:
     if not declares(frontend, Drafting):
         return None
     surface = cast(Drafting, frontend).drafts
-    if surface is not None:
+    if surface is not None and type(surface) not in _checked_surfaces:  # made at start, not wiring
         check_abilities(surface, f"{frontend.platform} drafts", (PacedDrafts,))
+        _checked_surfaces.add(type(surface))
     return surface
 
 
