@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from bot.config import ChannelConfig, ChannelToolsConfig, Config, ToolsConfig, require_secret
 from bot.core.attachments import AttachmentLimits
@@ -18,6 +20,9 @@ from bot.core.replier import Replier, WebTools
 from bot.core.settings import CatchUpSettings, ChannelSettings, EngineSettings
 from bot.core.store import Store
 from bot.model.offline import OfflineReplier
+
+if TYPE_CHECKING:
+    from bot.model.claude import ClaudeReplier
 
 
 def make_owner(config: Config) -> str:
@@ -31,10 +36,32 @@ def make_owner(config: Config) -> str:
 def build_replier(config: Config) -> Replier:
     if config.llm.provider == "offline":
         return OfflineReplier()
-    require_secret(config.llm.api_key_env, "llm.api_key_env")  # before the SDK's slow import
+    return claude_replier(config)
+
+
+def claude_replier(
+    config: Config,
+    environ: Mapping[str, str] | None = None,
+    kind: type[ClaudeReplier] | None = None,
+) -> ClaudeReplier:
+    """`[llm]`'s Claude client (`kind`: a subclass of `ClaudeReplier`), the key from the variable
+    `llm.api_key_env` names: a missing one is a `ConfigError` naming it, before the SDK's slow
+    import."""
+    llm = config.llm
+    env = dict(os.environ if environ is None else environ)
+    api_key = require_secret(llm.api_key_env, "llm.api_key_env", env)
+    import anthropic
+
     from bot.model.claude import ClaudeReplier
 
-    return ClaudeReplier.from_config(config)
+    client = anthropic.AsyncAnthropic(
+        api_key=api_key,
+        base_url=llm.base_url or None,
+        max_retries=llm.max_retries,
+        timeout=llm.timeout_seconds,
+    )
+    replier = kind or ClaudeReplier
+    return replier(client, llm.model, llm.max_tokens, llm.timeout_seconds, llm.cut_note)
 
 
 def build_frontends(config: Config) -> list[Frontend]:

@@ -8,9 +8,8 @@ from bot.config import parse_config
 from bot.core.clock import FakeClock
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, IncomingMessage
-from bot.model.claude import ClaudeReplier
 from bot.testing import RecordingFrontend, ScriptedReplier
-from bot.wiring import engine_settings
+from bot.wiring import claude_replier, engine_settings
 from storage.sqlite import SqliteStore
 from tests.conftest import make_engine
 from tests.fakes.anthropic_server import FakeAnthropic
@@ -80,7 +79,7 @@ async def test_a_channel_can_have_its_own_model_and_max_tokens(
         "channels": [{"platform": "test", "channel": "fast", "model": "claude-haiku-4-5",
                       "max_tokens": 300}],
     })  # fmt: skip
-    claude = ClaudeReplier.from_config(config, {"TEST_ANTHROPIC_KEY": "sk-test"})
+    claude = claude_replier(config, {"TEST_ANTHROPIC_KEY": "sk-test"})
     engine = make_engine(store, clock, claude, frontend)
     engine.settings = engine_settings(config)
     try:

@@ -19,7 +19,7 @@ from bot.model.claude import ClaudeReplier
 from bot.ops.metrics import Metrics
 from bot.ops.usage import MILLION, PriceTable, summarize, usage_lines
 from bot.testing import RecordingFrontend
-from bot.wiring import engine_settings
+from bot.wiring import claude_replier, engine_settings
 from storage.sqlite import SqliteStore
 from tests.apps import make_app, step
 from tests.fakes.anthropic_server import FakeAnthropic, Fetch, Plan, Search
@@ -46,7 +46,7 @@ def prompt(tools: WebTools = SEARCHING) -> Prompt:
 async def claude(server: FakeAnthropic) -> AsyncIterator[ClaudeReplier]:
     llm = {"base_url": server.base_url, "api_key_env": "TEST_ANTHROPIC_KEY", "max_retries": 0,
            "timeout_seconds": 5.0}  # fmt: skip
-    replier = ClaudeReplier.from_config(parse_config({"llm": llm}), KEY_ENV)
+    replier = claude_replier(parse_config({"llm": llm}), KEY_ENV)
     yield replier
     await replier.aclose()
 
@@ -319,7 +319,7 @@ async def test_a_channels_daily_budget_counts_searches(
     a 3,000-token channel budget, a second in that channel is refused, another channel goes on."""
     server.default_plan = Plan(text="Found.", searches=[Search("q", RESULTS)])
     llm = {"base_url": server.base_url, "api_key_env": "TEST_ANTHROPIC_KEY", "max_retries": 0}
-    replier = ClaudeReplier.from_config(parse_config({"llm": llm}), KEY_ENV)
+    replier = claude_replier(parse_config({"llm": llm}), KEY_ENV)
     limits = {"channel_daily_tokens": 3000, "budget_notice": "budget spent"}
     app = make_app(store, clock, replier, frontend, tools={"web_search": True},  # type: ignore[arg-type]
                    limits=limits)  # fmt: skip
