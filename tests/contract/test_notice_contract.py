@@ -51,3 +51,13 @@ async def test_a_notice_waits_behind_earlier_replies_and_leaves_the_draft_alone(
     assert then.id == notice.id and then.draft is None
     assert await store.draft(KEY.id) == draft  # still the pending burst's
     assert [h.text for h in await store.history(KEY.id, 2, 10)] == ["text 1", "ok", "text 2"]
+
+
+async def test_a_notice_sent_leaves_the_pending_bursts_indicator_up(store: Store) -> None:
+    await store.ingest(msg(1), NOW, T)
+    assert await store.record_indicator(KEY.id, "m1", 1)
+    await store.queue_notice(KEY.id, "slow down", "m2", NOW)
+    [notice] = await store.claim_replies("o1", NOW, 30.0, ["test"], 10)
+    sent = await store.mark_sent(notice.id, notice.claim_token, ["p1"], NOW)
+    assert sent is not None and sent.indicator_at is None
+    assert await store.take_indicator(KEY.id) == "m1"  # still recorded: the reply takes it down
