@@ -27,7 +27,7 @@ from bot.core.events import (
     Reply,
     ResetConversation,
 )
-from bot.core.frontend import Host
+from bot.core.frontend import FileSource, Host
 
 CONSOLE_KEY = ConversationKey("console", "local", "terminal")
 SETTLE_POLL_SECONDS = 0.05
@@ -68,7 +68,7 @@ def _read_local(url: str, max_bytes: int) -> bytes:
     return content
 
 
-class ConsoleFrontend:
+class ConsoleFrontend(FileSource):
     platform = "console"
 
     def __init__(

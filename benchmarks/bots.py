@@ -22,11 +22,11 @@ from benchmarks.tally import PLATFORM
 from bot.core.clock import SystemClock
 from bot.core.engine import Engine
 from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.replier import BurstMessage, Prompt, Usage
 from bot.core.scheduler import Scheduler
 from bot.core.settings import EngineSettings
 from bot.core.store import Lease
 from bot.core.supervisor import Supervision, Supervisor
-from bot.model.replier import BurstMessage, Prompt, Usage
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, StreamingModel
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import anthropic
 
 from benchmarks.profiles import Profile
+from bot.core.replier import BurstMessage, Prompt, Turn, Usage
 from bot.model.claude import ClaudeReplier
-from bot.model.replier import BurstMessage, Prompt, Turn, Usage
 from testkit.fake_anthropic import FakeAnthropic, Plan, PromptCache, RecordedRequest
 
 WRITE_PRICE, READ_PRICE = 1.25, 0.1

@@ -36,11 +36,11 @@ from adapters.slack import SlackFrontend
 from benchmarks.ingest import percentile
 from benchmarks.postgres import scratch_schema
 from benchmarks.profiles import Profile
-from bot.app import App, build_store
+from bot.app import App
 from bot.config import DiscordConfig, parse_config
 from bot.core.clock import SystemClock
 from bot.core.store import Store
-from bot.model.claude import ClaudeReplier
+from bot.wiring import build_store, claude_replier
 from testkit.fake_anthropic import FakeAnthropic, Plan, RecordedRequest, StreamRecord
 from testkit.fake_discord import FakeDiscord, frontend_for
 from testkit.fake_slack import EventSender, FakeSlackApi, dm
@@ -133,7 +133,7 @@ async def burstbot(
             },
         }
     )
-    replier = ClaudeReplier.from_config(config, {KEY_ENV: "bench-key"})
+    replier = claude_replier(config, {KEY_ENV: "bench-key"})
     frontend = SlackFrontend(config.slack, slack.token, signing_secret=SECRET)
     app = App(config, store or build_store(config), replier, [frontend], shutdown_grace=1.0)
     running = asyncio.create_task(app.run())
@@ -351,7 +351,7 @@ async def _discord_limits_once(
         discord_config = DiscordConfig(enabled=True, listen_channels=[str(CHANNEL)], scope="user",
                                        edits_per_minute=edits_per_minute)  # fmt: skip
         frontend = frontend_for(fake, SystemClock(), discord_config)
-        replier = ClaudeReplier.from_config(config, {KEY_ENV: "bench-key"})
+        replier = claude_replier(config, {KEY_ENV: "bench-key"})
         app = App(config, build_store(config), replier, [frontend], shutdown_grace=1.0)
         running = asyncio.create_task(app.run())
         try:

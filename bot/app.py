@@ -1,33 +1,41 @@
-"""The composition root: config → store, replier, engine, scheduler and front ends."""
+"""The composition root: config → store, replier, engine, scheduler and front ends (builders in
+`bot/wiring.py`, arrival's policy in `bot/arrival.py`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-import os
-import secrets
 import signal
-import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
-from bot.config import Config, load_config, require_secret
-from bot.core.catch_up import CatchUp, CatchUpSettings, CatchUpSource, ThreadBook
+from bot.arrival import Arrival
+from bot.config import Config, Reconfigurable, load_config
+from bot.core.catch_up import CatchUp
 from bot.core.clock import Clock, SystemClock
 from bot.core.engine import Engine
 from bot.core.errors import BurstbotError, ConfigError, StoreError
-from bot.core.events import ConversationKey, Event, IncomingMessage, Reply, ResetConversation
-from bot.core.frontend import Frontend, stop_intake
-from bot.core.gate import GuardStep, Refusal
+from bot.core.events import ConversationKey, Event
+from bot.core.frontend import (
+    FRONTEND_ABILITIES,
+    Frontend,
+    catch_up_source,
+    check_abilities,
+    declares,
+    prompt_context_of,
+    stop_intake,
+)
+from bot.core.gate import GuardStep
+from bot.core.hints import wanted
 from bot.core.notes import NoteBook
+from bot.core.replier import Closable, Replier
 from bot.core.scheduler import Scheduler
-from bot.core.settings import EngineSettings
-from bot.core.signals import Listener
+from bot.core.signals import Listener, Signals
 from bot.core.store import IngestResult, Store
+from bot.core.threads import ThreadBook
 from bot.core.typing_window import author_typing
-from bot.model.offline import OfflineReplier
-from bot.model.replier import Replier
 from bot.ops.access import AccessPolicy
 from bot.ops.guards import CostGuards, limits_active
 from bot.ops.health import Health
@@ -36,61 +44,20 @@ from bot.ops.metrics import Metrics, MetricsServer
 from bot.ops.reload import ReloadPlan, plan_reload
 from bot.ops.retention import Retention
 from bot.ops.usage import PriceTable
+from bot.wiring import build_store, catch_up_settings, engine_settings, make_owner
 
 log = logging.getLogger("burstbot")
 PROMPT_CONTEXT_SECONDS = 10.0  # a front end's look-ups for the prompt (a channel's messages)
 SHUTDOWN_GRACE_SECONDS = 5.0  # for replies being posted at shutdown; well inside systemd's 30 s
 
 
-def make_owner(config: Config) -> str:
-    """This process's name on leases and claims: unique even when several processes share one
-    config, because shutdown releases everything held under it (`<configured>:<host>:<pid>:<hex>`;
-    without `engine.owner`, just `<host>:<pid>:<hex>`)."""
-    unique = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-    return f"{config.engine.owner}:{unique}" if config.engine.owner else unique
-
-
-def build_replier(config: Config) -> Replier:
-    if config.llm.provider == "offline":
-        return OfflineReplier()
-    require_secret(config.llm.api_key_env, "llm.api_key_env")  # before the SDK's slow import
-    from bot.model.claude import ClaudeReplier
-
-    return ClaudeReplier.from_config(config)
-
-
-def build_frontends(config: Config) -> list[Frontend]:
-    frontends: list[Frontend] = []
-    if config.console.enabled:
-        from adapters.console import ConsoleFrontend
-
-        frontends.append(ConsoleFrontend(user_name=config.console.user_name))
-    if config.slack.enabled:
-        from adapters.slack import build_slack_frontend
-
-        frontends.append(build_slack_frontend(config.slack))
-    if config.discord.enabled:
-        from adapters.discord import build_discord_frontend
-
-        typing = config.debounce.typing_aware
-        frontends.append(build_discord_frontend(config.discord, typing_intents=typing))
-    if not frontends:
-        raise ConfigError("config: no front end enabled (console, slack or discord)")
-    return frontends
-
-
-def build_store(config: Config) -> Store:
-    from storage import open_store
-    from storage.pool_limits import PoolLimits
-
-    storage = config.storage
-    limits = PoolLimits(
-        statement_seconds=storage.statement_timeout_seconds,
-        acquire_seconds=storage.acquire_timeout_seconds,
-        connect_seconds=storage.connect_timeout_seconds,
-        keepalive_seconds=storage.keepalive_seconds,
-    )
-    return open_store(storage.url, storage.pool_size, storage.busy_timeout_seconds, limits)
+def check_wiring(frontends: list[Frontend], replier: Replier) -> None:
+    """Each front end's and the replier's declared abilities, checked once: a missing method
+    fails the start with one line instead of turning a feature off."""
+    for frontend in frontends:
+        abilities = (*FRONTEND_ABILITIES, Reconfigurable)
+        check_abilities(frontend, f"{frontend.platform} front end", abilities)
+    check_abilities(replier, "replier", (Closable,))
 
 
 class DemoWiring:
@@ -116,24 +83,26 @@ class App:
         owner: str | None = None,
         shutdown_grace: float = SHUTDOWN_GRACE_SECONDS,
     ) -> None:
+        check_wiring(frontends, replier)
         self.config = config
         self.shutdown_grace = shutdown_grace
         self.store = store
         self.frontends = frontends
         self.by_platform = {f.platform: f for f in frontends}
-        self.access = AccessPolicy(config.access)
-        self.guards = self._cost_guards(config, self.access)
+        guards = self._cost_guards(config, access := AccessPolicy(config.access))
         self.engine = Engine(
             store,
             replier,
             clock or SystemClock(),
-            EngineSettings.from_config(config),
+            engine_settings(config),
             owner or make_owner(config),
             self.by_platform,
-            gate=self.guards,
+            gate=guards,
         )
         self.scheduler = Scheduler(self.engine)
-        self.catch_up_settings = CatchUpSettings.from_config(config)
+        self.signals = Signals()  # the app's own events: `refused` at arrival, `reset`, ...
+        self.arrival = Arrival(self.engine, self.by_platform, access, guards, self.signals)
+        self.catch_up_settings = catch_up_settings(config)
         self.threads = ThreadBook(store, self.engine.clock, self.ingest, self.catch_up_settings)
         self.notes: NoteBook = store
         self.engine.prompts.context = self._prompt_context
@@ -141,14 +110,16 @@ class App:
         self.metrics = Metrics(PriceTable(config.prices))
         self.retention = Retention(store, self.engine.clock, lambda: self.config.retention)
         self.metrics_server: MetricsServer | None = None
-        self._listeners: list[Listener] = []
         self.subscribe(self.metrics.observe)
-        self._notices: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
         self.serving = asyncio.Event()  # set once every front end has started
         self.failure: BurstbotError | None = None
         self.config_path: Path | None = None  # where SIGHUP re-reads the config (CLI: --config)
         self.verbose = False  # the CLI's -v, kept when a reload changes logging
+
+    @property
+    def guards(self) -> CostGuards | None:
+        return self.arrival.guards
 
     def _cost_guards(self, config: Config, access: AccessPolicy) -> CostGuards | None:
         if not limits_active(config.limits):
@@ -168,113 +139,46 @@ class App:
             guards = self._cost_guards(plan.config, access)
         except ConfigError as exc:
             log.error("reload refused, the running config stays: %s", exc)
-            self._emit("reload_refused", reason=str(exc))
+            self.signals.emit("reload_refused", reason=str(exc))
             return None
         if plan.config.logging != self.config.logging:
             configure_logging(plan.config, verbose=self.verbose)
-        self.config, self.access, self.guards = plan.config, access, guards
+        self.config, self.arrival.access, self.arrival.guards = plan.config, access, guards
         self.engine.guard = GuardStep(guards)
-        self.engine.settings = EngineSettings.from_config(plan.config)
+        self.engine.settings = engine_settings(plan.config)
         self.metrics.prices = PriceTable(plan.config.prices)
         for frontend in self.frontends:  # the live part of a front end's own section
-            reconfigure = getattr(frontend, "reconfigure", None)
-            if reconfigure is not None:
-                reconfigure(plan.config)
+            if declares(frontend, Reconfigurable):
+                cast(Reconfigurable, frontend).reconfigure(plan.config)
         log.warning(
             "config reloaded from %s: %s", self.config_path, ", ".join(plan.applied) or "no change"
         )
         if plan.needs_restart:
             log.warning("reload: these need a restart to change: %s", ", ".join(plan.needs_restart))
-        self._emit("reloaded", applied=plan.applied, needs_restart=plan.needs_restart)
+        self.signals.emit("reloaded", applied=plan.applied, needs_restart=plan.needs_restart)
         return plan
 
     def subscribe(self, listener: Listener) -> None:
         """Engine events plus the app's own (`refused` at arrival, `reset`)."""
         self.engine.subscribe(listener)
-        self._listeners.append(listener)
-
-    def _emit(self, name: str, **fields: object) -> None:
-        for listener in self._listeners:
-            listener(name, fields)
+        self.signals.subscribe(listener)
 
     # Host ------------------------------------------------------------------------------------
     async def ingest(self, event: Event) -> IngestResult:
-        """Access rules and arrival guards first (nothing refused is stored), then the engine."""
-        if isinstance(event, ResetConversation):
-            return await self._reset(event)
-        if isinstance(event, IncomingMessage) and not event.author_is_bot:
-            reason = self.access.refusal(event.key, event.author_id, event.is_dm)
-            if reason is not None:
-                log.info("conversation %s: message refused (%s)", event.key.id, reason)
-                self._emit("refused", conversation=event.key.id, stage="access", reason=reason)
-                return IngestResult("ignored", event.key.id, 0)
-            if self.guards is not None:
-                refusal = await self.guards.check_message(event, self.engine.clock.now())
-                if refusal is not None and refusal.repeat:
-                    log.debug("conversation %s: repeat of refused message %s dropped",
-                              event.key.id, event.message_id)  # fmt: skip
-                    self._emit("duplicate", conversation=event.key.id, version=0)
-                    return IngestResult("duplicate", event.key.id, 0)
-                if refusal is not None:
-                    return self._refused_by_guard(event, refusal)
-        return await self.engine.ingest(event)
-
-    def _refused_by_guard(self, event: IncomingMessage, refusal: Refusal) -> IngestResult:
-        key = event.key
-        already = "" if refusal.notice else "; notice already sent"
-        log.warning(
-            "conversation %s: message from %s refused (%s)%s",
-            key.id, event.author_id, refusal.reason, already,
-        )  # fmt: skip
-        self._emit("refused", conversation=key.id, stage="guard", reason=refusal.reason)
-        frontend = self.by_platform.get(key.platform)
-        if refusal.notice is not None and frontend is not None:
-            notice = Reply(
-                id=f"n{secrets.token_hex(8)}",
-                key=key,
-                text=refusal.notice,
-                covers_to_version=0,
-                reply_to_message_id=event.message_id,
-            )
-            self._background(frontend.deliver(notice))
-        return IngestResult("ignored", key.id, 0)
-
-    def _background(self, work: Awaitable[object]) -> None:
-        async def run() -> None:
-            try:
-                await work
-            except Exception as exc:
-                log.warning("could not post a notice: %s", exc)
-
-        task = asyncio.create_task(run())
-        self._notices.add(task)
-        task.add_done_callback(self._notices.discard)
-
-    async def _reset(self, event: ResetConversation) -> IngestResult:
-        cid = event.key.id
-        reason = self.access.refusal(event.key, event.author_id, event.is_dm)
-        if reason is not None:
-            self._emit("refused", conversation=cid, stage="access", reason=reason)
-            return IngestResult("ignored", cid, 0)
-        floor = await self.store.reset_history(cid)
-        log.info("conversation %s: history cleared by %s", cid, event.author_id or "a user")
-        self._emit("reset", conversation=cid, floor=floor)
-        return IngestResult("history", cid, floor or 0)
+        return await self.arrival.ingest(event)
 
     async def flush(self, key: ConversationKey) -> None:
         await self.engine.flush(key)
 
     async def _prompt_context(self, key: ConversationKey) -> str:
-        """What the conversation's front end adds to the system prompt (optional
-        `async def prompt_context(key) -> str`, e.g. the channel a Slack user is viewing).
+        """What the conversation's front end adds to the system prompt (`PromptContext`).
         Bounded, and a courtesy: a failure answers without it."""
-        frontend = self.by_platform.get(key.platform)
-        method = getattr(frontend, "prompt_context", None)
-        if method is None:
+        source = prompt_context_of(self.by_platform.get(key.platform))
+        if source is None:
             return ""
         try:
             async with asyncio.timeout(PROMPT_CONTEXT_SECONDS):
-                return str(await method(key))
+                return str(await source.prompt_context(key))
         except (TimeoutError, BurstbotError) as exc:
             log.warning("conversation %s: answering without its context (%s)", key.id,
                         exc or "timed out")  # fmt: skip
@@ -290,7 +194,7 @@ class App:
         engine = self.engine
         due = await author_typing(self.store, engine.clock, debounce.typing_seconds, key, author_id)
         if due is not None:
-            self._emit("typing", conversation=key.id, due_at=due)
+            self.signals.emit("typing", conversation=key.id, due_at=due)
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -310,28 +214,18 @@ class App:
             return
         clock, settings = self.engine.clock, self.catch_up_settings
         for frontend in frontends:
-            if isinstance(frontend, CatchUpSource):
-                catch_up = CatchUp(frontend, self.threads.memory, self.ingest, clock, settings)
-                frontend.use_catch_up(catch_up)
+            if (source := catch_up_source(frontend)) is not None:
+                memory = self.threads.memory
+                catch_up = CatchUp(frontend.platform, source.catch_up, memory, self.ingest, clock,
+                                   settings)  # fmt: skip
+                source.use_catch_up(catch_up)
                 self.catch_ups.append(catch_up)
                 catch_up.request(before)
 
     def hint(self, payload: str) -> None:
-        """Another process armed a timer, queued a reply or released leases: look now if it
-        matters before the next poll (`timer <due_at>`, `outbox <platform>`, `released`)."""
-        engine = self.engine
-        kind, _, detail = payload.partition(" ")
-        if kind == "timer":
-            try:
-                wanted = float(detail) < engine.sleeping_until
-            except ValueError:
-                wanted = False
-        elif kind == "outbox":
-            wanted = detail in self.by_platform
-        else:
-            wanted = True
-        if wanted:
-            engine.wakeup.set()
+        """Another process armed a timer, queued a reply or released leases (bot/core/hints.py)."""
+        if wanted(payload, self.engine.sleeping_until, self.by_platform):
+            self.engine.wakeup.set()
 
     # lifecycle -------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -387,8 +281,8 @@ class App:
 
     async def _shutdown(self, started: list[Frontend], scheduler: asyncio.Task[None]) -> None:
         """In this order, so no reply is cut off halfway and nothing waits on a dead process:
-        stop intake; stop taking work (generations are cancelled); let commits, deliveries and
-        notices in flight finish within the grace period (then cancel them); stop the front
+        stop intake; stop taking work (generations are cancelled); let commits and deliveries
+        in flight finish within the grace period (then cancel them); stop the front
         ends; release our leases and delivery claims; close the store."""
         for frontend in started:
             try:
@@ -399,7 +293,7 @@ class App:
         self.engine.stop_taking_work()
         self.scheduler.stop()
         await asyncio.gather(scheduler, return_exceptions=True)
-        await self.engine.finish(self.shutdown_grace, self._notices)
+        await self.engine.finish(self.shutdown_grace)
         for frontend in started:
             try:
                 await frontend.stop()
@@ -414,9 +308,9 @@ class App:
         if self.metrics_server is not None:
             await self.metrics_server.stop()
         await self.store.close()
-        closer = getattr(self.engine.replier, "aclose", None)
-        if closer is not None:
+        replier = self.engine.replier
+        if declares(replier, Closable):
             try:
-                await closer()
+                await cast(Closable, replier).aclose()
             except Exception as exc:  # only the model client's connections are left behind
                 log.warning("shutdown: the model client did not close cleanly (%r)", exc)

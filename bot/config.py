@@ -15,7 +15,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -27,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from bot.core.attachments import MAX_ATTACHMENT_BYTES, MAX_REQUEST_FILE_BYTES
 from bot.core.errors import ConfigError
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
@@ -55,10 +56,6 @@ CHANNEL_DAILY_TOKENS = 2_000_000
 """Per channel (a DM is a channel) and UTC day, by default: four busy people's worth."""
 FILE_RETENTION_DAYS = 30.0
 """Downloaded file bytes are deleted after this many days by default; message text is kept."""
-MAX_ATTACHMENT_BYTES = 5 * 1024 * 1024
-"""Per file, by default: Claude's limit for one image (PDFs may be larger)."""
-MAX_REQUEST_FILE_BYTES = 24 * 1024 * 1024
-"""Files one model request may carry: base64 makes them a third larger, and Claude takes 32 MB."""
 MAX_SUGGESTED_PROMPTS = 4  # Slack's limit for one assistant thread
 MAX_PROMPT_TITLE_CHARS = 100
 MAX_PROMPT_MESSAGE_CHARS = 4_000
@@ -496,6 +493,13 @@ class Config(Section):
         names = [self.llm.api_key_env, slack.bot_token_env, slack.app_token_env,
                  slack.signing_secret_env, discord.token_env, *self.logging.redact_env]  # fmt: skip
         return list(dict.fromkeys(name for name in names if name))
+
+
+class Reconfigurable(Protocol):
+    """A front end whose own section is partly live: a reload hands it the new config (a
+    front-end ability, declared and checked at wiring as those in `bot/core/frontend.py`)."""
+
+    def reconfigure(self, config: Config) -> None: ...
 
 
 def parse_config(data: dict[str, object]) -> Config:

@@ -1,4 +1,4 @@
-"""The store's side of attachments (`bot.core.attachments.AttachmentStore`): what each file's one
+"""The store's side of attachments (`bot.core.store.Store`): what each file's one
 fetch gave, and its bytes, kept once per SHA-256 however many messages share them."""
 
 from __future__ import annotations

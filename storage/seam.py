@@ -1,6 +1,6 @@
 """What every group of SQL store steps runs on: one transaction, one named statement, and the
 codec for lists (see storage/sql_store.py's docstring). Each backend fills it in once; the step
-groups (sql_store.py, files.py, drafts.py, upkeep.py) share it."""
+groups (sql_store.py and the mixins it lists) share it."""
 
 from __future__ import annotations
 

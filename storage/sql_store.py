@@ -33,15 +33,28 @@ from bot.core.errors import StoreError
 from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited
 from bot.core.store import ConversationSummary, IngestResult, OutboxRow, Timing
 from storage import rows as codec
+from storage.backlog import BacklogSteps
 from storage.drafts import DraftSteps
 from storage.files import FileSteps
 from storage.notes import NoteSteps
+from storage.notices import NoticeSteps
+from storage.requeue import RequeueSteps
+from storage.retention import RetentionSteps
 from storage.rows import Params, Row
 from storage.seam import Conn
-from storage.upkeep import Upkeep
+from storage.typing_window import TypingWindowSteps
 
 
-class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn], NoteSteps[Conn]):
+class SqlStore(
+    RetentionSteps[Conn],
+    RequeueSteps[Conn],
+    BacklogSteps[Conn],
+    TypingWindowSteps[Conn],
+    FileSteps[Conn],
+    DraftSteps[Conn],
+    NoteSteps[Conn],
+    NoticeSteps[Conn],
+):
     MIGRATIONS: ClassVar[Sequence[str]]
 
     # the rest of the seam (see the module docstring) ----------------------------------------

@@ -263,9 +263,10 @@ WHERE id = :id AND claim_token = :claim AND state = 'pending'
 RETURNING id;
 
 -- name: take_indicator_of_reply
--- In mark_sent's transaction: the reply's conversation's indicator comes down with it.
+-- In mark_sent's transaction: the reply's conversation's indicator comes down with it (not with
+-- a notice: the pending burst it shows for is still unanswered).
 DELETE FROM indicators
-WHERE conversation_id = (SELECT conversation_id FROM replies WHERE id = :id)
+WHERE conversation_id = (SELECT conversation_id FROM replies WHERE id = :id AND kind != 'notice')
 RETURNING platform_message_id;
 
 -- name: record_indicator

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from bot.core.clock import Clock
 from bot.core.errors import BurstbotError, MessageGone
 from bot.core.events import ConversationKey, Draft, Reply
-from bot.core.frontend import Host
+from bot.core.frontend import Drafting, Host
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Edit:
     at: float
 
 
-class RecordingFrontend:
+class RecordingFrontend(Drafting):
     """A front end over a platform that records every raw post and dedupes nothing by itself.
 
     It behaves like the real adapters over a platform like Slack, and never helps: a first attempt

@@ -14,7 +14,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from bot.model.replier import Prompt, Usage
+from bot.core.replier import Prompt, Usage
 
 
 @dataclass(eq=False)

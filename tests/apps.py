@@ -32,3 +32,9 @@ async def step(app: App, clock: FakeClock, seconds: float = 2.0) -> None:
     await app.engine.idle()
     await app.engine.outbox.deliver_due()
     await app.engine.idle()
+
+
+async def post_outbox(app: App) -> None:
+    """Run the scheduler's outbox sweep once (a refusal's notice is an outbox row) and wait."""
+    await app.engine.outbox.deliver_due()
+    await app.engine.idle()

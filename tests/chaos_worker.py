@@ -24,13 +24,14 @@ from typing import Any
 import aiohttp
 from aiohttp import ClientResponse, web
 
-from bot.app import App, build_store
+from bot.app import App
 from bot.config import Config, parse_config
 from bot.core.errors import PermanentDeliveryError, RetryableDeliveryError, RetryableReplierError
 from bot.core.events import ConversationKey, Draft, IncomingMessage, Reply
-from bot.core.frontend import Host
+from bot.core.frontend import Drafting, Host
+from bot.core.replier import Prompt, Usage
 from bot.core.store import Store
-from bot.model.replier import Prompt, Usage
+from bot.wiring import build_store
 from storage.sqlite import SqliteStore
 from tests.chaos_run import SLACK, mode_of, split_text
 
@@ -74,7 +75,7 @@ class ChaosReplier:
             raise RetryableReplierError("generation timed out (injected hang)") from None
 
 
-class PlatformFrontend:
+class PlatformFrontend(Drafting):
     """The chaos platform's adapter: messages come in over HTTP, replies go out to the fake
     platform, whose answers map to the delivery error tree."""
 

@@ -23,7 +23,7 @@ from adapters.discord.indicator import TypingKeeper
 from bot.app import App
 from bot.config import Config, DiscordConfig, parse_config
 from bot.core.events import ConversationKey
-from bot.model.replier import Replier
+from bot.core.replier import Replier
 from storage.sqlite import SqliteStore
 from testkit.clock import FakeClock
 

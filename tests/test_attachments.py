@@ -20,10 +20,11 @@ from bot.core.attachments import (
 )
 from bot.core.errors import ConfigError, FetchError
 from bot.core.events import Attachment, ConversationKey, IncomingMessage
+from bot.core.frontend import FileSource
+from bot.core.prompt import NO_ROOM, build_prompt
+from bot.core.replier import Usage
 from bot.core.store import HistoryItem, StoredMessage
 from bot.model.offline import OfflineReplier
-from bot.model.prompt import NO_ROOM, build_prompt
-from bot.model.replier import Usage
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier, check_invariants
 from testkit.clock import FakeClock
@@ -43,7 +44,7 @@ def stored(*attachments: Attachment, seq: int = 1) -> StoredMessage:
     return StoredMessage(seq, f"m{seq}", "u1", "alice", "look", 0.0, None, False, "", attachments)
 
 
-class Files:
+class Files(FileSource):
     """A front end's download side: serves `content` by file id, records every request."""
 
     platform = "test"
@@ -257,7 +258,7 @@ def test_attachment_limits_are_validated_strictly() -> None:
             parse_config({"attachments": bad})
 
 
-class SlowFiles(RecordingFrontend):
+class SlowFiles(RecordingFrontend, FileSource):
     """A platform whose downloads wait until the test lets them finish."""
 
     def __init__(self) -> None:

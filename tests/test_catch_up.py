@@ -12,6 +12,7 @@ from bot.app import App
 from bot.core.catch_up import CatchUp, CatchUpRun
 from bot.core.errors import FetchError, StoreError
 from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.frontend import CatchUpSource
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier
 from testkit.clock import FakeClock
@@ -25,7 +26,7 @@ def said(n: int, key: ConversationKey = KEY, author: str = "u1") -> IncomingMess
     return IncomingMessage(key, f"m{n}", author, "alice", f"text {n}")
 
 
-class HistoryFrontend(RecordingFrontend):
+class HistoryFrontend(RecordingFrontend, CatchUpSource):
     """A front end whose platform history is `history`; a pass ingests what came after each point
     it is given (KEY, a listened channel, from the start) and may be told to fail first."""
 

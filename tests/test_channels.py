@@ -7,8 +7,7 @@ import pytest
 from bot.config import parse_config
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, IncomingMessage
-from bot.core.settings import EngineSettings
-from bot.model.claude import ClaudeReplier
+from bot.wiring import claude_replier, engine_settings
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier
 from testkit.clock import FakeClock
@@ -30,7 +29,7 @@ CONFIG = {
 async def test_each_channel_gets_its_own_quiet_window_and_prompt(
     store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
 ) -> None:
-    settings = EngineSettings.from_config(parse_config(CONFIG))
+    settings = engine_settings(parse_config(CONFIG))
     replier = ScriptedReplier()
     engine = make_engine(
         store, clock, replier, frontend,
@@ -80,9 +79,9 @@ async def test_a_channel_can_have_its_own_model_and_max_tokens(
         "channels": [{"platform": "test", "channel": "fast", "model": "claude-haiku-4-5",
                       "max_tokens": 300}],
     })  # fmt: skip
-    claude = ClaudeReplier.from_config(config, {"TEST_ANTHROPIC_KEY": "sk-test"})
+    claude = claude_replier(config, {"TEST_ANTHROPIC_KEY": "sk-test"})
     engine = make_engine(store, clock, claude, frontend)
-    engine.settings = EngineSettings.from_config(config)
+    engine.settings = engine_settings(config)
     try:
         for n, key in enumerate((FAST, SLOW)):
             await engine.ingest(IncomingMessage(key, f"m{n}", "u1", "alice", f"to {key.channel}"))

@@ -13,8 +13,9 @@ import pytest
 from bot.config import parse_config
 from bot.core.engine import Engine
 from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited
+from bot.core.replier import Prompt, Usage
 from bot.model.claude import ClaudeReplier
-from bot.model.replier import Prompt, Usage
+from bot.wiring import claude_replier
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, check_invariants
 from testkit.clock import FakeClock
@@ -41,7 +42,7 @@ def said(n: int, text: str, author: str = "alice") -> IncomingMessage:
 @pytest.fixture
 async def claude(server: FakeAnthropic) -> AsyncIterator[ObservedClaude]:
     llm = {"base_url": server.base_url, "api_key_env": "TEST_ANTHROPIC_KEY", "max_retries": 2}
-    replier = ObservedClaude.from_config(parse_config({"llm": llm}), KEY_ENV)
+    replier = claude_replier(parse_config({"llm": llm}), KEY_ENV, ObservedClaude)
     assert isinstance(replier, ObservedClaude)
     replier.usages = []
     yield replier

@@ -10,8 +10,9 @@ import pytest
 
 from bot.config import parse_config
 from bot.core.errors import ConfigError, PermanentReplierError, RetryableReplierError
+from bot.core.replier import BurstMessage, Prompt, Turn, Usage
 from bot.model.claude import ClaudeReplier, to_messages
-from bot.model.replier import BurstMessage, Prompt, Turn, Usage
+from bot.wiring import claude_replier
 from testkit.fake_anthropic import FakeAnthropic, Plan
 
 KEY_ENV = {"TEST_ANTHROPIC_KEY": "sk-test-not-a-real-key"}
@@ -21,7 +22,7 @@ BURST = (BurstMessage("alice", "first"), BurstMessage("bob", "second"))
 def claude(base_url: str, **llm: object) -> ClaudeReplier:
     settings = {"base_url": base_url, "api_key_env": "TEST_ANTHROPIC_KEY", "max_retries": 2}
     settings.update(llm)
-    return ClaudeReplier.from_config(parse_config({"llm": settings}), KEY_ENV)
+    return claude_replier(parse_config({"llm": settings}), KEY_ENV)
 
 
 @pytest.fixture
@@ -216,7 +217,7 @@ async def test_unreachable_endpoint_is_retryable() -> None:
 def test_missing_key_names_the_variable() -> None:
     config = parse_config({"llm": {"api_key_env": "BURSTBOT_NO_SUCH_KEY"}})
     with pytest.raises(ConfigError, match="BURSTBOT_NO_SUCH_KEY"):
-        ClaudeReplier.from_config(config, {})
+        claude_replier(config, {})
 
 
 # replies cut at max_tokens ---------------------------------------------------------------------

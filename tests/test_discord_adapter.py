@@ -15,7 +15,7 @@ from adapters.markdown import TRUNCATED_NOTE
 from bot.config import DiscordConfig
 from bot.core.engine import Engine
 from bot.core.events import Reply
-from bot.core.settings import EngineSettings
+from bot.wiring import engine_settings
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier, check_invariants
 from testkit.clock import FakeClock
@@ -291,7 +291,7 @@ async def test_typing_stops_when_another_process_posted_the_reply(
     # Two processes on one shard both see the burst; the other one answers (slowly) and posts it.
     other_platform = RecordingFrontend("discord")
     slow = ScriptedReplier(hold=True)
-    other = Engine(store, slow, clock, EngineSettings.from_config(engine_config()),
+    other = Engine(store, slow, clock, engine_settings(engine_config()),
                    "w2", {"discord": other_platform})  # fmt: skip
     await world.say(world.listened, world.alice, "who answers?")
     await world.advance(1.5)

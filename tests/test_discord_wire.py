@@ -29,6 +29,7 @@ from bot.core.errors import (
     RetryableDeliveryError,
 )
 from bot.core.events import ConversationKey, Reply
+from bot.core.frontend import StopsIntake
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier
 from testkit.clock import FakeClock
@@ -335,7 +336,7 @@ async def test_the_cli_stops_with_one_line_when_discord_refuses(
     assert printed.startswith(f"burstbot: config error: {line}")
 
 
-class WatchedFrontend(RecordingFrontend):
+class WatchedFrontend(RecordingFrontend, StopsIntake):
     """Another front end of the same process: records how it was asked to stop."""
 
     def __init__(self) -> None:

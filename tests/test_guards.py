@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from bot.cli.explain import explain_lines
 from bot.config import MAX_MESSAGE_CHARS
 from bot.core.events import ConversationKey, IncomingMessage
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier, check_invariants
-from testkit.clock import FakeClock, settle
-from tests.apps import make_app, step
+from testkit.clock import FakeClock
+from tests.apps import make_app, post_outbox, step
 
 KEY = ConversationKey("test", "w1", "c1")
 OTHER = ConversationKey("test", "w1", "c2")
@@ -36,7 +37,7 @@ async def test_rate_limit_refuses_before_storage_and_notices_once_per_window(
     statuses = [(await app.ingest(msg(text=f"t{n}"))).status for n in range(4)]
     assert statuses == ["accepted", "accepted", "ignored", "ignored"]
     assert (await app.ingest(msg("U2", key=OTHER))).status == "accepted"  # per user
-    await settle()
+    await post_outbox(app)
     assert frontend.texts(KEY) == ["slow down"]  # one notice for two refusals
     await step(app, clock)
     assert sorted(c.texts for c in replier.calls) == [["hi"], ["t0", "t1"]]
@@ -65,7 +66,7 @@ async def test_a_repeat_delivery_is_never_counted_and_a_refused_ones_repeat_stay
     ]
     assert statuses == ["accepted", "duplicate", "accepted", "duplicate", "ignored"]
     assert (await b.ingest(m3)).status == "duplicate"  # refused where it first came: not stored
-    await settle()
+    await post_outbox(a)  # either process may post it: here, a's sweep runs
     assert fronts[0].texts(KEY) == ["slow down"] and fronts[1].texts(KEY) == []
     stored = await stores[0].messages(KEY.id)
     assert [m.text for m in stored] == ["one", "two"]
@@ -74,13 +75,13 @@ async def test_a_repeat_delivery_is_never_counted_and_a_refused_ones_repeat_stay
     both = await asyncio.gather(a.ingest(m4), b.ingest(m4))
     assert sorted(r.status for r in both) == ["accepted", "duplicate"]
     assert (await a.ingest(msg(text="five"))).status == "accepted"  # m4 counted once
-    await settle()
+    await post_outbox(a)
     assert fronts[0].texts(KEY) == ["slow down"] and fronts[1].texts(KEY) == []
     too_long = msg(text="x" * 21)
     assert (await a.ingest(too_long)).status == "ignored"
     await clock.advance(60)  # its notice window is over: a repeat must still not notice again
     assert (await b.ingest(too_long)).status == "duplicate"
-    await settle()
+    await post_outbox(a)
     assert fronts[0].texts(KEY) == ["slow down", "too long"] and fronts[1].texts(KEY) == []
     for store in stores:
         await store.close()
@@ -240,3 +241,41 @@ async def test_messages_are_capped_by_default(
     every_limit_off = {"max_message_chars": 0, "user_daily_tokens": 0, "channel_daily_tokens": 0}
     off = make_app(store, clock, ScriptedReplier(), frontend, limits=every_limit_off)
     assert off.guards is None
+
+
+async def test_a_notice_is_an_outbox_row_posted_once_even_after_a_crash_before_its_post(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """The process that refused a message dies before posting its notice: the notice is already
+    a reply row, so the next process posts it, once; the platform's retry of the refused message
+    adds nothing, and the notice covers no message."""
+    path = str(tmp_path / "shared.db")
+    limits = {"max_message_chars": 10, **NOTICES}
+    crashed_store, survivor_store = SqliteStore(path), SqliteStore(path)
+    await crashed_store.open()
+    crashed_front = RecordingFrontend()
+    crashed = make_app(crashed_store, clock, ScriptedReplier(), crashed_front, limits=limits)
+    too_long = msg(text="x" * 11)
+    assert (await crashed.ingest(too_long)).status == "ignored"
+    await crashed_store.close()  # killed: its sweep never ran
+    assert crashed_front.posts == []
+    await survivor_store.open()
+    front = RecordingFrontend()
+    survivor = make_app(survivor_store, clock, ScriptedReplier(), front, limits=limits)
+    await post_outbox(survivor)
+    assert (await survivor.ingest(too_long)).status == "duplicate"  # the platform retries it
+    await post_outbox(survivor)
+    assert [p.text for p in front.posts] == ["too long"]
+    [notice] = await survivor_store.replies(KEY.id)
+    assert (notice.kind, notice.state, notice.reply_to_message_id) == (
+        "notice", "sent", too_long.message_id
+    )  # fmt: skip
+    assert await survivor_store.pending_messages(KEY.id, 0, 10) == []  # nothing refused stored
+    lines = await explain_lines(survivor_store, KEY.id, clock.now()) or []
+    assert any(f"[notice] committed, covers nothing (answers {too_long.message_id})" in line
+               for line in lines)  # fmt: skip
+    assert (await survivor.ingest(msg(text="short"))).status == "accepted"
+    await step(survivor, clock)
+    assert [p.text for p in front.posts][:1] == ["too long"] and len(front.posts) == 2
+    await check_invariants(survivor_store, [KEY.id], frontend=front)
+    await survivor_store.close()

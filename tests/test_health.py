@@ -13,6 +13,7 @@ from adapters.slack import SlackFrontend
 from bot.app import App
 from bot.core.errors import RetryableDeliveryError
 from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.frontend import Healthy
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier
 from testkit.clock import FakeClock
@@ -28,7 +29,7 @@ KEY = ConversationKey("test", "w1", "c1")
 OTHER = ConversationKey("test", "w1", "c2")
 
 
-class Reconnecting(RecordingFrontend):
+class Reconnecting(RecordingFrontend, Healthy):
     """A front end whose connection is down (as a gateway that is reconnecting)."""
 
     def health(self) -> tuple[bool, str]:

@@ -19,6 +19,7 @@ from bot.config import load_config
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier
 from testkit.clock import FakeClock
+from tests.apps import post_outbox
 from tests.conftest import message
 from tests.test_exit_paths import environment
 from tests.test_lifecycle import eventually
@@ -164,14 +165,8 @@ async def test_limits_switched_on_by_a_reload_guard_the_next_burst(
     assert app.reload() is not None
     assert (await app.ingest(message(3))).status == "accepted"
     assert (await app.ingest(message(4))).status == "ignored"
-    await settle_notices(app)
+    await post_outbox(app)
     assert frontend.texts() == [app.config.limits.rate_notice]
-
-
-async def settle_notices(app: App) -> None:
-    for _ in range(20):
-        await asyncio.sleep(0)
-    await app.engine.idle()
 
 
 def test_reload_command_signals_the_process_named_by_the_pid_file(tmp_path: Path) -> None:

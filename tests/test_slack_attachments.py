@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from bot.config import parse_config
-from bot.model.claude import ClaudeReplier
+from bot.wiring import claude_replier
 from testkit.fake_anthropic import FakeAnthropic, RecordedRequest
 from testkit.fake_slack import FakeSlackApi, dm
 from tests.slack_harness import TOKEN, Bot, api, running_bot, ts
@@ -66,7 +66,7 @@ def text_of(request: RecordedRequest) -> str:
 @pytest.fixture
 async def claude_bot(api: FakeSlackApi, server: FakeAnthropic) -> AsyncIterator[Bot]:
     llm = {"base_url": server.base_url, "api_key_env": "TEST_ANTHROPIC_KEY", "max_retries": 0}
-    replier = ClaudeReplier.from_config(parse_config({"llm": llm}), KEY_ENV)
+    replier = claude_replier(parse_config({"llm": llm}), KEY_ENV)
     async with running_bot(api, replier=replier) as bot:  # type: ignore[arg-type]
         yield bot
     await replier.aclose()
@@ -222,7 +222,7 @@ async def test_without_the_bot_token_slack_gives_a_sign_in_page_not_the_file(
 ) -> None:
     """The fake checks the bearer token: a front end holding another token gets a note."""
     llm = {"base_url": server.base_url, "api_key_env": "TEST_ANTHROPIC_KEY", "max_retries": 0}
-    replier = ClaudeReplier.from_config(parse_config({"llm": llm}), KEY_ENV)
+    replier = claude_replier(parse_config({"llm": llm}), KEY_ENV)
     async with running_bot(api, replier=replier) as bot:  # type: ignore[arg-type]
         bot.frontend._bot_token = TOKEN + "-other"
         file = api.share_file("F8", "x.png", png(2, 2), "image/png")

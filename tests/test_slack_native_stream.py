@@ -17,7 +17,7 @@ from adapters.slack.inbound import Identity
 from adapters.slack.outbound import Outbound
 from adapters.slack.streaming import SlackDrafts
 from bot.core.events import ConversationKey, Draft
-from bot.model.replier import DraftText, SearchStep
+from bot.core.replier import DraftText, SearchStep
 from testkit import ReplierCall, ScriptedReplier, check_invariants
 from testkit.fake_slack import (
     BOT_ID,

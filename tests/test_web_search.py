@@ -12,12 +12,12 @@ import pytest
 from bot.config import parse_config
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, IncomingMessage
-from bot.core.settings import EngineSettings
+from bot.core.replier import BurstMessage, Prompt, Usage, WebSearch, WebTools
 from bot.core.store import GenerationRecord, TokenUsage
 from bot.model.claude import ClaudeReplier
-from bot.model.replier import BurstMessage, Prompt, Usage, WebSearch, WebTools
 from bot.ops.metrics import Metrics
 from bot.ops.usage import MILLION, PriceTable, summarize, usage_lines
+from bot.wiring import claude_replier, engine_settings
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend
 from testkit.clock import FakeClock
@@ -46,7 +46,7 @@ def prompt(tools: WebTools = SEARCHING) -> Prompt:
 async def claude(server: FakeAnthropic) -> AsyncIterator[ClaudeReplier]:
     llm = {"base_url": server.base_url, "api_key_env": "TEST_ANTHROPIC_KEY", "max_retries": 0,
            "timeout_seconds": 5.0}  # fmt: skip
-    replier = ClaudeReplier.from_config(parse_config({"llm": llm}), KEY_ENV)
+    replier = claude_replier(parse_config({"llm": llm}), KEY_ENV)
     yield replier
     await replier.aclose()
 
@@ -243,14 +243,14 @@ def test_channel_tools_override_the_global_ones_key_by_key() -> None:
             {"platform": "slack", "channel": "C2", "tools": {"web_search": False}},
         ],
     })  # fmt: skip
-    settings = EngineSettings.from_config(config)
+    settings = engine_settings(config)
     assert settings.tools_for(KEY) == WebTools(True, 1, ("python.org",), ())
     assert settings.voice_for(KEY).tools == settings.tools_for(KEY)
     assert not settings.tools_for(ConversationKey("slack", "T1", "C2")).web_search
     assert settings.tools_for(ConversationKey("slack", "T1", "C3")) == WebTools(
         True, 4, (), ("spam.example",)
     )
-    assert not EngineSettings.from_config(parse_config({})).tools_for(KEY).any
+    assert not engine_settings(parse_config({})).tools_for(KEY).any
 
 
 @pytest.mark.parametrize(
@@ -319,7 +319,7 @@ async def test_a_channels_daily_budget_counts_searches(
     a 3,000-token channel budget, a second in that channel is refused, another channel goes on."""
     server.default_plan = Plan(text="Found.", searches=[Search("q", RESULTS)])
     llm = {"base_url": server.base_url, "api_key_env": "TEST_ANTHROPIC_KEY", "max_retries": 0}
-    replier = ClaudeReplier.from_config(parse_config({"llm": llm}), KEY_ENV)
+    replier = claude_replier(parse_config({"llm": llm}), KEY_ENV)
     limits = {"channel_daily_tokens": 3000, "budget_notice": "budget spent"}
     app = make_app(store, clock, replier, frontend, tools={"web_search": True},  # type: ignore[arg-type]
                    limits=limits)  # fmt: skip

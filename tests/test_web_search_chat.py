@@ -19,7 +19,7 @@ from bot.app import App
 from bot.cli.explain import explain_lines
 from bot.config import Config, parse_config
 from bot.core.events import ConversationKey
-from bot.model.claude import ClaudeReplier
+from bot.wiring import claude_replier
 from storage.sqlite import SqliteStore
 from testkit import check_invariants
 from testkit.clock import FakeClock
@@ -99,7 +99,7 @@ async def slack_app(
     slack = {"enabled": True, "mode": "http", "api_base_url": api.url, "http_port": 0}
     cfg = config(server, slack=slack, **sections)
     clock, store = FakeClock(), SqliteStore(":memory:")
-    replier = ClaudeReplier.from_config(cfg, KEY_ENV)
+    replier = claude_replier(cfg, KEY_ENV)
     frontend = SlackFrontend(cfg.slack, TOKEN, signing_secret=SECRET, app_token=api.app_token)
     app = App(cfg, store, replier, [frontend], clock=clock, owner="w1")
     await store.open()
@@ -283,7 +283,7 @@ async def discord_app(
     fake: FakeDiscord, server: FakeAnthropic, store: SqliteStore, clock: FakeClock
 ) -> AsyncIterator[tuple[App, DiscordFrontend]]:
     cfg = config(server)
-    replier = ClaudeReplier.from_config(cfg, KEY_ENV)
+    replier = claude_replier(cfg, KEY_ENV)
     frontend = frontend_for(fake, clock)
     app = App(cfg, store, replier, [frontend], clock=clock, owner="w1")
     await frontend.start(app)

@@ -52,7 +52,7 @@ from bot.core.events import (
     Reply,
     ResetConversation,
 )
-from bot.core.frontend import Host
+from bot.core.frontend import CatchUpSource, Drafting, FileSource, Healthy, Host
 from bot.core.pacing import Limit, Pacer
 
 log = logging.getLogger("burstbot.discord")
@@ -124,7 +124,7 @@ class GatewayClient(discord.Client):
         await self.frontend.on_raw_bulk_message_delete(payload)
 
 
-class DiscordFrontend:
+class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
     platform = "discord"
 
     def __init__(

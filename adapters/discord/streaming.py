@@ -28,6 +28,7 @@ from adapters.discord.render import nonce_for, split_message, to_discord
 from adapters.markdown import settle_partial
 from bot.core.errors import MessageGone, PermanentDeliveryError, RetryableDeliveryError
 from bot.core.events import ConversationKey, Draft, Reply
+from bot.core.frontend import PacedDrafts
 from bot.core.pacing import Pacer
 
 log = logging.getLogger("burstbot.discord")
@@ -44,7 +45,7 @@ def draft_text(text: str) -> str:
     return split_message(to_discord(settle_partial(text)))[0] or "…"
 
 
-class DiscordDrafts:
+class DiscordDrafts(PacedDrafts):
     def __init__(
         self,
         channel_for: Callable[[ConversationKey], discord.abc.Messageable],

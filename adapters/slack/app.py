@@ -58,12 +58,21 @@ from adapters.slack.history import History
 from adapters.slack.inbound import Identity, Payload
 from adapters.slack.outbound import Outbound, delivery_error, slack_error_code, slack_pacer
 from adapters.slack.streaming import SlackDrafts
-from bot.config import Config, SlackConfig, require_secret
-from bot.core.catch_up import Background, CatchUp, CatchUpRun
+from bot.config import Config, Reconfigurable, SlackConfig, require_secret
+from bot.core.background import Background
+from bot.core.catch_up import CatchUp, CatchUpRun
 from bot.core.clock import Clock, SystemClock
 from bot.core.errors import BurstbotError, ConfigError, FetchError, StoreError
 from bot.core.events import Attachment, ConversationKey, IncomingMessage, Reply, ResetConversation
-from bot.core.frontend import Host
+from bot.core.frontend import (
+    CatchUpSource,
+    Drafting,
+    FileSource,
+    Healthy,
+    Host,
+    PromptContext,
+    StopsIntake,
+)
 
 log = logging.getLogger("burstbot.slack")
 
@@ -80,7 +89,9 @@ API_TIMEOUT_SECONDS = 10
 SOCKET_CONNECT_TIMEOUT_SECONDS = 30.0
 
 
-class SlackFrontend:
+class SlackFrontend(
+    Healthy, Drafting, StopsIntake, PromptContext, Reconfigurable, CatchUpSource, FileSource
+):
     platform = "slack"
 
     def __init__(

@@ -46,7 +46,7 @@ from adapters.slack.inbound import Identity, split_message_id
 from adapters.slack.outbound import delivery_error, slack_error_code
 from bot.core.errors import MessageGone
 from bot.core.events import ConversationKey
-from bot.model.replier import SearchStep
+from bot.core.replier import SearchStep
 
 log = logging.getLogger("burstbot.slack")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from enum import Enum
 from typing import Any
 
 import aiohttp
@@ -118,6 +119,14 @@ def part_metadata(reply_id: int | str, part: int, key: ConversationKey) -> dict[
     return {"event_type": METADATA_EVENT_TYPE, "event_payload": payload}
 
 
+class Turn(Enum):
+    """Whose turn on the pacer a post or update waits for."""
+
+    REPLY = "reply"  # a reply's final text: ahead of every draft
+    TAKEN = "taken"  # the caller took the turn already (the stream's `draft_turn`, behind
+    # every final text)
+
+
 class Outbound:
     """Posting and the thinking indicator for one workspace (one bot token)."""
 
@@ -175,13 +184,11 @@ class Outbound:
         text: str,
         metadata: dict[str, Any],
         what: str,
-        final: bool | None = True,
+        turn: Turn = Turn.REPLY,
     ) -> str:
         """One `chat.postMessage` of ours (labelled by `metadata`, so a lost response is found);
-        returns its platform id. It waits for its turn on the channel's budget (a reply's text
-        before drafts; `final=None`: the caller took the turn)."""
-        if final is not None:
-            await self.take(POST, key.channel, final)
+        returns its platform id. It waits for its `turn` on the channel's budget."""
+        await self.wait_turn(POST, key.channel, turn)
         try:
             response = await self.client.chat_postMessage(
                 channel=key.channel,
@@ -200,6 +207,10 @@ class Outbound:
         """Wait for a call's turn on the workspace's budget for `method` in `scope`."""
         if self.pacer is not None:
             await self.pacer.take(method, scope, final)
+
+    async def wait_turn(self, method: str, scope: str, turn: Turn) -> None:
+        if turn is not Turn.TAKEN:
+            await self.take(method, scope, final=True)
 
     def paced_error(self, exc: Exception, what: str, method: str, scope: str) -> DeliveryError:
         """`delivery_error`, and a 429 holds `method`'s budget for everyone for its Retry-After."""

@@ -34,13 +34,15 @@ from adapters.slack.outbound import (
     POST,
     UPDATE,
     Outbound,
+    Turn,
     delivery_error,
     part_metadata,
     slack_error_code,
 )
 from bot.core.errors import MessageGone
 from bot.core.events import ConversationKey, Draft, Reply
-from bot.model.replier import DraftText, SearchStep
+from bot.core.frontend import PacedDrafts
+from bot.core.replier import DraftText, SearchStep
 
 log = logging.getLogger("burstbot.slack")
 
@@ -56,7 +58,7 @@ def native_parts(text: str) -> tuple[str, tuple[SearchStep, ...]]:
     return text, ()
 
 
-class SlackDrafts:
+class SlackDrafts(PacedDrafts):
     nonce_window = 0.0  # Slack never dedupes a post: a draft is found by its metadata
 
     def __init__(
@@ -105,7 +107,7 @@ class SlackDrafts:
     async def _post(self, key: ConversationKey, draft: Draft, text: str) -> str:
         metadata = part_metadata(draft.key, 0, key)
         what = f"draft {draft.key}"
-        return await self.outbound.post(key, self.draft_text(text), metadata, what, final=None)
+        return await self.outbound.post(key, self.draft_text(text), metadata, what, Turn.TAKEN)
 
     async def find_draft(self, key: ConversationKey, draft: Draft) -> str | None:
         """The draft's message, if a post of it shows: read back by its metadata from its
@@ -177,11 +179,11 @@ class SlackDrafts:
                 self._labels.setdefault(message_id, draft.key)
                 await self._stop(reply.key, message_id)
             self._labels.pop(message_id, None)
-            stored = await self._update(message_id, text, metadata, final=True)
+            stored = await self._update(message_id, text, metadata, Turn.REPLY)
             if await self._shows(reply.key, message_id) not in (None, stored):
                 log.warning("reply %s: a stale draft edit landed after the final text; restored",
                             reply.id)  # fmt: skip
-                await self._update(message_id, text, metadata, final=True)
+                await self._update(message_id, text, metadata, Turn.REPLY)
         except MessageGone:
             log.info("reply %s: its draft was deleted; posting the reply anew", reply.id)
             return await self.outbound.post(reply.key, text, metadata, f"reply {reply.id} part 0")
@@ -192,15 +194,14 @@ class SlackDrafts:
         message_id: str,
         text: str,
         metadata: dict[str, Any] | None = None,
-        final: bool | None = None,
+        turn: Turn = Turn.TAKEN,
     ) -> str:
-        """Update one message of ours (after its turn on the budget, unless `final` is None:
-        taken already); returns its text as Slack stored it."""
+        """Update one message of ours (after its `turn` on the budget); returns its text as Slack
+        stored it."""
         channel, ts = split_message_id(message_id)
         extra: dict[str, Any] = {} if metadata is None else {"metadata": metadata}
         team = self.outbound.identity.team_id
-        if final is not None:
-            await self.outbound.take(UPDATE, team, final)
+        await self.outbound.wait_turn(UPDATE, team, turn)
         what = f"message {message_id}: update"
         try:
             response = await self.client.chat_update(channel=channel, ts=ts, text=text, **extra)

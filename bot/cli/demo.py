@@ -19,9 +19,9 @@ from bot.cli.explain import explain_lines
 from bot.config import Config, parse_config
 from bot.core.events import ConversationKey, IncomingMessage, Reply
 from bot.core.frontend import Frontend, Host
+from bot.core.replier import Replier
 from bot.core.store import Store
 from bot.model.offline import OfflineReplier
-from bot.model.replier import Replier
 
 DEMO_KEY = ConversationKey("console", "demo", "terminal")
 SCRIPT: list[tuple[list[str], list[str]]] = [

@@ -106,6 +106,8 @@ def _generation_events(
 
 def _reply_events(r: OutboxRow, redact: bool) -> list[tuple[float, int, str]]:
     covers = _versions(r.covers_from_version, r.covers_to_version)
+    if r.kind == "notice":  # a refused message's: it covers none
+        covers = f"nothing (answers {printable(r.reply_to_message_id or '-')})"
     kind = "" if r.kind == "answer" else f" [{r.kind}]"
     seen = "" if r.seen_version == r.covers_to_version else f" (deadline: v{r.seen_version} seen)"
     events = [

@@ -90,8 +90,9 @@ def _load(path: str | None) -> Config:
 
 
 async def _run(config: Config, path: str | None, verbose: bool) -> None:
-    from bot.app import App, build_frontends, build_replier, build_store
+    from bot.app import App
     from bot.ops.reload import remove_pid_file, write_pid_file
+    from bot.wiring import build_frontends, build_replier, build_store
 
     replier = build_replier(config)
     frontends = build_frontends(config)
@@ -133,10 +134,10 @@ async def _close_quietly(store: Store) -> None:
 
 
 async def _with_store(config: Config, command: str, args: argparse.Namespace) -> int:
-    from bot.app import build_store
     from bot.cli.explain import explain_lines, normalize_conversation_id
     from bot.cli.status import status_lines
     from bot.ops.inspection import printable
+    from bot.wiring import build_store
 
     if command != "migrate":
         _existing_database(config)

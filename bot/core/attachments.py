@@ -8,7 +8,7 @@
   naming the file and why. The outcome, bytes or note, is remembered per file, so no file is
   fetched twice and later prompts show it again without a download (Discord CDN links expire).
 - History's files are never fetched: what was kept when their burst was answered is reused,
-  newest first, as far as `llm.max_context_tokens` allows (`bot/model/prompt.py`).
+  newest first, as far as `llm.max_context_tokens` allows (`bot/core/prompt.py`).
 
 Token estimates (the context budget and the cost guards use them; the API reports the real
 figure): an image is width*height/750 tokens, at most 1,600 (Claude scales larger images down),
@@ -24,11 +24,11 @@ import mimetypes
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal
 
-from bot.config import AttachmentsConfig
 from bot.core.clock import Clock
 from bot.core.events import Attachment, ConversationKey
+from bot.core.frontend import file_source
 from bot.core.store import HistoryItem, Store, StoredFile, StoredMessage
 
 log = logging.getLogger("burstbot.attachments")
@@ -90,6 +90,22 @@ def human_size(size: int) -> str:
     return f"{size} bytes"
 
 
+MAX_REQUEST_FILE_BYTES = 24 * 1024 * 1024
+"""Files one model request may carry: base64 makes them a third larger, and Claude takes 32 MB."""
+MAX_ATTACHMENT_BYTES = 5 * 1024 * 1024
+"""Per file, by default: Claude's limit for one image (PDFs may be larger)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttachmentLimits:
+    """Files on messages sent to the model (`[attachments]`); the rest become one-line notes."""
+
+    enabled: bool = True
+    max_bytes: int = MAX_ATTACHMENT_BYTES
+    max_per_message: int = 5
+    max_total_bytes: int = 4 * MAX_ATTACHMENT_BYTES
+
+
 @dataclass(frozen=True, slots=True)
 class LoadedFile:
     """One file as a prompt carries it: readable content with its media type, or a note."""
@@ -115,16 +131,6 @@ class LoadedFile:
 
     def as_note(self, note: str) -> LoadedFile:
         return LoadedFile(self.attachment, self.kind, note=note)
-
-
-@runtime_checkable
-class FileSource(Protocol):
-    """A front end that can download its platform's files (with its credentials)."""
-
-    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
-        """The file's bytes; `FetchError` with a short reason when they cannot be had (a failed
-        download, or more than `max_bytes`, which stops the download there)."""
-        ...
 
 
 def attachment_uid(key: ConversationKey, attachment: Attachment) -> str:
@@ -172,7 +178,7 @@ class AttachmentLoader:
         self,
         store: Store,
         sources: Mapping[str, object],
-        limits: AttachmentsConfig | Callable[[], AttachmentsConfig],
+        limits: AttachmentLimits | Callable[[], AttachmentLimits],
         clock: Clock,
     ) -> None:
         self.store = store
@@ -181,7 +187,7 @@ class AttachmentLoader:
         self.clock = clock
 
     @property
-    def limits(self) -> AttachmentsConfig:
+    def limits(self) -> AttachmentLimits:
         return self._limits() if callable(self._limits) else self._limits
 
     def max_bytes(self, kind: Kind | None) -> int:
@@ -263,8 +269,8 @@ class AttachmentLoader:
     async def _fetch(
         self, key: ConversationKey, attachment: Attachment, kind: Kind | None
     ) -> StoredFile:
-        source = self.sources.get(key.platform)
-        if not isinstance(source, FileSource):
+        source = file_source(self.sources.get(key.platform))
+        if source is None:
             return StoredFile(None, "this platform's files cannot be downloaded")
         limit = self.max_bytes(kind)
         try:

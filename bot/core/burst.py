@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from bot.core.errors import ReplierError, RetryableReplierError
 from bot.core.events import ConversationKey
+from bot.core.replier import Usage
 from bot.core.store import (
     FinalCheck,
     GenerationOutcome,
@@ -23,7 +24,6 @@ from bot.core.store import (
     Timing,
     TokenUsage,
 )
-from bot.model.replier import Usage
 
 log = logging.getLogger("burstbot.engine")
 

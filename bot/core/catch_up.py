@@ -1,16 +1,7 @@
-"""What a front end did not see live: threads decided later, and catch-up after downtime (G7, G11).
+"""Catch-up after downtime (G11): what a front end did not see live, fetched in the background.
 
-Both jobs are platform-neutral here; the platform side (which API, which pages, what counts) stays
-in the adapter.
+The platform side (which API, which pages, what counts) stays in the adapter (`CatchUpSource`).
 
-- `ThreadBook`: which threads are ours, remembered in the store. A front end that cannot tell from
-  an event alone whether a thread reply counts (Slack: a reply, without a mention, in a thread the
-  bot joined earlier) asks `status`: a thread the store holds a conversation for is ours; one a
-  lookup decided is what the lookup said; an unknown one is `hold`-ed — stored durably, then
-  acked — and decided in the background: the front end's lookup runs (waiting out `Retry-After`),
-  the answer is remembered, and the held messages are ingested (or dropped: not ours). A lookup
-  that fails leaves the message held and is tried again, so a failed lookup never turns into
-  "ignore", and nothing slow runs before the ack.
 - `CatchUp`: one front end's catch-up passes, requested at start, after a reconnect that may have
   lost events, and for a message whose ingest failed. A pass reads, for every conversation of the
   platform however long it was quiet, the newest message stored before the cut-off, and hands the
@@ -26,204 +17,28 @@ in the adapter.
 
 The cut-off is the moment the connection that may have missed events began (the process start, a
 reconnect, a failed ingest), not "now": a live message stored after the reconnect must not hide
-the ones sent during the gap before it.
-
-Both run in the background (`Background`), one run at a time per job: never before an ack, never
-in a live event's way. A failed run is logged and tried again with doubling backoff.
+the ones sent during the gap before it. Passes run in the background (`Background`), one at a
+time.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, replace
-from typing import Protocol, TypeVar, runtime_checkable
+from dataclasses import replace
+from typing import TypeVar
 
-from bot.config import Config
+from bot.core.background import Background, patiently
 from bot.core.clock import Clock
-from bot.core.errors import FetchError
-from bot.core.events import ConversationKey, Event, IncomingMessage
-from bot.core.store import IngestResult, Store
+from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.settings import CatchUpSettings
+from bot.core.store import Store
+from bot.core.threads import Ingest
 
 log = logging.getLogger("burstbot.catch_up")
 
 T = TypeVar("T")
-Ingest = Callable[[Event], Awaitable[IngestResult]]
-Lookup = Callable[[ConversationKey], Awaitable[bool]]
-HELD_BATCH = 200
-
-
-@dataclass(frozen=True, slots=True)
-class CatchUpSettings:
-    enabled: bool = True
-    max_age_seconds: float = 24 * 3600.0
-    max_pages: int = 10  # pages a front end reads per conversation and pass
-    retry_seconds: float = 2.0  # first wait after a failure that names no Retry-After; doubles
-    max_retry_seconds: float = 300.0
-    attempts: int = 6  # tries of one platform read before its run fails (and is run again)
-    max_requests: int = 1000  # platform calls a pass may spend, most recently active first
-    progress_every: int = 100  # conversations checked between two progress lines
-
-    @classmethod
-    def from_config(cls, config: Config) -> CatchUpSettings:
-        section = config.catch_up
-        return cls(
-            section.enabled,
-            section.max_age_hours * 3600.0,
-            section.max_pages,
-            max_requests=section.max_requests,
-        )
-
-
-async def patiently(
-    read: Callable[[], Awaitable[T]], what: str, clock: Clock, settings: CatchUpSettings
-) -> T:
-    """One platform read, tried again after a rate limit (exactly its `Retry-After`) or a passing
-    failure (backoff); a permanent failure, or the last attempt's, goes up."""
-    delay = settings.retry_seconds
-    for attempt in range(1, settings.attempts + 1):
-        try:
-            return await read()
-        except FetchError as exc:
-            if exc.permanent or attempt == settings.attempts:
-                raise
-            wait = delay if exc.retry_after is None else exc.retry_after
-            log.info("%s: %s; trying again in %.1f s", what, exc, wait)
-            await clock.sleep(wait)
-            delay = min(delay * 2, settings.max_retry_seconds)
-    raise AssertionError("unreachable")
-
-
-class Background:
-    """A job run in the background when requested, one run at a time; a request during a run
-    makes another run follow it. A run that fails is logged and run again after a backoff."""
-
-    def __init__(
-        self,
-        name: str,
-        work: Callable[[], Awaitable[None]],
-        clock: Clock,
-        settings: CatchUpSettings,
-    ) -> None:
-        self.name = name
-        self._work = work
-        self._clock = clock
-        self._settings = settings
-        self._wanted = False
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._task: asyncio.Task[None] | None = None
-
-    def request(self) -> None:
-        self._wanted = True
-        self._idle.clear()
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._loop(), name=self.name)
-
-    async def idle(self) -> None:
-        """Until no run is under way or wanted (a failing job stays busy while it retries)."""
-        await self._idle.wait()
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
-        self._idle.set()
-
-    async def _loop(self) -> None:
-        delay = self._settings.retry_seconds
-        while self._wanted:
-            self._wanted = False
-            try:
-                await self._work()
-                delay = self._settings.retry_seconds
-            except Exception as exc:
-                log.warning("%s failed (%s); trying again in %.0f s", self.name, exc, delay)
-                self._wanted = True
-                await self._clock.sleep(delay)
-                delay = min(delay * 2, self._settings.max_retry_seconds)
-        self._idle.set()
-
-
-class ThreadBook:
-    """Which threads are ours (the store's answer), and messages held until a lookup decides."""
-
-    def __init__(
-        self, memory: Store, clock: Clock, ingest: Ingest, settings: CatchUpSettings
-    ) -> None:
-        self.memory = memory
-        self._clock = clock
-        self._ingest = ingest
-        self._settings = settings
-        self._deciders: dict[str, Background] = {}
-
-    async def idle(self) -> None:
-        """Until every held message seen so far is decided (tests)."""
-        for decider in list(self._deciders.values()):
-            await decider.idle()
-
-    async def status(self, key: ConversationKey) -> bool | None:
-        return await self.memory.thread_status(key.id)
-
-    async def hold(self, message: IncomingMessage) -> None:
-        """Store the message until its thread is decided (the caller acks after this)."""
-        await self.memory.hold(message, self._clock.now())
-        decider = self._deciders.get(message.key.platform)
-        if decider is not None:
-            decider.request()
-
-    def decide_with(self, platform: str, lookup: Lookup) -> Background:
-        """Decide `platform`'s held messages with `lookup` (True: the thread is ours; raises
-        `FetchError`), starting now with any an earlier run left. The caller stops the job."""
-        work = functools.partial(self._decide, platform, lookup)
-        job = Background(f"{platform}: deciding held threads", work, self._clock, self._settings)
-        self._deciders[platform] = job
-        job.request()
-        return job
-
-    async def _decide(self, platform: str, lookup: Lookup) -> None:
-        """Thread by thread; one whose lookup keeps failing does not hold up the others, and
-        the job runs again (after a backoff) while any is left undecided."""
-        while held := await self.memory.held(platform, HELD_BATCH):
-            threads: dict[ConversationKey, list[IncomingMessage]] = {}
-            for message in held:
-                threads.setdefault(message.key, []).append(message)
-            failed: FetchError | None = None
-            for key, messages in threads.items():
-                try:
-                    await self._settle(key, messages, lookup)
-                except FetchError as exc:
-                    failed = failed or exc
-            if failed is not None:
-                raise failed
-
-    async def _settle(
-        self, key: ConversationKey, messages: list[IncomingMessage], lookup: Lookup
-    ) -> None:
-        ours = await self.memory.thread_status(key.id)
-        if ours is None:
-            read = functools.partial(lookup, key)
-            try:
-                ours = await patiently(read, f"thread {key.id}", self._clock, self._settings)
-            except FetchError as exc:
-                if not exc.permanent:
-                    raise  # still held: the job runs again after a backoff
-                log.warning("thread %s cannot be read (%s): %d held message(s) not answered",
-                            key.id, exc, len(messages))  # fmt: skip
-                ours = False
-            else:
-                await self.memory.remember_thread(key.id, ours, self._clock.now())
-                log.info("thread %s is %s: %d held message(s) %s", key.id,
-                         "ours" if ours else "not ours", len(messages),
-                         "taken in" if ours else "dropped")  # fmt: skip
-        for message in messages:
-            if ours:
-                await self._ingest(message)
-            await self.memory.unhold(message)
 
 
 class CatchUpRun:
@@ -270,14 +85,14 @@ class CatchUpRun:
         done, every = self.counts["checked"], self._catch_up.settings.progress_every
         if done % every == 0 and done < total:
             log.info("catch-up (%s): %d of %d conversation(s) checked, %d request(s), "
-                     "%d new message(s) so far", self._catch_up.source.platform, done, total,
+                     "%d new message(s) so far", self._catch_up.platform, done, total,
                      self.counts["requests"], self.counts["accepted"])  # fmt: skip
 
     def unchecked(self, left: int) -> None:
         """The budget ran out with `left` conversations not read (the least recently active)."""
         self.counts["unchecked"] += left
         log.warning("catch-up (%s): %d request(s) spent (catch_up.max_requests); %d less recently "
-                    "active conversation(s) not checked this pass", self._catch_up.source.platform,
+                    "active conversation(s) not checked this pass", self._catch_up.platform,
                     self.counts["requests"], left)  # fmt: skip
 
     async def ingest(self, where: str, messages: Iterable[IncomingMessage]) -> None:
@@ -303,44 +118,28 @@ class CatchUpRun:
                     self.max_pages)  # fmt: skip
 
 
-@runtime_checkable
-class CatchUpSource(Protocol):
-    """A front end that can fetch what it missed."""
-
-    platform: str
-
-    def use_catch_up(self, catch_up: CatchUp) -> None:
-        """Keep the runner: request a pass after a reconnect that may have lost events (or for a
-        message that could not be stored); stop it when the front end stops."""
-        ...
-
-    async def catch_up(self, run: CatchUpRun) -> None:
-        """Fetch what came after each of `run.points` (and, with `run.listened`, in the listened
-        channels since `run.window_start`) and `run.ingest` what counts."""
-        ...
-
-
 class CatchUp:
     """One front end's catch-up passes, run in the background one at a time."""
 
     def __init__(
         self,
-        source: CatchUpSource,
+        platform: str,
+        fetch: Callable[[CatchUpRun], Awaitable[None]],
         memory: Store,
         ingest: Ingest,
         clock: Clock,
         settings: CatchUpSettings,
     ) -> None:
-        self.source = source
+        self.platform = platform
+        self.fetch = fetch  # the front end's `CatchUpSource.catch_up`
         self.memory = memory
         self.ingest = ingest
         self.clock = clock
         self.settings = settings
-        self.passes = 0
         self._before: float | None = None
         self._everything = False
         self._only: set[ConversationKey] = set()
-        self._job = Background(f"{source.platform} catch-up", self._pass, clock, settings)
+        self._job = Background(f"{platform} catch-up", self._pass, clock, settings)
 
     def request(self, before: float, only: ConversationKey | None = None) -> None:
         """Catch up what was stored before `before` and sent since: every active conversation and
@@ -371,7 +170,7 @@ class CatchUp:
             raise
 
     async def _run(self, before: float, everything: bool, only: set[ConversationKey]) -> None:
-        platform = self.source.platform
+        platform = self.platform
         started = self.clock.now()
         since = started - self.settings.max_age_seconds
         stored = await self.memory.catch_up_points(platform, before, started)
@@ -384,8 +183,7 @@ class CatchUp:
                  platform, len(points), " and any listened channels" if everything else "",
                  hours)  # fmt: skip
         run = CatchUpRun(self, points, since, everything)
-        await self.source.catch_up(run)
-        self.passes += 1
+        await self.fetch(run)
         counts = run.counts
         log.info(
             "catch-up (%s) done in %.1f s: %d request(s), %d new message(s), %d already stored, "

@@ -32,7 +32,7 @@ import asyncio
 import functools
 import logging
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from bot.core.attachments import AttachmentLoader
@@ -44,6 +44,8 @@ from bot.core.frontend import Frontend
 from bot.core.gate import BurstGate, GuardStep, Refusal
 from bot.core.indicator import Indicator
 from bot.core.outbox import Outbox
+from bot.core.prompt import PromptStep
+from bot.core.replier import Replier, Usage
 from bot.core.settings import EngineSettings
 from bot.core.signals import Listener, Signals
 from bot.core.store import (
@@ -57,8 +59,6 @@ from bot.core.store import (
 )
 from bot.core.streaming import Drafts, Stream
 from bot.core.supervisor import Supervision, Supervisor
-from bot.model.prompt import PromptStep
-from bot.model.replier import Replier, Usage
 
 log = logging.getLogger("burstbot.engine")
 
@@ -371,14 +371,13 @@ class Engine:
             if cid not in self._committing:
                 task.cancel()
 
-    async def finish(self, grace: float, others: Collection[asyncio.Task[None]] = ()) -> None:
-        """Give commits and deliveries in flight (and `others`, e.g. notices) `grace` seconds on
-        the engine's clock, then cancel what is left. A cancelled delivery keeps its claim until
-        `release`: the front ends stop first, so nothing of ours posts after another process
-        took the row over."""
+    async def finish(self, grace: float) -> None:
+        """Give commits and deliveries in flight `grace` seconds on the engine's clock, then
+        cancel what is left. A cancelled delivery keeps its claim until `release`: the front
+        ends stop first, so nothing of ours posts after another process took the row over."""
 
         def running() -> list[asyncio.Task[Any]]:
-            return [*self._workers.values(), *self.outbox.running, *self.indicator.running, *others]
+            return [*self._workers.values(), *self.outbox.running, *self.indicator.running]
 
         timeout = asyncio.ensure_future(self.clock.sleep_until(self.clock.now() + grace))
         try:

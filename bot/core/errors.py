@@ -2,9 +2,7 @@
 
     BurstbotError
     ├── ConfigError              bad or missing configuration (CLI exits 2 with one line)
-    ├── InputError               a malformed or unacceptable event from a platform
     ├── StoreError               the database failed or refused
-    │   └── LeaseLost            our fencing token is stale: another worker owns the conversation
     ├── ReplierError             the model call failed
     │   ├── RetryableReplierError    rate limit, overload, timeout, connection, 5xx
     │   └── PermanentReplierError    bad request, auth, not found: retrying cannot help
@@ -31,15 +29,7 @@ class ConfigError(BurstbotError):
     pass
 
 
-class InputError(BurstbotError):
-    pass
-
-
 class StoreError(BurstbotError):
-    pass
-
-
-class LeaseLost(StoreError):
     pass
 
 

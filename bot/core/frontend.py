@@ -5,20 +5,30 @@ hands them to the `Host` (the running app: engine + store); for the way back it 
 `Frontend`. `deliver` must be idempotent by `reply.id`: asked twice for one reply (a crash
 between posting and recording it), it posts once.
 
-Shutdown asks a front end twice: first to stop taking events (optional `stop_intake`, see
-`stop_intake` below), while replies in flight are still being posted through it; then, once they
-are done or cancelled, to `stop` altogether.
+Shutdown asks a front end twice: first to stop taking events (the `StopsIntake` ability), while
+replies in flight are still being posted through it; then, once they are done or cancelled, to
+`stop` altogether.
+
+Optional abilities are declared, never guessed: each is a `Protocol` of its own (`Healthy`,
+`Drafting`, `StopsIntake`, `PromptContext`, `CatchUpSource`, `FileSource`; `PacedDrafts` for a
+draft surface) that a front end names among its bases. `check_abilities` runs once at wiring: a
+front end that declares an ability and lacks one of its methods, or defines an ability's methods
+without declaring it (a misspelt base), fails at start with one line. After that the core asks the
+declaration (`declares`), not the object's attributes.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from bot.core.catch_up import ThreadBook
-from bot.core.errors import BurstbotError
-from bot.core.events import ConversationKey, Draft, Event, Reply
+from bot.core.errors import BurstbotError, ConfigError
+from bot.core.events import Attachment, ConversationKey, Draft, Event, Reply
 from bot.core.notes import NoteBook
 from bot.core.store import IngestResult
+
+if TYPE_CHECKING:  # catch-up and threads name front-end types too
+    from bot.core.catch_up import CatchUp, CatchUpRun
+    from bot.core.threads import ThreadBook
 
 
 class Host(Protocol):
@@ -79,18 +89,8 @@ class Frontend(Protocol):
         ...
 
 
-def frontend_health(frontend: Frontend) -> tuple[bool, str]:
-    """Whether a front end can receive now, and how it is connected (`/healthz`). Optional: a
-    front end may define `def health(self) -> tuple[bool, str]`; without it, (True, "running")."""
-    method = getattr(frontend, "health", None)
-    if method is None:
-        return True, "running"
-    ok, state = method()
-    return bool(ok), str(state)
-
-
 class DraftSurface(Protocol):
-    """Streaming, offered by a front end that can edit its messages (`frontend.drafts`).
+    """Streaming, offered by a front end that can edit its messages (`Drafting.drafts`).
 
     A draft is one message per burst, shown while the model writes: posted once with the draft's
     key as idempotency key, then edited. Partial text is rendered so that half-written markup
@@ -124,34 +124,153 @@ class DraftSurface(Protocol):
         ...
 
 
-async def draft_turn(surface: DraftSurface, key: ConversationKey, posting: bool) -> None:
-    """Wait for the platform's budget before one draft call (a post, or else an edit).
+class PacedDrafts(Protocol):
+    """A draft surface whose platform limits calls shared by many conversations
+    (`bot/core/pacing.py`): it paces its calls itself, final text first."""
 
-    Optional: a surface whose platform limits calls shared by many conversations defines
-    `async def draft_turn(self, key, posting) -> None` (`bot/core/pacing.py`); the stream reads
-    its newest text after the turn, so a long wait makes one larger edit, not a stale one."""
-    method = getattr(surface, "draft_turn", None)
-    if method is not None:
-        await method(key, posting)
+    async def draft_turn(self, key: ConversationKey, posting: bool) -> None:
+        """Wait for the platform's budget before one draft call (a post, or else an edit); the
+        stream reads its newest text after the turn, so a long wait makes one larger edit."""
+        ...
+
+
+class Healthy(Protocol):
+    """A front end that can tell whether it receives now (`/healthz`); without the ability it
+    counts as (True, "running")."""
+
+    def health(self) -> tuple[bool, str]: ...
+
+
+class Drafting(Protocol):
+    """A front end that can stream: `drafts` is its surface (None while streaming is off or
+    before it started)."""
+
+    drafts: DraftSurface | None
+
+
+class StopsIntake(Protocol):
+    """Shutdown's first step: the front end takes no more events, but can still post. It should
+    refuse only what its platform delivers again (Slack retries an event that gets no 2xx); an
+    event no platform redelivers is better stored, since another process or the restart answers
+    it."""
+
+    async def stop_intake(self) -> None: ...
+
+
+class PromptContext(Protocol):
+    """A front end that adds to a conversation's system prompt (the channel a Slack user is
+    viewing); asked with a bound on its time, and a failure answers without it."""
+
+    async def prompt_context(self, key: ConversationKey) -> str: ...
+
+
+class CatchUpSource(Protocol):
+    """A front end that can fetch what it missed (`bot/core/catch_up.py`)."""
+
+    def use_catch_up(self, catch_up: CatchUp) -> None:
+        """Keep the runner: request a pass after a reconnect that may have lost events (or for a
+        message that could not be stored); stop it when the front end stops."""
+        ...
+
+    async def catch_up(self, run: CatchUpRun) -> None:
+        """Fetch what came after each of `run.points` (and, with `run.listened`, in the listened
+        channels since `run.window_start`) and `run.ingest` what counts."""
+        ...
+
+
+class FileSource(Protocol):
+    """A front end that can download its platform's files (with its credentials)."""
+
+    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
+        """The file's bytes; `FetchError` with a short reason when they cannot be had (a failed
+        download, or more than `max_bytes`, which stops the download there)."""
+        ...
+
+
+FRONTEND_ABILITIES: tuple[type, ...] = (
+    Healthy, Drafting, StopsIntake, PromptContext, CatchUpSource, FileSource
+)  # fmt: skip
+
+
+_checked_surfaces: set[type] = set()
+
+
+def declares(obj: object, ability: type) -> bool:
+    """`obj` names `ability` among its bases (checked at wiring by `check_abilities`)."""
+    return ability in type(obj).__mro__
+
+
+def _members(ability: type) -> list[str]:
+    methods = [name for name, value in vars(ability).items()
+               if callable(value) and not name.startswith("_")]  # fmt: skip
+    return [*methods, *vars(ability).get("__annotations__", {})]
+
+
+def _has(obj: object, ability: type, name: str) -> bool:
+    """`obj` itself provides `name`: not the ability's stub, and (for an attribute) set."""
+    if name in vars(ability).get("__annotations__", {}):
+        return hasattr(obj, name)
+    return getattr(type(obj), name, None) not in (None, vars(ability)[name])
+
+
+def check_abilities(obj: object, what: str, abilities: tuple[type, ...]) -> None:
+    """Fail with one line when `obj` declares an ability it does not implement, or implements one
+    it does not declare (a misspelt method or base would otherwise turn a feature off)."""
+    for ability in abilities:
+        members = _members(ability)
+        if declares(obj, ability):
+            lacking = [name for name in members if not _has(obj, ability, name)]
+            if lacking:
+                problem = f"declares {ability.__name__} but has no {lacking[0]}"
+                raise ConfigError(f"{what}: {type(obj).__name__} {problem}")
+        elif all(_has(obj, ability, name) for name in members):
+            problem = f"has {', '.join(members)} but does not declare {ability.__name__}"
+            raise ConfigError(f"{what}: {type(obj).__name__} {problem}")
+
+
+def frontend_health(frontend: Frontend) -> tuple[bool, str]:
+    """Whether a front end can receive now, and how it is connected (`/healthz`)."""
+    if not declares(frontend, Healthy):
+        return True, "running"
+    ok, state = cast(Healthy, frontend).health()
+    return bool(ok), str(state)
+
+
+def drafts_of(frontend: Frontend) -> DraftSurface | None:
+    """The front end's streaming surface, if it offers one (None when turned off)."""
+    if not declares(frontend, Drafting):
+        return None
+    surface = cast(Drafting, frontend).drafts
+    if surface is not None and type(surface) not in _checked_surfaces:  # made at start, not wiring
+        check_abilities(surface, f"{frontend.platform} drafts", (PacedDrafts,))
+        _checked_surfaces.add(type(surface))
+    return surface
 
 
 def paces(surface: DraftSurface) -> bool:
     """The surface paces its calls itself (shares the platform's budget, final text first)."""
-    return getattr(surface, "draft_turn", None) is not None
+    return declares(surface, PacedDrafts)
 
 
-def drafts_of(frontend: Frontend) -> DraftSurface | None:
-    """The front end's streaming surface, if it offers one (`drafts`, None when turned off)."""
-    surface: DraftSurface | None = getattr(frontend, "drafts", None)
-    return surface
+async def draft_turn(surface: DraftSurface, key: ConversationKey, posting: bool) -> None:
+    """Wait for the platform's budget before one draft call, where the surface is paced."""
+    if paces(surface):
+        await cast(PacedDrafts, surface).draft_turn(key, posting)
 
 
 async def stop_intake(frontend: Frontend) -> None:
-    """Shutdown's first step: the front end takes no more events, but can still post.
+    """Shutdown's first step, for a front end that `StopsIntake` (others have nothing to stop)."""
+    if declares(frontend, StopsIntake):
+        await cast(StopsIntake, frontend).stop_intake()
 
-    Optional: a front end may define `async def stop_intake(self) -> None`. It should refuse only
-    what its platform delivers again (Slack retries an event that gets no 2xx); an event no
-    platform redelivers is better stored, since another process or the restart answers it."""
-    method = getattr(frontend, "stop_intake", None)
-    if method is not None:
-        await method()
+
+def prompt_context_of(frontend: Frontend | None) -> PromptContext | None:
+    return cast(PromptContext, frontend) if declares(frontend, PromptContext) else None
+
+
+def catch_up_source(frontend: Frontend) -> CatchUpSource | None:
+    return cast(CatchUpSource, frontend) if declares(frontend, CatchUpSource) else None
+
+
+def file_source(frontend: Any) -> FileSource | None:
+    return cast(FileSource, frontend) if declares(frontend, FileSource) else None

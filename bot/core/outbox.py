@@ -215,7 +215,8 @@ class Outbox:
             self.signals.emit(
                 "delivered", reply_id=row.id, conversation=row.conversation_id, parts=posted
             )
-            self.indicator.sent(key, sent.indicator_at)
+            if row.kind != "notice":  # a refused message's: the pending burst's indicator stays
+                self.indicator.sent(key, sent.indicator_at)
         else:
             self._claim_lost(row)
         self.on_settled()

@@ -6,6 +6,7 @@ way (the `Store` protocol in bot/core/store.py names them). Times are the caller
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -108,10 +109,16 @@ class NewReply:
     an overlap instead of hiding behind the version read at commit time."""
 
     text: str
-    kind: Literal["answer", "apology"] = "answer"
+    kind: Literal["answer", "apology", "notice"] = "answer"
     reply_to_message_id: str | None = None
     usage: TokenUsage = field(default_factory=TokenUsage)
     covers_from_version: int | None = None
+
+
+def notice_slot(message_id: str) -> int:
+    """The versions a notice answering `message_id` takes in the outbox: negative, so it covers
+    no message, and the same for one message, so one message never gets two notices."""
+    return -1 - int.from_bytes(hashlib.sha256(message_id.encode()).digest()[:6], "big")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,13 +1,41 @@
-"""Engine settings: the config values the transitions use, with per-channel overrides resolved."""
+"""The core's settings: plain values the composition root builds from the config (bot/wiring.py),
+so the core never reads the config model (nor the Slack and Discord sections beside its own)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bot.config import AttachmentsConfig, ChannelConfig, Config, ToolsConfig
+from bot.core.attachments import AttachmentLimits
 from bot.core.events import ConversationKey
+from bot.core.replier import Voice, WebTools
 from bot.core.store import Timing
-from bot.model.replier import Voice, WebTools
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelSettings:
+    """One channel's `[[channels]]` overrides (None: the global value); its tools resolved."""
+
+    platform: str
+    channel: str
+    quiet_seconds: float | None = None
+    max_wait_seconds: float | None = None
+    system_prompt: str | None = None
+    model: str | None = None
+    max_tokens: int | None = None
+    streaming: bool | None = None
+    tools: WebTools | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CatchUpSettings:
+    enabled: bool = True
+    max_age_seconds: float = 24 * 3600.0
+    max_pages: int = 10  # pages a front end reads per conversation and pass
+    retry_seconds: float = 2.0  # first wait after a failure that names no Retry-After; doubles
+    max_retry_seconds: float = 300.0
+    attempts: int = 6  # tries of one platform read before its run fails (and is run again)
+    max_requests: int = 1000  # platform calls a pass may spend, most recently active first
+    progress_every: int = 100  # conversations checked between two progress lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,44 +58,17 @@ class EngineSettings:
     streaming: bool = False  # `[streaming] enabled` (on by default there); needs a front end
     # that can draft (see `bot.core.streaming`)
     streaming_interval_seconds: float = 1.0
-    channels: tuple[ChannelConfig, ...] = ()
-    attachments: AttachmentsConfig = field(default_factory=AttachmentsConfig)
+    channels: tuple[ChannelSettings, ...] = ()
+    attachments: AttachmentLimits = field(default_factory=AttachmentLimits)
     model: str | None = None  # None: the replier's own
     max_tokens: int | None = None
-    tools: ToolsConfig = field(default_factory=ToolsConfig)
-
-    @classmethod
-    def from_config(cls, config: Config) -> EngineSettings:
-        return cls(
-            quiet_seconds=config.debounce.quiet_seconds,
-            max_wait_seconds=config.debounce.max_wait_seconds,
-            lease_ttl_seconds=config.lease.ttl_seconds,
-            max_concurrent_generations=config.engine.max_concurrent_generations,
-            poll_seconds=config.engine.poll_seconds,
-            busy_retry_seconds=config.engine.busy_retry_seconds,
-            delivery_backoff_seconds=config.engine.delivery_backoff_seconds,
-            delivery_backoff_max_seconds=config.engine.delivery_backoff_max_seconds,
-            delivery_give_up_hours=config.engine.delivery_give_up_hours,
-            indicator_delay_seconds=config.engine.indicator_delay_seconds,
-            model_max_attempts=config.llm.max_attempts,
-            model_backoff_seconds=config.llm.retry_backoff_seconds,
-            failure_message=config.llm.failure_message,
-            system_prompt=config.llm.system_prompt,
-            max_context_tokens=config.llm.max_context_tokens,
-            streaming=config.streaming.enabled,
-            streaming_interval_seconds=config.streaming.interval_seconds,
-            channels=tuple(config.channels),
-            attachments=config.attachments,
-            model=config.llm.model,
-            max_tokens=config.llm.max_tokens,
-            tools=config.tools,
-        )
+    tools: WebTools = field(default_factory=WebTools)
 
     @property
     def timing(self) -> Timing:
         return Timing(self.quiet_seconds, self.max_wait_seconds)
 
-    def _channel(self, key: ConversationKey) -> ChannelConfig | None:
+    def _channel(self, key: ConversationKey) -> ChannelSettings | None:
         for channel in self.channels:
             if channel.platform == key.platform and channel.channel == key.channel:
                 return channel
@@ -95,24 +96,9 @@ class EngineSettings:
         return Voice(prompt, model, max_tokens, tools)
 
     def tools_for(self, key: ConversationKey) -> WebTools:
-        """Server tools: each key of the channel's `tools` table, else the global `[tools]`.
-        A channel that sets either domain list sets both (the two are exclusive)."""
-        base, channel = self.tools, self._channel(key)
-        over = None if channel is None else channel.tools
-        if over is None:
-            return WebTools(base.web_search, base.web_search_max_uses,
-                            tuple(base.web_search_allowed_domains),
-                            tuple(base.web_search_blocked_domains), base.web_fetch)  # fmt: skip
-        allowed, blocked = over.web_search_allowed_domains, over.web_search_blocked_domains
-        if allowed is None and blocked is None:
-            allowed, blocked = base.web_search_allowed_domains, base.web_search_blocked_domains
-        return WebTools(
-            base.web_search if over.web_search is None else over.web_search,
-            over.web_search_max_uses or base.web_search_max_uses,
-            tuple(allowed or ()),
-            tuple(blocked or ()),
-            base.web_fetch if over.web_fetch is None else over.web_fetch,
-        )
+        """Server tools: the channel's (resolved at wiring), else the global `[tools]`."""
+        channel = self._channel(key)
+        return self.tools if channel is None or channel.tools is None else channel.tools
 
     def streams(self, key: ConversationKey) -> bool:
         """Streaming for one conversation: its channel's `[[channels]]` override, else global."""

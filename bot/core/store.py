@@ -54,6 +54,7 @@ from bot.core.records import (
     Timing,
     TokenUsage,
     WebSearch,
+    notice_slot,
 )
 
 __all__ = [
@@ -83,6 +84,7 @@ __all__ = [
     "Timing",
     "TokenUsage",
     "WebSearch",
+    "notice_slot",
 ]
 
 
@@ -214,6 +216,14 @@ class Store(NoteBook, Protocol):
     async def record_generation(self, record: GenerationRecord) -> None: ...
 
     # 6. deliver ------------------------------------------------------------------------------
+    async def queue_notice(
+        self, conversation_id: str, text: str, reply_to_message_id: str, now: float
+    ) -> OutboxRow:
+        """A notice outside any burst (a message refused at arrival, which is not stored): an
+        outbox row of kind `notice`, delivered like any reply (durable, posted once, in order),
+        covering no message (`notice_slot`)."""
+        ...
+
     async def claim_replies(
         self,
         owner: str,

@@ -47,10 +47,10 @@ from bot.core.clock import Clock, trusted_until
 from bot.core.errors import BurstbotError, MessageGone, RetryableDeliveryError
 from bot.core.events import ConversationKey, Draft
 from bot.core.frontend import DraftSurface, Frontend, draft_turn, drafts_of, paces
+from bot.core.replier import Usage, same_draft
 from bot.core.settings import EngineSettings
 from bot.core.store import Store
 from bot.core.supervisor import Supervision
-from bot.model.replier import Usage, same_draft
 
 log = logging.getLogger("burstbot.streaming")
 

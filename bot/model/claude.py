@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
-from collections.abc import Mapping
 from typing import Literal, cast
 
 import anthropic
@@ -41,10 +39,9 @@ from anthropic.types import (
     TextBlockParam,
 )
 
-from bot.config import Config, require_secret
 from bot.core.attachments import LoadedFile
 from bot.core.errors import PermanentReplierError, ReplierError, RetryableReplierError
-from bot.model.replier import Prompt, Usage
+from bot.core.replier import Closable, Prompt, Usage
 from bot.model.web import ToolTrace, tool_params
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
@@ -171,7 +168,7 @@ def map_error(exc: Exception) -> ReplierError:
     return RetryableReplierError(f"Claude API failure: {exc}")
 
 
-class ClaudeReplier:
+class ClaudeReplier(Closable):
     """A `Replier` on `AsyncAnthropic`: streams one reply per burst."""
 
     def __init__(
@@ -187,20 +184,6 @@ class ClaudeReplier:
         self.max_tokens = max_tokens
         self.timeout_seconds = timeout_seconds
         self.cut_note = cut_note
-
-    @classmethod
-    def from_config(cls, config: Config, environ: Mapping[str, str] | None = None) -> ClaudeReplier:
-        """Key from the variable `llm.api_key_env` names (missing → ConfigError naming it)."""
-        llm = config.llm
-        env = dict(os.environ if environ is None else environ)
-        api_key = require_secret(llm.api_key_env, "llm.api_key_env", env)
-        client = anthropic.AsyncAnthropic(
-            api_key=api_key,
-            base_url=llm.base_url or None,
-            max_retries=llm.max_retries,
-            timeout=llm.timeout_seconds,
-        )
-        return cls(client, llm.model, llm.max_tokens, llm.timeout_seconds, llm.cut_note)
 
     async def aclose(self) -> None:
         await self.client.close()

@@ -6,7 +6,7 @@ import asyncio
 import re
 
 from bot.core.attachments import LoadedFile, human_size
-from bot.model.replier import Prompt, Usage
+from bot.core.replier import Prompt, Usage
 
 
 def _described(file: LoadedFile) -> str:

@@ -28,8 +28,8 @@ from anthropic.types import (
     WebSearchTool20250305Param,
 )
 
+from bot.core.replier import SearchStep, Usage, WebSearch, WebTools
 from bot.core.store import UNFINISHED
-from bot.model.replier import SearchStep, Usage, WebSearch, WebTools
 
 SEARCH_TOOL = "web_search_20250305"
 FETCH_TOOL = "web_fetch_20250910"

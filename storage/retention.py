@@ -1,49 +1,17 @@
-"""Statements outside the burst pipeline, mixed into `SqlStore`: a typing notice stretching a
-pending burst's quiet window (`bot/core/typing_window.py`), retention and erasure on request
-(`bot/ops/retention.py`), failed replies re-queued by hand (`bot/ops/requeue.py`). None of them
+"""Retention and erasure on request (`bot/ops/retention.py`, `burstbot forget`). None of it
 touches pending work: unanswered messages, replies still in the outbox, armed timers."""
 
 from __future__ import annotations
 
 from bot.core.attachments import attachment_uid
 from bot.core.events import ConversationKey
-from bot.core.store import Backlog
 from storage.rows import Params, attachments_from_json
 from storage.seam import Conn, StoreSeam
 
 PRUNED = ("messages", "replies", "generations", "files", "blobs")
 
 
-class Upkeep(StoreSeam[Conn]):
-    async def extend_quiet(
-        self, conversation_id: str, author_id: str, until: float, now: float
-    ) -> float | None:
-        """One conditional UPDATE of an armed timer (see `extend_quiet_for_typing`)."""
-        params = {"cid": conversation_id, "author": author_id, "until": until, "now": now}
-        rows = await self._rows("extend_quiet_for_typing", params)
-        return float(rows[0][0]) if rows else None
-
-    async def backlog(self) -> Backlog:
-        [row] = await self._rows("backlog", {})
-        oldest = None if row["oldest_pending_at"] is None else float(row["oldest_pending_at"])
-        return Backlog(int(row["outbox_depth"]), oldest, int(row["outbox_failed"]))
-
-    async def requeue_failed(
-        self, reply_id: int | None, conversation_id: str | None, now: float
-    ) -> list[int]:
-        """One statement: the failed reply `reply_id`, or every failed reply of the conversation,
-        pending again and due `now`; the ids re-queued, and a wake-up hint for the deliverers."""
-        params = {"id": reply_id, "cid": conversation_id, "now": now}
-        async with self._transaction() as db:
-            rows = await self._rows("requeue_failed", params, db)
-            for platform in sorted({str(r["platform"]) for r in rows}):
-                await self._hint(db, f"outbox {platform}")
-        return sorted(int(r["id"]) for r in rows)
-
-    async def reply_state(self, reply_id: int) -> str | None:
-        row = await self._one("reply_state", {"id": reply_id})
-        return None if row is None else str(row[0])
-
+class RetentionSteps(StoreSeam[Conn]):
     async def _counts(self, names: tuple[str, ...], prefix: str, params: Params) -> dict[str, int]:
         """Each statement alone (each is complete by itself; running them again is harmless)."""
         return {name: len(await self._rows(f"{prefix}_{name}", params)) for name in names}

@@ -187,3 +187,10 @@ class Usage:
 
 class Replier(Protocol):
     async def generate(self, prompt: Prompt, usage: Usage) -> str: ...
+
+
+class Closable(Protocol):
+    """A replier holding connections (an HTTP client) to close at shutdown: an ability it
+    declares among its bases, checked once at wiring as front ends' are."""
+
+    async def aclose(self) -> None: ...

@@ -11,12 +11,17 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from bot.config import MAX_REQUEST_FILE_BYTES
-from bot.core.attachments import NO_ROOM, AttachmentLoader, LoadedFile, human_size
+from bot.core.attachments import (
+    MAX_REQUEST_FILE_BYTES,
+    NO_ROOM,
+    AttachmentLoader,
+    LoadedFile,
+    human_size,
+)
 from bot.core.events import ConversationKey
+from bot.core.replier import BurstMessage, Prompt, Replier, Turn, Usage, Voice
 from bot.core.settings import EngineSettings
 from bot.core.store import HistoryItem, StoredMessage
-from bot.model.replier import BurstMessage, Prompt, Replier, Turn, Usage, Voice
 
 MAX_IMAGES = 100
 MIN_TEXT_TOKENS = 250  # less room than this: a note instead of a stub of the file

@@ -1,0 +1,81 @@
+"""What the composition root decides at arrival, before the engine: access rules, the arrival
+guards (size, rate) with their notices, and `/reset`. Nothing refused is stored; a refusal's
+notice is an outbox row (`Store.queue_notice`), so it is durable, posted once and in order, by
+whichever process delivers the conversation's replies."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+
+from bot.core.engine import Engine
+from bot.core.events import Event, IncomingMessage, ResetConversation
+from bot.core.signals import Signals
+from bot.core.store import IngestResult
+from bot.ops.access import AccessPolicy
+from bot.ops.guards import CostGuards
+
+log = logging.getLogger("burstbot")
+
+
+class Arrival:
+    def __init__(
+        self,
+        engine: Engine,
+        platforms: Collection[str],
+        access: AccessPolicy,
+        guards: CostGuards | None,
+        signals: Signals,
+    ) -> None:
+        self.engine = engine
+        self.platforms = platforms  # the front ends a notice can go out through
+        self.access = access
+        self.guards = guards  # None: no limit is on
+        self._emit = signals.emit
+
+    async def ingest(self, event: Event) -> IngestResult:
+        """Access rules and arrival guards first (nothing refused is stored), then the engine."""
+        if isinstance(event, ResetConversation):
+            return await self._reset(event)
+        if isinstance(event, IncomingMessage) and not event.author_is_bot:
+            reason = self.access.refusal(event.key, event.author_id, event.is_dm)
+            if reason is not None:
+                log.info("conversation %s: message refused (%s)", event.key.id, reason)
+                self._emit("refused", conversation=event.key.id, stage="access", reason=reason)
+                return IngestResult("ignored", event.key.id, 0)
+            if self.guards is not None:
+                refused = await self._guarded(event, self.guards)
+                if refused is not None:
+                    return refused
+        return await self.engine.ingest(event)
+
+    async def _guarded(self, event: IncomingMessage, guards: CostGuards) -> IngestResult | None:
+        key = event.key
+        refusal = await guards.check_message(event, self.engine.clock.now())
+        if refusal is None:
+            return None
+        if refusal.repeat:
+            log.debug("conversation %s: repeat of refused message %s dropped", key.id,
+                      event.message_id)  # fmt: skip
+            self._emit("duplicate", conversation=key.id, version=0)
+            return IngestResult("duplicate", key.id, 0)
+        already = "" if refusal.notice else "; notice already sent"
+        log.warning("conversation %s: message from %s refused (%s)%s", key.id, event.author_id,
+                    refusal.reason, already)  # fmt: skip
+        self._emit("refused", conversation=key.id, stage="guard", reason=refusal.reason)
+        if refusal.notice is not None and key.platform in self.platforms:
+            now = self.engine.clock.now()
+            await self.engine.store.queue_notice(key.id, refusal.notice, event.message_id, now)
+            self.engine.wakeup.set()  # the scheduler's sweep posts it
+        return IngestResult("ignored", key.id, 0)
+
+    async def _reset(self, event: ResetConversation) -> IngestResult:
+        cid = event.key.id
+        reason = self.access.refusal(event.key, event.author_id, event.is_dm)
+        if reason is not None:
+            self._emit("refused", conversation=cid, stage="access", reason=reason)
+            return IngestResult("ignored", cid, 0)
+        floor = await self.engine.store.reset_history(cid)
+        log.info("conversation %s: history cleared by %s", cid, event.author_id or "a user")
+        self._emit("reset", conversation=cid, floor=floor)
+        return IngestResult("history", cid, floor or 0)

@@ -1,0 +1,92 @@
+"""Platform reads in the background: one run at a time, retried with backoff (catch-up, threads).
+
+Never before an ack, never in a live event's way: a run is requested, runs once (again if asked
+during a run), and a failed run is logged and tried again with doubling backoff. One platform read
+inside a run waits out a rate limit's `Retry-After` exactly (`patiently`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from bot.core.clock import Clock
+from bot.core.errors import FetchError
+from bot.core.settings import CatchUpSettings
+
+log = logging.getLogger("burstbot.catch_up")
+
+T = TypeVar("T")
+
+
+async def patiently(
+    read: Callable[[], Awaitable[T]], what: str, clock: Clock, settings: CatchUpSettings
+) -> T:
+    """One platform read, tried again after a rate limit (exactly its `Retry-After`) or a passing
+    failure (backoff); a permanent failure, or the last attempt's, goes up."""
+    delay = settings.retry_seconds
+    for attempt in range(1, settings.attempts + 1):
+        try:
+            return await read()
+        except FetchError as exc:
+            if exc.permanent or attempt == settings.attempts:
+                raise
+            wait = delay if exc.retry_after is None else exc.retry_after
+            log.info("%s: %s; trying again in %.1f s", what, exc, wait)
+            await clock.sleep(wait)
+            delay = min(delay * 2, settings.max_retry_seconds)
+    raise AssertionError("unreachable")
+
+
+class Background:
+    """A job run in the background when requested, one run at a time; a request during a run
+    makes another run follow it. A run that fails is logged and run again after a backoff."""
+
+    def __init__(
+        self,
+        name: str,
+        work: Callable[[], Awaitable[None]],
+        clock: Clock,
+        settings: CatchUpSettings,
+    ) -> None:
+        self.name = name
+        self._work = work
+        self._clock = clock
+        self._settings = settings
+        self._wanted = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._task: asyncio.Task[None] | None = None
+
+    def request(self) -> None:
+        self._wanted = True
+        self._idle.clear()
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._loop(), name=self.name)
+
+    async def idle(self) -> None:
+        """Until no run is under way or wanted (a failing job stays busy while it retries)."""
+        await self._idle.wait()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        self._idle.set()
+
+    async def _loop(self) -> None:
+        delay = self._settings.retry_seconds
+        while self._wanted:
+            self._wanted = False
+            try:
+                await self._work()
+                delay = self._settings.retry_seconds
+            except Exception as exc:
+                log.warning("%s failed (%s); trying again in %.0f s", self.name, exc, delay)
+                self._wanted = True
+                await self._clock.sleep(delay)
+                delay = min(delay * 2, self._settings.max_retry_seconds)
+        self._idle.set()

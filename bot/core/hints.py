@@ -1,0 +1,24 @@
+"""Wake-up hints: another process armed a timer, queued a reply or released leases.
+
+A store that can tell (PostgreSQL's LISTEN/NOTIFY) hands each hint's payload to `wanted`; the
+engine looks now, before its next poll, only when the hint matters to this process. Polling stays
+the guarantee: a hint lost changes when, never whether.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+
+def wanted(payload: str, sleeping_until: float, platforms: Collection[str]) -> bool:
+    """`timer <due_at>`: sooner than the engine sleeps; `outbox <platform>`: one we serve;
+    `released` (or anything else): always."""
+    kind, _, detail = payload.partition(" ")
+    if kind == "timer":
+        try:
+            return float(detail) < sleeping_until
+        except ValueError:
+            return False
+    if kind == "outbox":
+        return detail in platforms
+    return True

@@ -1,0 +1,168 @@
+"""The composition root's builders: config → store, replier, front ends and the core's settings.
+
+Only here (and in `bot/app.py`, which uses these) does the config model meet the core: the core
+gets plain `bot/core/settings.py` values, never the config with its Slack and Discord sections.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from bot.config import ChannelConfig, ChannelToolsConfig, Config, ToolsConfig, require_secret
+from bot.core.attachments import AttachmentLimits
+from bot.core.errors import ConfigError
+from bot.core.frontend import Frontend
+from bot.core.replier import Replier, WebTools
+from bot.core.settings import CatchUpSettings, ChannelSettings, EngineSettings
+from bot.core.store import Store
+from bot.model.offline import OfflineReplier
+
+if TYPE_CHECKING:
+    from bot.model.claude import ClaudeReplier
+
+
+def make_owner(config: Config) -> str:
+    """This process's name on leases and claims: unique even when several processes share one
+    config, because shutdown releases everything held under it (`<configured>:<host>:<pid>:<hex>`;
+    without `engine.owner`, just `<host>:<pid>:<hex>`)."""
+    unique = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+    return f"{config.engine.owner}:{unique}" if config.engine.owner else unique
+
+
+def build_replier(config: Config) -> Replier:
+    if config.llm.provider == "offline":
+        return OfflineReplier()
+    return claude_replier(config)
+
+
+def claude_replier(
+    config: Config,
+    environ: Mapping[str, str] | None = None,
+    kind: type[ClaudeReplier] | None = None,
+) -> ClaudeReplier:
+    """`[llm]`'s Claude client (`kind`: a subclass of `ClaudeReplier`), the key from the variable
+    `llm.api_key_env` names: a missing one is a `ConfigError` naming it, before the SDK's slow
+    import."""
+    llm = config.llm
+    env = dict(os.environ if environ is None else environ)
+    api_key = require_secret(llm.api_key_env, "llm.api_key_env", env)
+    import anthropic
+
+    from bot.model.claude import ClaudeReplier
+
+    client = anthropic.AsyncAnthropic(
+        api_key=api_key,
+        base_url=llm.base_url or None,
+        max_retries=llm.max_retries,
+        timeout=llm.timeout_seconds,
+    )
+    replier = kind or ClaudeReplier
+    return replier(client, llm.model, llm.max_tokens, llm.timeout_seconds, llm.cut_note)
+
+
+def build_frontends(config: Config) -> list[Frontend]:
+    frontends: list[Frontend] = []
+    if config.console.enabled:
+        from adapters.console import ConsoleFrontend
+
+        frontends.append(ConsoleFrontend(user_name=config.console.user_name))
+    if config.slack.enabled:
+        from adapters.slack import build_slack_frontend
+
+        frontends.append(build_slack_frontend(config.slack))
+    if config.discord.enabled:
+        from adapters.discord import build_discord_frontend
+
+        typing = config.debounce.typing_aware
+        frontends.append(build_discord_frontend(config.discord, typing_intents=typing))
+    if not frontends:
+        raise ConfigError("config: no front end enabled (console, slack or discord)")
+    return frontends
+
+
+def build_store(config: Config) -> Store:
+    from storage import open_store
+    from storage.pool_limits import PoolLimits
+
+    storage = config.storage
+    limits = PoolLimits(
+        statement_seconds=storage.statement_timeout_seconds,
+        acquire_seconds=storage.acquire_timeout_seconds,
+        connect_seconds=storage.connect_timeout_seconds,
+        keepalive_seconds=storage.keepalive_seconds,
+    )
+    return open_store(storage.url, storage.pool_size, storage.busy_timeout_seconds, limits)
+
+
+def web_tools(base: ToolsConfig, over: ChannelToolsConfig | None = None) -> WebTools:
+    """Server tools: each key of a channel's `tools` table, else the global `[tools]`. A channel
+    that sets either domain list sets both (the two are exclusive)."""
+    if over is None:
+        return WebTools(base.web_search, base.web_search_max_uses,
+                        tuple(base.web_search_allowed_domains),
+                        tuple(base.web_search_blocked_domains), base.web_fetch)  # fmt: skip
+    allowed, blocked = over.web_search_allowed_domains, over.web_search_blocked_domains
+    if allowed is None and blocked is None:
+        allowed, blocked = base.web_search_allowed_domains, base.web_search_blocked_domains
+    return WebTools(
+        base.web_search if over.web_search is None else over.web_search,
+        over.web_search_max_uses or base.web_search_max_uses,
+        tuple(allowed or ()),
+        tuple(blocked or ()),
+        base.web_fetch if over.web_fetch is None else over.web_fetch,
+    )
+
+
+def channel_settings(channel: ChannelConfig, tools: ToolsConfig) -> ChannelSettings:
+    return ChannelSettings(
+        channel.platform, channel.channel, channel.quiet_seconds, channel.max_wait_seconds,
+        channel.system_prompt, channel.model, channel.max_tokens, channel.streaming,
+        None if channel.tools is None else web_tools(tools, channel.tools),
+    )  # fmt: skip
+
+
+def attachment_limits(config: Config) -> AttachmentLimits:
+    a = config.attachments
+    return AttachmentLimits(a.enabled, a.max_bytes, a.max_per_message, a.max_total_bytes)
+
+
+def engine_settings(config: Config) -> EngineSettings:
+    engine, llm = config.engine, config.llm
+    return EngineSettings(
+        quiet_seconds=config.debounce.quiet_seconds,
+        max_wait_seconds=config.debounce.max_wait_seconds,
+        lease_ttl_seconds=config.lease.ttl_seconds,
+        max_concurrent_generations=engine.max_concurrent_generations,
+        poll_seconds=engine.poll_seconds,
+        busy_retry_seconds=engine.busy_retry_seconds,
+        delivery_backoff_seconds=engine.delivery_backoff_seconds,
+        delivery_backoff_max_seconds=engine.delivery_backoff_max_seconds,
+        delivery_give_up_hours=engine.delivery_give_up_hours,
+        indicator_delay_seconds=engine.indicator_delay_seconds,
+        model_max_attempts=llm.max_attempts,
+        model_backoff_seconds=llm.retry_backoff_seconds,
+        failure_message=llm.failure_message,
+        system_prompt=llm.system_prompt,
+        max_context_tokens=llm.max_context_tokens,
+        streaming=config.streaming.enabled,
+        streaming_interval_seconds=config.streaming.interval_seconds,
+        channels=tuple(channel_settings(c, config.tools) for c in config.channels),
+        attachments=attachment_limits(config),
+        model=llm.model,
+        max_tokens=llm.max_tokens,
+        tools=web_tools(config.tools),
+    )
+
+
+def catch_up_settings(config: Config) -> CatchUpSettings:
+    section = config.catch_up
+    return CatchUpSettings(
+        section.enabled,
+        section.max_age_hours * 3600.0,
+        section.max_pages,
+        max_requests=section.max_requests,
+    )
