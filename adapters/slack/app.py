@@ -47,16 +47,16 @@ from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.middleware.authorization.async_single_team_authorization import (
     AsyncSingleTeamAuthorization,
 )
-from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from adapters.slack import files, inbound
 from adapters.slack.assistant import AssistantThreads
+from adapters.slack.calls import check_token
 from adapters.slack.endpoint import MAX_BODY_BYTES, endpoint, server_log
 from adapters.slack.history import History
 from adapters.slack.inbound import Identity, Payload
-from adapters.slack.outbound import Outbound, delivery_error, slack_error_code, slack_pacer
+from adapters.slack.outbound import Outbound, slack_pacer
 from adapters.slack.streaming import SlackDrafts
 from bot.config import Config, SlackConfig, require_secret
 from bot.core.catch_up import Background, CatchUp, CatchUpRun
@@ -210,23 +210,12 @@ class SlackFrontend:
             self._session = None
 
     async def _check_bot_token(self, client: AsyncWebClient) -> AsyncSlackResponse:
-        try:
-            auth = await client.auth_test()
-        except SlackApiError as exc:
-            error = slack_error_code(exc)
-            if not error:  # not Slack's answer: a proxy's error page
-                raise BurstbotError(
-                    f"slack: the Slack Web API at {client.base_url} is "
-                    f"unavailable ({delivery_error(exc, 'auth.test')})"
-                ) from exc
-            raise ConfigError(
-                f"slack.bot_token_env: Slack rejected the bot token in "
-                f"{self.config.bot_token_env} ({error})"
-            ) from exc
-        except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as exc:
-            raise BurstbotError(
-                f"slack: cannot reach the Slack Web API at {client.base_url} ({exc or type(exc)})"
-            ) from exc
+        auth = await check_token(
+            client.auth_test(),
+            "auth.test",
+            f"slack.bot_token_env: Slack rejected the bot token in {self.config.bot_token_env}",
+            f"the Slack Web API at {client.base_url} is unavailable",
+        )
         if not auth.get("bot_id"):
             raise ConfigError(
                 f"slack.bot_token_env: {self.config.bot_token_env} is not a bot token (xoxb-…)"
@@ -272,21 +261,12 @@ class SlackFrontend:
         from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
         assert self._client is not None
-        try:
-            opened = await self._client.apps_connections_open(app_token=self._app_token)
-        except SlackApiError as exc:
-            error = slack_error_code(exc)
-            if not error:
-                raise BurstbotError(
-                    f"slack: cannot open a Socket Mode connection "
-                    f"({delivery_error(exc, 'apps.connections.open')})"
-                ) from exc
-            raise ConfigError(
-                f"slack.app_token_env: Slack rejected the app token in "
-                f"{self.config.app_token_env} ({error})"
-            ) from exc
-        except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as exc:
-            raise BurstbotError(f"slack: cannot open a Socket Mode connection ({exc})") from exc
+        opened = await check_token(
+            self._client.apps_connections_open(app_token=self._app_token),
+            "apps.connections.open",
+            f"slack.app_token_env: Slack rejected the app token in {self.config.app_token_env}",
+            "cannot open a Socket Mode connection",
+        )
         self._socket = AsyncSocketModeHandler(bolt, self._app_token)
         self._socket.client.wss_uri = opened["url"]
         self._socket.client.on_message_listeners.append(self._on_socket_message)

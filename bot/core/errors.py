@@ -10,6 +10,7 @@
     │   └── PermanentReplierError    bad request, auth, not found: retrying cannot help
     ├── DeliveryError            posting to the platform failed
     │   ├── RetryableDeliveryError   try again later (optionally after `retry_after` seconds)
+    │   │   └── RateLimited          the platform said 429: hold its budget for `retry_after`
     │   ├── PermanentDeliveryError   the post can never succeed (channel gone, no permission)
     │   │   └── MessageGone          the message to edit was deleted (a person removed a draft)
     │   └── ClaimLost                this delivery's claim was taken or ran out: stop posting
@@ -63,6 +64,10 @@ class RetryableDeliveryError(DeliveryError):
     def __init__(self, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class RateLimited(RetryableDeliveryError):
+    """A 429: every call on that budget waits `retry_after` seconds, not just this one."""
 
 
 class PermanentDeliveryError(DeliveryError):
