@@ -18,16 +18,16 @@ from dataclasses import dataclass
 
 import aiohttp
 import pytest
-from slack_sdk.web.async_client import AsyncWebClient
 
 import adapters.download
-import adapters.slack.app
+import adapters.slack.transport
 from adapters.slack import SlackFrontend, files
 from adapters.slack.history import History
 from adapters.slack.inbound import Identity
 from adapters.slack.outbound import Outbound, part_metadata
 from adapters.slack.streaming import SlackDrafts
-from bot.config import parse_config
+from adapters.slack.transport import web_client
+from bot.config import SlackConfig, parse_config
 from bot.core.errors import (
     BurstbotError,
     ConfigError,
@@ -67,22 +67,24 @@ def scripted(answer: Answer) -> Callable[[], AbstractAsyncContextManager[str]]:
     return lambda: answering(answer)
 
 
+OUTAGE = "upstream connect error or disconnect/reset before headers"
+# fmt: off
 FAULTS = [
-    Fault("outage-page", scripted(Answer(503, "upstream connect error or disconnect/reset before "
-                                         "headers", "text/plain")), "retry", "HTTP 503"),  # fmt: skip
+    Fault("outage-page", scripted(Answer(503, OUTAGE, "text/plain")), "retry", "HTTP 503"),
     Fault("html-page", scripted(Answer(503, PAGE, "text/html")), "retry", "503"),
     Fault("json-500", scripted(slack_error("internal_error", 500)), "retry", "internal_error",
-          api_only=True),  # fmt: skip
+          api_only=True),
     Fault("refused", refusing, "retry"),
     Fault("reset", resetting, "retry"),
     Fault("timeout", silent, "retry"),
     Fault("rate-limited", scripted(slack_error("ratelimited", 429, **{"Retry-After": "30"})),
-          "rate limited 30.0", "rate limited"),  # fmt: skip
+          "rate limited 30.0", "rate limited"),
     Fault("channel-not-found", scripted(slack_error("channel_not_found")), "permanent",
-          "channel_not_found", api_only=True),  # fmt: skip
+          "channel_not_found", api_only=True),
     Fault("invalid-auth", scripted(slack_error("invalid_auth")), "permanent", "invalid_auth",
-          api_only=True),  # fmt: skip
+          api_only=True),
 ]
+# fmt: on
 
 
 def kind(error: BaseException) -> str:
@@ -122,15 +124,39 @@ PATHS: dict[str, Path] = {
 }
 
 
+@pytest.fixture(autouse=True)
+def short_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls time out after TIMEOUT; aiohttp's own limit is gone, so only ours can end a call
+    to the silent server."""
+    monkeypatch.setattr(adapters.slack.transport, "API_TIMEOUT_SECONDS", TIMEOUT)
+    monkeypatch.setattr(adapters.download, "DOWNLOAD_TIMEOUT_SECONDS", TIMEOUT)
+    monkeypatch.setattr(aiohttp.client, "DEFAULT_TIMEOUT", aiohttp.ClientTimeout())
+
+
 @pytest.fixture
 async def session() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession() as opened:
         yield opened
 
 
-def adapter(base_url: str, session: aiohttp.ClientSession) -> Adapter:
-    client = AsyncWebClient(token="xoxb-test", base_url=base_url, timeout=TIMEOUT,
-                            session=session, retry_handlers=[])  # fmt: skip
+def slack_config(base_url: str) -> SlackConfig:
+    return parse_config({"console": {"enabled": False}, "llm": {"provider": "offline"},
+                         "slack": {"enabled": True, "mode": "http", "api_base_url": base_url,
+                                   "http_port": 0}}).slack  # fmt: skip
+
+
+@pytest.fixture
+async def sessions() -> AsyncIterator[list[aiohttp.ClientSession]]:
+    opened: list[aiohttp.ClientSession] = []
+    yield opened
+    for session in opened:
+        await session.close()
+
+
+def adapter(base_url: str, sessions: list[aiohttp.ClientSession]) -> Adapter:
+    """The adapter's objects on the front end's own client (its session, its timeout)."""
+    client, session = web_client(slack_config(base_url), "xoxb-test")
+    sessions.append(session)
     identity = Identity(TEAM, BOT_USER, BOT_ID)
     outbound = Outbound(client, identity)
     return Adapter(outbound, SlackDrafts(outbound), History(client, identity, frozenset()))
@@ -139,11 +165,11 @@ def adapter(base_url: str, session: aiohttp.ClientSession) -> Adapter:
 @pytest.mark.parametrize("path", list(PATHS))
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.name for f in FAULTS])
 async def test_every_web_api_path_maps_a_failure_the_same_way(
-    fault: Fault, path: str, session: aiohttp.ClientSession
+    fault: Fault, path: str, sessions: list[aiohttp.ClientSession]
 ) -> None:
     async with fault.server() as url:
         with pytest.raises(BurstbotError) as caught:
-            await PATHS[path](adapter(url, session))
+            await PATHS[path](adapter(url, sessions))
     assert kind(caught.value) == fault.kind
     line = str(caught.value)
     assert fault.named in line and "\n" not in line and "<" not in line
@@ -151,16 +177,12 @@ async def test_every_web_api_path_maps_a_failure_the_same_way(
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.name for f in FAULTS])
 async def test_the_start_up_token_check_blames_the_token_only_when_slack_refused_it(
-    fault: Fault, monkeypatch: pytest.MonkeyPatch
+    fault: Fault,
 ) -> None:
     """A 429 or a 500 at start-up says nothing of the token: the start fails as an outage (the
     service manager starts it again), not as a config error to fix (exit 2)."""
-    monkeypatch.setattr(adapters.slack.app, "API_TIMEOUT_SECONDS", TIMEOUT)
     async with fault.server() as url:
-        config = parse_config({"console": {"enabled": False}, "llm": {"provider": "offline"},
-                               "slack": {"enabled": True, "mode": "http", "api_base_url": url,
-                                         "http_port": 0}})  # fmt: skip
-        frontend = SlackFrontend(config.slack, "xoxb-test", signing_secret="s")
+        frontend = SlackFrontend(slack_config(url), "xoxb-test", signing_secret="s")
         with pytest.raises(BurstbotError) as caught:
             await frontend.start(None)  # type: ignore[arg-type]
     line = str(caught.value)
@@ -176,9 +198,8 @@ async def test_the_start_up_token_check_blames_the_token_only_when_slack_refused
 
 @pytest.mark.parametrize("fault", [f for f in FAULTS if not f.api_only], ids=lambda f: f.name)
 async def test_a_file_download_maps_a_failure_like_every_call(
-    fault: Fault, session: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+    fault: Fault, session: aiohttp.ClientSession
 ) -> None:
-    monkeypatch.setattr(adapters.download, "DOWNLOAD_TIMEOUT_SECONDS", TIMEOUT)
     async with fault.server() as url:
         attachment = Attachment("F1", "a.png", "image/png", 10, f"{url}files/F1/a.png")
         with pytest.raises(FetchError) as caught:
@@ -188,10 +209,10 @@ async def test_a_file_download_maps_a_failure_like_every_call(
 
 
 async def test_a_deleted_message_is_gone_for_an_update_and_done_for_a_delete(
-    session: aiohttp.ClientSession,
+    sessions: list[aiohttp.ClientSession],
 ) -> None:
     async with answering(slack_error("message_not_found")) as url:
-        slack = adapter(url, session)
+        slack = adapter(url, sessions)
         with pytest.raises(MessageGone):
             await slack.drafts.edit_draft(KEY, "C1:1.000200", "more")
         await slack.drafts.delete_draft(KEY, "C1:1.000200")  # nothing left to delete: fine
