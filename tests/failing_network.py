@@ -68,8 +68,8 @@ async def answering(answer: Answer) -> AsyncIterator[str]:
 
     async def respond(request: web.Request) -> web.Response:
         await request.read()
-        return web.Response(text=answer.body, status=answer.status,
-                            content_type=answer.content_type, headers=answer.headers)  # fmt: skip
+        headers = {"Content-Type": answer.content_type, **answer.headers}  # exactly, no charset
+        return web.Response(body=answer.body.encode(), status=answer.status, headers=headers)
 
     server = web.Application()
     server.router.add_route("*", "/{tail:.*}", respond)
