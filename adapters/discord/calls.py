@@ -25,14 +25,8 @@ from typing import TypeVar
 import aiohttp
 import discord
 
-from bot.core.errors import (
-    DeliveryError,
-    FetchError,
-    MessageGone,
-    PermanentDeliveryError,
-    RateLimited,
-    RetryableDeliveryError,
-)
+from bot.core import errors
+from bot.core.errors import DeliveryError, FetchError, MessageGone, RateLimited
 
 T = TypeVar("T")
 
@@ -59,10 +53,7 @@ def fetch_errors() -> Iterator[None]:
     try:
         yield
     except FAILURES as exc:
-        mapped = delivery_error(exc)
-        retry_after = mapped.retry_after if isinstance(mapped, RetryableDeliveryError) else None
-        permanent = isinstance(mapped, PermanentDeliveryError)
-        raise FetchError(str(mapped), retry_after, permanent) from exc
+        raise FetchError.of(delivery_error(exc)) from exc
 
 
 async def call(request: Awaitable[T]) -> T:
@@ -77,17 +68,17 @@ def delivery_error(exc: BaseException) -> DeliveryError:
         return RateLimited(f"discord: rate limited for {exc.retry_after:.0f}s",
                            retry_after=exc.retry_after)  # fmt: skip
     if not isinstance(exc, discord.HTTPException):
-        return RetryableDeliveryError(f"discord: connection failed ({exc!r})")
+        return errors.RetryableDeliveryError(f"discord: connection failed ({exc!r})")
     what = f"discord: {exc.status} {_described(exc)}".strip()
     if isinstance(exc, discord.NotFound) and exc.code == UNKNOWN_MESSAGE:
         return MessageGone(what)
     if isinstance(exc, discord.Forbidden | discord.NotFound):
-        return PermanentDeliveryError(what)
+        return errors.PermanentDeliveryError(what)
     if exc.status == 429:
         return RateLimited(what, retry_after=_retry_after(exc))
     if exc.status >= 500 or exc.status == 408:
-        return RetryableDeliveryError(what)
-    return PermanentDeliveryError(what)
+        return errors.RetryableDeliveryError(what)
+    return errors.PermanentDeliveryError(what)
 
 
 def http_status(error: BaseException) -> int:

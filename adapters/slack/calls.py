@@ -77,8 +77,7 @@ async def read(what: str, request: Awaitable[T]) -> T:
     try:
         return await call(what, request)
     except DeliveryError as exc:
-        retry_after = exc.retry_after if isinstance(exc, RetryableDeliveryError) else None
-        raise FetchError(str(exc), retry_after, isinstance(exc, PermanentDeliveryError)) from exc
+        raise FetchError.of(exc) from exc
 
 
 async def check_token(request: Awaitable[T], what: str, refused: str, unreachable: str) -> T:

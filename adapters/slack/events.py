@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from slack_bolt.app.async_app import AsyncApp
@@ -60,23 +61,16 @@ RESET_REFUSED = "Not allowed here."
 RESET_FAILED = "Could not clear the history just now; please try again."
 
 
+@dataclass(eq=False)
 class SlackEvents:
     """The listeners of one workspace's Bolt app."""
 
-    def __init__(
-        self,
-        host: Host,
-        identity: Identity,
-        listen_channels: frozenset[str],
-        assistant: AssistantThreads,
-        catch_up: Callable[[], CatchUp | None],
-    ) -> None:
-        self.host = host
-        self.identity = identity
-        self.listen_channels = listen_channels
-        self.assistant = assistant
-        self._catch_up = catch_up
-        self._hellos = 0
+    host: Host
+    identity: Identity
+    listen_channels: frozenset[str]
+    assistant: AssistantThreads
+    catch_up: Callable[[], CatchUp | None]  # the front end's, once it has one
+    _hellos: int = field(default=0, init=False)
 
     def listen(self, bolt: AsyncApp) -> None:
         bolt.error(self._on_listener_error)
@@ -176,7 +170,7 @@ class SlackEvents:
         if kind != "hello":
             return
         self._hellos += 1
-        catch_up = self._catch_up()
+        catch_up = self.catch_up()
         if self._hellos > 1 and catch_up is not None:
             log.info("slack: reconnected; catching up")
             catch_up.request(catch_up.clock.now())

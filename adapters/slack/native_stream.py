@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
@@ -158,16 +158,8 @@ class NativeStreams:
             request = self.client.chat_appendStream(channel=channel, ts=ts, chunks=chunks)
         else:
             request = self.client.chat_appendStream(channel=channel, ts=ts, markdown_text=suffix)
-        try:
-            await call(f"message {message_id}: append stream", request)
-        except MessageGone:
-            self._forget(message_id)
-            raise
-        except DeliveryError as exc:
-            if slack_code(exc) != NOT_STREAMING:
-                raise
+        if not await self._on_stream(message_id, "append stream", request):
             log.info("message %s: Slack ended its stream; editing it instead", message_id)
-            self._forget(message_id)
             return False
         self._sent[message_id] = new
         if changed:
@@ -183,15 +175,23 @@ class NativeStreams:
         channel, ts = split_message_id(message_id)
         extra: dict[str, Any] = {} if metadata is None else {"metadata": dict(metadata)}
         request = self.client.chat_stopStream(channel=channel, ts=ts, **extra)
+        await self._on_stream(message_id, "stop stream", request)
+        self._forget(message_id)
+
+    async def _on_stream(self, message_id: str, what: str, request: Awaitable[Any]) -> bool:
+        """A call on a running stream; False (and forgotten) when the message is not streaming.
+        Raises `MessageGone` for a deleted message (forgotten too)."""
         try:
-            await call(f"message {message_id}: stop stream", request)
+            await call(f"message {message_id}: {what}", request)
         except MessageGone:
             self._forget(message_id)
             raise
         except DeliveryError as exc:
             if slack_code(exc) != NOT_STREAMING:
                 raise
-        self._forget(message_id)
+            self._forget(message_id)
+            return False
+        return True
 
     async def find_unlabelled(self, key: ConversationKey, oldest: str) -> str | None:
         """The bot's first message in the thread after `oldest` that carries no metadata: a

@@ -89,3 +89,9 @@ class FetchError(BurstbotError):
         super().__init__(message)
         self.retry_after = retry_after
         self.permanent = permanent
+
+    @classmethod
+    def of(cls, error: DeliveryError) -> FetchError:
+        """A platform call's failure, read as a read's: the same Retry-After and verdict."""
+        retry_after = error.retry_after if isinstance(error, RetryableDeliveryError) else None
+        return cls(str(error), retry_after, isinstance(error, PermanentDeliveryError))
