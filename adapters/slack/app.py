@@ -17,7 +17,6 @@ from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
-from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import files, transport
 from adapters.slack.assistant import AssistantThreads
@@ -53,8 +52,6 @@ class SlackFrontend:
         self._bot_token = bot_token
         self._signing_secret = signing_secret
         self._app_token = app_token
-        self._host: Host | None = None
-        self._client: AsyncWebClient | None = None
         self._session: aiohttp.ClientSession | None = None
         self._outbound: Outbound | None = None
         self._runner: web.AppRunner | None = None
@@ -86,25 +83,24 @@ class SlackFrontend:
             raise
 
     async def _start(self, host: Host) -> None:
-        self._host = host
-        self._client, self._session = transport.web_client(self.config, self._bot_token)
-        auth_test = await transport.check_bot_token(self._client, self.config)
+        client, self._session = transport.web_client(self.config, self._bot_token)
+        auth_test = await transport.check_bot_token(client, self.config)
         self.identity = Identity(str(auth_test["team_id"]), str(auth_test["user_id"]),
                                  str(auth_test["bot_id"]))  # fmt: skip
         self._outbound = Outbound(
-            self._client,
+            client,
             self.identity,
             indicator=self.config.thinking_indicator,
             reaction=self.config.thinking_reaction,
             max_parts=self.config.max_parts_per_reply,
             pacer=slack_pacer(self.config, self.clock),
         )
-        self.assistant = AssistantThreads(self._client, self.identity, host, self.config.assistant)
+        self.assistant = AssistantThreads(client, self.identity, host, self.config.assistant)
         self.drafts = SlackDrafts(self._outbound, native=self.assistant.streams_natively)
-        self._history = History(self._client, self.identity, self.listen_channels)
+        self._history = History(client, self.identity, self.listen_channels)
         events = SlackEvents(host, self.identity, self.listen_channels, self.assistant,
                              lambda: self._catch_up)  # fmt: skip
-        bolt = transport.bolt_app(self._client, self._signing_secret, auth_test)
+        bolt = transport.bolt_app(client, self._signing_secret, auth_test)
         events.listen(bolt)
         if self.config.mode == "http":
             self._runner = await transport.serve_http(
@@ -114,7 +110,7 @@ class SlackFrontend:
             self.http_port = int(self._runner.addresses[0][1])
         else:
             self._socket = await transport.connect_socket(
-                bolt, self._client, self.config, self._app_token, events.on_socket_message
+                bolt, client, self.config, self._app_token, events.on_socket_message
             )
         self._decider = host.threads.decide_with(self.platform, self._history.thread_is_ours)
         log.info("slack: connected as %s in team %s (%s mode)", self.identity.bot_user_id,

@@ -108,18 +108,22 @@ def delivery_error(exc: BaseException, what: str) -> DeliveryError:
 
 def slack_code(error: BaseException) -> str:
     """Slack's `error` code behind one of our errors ("" when Slack gave none)."""
-    cause = error.__cause__
-    while cause is not None and not isinstance(cause, SlackApiError):
-        cause = cause.__cause__
-    return "" if cause is None else slack_error_code(cause)
+    answer = _answer(error)
+    return "" if answer is None else slack_error_code(answer)
 
 
 def slack_status(error: BaseException) -> int:
     """The HTTP status behind one of our errors (0 when no answer came)."""
+    answer = _answer(error)
+    return 0 if answer is None else http_status(answer)
+
+
+def _answer(error: BaseException) -> SlackApiError | None:
+    """Slack's answer that one of our errors was raised from, if any."""
     cause = error.__cause__
     while cause is not None and not isinstance(cause, SlackApiError):
         cause = cause.__cause__
-    return 0 if cause is None else http_status(cause)
+    return cause
 
 
 def slack_error_code(exc: SlackApiError) -> str:
