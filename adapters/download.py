@@ -28,7 +28,7 @@ async def download(
     try:
         async with session.get(url, headers=headers, timeout=timeout) as response:
             if response.status != 200:
-                raise FetchError(f"HTTP {response.status}", permanent=response.status < 500)
+                raise _refused(response)
             if response.content_type == "text/html" and not web_page_expected:
                 raise FetchError("got a web page instead of the file", permanent=True)
             if (response.content_length or 0) > max_bytes:
@@ -41,3 +41,16 @@ async def download(
             return bytes(body)
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         raise FetchError(f"download failed: {type(exc).__name__}") from exc
+
+
+def _refused(response: aiohttp.ClientResponse) -> FetchError:
+    """A status other than 200, as the platforms' calls map it: a 429 waits its Retry-After, a
+    5xx or a 408 is tried again later, any other status can never work."""
+    status = response.status
+    if status == 429:
+        try:
+            retry_after: float | None = max(0.0, float(response.headers.get("Retry-After", "")))
+        except ValueError:
+            retry_after = None
+        return FetchError(f"HTTP {status}: rate limited", retry_after=retry_after or 1.0)
+    return FetchError(f"HTTP {status}", permanent=status < 500 and status != 408)

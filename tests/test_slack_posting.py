@@ -12,7 +12,7 @@ import yaml
 
 from adapters.markdown import TRUNCATED_NOTE
 from adapters.slack import SlackFrontend, build_slack_frontend
-from adapters.slack.app import RESET_COMMAND
+from adapters.slack.events import RESET_COMMAND
 from adapters.slack.mrkdwn import MAX_PART_CHARS
 from bot.config import SlackConfig
 from bot.core.errors import ConfigError, PermanentDeliveryError, RetryableDeliveryError

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from adapters.slack.app import RESET_DONE, RESET_IN_THREADS, RESET_REFUSED
+from adapters.slack.events import RESET_DONE, RESET_IN_THREADS, RESET_REFUSED
 from bot.core.events import ConversationKey
 from testkit.fake_slack import TEAM, FakeSlackApi, channel_message, dm
 from tests.slack_harness import DM_KEY, Bot, api, bot, running_bot, ts

@@ -27,10 +27,10 @@ import functools
 import logging
 from collections import OrderedDict
 
-import aiohttp
 import discord
 
 from adapters.discord import commands, files
+from adapters.discord.calls import call
 from adapters.discord.held import HELD_LIMIT, HeldMessages
 from adapters.discord.history import History
 from adapters.discord.indicator import TypingKeeper
@@ -41,7 +41,13 @@ from adapters.discord.streaming import MESSAGES, DiscordDrafts
 from bot.config import DiscordConfig
 from bot.core.catch_up import CatchUp, CatchUpRun
 from bot.core.clock import Clock, SystemClock
-from bot.core.errors import BurstbotError, ConfigError, RetryableDeliveryError, StoreError
+from bot.core.errors import (
+    BurstbotError,
+    ConfigError,
+    DeliveryError,
+    RetryableDeliveryError,
+    StoreError,
+)
 from bot.core.events import (
     Attachment,
     ConversationKey,
@@ -177,11 +183,11 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
 
     async def _connect(self) -> None:
         try:
-            await self.client.login(self._token)
+            await call(self.client.login(self._token))
         except discord.LoginFailure as exc:
             raise ConfigError(f"discord.token_env: Discord rejected the bot token ({exc})") from exc
-        except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
-            raise BurstbotError(f"discord: cannot reach Discord to log in ({exc!r})") from exc
+        except DeliveryError as exc:
+            raise BurstbotError(f"discord: cannot reach Discord to log in ({exc})") from exc
         self._connection = asyncio.create_task(self.client.connect(reconnect=True))
         ready = asyncio.create_task(self._ready.wait())
         await asyncio.wait({self._connection, ready}, return_when=asyncio.FIRST_COMPLETED)
@@ -303,7 +309,10 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
     async def on_reset(self, interaction: discord.Interaction) -> None:
         """`/reset`: clear the history of the conversation the person is in here, if allowed."""
         answer = await self._reset(interaction)
-        await interaction.response.send_message(answer, ephemeral=True)
+        try:
+            await call(interaction.response.send_message(answer, ephemeral=True))
+        except DeliveryError as exc:  # the person sees "did not respond"; the reset stands
+            log.warning("discord: the /reset answer was not sent (%s)", exc)
 
     async def _reset(self, interaction: discord.Interaction) -> str:
         guild_id, channel_id = interaction.guild_id, interaction.channel_id

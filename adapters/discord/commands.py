@@ -13,9 +13,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import aiohttp
 import discord
 from discord import app_commands
+
+from adapters.discord.calls import delivery_errors
+from bot.core.errors import DeliveryError
 
 log = logging.getLogger("burstbot.discord")
 
@@ -45,8 +47,9 @@ def command_tree(client: discord.Client, on_reset: ResetHandler) -> app_commands
 async def register_commands(client: discord.Client, tree: app_commands.CommandTree) -> None:
     """Create or update our global commands that Discord lacks or describes differently."""
     try:
-        await _register_missing(client, tree)
-    except (discord.DiscordException, aiohttp.ClientError, OSError) as exc:
+        with delivery_errors():
+            await _register_missing(client, tree)
+    except (DeliveryError, discord.DiscordException) as exc:
         log.warning(
             "discord: could not register the slash commands (%s); /reset stays unavailable "
             "until the next start succeeds",

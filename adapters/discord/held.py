@@ -17,6 +17,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from bot.core.clock import Clock
 from bot.core.errors import StoreError
@@ -29,24 +30,16 @@ FIRST_DELAY_SECONDS = 0.25
 MAX_DELAY_SECONDS = 30.0
 
 
+@dataclass(eq=False)
 class HeldMessages:
-    def __init__(
-        self,
-        store: Callable[[IncomingMessage], Awaitable[object]],
-        clock: Clock,
-        overflow: Callable[[IncomingMessage, float], None],
-        limit: int = HELD_LIMIT,
-        first_delay: float = FIRST_DELAY_SECONDS,
-        max_delay: float = MAX_DELAY_SECONDS,
-    ) -> None:
-        self.store = store
-        self.clock = clock
-        self.overflow = overflow
-        self.limit = limit
-        self.first_delay = first_delay
-        self.max_delay = max_delay
-        self._queue: deque[IncomingMessage] = deque()
-        self._retrying: asyncio.Task[None] | None = None
+    store: Callable[[IncomingMessage], Awaitable[object]]
+    clock: Clock
+    overflow: Callable[[IncomingMessage, float], None]
+    limit: int = HELD_LIMIT
+    first_delay: float = FIRST_DELAY_SECONDS
+    max_delay: float = MAX_DELAY_SECONDS
+    _queue: deque[IncomingMessage] = field(default_factory=deque, init=False)
+    _retrying: asyncio.Task[None] | None = field(default=None, init=False)
 
     @property
     def holding(self) -> bool:

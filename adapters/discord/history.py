@@ -32,13 +32,12 @@ import logging
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
-import aiohttp
 import discord
 
-from adapters.discord.posting import delivery_error
+from adapters.discord.calls import fetch_errors
 from adapters.discord.routing import DM_WORKSPACE, Routing
 from bot.core.catch_up import CatchUpRun
-from bot.core.errors import FetchError, PermanentDeliveryError, RetryableDeliveryError
+from bot.core.errors import FetchError
 from bot.core.events import ConversationKey, IncomingMessage
 
 log = logging.getLogger("burstbot.discord")
@@ -47,14 +46,6 @@ PAGE = 100
 Incoming = Callable[[discord.Message], IncomingMessage | None]
 WITH_HISTORY = (discord.TextChannel, discord.Thread, discord.VoiceChannel, discord.StageChannel)
 Listed = tuple[discord.abc.Messageable, int | None]  # a channel and its last message id
-
-
-def fetch_error(exc: Exception) -> FetchError:
-    if isinstance(exc, discord.HTTPException | discord.RateLimited):
-        mapped = delivery_error(exc)
-        retry_after = mapped.retry_after if isinstance(mapped, RetryableDeliveryError) else None
-        return FetchError(str(mapped), retry_after, isinstance(mapped, PermanentDeliveryError))
-    return FetchError(f"discord: connection failed ({exc!r})")
 
 
 class History:
@@ -141,7 +132,7 @@ class History:
         """One `GET /channels/{id}`: the channel as the live rules see it, and its last message
         id. discord.py keeps no `last_message_id` on a DM, so the raw object is read and the DM
         addressed by id."""
-        try:
+        with fetch_errors():
             data = await self.client.http.get_channel(channel_id)
             last = data.get("last_message_id")
             last_id = int(str(last)) if last else None
@@ -150,8 +141,6 @@ class History:
             channel = self.client.get_channel(channel_id)
             if channel is None:
                 channel = await self.client.fetch_channel(channel_id)
-        except (discord.HTTPException, discord.RateLimited, aiohttp.ClientError, OSError) as exc:
-            raise fetch_error(exc) from exc
         if not isinstance(channel, discord.abc.Messageable):
             raise FetchError(f"discord: channel {channel_id} holds no messages", permanent=True)
         return channel, last_id
@@ -173,22 +162,16 @@ class History:
     @staticmethod
     async def _page(channel: discord.abc.Messageable, after: int) -> list[discord.Message]:
         """One request: the 100 messages right after `after`, oldest first."""
-        try:
-            since = discord.Object(id=after)
+        since = discord.Object(id=after)
+        with fetch_errors():
             return [m async for m in channel.history(limit=PAGE, after=since, oldest_first=True)]
-        except (discord.HTTPException, discord.RateLimited, aiohttp.ClientError, OSError) as exc:
-            raise fetch_error(exc) from exc
 
 
 async def _channels(guild: discord.Guild) -> Sequence[object]:
-    try:
+    with fetch_errors():
         return await guild.fetch_channels()
-    except (discord.HTTPException, discord.RateLimited, aiohttp.ClientError, OSError) as exc:
-        raise fetch_error(exc) from exc
 
 
 async def _threads(guild: discord.Guild) -> Sequence[object]:
-    try:
+    with fetch_errors():
         return await guild.active_threads()
-    except (discord.HTTPException, discord.RateLimited, aiohttp.ClientError, OSError) as exc:
-        raise fetch_error(exc) from exc

@@ -15,18 +15,17 @@ the reply that finishes it posts the rest.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import logging
 from collections.abc import Callable
 
-import aiohttp
 import discord
 
-from adapters.discord.posting import as_delivery_errors, reply_reference, send_part
+from adapters.discord.calls import call, delivery_errors, http_status
+from adapters.discord.posting import reply_reference, send_part
 from adapters.discord.render import nonce_for, split_message, to_discord
 from adapters.markdown import settle_partial
-from bot.core.errors import MessageGone, PermanentDeliveryError, RetryableDeliveryError
+from bot.core.errors import DeliveryError, MessageGone, PermanentDeliveryError, RateLimited
 from bot.core.events import ConversationKey, Draft, Reply
 from bot.core.frontend import PacedDrafts
 from bot.core.pacing import Pacer
@@ -86,7 +85,7 @@ class DiscordDrafts(PacedDrafts):
             return None
         after = discord.Object(discord.utils.time_snowflake(_utc(draft.created_at - CLOCK_MARGIN)))
         channel = self.partial_channel(key)
-        with as_delivery_errors():
+        with delivery_errors():
             async for message in channel.history(limit=LOOKUP_LIMIT, after=after):
                 reference = message.reference
                 answers = reference is not None and str(reference.message_id) == target
@@ -99,8 +98,11 @@ class DiscordDrafts(PacedDrafts):
 
     async def delete_draft(self, key: ConversationKey, message_id: str) -> None:
         message = self.partial_channel(key).get_partial_message(int(message_id))
-        with as_delivery_errors(), contextlib.suppress(discord.NotFound):  # gone already: fine
-            await message.delete()
+        try:
+            await call(message.delete())
+        except PermanentDeliveryError as exc:
+            if http_status(exc) != 404:  # gone already (the message or its channel): fine
+                raise
 
     async def finish(self, reply: Reply, text: str) -> str:
         """The reply's first part, shown by editing the draft it finishes (`post_reply`'s
@@ -131,22 +133,17 @@ class DiscordDrafts(PacedDrafts):
     async def _edit(self, key: ConversationKey, message_id: str, content: str) -> None:
         message = self.partial_channel(key).get_partial_message(int(message_id))
         try:
-            with as_delivery_errors():
-                await message.edit(content=content, allowed_mentions=self.mentions)
-        except RetryableDeliveryError as exc:
-            if exc.retry_after is not None and self.pacer is not None:
+            await call(message.edit(content=content, allowed_mentions=self.mentions))
+        except RateLimited as exc:
+            if self.pacer is not None:
                 self.pacer.hold(MESSAGES, key.channel, exc.retry_after)  # for everyone there
-            raise
-        except PermanentDeliveryError as exc:
-            if isinstance(exc.__cause__, discord.NotFound):
-                raise MessageGone(f"message {message_id}: deleted") from exc.__cause__
             raise
 
     async def _shows(self, key: ConversationKey, message_id: str) -> str | None:
         """The text a message of ours shows now (None when it cannot be read back)."""
         try:
-            message = await self.partial_channel(key).fetch_message(int(message_id))
-        except (discord.HTTPException, aiohttp.ClientError, TimeoutError) as exc:
+            message = await call(self.partial_channel(key).fetch_message(int(message_id)))
+        except DeliveryError as exc:
             log.info("message %s: not read back (%s)", message_id, exc)
             return None
         return message.content

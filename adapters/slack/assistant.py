@@ -30,14 +30,14 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import inbound
+from adapters.slack.calls import call, slack_code
 from adapters.slack.inbound import PLATFORM, Identity, Payload
-from adapters.slack.outbound import STATUS_UNAVAILABLE, slack_error_code
+from adapters.slack.outbound import STATUS_UNAVAILABLE
 from bot.config import SlackAssistantConfig, SuggestedPrompt
+from bot.core.errors import DeliveryError
 from bot.core.events import ConversationKey, IncomingMessage, Reply
 from bot.core.frontend import Host
 
@@ -272,35 +272,28 @@ class AssistantThreads:
         return self._names[user]
 
     # plumbing ---------------------------------------------------------------------------------
-    async def _read(self, method: str, call: Awaitable[Any]) -> dict[str, Any]:
+    async def _read(self, method: str, request: Awaitable[Any]) -> dict[str, Any]:
         """A read for the prompt; a failure leaves that part out (the answer goes on)."""
         try:
-            response = await call
-        except SlackApiError as exc:
-            log.info("slack: %s failed (%s); the prompt goes without it", method,
-                     slack_error_code(exc) or exc)  # fmt: skip
-            return {}
-        except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as exc:
+            response = await call(method, request)
+        except DeliveryError as exc:
             log.info("slack: %s failed (%s); the prompt goes without it", method, exc)
             return {}
         return dict(response.data) if isinstance(response.data, dict) else {}
 
-    async def _call(self, method: str, call: Awaitable[Any]) -> None:
+    async def _call(self, method: str, request: Awaitable[Any]) -> None:
         """A best-effort call of the assistant surface: never raises, never a traceback."""
         try:
-            await call
-        except SlackApiError as exc:
-            error = slack_error_code(exc)
-            if error in STATUS_UNAVAILABLE:
-                if method not in self._refused:
-                    self._refused.add(method)
-                    log.warning("slack: %s refused (%s): the app needs the assistant:write scope "
-                                "and the assistant view (adapters/slack/manifest.yml)", method,
-                                error)  # fmt: skip
-                return
-            log.warning("slack: %s failed (%s)", method, error or exc)
-        except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as exc:
-            log.warning("slack: %s failed (%s)", method, exc or type(exc).__name__)
+            await call(method, request)
+        except DeliveryError as exc:
+            error = slack_code(exc)
+            if error not in STATUS_UNAVAILABLE:
+                log.warning("slack: %s failed (%s)", method, exc)
+            elif method not in self._refused:
+                self._refused.add(method)
+                log.warning("slack: %s refused (%s): the app needs the assistant:write scope "
+                            "and the assistant view (adapters/slack/manifest.yml)", method,
+                            error)  # fmt: skip
 
     def _run(self, work: Awaitable[None]) -> None:
         async def run() -> None:

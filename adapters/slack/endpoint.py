@@ -33,6 +33,8 @@ from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.request.async_request import AsyncBoltRequest
 
+from adapters.slack.inbound import list_of_objects
+
 log = logging.getLogger("burstbot.slack")
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -108,10 +110,7 @@ def signed_problem(body: Any, commands: frozenset[str]) -> str | None:
     for field in ("team_id", "api_app_id", "event_id", "enterprise_id"):
         if body.get(field) is not None and not isinstance(body[field], str):
             return f"{field} is not a string"
-    authorizations = body.get("authorizations")
-    if authorizations is not None and not (
-        isinstance(authorizations, list) and all(isinstance(a, dict) for a in authorizations)
-    ):
+    if not list_of_objects(body.get("authorizations")):
         return "authorizations is not a list of objects"
     event = body.get("event")
     if not isinstance(event, dict):

@@ -28,28 +28,19 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import aiohttp
-from slack_sdk.errors import SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import inbound
+from adapters.slack.calls import read
 from adapters.slack.inbound import Identity, Payload
-from adapters.slack.outbound import delivery_error
 from bot.core.catch_up import CatchUpRun
-from bot.core.errors import FetchError, PermanentDeliveryError, RetryableDeliveryError
+from bot.core.errors import FetchError
 from bot.core.events import ConversationKey, IncomingMessage
 
 log = logging.getLogger("burstbot.slack")
 
 PAGE = 200
 LOOKUP_MAX_PAGES = 50
-
-
-def fetch_error(exc: Exception, what: str) -> FetchError:
-    """The same classification as posting: a 429 with its Retry-After, permanent Slack errors."""
-    mapped = delivery_error(exc, what)
-    retry_after = mapped.retry_after if isinstance(mapped, RetryableDeliveryError) else None
-    return FetchError(str(mapped), retry_after, isinstance(mapped, PermanentDeliveryError))
 
 
 def _ts(message: Payload) -> float:
@@ -71,10 +62,7 @@ class History:
         self._names: dict[str, str] = {}
 
     async def _call(self, method: str, **args: Any) -> dict[str, Any]:
-        try:
-            response = await getattr(self.client, method)(**args)
-        except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
-            raise fetch_error(exc, method.replace("_", ".")) from exc
+        response = await read(method.replace("_", "."), getattr(self.client, method)(**args))
         return dict(response.data) if isinstance(response.data, dict) else {}
 
     # is this thread ours? ---------------------------------------------------------------------

@@ -106,12 +106,14 @@ def _message_problem(message: Payload) -> str | None:
     for field in ("user_profile", "bot_profile"):
         if message.get(field) is not None and not isinstance(message[field], Mapping):
             return f"{field} is not an object"
-    files = message.get("files")
-    if files is not None and not (
-        isinstance(files, list) and all(isinstance(f, Mapping) for f in files)
-    ):
+    if not list_of_objects(message.get("files")):
         return "files is not a list of objects"
     return None
+
+
+def list_of_objects(value: Any) -> bool:
+    """Absent, or a list of JSON objects: what a payload's lists of things must be."""
+    return value is None or (isinstance(value, list) and all(isinstance(v, Mapping) for v in value))
 
 
 def is_slack_ts(value: str) -> bool:

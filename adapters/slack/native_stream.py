@@ -34,17 +34,15 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
-import aiohttp
-from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.markdown import settle_partial
+from adapters.slack.calls import call, slack_code
 from adapters.slack.inbound import Identity, split_message_id
-from adapters.slack.outbound import delivery_error, slack_error_code
-from bot.core.errors import MessageGone
+from bot.core.errors import DeliveryError, MessageGone
 from bot.core.events import ConversationKey
 from bot.core.replier import SearchStep
 
@@ -122,14 +120,12 @@ class NativeStreams:
         elif first.strip():
             args["markdown_text"] = first
         try:
-            response = await self.client.chat_startStream(**args)
-        except SlackApiError as exc:
-            code = slack_error_code(exc)
-            if code in UNAVAILABLE:
-                raise StreamsUnavailable(code) from exc
-            raise delivery_error(exc, f"conversation {key.id}: start stream") from exc
-        except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as exc:
-            raise delivery_error(exc, f"conversation {key.id}: start stream") from exc
+            response = await call(f"conversation {key.id}: start stream",
+                                  self.client.chat_startStream(**args))  # fmt: skip
+        except DeliveryError as exc:
+            if slack_code(exc) in UNAVAILABLE:
+                raise StreamsUnavailable(slack_code(exc)) from exc
+            raise
         message_id = f"{key.channel}:{response['ts']}"
         self._remember(self._sent, message_id, first if first.strip() else "")
         self._remember(self._tasks, message_id, {step.id: step for step in steps})
@@ -156,25 +152,15 @@ class NativeStreams:
             return True
         channel, ts = split_message_id(message_id)
         suffix = new[len(sent) :]
-        try:
-            if changed:
-                chunks = [{"type": "markdown_text", "text": suffix}] if suffix else []
-                chunks += [task_chunk(step) for step in changed]
-                await self.client.chat_appendStream(channel=channel, ts=ts, chunks=chunks)
-            else:
-                await self.client.chat_appendStream(channel=channel, ts=ts, markdown_text=suffix)
-        except SlackApiError as exc:
-            code = slack_error_code(exc)
-            if code == NOT_STREAMING:
-                log.info("message %s: Slack ended its stream; editing it instead", message_id)
-                self._forget(message_id)
-                return False
-            if code == "message_not_found":
-                self._forget(message_id)
-                raise MessageGone(f"message {message_id}: deleted") from exc
-            raise delivery_error(exc, f"message {message_id}: append stream") from exc
-        except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as exc:
-            raise delivery_error(exc, f"message {message_id}: append stream") from exc
+        if changed:
+            chunks = [{"type": "markdown_text", "text": suffix}] if suffix else []
+            chunks += [task_chunk(step) for step in changed]
+            request = self.client.chat_appendStream(channel=channel, ts=ts, chunks=chunks)
+        else:
+            request = self.client.chat_appendStream(channel=channel, ts=ts, markdown_text=suffix)
+        if not await self._on_stream(message_id, "append stream", request):
+            log.info("message %s: Slack ended its stream; editing it instead", message_id)
+            return False
         self._sent[message_id] = new
         if changed:
             tasks.update((step.id, step) for step in changed)
@@ -188,39 +174,43 @@ class NativeStreams:
             return
         channel, ts = split_message_id(message_id)
         extra: dict[str, Any] = {} if metadata is None else {"metadata": dict(metadata)}
-        try:
-            await self.client.chat_stopStream(channel=channel, ts=ts, **extra)
-        except SlackApiError as exc:
-            code = slack_error_code(exc)
-            if code == "message_not_found":
-                self._forget(message_id)
-                raise MessageGone(f"message {message_id}: deleted") from exc
-            if code != NOT_STREAMING:
-                raise delivery_error(exc, f"message {message_id}: stop stream") from exc
-        except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as exc:
-            raise delivery_error(exc, f"message {message_id}: stop stream") from exc
+        request = self.client.chat_stopStream(channel=channel, ts=ts, **extra)
+        await self._on_stream(message_id, "stop stream", request)
         self._forget(message_id)
+
+    async def _on_stream(self, message_id: str, what: str, request: Awaitable[Any]) -> bool:
+        """A call on a running stream; False (and forgotten) when the message is not streaming.
+        Raises `MessageGone` for a deleted message (forgotten too)."""
+        try:
+            await call(f"message {message_id}: {what}", request)
+        except MessageGone:
+            self._forget(message_id)
+            raise
+        except DeliveryError as exc:
+            if slack_code(exc) != NOT_STREAMING:
+                raise
+            self._forget(message_id)
+            return False
+        return True
 
     async def find_unlabelled(self, key: ConversationKey, oldest: str) -> str | None:
         """The bot's first message in the thread after `oldest` that carries no metadata: a
         stream still running (every other message of ours is labelled)."""
         cursor = None
-        try:
-            for _ in range(10):
-                args: dict[str, Any] = {"channel": key.channel, "ts": key.thread,
-                                        "oldest": oldest, "limit": LOOKUP_PAGE,
-                                        "include_all_metadata": True}  # fmt: skip
-                if cursor:
-                    args["cursor"] = cursor
-                page = await self.client.conversations_replies(**args)
-                for message in page.get("messages") or []:
-                    if self._ours_unlabelled(message, key):
-                        return f"{key.channel}:{message['ts']}"
-                cursor = (page.get("response_metadata") or {}).get("next_cursor")
-                if not cursor:
-                    return None
-        except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as exc:
-            raise delivery_error(exc, f"conversation {key.id}: looking for a stream") from exc
+        what = f"conversation {key.id}: looking for a stream"
+        for _ in range(10):
+            args: dict[str, Any] = {"channel": key.channel, "ts": key.thread,
+                                    "oldest": oldest, "limit": LOOKUP_PAGE,
+                                    "include_all_metadata": True}  # fmt: skip
+            if cursor:
+                args["cursor"] = cursor
+            page = await call(what, self.client.conversations_replies(**args))
+            for message in page.get("messages") or []:
+                if self._ours_unlabelled(message, key):
+                    return f"{key.channel}:{message['ts']}"
+            cursor = (page.get("response_metadata") or {}).get("next_cursor")
+            if not cursor:
+                return None
         return None
 
     def _ours_unlabelled(self, message: Mapping[str, Any], key: ConversationKey) -> bool:

@@ -4,8 +4,9 @@ Idempotency: every part of a reply is posted with message `metadata` naming the 
 part number. A first attempt posts straight away; any later attempt (a crash or a lost response
 between posting and recording) first reads the conversation with `include_all_metadata` and skips
 the parts already there. The Web API client has no retry handlers at all: a retry the client made
-on its own after a dropped connection could post a part twice behind that check's back. A 429
-becomes `RetryableDeliveryError(retry_after=…)`, so the engine's next attempt (which runs the check)
+on its own after a dropped connection could post a part twice behind that check's back. Every call
+goes through calls.py, one mapping of every failure; a 429 becomes `RateLimited(retry_after=…)`,
+so the engine's next attempt (which runs the check)
 honours `Retry-After`; the workspace's pacer (`bot/core/pacing.py`) holds that method's budget for
 every conversation meanwhile, and gives a reply's posts their turn ahead of streamed drafts.
 """
@@ -15,18 +16,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
-import aiohttp
-from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.markdown import cap_parts
+from adapters.slack.calls import call, slack_code, slack_status
 from adapters.slack.inbound import Identity, split_message_id
 from adapters.slack.mrkdwn import MAX_PART_CHARS, split_mrkdwn, to_mrkdwn
 from bot.config import SlackConfig
 from bot.core.clock import Clock
-from bot.core.errors import DeliveryError, PermanentDeliveryError, RetryableDeliveryError
+from bot.core.errors import DeliveryError, RateLimited
 from bot.core.events import ConversationKey, Reply
 from bot.core.pacing import Limit, Pacer
 
@@ -37,73 +37,12 @@ POST = "chat.postMessage"  # the pacer's buckets: per channel
 UPDATE = "chat.update"  # per workspace
 LOOKUP_PAGE = 200
 LOOKUP_MAX_PAGES = 10
-BODY_PREVIEW_CHARS = 80
+T = TypeVar("T")
 
-PERMANENT_ERRORS = frozenset(
-    {
-        "channel_not_found", "not_in_channel", "is_archived", "thread_not_found",
-        "msg_too_long", "no_text", "invalid_metadata_format", "invalid_metadata_schema",
-        "restricted_action", "restricted_action_read_only_channel",
-        "restricted_action_thread_only_channel", "restricted_action_non_threadable_channel",
-        "cannot_reply_to_message", "team_access_not_granted", "invalid_auth", "not_authed",
-        "account_inactive", "token_revoked", "token_expired", "no_permission", "missing_scope",
-        "not_allowed_token_type", "ekm_access_denied", "invalid_blocks", "as_user_not_supported",
-        "message_limit_exceeded", "duplicate_message_not_found", "user_is_restricted",
-    }
-)  # fmt: skip
 STATUS_UNAVAILABLE = frozenset(
     {"missing_scope", "not_allowed_token_type", "unknown_method", "method_deprecated",
      "no_permission", "invalid_auth", "feature_not_enabled"}
 )  # fmt: skip
-
-
-def delivery_error(exc: Exception, what: str) -> DeliveryError:
-    """Map a Web API failure to retryable (try later) or permanent (can never succeed).
-
-    Only an error code in Slack's own JSON can be permanent. Anything else is an outage and is
-    retried: a 5xx, a body that is not Slack's JSON (a load balancer's plain-text or HTML page),
-    a reset connection, a timeout."""
-    if isinstance(exc, SlackApiError):
-        status = http_status(exc)
-        error = slack_error_code(exc)
-        if status == 429 or error == "ratelimited":
-            return RetryableDeliveryError(f"{what}: rate limited", retry_after=_retry_after(exc))
-        if error in PERMANENT_ERRORS:
-            return PermanentDeliveryError(f"{what}: {error}")
-        return RetryableDeliveryError(f"{what}: {error or _not_slack(exc, status)}")
-    return RetryableDeliveryError(f"{what}: {type(exc).__name__}: {exc}")
-
-
-def slack_error_code(exc: SlackApiError) -> str:
-    """The `error` of Slack's JSON answer; "" when the body was something else (a proxy's page,
-    or unreadable: slack_sdk then hands over the raw aiohttp response)."""
-    data = getattr(exc.response, "data", None)
-    return str(data.get("error") or "") if isinstance(data, dict) else ""
-
-
-def http_status(exc: SlackApiError) -> int:
-    status = getattr(exc.response, "status_code", None) or getattr(exc.response, "status", 0)
-    return status if isinstance(status, int) else 0
-
-
-def _not_slack(exc: SlackApiError, status: int) -> str:
-    """`HTTP 503: upstream connect error…`: the status and the first words of a foreign body."""
-    data = getattr(exc.response, "data", None)
-    body = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
-    first_line = body.strip().splitlines()[0][:BODY_PREVIEW_CHARS] if isinstance(body, str) else ""
-    return f"HTTP {status}: {first_line}" if first_line else f"HTTP {status}"
-
-
-def _retry_after(exc: SlackApiError) -> float | None:
-    headers: Mapping[str, Any] = getattr(exc.response, "headers", None) or {}
-    for name, value in headers.items():
-        if name.lower() == "retry-after":
-            raw = value[0] if isinstance(value, list) else value
-            try:
-                return max(0.0, float(raw))
-            except (TypeError, ValueError):
-                return None
-    return None
 
 
 def slack_pacer(config: SlackConfig, clock: Clock) -> Pacer:
@@ -189,8 +128,11 @@ class Outbound:
         """One `chat.postMessage` of ours (labelled by `metadata`, so a lost response is found);
         returns its platform id. It waits for its `turn` on the channel's budget."""
         await self.wait_turn(POST, key.channel, turn)
-        try:
-            response = await self.client.chat_postMessage(
+        response = await self.paced(
+            POST,
+            key.channel,
+            what,
+            self.client.chat_postMessage(
                 channel=key.channel,
                 thread_ts=key.thread or None,
                 text=text,
@@ -198,9 +140,8 @@ class Outbound:
                 unfurl_links=False,
                 unfurl_media=False,
                 metadata=metadata,
-            )
-        except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as exc:
-            raise self.paced_error(exc, what, POST, key.channel) from exc
+            ),
+        )
         return f"{key.channel}:{response['ts']}"
 
     async def take(self, method: str, scope: str, final: bool) -> None:
@@ -212,15 +153,14 @@ class Outbound:
         if turn is not Turn.TAKEN:
             await self.take(method, scope, final=True)
 
-    def paced_error(self, exc: Exception, what: str, method: str, scope: str) -> DeliveryError:
-        """`delivery_error`, and a 429 holds `method`'s budget for everyone for its Retry-After."""
-        error = delivery_error(exc, what)
-        rate_limited = isinstance(exc, SlackApiError) and (
-            http_status(exc) == 429 or slack_error_code(exc) == "ratelimited"
-        )
-        if rate_limited and self.pacer is not None and isinstance(error, RetryableDeliveryError):
-            self.pacer.hold(method, scope, error.retry_after)
-        return error
+    async def paced(self, method: str, scope: str, what: str, request: Awaitable[T]) -> T:
+        """`call`, and a 429 holds `method`'s budget for everyone for its Retry-After."""
+        try:
+            return await call(what, request)
+        except RateLimited as exc:
+            if self.pacer is not None:
+                self.pacer.hold(method, scope, exc.retry_after)
+            raise
 
     async def posted_parts(self, reply: Reply, oldest: str | None = None) -> dict[int, str]:
         """Parts of this reply already in the conversation, found by their metadata (posted after
@@ -230,29 +170,27 @@ class Outbound:
             oldest = split_message_id(reply.reply_to_message_id or "")[1] or "0"
         found: dict[int, str] = {}
         cursor = None
-        try:
-            for _ in range(LOOKUP_MAX_PAGES):
-                args: dict[str, Any] = {
-                    "channel": channel,
-                    "oldest": oldest,
-                    "limit": LOOKUP_PAGE,
-                    "include_all_metadata": True,
-                }
-                if cursor:
-                    args["cursor"] = cursor
-                if thread:
-                    page = await self.client.conversations_replies(ts=thread, **args)
-                else:
-                    page = await self.client.conversations_history(**args)
-                for message in page.get("messages") or []:
-                    part = self._our_part(message, reply)
-                    if part is not None:
-                        found[part] = f"{channel}:{message['ts']}"
-                cursor = (page.get("response_metadata") or {}).get("next_cursor")
-                if not cursor:
-                    break
-        except (TimeoutError, SlackClientError, aiohttp.ClientError, OSError) as exc:
-            raise delivery_error(exc, f"reply {reply.id}: looking for earlier posts") from exc
+        what = f"reply {reply.id}: looking for earlier posts"
+        for _ in range(LOOKUP_MAX_PAGES):
+            args: dict[str, Any] = {
+                "channel": channel,
+                "oldest": oldest,
+                "limit": LOOKUP_PAGE,
+                "include_all_metadata": True,
+            }
+            if cursor:
+                args["cursor"] = cursor
+            if thread:
+                page = await call(what, self.client.conversations_replies(ts=thread, **args))
+            else:
+                page = await call(what, self.client.conversations_history(**args))
+            for message in page.get("messages") or []:
+                part = self._our_part(message, reply)
+                if part is not None:
+                    found[part] = f"{channel}:{message['ts']}"
+            cursor = (page.get("response_metadata") or {}).get("next_cursor")
+            if not cursor:
+                break
         if found:
             log.info("reply %s: %d part(s) already posted; not posting them again", reply.id,
                      len(found))  # fmt: skip
@@ -288,29 +226,24 @@ class Outbound:
         """Set the assistant thread status; False where it is not available (use reactions)."""
         if not (key.thread and self.status_available):
             return False
+        method = "assistant.threads.setStatus"
         try:
-            await self.client.assistant_threads_setStatus(
+            await call(method, self.client.assistant_threads_setStatus(
                 channel_id=key.channel, thread_ts=key.thread, status=status
-            )
-        except SlackApiError as exc:
-            error = slack_error_code(exc)
-            if error in STATUS_UNAVAILABLE or http_status(exc) == 404:
-                log.info("assistant.threads.setStatus unavailable (%s); using reactions", error)
+            ))  # fmt: skip
+        except DeliveryError as exc:
+            error = slack_code(exc)
+            if error in STATUS_UNAVAILABLE or slack_status(exc) == 404:
+                log.info("%s unavailable (%s); using reactions", method, error)
                 self.status_available = False
                 return False
-            log.debug("indicator call failed: %s", exc)
-        except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
             log.debug("indicator call failed: %s", exc)
         return True
 
     async def _react(self, method: str, platform_id: str) -> None:
         channel, ts = split_message_id(platform_id)
-        call = getattr(self.client, method)
-        await self._quietly(call(channel=channel, timestamp=ts, name=self.reaction))
-
-    @staticmethod
-    async def _quietly(call: Any) -> None:
+        request = getattr(self.client, method)(channel=channel, timestamp=ts, name=self.reaction)
         try:
-            await call
-        except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
+            await call(method, request)
+        except DeliveryError as exc:
             log.debug("indicator call failed: %s", exc)

@@ -23,30 +23,20 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import aiohttp
-from slack_sdk.errors import SlackApiError, SlackClientError
-
 from adapters.markdown import settle_partial
+from adapters.slack.calls import call, slack_code
 from adapters.slack.inbound import split_message_id
 from adapters.slack.mrkdwn import split_mrkdwn, to_mrkdwn
 from adapters.slack.native_stream import NativeStreams, StreamsUnavailable
-from adapters.slack.outbound import (
-    POST,
-    UPDATE,
-    Outbound,
-    Turn,
-    delivery_error,
-    part_metadata,
-    slack_error_code,
-)
-from bot.core.errors import MessageGone
+from adapters.slack.outbound import POST, UPDATE, Outbound, Turn, part_metadata
+from bot.core.errors import DeliveryError, MessageGone
 from bot.core.events import ConversationKey, Draft, Reply
 from bot.core.frontend import PacedDrafts
 from bot.core.replier import DraftText, SearchStep
 
 log = logging.getLogger("burstbot.slack")
 
-GONE = frozenset({"message_not_found", "cant_delete_message"})
+GONE = frozenset({"message_not_found", "cant_delete_message"})  # a delete with nothing to do
 CLOCK_MARGIN = 60.0  # seconds a look-up starts before a draft's creation (our clock vs Slack's)
 
 
@@ -155,13 +145,12 @@ class SlackDrafts(PacedDrafts):
         except MessageGone:
             return
         try:
-            await self.client.chat_delete(channel=channel, ts=ts)
+            await call(f"message {message_id}: delete", self.client.chat_delete(channel=channel,
+                                                                                ts=ts))  # fmt: skip
             self._labels.pop(message_id, None)
-        except SlackApiError as exc:
-            if slack_error_code(exc) not in GONE:
-                raise delivery_error(exc, f"message {message_id}: delete") from exc
-        except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
-            raise delivery_error(exc, f"message {message_id}: delete") from exc
+        except DeliveryError as exc:
+            if slack_code(exc) not in GONE:
+                raise
 
     async def finish(self, reply: Reply, text: str) -> str:
         """The reply's first part, shown by updating the draft it finishes (posted first if the
@@ -203,14 +192,8 @@ class SlackDrafts(PacedDrafts):
         team = self.outbound.identity.team_id
         await self.outbound.wait_turn(UPDATE, team, turn)
         what = f"message {message_id}: update"
-        try:
-            response = await self.client.chat_update(channel=channel, ts=ts, text=text, **extra)
-        except SlackApiError as exc:
-            if slack_error_code(exc) == "message_not_found":
-                raise MessageGone(f"message {message_id}: deleted") from exc
-            raise self.outbound.paced_error(exc, what, UPDATE, team) from exc
-        except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
-            raise delivery_error(exc, what) from exc
+        request = self.client.chat_update(channel=channel, ts=ts, text=text, **extra)
+        response = await self.outbound.paced(UPDATE, team, what, request)
         return str(response.get("text", text))
 
     async def _shows(self, key: ConversationKey, message_id: str) -> str | None:
@@ -218,13 +201,14 @@ class SlackDrafts(PacedDrafts):
         channel, ts = split_message_id(message_id)
         args: dict[str, Any] = {"channel": channel, "oldest": ts, "latest": ts,
                                 "inclusive": True, "limit": 1}  # fmt: skip
+        what = f"message {message_id}: reading it back"
         try:
             if key.thread:
-                page = await self.client.conversations_replies(ts=key.thread, **args)
+                page = await call(what, self.client.conversations_replies(ts=key.thread, **args))
             else:
-                page = await self.client.conversations_history(**args)
-        except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
-            log.info("message %s: not read back (%s)", message_id, exc)
+                page = await call(what, self.client.conversations_history(**args))
+        except DeliveryError as exc:
+            log.info("%s failed (%s)", what, exc)
             return None
         for message in page.get("messages") or []:
             if message.get("ts") == ts:

@@ -8,6 +8,7 @@
     │   └── PermanentReplierError    bad request, auth, not found: retrying cannot help
     ├── DeliveryError            posting to the platform failed
     │   ├── RetryableDeliveryError   try again later (optionally after `retry_after` seconds)
+    │   │   └── RateLimited          the platform said 429: hold its budget for `retry_after`
     │   ├── PermanentDeliveryError   the post can never succeed (channel gone, no permission)
     │   │   └── MessageGone          the message to edit was deleted (a person removed a draft)
     │   └── ClaimLost                this delivery's claim was taken or ran out: stop posting
@@ -55,6 +56,10 @@ class RetryableDeliveryError(DeliveryError):
         self.retry_after = retry_after
 
 
+class RateLimited(RetryableDeliveryError):
+    """A 429: every call on that budget waits `retry_after` seconds, not just this one."""
+
+
 class PermanentDeliveryError(DeliveryError):
     pass
 
@@ -74,3 +79,9 @@ class FetchError(BurstbotError):
         super().__init__(message)
         self.retry_after = retry_after
         self.permanent = permanent
+
+    @classmethod
+    def of(cls, error: DeliveryError) -> FetchError:
+        """A platform call's failure, read as a read's: the same Retry-After and verdict."""
+        retry_after = error.retry_after if isinstance(error, RetryableDeliveryError) else None
+        return cls(str(error), retry_after, isinstance(error, PermanentDeliveryError))

@@ -1,0 +1,176 @@
+"""Slack events in: Bolt's listeners, each turning one event into the host's call.
+
+Ack ordering, the reason this file exists in this shape: Slack counts an event as delivered when
+it gets the ack (an HTTP 200 in HTTP mode, an envelope reply in Socket Mode). Bolt sends that ack
+when the listener returns, but only with `process_before_response=True`; otherwise it acks first
+and runs the listener afterwards. So the app is built with `process_before_response=True` in both
+modes (transport.py) and the listener returns only after `host.ingest(...)` has stored the
+message. If storing fails the listener raises, Bolt answers 500 (HTTP) or sends no ack (Socket
+Mode), and Slack delivers the event again; a store that cannot be reached is one warning line per
+event, not a traceback. Retries (`X-Slack-Retry-Num`) are handled like first deliveries — the
+store dedupes by message id — and so are the `app_mention`/`message` twins of one message. An
+event that can never be stored (no channel, a field of the wrong type) is acked with a warning
+instead: a retry would fail the same way. In HTTP mode, adapters/slack/endpoint.py checks the
+signature before Bolt parses anything.
+
+The `/reset` slash command works the same way: the ack is the command's answer, so it is sent
+after the reset is stored, as an ephemeral message only the person who typed it sees.
+
+A thread reply without a mention counts only in a thread we are part of. The store knows the
+threads it holds conversations for, and remembers what earlier lookups decided; a reply in a
+thread it does not know is held (stored, then acked) and decided in the background with a
+`conversations.replies` lookup (history.py), so nothing slow runs before the ack and a failed
+lookup (a 429) is retried instead of dropping the message.
+
+Catch-up (bot/core/catch_up.py, history.py) runs after start and after every Socket Mode
+reconnect (a new `hello`).
+
+Assistant threads (Slack's AI app surface) are assistant.py's: their events are plain Bolt event
+listeners acked after the store write like messages (Bolt's `Assistant` middleware is not used:
+it would answer thread messages in its own listeners, outside the burst pipeline).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.context.ack.async_ack import AsyncAck
+
+from adapters.slack import inbound
+from adapters.slack.assistant import AssistantThreads
+from adapters.slack.inbound import Identity, Payload
+from bot.core.catch_up import CatchUp
+from bot.core.errors import StoreError
+from bot.core.events import IncomingMessage, ResetConversation
+from bot.core.frontend import Host
+
+log = logging.getLogger("burstbot.slack")
+
+RESET_COMMAND = "/reset"
+RESET_DONE = "History cleared: my next reply here starts fresh."
+RESET_IN_THREADS = (
+    "Nothing to clear here: in this channel each thread that mentions me is its own "
+    "conversation. Start a new thread to start fresh."
+)
+RESET_REFUSED = "Not allowed here."
+RESET_FAILED = "Could not clear the history just now; please try again."
+
+
+@dataclass(eq=False)
+class SlackEvents:
+    """The listeners of one workspace's Bolt app."""
+
+    host: Host
+    identity: Identity
+    listen_channels: frozenset[str]
+    assistant: AssistantThreads
+    catch_up: Callable[[], CatchUp | None]  # the front end's, once it has one
+    _hellos: int = field(default=0, init=False)
+
+    def listen(self, bolt: AsyncApp) -> None:
+        bolt.error(self._on_listener_error)
+        bolt.event("message")(self._on_message)
+        bolt.event("app_mention")(self._on_app_mention)
+        bolt.event("assistant_thread_started")(self._on_assistant_thread_started)
+        bolt.event("assistant_thread_context_changed")(self._on_assistant_context_changed)
+        bolt.command(RESET_COMMAND)(self._on_reset)
+
+    async def _on_listener_error(self, error: Exception) -> None:
+        """Bolt answers 500 either way (Slack delivers the event again); only a failure that is
+        not the store's keeps its traceback."""
+        if isinstance(error, StoreError):
+            log.warning("slack: event not stored (%s); Slack delivers it again", error)
+        else:
+            log.error("slack: an event listener failed", exc_info=error)
+
+    async def _on_message(self, event: Payload, body: Payload) -> None:
+        """Bolt acks when this returns: only after the event is stored (see module docstring)."""
+        await self._accept(event, body, mentioned=False)
+
+    async def _on_app_mention(self, event: Payload, body: Payload) -> None:
+        await self._accept(event, body, mentioned=True)
+
+    async def _accept(self, event: Payload, body: Payload, mentioned: bool) -> None:
+        problem = inbound.event_problem(event)
+        if problem is not None:  # Slack would only send it again: ack it and say why
+            log.warning("slack: ignored a malformed %r event %r: %s", event.get("type"),
+                        body.get("event_id"), problem)  # fmt: skip
+            return
+        team = str(body.get("team_id") or event.get("team") or self.identity.team_id)
+        subtype = str(event.get("subtype") or "")
+        if subtype in ("message_changed", "message_deleted"):
+            change = inbound.change(team, event, self.identity, self.listen_channels)
+            if change is not None:
+                await self.host.ingest(change)
+            return
+        if subtype not in inbound.NEW_MESSAGE_SUBTYPES or inbound.is_from_bot(event, self.identity):
+            return
+        channel, channel_type = str(event.get("channel", "")), str(event.get("channel_type", ""))
+        placement = inbound.place(team, channel, channel_type, event, self.identity,
+                                  self.listen_channels, mentioned)  # fmt: skip
+        if placement is None:
+            return
+        key = placement.key
+        message = inbound.new_message(placement, channel, event, self.identity)
+        assert isinstance(message, IncomingMessage)
+        if (
+            placement.needs_thread_check
+            and event.get("parent_user_id") != self.identity.bot_user_id
+        ):
+            ours = await self.host.threads.status(key)
+            if ours is False:
+                return
+            if ours is None:  # stored now, decided in the background: acked either way
+                await self.host.threads.hold(message)
+                return
+        result = await self.host.ingest(message)
+        if result.status in ("accepted", "duplicate"):
+            await self.assistant.message_accepted(message)
+
+    async def _on_assistant_thread_started(self, body: Payload) -> None:
+        """Noted in the store before Bolt acks (a retry finds the note); prompts come after."""
+        await self.assistant.started(body, self._team_of(body))
+
+    async def _on_assistant_context_changed(self, body: Payload) -> None:
+        await self.assistant.context_changed(body, self._team_of(body))
+
+    def _team_of(self, body: Payload) -> str:
+        return str(body.get("team_id") or self.identity.team_id)
+
+    async def _on_reset(self, ack: AsyncAck, body: Payload) -> None:
+        """`/reset`: Bolt sends the ack (our ephemeral answer) when this returns."""
+        request = inbound.reset_request(body, self.identity.team_id)
+        answer = RESET_REFUSED if request is None else await self._reset(request)
+        await ack(text=answer, response_type="ephemeral")
+
+    async def _reset(self, request: ResetConversation) -> str:
+        try:
+            result = await self.host.ingest(request)
+        except Exception:  # the person gets a clear line instead of Slack's "failed"
+            log.exception("slack: /reset of %s failed", request.key.id)
+            return RESET_FAILED
+        if result.status != "history":
+            return RESET_REFUSED
+        if request.is_dm or request.key.channel in self.listen_channels:
+            return RESET_DONE
+        return RESET_IN_THREADS
+
+    async def on_socket_message(self, message: Any) -> None:
+        """A `hello` opens every Socket Mode connection: after the first, we reconnected, and
+        events sent meanwhile may be lost. Events of the new connection arrive after it."""
+        try:
+            kind = json.loads(message.data).get("type")
+        except (TypeError, ValueError, AttributeError):
+            return
+        if kind != "hello":
+            return
+        self._hellos += 1
+        catch_up = self.catch_up()
+        if self._hellos > 1 and catch_up is not None:
+            log.info("slack: reconnected; catching up")
+            catch_up.request(catch_up.clock.now())
