@@ -95,14 +95,16 @@ class EngineSettings:
         return Voice(prompt, model, max_tokens, tools)
 
     def tools_for(self, key: ConversationKey) -> WebTools:
-        """Server tools: each key of the channel's `tools` table, else the global `[tools]`.
+        """Server tools: each key of the channel's `tools` table, else the global `[tools]`; MCP
+        servers only from the channel's own `mcp` list (a channel or DM not listed gets none).
         A channel that sets either domain list sets both (the two are exclusive)."""
         base, channel = self.tools, self._channel(key)
         over = None if channel is None else channel.tools
         if over is None:
             return WebTools(base.web_search, base.web_search_max_uses,
                             tuple(base.web_search_allowed_domains),
-                            tuple(base.web_search_blocked_domains), base.web_fetch)  # fmt: skip
+                            tuple(base.web_search_blocked_domains), base.web_fetch,
+                            max_tool_calls=base.max_tool_calls)  # fmt: skip
         allowed, blocked = over.web_search_allowed_domains, over.web_search_blocked_domains
         if allowed is None and blocked is None:
             allowed, blocked = base.web_search_allowed_domains, base.web_search_blocked_domains
@@ -112,6 +114,8 @@ class EngineSettings:
             tuple(allowed or ()),
             tuple(blocked or ()),
             base.web_fetch if over.web_fetch is None else over.web_fetch,
+            tuple(over.mcp or ()),
+            base.max_tool_calls,
         )
 
     def streams(self, key: ConversationKey) -> bool:

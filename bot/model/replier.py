@@ -54,6 +54,8 @@ class WebTools:
     allowed_domains: tuple[str, ...] = ()
     blocked_domains: tuple[str, ...] = ()
     web_fetch: bool = False
+    mcp: tuple[str, ...] = ()  # the MCP servers (`[[tools.mcp]]` names) the channel enabled
+    max_tool_calls: int = 8  # MCP tool calls per burst, across its generations
 
     @property
     def any(self) -> bool:
