@@ -34,6 +34,7 @@ from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited
 from bot.core.store import IngestResult, OutboxRow, Timing
 from bot.ops.inspection import ConversationSummary
 from storage import rows as codec
+from storage.actions import ActionSteps
 from storage.drafts import DraftSteps
 from storage.files import FileSteps
 from storage.notes import NoteSteps
@@ -42,7 +43,7 @@ from storage.seam import Conn
 from storage.upkeep import Upkeep
 
 
-class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn], NoteSteps[Conn]):
+class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn], NoteSteps[Conn], ActionSteps[Conn]):
     MIGRATIONS: ClassVar[Sequence[str]]
 
     # the rest of the seam (see the module docstring) ----------------------------------------
