@@ -11,9 +11,10 @@ import signal
 import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from bot.config import Config, load_config, require_secret
+from bot.core.actions import ActionLog
 from bot.core.catch_up import CatchUp, CatchUpSettings, CatchUpSource, FrontendMemory, ThreadBook
 from bot.core.clock import Clock, SystemClock
 from bot.core.engine import Engine
@@ -29,6 +30,7 @@ from bot.core.store import IngestResult, Store
 from bot.core.typing_window import TypingStore, author_typing
 from bot.model.offline import OfflineReplier
 from bot.model.replier import Replier
+from bot.model.tool_calls import ToolBox
 from bot.ops.access import AccessPolicy
 from bot.ops.guards import CostGuards, CounterStore, limits_active
 from bot.ops.health import Health
@@ -37,6 +39,9 @@ from bot.ops.metrics import Metrics, MetricsServer
 from bot.ops.reload import ReloadPlan, plan_reload
 from bot.ops.retention import Retention, RetentionStore
 from bot.ops.usage import PriceTable
+
+if TYPE_CHECKING:
+    from bot.model.mcp_client import McpHub
 
 log = logging.getLogger("burstbot")
 PROMPT_CONTEXT_SECONDS = 10.0  # a front end's look-ups for the prompt (a channel's messages)
@@ -101,6 +106,21 @@ def build_store(config: Config) -> Store:
     return open_store(storage.url, storage.pool_size, storage.busy_timeout_seconds, limits)
 
 
+def build_tools(config: Config, store: Store, clock: Clock) -> tuple[McpHub | None, ToolBox | None]:
+    """The MCP servers of `[[tools.mcp]]` (started with the process) and the engine's view of
+    them; none without servers."""
+    servers = config.tools.mcp
+    if not servers:
+        return None, None
+    if not isinstance(store, ActionLog):
+        raise ConfigError("tools.mcp: this storage backend cannot record tool actions")
+    from bot.model.mcp_client import McpHub  # the SDK is loaded only when servers are set
+
+    hub = McpHub(servers)
+    caps = {server.name: server.max_result_chars for server in servers}
+    return hub, ToolBox(store, hub, clock.now, caps)
+
+
 class DemoWiring:
     """`burstbot demo` builds its app through here, so the command never imports this module."""
 
@@ -131,14 +151,17 @@ class App:
         self.by_platform = {f.platform: f for f in frontends}
         self.access = AccessPolicy(config.access)
         self.guards = self._cost_guards(config, self.access)
+        clock = clock or SystemClock()
+        self.mcp, tools = build_tools(config, store, clock)
         self.engine = Engine(
             store,
             replier,
-            clock or SystemClock(),
+            clock,
             EngineSettings.from_config(config),
             owner or make_owner(config),
             self.by_platform,
             gate=self.guards,
+            tools=tools,
         )
         self.scheduler = Scheduler(self.engine)
         if not isinstance(store, FrontendMemory):
@@ -354,6 +377,12 @@ class App:
         """Serve until asked to stop (signal or a front end), then shut down cleanly; raise the
         error of a front end that failed for good, once everything has stopped."""
         await self.store.open()
+        if self.mcp is not None:
+            try:
+                await self.mcp.start()
+            except BaseException:
+                await self.store.close()  # an allowed tool the server does not list: exit 2
+                raise
         if isinstance(self.store, WakeupHints):
             await self.store.listen(self.hint)
         if self.config.metrics.enabled:
@@ -431,6 +460,8 @@ class App:
             )
         if self.metrics_server is not None:
             await self.metrics_server.stop()
+        if self.mcp is not None:
+            await self.mcp.close()
         await self.store.close()
         closer = getattr(self.engine.replier, "aclose", None)
         if closer is not None:

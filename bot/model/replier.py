@@ -11,10 +11,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, SupportsIndex
+from typing import TYPE_CHECKING, Literal, Protocol, SupportsIndex
 
 from bot.core.attachments import LoadedFile
 from bot.core.store import WebSearch as WebSearch  # reported as the store keeps them
+
+if TYPE_CHECKING:
+    from bot.model.tool_calls import BurstTools
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +87,7 @@ class Prompt:
     model: str | None = None
     max_tokens: int | None = None
     tools: WebTools = NO_TOOLS
+    calls: BurstTools | None = None  # the conversation's MCP tools, each call a durable action
 
     def burst_text(self) -> str:
         """The final user turn: every message of the burst, each labelled with its author."""
@@ -161,6 +165,7 @@ class Usage:
     model: str = ""  # the model that answered, as the replier knows it (usage reports)
     streamed: StreamedText = field(default_factory=StreamedText)
     web_searches: int = 0  # billed searches, as the API reports them (`server_tool_use`)
+    tool_calls: int = 0  # MCP tool calls asked for (made, or given from the burst's record)
     searches: list[WebSearch] = field(default_factory=list)
     activity: str = ""
     steps: list[SearchStep] = field(default_factory=list)

@@ -28,7 +28,14 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
+
+from anthropic.types import (
+    ContentBlockParam,
+    MessageParam,
+    TextBlockParam,
+    ToolResultBlockParam,
+)
 
 from bot.core.actions import (
     ActionLog,
@@ -37,8 +44,11 @@ from bot.core.actions import (
     canonical_arguments,
     idempotency_key,
 )
+from bot.core.burst import Burst
 from bot.core.errors import RetryableReplierError
+from bot.model.replier import Usage
 from bot.model.tools import OutcomeUnknown, ToolServers, ToolSpec, ToolUnavailable
+from bot.model.web import escape_markdown
 
 log = logging.getLogger("burstbot.tools")
 
@@ -222,3 +232,73 @@ def parse_input(raw: object) -> dict[str, Any]:
         except json.JSONDecodeError:
             return {}
     return raw if isinstance(raw, dict) else {}
+
+
+def with_actions(
+    calls: BurstTools, system: list[TextBlockParam], messages: list[MessageParam]
+) -> tuple[list[TextBlockParam], list[MessageParam]]:
+    """The request as the model sees it with tools: a line saying tool output is data, and the
+    burst's final user turn followed by the actions an earlier generation already took."""
+    if calls.any:
+        system = [*system, {"type": "text", "text": DATA_NOTE}]
+    note = calls.taken_note()
+    if note and messages and messages[-1]["role"] == "user":
+        last = messages[-1]
+        content = last["content"]
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+        note_block: TextBlockParam = {"type": "text", "text": note}
+        messages = [*messages[:-1], {"role": "user", "content": [*blocks, note_block]}]
+    return system, messages
+
+
+async def tool_round(
+    calls: BurstTools, messages: list[MessageParam], content: list[dict[str, Any]], usage: Usage
+) -> list[MessageParam]:
+    """The model asked for tools (`stop_reason: tool_use`): make each call, in order, and add
+    its answer turn with one `tool_result` per `tool_use`."""
+    results: list[ToolResultBlockParam] = []
+    for block in content:
+        if block.get("type") != "tool_use":
+            continue
+        usage.show_activity(f"_using {escape_markdown(str(block.get('name', '')))}…_")
+        answer = await calls.run(
+            str(block["id"]), str(block["name"]), parse_input(block.get("input"))
+        )
+        usage.tool_calls += 1
+        result: ToolResultBlockParam = {"type": "tool_result", "tool_use_id": str(block["id"]),
+                                        "content": answer.text or "(no output)"}  # fmt: skip
+        if answer.is_error:
+            result["is_error"] = True
+        results.append(result)
+    usage.show_activity("")
+    assistant = cast(list[ContentBlockParam], content)
+    return [*messages, {"role": "assistant", "content": assistant},
+            {"role": "user", "content": list(results)}]  # fmt: skip
+
+
+def unavailable_note(calls: BurstTools | None) -> str:
+    return "" if calls is None else calls.unavailable_note()
+
+
+@dataclass
+class ToolBox:
+    """What the engine needs to give each generation its tool calls: the action log (the store),
+    the servers, and each server's result cap."""
+
+    log: ActionLog
+    servers: ToolServers
+    now: Callable[[], float]
+    max_result_chars: dict[str, int] = field(default_factory=dict)
+
+    def for_burst(self, burst: Burst, emit: Callable[..., None]) -> BurstTools:
+        """The generation starts once the burst's window has closed, so its write tools may run
+        at once. (A generation started before the close gets an unset event, set at the close.)"""
+        closed = asyncio.Event()
+        closed.set()
+        lease = burst.lease
+        user = burst.messages[-1].author_id if burst.messages else ""
+        ref = BurstRef(
+            lease.conversation_id, lease.answered_version, lease.version, lease.token, user
+        )
+        return BurstTools(self.log, self.servers, ref, closed, self.now, emit,
+                          max_result_chars=self.max_result_chars)  # fmt: skip

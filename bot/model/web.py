@@ -109,8 +109,11 @@ class ToolTrace:
     def started(self, event: RawContentBlockStartEvent) -> None:
         block = event.content_block
         self.blocks[event.index] = block.model_dump(mode="json", exclude_none=True)
-        self.worked = self.worked or block.type in ("server_tool_use", "web_search_tool_result")
-        if block.type == "server_tool_use":
+        worked = ("server_tool_use", "web_search_tool_result", "tool_use")
+        self.worked = self.worked or block.type in worked
+        if block.type == "tool_use":  # a client tool (MCP): its input streams as JSON
+            self._json[event.index] = ""
+        elif block.type == "server_tool_use":
             self._json[event.index] = ""
             if block.name == "web_search":  # recorded at once: what the draft shows is kept
                 self._pending[block.id] = len(self.usage.searches)
