@@ -483,9 +483,10 @@ RETURNING idempotency_key;
 -- Fenced like a reply: recorded only while the lease token is current; a key the burst already
 -- recorded (an earlier generation made this call) inserts nothing.
 INSERT INTO actions (conversation_id, idempotency_key, from_version, to_version, lease_token,
-                     server, tool, arguments, read_only, tool_use_id, user_id, started_at)
+                     server, tool, arguments, read_only, tool_use_id, user_id, started_at, ordinal)
 SELECT :cid, :key, :from_version, :to_version, :token, :server, :tool, :arguments, :read_only,
-       :tool_use_id, :user_id, :started_at
+       :tool_use_id, :user_id, :started_at,
+       (SELECT COUNT(*) FROM actions WHERE conversation_id = :cid)
 FROM conversations WHERE id = :cid AND lease_token = :token AND lease_owner IS NOT NULL
 ON CONFLICT (conversation_id, idempotency_key) DO NOTHING
 RETURNING idempotency_key;
@@ -503,7 +504,7 @@ RETURNING idempotency_key;
 SELECT * FROM actions
 WHERE conversation_id = :cid
   AND (CAST(:from_version AS BIGINT) IS NULL OR from_version = :from_version)
-ORDER BY started_at, idempotency_key;
+ORDER BY started_at, ordinal;
 
 -- name: backlog
 -- For the gauges: replies waiting in the outbox, and the oldest unanswered message's arrival;
@@ -753,6 +754,7 @@ CREATE TABLE actions (
     finished_at       FLOAT8,
     result            TEXT,
     failed            BOOLEAN NOT NULL DEFAULT FALSE,
+    ordinal           BIGINT NOT NULL,
     PRIMARY KEY (conversation_id, idempotency_key)
 );
 CREATE INDEX actions_burst ON actions(conversation_id, from_version, started_at);

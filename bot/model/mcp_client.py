@@ -87,11 +87,12 @@ class McpServer:
             try:
                 await self._serve_one_session()
                 delay = BACKOFF_SECONDS[0]
-            except ConfigError as exc:
-                self._config_error = exc
-                self._first_attempt.set()
-                return
             except Exception as exc:  # anyio groups wrap what the transport raised
+                mistake = _leaf(exc)
+                if isinstance(mistake, ConfigError):
+                    self._config_error = mistake
+                    self._first_attempt.set()
+                    return
                 self._went_down(_reason(exc))
             finally:
                 self.session = None
@@ -101,10 +102,11 @@ class McpServer:
 
     async def _serve_one_session(self) -> None:
         async with contextlib.AsyncExitStack() as stack:
-            streams = await asyncio.wait_for(self._transport(stack), CONNECT_SECONDS)
-            session = await stack.enter_async_context(ClientSession(*streams))
-            await asyncio.wait_for(session.initialize(), CONNECT_SECONDS)
-            listed = (await asyncio.wait_for(session.list_tools(), CONNECT_SECONDS)).tools
+            async with asyncio.timeout(CONNECT_SECONDS):  # not wait_for: the SDK's scopes stay here
+                streams = await self._transport(stack)
+                session = await stack.enter_async_context(ClientSession(*streams))
+                await session.initialize()
+                listed = (await session.list_tools()).tools
             self.specs = self._allowed({tool.name: tool for tool in listed})
             self._broken.clear()
             self.session = session
@@ -195,10 +197,16 @@ def _text_of(result: Any) -> str:
     return "\n".join(parts)
 
 
-def _reason(exc: BaseException) -> str:
-    """One short line for a failure (a group's first leaf), never a traceback."""
+def _leaf(exc: BaseException) -> BaseException:
+    """The first exception inside (task) groups."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
+    return exc
+
+
+def _reason(exc: BaseException) -> str:
+    """One short line for a failure (a group's first leaf), never a traceback."""
+    exc = _leaf(exc)
     text = str(exc).splitlines()[0] if str(exc) else ""
     return f"{type(exc).__name__}: {text}"[:200] if text else type(exc).__name__
 

@@ -155,7 +155,8 @@ class BurstTools:
         shown = canonical_arguments(arguments)
         ref = self.burst
         key = idempotency_key(ref.conversation_id, ref.from_version, spec.server, spec.name, shown)
-        if not spec.read_only:
+        if not spec.read_only and not self.window_closed.is_set():
+            self.emit("tool_waiting", server=spec.server, tool=spec.name)
             await self.window_closed.wait()  # rule 4: never before the window closes
         began = await self.log.begin_action(
             NewAction(
@@ -190,6 +191,7 @@ class BurstTools:
         try:
             return await asyncio.shield(call)
         except asyncio.CancelledError:  # rule 6: the effect is recorded before we let go
+            self.emit("tool_finishing", server=spec.server, tool=spec.name)
             await asyncio.gather(call, return_exceptions=True)
             raise
 

@@ -19,6 +19,10 @@ object with HTTP 200), text blocks carrying `citations_delta`, `pause_turn` when
 offers the `web_search` tool and `tool_choice` allows tools; searches past the tool's `max_uses`
 answer `max_uses_exceeded` and are not billed.
 
+Client tools (MCP tools burstbot runs) are asked for as the API asks: after the text, a `tool_use`
+block each (input `{}`, then the arguments as `input_json_delta`) and `stop_reason: tool_use`;
+like the API, only tools the request offers, and none when `tool_choice` is none.
+
 Standalone: `python -m tests.fakes.anthropic_server --port 8765` (one line per request on stdout;
 `--show-system` adds its system prompt).
 """
@@ -81,6 +85,14 @@ class Fetch:
 
 
 @dataclass
+class ToolUse:
+    """One client tool call the model asks for (a tool the request must offer by name)."""
+
+    name: str
+    input: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Plan:
     """What the server does with one request."""
 
@@ -101,6 +113,7 @@ class Plan:
     fetches: list[Fetch] = field(default_factory=list)  # pages read before the searches
     cited: list[tuple[str, str]] = field(default_factory=list)  # (text, url): cited blocks after it
     stop_reason: str | None = None  # e.g. "pause_turn" (the server's tool loop ran long)
+    tool_uses: list[ToolUse] = field(default_factory=list)  # client tools asked for after the text
 
 
 @dataclass
@@ -397,6 +410,26 @@ class FakeAnthropic:
             record.deltas_sent += 1
             record.delta_times.append(time.monotonic())
         await send("content_block_stop", {"type": "content_block_stop", "index": text_index})
+        asked = [use for use in plan.tool_uses if _offers_tool(recorded.body, use.name)]
+        for number, use in enumerate(asked):
+            text_index += 1
+            tool_id = f"toolu_{len(self.requests):02d}{number:02d}"
+            block: dict[str, Any] = {
+                "type": "tool_use",
+                "id": tool_id,
+                "name": use.name,
+                "input": {},
+            }
+            await send("content_block_start", {"type": "content_block_start", "index": text_index,
+                                               "content_block": block})  # fmt: skip
+            arguments = json.dumps(use.input)
+            for part in (arguments[: len(arguments) // 2], arguments[len(arguments) // 2 :]):
+                delta = {"type": "input_json_delta", "partial_json": part}
+                event = {"type": "content_block_delta", "index": text_index, "delta": delta}
+                await send("content_block_delta", event)
+            await send("content_block_stop", {"type": "content_block_stop", "index": text_index})
+        if asked:
+            record.stop_reason = "tool_use"
         results = self._titles  # a citation names its result's title
         for text, url in plan.cited:
             text_index += 1
@@ -541,6 +574,17 @@ def _offers(body: dict[str, Any], kind: str, any_choice: bool = False) -> bool:
     """The request lets the model use a tool: it is offered and `tool_choice` is not none."""
     offered = bool(_search_tool(body, kind))
     return offered and (any_choice or (body.get("tool_choice") or {}).get("type") != "none")
+
+
+def _offers_tool(body: dict[str, Any], name: str) -> bool:
+    """A client tool (no `type`, or `custom`) of that name is offered and may be used."""
+    if (body.get("tool_choice") or {}).get("type") == "none":
+        return False
+    return any(
+        isinstance(tool, dict) and tool.get("name") == name
+        and tool.get("type", "custom") == "custom" and "input_schema" in tool
+        for tool in body.get("tools") or []
+    )  # fmt: skip
 
 
 def _offers_search(body: dict[str, Any], any_choice: bool = False) -> bool:

@@ -1,0 +1,300 @@
+"""Tools that act exactly once (G14): the real Claude replier against the fake Messages API, the
+real MCP client against a real MCP server (tests/tool_server.py, over stdio and Streamable HTTP),
+the real engine on SQLite with a fake clock.
+
+The server counts its own `create_ticket` calls per idempotency key; that count is what these
+tests assert, never ours."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from bot.core.actions import ActionLog
+from bot.core.burst import Burst
+from bot.core.clock import FakeClock
+from bot.core.engine import Engine
+from bot.core.events import IncomingMessage
+from bot.model.tool_calls import MAY_HAVE_RUN, BurstTools, ToolBox
+from bot.testing import RecordingFrontend, check_invariants
+from storage.sqlite import SqliteStore
+from tests.conftest import KEY, SETTINGS
+from tests.fakes.anthropic_server import FakeAnthropic, Plan, ToolUse
+from tests.tool_harness import (
+    all_text,
+    http_process,
+    http_server,
+    stdio_server,
+    tool_config,
+    tool_engine,
+    tool_results,
+)
+from tests.tool_server import calls_per_key
+
+TICKET = ToolUse("create_ticket", {"title": "printer on fire"})
+
+
+def said(n: int, text: str) -> IncomingMessage:
+    return IncomingMessage(KEY, f"m{n}", "u1", "alice", text)
+
+
+async def fire(engine: Engine, clock: FakeClock) -> None:
+    await clock.advance(SETTINGS.quiet_seconds)
+    await engine.run_due()
+    await engine.idle()
+
+
+def ledger_starts(ledger: Path) -> int:
+    return sum(calls_per_key(ledger).values())
+
+
+async def until(predicate: object, within: float = 20.0) -> None:
+    async with asyncio.timeout(within):
+        while not predicate():  # type: ignore[operator]  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Path:
+    return tmp_path / "ledger.txt"
+
+
+@pytest.fixture
+def hold(tmp_path: Path) -> Path:
+    return tmp_path / "hold"
+
+
+async def test_stdio_a_ticket_is_created_once_and_the_reply_names_it(
+    store: SqliteStore,
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    server: FakeAnthropic,
+    ledger: Path,
+    hold: Path,
+) -> None:
+    server.queue(
+        Plan(
+            text="Let me look first.", tool_uses=[ToolUse("search_tickets", {"query": "printer"})]
+        ),
+        Plan(text="", tool_uses=[TICKET]),
+        Plan(text="Opened OPS-201 for the printer."),
+    )
+    config = tool_config(server, stdio_server(ledger, hold))
+    async with tool_engine(config, store, clock, frontend) as (engine, _):
+        await engine.ingest(said(1, "the printer is on fire, open a ticket"))
+        await fire(engine, clock)
+    offered = sorted(t["name"] for t in server.requests[0].body["tools"])
+    assert offered == ["create_ticket", "search_tickets"]
+    create = next(t for t in server.requests[0].body["tools"] if t["name"] == "create_ticket")
+    assert "idempotency_key" not in create["input_schema"]["properties"]  # ours to fill in
+    [search] = tool_results(server.requests[1])
+    assert search["content"] == "OPS-101: printer on fire"
+    [created] = tool_results(server.requests[2])
+    assert created["content"] == "created OPS-201 (normal priority): printer on fire"
+    assert frontend.texts() == ["Let me look first.\n\nOpened OPS-201 for the printer."]
+    counts = calls_per_key(ledger)
+    assert list(counts.values()) == [1]
+    log = store
+    assert isinstance(log, ActionLog)
+    actions = await log.actions(KEY.id)
+    assert [(a.tool, a.state, a.read_only) for a in actions] == [
+        ("search_tickets", "done", True), ("create_ticket", "done", False)
+    ]  # fmt: skip
+    assert list(counts) == [actions[1].idempotency_key]  # the server got our key
+    [generation] = await store.generations(KEY.id)
+    assert generation.outcome == "posted"
+    await check_invariants(store, [KEY.id])
+
+
+async def test_http_supersede_while_create_ticket_runs_makes_one_ticket_and_one_reply(
+    store: SqliteStore,
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    server: FakeAnthropic,
+    ledger: Path,
+    hold: Path,
+) -> None:
+    """The person adds "make it high priority" while the ticket is being created: the call is
+    finished and recorded, the first generation is superseded, and the second one is given the
+    action (and its result) instead of making it again."""
+    await asyncio.to_thread(hold.touch)
+    server.queue(
+        Plan(text="", tool_uses=[TICKET]),
+        Plan(text="", tool_uses=[TICKET]),  # the second generation asks for the same call again
+        Plan(text="OPS-201 is open for the printer; I noted it is high priority."),
+    )
+    finishing: list[str] = []
+    async with http_process(ledger, hold) as port:
+        config = tool_config(server, http_server(port))
+        async with tool_engine(config, store, clock, frontend) as (engine, _):
+            engine.subscribe(lambda name, fields: finishing.append(name))
+            await engine.ingest(said(1, "the printer is on fire, open a ticket"))
+            await clock.advance(SETTINGS.quiet_seconds)
+            await engine.run_due()
+            await until(lambda: ledger_starts(ledger) == 1)  # create_ticket is running
+            await engine.ingest(said(2, "make it high priority"))
+            await until(lambda: "tool_finishing" in finishing)  # superseded during the call
+            await asyncio.to_thread(hold.unlink)
+            await engine.idle()
+            assert frontend.texts() == []
+            await fire(engine, clock)
+    assert calls_per_key(ledger) == {next(iter(calls_per_key(ledger))): 1}
+    assert frontend.texts() == ["OPS-201 is open for the printer; I noted it is high priority."]
+    second = server.requests[1]
+    assert "alice: make it high priority" in all_text(second)
+    assert "created OPS-201 (normal priority): printer on fire" in all_text(second)
+    [given] = tool_results(server.requests[2])  # the repeated call was given, not made
+    assert given["content"] == "created OPS-201 (normal priority): printer on fire"
+    superseded, posted = await store.generations(KEY.id)
+    assert (superseded.outcome, posted.outcome) == ("superseded", "posted")
+    assert isinstance(store, ActionLog)
+    [action] = await store.actions(KEY.id)
+    assert (action.state, action.lease_token) == ("done", superseded.lease_token)
+    await check_invariants(store, [KEY.id])
+
+
+class BeforeTheClose(ToolBox):
+    """A generation that started speculatively: its window closes when the test says."""
+
+    closes: asyncio.Event
+
+    def for_burst(self, burst: Burst, emit: object) -> BurstTools:
+        calls = super().for_burst(burst, emit)  # type: ignore[arg-type]
+        calls.window_closed = self.closes
+        return calls
+
+
+async def test_speculation_never_calls_create_ticket_before_the_window_closes(
+    store: SqliteStore,
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    server: FakeAnthropic,
+    ledger: Path,
+    hold: Path,
+) -> None:
+    server.queue(
+        Plan(text="", tool_uses=[ToolUse("search_tickets", {"query": "printer"}), TICKET]),
+        Plan(text="Opened OPS-201."),
+    )
+    events: list[str] = []
+    BeforeTheClose.closes = asyncio.Event()
+    config = tool_config(server, stdio_server(ledger, hold))
+    async with tool_engine(config, store, clock, frontend, BeforeTheClose) as (engine, _):
+        engine.subscribe(lambda name, fields: events.append(name))
+        await engine.ingest(said(1, "open a ticket for the printer"))
+        await clock.advance(SETTINGS.quiet_seconds)
+        await engine.run_due()
+        await until(lambda: "tool_waiting" in events)  # the write waits for the close
+        assert calls_per_key(ledger) == {}
+        assert isinstance(store, ActionLog)
+        assert [a.tool for a in await store.actions(KEY.id)] == ["search_tickets"]  # read-only ran
+        BeforeTheClose.closes.set()
+        await engine.idle()
+    assert list(calls_per_key(ledger).values()) == [1]
+    assert frontend.texts() == ["Opened OPS-201."]
+
+
+async def test_speculation_superseded_before_the_close_records_and_runs_nothing(
+    store: SqliteStore,
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    server: FakeAnthropic,
+    ledger: Path,
+    hold: Path,
+) -> None:
+    server.queue(Plan(text="", tool_uses=[TICKET]), Plan(text="Nothing to open yet."))
+    events: list[str] = []
+    BeforeTheClose.closes = asyncio.Event()
+    config = tool_config(server, stdio_server(ledger, hold))
+    async with tool_engine(config, store, clock, frontend, BeforeTheClose) as (engine, _):
+        engine.subscribe(lambda name, fields: events.append(name))
+        await engine.ingest(said(1, "open a ticket"))
+        await clock.advance(SETTINGS.quiet_seconds)
+        await engine.run_due()
+        await until(lambda: "tool_waiting" in events)
+        await engine.ingest(said(2, "wait, never mind"))
+        await engine.idle()
+        assert isinstance(store, ActionLog)
+        assert await store.actions(KEY.id) == []
+        BeforeTheClose.closes.set()
+        server.queue(Plan(text="Nothing to open, then."))
+        await fire(engine, clock)
+    assert calls_per_key(ledger) == {}
+
+
+async def test_a_server_that_is_down_leaves_its_tools_out_and_the_answer_says_so(
+    store: SqliteStore,
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    server: FakeAnthropic,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server.queue(Plan(text="I cannot open tickets right now."))
+    config = tool_config(server, http_server(1))  # nothing listens on port 1
+    async with tool_engine(config, store, clock, frontend) as (engine, _):
+        await engine.ingest(said(1, "open a ticket"))
+        await fire(engine, clock)
+    assert "tools" not in server.requests[0].body
+    assert frontend.texts() == [
+        "I cannot open tickets right now.\n\n_Some tools were unavailable for this answer "
+        "(tracker)._"
+    ]
+    warnings = [r.getMessage() for r in caplog.records if "mcp server tracker" in r.getMessage()]
+    assert len(warnings) == 1 and "unavailable" in warnings[0]
+
+
+async def test_an_allowed_tool_the_server_does_not_list_is_one_config_line(
+    server: FakeAnthropic, ledger: Path, hold: Path
+) -> None:
+    from bot.core.errors import ConfigError
+    from bot.model.mcp_client import McpHub
+
+    mcp = {**stdio_server(ledger, hold), "allowed_tools": ["create_ticket", "delete_ticket"]}
+    hub = McpHub(tool_config(server, mcp).tools.mcp)
+    with pytest.raises(ConfigError) as caught:
+        await hub.start()
+    assert str(caught.value) == (
+        "tools.mcp.tracker.allowed_tools: the server lists no tool 'delete_ticket' "
+        "(it lists: create_ticket, search_tickets)"
+    )
+
+
+async def test_a_call_recorded_without_a_result_is_given_as_may_have_run(
+    store: SqliteStore,
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    server: FakeAnthropic,
+    ledger: Path,
+    hold: Path,
+) -> None:
+    """A takeover finds the call recorded but not its result: it is never made again."""
+    from bot.core.actions import NewAction, canonical_arguments, idempotency_key
+
+    await store.ingest(said(1, "open a ticket for the printer"), clock.now(), SETTINGS.timing)
+    lease = await store.acquire_lease(KEY.id, "dead", clock.now(), SETTINGS.lease_ttl_seconds)
+    assert lease is not None
+    arguments = canonical_arguments(TICKET.input)
+    key = idempotency_key(KEY.id, 0, "tracker", "create_ticket", arguments)
+    dead = NewAction(KEY.id, lease.token, 0, 1, key, "tracker", "create_ticket", arguments,
+                     False, "toolu_dead", "u1", clock.now())  # fmt: skip
+    await store.begin_action(dead)
+    server.queue(
+        Plan(text="", tool_uses=[TICKET]),
+        Plan(text="The ticket may already have been created; please check the tracker."),
+    )
+    config = tool_config(server, stdio_server(ledger, hold))
+    async with tool_engine(config, store, clock, frontend) as (engine, _):
+        await clock.advance(SETTINGS.lease_ttl_seconds + 1)
+        await engine.run_due()
+        await engine.idle()
+    assert calls_per_key(ledger) == {}
+    assert "may have run" in all_text(server.requests[0])
+    [given] = tool_results(server.requests[1])
+    assert (given["content"], given.get("is_error")) == (MAY_HAVE_RUN, True)
+    assert frontend.texts() == [
+        "The ticket may already have been created; please check the tracker."
+    ]
+    assert json.loads((await store.actions(KEY.id))[0].arguments) == TICKET.input
