@@ -414,14 +414,14 @@ class FakeAnthropic:
         for number, use in enumerate(asked):
             text_index += 1
             tool_id = f"toolu_{len(self.requests):02d}{number:02d}"
-            block: dict[str, Any] = {
+            use_block: dict[str, Any] = {
                 "type": "tool_use",
                 "id": tool_id,
                 "name": use.name,
                 "input": {},
             }
             await send("content_block_start", {"type": "content_block_start", "index": text_index,
-                                               "content_block": block})  # fmt: skip
+                                               "content_block": use_block})  # fmt: skip
             arguments = json.dumps(use.input)
             for part in (arguments[: len(arguments) // 2], arguments[len(arguments) // 2 :]):
                 delta = {"type": "input_json_delta", "partial_json": part}
