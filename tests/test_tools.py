@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -298,3 +300,68 @@ async def test_a_call_recorded_without_a_result_is_given_as_may_have_run(
         "The ticket may already have been created; please check the tracker."
     ]
     assert json.loads((await store.actions(KEY.id))[0].arguments) == TICKET.input
+
+
+@pytest.mark.parametrize("killed", ["during the call", "after its result was recorded"])
+async def test_kill_9_during_create_ticket_never_makes_a_second_ticket(
+    tmp_path: Path, frontend: RecordingFrontend, server: FakeAnthropic, ledger: Path, hold: Path,
+    killed: str,
+) -> None:  # fmt: skip
+    """A real bot process is killed with SIGKILL while create_ticket runs (or right after its
+    result was recorded); the process that takes over asks for the ticket again and is given the
+    record: the server's count stays 1, and the reply says the ticket may have been created (or,
+    with the result recorded, names it)."""
+    db = tmp_path / "bot.db"
+    await asyncio.to_thread(hold.touch)
+    after_result = killed == "after its result was recorded"
+    server.queue(
+        Plan(text="", tool_uses=[TICKET]),
+        *([Plan(text="never finished", pause_after=0)] if after_result else []),
+        Plan(text="", tool_uses=[TICKET]),  # the takeover's model asks again
+        Plan(text="OPS-201 is open." if after_result else "The ticket may have been created."),
+    )
+    async with http_process(ledger, hold) as port:
+        settings = {"db": str(db), "api_url": server.base_url,
+                    "mcp_url": f"http://127.0.0.1:{port}/mcp"}  # fmt: skip
+        worker = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tests.tool_worker", json.dumps(settings),
+            stdout=asyncio.subprocess.PIPE, cwd=Path(__file__).parent.parent,
+        )  # fmt: skip
+        try:
+            assert worker.stdout is not None
+            async with asyncio.timeout(30):
+                assert (await worker.stdout.readline()).strip() == b"READY"
+            await until(lambda: ledger_starts(ledger) == 1)
+            if after_result:
+                await asyncio.to_thread(hold.unlink)
+                await until(lambda: len(server.requests) == 2 and server.streams[1].paused)
+        finally:
+            worker.kill()  # SIGKILL: nothing is cleaned up
+            await worker.wait()
+        if not after_result:
+            await asyncio.to_thread(hold.unlink)  # the server finishes a call nobody awaits
+            await until(lambda: "done" in ledger.read_text())
+        store = SqliteStore(str(db))
+        await store.open()
+        try:
+            clock = FakeClock(time.time() + 60)  # past the dead worker's lease
+            config = tool_config(server, http_server(port))
+            async with tool_engine(config, store, clock, frontend) as (engine, _):
+                await engine.run_due()
+                await engine.idle()
+            [action] = await store.actions(KEY.id)
+            assert action.state == ("done" if after_result else "unknown")
+            [reply] = await store.replies(KEY.id)
+        finally:
+            await store.close()
+    assert list(calls_per_key(ledger).values()) == [1]
+    takeover = server.requests[-2]
+    if after_result:
+        assert "result: created OPS-201 (normal priority)" in all_text(takeover)
+        assert frontend.texts() == ["OPS-201 is open."]
+    else:
+        assert "may have run" in all_text(takeover)
+        assert frontend.texts() == ["The ticket may have been created."]
+    [given] = tool_results(server.requests[-1])
+    assert given["content"] != "" and ledger_starts(ledger) == 1
+    assert reply.state == "sent"
