@@ -60,3 +60,6 @@ class ActionSteps(StoreSeam[Conn]):
     ) -> list[ActionRecord]:
         params = {"cid": conversation_id, "from_version": from_version}
         return [_action(r) for r in await self._rows("actions", params)]
+
+    async def actions_since(self, since: float) -> list[ActionRecord]:
+        return [_action(r) for r in await self._rows("actions_since", {"since": since})]

@@ -506,6 +506,9 @@ WHERE conversation_id = :cid
   AND (CAST(:from_version AS BIGINT) IS NULL OR from_version = :from_version)
 ORDER BY started_at, ordinal;
 
+-- name: actions_since
+SELECT * FROM actions WHERE started_at >= :since ORDER BY started_at, ordinal;
+
 -- name: backlog
 -- For the gauges: replies waiting in the outbox, and the oldest unanswered message's arrival;
 -- replies that failed for good (waiting for `burstbot retry`).

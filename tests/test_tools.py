@@ -365,3 +365,44 @@ async def test_kill_9_during_create_ticket_never_makes_a_second_ticket(
     [given] = tool_results(server.requests[-1])
     assert given["content"] != "" and ledger_starts(ledger) == 1
     assert reply.state == "sent"
+
+
+async def test_explain_usage_and_metrics_show_each_action(
+    store: SqliteStore,
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    server: FakeAnthropic,
+    ledger: Path,
+    hold: Path,
+) -> None:
+    from bot.cli.explain import explain_lines
+    from bot.ops.metrics import Metrics
+    from bot.ops.usage import PriceTable, tool_call_lines
+
+    server.queue(
+        Plan(text="", tool_uses=[ToolUse("search_tickets", {"query": "wifi"}), TICKET]),
+        Plan(text="Opened OPS-201."),
+    )
+    metrics = Metrics(PriceTable())
+    config = tool_config(server, stdio_server(ledger, hold))
+    async with tool_engine(config, store, clock, frontend) as (engine, _):
+        engine.subscribe(metrics.observe)
+        await engine.ingest(said(1, "open a ticket for the printer"))
+        await fire(engine, clock)
+    lines = await explain_lines(store, KEY.id, clock.now()) or []
+    tools = [line.split("s  ", 1)[1] for line in lines if "  tool  " in line]
+    assert tools == [
+        'tool      tracker.search_tickets {"query":"wifi"} (read-only) → done in 0.00s; lease #1',
+        'tool      tracker.create_ticket {"title":"printer on fire"} (with effect) → done in '
+        "0.00s; lease #1",
+    ]
+    redacted = await explain_lines(store, KEY.id, clock.now(), redact=True) or []
+    assert not any("printer on fire" in line for line in redacted)
+    assert tool_call_lines(await store.actions_since(0.0)) == [
+        "", "tool calls (MCP), by server:", "  tracker: 2 call(s), 0 failed, 0 may have run"
+    ]  # fmt: skip
+    exposition = metrics.exposition().decode()
+    assert 'burstbot_tool_calls_total{outcome="done",server="tracker"} 2.0' in exposition
+    counts = await store.forget_conversation(KEY.id)
+    assert counts["actions"] == 2
+    assert all(a.arguments == "{}" and a.result == "" for a in await store.actions(KEY.id))
