@@ -20,7 +20,7 @@ from bot.core.burst import Burst
 from bot.core.clock import FakeClock
 from bot.core.engine import Engine
 from bot.core.events import IncomingMessage
-from bot.model.tool_calls import MAY_HAVE_RUN, BurstTools, ToolBox
+from bot.model.tool_calls import DATA_NOTE, MAY_HAVE_RUN, BurstTools, ToolBox
 from bot.testing import RecordingFrontend, check_invariants
 from storage.sqlite import SqliteStore
 from tests.conftest import KEY, SETTINGS
@@ -88,6 +88,8 @@ async def test_stdio_a_ticket_is_created_once_and_the_reply_names_it(
     async with tool_engine(config, store, clock, frontend) as (engine, _):
         await engine.ingest(said(1, "the printer is on fire, open a ticket"))
         await fire(engine, clock)
+    system = [b["text"] for b in server.requests[0].system_blocks]
+    assert DATA_NOTE in system  # tool output is data, never instructions
     offered = sorted(t["name"] for t in server.requests[0].body["tools"])
     assert offered == ["create_ticket", "search_tickets"]
     create = next(t for t in server.requests[0].body["tools"] if t["name"] == "create_ticket")
