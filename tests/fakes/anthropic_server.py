@@ -640,8 +640,30 @@ def _error(
     return web.json_response(body, status=status, headers=headers)
 
 
-async def _serve(port: int, reply: str | None, delay: float, show_system: bool = False) -> None:
+def _tool_plan(request: RecordedRequest, tool_use: ToolUse) -> Plan:
+    """`--tool-use`: ask for the tool while the last turn has no result, then say what it gave."""
+    content = request.messages[-1]["content"] if request.messages else ""
+    results = [] if isinstance(content, str) else [
+        b for b in content if b.get("type") == "tool_result"
+    ]  # fmt: skip
+    if not results:
+        return Plan(text="On it.", tool_uses=[tool_use])
+    said = results[-1].get("content")
+    return Plan(text=f"Done: {said if isinstance(said, str) else json.dumps(said)}")
+
+
+async def _serve(
+    port: int,
+    reply: str | None,
+    delay: float,
+    show_system: bool = False,
+    tool_use: ToolUse | None = None,
+) -> None:
     def log(request: RecordedRequest) -> None:
+        if tool_use is not None:
+            server.queue(_tool_plan(request, tool_use))
+            print(f"request {len(server.requests)}: tools {json.dumps(request.body.get('tools'))}")
+            return
         print(f"request {len(server.requests)}: {json.dumps(request.last_user_text)}", flush=True)
         if show_system:
             system = "\n".join(block.get("text", "") for block in request.system_blocks)
@@ -663,9 +685,15 @@ def main() -> None:
     parser.add_argument("--reply", help="fixed reply text (default: echo the last user turn)")
     parser.add_argument("--delay", type=float, default=0.0, help="seconds between words")
     parser.add_argument("--show-system", action="store_true", help="print each system prompt")
+    asked = "NAME=JSON: ask for this client tool (if offered), then answer with its result"
+    parser.add_argument("--tool-use", help=asked)
     args = parser.parse_args()
+    tool_use = None
+    if args.tool_use:
+        name, _, arguments = args.tool_use.partition("=")
+        tool_use = ToolUse(name, json.loads(arguments or "{}"))
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(args.port, args.reply, args.delay, args.show_system))
+        asyncio.run(_serve(args.port, args.reply, args.delay, args.show_system, tool_use))
 
 
 if __name__ == "__main__":
