@@ -11,6 +11,7 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -161,14 +162,15 @@ async def test_http_supersede_while_create_ticket_runs_makes_one_ticket_and_one_
 
 
 class BeforeTheClose(ToolBox):
-    """A generation that started speculatively: its window closes when the test says."""
+    """A generation that started speculatively: its window closes when the test says (the
+    seam a speculating engine uses: `for_burst(..., window_closed=<set at the close>)`)."""
 
     closes: asyncio.Event
 
-    def for_burst(self, burst: Burst, emit: object) -> BurstTools:
-        calls = super().for_burst(burst, emit)  # type: ignore[arg-type]
-        calls.window_closed = self.closes
-        return calls
+    def for_burst(
+        self, burst: Burst, emit: Callable[..., None], window_closed: asyncio.Event | None = None
+    ) -> BurstTools:
+        return super().for_burst(burst, emit, self.closes)
 
 
 async def test_speculation_never_calls_create_ticket_before_the_window_closes(

@@ -292,15 +292,22 @@ class ToolBox:
     now: Callable[[], float]
     max_result_chars: dict[str, int] = field(default_factory=dict)
 
-    def for_burst(self, burst: Burst, emit: Callable[..., None]) -> BurstTools:
-        """The generation starts once the burst's window has closed, so its write tools may run
-        at once. (A generation started before the close gets an unset event, set at the close.)"""
-        closed = asyncio.Event()
-        closed.set()
+    def for_burst(
+        self,
+        burst: Burst,
+        emit: Callable[..., None],
+        window_closed: asyncio.Event | None = None,
+    ) -> BurstTools:
+        """The generation's tool calls. `window_closed` is set when the burst's window closes: a
+        generation started before the close (speculation) passes an unset event and sets it at
+        the close; a tool with an effect waits for it. None: the window has closed already."""
+        if window_closed is None:
+            window_closed = asyncio.Event()
+            window_closed.set()
         lease = burst.lease
         user = burst.messages[-1].author_id if burst.messages else ""
         ref = BurstRef(
             lease.conversation_id, lease.answered_version, lease.version, lease.token, user
         )
-        return BurstTools(self.log, self.servers, ref, closed, self.now, emit,
+        return BurstTools(self.log, self.servers, ref, window_closed, self.now, emit,
                           max_result_chars=self.max_result_chars)  # fmt: skip
