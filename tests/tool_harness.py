@@ -51,11 +51,11 @@ def http_server(port: int, token_env: str | None = None) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def http_process(ledger: Path, hold: Path) -> AsyncIterator[int]:
+async def http_process(ledger: Path, hold: Path, slow: float = 0.0) -> AsyncIterator[int]:
     """The ticket server as its own process on 127.0.0.1 (it outlives a killed bot)."""
     port = free_port()
     command = [sys.executable, str(SERVER_SCRIPT), "--ledger", str(ledger), "--hold", str(hold),
-               "--http", str(port)]  # fmt: skip
+               "--http", str(port), "--slow", str(slow)]  # fmt: skip
     process = await asyncio.create_subprocess_exec(
         *command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -73,14 +73,14 @@ async def http_process(ledger: Path, hold: Path) -> AsyncIterator[int]:
         await process.wait()
 
 
-def tool_config(server: FakeAnthropic, mcp: dict[str, Any], **tools: Any) -> Config:
+def tool_config(
+    server: FakeAnthropic, mcp: dict[str, Any], channels: tuple[str, ...] = (), **sections: Any
+) -> Config:
     llm = {"base_url": server.base_url, "api_key_env": "TEST_ANTHROPIC_KEY", "max_retries": 0,
            "timeout_seconds": 20.0}  # fmt: skip
-    return parse_config({
-        "llm": llm, "tools": {"mcp": [mcp], **tools},
-        "channels": [{"platform": KEY.platform, "channel": KEY.channel,
-                      "tools": {"mcp": ["tracker"]}}],
-    })  # fmt: skip
+    listed = [{"platform": KEY.platform, "channel": channel, "tools": {"mcp": ["tracker"]}}
+              for channel in channels or (KEY.channel,)]  # fmt: skip
+    return parse_config({"llm": llm, "tools": {"mcp": [mcp]}, "channels": listed, **sections})
 
 
 @contextlib.asynccontextmanager

@@ -7,7 +7,8 @@
   <ticket>`), flushed at once, so a test reads the server's own count even after a kill. The
   server does not dedupe: a second call with the same key makes a second ticket, so a repeat
   shows in the count.
-- While the `--hold` file exists, `create_ticket` waits before answering (a slow call).
+- While the `--hold` file exists, `create_ticket` waits before answering (a slow call); with
+  `--slow S` each call first takes a random time up to S seconds.
 
 Run: `python -m tests.tool_server --ledger FILE [--hold FILE] [--http PORT]` (stdio by default).
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
@@ -25,7 +27,7 @@ from mcp_types import ToolAnnotations
 TICKETS = ("OPS-101: printer on fire", "OPS-102: wifi down on floor 3")
 
 
-def build(ledger: Path, hold: Path | None) -> MCPServer:
+def build(ledger: Path, hold: Path | None, slow: float = 0.0) -> MCPServer:
     server = MCPServer("tracker")
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
@@ -42,6 +44,8 @@ def build(ledger: Path, hold: Path | None) -> MCPServer:
             out.write(f"start {idempotency_key or '-'} {title}\n")
             out.flush()
             os.fsync(out.fileno())
+        if slow:
+            await asyncio.sleep(random.uniform(0, slow))
         # the hold and the ledger are files: the test process shares nothing else with this one
         while hold is not None and hold.exists():  # noqa: ASYNC110, ASYNC240
             await asyncio.sleep(0.01)
@@ -73,8 +77,9 @@ def main() -> None:
     parser.add_argument("--ledger", required=True, type=Path)
     parser.add_argument("--hold", type=Path)
     parser.add_argument("--http", type=int, help="serve Streamable HTTP on 127.0.0.1:PORT")
+    parser.add_argument("--slow", type=float, default=0.0, help="each call takes up to this long")
     args = parser.parse_args()
-    server = build(args.ledger, args.hold)
+    server = build(args.ledger, args.hold, args.slow)
     if args.http is None:
         server.run()
     else:

@@ -1,15 +1,19 @@
 """A bot process for the kill -9 tool test: the real engine on a SQLite file, the real Claude
 replier against the fake Messages API and the real MCP client against the ticket server.
 
-It stores one message ("open a ticket"), then serves due work until it is killed.
-Run: `python -m tests.tool_worker '<json: db, api_url, mcp_url>'`; prints `READY` once serving.
+It stores one message ("open a ticket") unless told `"serve_only"`, then serves due work until
+it is killed (or, on SIGTERM, shuts down). Run: `python -m tests.tool_worker '<json: db, api_url,
+mcp_url[, owner, channels, serve_only]>'`; prints `READY` once serving.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import signal
 import sys
+from typing import Any
 
 from bot.core.clock import SystemClock
 from bot.core.engine import Engine
@@ -18,6 +22,7 @@ from bot.core.settings import EngineSettings
 from bot.model.claude import ClaudeReplier
 from bot.model.mcp_client import McpHub
 from bot.model.tool_calls import ToolBox
+from bot.testing import RecordingFrontend
 from storage.sqlite import SqliteStore
 from tests.conftest import KEY
 from tests.fakes.anthropic_server import FakeAnthropic
@@ -26,24 +31,40 @@ from tests.tool_harness import KEY_ENV, tool_config
 ASKED = "the printer is on fire, open a ticket"
 
 
-async def serve(settings: dict[str, str]) -> None:
+async def serve(settings: dict[str, Any]) -> None:
     fake = FakeAnthropic()
     fake.port = int(settings["api_url"].rsplit(":", 1)[1])
-    config = tool_config(fake, {"name": "tracker", "url": settings["mcp_url"],
-                                "allowed_tools": ["search_tickets", "create_ticket"]})  # fmt: skip
+    mcp = {"name": "tracker", "url": settings["mcp_url"],
+           "allowed_tools": ["search_tickets", "create_ticket"]}  # fmt: skip
+    channels = tuple(settings.get("channels") or ())
+    timing = {"debounce": {"quiet_seconds": 0.5, "max_wait_seconds": 4.0},
+              "lease": {"ttl_seconds": 3.0}} if channels else {}  # fmt: skip
+    config = tool_config(fake, mcp, channels, **timing)
     store = SqliteStore(settings["db"])
     await store.open()
     hub = McpHub(config.tools.mcp)
     await hub.start()
     clock = SystemClock()
     engine_settings = EngineSettings.from_config(config)
-    engine = Engine(store, ClaudeReplier.from_config(config, KEY_ENV), clock, engine_settings,
-                    "doomed", {}, tools=ToolBox(store, hub, clock.now))  # fmt: skip
-    await engine.ingest(IncomingMessage(KEY, "m1", "u1", "alice", ASKED))
+    frontend = RecordingFrontend()
+    owner = str(settings.get("owner", "doomed"))
+    replier = ClaudeReplier.from_config(config, KEY_ENV)
+    served = {frontend.platform: frontend}
+    tools = ToolBox(store, hub, clock.now)
+    engine = Engine(store, replier, clock, engine_settings, owner, served, tools=tools)
+    if not settings.get("serve_only"):
+        await engine.ingest(IncomingMessage(KEY, "m1", "u1", "alice", ASKED))
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     print("READY", flush=True)
-    while True:
+    while not stop.is_set():
         await engine.run_due()
-        await asyncio.sleep(0.05)
+        await engine.outbox.deliver_due()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.05)
+    await engine.shutdown(5.0)
+    await hub.close()
+    await store.close()
 
 
 if __name__ == "__main__":
