@@ -306,6 +306,7 @@ async def test_a_call_recorded_without_a_result_is_given_as_may_have_run(
     assert json.loads((await store.actions(KEY.id))[0].arguments) == TICKET.input
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("killed", ["during the call", "after its result was recorded"])
 async def test_kill_9_during_create_ticket_never_makes_a_second_ticket(
     tmp_path: Path, frontend: RecordingFrontend, server: FakeAnthropic, ledger: Path, hold: Path,
