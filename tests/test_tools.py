@@ -411,3 +411,25 @@ async def test_explain_usage_and_metrics_show_each_action(
     counts = await store.forget_conversation(KEY.id)
     assert counts["actions"] == 2
     assert all(a.arguments == "{}" and a.result == "" for a in await store.actions(KEY.id))
+
+
+async def test_max_tool_calls_caps_a_burst_and_the_last_request_writes_the_answer(
+    store: SqliteStore,
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    server: FakeAnthropic,
+    ledger: Path,
+    hold: Path,
+) -> None:
+    search = ToolUse("search_tickets", {"query": "printer"})
+    server.queue(
+        Plan(text="", tool_uses=[search]),
+        Plan(text="One search was all I could do.", tool_uses=[TICKET]),  # not offered: no call
+    )
+    config = tool_config(server, stdio_server(ledger, hold), tools_max_calls=1)
+    async with tool_engine(config, store, clock, frontend) as (engine, _):
+        await engine.ingest(said(1, "find the printer ticket, or open one"))
+        await fire(engine, clock)
+    assert server.requests[1].body["tool_choice"] == {"type": "none"}
+    assert frontend.texts() == ["One search was all I could do."]
+    assert calls_per_key(ledger) == {}

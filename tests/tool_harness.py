@@ -74,13 +74,18 @@ async def http_process(ledger: Path, hold: Path, slow: float = 0.0) -> AsyncIter
 
 
 def tool_config(
-    server: FakeAnthropic, mcp: dict[str, Any], channels: tuple[str, ...] = (), **sections: Any
+    server: FakeAnthropic,
+    mcp: dict[str, Any],
+    channels: tuple[str, ...] = (),
+    tools_max_calls: int = 8,
+    **sections: Any,
 ) -> Config:
     llm = {"base_url": server.base_url, "api_key_env": "TEST_ANTHROPIC_KEY", "max_retries": 0,
            "timeout_seconds": 20.0}  # fmt: skip
     listed = [{"platform": KEY.platform, "channel": channel, "tools": {"mcp": ["tracker"]}}
               for channel in channels or (KEY.channel,)]  # fmt: skip
-    return parse_config({"llm": llm, "tools": {"mcp": [mcp]}, "channels": listed, **sections})
+    tools = {"mcp": [mcp], "max_tool_calls": tools_max_calls}
+    return parse_config({"llm": llm, "tools": tools, "channels": listed, **sections})
 
 
 @contextlib.asynccontextmanager

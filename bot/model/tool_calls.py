@@ -95,19 +95,18 @@ class BurstTools:
     specs: dict[str, ToolSpec] = field(default_factory=dict)  # by the name the model sees
     unavailable: list[str] = field(default_factory=list)
     recorded: list[ActionRecord] = field(default_factory=list)
-    calls: int = 0  # made or given in this generation
+    keys: set[str] = field(default_factory=set)  # the burst's calls: recorded, or asked for now
 
     async def prepare(self, servers: Sequence[str], max_calls: int) -> None:
         """The tools of this conversation's servers, and the actions the burst already took."""
         self.max_calls = max_calls
         specs, self.unavailable = self.servers.tools(servers)
-        taken = {spec.name for spec in specs}
-        for spec in specs:
+        for spec in specs:  # a name two servers share is told apart by its server's
             twice = sum(s.name == spec.name for s in specs) > 1
-            name = f"{spec.server}_{spec.name}" if twice and spec.name in taken else spec.name
-            self.specs[name[:64]] = spec
+            self.specs[(f"{spec.server}_{spec.name}" if twice else spec.name)[:64]] = spec
         ref = self.burst
         self.recorded = await self.log.actions(ref.conversation_id, ref.from_version)
+        self.keys = {action.idempotency_key for action in self.recorded}
         for server in self.unavailable:
             self.emit("tool_unavailable", server=server)
 
@@ -117,7 +116,8 @@ class BurstTools:
 
     @property
     def calls_left(self) -> int:
-        return max(0, self.max_calls - len(self.recorded) - self.calls)
+        """New calls the burst may still make (`max_tool_calls`, across its generations)."""
+        return max(0, self.max_calls - len(self.keys))
 
     def params(self) -> list[dict[str, Any]]:
         """The client tools for the request, sorted by name (a stable, cacheable prefix)."""
@@ -149,12 +149,12 @@ class BurstTools:
         spec = self.specs.get(name)
         if spec is None:
             return ToolAnswer(f"no tool named {name!r} is available", is_error=True)
-        if self.calls_left <= 0:
-            return ToolAnswer("the tool call limit for this request is reached", is_error=True)
-        self.calls += 1
         shown = canonical_arguments(arguments)
         ref = self.burst
         key = idempotency_key(ref.conversation_id, ref.from_version, spec.server, spec.name, shown)
+        if key not in self.keys and self.calls_left <= 0:
+            return ToolAnswer("the tool call limit for this request is reached", is_error=True)
+        self.keys.add(key)
         if not spec.read_only and not self.window_closed.is_set():
             self.emit("tool_waiting", server=spec.server, tool=spec.name)
             await self.window_closed.wait()  # rule 4: never before the window closes
