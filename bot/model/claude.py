@@ -231,8 +231,8 @@ class ClaudeReplier:
         while True:
             left = tools.max_uses - usage.web_searches
             wrap_up = pauses > 0 and (pauses == MAX_CONTINUATIONS or left <= 0)
-            if calls is not None and rounds > 0:  # the burst's calls are used up, or the
-                wrap_up = wrap_up or calls.calls_left <= 0 or rounds >= calls.max_calls  # loop
+            if calls is not None and rounds > 0:  # no calls left, or a model that keeps asking
+                wrap_up = wrap_up or calls.calls_left <= 0 or rounds >= calls.max_calls
             trace.new_response()
             try:
                 async with asyncio.timeout(self.timeout_seconds):
