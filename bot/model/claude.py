@@ -1,5 +1,7 @@
 """Claude replies through the official SDK: one streamed Messages call per burst (a short chain
-when a server tool's loop pauses the turn: see `bot/model/web.py` and `_reply`).
+when a server tool's loop pauses the turn, see `bot/model/web.py`, or when the model asks for
+our MCP tools: each `tool_use` is made as a durable action, see `bot/model/tool_calls.py`, and
+its `tool_result` sent back in the next call of the chain).
 
 - The stream runs inside the task the engine cancels when newer input supersedes the burst; leaving
   the `async with` closes the HTTP response at once, so the provider stops generating (and billing)
