@@ -433,3 +433,30 @@ async def test_max_tool_calls_caps_a_burst_and_the_last_request_writes_the_answe
     assert server.requests[1].body["tool_choice"] == {"type": "none"}
     assert frontend.texts() == ["One search was all I could do."]
     assert calls_per_key(ledger) == {}
+
+
+async def test_a_bearer_token_never_reaches_the_log(
+    server: FakeAnthropic, caplog: pytest.LogCaptureFixture
+) -> None:
+    from bot.model.mcp_client import McpHub
+
+    secret = "tok-5ecret-value"
+    config = tool_config(server, http_server(1, token_env="TRACKER_TOKEN"))
+    hub = McpHub(config.tools.mcp, {"TRACKER_TOKEN": secret})
+    await hub.start()  # nothing listens on port 1: one warning, the token not in it
+    await hub.close()
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("mcp server tracker is unavailable" in line for line in lines)
+    assert not any(secret in line for line in lines)
+
+
+async def test_a_token_variable_that_is_not_set_is_one_config_line(server: FakeAnthropic) -> None:
+    from bot.core.errors import ConfigError
+    from bot.model.mcp_client import McpHub
+
+    config = tool_config(server, http_server(1, token_env="TRACKER_TOKEN"))
+    with pytest.raises(ConfigError) as caught:
+        await McpHub(config.tools.mcp, {}).start()
+    assert str(caught.value) == (
+        "tools.mcp.tracker.bearer_token_env: environment variable TRACKER_TOKEN is not set"
+    )
