@@ -9,7 +9,7 @@ import logging
 import signal
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from bot.arrival import Arrival
 from bot.config import Config, Reconfigurable, load_config
@@ -35,6 +35,7 @@ from bot.core.scheduler import Scheduler
 from bot.core.signals import Listener, Signals
 from bot.core.store import IngestResult, Store
 from bot.core.threads import ThreadBook
+from bot.core.tool_calls import ToolBox
 from bot.core.typing_window import author_typing
 from bot.ops.access import AccessPolicy
 from bot.ops.guards import CostGuards, limits_active
@@ -45,6 +46,9 @@ from bot.ops.reload import ReloadPlan, plan_reload
 from bot.ops.retention import Retention
 from bot.ops.usage import PriceTable
 from bot.wiring import build_store, catch_up_settings, engine_settings, make_owner
+
+if TYPE_CHECKING:
+    from bot.tool_servers import McpHub
 
 log = logging.getLogger("burstbot")
 PROMPT_CONTEXT_SECONDS = 10.0  # a front end's look-ups for the prompt (a channel's messages)
@@ -58,6 +62,19 @@ def check_wiring(frontends: list[Frontend], replier: Replier) -> None:
         abilities = (*FRONTEND_ABILITIES, Reconfigurable)
         check_abilities(frontend, f"{frontend.platform} front end", abilities)
     check_abilities(replier, "replier", (Closable,))
+
+
+def build_tools(config: Config, store: Store, clock: Clock) -> tuple[McpHub | None, ToolBox | None]:
+    """The MCP servers of `[[tools.mcp]]` (started with the process) and the engine's view of
+    them; none without servers."""
+    servers = config.tools.mcp
+    if not servers:
+        return None, None
+    from bot.tool_servers import McpHub  # the SDK is loaded only when servers are set
+
+    hub = McpHub(servers)
+    caps = {server.name: server.max_result_chars for server in servers}
+    return hub, ToolBox(store, hub, clock.now, caps)
 
 
 class DemoWiring:
@@ -90,14 +107,17 @@ class App:
         self.frontends = frontends
         self.by_platform = {f.platform: f for f in frontends}
         guards = self._cost_guards(config, access := AccessPolicy(config.access))
+        clock = clock or SystemClock()
+        self.mcp, tools = build_tools(config, store, clock)
         self.engine = Engine(
             store,
             replier,
-            clock or SystemClock(),
+            clock,
             engine_settings(config),
             owner or make_owner(config),
             self.by_platform,
             gate=guards,
+            tools=tools,
         )
         self.scheduler = Scheduler(self.engine)
         self.signals = Signals()  # the app's own events: `refused` at arrival, `reset`, ...
@@ -232,6 +252,12 @@ class App:
         """Serve until asked to stop (signal or a front end), then shut down cleanly; raise the
         error of a front end that failed for good, once everything has stopped."""
         await self.store.open()
+        if self.mcp is not None:
+            try:
+                await self.mcp.start()
+            except BaseException:
+                await self.store.close()  # an allowed tool the server does not list: exit 2
+                raise
         await self.store.listen(self.hint)
         if self.config.metrics.enabled:
             metrics = self.config.metrics
@@ -307,6 +333,8 @@ class App:
             )
         if self.metrics_server is not None:
             await self.metrics_server.stop()
+        if self.mcp is not None:
+            await self.mcp.close()
         await self.store.close()
         replier = self.engine.replier
         if declares(replier, Closable):

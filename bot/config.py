@@ -362,6 +362,8 @@ class ChannelToolsConfig(Section):
     web_search_allowed_domains: list[str] | None = None
     web_search_blocked_domains: list[str] | None = None
     web_fetch: bool | None = None
+    mcp: list[str] | None = None
+    """The `[[tools.mcp]]` servers this channel may use, by name (none unless listed here)."""
 
     @field_validator("web_search_allowed_domains", "web_search_blocked_domains")
     @classmethod
@@ -374,8 +376,57 @@ class ChannelToolsConfig(Section):
         return self
 
 
+SERVER_NAME = r"^[a-z][a-z0-9_-]{0,31}$"
+TOOL_NAME = r"^[A-Za-z0-9_-]{1,64}$"
+MAX_TOOL_RESULT_CHARS = 20_000
+"""A tool's result as the model reads it, by default: about 5,000 tokens, so one chatty tool
+cannot crowd out the conversation (the rest is cut with a note)."""
+
+
+class McpServerConfig(Section):
+    """One MCP server (`[[tools.mcp]]`): a stdio command, or a Streamable HTTP URL."""
+
+    name: str = Field(pattern=SERVER_NAME)
+    command: str | None = Field(default=None, min_length=1)
+    args: list[str] = Field(default_factory=list)
+    url: str | None = None
+    bearer_token_env: str | None = Field(default=None, min_length=1)
+    """The environment variable holding the bearer token sent to an HTTP server."""
+    allowed_tools: list[str] = Field(min_length=1)
+    """The server's tools Claude may call; each must be one the server lists at start."""
+    timeout_seconds: float = Field(default=60.0, gt=0, le=HOUR)
+    max_result_chars: int = Field(default=MAX_TOOL_RESULT_CHARS, ge=100, le=1_000_000)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        if url is None:
+            return None
+        scheme, separator, rest = url.partition("://")
+        if not separator or scheme not in ("http", "https") or not rest:
+            raise ValueError(f"{url!r} is not an http:// or https:// URL")
+        return url
+
+    @field_validator("allowed_tools")
+    @classmethod
+    def _tool_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not re.fullmatch(TOOL_NAME, name):
+                raise ValueError(f"{name!r} is not a tool name")
+        return names
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("set either command (a stdio server) or url (Streamable HTTP)")
+        if self.bearer_token_env and self.url is None:
+            raise ValueError("bearer_token_env is for a url server (a stdio server gets none)")
+        return self
+
+
 class ToolsConfig(Section):
-    """Claude's server tools (`[tools]`): web search and fetch, run and billed by Anthropic."""
+    """Claude's tools (`[tools]`): web search and fetch, run and billed by Anthropic; and the
+    MCP servers (`[[tools.mcp]]`) that channels enable by name."""
 
     web_search: bool = False
     web_search_max_uses: int = Field(default=3, ge=1, le=1000)
@@ -383,6 +434,9 @@ class ToolsConfig(Section):
     web_search_allowed_domains: list[str] = Field(default_factory=list)
     web_search_blocked_domains: list[str] = Field(default_factory=list)
     web_fetch: bool = False
+    mcp: list[McpServerConfig] = Field(default_factory=list)
+    max_tool_calls: int = Field(default=8, ge=1, le=100)
+    """MCP tool calls per burst, across its generations."""
 
     @field_validator("web_search_allowed_domains", "web_search_blocked_domains")
     @classmethod
@@ -392,6 +446,14 @@ class ToolsConfig(Section):
     @model_validator(mode="after")
     def _one_domain_list(self) -> ToolsConfig:
         _exclusive_domains(self.web_search_allowed_domains, self.web_search_blocked_domains)
+        return self
+
+    @model_validator(mode="after")
+    def _servers_named_once(self) -> ToolsConfig:
+        names = [server.name for server in self.mcp]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"tools.mcp: server {name!r} is defined twice")
         return self
 
 
@@ -478,6 +540,18 @@ class Config(Section):
                 raise ValueError(f"{where}: quiet_seconds must not exceed max_wait_seconds")
         return self
 
+    @model_validator(mode="after")
+    def _known_servers(self) -> Config:
+        known = {server.name for server in self.tools.mcp}
+        for index, channel in enumerate(self.channels):
+            for name in (channel.tools.mcp or []) if channel.tools else []:
+                if name not in known:
+                    raise ValueError(
+                        f"channels.{index}.tools.mcp: unknown server {name!r} "
+                        f"(define it in a [[tools.mcp]] entry)"
+                    )
+        return self
+
     def deprecations(self) -> list[str]:
         """Keys still accepted but ignored: one line each, logged when the config is used."""
         if self.engine.delivery_max_attempts is None:
@@ -491,7 +565,8 @@ class Config(Section):
         """Every environment variable this config reads a secret from (for log redaction)."""
         slack, discord = self.slack, self.discord
         names = [self.llm.api_key_env, slack.bot_token_env, slack.app_token_env,
-                 slack.signing_secret_env, discord.token_env, *self.logging.redact_env]  # fmt: skip
+                 slack.signing_secret_env, discord.token_env, *self.logging.redact_env,
+                 *(server.bearer_token_env or "" for server in self.tools.mcp)]  # fmt: skip
         return list(dict.fromkeys(name for name in names if name))
 
 

@@ -99,12 +99,14 @@ def build_store(config: Config) -> Store:
 
 
 def web_tools(base: ToolsConfig, over: ChannelToolsConfig | None = None) -> WebTools:
-    """Server tools: each key of a channel's `tools` table, else the global `[tools]`. A channel
-    that sets either domain list sets both (the two are exclusive)."""
+    """Server tools: each key of a channel's `tools` table, else the global `[tools]`; MCP
+    servers only from the channel's own `mcp` list (a channel or DM not listed gets none). A
+    channel that sets either domain list sets both (the two are exclusive)."""
     if over is None:
         return WebTools(base.web_search, base.web_search_max_uses,
                         tuple(base.web_search_allowed_domains),
-                        tuple(base.web_search_blocked_domains), base.web_fetch)  # fmt: skip
+                        tuple(base.web_search_blocked_domains), base.web_fetch,
+                        max_tool_calls=base.max_tool_calls)  # fmt: skip
     allowed, blocked = over.web_search_allowed_domains, over.web_search_blocked_domains
     if allowed is None and blocked is None:
         allowed, blocked = base.web_search_allowed_domains, base.web_search_blocked_domains
@@ -114,6 +116,8 @@ def web_tools(base: ToolsConfig, over: ChannelToolsConfig | None = None) -> WebT
         tuple(allowed or ()),
         tuple(blocked or ()),
         base.web_fetch if over.web_fetch is None else over.web_fetch,
+        tuple(over.mcp or ()),
+        base.max_tool_calls,
     )
 
 

@@ -29,7 +29,8 @@ class RetentionSteps(StoreSeam[Conn]):
         """Erase a person's messages (text, name, id) everywhere, or on one platform."""
         params = {"user": user_id, "platform": platform}
         files = await self._forget_files("user_files", params)
-        counts = await self._counts(("messages", "held", "generations"), "forget_user", params)
+        tables = ("messages", "held", "generations", "actions")
+        counts = await self._counts(tables, "forget_user", params)
         return {**counts, "files": files}
 
     async def forget_conversation(self, conversation_id: str) -> dict[str, int]:
@@ -38,7 +39,7 @@ class RetentionSteps(StoreSeam[Conn]):
         params = {"cid": conversation_id}
         await self._rows("reset_history", params)
         files = await self._forget_files("conversation_files", params)
-        tables = ("messages", "replies", "held", "generations")
+        tables = ("messages", "replies", "held", "generations", "actions")
         counts = await self._counts(tables, "forget_conversation", params)
         await self._rows("forget_conversation_notes", params)  # the viewed channel, a title
         unsent = await self._rows("unsent_replies", params)

@@ -33,6 +33,7 @@ from bot.core.errors import StoreError
 from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited
 from bot.core.store import ConversationSummary, IngestResult, OutboxRow, Timing
 from storage import rows as codec
+from storage.actions import ActionSteps
 from storage.backlog import BacklogSteps
 from storage.drafts import DraftSteps
 from storage.files import FileSteps
@@ -54,6 +55,7 @@ class SqlStore(
     DraftSteps[Conn],
     NoteSteps[Conn],
     NoticeSteps[Conn],
+    ActionSteps[Conn],
 ):
     MIGRATIONS: ClassVar[Sequence[str]]
 

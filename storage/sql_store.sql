@@ -465,6 +465,51 @@ RETURNING id;
 -- name: forget_conversation_notes
 DELETE FROM conversation_notes WHERE conversation_id = :cid;
 
+-- name: forget_conversation_actions
+-- Tool arguments and results carry what people asked and what the tools found; the record of
+-- the call (its key, tool and times) stays, so an erased call is still never repeated.
+UPDATE actions SET arguments = '{}', result = CASE WHEN result IS NULL THEN NULL ELSE '' END
+WHERE conversation_id = :cid AND (arguments != '{}' OR result != '')
+RETURNING idempotency_key;
+
+-- name: forget_user_actions
+UPDATE actions SET arguments = '{}', result = CASE WHEN result IS NULL THEN NULL ELSE '' END
+WHERE user_id = :user AND (arguments != '{}' OR result != '')
+  AND (CAST(:platform AS TEXT) IS NULL
+       OR conversation_id IN (SELECT id FROM conversations WHERE platform = :platform))
+RETURNING idempotency_key;
+
+-- tool actions (storage/actions.py) -------------------------------------------------------------
+-- name: begin_action
+-- Fenced like a reply: recorded only while the lease token is current; a key the burst already
+-- recorded (an earlier generation made this call) inserts nothing.
+INSERT INTO actions (conversation_id, idempotency_key, from_version, to_version, lease_token,
+                     server, tool, arguments, read_only, tool_use_id, user_id, started_at, ordinal)
+SELECT :cid, :key, :from_version, :to_version, :token, :server, :tool, :arguments, :read_only,
+       :tool_use_id, :user_id, :started_at,
+       (SELECT COUNT(*) FROM actions WHERE conversation_id = :cid)
+FROM conversations WHERE id = :cid AND lease_token = :token AND lease_owner IS NOT NULL
+ON CONFLICT (conversation_id, idempotency_key) DO NOTHING
+RETURNING idempotency_key;
+
+-- name: action
+SELECT * FROM actions WHERE conversation_id = :cid AND idempotency_key = :key;
+
+-- name: finish_action
+-- A result is written once: a call's record with a result never changes.
+UPDATE actions SET finished_at = :now, result = :result, failed = :failed
+WHERE conversation_id = :cid AND idempotency_key = :key AND finished_at IS NULL
+RETURNING idempotency_key;
+
+-- name: actions
+SELECT * FROM actions
+WHERE conversation_id = :cid
+  AND (CAST(:from_version AS BIGINT) IS NULL OR from_version = :from_version)
+ORDER BY started_at, ordinal;
+
+-- name: actions_since
+SELECT * FROM actions WHERE started_at >= :since ORDER BY started_at, ordinal;
+
 -- name: backlog
 -- For the gauges: replies waiting in the outbox, and the oldest unanswered message's arrival;
 -- replies that failed for good (waiting for `burstbot retry`).
@@ -692,3 +737,29 @@ CREATE TABLE conversation_notes (
     noted_at          FLOAT8 NOT NULL,
     PRIMARY KEY (conversation_id, name)
 );
+
+-- name: migration_13
+-- Tool calls as durable actions (docs/tools.md): recorded, fenced by the lease token, before the
+-- call runs, under the idempotency key derived from the burst and the call, and the result once it
+-- returns. A later generation of the burst (`from_version`) is given them instead of repeating.
+CREATE TABLE actions (
+    conversation_id   TEXT NOT NULL,
+    idempotency_key   TEXT NOT NULL,
+    from_version      BIGINT NOT NULL,
+    to_version        BIGINT NOT NULL,
+    lease_token       BIGINT NOT NULL,
+    server            TEXT NOT NULL,
+    tool              TEXT NOT NULL,
+    arguments         TEXT NOT NULL,
+    read_only         BOOLEAN NOT NULL,
+    tool_use_id       TEXT NOT NULL,
+    user_id           TEXT NOT NULL,
+    started_at        FLOAT8 NOT NULL,
+    finished_at       FLOAT8,
+    result            TEXT,
+    failed            BOOLEAN NOT NULL DEFAULT FALSE,
+    ordinal           BIGINT NOT NULL,
+    PRIMARY KEY (conversation_id, idempotency_key)
+);
+CREATE INDEX actions_burst ON actions(conversation_id, from_version, started_at);
+CREATE INDEX actions_user ON actions(user_id);

@@ -19,6 +19,10 @@ object with HTTP 200), text blocks carrying `citations_delta`, `pause_turn` when
 offers the `web_search` tool and `tool_choice` allows tools; searches past the tool's `max_uses`
 answer `max_uses_exceeded` and are not billed.
 
+Client tools (MCP tools burstbot runs) are asked for as the API asks: after the text, a `tool_use`
+block each (input `{}`, then the arguments as `input_json_delta`) and `stop_reason: tool_use`;
+like the API, only tools the request offers, and none when `tool_choice` is none.
+
 Standalone: `python -m testkit.fake_anthropic --port 8765` (one line per request on stdout;
 `--show-system` adds its system prompt).
 """
@@ -83,6 +87,14 @@ class Fetch:
 
 
 @dataclass
+class ToolUse:
+    """One client tool call the model asks for (a tool the request must offer by name)."""
+
+    name: str
+    input: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Plan:
     """What the server does with one request."""
 
@@ -103,6 +115,7 @@ class Plan:
     fetches: list[Fetch] = field(default_factory=list)  # pages read before the searches
     cited: list[tuple[str, str]] = field(default_factory=list)  # (text, url): cited blocks after it
     stop_reason: str | None = None  # e.g. "pause_turn" (the server's tool loop ran long)
+    tool_uses: list[ToolUse] = field(default_factory=list)  # client tools asked for after the text
 
 
 @dataclass
@@ -395,6 +408,26 @@ class FakeAnthropic:
             record.deltas_sent += 1
             record.delta_times.append(time.monotonic())
         await send("content_block_stop", {"type": "content_block_stop", "index": text_index})
+        asked = [use for use in plan.tool_uses if _offers_tool(recorded.body, use.name)]
+        for number, use in enumerate(asked):
+            text_index += 1
+            tool_id = f"toolu_{len(self.requests):02d}{number:02d}"
+            use_block: dict[str, Any] = {
+                "type": "tool_use",
+                "id": tool_id,
+                "name": use.name,
+                "input": {},
+            }
+            await send("content_block_start", {"type": "content_block_start", "index": text_index,
+                                               "content_block": use_block})  # fmt: skip
+            arguments = json.dumps(use.input)
+            for part in (arguments[: len(arguments) // 2], arguments[len(arguments) // 2 :]):
+                delta = {"type": "input_json_delta", "partial_json": part}
+                event = {"type": "content_block_delta", "index": text_index, "delta": delta}
+                await send("content_block_delta", event)
+            await send("content_block_stop", {"type": "content_block_stop", "index": text_index})
+        if asked:
+            record.stop_reason = "tool_use"
         results = self._titles  # a citation names its result's title
         for text, url in plan.cited:
             text_index += 1
@@ -547,6 +580,17 @@ def _offers(body: dict[str, Any], kind: str, any_choice: bool = False) -> bool:
     return offered and (any_choice or (body.get("tool_choice") or {}).get("type") != "none")
 
 
+def _offers_tool(body: dict[str, Any], name: str) -> bool:
+    """A client tool (no `type`, or `custom`) of that name is offered and may be used."""
+    if (body.get("tool_choice") or {}).get("type") == "none":
+        return False
+    return any(
+        isinstance(tool, dict) and tool.get("name") == name
+        and tool.get("type", "custom") == "custom" and "input_schema" in tool
+        for tool in body.get("tools") or []
+    )  # fmt: skip
+
+
 def _offers_search(body: dict[str, Any], any_choice: bool = False) -> bool:
     return _offers(body, "web_search_", any_choice)
 
@@ -600,8 +644,30 @@ def _error(
     return web.json_response(body, status=status, headers=headers)
 
 
-async def _serve(port: int, reply: str | None, delay: float, show_system: bool = False) -> None:
+def _tool_plan(request: RecordedRequest, tool_use: ToolUse) -> Plan:
+    """`--tool-use`: ask for the tool while the last turn has no result, then say what it gave."""
+    content = request.messages[-1]["content"] if request.messages else ""
+    results = [] if isinstance(content, str) else [
+        b for b in content if b.get("type") == "tool_result"
+    ]  # fmt: skip
+    if not results:
+        return Plan(text="On it.", tool_uses=[tool_use])
+    said = results[-1].get("content")
+    return Plan(text=f"Done: {said if isinstance(said, str) else json.dumps(said)}")
+
+
+async def _serve(
+    port: int,
+    reply: str | None,
+    delay: float,
+    show_system: bool = False,
+    tool_use: ToolUse | None = None,
+) -> None:
     def log(request: RecordedRequest) -> None:
+        if tool_use is not None:
+            server.queue(_tool_plan(request, tool_use))
+            print(f"request {len(server.requests)}: tools {json.dumps(request.body.get('tools'))}")
+            return
         print(f"request {len(server.requests)}: {json.dumps(request.last_user_text)}", flush=True)
         if show_system:
             system = "\n".join(block.get("text", "") for block in request.system_blocks)
@@ -623,9 +689,15 @@ def main() -> None:
     parser.add_argument("--reply", help="fixed reply text (default: echo the last user turn)")
     parser.add_argument("--delay", type=float, default=0.0, help="seconds between words")
     parser.add_argument("--show-system", action="store_true", help="print each system prompt")
+    asked = "NAME=JSON: ask for this client tool (if offered), then answer with its result"
+    parser.add_argument("--tool-use", help=asked)
     args = parser.parse_args()
+    tool_use = None
+    if args.tool_use:
+        name, _, arguments = args.tool_use.partition("=")
+        tool_use = ToolUse(name, json.loads(arguments or "{}"))
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(args.port, args.reply, args.delay, args.show_system))
+        asyncio.run(_serve(args.port, args.reply, args.delay, args.show_system, tool_use))
 
 
 if __name__ == "__main__":

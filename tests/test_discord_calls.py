@@ -23,7 +23,6 @@ import discord
 import pytest
 
 from adapters.discord import DiscordFrontend, commands
-from testkit.clock import FakeClock
 from bot.core.errors import (
     BurstbotError,
     ConfigError,
@@ -34,6 +33,7 @@ from bot.core.errors import (
     RetryableDeliveryError,
 )
 from bot.core.events import ConversationKey, Draft, Reply
+from testkit.clock import FakeClock
 from testkit.fake_discord import FakeDiscord, frontend_for
 from tests.failing_network import Answer, answering, refusing, resetting, silent
 

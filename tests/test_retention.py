@@ -110,14 +110,14 @@ def test_forget_from_the_command_line(tmp_path: Path) -> None:
     asyncio.run(prepared(tmp_path / "burstbot.db"))
     user = burstbot(["forget", "--user", "test:bob"], tmp_path)  # the burst's last author
     assert user.returncode == 0, user.stderr
-    line = "forget user test:bob: erased 1 messages, 0 held, 1 generations, 0 files"
+    line = "forget user test:bob: erased 1 messages, 0 held, 1 generations, 0 actions, 0 files"
     assert user.stdout.strip() == line
     assert line in user.stderr  # logged too (a warning: the default level shows it)
     assert stored_text(tmp_path) == (["text 1", ""], ["reply to: text 1 | text 2"])
     conversation = burstbot(["forget", "--conversation", KEY.id], tmp_path)
     assert conversation.stdout.strip() == (
         f"forget conversation {KEY.id}: erased 1 messages, 1 replies, 0 held, 0 generations, "
-        "0 files, 0 unsent replies kept"
+        "0 actions, 0 files, 0 unsent replies kept"
     )
     assert stored_text(tmp_path) == (["", ""], [""])
     neither = burstbot(["forget"], tmp_path)

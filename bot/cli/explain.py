@@ -1,7 +1,8 @@
 """`burstbot explain CONVERSATION`: one conversation's story, rebuilt from stored data.
 
 received → (burst) → lease → generation with tokens (and each web search it ran: query, results
-or error) → superseded / posted / failed, in time order. Every line comes from a row: messages,
+or error; and each tool action: tool, shortened arguments, outcome, duration, the generation's
+lease) → superseded / posted / failed, in time order. Every line comes from a row: messages,
 generations and the outbox. A message that came in through catch-up (sent while no process
 listened) or waited for its thread to be looked up says so.
 Stored text is shown through `printable` (no terminal escapes from chat users); with `redact`,
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from bot.core.actions import ActionLog, ActionRecord
 from bot.core.events import ConversationKey
 from bot.core.store import (
     UNFINISHED,
@@ -104,6 +106,18 @@ def _generation_events(
     ]
 
 
+def _action_line(a: ActionRecord, redact: bool) -> str:
+    arguments = f"[{len(a.arguments)} chars]" if redact else _preview(a.arguments, False)
+    outcome = {
+        "done": f"done in {a.duration or 0.0:.2f}s",
+        "failed": f"failed in {a.duration or 0.0:.2f}s",
+        "unknown": "outcome unknown: may have run (never repeated)",
+    }[a.state]
+    kind = "read-only" if a.read_only else "with effect"
+    where = f"{printable(a.server)}.{printable(a.tool)}"
+    return f"tool      {where} {arguments} ({kind}) → {outcome}; lease #{a.lease_token}"
+
+
 def _reply_events(r: OutboxRow, redact: bool) -> list[tuple[float, int, str]]:
     covers = _versions(r.covers_from_version, r.covers_to_version)
     if r.kind == "notice":  # a refused message's: it covers none
@@ -158,6 +172,9 @@ async def explain_lines(
     for generation in await inspector.generations(conversation_id):
         at = committed.get(generation.to_version) if generation.outcome == "posted" else None
         events += _generation_events(generation, at, redact)
+    if isinstance(inspector, ActionLog):
+        for action in await inspector.actions(conversation_id):
+            events.append((action.started_at, 1, _action_line(action, redact)))
     for reply in replies:
         events += _reply_events(reply, redact)
     events.sort(key=lambda e: (e[0], e[1]))

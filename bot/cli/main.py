@@ -176,13 +176,16 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
                     return EXIT_USAGE
                 lines = [await requeue_conversation(store, conversation, now)]
         elif command == "usage":
-            from bot.ops.usage import PriceTable, summarize, usage_lines
+            from bot.core.actions import ActionLog
+            from bot.ops.usage import PriceTable, summarize, tool_call_lines, usage_lines
 
             since = args.since_at
             rows, total = summarize(
                 await store.generations(), PriceTable(config.prices), args.by, since
             )
             lines = usage_lines(rows, total, args.by, since)
+            if isinstance(store, ActionLog):
+                lines += tool_call_lines(await store.actions_since(since or 0.0))
         else:
             try:
                 cid = normalize_conversation_id(args.conversation)

@@ -59,6 +59,7 @@ from bot.core.store import (
 )
 from bot.core.streaming import Drafts, Stream
 from bot.core.supervisor import Supervision, Supervisor
+from bot.core.tool_calls import ToolBox
 
 log = logging.getLogger("burstbot.engine")
 
@@ -77,8 +78,10 @@ class Engine:
         owner: str,
         frontends: Mapping[str, Frontend] | None = None,
         gate: BurstGate | None = None,
+        tools: ToolBox | None = None,
     ) -> None:
         self.store = store
+        self.tools = tools
         self.replier = replier
         self.clock = clock
         self.settings = settings
@@ -276,7 +279,10 @@ class Engine:
         history = await self.store.history(cid, lease.answered_version, HISTORY_LIMIT)
         usage = Usage()
         self._emit("generating", conversation=cid, version=lease.version, burst=len(burst.messages))
-        prompted = self.prompts.generate(self.replier, burst.key, history, burst.messages, usage)
+        calls = None if self.tools is None else self.tools.for_burst(burst, self.signals.emit)
+        prompted = self.prompts.generate(
+            self.replier, burst.key, history, burst.messages, usage, calls
+        )
         generation = asyncio.create_task(prompted)
         stream = self.drafts.follow(burst, usage, generation)  # G10: shown as it grows
         try:

@@ -22,6 +22,7 @@ from bot.core.events import ConversationKey
 from bot.core.replier import BurstMessage, Prompt, Replier, Turn, Usage, Voice
 from bot.core.settings import EngineSettings
 from bot.core.store import HistoryItem, StoredMessage
+from bot.core.tool_calls import BurstTools
 
 MAX_IMAGES = 100
 MIN_TEXT_TOKENS = 250  # less room than this: a note instead of a stub of the file
@@ -148,6 +149,7 @@ class PromptStep:
         history: Sequence[HistoryItem],
         burst: Sequence[StoredMessage],
         usage: Usage,
+        calls: BurstTools | None = None,
     ) -> str:
         settings = self.settings()
         max_tokens = settings.max_context_tokens
@@ -161,4 +163,7 @@ class PromptStep:
         prompt = build_prompt(
             voice, history, burst, max_tokens, burst_files, history_files, max_bytes
         )
+        if calls is not None and voice.tools.mcp:
+            await calls.prepare(voice.tools.mcp, voice.tools.max_tool_calls)
+            prompt = replace(prompt, calls=calls)
         return await replier.generate(prompt, usage)

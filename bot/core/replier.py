@@ -9,12 +9,25 @@ Failures are raised as `RetryableReplierError` or `PermanentReplierError` (`bot/
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, SupportsIndex
+from typing import TYPE_CHECKING, Literal, Protocol, SupportsIndex
 
 from bot.core.attachments import LoadedFile
 from bot.core.store import WebSearch as WebSearch  # reported as the store keeps them
+
+if TYPE_CHECKING:
+    from bot.core.tool_calls import BurstTools
+
+
+_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]<>()#+!|~])")
+
+
+def escape_markdown(text: str) -> str:
+    """Text shown as is inside Markdown (a source's title, a search query, a tool's name): one
+    line, every character that could start formatting or a link escaped."""
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", " ".join(text.split()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +67,8 @@ class WebTools:
     allowed_domains: tuple[str, ...] = ()
     blocked_domains: tuple[str, ...] = ()
     web_fetch: bool = False
+    mcp: tuple[str, ...] = ()  # the MCP servers (`[[tools.mcp]]` names) the channel enabled
+    max_tool_calls: int = 8  # MCP tool calls per burst, across its generations
 
     @property
     def any(self) -> bool:
@@ -82,6 +97,7 @@ class Prompt:
     model: str | None = None
     max_tokens: int | None = None
     tools: WebTools = NO_TOOLS
+    calls: BurstTools | None = None  # the conversation's MCP tools, each call a durable action
 
     def burst_text(self) -> str:
         """The final user turn: every message of the burst, each labelled with its author."""
@@ -159,6 +175,7 @@ class Usage:
     model: str = ""  # the model that answered, as the replier knows it (usage reports)
     streamed: StreamedText = field(default_factory=StreamedText)
     web_searches: int = 0  # billed searches, as the API reports them (`server_tool_use`)
+    tool_calls: int = 0  # MCP tool calls asked for (made, or given from the burst's record)
     searches: list[WebSearch] = field(default_factory=list)
     activity: str = ""
     steps: list[SearchStep] = field(default_factory=list)

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from bot.core.actions import ActionLog
 from bot.core.events import Draft, IncomingMessage, MessageDeleted, MessageEdited
 from bot.core.notes import NoteBook
 from bot.core.records import (
@@ -88,7 +89,7 @@ __all__ = [
 ]
 
 
-class Store(NoteBook, Protocol):
+class Store(NoteBook, ActionLog, Protocol):
     # lifecycle -----------------------------------------------------------------------------
     async def open(self) -> None:
         """Connect and run pending migrations."""

@@ -1,5 +1,7 @@
 """Claude replies through the official SDK: one streamed Messages call per burst (a short chain
-when a server tool's loop pauses the turn: see `bot/model/web.py` and `_reply`).
+when a server tool's loop pauses the turn, see `bot/model/web.py`, or when the model asks for
+our MCP tools: each `tool_use` is made as a durable action, see `bot/core/tool_calls.py`, and
+its `tool_result` sent back in the next call of the chain).
 
 - The stream runs inside the task the engine cancels when newer input supersedes the burst; leaving
   the `async with` closes the HTTP response at once, so the provider stops generating (and billing)
@@ -37,11 +39,13 @@ from anthropic.types import (
     MessageParam,
     PlainTextSourceParam,
     TextBlockParam,
+    ToolUnionParam,
 )
 
 from bot.core.attachments import LoadedFile
 from bot.core.errors import PermanentReplierError, ReplierError, RetryableReplierError
 from bot.core.replier import Closable, Prompt, Usage
+from bot.core.tool_calls import tool_round, unavailable_note, with_actions
 from bot.model.web import ToolTrace, tool_params
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
@@ -203,12 +207,17 @@ class ClaudeReplier(Closable):
         what is left of the burst's budget; once it is spent (or the cap reached) a last call
         without tools (`tool_choice` none) writes the answer from what was found."""
         system, messages = to_messages(prompt)
-        tools, trace = prompt.tools, ToolTrace(usage)
+        tools, trace, calls = prompt.tools, ToolTrace(usage), prompt.calls
+        if calls is not None:
+            system, messages = with_actions(calls, system, messages)
         parts: list[str] = []
         stop_reason: str | None = None
-        for continuation in range(MAX_CONTINUATIONS + 1):
+        pauses = rounds = 0
+        while True:
             left = tools.max_uses - usage.web_searches
-            wrap_up = continuation > 0 and (continuation == MAX_CONTINUATIONS or left <= 0)
+            wrap_up = pauses > 0 and (pauses == MAX_CONTINUATIONS or left <= 0)
+            if calls is not None and rounds > 0:  # no calls left, or a model that keeps asking
+                wrap_up = wrap_up or calls.calls_left <= 0 or rounds >= calls.max_calls
             trace.new_response()
             try:
                 async with asyncio.timeout(self.timeout_seconds):
@@ -219,8 +228,13 @@ class ClaudeReplier(Closable):
                 raise RetryableReplierError(
                     f"no complete reply from the Claude API within {self.timeout_seconds:g}s"
                 ) from None
+            if stop_reason == "tool_use" and calls is not None and not wrap_up:
+                rounds += 1  # our tools: make the calls, hand back their results, go on
+                messages = await tool_round(calls, messages, trace.content(), usage)
+                continue
             if stop_reason != "pause_turn" or wrap_up:
                 break
+            pauses += 1
             paused = cast(list[ContentBlockParam], trace.content())
             if messages[-1]["role"] == "assistant":
                 previous = cast(list[ContentBlockParam], messages[-1]["content"])
@@ -233,7 +247,7 @@ class ClaudeReplier(Closable):
             raise PermanentReplierError("Claude declined to answer this burst")
         if text and stop_reason == "max_tokens" and self.cut_note:
             text = f"{text}\n\n{self.cut_note}"
-        footer = trace.footer()
+        footer = "\n\n".join(f for f in (trace.footer(), unavailable_note(calls)) if f)
         return f"{text}\n\n{footer}" if text and footer else text
 
     async def _stream(
@@ -253,6 +267,8 @@ class ClaudeReplier(Closable):
         finished = False
         usage.model = prompt.model or self.model
         tools = tool_params(prompt.tools, prompt.tools.max_uses - usage.web_searches)
+        if prompt.calls is not None:
+            tools = [*tools, *cast(list[ToolUnionParam], prompt.calls.params())]
         stream = await self.client.messages.create(
             model=usage.model,
             max_tokens=prompt.max_tokens or self.max_tokens,

@@ -28,14 +28,13 @@ from anthropic.types import (
     WebSearchTool20250305Param,
 )
 
-from bot.core.replier import SearchStep, Usage, WebSearch, WebTools
+from bot.core.replier import SearchStep, Usage, WebSearch, WebTools, escape_markdown
 from bot.core.store import UNFINISHED
 
 SEARCH_TOOL = "web_search_20250305"
 FETCH_TOOL = "web_fetch_20250910"
 MAX_SOURCES = 5
 _URL = re.compile(r"https?://[^\s<>]+", re.IGNORECASE)
-_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]<>()#+!|~])")
 
 
 def tool_params(tools: WebTools, searches_left: int) -> list[ToolUnionParam]:
@@ -57,12 +56,6 @@ def tool_params(tools: WebTools, searches_left: int) -> list[ToolUnionParam]:
             search["blocked_domains"] = sorted(tools.blocked_domains)
         params.append(search)
     return params
-
-
-def escape_markdown(text: str) -> str:
-    """Text shown as is inside Markdown (a source's title, a search query): one line, every
-    character that could start formatting or a link escaped."""
-    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", " ".join(text.split()))
 
 
 def searching_line(query: str) -> str:
@@ -109,8 +102,11 @@ class ToolTrace:
     def started(self, event: RawContentBlockStartEvent) -> None:
         block = event.content_block
         self.blocks[event.index] = block.model_dump(mode="json", exclude_none=True)
-        self.worked = self.worked or block.type in ("server_tool_use", "web_search_tool_result")
-        if block.type == "server_tool_use":
+        worked = ("server_tool_use", "web_search_tool_result", "tool_use")
+        self.worked = self.worked or block.type in worked
+        if block.type == "tool_use":  # a client tool (MCP): its input streams as JSON
+            self._json[event.index] = ""
+        elif block.type == "server_tool_use":
             self._json[event.index] = ""
             if block.name == "web_search":  # recorded at once: what the draft shows is kept
                 self._pending[block.id] = len(self.usage.searches)

@@ -69,6 +69,19 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.tool_calls = Counter(
+            "burstbot_tool_calls",
+            "MCP tool calls by server and outcome: done, failed, unknown (may have run), "
+            "unavailable, given (an earlier generation of the burst had made it)",
+            ["server", "outcome"],
+            registry=r,
+        )
+        self.tools_unavailable = Counter(
+            "burstbot_tool_servers_unavailable",
+            "Generations that had to leave out a server's tools because it was down",
+            ["server"],
+            registry=r,
+        )
         self.web_searches = Counter(
             "burstbot_web_searches",
             "Web searches the model ran (billed per search, included in the estimated cost)",
@@ -131,6 +144,10 @@ class Metrics:
             if fields.get("outcome") in WASTED_OUTCOMES:
                 self.tokens.labels("wasted").inc(output)
             self._count_model_usage(fields)
+        elif name == "tool_call":
+            self.tool_calls.labels(str(fields.get("server")), str(fields.get("outcome"))).inc()
+        elif name == "tool_unavailable":
+            self.tools_unavailable.labels(str(fields.get("server"))).inc()
         elif name == "refused":
             stage = str(fields.get("stage", ""))
             self.refused.labels(stage, str(fields.get("reason", ""))).inc()

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from bot.config import PriceConfig
+from bot.core.actions import ActionRecord
 from bot.core.events import ConversationKey
 from bot.core.store import GenerationRecord
 
@@ -177,3 +178,22 @@ def _cells(row: UsageRow) -> tuple[str, ...]:
     numbers = (row.generations, row.input, row.output, row.cache_read, row.cache_write, row.wasted,
                row.searches)  # fmt: skip
     return (row.key, *(f"{n:,}" for n in numbers), cost)
+
+
+def tool_call_lines(actions: Iterable[ActionRecord], since: float = 0.0) -> list[str]:
+    """Tool calls per server (each made once per burst; given again to later generations at no
+    cost), with the calls whose outcome is unknown."""
+    counts: dict[str, list[int]] = {}
+    for action in actions:
+        if action.started_at < since:
+            continue
+        row = counts.setdefault(action.server, [0, 0, 0])
+        row[0] += 1
+        row[1] += action.state == "failed"
+        row[2] += action.state == "unknown"
+    if not counts:
+        return []
+    lines = ["", "tool calls (MCP), by server:"]
+    for server, (calls, failed, unknown) in sorted(counts.items()):
+        lines.append(f"  {server}: {calls:,} call(s), {failed:,} failed, {unknown:,} may have run")
+    return lines

@@ -57,6 +57,9 @@
  * With -DSTREAMING -DDISCORD:
  *   MUTANT_NONCE_PAST_WINDOW     a draft is posted again with its key past the nonce     G10
  *                       window (Discord makes a second message), not looked up
+ * With -DACTIONS (a generation makes one tool call with an effect; see the ACTIONS block):
+ *   MUTANT_ACTION_UNRECORDED     the call runs before it is recorded (its record is written G14
+ *                       with the result): a crash or supersede in between hides it
  */
 
 #ifndef NMSG
@@ -99,6 +102,11 @@
 #else
 #define CHECK_G10 skip
 #define CHECK_G10_QUIET skip
+#endif
+#if !defined(ONLY) || ONLY == 14
+#define CHECK_G14 assert(G14_action_at_most_once)
+#else
+#define CHECK_G14 skip
 #endif
 
 /* reply states */
@@ -629,6 +637,23 @@ inline skip_commit(w) {
 #define FAILS(w, k) k_state[k] = K_LOST
 #endif
 
+#if defined(ACTIONS)
+/* tool actions (G14), per burst key (the answered version a lease saw): recorded, result
+   recorded, and the server's own count of calls; per worker, its action's step and the lease
+   token it belongs to (a new lease, after a crash or release, starts with no action) */
+#define A_NONE     0
+#define A_RECORDED 1   /* recorded (or, in the mutant, about to run unrecorded) */
+#define A_CALLED   2   /* the call reached the server; its result not recorded yet */
+#define A_GIVEN    3   /* done, or given from the record */
+bool a_rec[NMSG + 1];
+bool a_res[NMSG + 1];
+byte a_calls[NMSG + 1];
+byte a_pc[NW];
+byte a_tok[NW];
+hidden byte G14_action_at_most_once;
+#define ACT(w) (a_tok[w] == g_tok[w] -> a_pc[w] : A_NONE)
+#endif
+
 proctype Gen(byte w) {
 end:
   do
@@ -731,6 +756,40 @@ end:
        :: else -> h_dl = 0
        fi;
        d_step { skip_commit(w) } }
+#endif
+#if defined(ACTIONS)
+  /* G14: the generation's one tool call with an effect (`create_ticket`), made only inside the
+     generation (after the window closed). Its key is the burst's: (conversation, answered
+     version at the lease), so every generation of one burst has the same key. Record it fenced
+     by the lease token (`begin_action`); a key already recorded is given, never run again; then
+     the call reaches the server; then its result is recorded (`finish_action`). A crash,
+     supersede or lost lease may fall between any two steps. The mutant runs the call first and
+     writes the record with the result. */
+  :: d_step { g_pc[w] == G_GEN && ACT(w) == A_NONE && lease_token == g_tok[w] && lease_owner == w + 1 ->
+       a_tok[w] = g_tok[w];
+       if
+       :: a_rec[g_ans[w]] ->
+          printf("%c: action of burst %d recorded already: given, not run\n", 65 + w, g_ans[w]);
+          a_pc[w] = A_GIVEN
+#if defined(MUTANT_ACTION_UNRECORDED)
+       :: else -> a_pc[w] = A_RECORDED
+#else
+       :: else ->
+          a_rec[g_ans[w]] = true;
+          printf("%c: action of burst %d recorded\n", 65 + w, g_ans[w]);
+          a_pc[w] = A_RECORDED
+#endif
+       fi }
+  :: d_step { g_pc[w] == G_GEN && ACT(w) == A_RECORDED ->
+       a_calls[g_ans[w]]++;
+       printf("%c: create_ticket runs for burst %d (call %d)\n", 65 + w, g_ans[w], a_calls[g_ans[w]]);
+       G14_action_at_most_once = (a_calls[g_ans[w]] <= 1);
+       CHECK_G14;
+       a_pc[w] = A_CALLED }
+  :: d_step { g_pc[w] == G_GEN && ACT(w) == A_CALLED ->
+       a_rec[g_ans[w]] = true;
+       a_res[g_ans[w]] = true;
+       a_pc[w] = A_GIVEN }
 #endif
   /* 5. Generation done (its text streamed): final check + commit. Whether the deadline has
      passed is the worker's reading of the clock; it matters only when newer input exists. */

@@ -76,7 +76,7 @@ async def test_forget_user_erases_their_text_everywhere_and_only_theirs(store: S
     await answer(store, OLD + 2, "answer")
     await store.ingest(said(3, "u1", OTHER), OLD + 3, T)
     counts = await store.forget_user("u1", None)
-    assert counts == {"messages": 2, "held": 0, "generations": 1, "files": 0}
+    assert counts == {"messages": 2, "held": 0, "generations": 1, "actions": 0, "files": 0}
     messages = await store.messages(KEY.id)
     assert [(m.author_id, m.author_name, m.text, m.deleted) for m in messages] == [
         ("", "", "", True), ("u2", "name-u2", "text 2", False),
@@ -104,8 +104,8 @@ async def test_forget_conversation_erases_messages_and_posted_replies(store: Sto
     await answer(store, OLD + 5, "waiting in the outbox")
     await store.ingest(said(3, "u9", OTHER), OLD, T)
     counts = await store.forget_conversation(KEY.id)
-    assert counts == {"messages": 2, "replies": 1, "held": 0, "generations": 2, "files": 0,
-                      "unsent_replies_kept": 1}  # fmt: skip
+    assert counts == {"messages": 2, "replies": 1, "held": 0, "generations": 2, "actions": 0,
+                      "files": 0, "unsent_replies_kept": 1}  # fmt: skip
     searches = [(g.searches, g.usage.web_searches) for g in await store.generations(KEY.id)]
     assert searches == [((), 1), ((), 1)]  # the queries go, the count stays (it was billed)
     assert {m.text for m in await store.messages(KEY.id)} == {""}

@@ -1,0 +1,247 @@
+"""MCP servers through the official `mcp` SDK: one session per server per process.
+
+- Each server has a runner task that owns its transport and session (the SDK's context managers
+  must open and close in one task): it connects (a stdio child process, or Streamable HTTP with
+  the bearer token from the environment), initializes, lists the tools, then holds the session
+  until a call finds it broken; it reconnects with capped, jittered backoff.
+- At start, an allowed tool the server does not list (or a token variable that is not set) is a
+  config mistake (one line, exit 2); found on a later reconnect, it is a warning like an outage.
+  A server that cannot be reached is not a mistake: it gets one warning line, its tools are left
+  out of prompts (the answer says so), and the runner keeps trying; its recovery gets one info
+  line.
+- A call that gets no answer (the connection broke, the timeout passed) is `OutcomeUnknown`:
+  it may have run. A call that could not be sent is `ToolUnavailable`.
+- The bearer token is read from the environment when connecting and never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx2
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from bot.config import McpServerConfig, require_secret
+from bot.core.errors import ConfigError
+from bot.core.tools import (
+    OutcomeUnknown,
+    ToolOutput,
+    ToolSpec,
+    ToolUnavailable,
+    idempotency_argument,
+)
+
+log = logging.getLogger("burstbot.tools")
+
+CONNECT_SECONDS = 20.0
+BACKOFF_SECONDS = (0.5, 30.0)  # first retry, cap
+
+
+class McpServer:
+    """One configured server and its one session."""
+
+    def __init__(self, config: McpServerConfig, environ: Mapping[str, str] | None = None) -> None:
+        self.config = config
+        self.environ = os.environ if environ is None else environ
+        self.specs: dict[str, ToolSpec] = {}
+        self.session: ClientSession | None = None
+        self._connected = asyncio.Event()
+        self._broken = asyncio.Event()
+        self._first_attempt = asyncio.Event()
+        self._closing = False
+        self._down_reported = False
+        self._config_error: ConfigError | None = None
+        self._runner: asyncio.Task[None] | None = None
+
+    @property
+    def up(self) -> bool:
+        return self.session is not None and not self._broken.is_set()
+
+    async def start(self) -> None:
+        """Connect once (the config is checked against what the server lists); a server that is
+        down is retried in the background."""
+        self._runner = asyncio.create_task(self._run(), name=f"mcp {self.config.name}")
+        await self._first_attempt.wait()
+        if self._config_error is not None:
+            await self.close()
+            raise self._config_error
+
+    async def close(self) -> None:
+        self._closing = True
+        self._broken.set()
+        if self._runner is not None:
+            self._runner.cancel()
+            await asyncio.gather(self._runner, return_exceptions=True)
+
+    async def _run(self) -> None:
+        delay = BACKOFF_SECONDS[0]
+        while not self._closing:
+            try:
+                await self._serve_one_session()
+                delay = BACKOFF_SECONDS[0]
+            except Exception as exc:  # anyio groups wrap what the transport raised
+                mistake = _leaf(exc)
+                if isinstance(mistake, ConfigError) and not self._first_attempt.is_set():
+                    self._config_error = mistake
+                    self._first_attempt.set()
+                    return
+                self._went_down(_reason(exc))
+            finally:
+                self.session = None
+                self._first_attempt.set()
+            await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+            delay = min(delay * 2, BACKOFF_SECONDS[1])
+
+    async def _serve_one_session(self) -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            async with asyncio.timeout(CONNECT_SECONDS):  # not wait_for: the SDK's scopes stay here
+                streams = await self._transport(stack)
+                session = await stack.enter_async_context(ClientSession(*streams))
+                await session.initialize()
+                listed = (await session.list_tools()).tools
+            self.specs = self._allowed({tool.name: tool for tool in listed})
+            self._broken.clear()
+            self.session = session
+            if self._down_reported:
+                log.info("mcp server %s: connected again; its tools are back", self.config.name)
+            self._down_reported = False
+            self._first_attempt.set()
+            await self._broken.wait()
+
+    async def _transport(self, stack: contextlib.AsyncExitStack) -> Any:
+        config = self.config
+        if config.command is not None:
+            params = StdioServerParameters(command=config.command, args=list(config.args))
+            return await stack.enter_async_context(stdio_client(params, errlog=sys.stderr))
+        assert config.url is not None
+        headers: dict[str, str] = {}
+        if config.bearer_token_env:
+            setting = f"tools.mcp.{config.name}.bearer_token_env"
+            token = require_secret(config.bearer_token_env, setting, dict(self.environ))
+            headers["Authorization"] = f"Bearer {token}"
+        timeout = httpx2.Timeout(CONNECT_SECONDS, read=config.timeout_seconds + 5)
+        client = await stack.enter_async_context(
+            httpx2.AsyncClient(headers=headers, timeout=timeout)
+        )
+        return await stack.enter_async_context(
+            streamable_http_client(config.url, http_client=client)
+        )
+
+    def _allowed(self, listed: Mapping[str, Any]) -> dict[str, ToolSpec]:
+        specs: dict[str, ToolSpec] = {}
+        for name in self.config.allowed_tools:
+            tool = listed.get(name)
+            if tool is None:
+                offered = ", ".join(sorted(listed)) or "none"
+                raise ConfigError(
+                    f"tools.mcp.{self.config.name}.allowed_tools: the server lists no tool "
+                    f"{name!r} (it lists: {offered})"
+                )
+            annotations = tool.annotations
+            read_only = bool(annotations is not None and annotations.read_only_hint)
+            schema = dict(tool.input_schema or {"type": "object"})
+            specs[name] = ToolSpec(self.config.name, name, tool.description or "", schema,
+                                   read_only, idempotency_argument(schema))  # fmt: skip
+        return specs
+
+    def _went_down(self, reason: str) -> None:
+        if not self._down_reported:
+            log.warning("mcp server %s is unavailable (%s); its tools are off until it answers",
+                        self.config.name, reason)  # fmt: skip
+        self._down_reported = True
+
+    async def call(
+        self, spec: ToolSpec, arguments: dict[str, Any], idempotency_key: str
+    ) -> ToolOutput:
+        session = self.session
+        if session is None or self._broken.is_set():
+            raise ToolUnavailable(f"{self.config.name} is unavailable")
+        if spec.idempotency_argument is not None:
+            arguments = {**arguments, spec.idempotency_argument: idempotency_key}
+        try:
+            async with asyncio.timeout(self.config.timeout_seconds):
+                result = await session.call_tool(spec.name, arguments)
+        except TimeoutError:
+            raise OutcomeUnknown(
+                f"no answer within {self.config.timeout_seconds:g}s: it may have run"
+            ) from None
+        except MCPError as exc:
+            if exc.code == -32000:  # the connection closed under the call
+                self._broken.set()
+                raise OutcomeUnknown(f"the connection to {self.config.name} broke") from None
+            return ToolOutput(f"error {exc.code}: {exc.message}", failed=True)
+        except Exception as exc:  # the transport failed under the call
+            self._broken.set()
+            raise OutcomeUnknown(
+                f"the connection to {self.config.name} broke: {_reason(exc)}"
+            ) from None
+        return ToolOutput(_text_of(result), failed=bool(getattr(result, "is_error", False)))
+
+
+def _text_of(result: Any) -> str:
+    """A result as text: its text blocks; other blocks named; structured content if no text."""
+    parts: list[str] = []
+    for block in getattr(result, "content", None) or []:
+        kind = getattr(block, "type", "")
+        parts.append(block.text if kind == "text" else f"[{kind} content not shown]")
+    if not parts and getattr(result, "structured_content", None):
+        parts.append(str(result.structured_content))
+    return "\n".join(parts)
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first exception inside (task) groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _reason(exc: BaseException) -> str:
+    """One short line for a failure (a group's first leaf), never a traceback."""
+    exc = _leaf(exc)
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"[:200] if text else type(exc).__name__
+
+
+class McpHub:
+    """Every configured server (`ToolServers`): started with the process, closed with it."""
+
+    def __init__(
+        self, configs: Sequence[McpServerConfig], environ: Mapping[str, str] | None = None
+    ) -> None:
+        self.servers = {config.name: McpServer(config, environ) for config in configs}
+
+    async def start(self) -> None:
+        await asyncio.gather(*(server.start() for server in self.servers.values()))
+
+    async def close(self) -> None:
+        await asyncio.gather(*(server.close() for server in self.servers.values()))
+
+    def tools(self, servers: Sequence[str]) -> tuple[list[ToolSpec], list[str]]:
+        specs: list[ToolSpec] = []
+        down: list[str] = []
+        for name in servers:
+            server = self.servers.get(name)
+            if server is None or not server.up:
+                down.append(name)
+            else:
+                specs += server.specs.values()
+        return specs, down
+
+    async def call(
+        self, spec: ToolSpec, arguments: dict[str, Any], idempotency_key: str
+    ) -> ToolOutput:
+        server = self.servers.get(spec.server)
+        if server is None:
+            raise ToolUnavailable(f"{spec.server} is not configured")
+        return await server.call(spec, arguments, idempotency_key)
