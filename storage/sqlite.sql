@@ -212,6 +212,10 @@ ON CONFLICT (conversation_id) DO UPDATE SET
     due_at = MIN(excluded.quiet_until, debounce_timers.deadline_at),
     armed_version = excluded.armed_version;
 
+-- name: set_batch_quiet
+-- The adaptive window chosen for one message of the batch (storage/rhythm.py).
+UPDATE temp.ingest_batch SET quiet = :quiet WHERE k = :k;
+
 -- name: ingest_batch_results
 -- Per message: its seq (accepted) or the conversation's version (duplicate), and the due time the
 -- timer had right after it.

@@ -27,11 +27,17 @@ import aiosqlite
 from bot.core.errors import StoreError
 from bot.core.events import IncomingMessage
 from bot.core.store import IngestResult, Timing
-from storage.queries import load_queries
-from storage.rows import message_params
+from storage import rhythm
+from storage.queries import load_queries, on_clock
+from storage.rows import Params, Row, message_params
 from storage.sqlite_thread import to_completion
 
 Q = load_queries("sqlite.sql")
+RHYTHM = {  # the shared statements storage/rhythm.py runs, on SQLite's clock (the host's)
+    name: on_clock(sql, db_now=":now", skew="0.0")
+    for name, sql in load_queries("sql_store.sql").items()
+    if name in ("author_rhythm", "save_author_rhythm", "burst_authors", "note_quiet_window")
+}
 MAX_BATCH = 256
 STEPS = (
     "ensure_batch_conversations",
@@ -129,6 +135,8 @@ async def apply_ingest_batch(
     try:
         conn.executemany(Q["fill_ingest_batch"], rows)
         for step in STEPS:
+            if step == "arm_batch_timers":
+                await _adaptive_windows(conn, batch)
             conn.execute(Q[step])
         results = conn.execute(Q["ingest_batch_results"]).fetchall()
         conn.execute(Q["clear_ingest_batch"])
@@ -144,6 +152,26 @@ async def apply_ingest_batch(
         else IngestResult("duplicate", r["cid"], int(r["version"]))
         for r in results
     ]
+
+
+async def _adaptive_windows(conn: sqlite3.Connection, batch: Sequence[QueuedIngest]) -> None:
+    """Each stored message of an adaptive channel, in arrival order: learn its author's rhythm and
+    set its quiet window in the scratch table (the statements run at once on this thread)."""
+    if not any(item.timing.adaptive for item in batch):
+        return
+
+    async def run(name: str, params: Params) -> list[Row]:
+        return conn.execute(RHYTHM[name], params).fetchall()
+
+    stored = conn.execute("SELECT k, seq FROM temp.ingest_batch WHERE seq IS NOT NULL ORDER BY k")
+    for k, seq in stored.fetchall():
+        item = batch[k]
+        if item.timing.adaptive:
+            message = item.message
+            window = await rhythm.arrival_window(
+                run, message.key, message.author_id, seq, item.now, item.timing
+            )
+            conn.execute(Q["set_batch_quiet"], {"k": k, "quiet": window.seconds})
 
 
 def _fail(item: QueuedIngest, exc: Exception) -> None:

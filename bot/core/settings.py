@@ -14,6 +14,9 @@ from bot.model.replier import Voice, WebTools
 class EngineSettings:
     quiet_seconds: float = 1.5
     max_wait_seconds: float = 8.0
+    adaptive: bool = False  # `[debounce] adaptive` (on by default there)
+    min_quiet_seconds: float = 0.5
+    max_quiet_seconds: float = 5.0
     lease_ttl_seconds: float = 30.0
     max_concurrent_generations: int = 8
     poll_seconds: float = 1.0
@@ -41,6 +44,9 @@ class EngineSettings:
         return cls(
             quiet_seconds=config.debounce.quiet_seconds,
             max_wait_seconds=config.debounce.max_wait_seconds,
+            adaptive=config.debounce.adaptive,
+            min_quiet_seconds=config.debounce.min_quiet_seconds,
+            max_quiet_seconds=config.debounce.max_quiet_seconds,
             lease_ttl_seconds=config.lease.ttl_seconds,
             max_concurrent_generations=config.engine.max_concurrent_generations,
             poll_seconds=config.engine.poll_seconds,
@@ -65,7 +71,8 @@ class EngineSettings:
 
     @property
     def timing(self) -> Timing:
-        return Timing(self.quiet_seconds, self.max_wait_seconds)
+        return Timing(self.quiet_seconds, self.max_wait_seconds, self.adaptive,
+                      self.min_quiet_seconds, self.max_quiet_seconds)  # fmt: skip
 
     def _channel(self, key: ConversationKey) -> ChannelConfig | None:
         for channel in self.channels:
@@ -78,10 +85,13 @@ class EngineSettings:
         channel = self._channel(key)
         if channel is None:
             return self.timing
-        quiet, cap = channel.quiet_seconds, channel.max_wait_seconds
+        c = channel
         return Timing(
-            self.quiet_seconds if quiet is None else quiet,
-            self.max_wait_seconds if cap is None else cap,
+            self.quiet_seconds if c.quiet_seconds is None else c.quiet_seconds,
+            self.max_wait_seconds if c.max_wait_seconds is None else c.max_wait_seconds,
+            self.adaptive if c.adaptive is None else c.adaptive,
+            self.min_quiet_seconds if c.min_quiet_seconds is None else c.min_quiet_seconds,
+            self.max_quiet_seconds if c.max_quiet_seconds is None else c.max_quiet_seconds,
         )
 
     def voice_for(self, key: ConversationKey) -> Voice:
