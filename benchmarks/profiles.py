@@ -58,6 +58,13 @@ class Profile:
     limits_words: tuple[int, int] = (20, 8)
     limits_token_seconds: float = 0.2
     discord_people: int = 10  # conversations in one Discord channel (scope "user")
+    # 11. felt latency on chat timing (benchmarks/rhythm.py): the generated timeline's size
+    rhythm_people: int = 100
+    rhythm_messages: int = 2000
+    rhythm_ttft_seconds: float = 0.8
+    rhythm_token_seconds: float = 0.02
+    rhythm_tokens: int = 60
+    rhythm_speculate_after_seconds: float = 0.3
 
 
 FULL = Profile(
@@ -121,6 +128,8 @@ QUICK = Profile(
     felt_words=40,
     felt_cancel_after=3,
     felt_spread_seconds=0.02,
+    rhythm_people=5,
+    rhythm_messages=60,
     caching_conversations=1,
     caching_turns=8,
     limits_conversations=4,
