@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bot.cli.explain import explain_lines
+from bot.config import parse_config
 from bot.core.clock import FakeClock
-from bot.core.events import IncomingMessage
+from bot.core.errors import ConfigError
+from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.quiet_window import SHAPE_WINDOW
+from bot.core.settings import EngineSettings
+from bot.core.store import Timing
 from bot.testing import RecordingFrontend, ScriptedReplier, check_invariants
 from storage.sqlite import SqliteStore
 from tests.conftest import KEY, make_engine
@@ -107,3 +113,25 @@ async def test_explain_says_the_window_waited_for_the_splitter_in_a_shared_burst
     [window] = [line for line in lines if "window  " in line]
     assert "after alice's last message: alice is new here" in window
     assert "closed 2.0 s after the burst's end" in window
+
+
+def test_the_config_keys_resolve_per_channel_and_refuse_crossed_bounds() -> None:
+    config = parse_config(
+        {
+            "channels": [
+                {"platform": "slack", "channel": "C1", "adaptive": False},
+                {"platform": "slack", "channel": "C2", "min_quiet_seconds": 0.2},
+            ]
+        }
+    )
+    assert config.debounce.adaptive is True  # the default
+    settings = EngineSettings.from_config(config)
+    assert settings.timing_for(ConversationKey("slack", "T", "C0")) == Timing(
+        1.5, 8.0, True, 0.5, 5.0
+    )
+    assert settings.timing_for(ConversationKey("slack", "T", "C1")).adaptive is False
+    assert settings.timing_for(ConversationKey("slack", "T", "C2")).min_quiet_seconds == 0.2
+    with pytest.raises(ConfigError, match=r"^debounce: min_quiet_seconds must not exceed"):
+        parse_config({"debounce": {"min_quiet_seconds": 3.0, "max_quiet_seconds": 2.0}})
+    with pytest.raises(ConfigError, match=r"^channels\.0: min_quiet_seconds must not exceed"):
+        parse_config({"channels": [{"platform": "s", "channel": "c", "max_quiet_seconds": 0.1}]})
