@@ -89,6 +89,7 @@ class PacedModel:
         now = self.clock.now()
         call = Call(covers, now)
         self.calls.append(call)
+        number = len(self.calls)  # the reply names its call: calls of other bursts overlap
         early = self.first_token_from.get(covers[-1])
         first = now + self.ttft if early is None else max(now, early + self.ttft)
         usage.input_tokens += len(covers)
@@ -104,7 +105,7 @@ class PacedModel:
             raise
         finally:
             usage.output_tokens += call.tokens
-        return f"[g{len(self.calls)}] covers {' '.join(map(str, covers))}"
+        return f"[g{number}] covers {' '.join(map(str, covers))}"
 
 
 class Counted:

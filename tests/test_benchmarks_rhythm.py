@@ -68,6 +68,13 @@ async def test_replay_measures_what_each_policy_makes_a_person_wait() -> None:
     assert (fixed.replies, fixed.requests, fixed.wasted_tokens) == (3, 3, 0)
 
 
+async def test_overlapping_generations_of_two_people_are_told_apart() -> None:
+    said = [Said(0.0, "dm1", "p1", "is it down?"), Said(0.5, "dm2", "p2", "and mine?")]
+    both = await replay(NO_WAIT, said, 0.8, 0.1, 20)  # the first streams until 2.7 s
+    assert (both.replies, both.requests, both.wasted_tokens) == (2, 2, 0)
+    assert both.felt == pytest.approx([0.8, 0.8])
+
+
 async def test_replay_counts_a_visible_supersede_and_its_wasted_tokens() -> None:
     # the follow-up lands 1 s into the stream of the first reply (shown at 0.8 s): superseded
     said = [Said(0.0, "dm", "p", "is it down?"), Said(1.8, "dm", "p", "or just slow?")]
