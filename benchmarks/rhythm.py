@@ -376,7 +376,7 @@ def section(runs: Sequence[RhythmRun], image: str) -> str:
     real = speculates_for_real()
     lines = [
         BEGIN,
-        "## Felt latency on real chat timing (`--only rhythm`)",
+        "### 11. Felt latency on real chat timing (`--only rhythm`)",
         "",
         "Message timelines replayed through the real engine, scheduler steps and SQLite store (in "
         "memory) on a fake clock, with a fake model (see `benchmarks/rhythm.py`). Felt wait: from "
