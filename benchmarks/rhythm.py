@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -364,11 +363,6 @@ def plot(runs: Sequence[RhythmRun], path: Any) -> None:
     plt.close(fig)
 
 
-def statistics_line(run: RhythmRun) -> str:
-    felt = [statistics.mean(r.felt) if r.felt else 0.0 for r in run.results]
-    return ", ".join(f"{r.policy}: mean {f:.2f} s" for r, f in zip(run.results, felt, strict=True))
-
-
 BEGIN, END = "<!-- felt-latency: begin -->", "<!-- felt-latency: end -->"
 
 
@@ -378,8 +372,9 @@ def section(runs: Sequence[RhythmRun], image: str) -> str:
         BEGIN,
         "### 11. Felt latency on real chat timing (`--only rhythm`)",
         "",
-        "Message timelines replayed through the real engine, scheduler steps and SQLite store (in "
-        "memory) on a fake clock, with a fake model (see `benchmarks/rhythm.py`). Felt wait: from "
+        "Message timelines replayed through the real engine and SQLite store (in memory) on a "
+        "fake clock, the driver calling the engine's due-timer step as the scheduler does, with "
+        "a fake model (see `benchmarks/rhythm.py`). Felt wait: from "
         "the last message a reply covers to its first visible word. "
         + (
             "Speculation ran on the engine."
