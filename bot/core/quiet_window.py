@@ -11,8 +11,10 @@ stamps; the figures below are derived from them, nothing of the data is kept her
   word and 10.7 % after a dangling end (`,`, `...`, a conjunction); within 1.5 s it is 0.2 %, 0.4 %,
   0.7 % and 1.3 %. The fixed 1.5 s window catches about 0.5 % of all messages' follow-ups, spending
   1.5 s on every reply to do so. `SHAPE_WINDOW` spends the wait where follow-ups are likelier:
-  summed over the corpora's mix of endings it catches about as many quick follow-ups as 1.5 s
-  fixed, yet a finished message closes at `min_quiet_seconds`.
+  over the corpora's mix of endings (39 % finished, 46 % bare, 3 % dangling, 12 % other) it
+  catches 0.33 % of messages' follow-ups, two thirds of what 1.5 s fixed catches, while a
+  finished message closes at `min_quiet_seconds`; the person's rhythm (below) makes up the rest
+  for the people who do split.
 - **The person's own rhythm** (`Rhythm`): gaps between a person's consecutive messages under 10 s
   ("follow-ups") are log-normal per person (within-person sd of log-gap ≈ 0.53; person medians
   spread with sd ≈ 0.25 around ≈ 4.7 s), and people differ a lot in how often they split: the
