@@ -21,11 +21,17 @@ from benchmarks.ingest import run_ingest
 from benchmarks.postgres import DSN_ENV, chosen_dsn
 from benchmarks.profiles import FULL, QUICK, Profile
 from benchmarks.report import Results, markdown, plot, text
+from benchmarks.rhythm import plot as rhythm_plot
+from benchmarks.rhythm import run_rhythm, section, splice
+from benchmarks.rhythm import table as rhythm_table
 from benchmarks.scale import run_scale
 from benchmarks.scale_postgres import run_scale_postgres
 from benchmarks.streamed import run_first_word, run_first_word_postgres, run_rate_limits
+from benchmarks.timelines import describe, generate, read
 
-WORKLOADS = ("bursts", "typing", "ingest", "scale", "flood", "felt", "caching", "limits", "idle")
+WORKLOADS = (
+    "bursts", "typing", "ingest", "scale", "flood", "felt", "caching", "limits", "idle", "rhythm"
+)  # fmt: skip
 
 
 def machine() -> list[str]:
@@ -108,6 +114,16 @@ def main(argv: list[str] | None = None) -> int:
         help=f"comma-separated workloads of {', '.join(WORKLOADS)} (default: all; the report "
         "then goes to a temp dir unless --out is given)",
     )
+    parser.add_argument(
+        "--timing",
+        nargs="+",
+        metavar="PATH",
+        help="rhythm: chat exports to replay (Gitter text, Slack XML; files or directories), "
+        "besides the generated timeline",
+    )
+    parser.add_argument(
+        "--timing-limit", type=int, default=1000, help="rhythm: messages read from each file"
+    )
     parser.add_argument("--runs", type=int, default=0, help="flood runs (default: the profile's)")
     parser.add_argument(
         "--timers", type=int, default=0, help="armed timers of the scale runs (default: profile's)"
@@ -134,16 +150,42 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown workload(s): {', '.join(sorted(unknown))}")
     scratch = args.quick or bool(only)
     out = Path(args.out or (tempfile.mkdtemp(prefix="burstbot-report-") if scratch else "docs"))
-    postgres = chosen_dsn(args.postgres_dsn, args.quick)
-    results = asyncio.run(run(profile, args.db_dir, args.seed, only, args.py_spy, postgres))
-    print(text(results))
     out.mkdir(parents=True, exist_ok=True)
-    plot(results, out / "benchmarks.png")
-    closing = (Path(__file__).parent / "closing.md").read_text(encoding="utf-8")
-    report = markdown(results, preamble(profile), "benchmarks.png") + "\n" + closing
-    (out / "benchmarks.md").write_text(report)
+    if only != {"rhythm"}:
+        postgres = chosen_dsn(args.postgres_dsn, args.quick)
+        results = asyncio.run(run(profile, args.db_dir, args.seed, only, args.py_spy, postgres))
+        print(text(results))
+        plot(results, out / "benchmarks.png")
+        closing = (Path(__file__).parent / "closing.md").read_text(encoding="utf-8")
+        report = markdown(results, preamble(profile), "benchmarks.png") + "\n" + closing
+        (out / "benchmarks.md").write_text(report)
+    if not only or "rhythm" in only:
+        felt_latency(profile, args.seed, args.timing or [], args.timing_limit, out)
     print(f"\nreport: {out / 'benchmarks.md'}")
     return 0
+
+
+def felt_latency(profile: Profile, seed: int, timing: list[str], limit: int, out: Path) -> None:
+    """The rhythm workload: the generated timeline, then each `--timing` source; its section of
+    the report is replaced in place (the rest of an existing report stays)."""
+    timelines = [("generated", generate(profile.rhythm_people, profile.rhythm_messages, seed))]
+    if timing:
+        timelines.append((f"{len(timing)} export path(s), first {limit} messages a file",
+                          read(timing, limit)))  # fmt: skip
+    runs = []
+    for source, timeline in timelines:
+        print(f"running: felt latency on {source} ...", file=sys.stderr, flush=True)
+        run_ = asyncio.run(
+            run_rhythm(source, describe(timeline), timeline, profile.rhythm_ttft_seconds,
+                       profile.rhythm_token_seconds, profile.rhythm_tokens,
+                       profile.rhythm_speculate_after_seconds)
+        )  # fmt: skip
+        print("\n".join(rhythm_table(run_)))
+        runs.append(run_)
+    rhythm_plot(runs, out / "benchmarks-rhythm.png")
+    path = out / "benchmarks.md"
+    report = path.read_text(encoding="utf-8") if path.exists() else ""
+    path.write_text(splice(report, section(runs, "benchmarks-rhythm.png")), encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -60,6 +60,13 @@ class Profile:
     discord_people: int = 10  # conversations in one Discord channel (scope "user")
     # 11. idle CPU: wall seconds a waiting process is measured for
     idle_seconds: float = 5.0
+    # 12. felt latency on chat timing (benchmarks/rhythm.py): the generated timeline's size
+    rhythm_people: int = 100
+    rhythm_messages: int = 2000
+    rhythm_ttft_seconds: float = 0.8
+    rhythm_token_seconds: float = 0.02
+    rhythm_tokens: int = 60
+    rhythm_speculate_after_seconds: float = 0.3
 
 
 FULL = Profile(
@@ -123,6 +130,8 @@ QUICK = Profile(
     felt_words=40,
     felt_cancel_after=3,
     felt_spread_seconds=0.02,
+    rhythm_people=5,
+    rhythm_messages=60,
     caching_conversations=1,
     caching_turns=8,
     limits_conversations=4,

@@ -110,12 +110,24 @@ class DebounceConfig(Section):
     """Discord: wait while an author of the pending burst is typing (never past the deadline)."""
     typing_seconds: float = Field(default=10.0, gt=0, le=HOUR)
     """How long one typing notice keeps the burst open (Discord shows one for 10 seconds)."""
+    adaptive: bool = True
+    """Each burst's window from its authors' rhythm and the last message's shape (between the two
+    bounds below); false: `quiet_seconds` for every burst."""
+    min_quiet_seconds: float = Field(default=0.5, ge=0, le=HOUR)
+    max_quiet_seconds: float = Field(default=5.0, ge=0, le=HOUR)
 
     @model_validator(mode="after")
     def _quiet_within_cap(self) -> DebounceConfig:
-        if self.quiet_seconds > self.max_wait_seconds:
-            raise ValueError("quiet_seconds must not exceed max_wait_seconds")
+        _check_windows(self.quiet_seconds, self.min_quiet_seconds, self.max_quiet_seconds,
+                       self.max_wait_seconds)  # fmt: skip
         return self
+
+
+def _check_windows(quiet: float, low: float, high: float, cap: float, where: str = "") -> None:
+    if quiet > cap:
+        raise ValueError(f"{where}quiet_seconds must not exceed max_wait_seconds")
+    if low > high:  # a window past max_wait_seconds is cut by the deadline, as typing's is
+        raise ValueError(f"{where}min_quiet_seconds must not exceed max_quiet_seconds")
 
 
 class LeaseConfig(Section):
@@ -478,6 +490,9 @@ class ChannelConfig(Section):
     channel: str
     quiet_seconds: float | None = Field(default=None, ge=0, le=HOUR)
     max_wait_seconds: float | None = Field(default=None, gt=0, le=DAY)
+    adaptive: bool | None = None
+    min_quiet_seconds: float | None = Field(default=None, ge=0, le=HOUR)
+    max_quiet_seconds: float | None = Field(default=None, ge=0, le=HOUR)
     system_prompt: str | None = None
     model: str | None = Field(default=None, min_length=1)
     max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
@@ -532,12 +547,14 @@ class Config(Section):
             if (channel.platform, channel.channel) in seen:
                 raise ValueError(f"{where}: {channel.platform}/{channel.channel} listed twice")
             seen.add((channel.platform, channel.channel))
-            quiet = channel.quiet_seconds
-            cap = channel.max_wait_seconds
-            quiet = self.debounce.quiet_seconds if quiet is None else quiet
-            cap = self.debounce.max_wait_seconds if cap is None else cap
-            if quiet > cap:
-                raise ValueError(f"{where}: quiet_seconds must not exceed max_wait_seconds")
+            d, c = self.debounce, channel
+            _check_windows(
+                d.quiet_seconds if c.quiet_seconds is None else c.quiet_seconds,
+                d.min_quiet_seconds if c.min_quiet_seconds is None else c.min_quiet_seconds,
+                d.max_quiet_seconds if c.max_quiet_seconds is None else c.max_quiet_seconds,
+                d.max_wait_seconds if c.max_wait_seconds is None else c.max_wait_seconds,
+                f"{where}: ",
+            )
         return self
 
     @model_validator(mode="after")

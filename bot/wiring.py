@@ -126,6 +126,7 @@ def channel_settings(channel: ChannelConfig, tools: ToolsConfig) -> ChannelSetti
         channel.platform, channel.channel, channel.quiet_seconds, channel.max_wait_seconds,
         channel.system_prompt, channel.model, channel.max_tokens, channel.streaming,
         None if channel.tools is None else web_tools(tools, channel.tools),
+        channel.adaptive, channel.min_quiet_seconds, channel.max_quiet_seconds,
     )  # fmt: skip
 
 
@@ -139,6 +140,9 @@ def engine_settings(config: Config) -> EngineSettings:
     return EngineSettings(
         quiet_seconds=config.debounce.quiet_seconds,
         max_wait_seconds=config.debounce.max_wait_seconds,
+        adaptive=config.debounce.adaptive,
+        min_quiet_seconds=config.debounce.min_quiet_seconds,
+        max_quiet_seconds=config.debounce.max_quiet_seconds,
         lease_ttl_seconds=config.lease.ttl_seconds,
         max_concurrent_generations=engine.max_concurrent_generations,
         poll_seconds=engine.poll_seconds,

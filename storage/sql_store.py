@@ -23,6 +23,7 @@ Rules every step keeps:
 
 from __future__ import annotations
 
+import functools
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import replace
@@ -32,6 +33,7 @@ from bot.core import store as contract
 from bot.core.errors import StoreError
 from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited
 from bot.core.store import ConversationSummary, IngestResult, OutboxRow, Timing
+from storage import rhythm
 from storage import rows as codec
 from storage.actions import ActionSteps
 from storage.backlog import BacklogSteps
@@ -101,6 +103,12 @@ class SqlStore(
             if await self._one("insert_message", {**params, "seq": version}, db) is None:
                 await self._rows("undo_ingest", {}, db)
                 return IngestResult("duplicate", cid, version - 1)
+            if timing.adaptive:
+                run = functools.partial(self._rows, db=db)
+                window = await rhythm.arrival_window(
+                    run, message.key, message.author_id, version, now, timing
+                )
+                timing = replace(timing, quiet_seconds=window.seconds)
             return await self._arm(db, cid, version, now, timing)
 
     async def _arm(
@@ -136,6 +144,12 @@ class SqlStore(
                 return IngestResult(status, cid, int(version[0]) if version else 0)
             bumped = await self._one("bump_version", {"cid": cid}, db)
             assert bumped is not None
+            if timing.adaptive:
+                run = functools.partial(self._rows, db=db)
+                window = await rhythm.choose_window(
+                    run, event.key, int(bumped[0]), now, timing, changed=True
+                )
+                timing = replace(timing, quiet_seconds=window.seconds)
             return await self._arm(db, cid, int(bumped[0]), now, timing)
 
     async def flush(self, conversation_id: str, now: float) -> None:

@@ -85,6 +85,43 @@ RETURNING due_at + :skew;
 -- name: flush_timer
 UPDATE debounce_timers SET due_at = LEAST(due_at, CAST(:db_now AS FLOAT8)) WHERE conversation_id = :cid;
 
+-- The adaptive quiet window (storage/rhythm.py, bot/core/quiet_window.py): each person's rhythm,
+-- read and written in the arrival's transaction, after the message is stored as seq :seq.
+
+-- name: author_rhythm
+-- The author's rhythm, the gap since their previous message (database clock) and whether that
+-- message was the last one in this conversation before this one (nobody wrote in between).
+SELECT r.messages, r.follow_ups, r.mean_log_gap, r.var_log_gap,
+       CAST(:db_now AS FLOAT8) - r.last_at AS since_last,
+       r.last_conversation = :cid AND COALESCE(
+           (SELECT p.author_id FROM messages p WHERE p.conversation_id = :cid AND p.seq < :seq
+            ORDER BY p.seq DESC LIMIT 1) = :author_id, FALSE) AS consecutive
+FROM author_rhythm r WHERE r.author_uid = :author_uid;
+
+-- name: save_author_rhythm
+INSERT INTO author_rhythm AS r (author_uid, messages, follow_ups, mean_log_gap, var_log_gap,
+                                last_at, last_conversation)
+VALUES (:author_uid, :messages, :follow_ups, :mean_log_gap, :var_log_gap, :db_now, :cid)
+ON CONFLICT (author_uid) DO UPDATE SET
+    messages = excluded.messages, follow_ups = excluded.follow_ups,
+    mean_log_gap = excluded.mean_log_gap, var_log_gap = excluded.var_log_gap,
+    last_at = excluded.last_at, last_conversation = excluded.last_conversation;
+
+-- name: burst_authors
+-- Each author of the pending burst up to :seq: their last message's text and age, their rhythm.
+SELECT m.author_id, m.author_name, m.text, CAST(:db_now AS FLOAT8) - m.created_at AS age,
+       r.messages, r.follow_ups, r.mean_log_gap, r.var_log_gap
+FROM messages m
+JOIN conversations c ON c.id = m.conversation_id
+LEFT JOIN author_rhythm r ON r.author_uid = CAST(:author_prefix AS TEXT) || m.author_id
+WHERE m.conversation_id = :cid AND m.seq > c.answered_version AND m.seq <= :seq AND NOT m.deleted
+  AND m.seq = (SELECT MAX(l.seq) FROM messages l
+               WHERE l.conversation_id = m.conversation_id AND l.author_id = m.author_id
+                 AND l.seq > c.answered_version AND l.seq <= :seq AND NOT l.deleted);
+
+-- name: note_quiet_window
+UPDATE messages SET quiet_reason = :reason WHERE conversation_id = :cid AND seq = :seq;
+
 -- 2. timers and leases ----------------------------------------------------------------------------
 
 -- name: earliest_timers
@@ -166,7 +203,7 @@ SELECT version FROM conversations WHERE id = :cid;
 
 -- name: pending_messages
 SELECT seq, message_id, author_id, author_name, text, created_at, edited_at, deleted, via,
-       attachments
+       attachments, quiet_reason
 FROM messages
 WHERE conversation_id = :cid AND seq > :after AND seq <= :upto AND NOT deleted
 ORDER BY seq;
@@ -378,7 +415,7 @@ ORDER BY last_activity_at DESC LIMIT :limit;
 
 -- name: all_messages
 SELECT seq, message_id, author_id, author_name, text, created_at, edited_at, deleted, via,
-       attachments
+       attachments, quiet_reason
 FROM messages WHERE conversation_id = :cid ORDER BY seq;
 
 -- retention and erasure (storage/upkeep.py): never pending work -----------------------------------
@@ -763,3 +800,18 @@ CREATE TABLE actions (
 );
 CREATE INDEX actions_burst ON actions(conversation_id, from_version, started_at);
 CREATE INDEX actions_user ON actions(user_id);
+
+-- name: migration_14
+-- The adaptive quiet window: a few numbers per person (their messages, how many were quick
+-- follow-ups, the weighted mean and variance of those gaps' logarithm, their last message), and
+-- why each message's window was what it was (`explain`).
+CREATE TABLE author_rhythm (
+    author_uid        TEXT PRIMARY KEY,
+    messages          INTEGER NOT NULL,
+    follow_ups        INTEGER NOT NULL,
+    mean_log_gap      FLOAT8 NOT NULL,
+    var_log_gap       FLOAT8 NOT NULL,
+    last_at           FLOAT8 NOT NULL,
+    last_conversation TEXT NOT NULL
+);
+ALTER TABLE messages ADD COLUMN quiet_reason TEXT;

@@ -200,7 +200,7 @@ def config_for(settings: dict[str, Any]) -> Config:
     return parse_config(
         {
             "storage": {"url": settings["db_url"], "pool_size": 4},
-            "debounce": {"quiet_seconds": engine["quiet_seconds"],
+            "debounce": {"adaptive": False, "quiet_seconds": engine["quiet_seconds"],
                          "max_wait_seconds": engine["max_wait_seconds"]},
             "lease": {"ttl_seconds": engine["lease_ttl_seconds"]},
             "engine": {"max_concurrent_generations": engine["max_concurrent_generations"],

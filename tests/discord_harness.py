@@ -128,7 +128,8 @@ def engine_config(
 ) -> Config:
     return parse_config(
         {"llm": {"provider": "offline"}, "console": {"enabled": False}, "engine": {"owner": "w1"},
-         "access": access or {}, "catch_up": catch_up or {}}
+         "access": access or {}, "catch_up": catch_up or {},
+         "debounce": {"adaptive": False}}  # its tests step the fixed 1.5 s window
     )  # fmt: skip
 
 

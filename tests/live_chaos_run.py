@@ -167,6 +167,7 @@ url = "{self.db_url}"
 pool_size = 4
 
 [debounce]
+adaptive = false
 quiet_seconds = {QUIET_SECONDS}
 max_wait_seconds = {MAX_WAIT_SECONDS}
 

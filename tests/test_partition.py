@@ -68,7 +68,7 @@ async def running(
         {
             "console": {"enabled": False},
             "llm": {"provider": "offline"},
-            "debounce": {"quiet_seconds": 0.3, "max_wait_seconds": 3.0},
+            "debounce": {"adaptive": False, "quiet_seconds": 0.3, "max_wait_seconds": 3.0},
             "lease": {"ttl_seconds": 3.0},
             "engine": {"poll_seconds": 0.2, "busy_retry_seconds": 0.2},
             "streaming": {"interval_seconds": 0.1},

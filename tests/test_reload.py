@@ -33,6 +33,7 @@ system_prompt = "{prompt}"
 [console]
 enabled = false
 [debounce]
+adaptive = false
 quiet_seconds = {quiet}
 max_wait_seconds = 8.0
 """

@@ -45,7 +45,7 @@ async def shared(tmp_path: Path) -> AsyncIterator[tuple[Path, str]]:
     config.write_text(
         f'[storage]\nurl = "{pg.dsn()}?search_path={schema}"\npool_size = 3\n'
         '[llm]\nprovider = "offline"\n'
-        "[debounce]\nquiet_seconds = 1.0\nmax_wait_seconds = 4.0\n"
+        "[debounce]\nadaptive = false\nquiet_seconds = 1.0\nmax_wait_seconds = 4.0\n"
         "[lease]\nttl_seconds = 3.0\n"
         "[engine]\npoll_seconds = 0.2\n"
     )

@@ -84,7 +84,9 @@ def tool_config(
     listed = [{"platform": KEY.platform, "channel": channel, "tools": {"mcp": ["tracker"]}}
               for channel in channels or (KEY.channel,)]  # fmt: skip
     tools = {"mcp": [mcp], "max_tool_calls": tools_max_calls}
-    return parse_config({"llm": llm, "tools": tools, "channels": listed, **sections})
+    debounce = {"adaptive": False, **sections.pop("debounce", {})}  # the fixed window these steps
+    return parse_config({"llm": llm, "tools": tools, "channels": listed, "debounce": debounce,
+                         **sections})  # fmt: skip
 
 
 @contextlib.asynccontextmanager

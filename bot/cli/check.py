@@ -7,7 +7,7 @@ import sys
 from collections.abc import Mapping
 from urllib.parse import urlsplit, urlunsplit
 
-from bot.config import Config
+from bot.config import Config, DebounceConfig
 from bot.ops.guards import limits_active
 
 
@@ -44,6 +44,12 @@ def _tools(config: Config) -> str:
     overrides = sum(1 for channel in config.channels if channel.tools is not None)
     fetch = "web fetch on" if tools.web_fetch else "web fetch off"
     return f"{search}, {fetch}; {overrides} channel override(s)"
+
+
+def _window(d: DebounceConfig) -> str:
+    if d.adaptive:
+        return f"adaptive quiet {d.min_quiet_seconds:g}-{d.max_quiet_seconds:g}s"
+    return f"quiet {d.quiet_seconds:g}s"
 
 
 def check_config(
@@ -112,7 +118,7 @@ def check_config(
         f"storage     {display_url(config.storage.url)}",
         f"replier     {replier}",
         f"front ends  {', '.join(frontends) or '-'}",
-        f"debounce    quiet {d.quiet_seconds:g}s, cap {d.max_wait_seconds:g}s; "
+        f"debounce    {_window(d)}, cap {d.max_wait_seconds:g}s; "
         f"{len(config.channels)} channel override(s)",
         f"access      {', '.join(lists) or 'everyone'}; direct messages {a.dm_policy}",
         f"limits      {guards}",

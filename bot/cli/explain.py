@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from bot.core.actions import ActionLog, ActionRecord
+from bot.core.actions import ActionRecord
 from bot.core.events import ConversationKey
 from bot.core.store import (
     UNFINISHED,
@@ -26,6 +26,7 @@ from bot.core.store import (
 from bot.ops.inspection import printable
 
 PREVIEW = 60
+Event = tuple[float, int, str]  # when, order among events at the same time, the line
 VIA = {"catch-up": " (via catch-up)", "held": " (held until its thread was looked up)"}
 
 
@@ -118,6 +119,18 @@ def _action_line(a: ActionRecord, redact: bool) -> str:
     return f"tool      {where} {arguments} ({kind}) → {outcome}; lease #{a.lease_token}"
 
 
+def _window_event(g: GenerationRecord, messages: list[StoredMessage]) -> list[Event]:
+    """Why the burst's window closed when it did: the reason its last message armed it with (an
+    adaptive window), or that the deadline or a typing notice kept it open past that."""
+    burst = [m for m in messages if g.from_version < m.seq <= g.to_version]
+    last = max(burst, key=lambda m: m.seq, default=None)
+    if last is None or last.quiet_reason is None:
+        return []
+    waited = g.started_at - last.created_at
+    reason = printable(last.quiet_reason)
+    return [(g.started_at, 1, f"window    {reason} (closed {waited:.1f} s after the burst's end)")]
+
+
 def _reply_events(r: OutboxRow, redact: bool) -> list[tuple[float, int, str]]:
     covers = _versions(r.covers_from_version, r.covers_to_version)
     if r.kind == "notice":  # a refused message's: it covers none
@@ -169,12 +182,13 @@ async def explain_lines(
         events += _message_events(message, redact)
     replies = await inspector.replies(conversation_id)
     committed = {r.covers_to_version: r.created_at for r in replies}
+    messages = await inspector.messages(conversation_id)
     for generation in await inspector.generations(conversation_id):
         at = committed.get(generation.to_version) if generation.outcome == "posted" else None
         events += _generation_events(generation, at, redact)
-    if isinstance(inspector, ActionLog):
-        for action in await inspector.actions(conversation_id):
-            events.append((action.started_at, 1, _action_line(action, redact)))
+        events += _window_event(generation, messages)
+    for action in await inspector.actions(conversation_id):
+        events.append((action.started_at, 1, _action_line(action, redact)))
     for reply in replies:
         events += _reply_events(reply, redact)
     events.sort(key=lambda e: (e[0], e[1]))

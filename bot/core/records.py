@@ -32,6 +32,9 @@ class Timing:
 
     quiet_seconds: float
     max_wait_seconds: float
+    adaptive: bool = False  # the window from the authors' rhythm (bot/core/quiet_window.py)
+    min_quiet_seconds: float = 0.5
+    max_quiet_seconds: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +70,7 @@ class StoredMessage:
     deleted: bool
     via: str = ""  # as `IncomingMessage.via`
     attachments: tuple[Attachment, ...] = ()
+    quiet_reason: str | None = None  # the adaptive window this message armed, and why
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,9 @@ class ChannelSettings:
     max_tokens: int | None = None
     streaming: bool | None = None
     tools: WebTools | None = None
+    adaptive: bool | None = None
+    min_quiet_seconds: float | None = None
+    max_quiet_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,9 @@ class CatchUpSettings:
 class EngineSettings:
     quiet_seconds: float = 1.5
     max_wait_seconds: float = 8.0
+    adaptive: bool = False  # `[debounce] adaptive` (on by default there)
+    min_quiet_seconds: float = 0.5
+    max_quiet_seconds: float = 5.0
     lease_ttl_seconds: float = 30.0
     max_concurrent_generations: int = 8
     poll_seconds: float = 1.0
@@ -66,7 +72,8 @@ class EngineSettings:
 
     @property
     def timing(self) -> Timing:
-        return Timing(self.quiet_seconds, self.max_wait_seconds)
+        return Timing(self.quiet_seconds, self.max_wait_seconds, self.adaptive,
+                      self.min_quiet_seconds, self.max_quiet_seconds)  # fmt: skip
 
     def _channel(self, key: ConversationKey) -> ChannelSettings | None:
         for channel in self.channels:
@@ -79,10 +86,13 @@ class EngineSettings:
         channel = self._channel(key)
         if channel is None:
             return self.timing
-        quiet, cap = channel.quiet_seconds, channel.max_wait_seconds
+        c = channel
         return Timing(
-            self.quiet_seconds if quiet is None else quiet,
-            self.max_wait_seconds if cap is None else cap,
+            self.quiet_seconds if c.quiet_seconds is None else c.quiet_seconds,
+            self.max_wait_seconds if c.max_wait_seconds is None else c.max_wait_seconds,
+            self.adaptive if c.adaptive is None else c.adaptive,
+            self.min_quiet_seconds if c.min_quiet_seconds is None else c.min_quiet_seconds,
+            self.max_quiet_seconds if c.max_quiet_seconds is None else c.max_quiet_seconds,
         )
 
     def voice_for(self, key: ConversationKey) -> Voice:

@@ -1,0 +1,400 @@
+"""Felt latency (`--only rhythm`): real chat timing through the real engine, on a fake clock.
+
+Message timelines (read with `--timing PATH...`, else generated: see `timelines.py` for the
+fitted model and its parameters) are replayed through the real `Engine` and `SqliteStore` (in
+memory) on a `FakeClock`: the driver jumps the clock from one event to the next (an arrival, a
+timer falling due, the fake model's next token), so hours of chat take seconds. The fake model
+takes `ttft` seconds to its first token (default 0.8 s), then streams `tokens` tokens `pace`
+seconds apart. Each file (or generated person) is one conversation; a reply answers its burst.
+
+What is measured, per policy:
+- felt wait: from the last message a posted reply covers to its first visible word (streamed: the
+  first token of the generation whose reply was posted), p50 and p90;
+- replies per person-episode (a person's messages in one conversation less than 30 s apart), and
+  the share of multi-message episodes answered by more than one reply;
+- visible supersedes per 100 messages: a generation cancelled by newer input after its first
+  word was visible (a draft shown, then replaced by a longer answer);
+- model requests per message, and the output tokens of cancelled generations as a share of all.
+
+Policies are data: settings for the engine plus, for speculation, what the engine cannot do yet.
+When `EngineSettings` has a `speculate` setting the policy sets it and the engine speculates for
+real; otherwise speculation is modeled here: the model's first token comes `ttft` after the
+burst's last message + `speculate_after` (never before the window closes), and a message that
+arrives between that start and the close counts one cancelled request and its tokens so far.
+The report says which policies ran on the real engine alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchmarks.tally import PLATFORM, answer_of
+from benchmarks.timelines import Said, episodes
+from bot.core.engine import Engine
+from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.replier import Prompt, Usage
+from bot.core.settings import EngineSettings
+from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend
+from testkit.clock import FakeClock
+
+START = 1_000_000.0
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    settings: dict[str, Any]
+    speculate_after: float | None = None  # None: no speculation
+
+
+def policies(speculate_after: float) -> list[Policy]:
+    fixed = {"adaptive": False, "quiet_seconds": 1.5}
+    return [
+        Policy("no wait", {"adaptive": False, "quiet_seconds": 0.0}),
+        Policy("fixed 1.5 s", fixed),
+        Policy("fixed 1.5 s + speculation", fixed, speculate_after),
+        Policy("adaptive + speculation", {"adaptive": True}, speculate_after),
+    ]
+
+
+def speculates_for_real() -> bool:
+    return "speculate" in {f.name for f in dataclasses.fields(EngineSettings)}
+
+
+@dataclass
+class Call:
+    covers: tuple[int, ...]
+    started_at: float
+    first_token_at: float | None = None
+    cancelled_at: float | None = None
+    tokens: int = 0
+
+
+class PacedModel:
+    """A `Replier` on the fake clock: `ttft` to the first token, then one token per `pace`."""
+
+    def __init__(self, clock: FakeClock, ttft: float, pace: float, tokens: int) -> None:
+        self.clock, self.ttft, self.pace, self.tokens = clock, ttft, pace, tokens
+        self.calls: list[Call] = []
+        self.first_token_from: dict[int, float] = {}  # modeled speculation: message → start
+
+    async def generate(self, prompt: Prompt, usage: Usage) -> str:
+        covers = tuple(int(m.text.split(" ", 1)[0][1:]) for m in prompt.burst)
+        now = self.clock.now()
+        call = Call(covers, now)
+        self.calls.append(call)
+        number = len(self.calls)  # the reply names its call: calls of other bursts overlap
+        early = self.first_token_from.get(covers[-1])
+        first = now + self.ttft if early is None else max(now, early + self.ttft)
+        usage.input_tokens += len(covers)
+        try:  # two sleeps, not one per token: the driver moves the clock per event
+            await self.clock.sleep_until(first)
+            call.first_token_at = self.clock.now()
+            await self.clock.sleep_until(first + (self.tokens - 1) * self.pace)
+            call.tokens = self.tokens
+        except asyncio.CancelledError:
+            call.cancelled_at = now = self.clock.now()
+            if call.first_token_at is not None:
+                call.tokens = min(self.tokens, int((now - first) / self.pace + 1e-9) + 1)
+            raise
+        finally:
+            usage.output_tokens += call.tokens
+        return f"[g{number}] covers {' '.join(map(str, covers))}"
+
+
+class Counted:
+    """Counts the store's calls in flight on aiosqlite's thread, so the driver knows when every
+    task of the engine is waiting on the fake clock (or on nothing) before it moves time."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+
+    def wrap(self, connection: Any) -> None:
+        inner = connection._execute
+
+        async def execute(fn: Any, *args: Any, **kwargs: Any) -> Any:
+            self.in_flight += 1
+            try:
+                return await inner(fn, *args, **kwargs)
+            finally:
+                self.in_flight -= 1
+
+        connection._execute = execute
+
+
+async def quiesce(counted: Counted) -> None:
+    loop = asyncio.get_running_loop()
+    calm = 0
+    while calm < 3:
+        await asyncio.sleep(0)
+        if counted.in_flight:
+            calm = 0
+            await asyncio.sleep(0)
+        elif not loop._ready:  # type: ignore[attr-defined]
+            calm += 1
+        else:
+            calm = 0
+
+
+@dataclass
+class PolicyResult:
+    policy: str
+    real: bool
+    messages: int
+    felt: list[float] = field(default_factory=list)
+    replies: int = 0
+    episodes: int = 0
+    multi_episodes: int = 0
+    multi_answered: int = 0
+    visible_supersedes: int = 0
+    requests: int = 0
+    output_tokens: int = 0
+    wasted_tokens: int = 0
+    seconds: float = 0.0
+
+    def pct(self, q: float) -> float:
+        if not self.felt:
+            return float("nan")
+        ordered = sorted(self.felt)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    @property
+    def replies_per_episode(self) -> float:
+        return self.replies / max(1, self.episodes)
+
+    @property
+    def multi_answered_share(self) -> float:
+        return self.multi_answered / max(1, self.multi_episodes)
+
+    @property
+    def supersedes_per_100(self) -> float:
+        return 100 * self.visible_supersedes / max(1, self.messages)
+
+    @property
+    def requests_per_message(self) -> float:
+        return self.requests / max(1, self.messages)
+
+    @property
+    def wasted_share(self) -> float:
+        return self.wasted_tokens / max(1, self.output_tokens)
+
+
+async def replay(policy: Policy, timeline: Sequence[Said], ttft: float, pace: float,
+                 tokens: int) -> PolicyResult:  # fmt: skip
+    clock = FakeClock(START)
+    store = SqliteStore(":memory:")
+    await store.open()
+    counted = Counted()
+    counted.wrap(store._db)
+    model = PacedModel(clock, ttft, pace, tokens)
+    platform = RecordingFrontend(PLATFORM)
+    real = policy.speculate_after is None or speculates_for_real()
+    overrides = dict(policy.settings)
+    if policy.speculate_after is not None and real:
+        overrides |= {"speculate": True, "speculate_after_seconds": policy.speculate_after}
+    settings = dataclasses.replace(
+        EngineSettings(max_wait_seconds=8.0, max_concurrent_generations=10_000), **overrides
+    )
+    engine = Engine(store, model, clock, settings, "bench", {PLATFORM: platform})
+    wall = time.monotonic()
+    last: dict[str, tuple[float, float | None]] = {}  # conversation → (last arrival, due)
+    spec_wasted_requests = spec_wasted_tokens = 0
+
+    async def settle() -> None:
+        await quiesce(counted)
+        await engine.run_due()
+        await quiesce(counted)
+
+    async def run_until(t: float) -> None:
+        while True:
+            wakes = [w for w in clock.waiting()]
+            due = await store.next_due_at(clock.now(), engine.serving)
+            nxt = min([*wakes, *([due] if due is not None else [])], default=None)
+            if nxt is None or nxt > t:
+                break
+            await clock.advance(max(0.0, nxt - clock.now()))
+            await settle()
+        await clock.advance(max(0.0, t - clock.now()))
+        await settle()
+
+    for i, said in enumerate(timeline):
+        at = START + said.at
+        await run_until(at)
+        cid = ConversationKey(PLATFORM, "w", said.channel).id
+        key = ConversationKey(PLATFORM, "w", said.channel)
+        if policy.speculate_after is not None and not real and cid in last:
+            previous, due_at = last[cid]
+            begun = previous + policy.speculate_after
+            if due_at is not None and begun < at < due_at:  # a speculation cancelled unseen
+                spec_wasted_requests += 1
+                streamed = at - begun - ttft  # its tokens so far, none before the first
+                if streamed >= 0:
+                    spec_wasted_tokens += min(tokens, int(streamed / pace + 1e-9) + 1)
+        result = await engine.ingest(
+            IncomingMessage(key, f"m{i}", said.author, said.author, f"#{i} {said.text}")
+        )
+        if policy.speculate_after is not None and not real:
+            model.first_token_from[i] = at + policy.speculate_after
+        last[cid] = (at, result.due_at)
+        await settle()
+    await run_until(clock.now() + 120.0)
+    await engine.shutdown()
+    await store.close()
+
+    arrivals = [START + s.at for s in timeline]
+    answers = [answer_of(post.text) for post in platform.posts]
+    posted = {a.generation for a in answers}
+    out = PolicyResult(policy.name, real, len(timeline), seconds=time.monotonic() - wall)
+    reply_of: dict[int, int] = {}
+    for post in answers:
+        call = model.calls[post.generation - 1]
+        last_covered = max(call.covers)
+        if call.first_token_at is not None:
+            out.felt.append(call.first_token_at - arrivals[last_covered])
+        for m in call.covers:
+            reply_of[m] = post.generation
+    out.replies = len(answers)
+    for run in episodes(timeline):
+        out.episodes += 1
+        if len(run) > 1:
+            out.multi_episodes += 1
+            if len({reply_of.get(m) for m in run}) > 1:
+                out.multi_answered += 1
+    for n, call in enumerate(model.calls, start=1):
+        out.output_tokens += call.tokens
+        if n not in posted:
+            out.wasted_tokens += call.tokens
+            cancelled, shown = call.cancelled_at, call.first_token_at
+            if cancelled is not None and shown is not None and shown < cancelled:
+                out.visible_supersedes += 1
+    out.requests = len(model.calls) + spec_wasted_requests
+    out.output_tokens += spec_wasted_tokens
+    out.wasted_tokens += spec_wasted_tokens
+    return out
+
+
+@dataclass
+class RhythmRun:
+    source: str
+    described: str
+    ttft: float
+    pace: float
+    tokens: int
+    speculate_after: float
+    results: list[PolicyResult]
+
+    def goals(self) -> list[tuple[str, bool, str]]:
+        by = {r.policy: r for r in self.results}
+        fixed, ours = by["fixed 1.5 s"], by["adaptive + speculation"]
+        return [
+            ("felt wait p50 ≤ 50 % of fixed 1.5 s", ours.pct(0.5) <= 0.5 * fixed.pct(0.5),
+             f"{ours.pct(0.5):.2f} s vs {fixed.pct(0.5):.2f} s"),
+            ("visible supersedes per 100 messages ≤ fixed",
+             ours.supersedes_per_100 <= fixed.supersedes_per_100,
+             f"{ours.supersedes_per_100:.2f} vs {fixed.supersedes_per_100:.2f}"),
+            ("multi-message episodes answered more than once ≤ 1.1× fixed",
+             ours.multi_answered_share <= 1.1 * fixed.multi_answered_share,
+             f"{ours.multi_answered_share:.1%} vs {fixed.multi_answered_share:.1%}"),
+            ("wasted output ≤ 10 % of output", ours.wasted_share <= 0.10,
+             f"{100 * ours.wasted_share:.1f} %"),
+            ("model requests per message ≤ 1.3× fixed",
+             ours.requests_per_message <= 1.3 * fixed.requests_per_message,
+             f"{ours.requests_per_message:.3f} vs {fixed.requests_per_message:.3f}"),
+        ]  # fmt: skip
+
+
+async def run_rhythm(source: str, described: str, timeline: Sequence[Said], ttft: float,
+                     pace: float, tokens: int, speculate_after: float) -> RhythmRun:  # fmt: skip
+    results = []
+    for policy in policies(speculate_after):
+        results.append(await replay(policy, timeline, ttft, pace, tokens))
+    return RhythmRun(source, described, ttft, pace, tokens, speculate_after, results)
+
+
+def table(run: RhythmRun) -> list[str]:
+    lines = [
+        f"timing: {run.source} ({run.described}); model: first token {run.ttft:g} s, "
+        f"{run.tokens} tokens {run.pace:g} s apart; speculation starts {run.speculate_after:g} s "
+        "after the last message",
+        "",
+        "| policy | felt p50 | felt p90 | replies / episode | multi-msg episodes answered >1 "
+        "| visible supersedes / 100 msgs | requests / msg | wasted output | engine |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in run.results:
+        lines.append(
+            f"| {r.policy} | {r.pct(0.5):.2f} s | {r.pct(0.9):.2f} s | "
+            f"{r.replies_per_episode:.3f} | {100 * r.multi_answered_share:.1f} % | "
+            f"{r.supersedes_per_100:.2f} | {r.requests_per_message:.3f} | "
+            f"{100 * r.wasted_share:.1f} % | {'real' if r.real else 'speculation modeled'} |"
+        )
+    lines += ["", "Goals (adaptive + speculation, against fixed 1.5 s, same run):", ""]
+    for goal, met, figures in run.goals():
+        lines.append(f"- {goal}: **{'met' if met else 'not met'}** ({figures})")
+    seconds = sum(r.seconds for r in run.results)
+    lines += ["", f"({len(run.results)} policies replayed in {seconds:.0f} s of wall time)"]
+    return lines
+
+
+def plot(runs: Sequence[RhythmRun], path: Any) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 4.5), squeeze=False)
+    for ax, run in zip(axes[0], runs, strict=True):
+        for r in run.results:
+            ax.scatter(r.supersedes_per_100, r.pct(0.5), s=60)
+            ax.annotate(r.policy, (r.supersedes_per_100, r.pct(0.5)), fontsize=8,
+                        xytext=(4, 4), textcoords="offset points")  # fmt: skip
+        ax.set_xlabel("visible supersedes per 100 messages")
+        ax.set_ylabel("felt wait p50 (s)")
+        ax.set_title(f"felt wait vs supersedes: {run.source}", fontsize=9)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+BEGIN, END = "<!-- felt-latency: begin -->", "<!-- felt-latency: end -->"
+
+
+def section(runs: Sequence[RhythmRun], image: str) -> str:
+    real = speculates_for_real()
+    lines = [
+        BEGIN,
+        "### 11. Felt latency on real chat timing (`--only rhythm`)",
+        "",
+        "Message timelines replayed through the real engine and SQLite store (in memory) on a "
+        "fake clock, the driver calling the engine's due-timer step as the scheduler does, with "
+        "a fake model (see `benchmarks/rhythm.py`). Felt wait: from "
+        "the last message a reply covers to its first visible word. "
+        + (
+            "Speculation ran on the engine."
+            if real
+            else "This engine has no speculation setting yet: the speculating policies model it "
+            "in the benchmark (first token `ttft` after the last message + the speculation delay, "
+            "never shown before the window closes; a message between that start and the close "
+            "counts a cancelled request and its tokens). The other policies ran on the engine."
+        ),
+        "",
+    ]
+    for run in runs:
+        lines += [*table(run), ""]
+    lines += [f"![felt wait against visible supersedes]({image})", "", END]
+    return "\n".join(lines) + "\n"
+
+
+def splice(report: str, new: str) -> str:
+    """The report with its felt-latency section replaced by `new` (appended when it has none)."""
+    if BEGIN in report and END in report:
+        head, rest = report.split(BEGIN, 1)
+        return head + new.rstrip("\n") + rest.split(END, 1)[1]
+    return report.rstrip("\n") + "\n\n" + new

@@ -1,0 +1,123 @@
+"""The adaptive quiet window on every backend: the author's rhythm is learned in the arrival's
+transaction and the timer is armed with the window chosen from it (times on the store's clock)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from bot.core.events import ConversationKey, IncomingMessage, MessageEdited
+from bot.core.quiet_window import SHAPE_WINDOW
+from bot.core.store import Committed, FinalCheck, NewReply, Store, Timing
+
+ADAPTIVE = Timing(quiet_seconds=1.5, max_wait_seconds=8.0, adaptive=True,
+                  min_quiet_seconds=0.5, max_quiet_seconds=5.0)  # fmt: skip
+FIXED = Timing(quiet_seconds=1.5, max_wait_seconds=30.0)
+KEY = ConversationKey("test", "w", "c1")
+OTHER = ConversationKey("test", "w", "c2")
+NOW = 1_000.0
+
+
+def said(n: int, text: str, author: str = "u1", key: ConversationKey = KEY) -> IncomingMessage:
+    return IncomingMessage(key, f"{key.channel}-m{n}", author, f"name-{author}", text)
+
+
+async def due(store: Store, key: ConversationKey = KEY) -> float:
+    state = await store.conversation_state(key.id)
+    assert state is not None and state.timer is not None
+    return state.timer.due_at
+
+
+async def answer(store: Store, key: ConversationKey, now: float) -> None:
+    lease = await store.acquire_lease(key.id, "w1", now, 30.0)
+    assert lease is not None
+    check = FinalCheck(lease.token, lease.version, False)
+    done = await store.commit(key.id, check, now, ADAPTIVE, NewReply("ok"))
+    assert isinstance(done, Committed)
+
+
+async def test_a_stranger_gets_the_shape_window_and_the_reason_is_stored(store: Store) -> None:
+    result = await store.ingest(said(1, "is it down?"), NOW, ADAPTIVE)
+    assert result.due_at == pytest.approx(NOW + 0.5)
+    await store.ingest(said(2, "so I tried", author="u2"), NOW + 0.2, ADAPTIVE)
+    assert await due(store) == pytest.approx(NOW + 0.2 + SHAPE_WINDOW["bare"])
+    first, second = await store.messages(KEY.id)
+    assert first.quiet_reason is not None and "name-u1 is new here" in first.quiet_reason
+    assert second.quiet_reason is not None and "without punctuation" in second.quiet_reason
+
+
+async def test_follow_ups_2_5_s_apart_are_learned_and_hold_the_next_window(store: Store) -> None:
+    t = NOW
+    for n in range(4):  # four messages 2.5 s apart, answered between bursts
+        await store.ingest(said(n, f"part {n}"), t, ADAPTIVE)
+        t += 2.5
+    await answer(store, KEY, t)
+    t += 60.0
+    await store.ingest(said(10, "new question?"), t, ADAPTIVE)
+    held = await due(store) - t
+    assert 2.5 < held <= ADAPTIVE.max_quiet_seconds
+    *_, last = await store.messages(KEY.id)
+    assert last.quiet_reason is not None and "name-u1's follow-ups come within" in last.quiet_reason
+
+
+async def test_gaps_with_someone_else_between_or_elsewhere_are_not_follow_ups(
+    store: Store,
+) -> None:
+    t = NOW
+    for n in range(6):  # u1 alternates with u2, and also writes in another conversation
+        await store.ingest(said(n, f"a {n}"), t, ADAPTIVE)
+        await store.ingest(said(n, f"b {n}", author="u2"), t + 0.5, ADAPTIVE)
+        await store.ingest(said(n, f"c {n}", key=OTHER), t + 1.0, ADAPTIVE)
+        t += 30.0
+    await store.ingest(said(99, "done?"), t, ADAPTIVE)
+    *_, last = await store.messages(KEY.id)
+    assert last.quiet_reason is not None and "name-u1 never writes again" in last.quiet_reason
+
+
+async def test_an_edit_rearms_from_the_burst_authors_windows(store: Store) -> None:
+    await store.ingest(said(1, "is it down?"), NOW, ADAPTIVE)
+    edit = MessageEdited(KEY, "c1-m1", "so it is down,")
+    result = await store.edit(edit, NOW + 0.3, ADAPTIVE)
+    assert result.due_at == pytest.approx(NOW + 0.3 + SHAPE_WINDOW["dangling"])
+
+
+async def test_adaptive_off_is_the_fixed_window_and_learns_nothing(store: Store) -> None:
+    for n in range(4):
+        result = await store.ingest(said(n, f"part {n}"), NOW + 2.5 * n, FIXED)
+        assert result.due_at == pytest.approx(NOW + 2.5 * n + 1.5)
+    assert all(m.quiet_reason is None for m in await store.messages(KEY.id))
+    await answer(store, KEY, NOW + 20)
+    await store.ingest(said(10, "new question?"), NOW + 60, ADAPTIVE)
+    *_, last = await store.messages(KEY.id)
+    assert last.quiet_reason is not None and "name-u1 is new here" in last.quiet_reason
+
+
+async def test_the_window_never_passes_the_deadline(store: Store) -> None:
+    short = Timing(1.5, 2.0, True, 0.5, 5.0)
+    await store.ingest(said(1, "so,"), NOW, short)
+    assert await due(store) == pytest.approx(NOW + 2.0)
+
+
+async def test_concurrent_arrivals_each_get_their_own_window(store: Store) -> None:
+    """On SQLite concurrent ingests share one group-commit transaction: each stranger's message
+    still gets the window of its own shape, and a conversation's timer its burst's window."""
+    keys = [ConversationKey("test", "w", f"g{n}") for n in range(6)]
+    texts = ["ok?", "so I tried", "wait...", "ok?", "so I tried", "wait..."]
+    results = await asyncio.gather(
+        *(
+            store.ingest(said(1, text, author=key.channel, key=key), NOW, ADAPTIVE)
+            for key, text in zip(keys, texts, strict=True)
+        )
+    )
+    expected = [0.5, SHAPE_WINDOW["bare"], SHAPE_WINDOW["dangling"]] * 2
+    assert [r.due_at for r in results] == pytest.approx([NOW + e for e in expected])
+    for key, e in zip(keys, expected, strict=True):
+        assert await due(store, key) == pytest.approx(NOW + e)
+    one = ConversationKey("test", "w", "together")
+    await asyncio.gather(
+        store.ingest(said(1, "so,", key=one), NOW, ADAPTIVE),
+        store.ingest(said(2, "done.", author="u2", key=one), NOW, ADAPTIVE),
+    )
+    # u1 trailed off and u2 finished at the same moment: the burst waits for u1
+    assert await due(store, one) == pytest.approx(NOW + SHAPE_WINDOW["dangling"])
