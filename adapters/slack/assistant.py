@@ -104,7 +104,7 @@ class AssistantThreads:
         self.identity = identity
         self.host = host
         self.config = config
-        self._background: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Future[None]] = set()
         self._refused: set[str] = set()  # methods Slack refused for want of scope: warned once
         self._names: dict[str, str] = {}
         self._native: set[str] = set()  # assistant threads seen: drafts stream natively there
@@ -296,10 +296,7 @@ class AssistantThreads:
                             error)  # fmt: skip
 
     def _run(self, work: Awaitable[None]) -> None:
-        async def run() -> None:
-            await work
-
-        task = asyncio.ensure_future(run())
+        task = asyncio.ensure_future(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
