@@ -178,17 +178,17 @@ class AttachmentLoader:
         self,
         store: Store,
         sources: Mapping[str, object],
-        limits: AttachmentLimits | Callable[[], AttachmentLimits],
+        limits: Callable[[], AttachmentLimits],
         clock: Clock,
     ) -> None:
         self.store = store
         self.sources = sources
-        self._limits = limits  # a callable is read at each use: a reload replaces the limits
+        self._limits = limits  # read at each use: a reload replaces the limits
         self.clock = clock
 
     @property
     def limits(self) -> AttachmentLimits:
-        return self._limits() if callable(self._limits) else self._limits
+        return self._limits()
 
     def max_bytes(self, kind: Kind | None) -> int:
         limit = API_LIMITS.get(kind) if kind is not None else None
