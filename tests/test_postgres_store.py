@@ -29,6 +29,7 @@ from bot.core.store import (
     TokenUsage,
 )
 from storage import open_store
+from storage.pool_limits import PoolLimits
 from storage.postgres import MIGRATIONS, PostgresStore
 from storage.sqlite import SqliteStore
 from tests import pg
@@ -301,7 +302,9 @@ def test_missing_asyncpg_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 async def test_unreachable_database_is_a_store_error() -> None:
-    store = PostgresStore("postgresql://nobody@127.0.0.1:1/none", connect_timeout=2.0)
+    store = PostgresStore(
+        "postgresql://nobody@127.0.0.1:1/none", limits=PoolLimits(connect_seconds=2.0)
+    )
     with pytest.raises(StoreError, match="cannot connect to PostgreSQL"):
         await store.open()
 
@@ -311,7 +314,7 @@ async def test_unreachable_database_is_a_store_error() -> None:
 )
 async def test_a_malformed_url_is_a_store_error_that_quotes_none_of_it(dsn: str) -> None:
     with pytest.raises(StoreError) as error:
-        await PostgresStore(dsn, connect_timeout=2.0).open()
+        await PostgresStore(dsn, limits=PoolLimits(connect_seconds=2.0)).open()
     assert str(error.value) == "cannot connect to PostgreSQL: storage.url is malformed"
 
 
