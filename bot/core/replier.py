@@ -9,9 +9,8 @@ Failures are raised as `RetryableReplierError` or `PermanentReplierError` (`bot/
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, SupportsIndex
+from typing import Literal, Protocol
 
 from bot.core.attachments import LoadedFile
 from bot.core.store import WebSearch as WebSearch  # reported as the store keeps them
@@ -89,8 +88,8 @@ class Prompt:
 
 
 class StreamedText(list[str]):
-    """The text a replier streamed so far, in pieces; `arrived` is set by each new piece, so a
-    draft goes out at the first word instead of at the next pacing tick."""
+    """The text a replier streamed so far, in pieces (repliers `append` each); `arrived` is set
+    by each new piece, so a draft goes out at the first word instead of at the next pacing tick."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -99,17 +98,6 @@ class StreamedText(list[str]):
     def append(self, piece: str) -> None:
         super().append(piece)
         if piece.strip():
-            self.arrived.set()
-
-    def insert(self, index: SupportsIndex, piece: str) -> None:
-        super().insert(index, piece)
-        if piece.strip():
-            self.arrived.set()
-
-    def extend(self, pieces: Iterable[str]) -> None:
-        added = list(pieces)
-        super().extend(added)
-        if any(piece.strip() for piece in added):
             self.arrived.set()
 
 
