@@ -176,16 +176,13 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
         await db.execute(script)
         await self._rows("record_schema_version", {"version": number}, db)
 
-    def _pool_or_fail(self) -> asyncpg.Pool:
-        if self._pool is None:
-            raise StoreError("store is not open")
-        return self._pool
-
     @asynccontextmanager
     async def _pooled(self) -> AsyncIterator[asyncpg.Connection]:
         """A pooled connection, waited for no longer than the acquire limit; one that was lost
         while in use is terminated (not reset and reused) and the rest of the pool expired."""
-        pool = self._pool_or_fail()
+        pool = self._pool
+        if pool is None:
+            raise StoreError("store is not open")
         async with pool.acquire(timeout=self.limits.acquire_seconds) as conn:
             try:
                 yield conn
