@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
+from dataclasses import dataclass
 
 from bot.core.engine import Engine
 from bot.core.events import Event, IncomingMessage, ResetConversation
@@ -18,20 +19,13 @@ from bot.ops.guards import CostGuards
 log = logging.getLogger("burstbot")
 
 
+@dataclass(eq=False)
 class Arrival:
-    def __init__(
-        self,
-        engine: Engine,
-        platforms: Collection[str],
-        access: AccessPolicy,
-        guards: CostGuards | None,
-        signals: Signals,
-    ) -> None:
-        self.engine = engine
-        self.platforms = platforms  # the front ends a notice can go out through
-        self.access = access
-        self.guards = guards  # None: no limit is on
-        self._emit = signals.emit
+    engine: Engine
+    platforms: Collection[str]  # the front ends a notice can go out through
+    access: AccessPolicy
+    guards: CostGuards | None  # None: no limit is on
+    signals: Signals
 
     async def ingest(self, event: Event) -> IngestResult:
         """Access rules and arrival guards first (nothing refused is stored), then the engine."""
@@ -41,7 +35,9 @@ class Arrival:
             reason = self.access.refusal(event.key, event.author_id, event.is_dm)
             if reason is not None:
                 log.info("conversation %s: message refused (%s)", event.key.id, reason)
-                self._emit("refused", conversation=event.key.id, stage="access", reason=reason)
+                self.signals.emit(
+                    "refused", conversation=event.key.id, stage="access", reason=reason
+                )
                 return IngestResult("ignored", event.key.id, 0)
             if self.guards is not None:
                 refused = await self._guarded(event, self.guards)
@@ -57,12 +53,12 @@ class Arrival:
         if refusal.repeat:
             log.debug("conversation %s: repeat of refused message %s dropped", key.id,
                       event.message_id)  # fmt: skip
-            self._emit("duplicate", conversation=key.id, version=0)
+            self.signals.emit("duplicate", conversation=key.id, version=0)
             return IngestResult("duplicate", key.id, 0)
         already = "" if refusal.notice else "; notice already sent"
         log.warning("conversation %s: message from %s refused (%s)%s", key.id, event.author_id,
                     refusal.reason, already)  # fmt: skip
-        self._emit("refused", conversation=key.id, stage="guard", reason=refusal.reason)
+        self.signals.emit("refused", conversation=key.id, stage="guard", reason=refusal.reason)
         if refusal.notice is not None and key.platform in self.platforms:
             now = self.engine.clock.now()
             await self.engine.store.queue_notice(key.id, refusal.notice, event.message_id, now)
@@ -73,9 +69,9 @@ class Arrival:
         cid = event.key.id
         reason = self.access.refusal(event.key, event.author_id, event.is_dm)
         if reason is not None:
-            self._emit("refused", conversation=cid, stage="access", reason=reason)
+            self.signals.emit("refused", conversation=cid, stage="access", reason=reason)
             return IngestResult("ignored", cid, 0)
         floor = await self.engine.store.reset_history(cid)
         log.info("conversation %s: history cleared by %s", cid, event.author_id or "a user")
-        self._emit("reset", conversation=cid, floor=floor)
+        self.signals.emit("reset", conversation=cid, floor=floor)
         return IngestResult("history", cid, floor or 0)

@@ -31,7 +31,6 @@ import logging
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from typing import Any, Literal
 
 import asyncpg
@@ -94,24 +93,16 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
         pool_size: int = 10,
         clock: ClockMode = "database",
         schema: str | None = None,
-        connect_timeout: float | None = None,
         limits: PoolLimits | None = None,
     ) -> None:
         self.dsn = dsn
         self.pool_size = pool_size
         self.clock: ClockMode = clock
         self.schema = schema
-        limits = limits or PoolLimits()
-        if connect_timeout is not None:
-            limits = replace(limits, connect_seconds=connect_timeout)
-        self.limits = limits
+        self.limits = limits or PoolLimits()
         self._q = QUERIES[clock]
         self._pool: asyncpg.Pool | None = None
         self._listener: asyncpg.Connection | None = None
-
-    @property
-    def connect_timeout(self) -> float:
-        return self.limits.connect_seconds
 
     @property
     def _settings(self) -> dict[str, str]:
@@ -125,11 +116,11 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
                 self.dsn,
                 min_size=0,  # no background reconnects (and their tracebacks) in an outage
                 max_size=self.pool_size,
-                timeout=self.connect_timeout,
+                timeout=self.limits.connect_seconds,
                 command_timeout=self.limits.command_seconds,
                 server_settings=self._settings,
             )
-            async with self._pool.acquire(timeout=self.connect_timeout):
+            async with self._pool.acquire(timeout=self.limits.connect_seconds):
                 pass
         except (*_DB_ERRORS, TimeoutError) as exc:
             await self.close()
@@ -148,7 +139,7 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
         try:
             self._listener = await asyncpg.connect(
                 self.dsn,
-                timeout=self.connect_timeout,
+                timeout=self.limits.connect_seconds,
                 command_timeout=self.limits.command_seconds,
                 server_settings=self._settings,
             )
@@ -185,16 +176,13 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
         await db.execute(script)
         await self._rows("record_schema_version", {"version": number}, db)
 
-    def _pool_or_fail(self) -> asyncpg.Pool:
-        if self._pool is None:
-            raise StoreError("store is not open")
-        return self._pool
-
     @asynccontextmanager
     async def _pooled(self) -> AsyncIterator[asyncpg.Connection]:
         """A pooled connection, waited for no longer than the acquire limit; one that was lost
         while in use is terminated (not reset and reused) and the rest of the pool expired."""
-        pool = self._pool_or_fail()
+        pool = self._pool
+        if pool is None:
+            raise StoreError("store is not open")
         async with pool.acquire(timeout=self.limits.acquire_seconds) as conn:
             try:
                 yield conn

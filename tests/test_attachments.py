@@ -62,7 +62,7 @@ class Files(FileSource):
 
 def loader(store: SqliteStore, source: Files, **limits: object) -> AttachmentLoader:
     config = AttachmentsConfig.model_validate(limits)
-    return AttachmentLoader(store, {"test": source}, config, FakeClock())
+    return AttachmentLoader(store, {"test": source}, lambda: config, FakeClock())
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,7 @@ from bot.core.store import (
     TokenUsage,
 )
 from storage import open_store
+from storage.pool_limits import PoolLimits
 from storage.postgres import MIGRATIONS, PostgresStore
 from storage.sqlite import SqliteStore
 from tests import pg
@@ -231,11 +232,16 @@ async def test_two_workers_never_claim_one_reply(pg_stores: Factory) -> None:
     assert sorted(ids) == [1, 2, 3]
 
 
+def pool_of(store: PostgresStore) -> Any:
+    assert store._pool is not None, "the store is open"
+    return store._pool
+
+
 async def test_processes_starting_together_migrate_once(pg_stores: Factory) -> None:
     stores = await asyncio.gather(*(pg_stores() for _ in range(5)))
     conn = await stores[0]._rows("schema_version", {})
     assert int(conn[0][0]) == len(MIGRATIONS)
-    rows = await stores[0]._pool_or_fail().fetch("SELECT version FROM burstbot_schema_version")
+    rows = await pool_of(stores[0]).fetch("SELECT version FROM burstbot_schema_version")
     assert sorted(r[0] for r in rows) == list(range(1, len(MIGRATIONS) + 1))
 
 
@@ -245,7 +251,7 @@ async def test_database_clock_keeps_a_fast_host_from_stealing_a_lease(pg_stores:
     fast = await pg_stores(clock="database")
     key = KEYS[0]
     await honest.ingest(message(key, 1), 1000.0, TIMING)
-    wall = await honest._pool_or_fail().fetchval("SELECT EXTRACT(EPOCH FROM now())::float8")
+    wall = await pool_of(honest).fetchval("SELECT EXTRACT(EPOCH FROM now())::float8")
     lease = await honest.acquire_lease(key.id, "honest", wall, 30.0)
     assert lease is not None
     assert abs(lease.expires_at - (wall + 30.0)) < 5.0
@@ -263,7 +269,7 @@ async def test_each_host_sees_protocol_times_on_its_own_clock(pg_stores: Factory
     honest = await pg_stores(clock="database")
     ahead = await pg_stores(clock="database")
     key, timing = KEYS[0], Timing(5.0, 8.0)
-    wall = await honest._pool_or_fail().fetchval("SELECT EXTRACT(EPOCH FROM now())::float8")
+    wall = await pool_of(honest).fetchval("SELECT EXTRACT(EPOCH FROM now())::float8")
     armed = await honest.ingest(message(key, 1), wall, timing)
     assert armed.due_at is not None and abs(armed.due_at - (wall + 5.0)) < 2.0
     assert await ahead.due_timers(wall + 10.0, 10) == []  # 5 s of quiet left, not 5 s past
@@ -301,7 +307,9 @@ def test_missing_asyncpg_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 async def test_unreachable_database_is_a_store_error() -> None:
-    store = PostgresStore("postgresql://nobody@127.0.0.1:1/none", connect_timeout=2.0)
+    store = PostgresStore(
+        "postgresql://nobody@127.0.0.1:1/none", limits=PoolLimits(connect_seconds=2.0)
+    )
     with pytest.raises(StoreError, match="cannot connect to PostgreSQL"):
         await store.open()
 
@@ -311,7 +319,7 @@ async def test_unreachable_database_is_a_store_error() -> None:
 )
 async def test_a_malformed_url_is_a_store_error_that_quotes_none_of_it(dsn: str) -> None:
     with pytest.raises(StoreError) as error:
-        await PostgresStore(dsn, connect_timeout=2.0).open()
+        await PostgresStore(dsn, limits=PoolLimits(connect_seconds=2.0)).open()
     assert str(error.value) == "cannot connect to PostgreSQL: storage.url is malformed"
 
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adapters.slack.inbound import Identity, Placement, new_message, place, plain_text
-from adapters.slack.mrkdwn import neutralise_mentions, split_mrkdwn, to_mrkdwn
+from adapters.slack.mrkdwn import split_mrkdwn, to_mrkdwn
 from bot.core.events import Attachment, ConversationKey, IncomingMessage
 
 ME = Identity("T1", "UBOT", "BBOT")
@@ -61,13 +61,6 @@ def test_model_output_can_never_ping(dangerous: str) -> None:
     assert "<!" not in out
     for word in ("@channel", "@here", "@everyone"):
         assert word not in out.lower()
-
-
-def test_neutralise_mentions_on_raw_text() -> None:
-    raw = "hi <!channel> <!subteam^S1|devs> @here <@U123> <https://x.io|x>"
-    out = neutralise_mentions(raw)
-    assert out == ("hi &lt;!channel&gt; &lt;!subteam^S1|devs&gt; @\u200bhere <@U123> "
-                   "<https://x.io|x>")  # fmt: skip
 
 
 def test_split_keeps_code_blocks_whole_when_they_fit() -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import discord
@@ -48,16 +49,16 @@ WITH_HISTORY = (discord.TextChannel, discord.Thread, discord.VoiceChannel, disco
 Listed = tuple[discord.abc.Messageable, int | None]  # a channel and its last message id
 
 
+@dataclass(eq=False)
 class History:
-    def __init__(self, client: discord.Client, routing: Callable[[], Routing], incoming: Incoming):
-        self.client = client
-        self._routing = routing  # read at each pass: tests and reloads may replace it
-        self._incoming = incoming
+    client: discord.Client
+    routing: Callable[[], Routing]  # read at each pass: tests and reloads may replace it
+    incoming: Incoming
 
     async def catch_up(self, run: CatchUpRun) -> None:
         channels: dict[int, int] = {}  # channel id → newest message id stored (0: none), in order
         if run.listened:
-            for channel_id in sorted(self._routing().listen_channels):
+            for channel_id in sorted(self.routing().listen_channels):
                 channels[channel_id] = 0
         guilds: dict[int, None] = {}
         for key, newest in run.points.items():
@@ -88,7 +89,7 @@ class History:
                     raise
                 run.skip(where, str(exc))
                 continue
-            await run.ingest(where, [e for m in messages if (e := self._incoming(m)) is not None])
+            await run.ingest(where, [e for m in messages if (e := self.incoming(m)) is not None])
 
     def _guilds_of(self, channels: dict[int, int], guilds: dict[int, None]) -> list[discord.Guild]:
         """The cached guilds of the conversations' and listened channels (this shard's)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 import discord
 
@@ -23,19 +24,14 @@ REFRESH_SECONDS = 8.0
 MAX_SECONDS = 300.0
 
 
+@dataclass(eq=False)
 class TypingKeeper:
-    def __init__(
-        self,
-        clock: Clock,
-        refresh_seconds: float = REFRESH_SECONDS,
-        max_seconds: float = MAX_SECONDS,
-    ) -> None:
-        self.clock = clock
-        self.refresh_seconds = refresh_seconds
-        self.max_seconds = max_seconds
-        self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._working = 0  # tasks between a wake-up and their next sleep
-        self._changed = asyncio.Condition()
+    clock: Clock
+    refresh_seconds: float = REFRESH_SECONDS
+    max_seconds: float = MAX_SECONDS
+    _tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict, init=False)
+    _working: int = field(default=0, init=False)  # tasks between a wake-up and their next sleep
+    _changed: asyncio.Condition = field(default_factory=asyncio.Condition, init=False)
 
     def start(
         self,

@@ -27,7 +27,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
@@ -90,24 +90,18 @@ def short_title(text: str) -> str:
     return cut.rstrip(" ,.;:") + "…"
 
 
+@dataclass(eq=False)
 class AssistantThreads:
     """The assistant surface of one workspace (one bot token)."""
 
-    def __init__(
-        self,
-        client: AsyncWebClient,
-        identity: Identity,
-        host: Host,
-        config: SlackAssistantConfig,
-    ) -> None:
-        self.client = client
-        self.identity = identity
-        self.host = host
-        self.config = config
-        self._background: set[asyncio.Task[None]] = set()
-        self._refused: set[str] = set()  # methods Slack refused for want of scope: warned once
-        self._names: dict[str, str] = {}
-        self._native: set[str] = set()  # assistant threads seen: drafts stream natively there
+    client: AsyncWebClient
+    identity: Identity
+    host: Host
+    config: SlackAssistantConfig
+    _background: set[asyncio.Future[None]] = field(default_factory=set, init=False)
+    _refused: set[str] = field(default_factory=set, init=False)  # no scope for it: warned once
+    _names: dict[str, str] = field(default_factory=dict, init=False)
+    _native: set[str] = field(default_factory=set, init=False)  # threads that stream natively
 
     def reconfigure(self, config: SlackAssistantConfig) -> None:
         """A reload: the next thread gets the new prompts, greeting and title rule."""
@@ -296,10 +290,7 @@ class AssistantThreads:
                             error)  # fmt: skip
 
     def _run(self, work: Awaitable[None]) -> None:
-        async def run() -> None:
-            await work
-
-        task = asyncio.ensure_future(run())
+        task = asyncio.ensure_future(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 

@@ -26,6 +26,7 @@ import functools
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
@@ -47,19 +48,14 @@ def _ts(message: Payload) -> float:
     return float(message.get("ts") or 0)
 
 
+@dataclass(eq=False)
 class History:
     """Reads for one workspace (one bot token)."""
 
-    def __init__(
-        self,
-        client: AsyncWebClient,
-        identity: Identity,
-        listen_channels: frozenset[str],
-    ) -> None:
-        self.client = client
-        self.identity = identity
-        self.listen_channels = listen_channels
-        self._names: dict[str, str] = {}
+    client: AsyncWebClient
+    identity: Identity
+    listen_channels: frozenset[str]
+    _names: dict[str, str] = field(default_factory=dict, init=False)
 
     async def _call(self, method: str, **args: Any) -> dict[str, Any]:
         response = await read(method.replace("_", "."), getattr(self.client, method)(**args))

@@ -9,8 +9,6 @@ every `<` of the model's text is what makes `<!channel>`, `<!here>`, `<@U123>` a
 
 from __future__ import annotations
 
-import re
-
 from markdown_it.tree import SyntaxTreeNode
 
 from adapters.markdown import Renderer, defuse_broadcasts
@@ -21,17 +19,9 @@ MAX_PART_CHARS = 3500
 FENCE = "```"
 ZERO_WIDTH_SPACE = "\u200b"
 
-_SPECIAL_MENTION = re.compile(r"<!(?:channel|here|everyone|subteam\^)[^>]*>", re.IGNORECASE)
-
 
 def escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def neutralise_mentions(text: str) -> str:
-    """Make `<!channel>`, `<!here>`, `<!everyone>`, `<!subteam^…>` and bare `@here` inert in
-    text that is already mrkdwn (model output goes through `to_mrkdwn`, which escapes every `<`)."""
-    return defuse_broadcasts(_SPECIAL_MENTION.sub(lambda m: escape(m.group(0)), text))
 
 
 class SlackRenderer(Renderer):

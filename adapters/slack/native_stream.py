@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
@@ -94,17 +95,18 @@ def settled_prefix(text: str) -> str:
     return text[:same].rstrip()
 
 
+@dataclass(eq=False)
 class NativeStreams:
     """The native streams of one workspace's drafts: what each stream this process started has
     been sent, and which messages are known to be stopped."""
 
-    def __init__(self, client: AsyncWebClient, identity: Identity, max_chars: int) -> None:
-        self.client = client
-        self.identity = identity
-        self.max_chars = max_chars  # a draft shows at most one part's worth
-        self._sent: OrderedDict[str, str] = OrderedDict()  # message id → text sent (running)
-        self._stopped: OrderedDict[str, None] = OrderedDict()
-        self._tasks: OrderedDict[str, dict[str, SearchStep]] = OrderedDict()  # steps as sent
+    client: AsyncWebClient
+    identity: Identity
+    max_chars: int  # a draft shows at most one part's worth
+    # message id → the text a running stream was sent, its search steps as sent, stopped ones
+    _sent: OrderedDict[str, str] = field(default_factory=OrderedDict, init=False)
+    _tasks: OrderedDict[str, dict[str, SearchStep]] = field(default_factory=OrderedDict, init=False)
+    _stopped: OrderedDict[str, None] = field(default_factory=OrderedDict, init=False)
 
     async def start(
         self, key: ConversationKey, text: str, steps: tuple[SearchStep, ...] = ()

@@ -171,24 +171,18 @@ def _image_type(content: bytes) -> str | None:
     return None
 
 
+@dataclass(eq=False)
 class AttachmentLoader:
     """Turns stored attachment descriptions into prompt files, fetching each file at most once."""
 
-    def __init__(
-        self,
-        store: Store,
-        sources: Mapping[str, object],
-        limits: AttachmentLimits | Callable[[], AttachmentLimits],
-        clock: Clock,
-    ) -> None:
-        self.store = store
-        self.sources = sources
-        self._limits = limits  # a callable is read at each use: a reload replaces the limits
-        self.clock = clock
+    store: Store
+    sources: Mapping[str, object]
+    read_limits: Callable[[], AttachmentLimits]  # read at each use: a reload replaces them
+    clock: Clock
 
     @property
     def limits(self) -> AttachmentLimits:
-        return self._limits() if callable(self._limits) else self._limits
+        return self.read_limits()
 
     def max_bytes(self, kind: Kind | None) -> int:
         limit = API_LIMITS.get(kind) if kind is not None else None

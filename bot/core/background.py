@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from bot.core.clock import Clock
@@ -40,25 +41,21 @@ async def patiently(
     raise AssertionError("unreachable")
 
 
+@dataclass(eq=False)
 class Background:
     """A job run in the background when requested, one run at a time; a request during a run
     makes another run follow it. A run that fails is logged and run again after a backoff."""
 
-    def __init__(
-        self,
-        name: str,
-        work: Callable[[], Awaitable[None]],
-        clock: Clock,
-        settings: CatchUpSettings,
-    ) -> None:
-        self.name = name
-        self._work = work
-        self._clock = clock
-        self._settings = settings
-        self._wanted = False
-        self._idle = asyncio.Event()
+    name: str
+    work: Callable[[], Awaitable[None]]
+    clock: Clock
+    settings: CatchUpSettings
+    _wanted: bool = field(default=False, init=False)
+    _idle: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _task: asyncio.Task[None] | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
         self._idle.set()
-        self._task: asyncio.Task[None] | None = None
 
     def request(self) -> None:
         self._wanted = True
@@ -78,15 +75,15 @@ class Background:
         self._idle.set()
 
     async def _loop(self) -> None:
-        delay = self._settings.retry_seconds
+        delay = self.settings.retry_seconds
         while self._wanted:
             self._wanted = False
             try:
-                await self._work()
-                delay = self._settings.retry_seconds
+                await self.work()
+                delay = self.settings.retry_seconds
             except Exception as exc:
                 log.warning("%s failed (%s); trying again in %.0f s", self.name, exc, delay)
                 self._wanted = True
-                await self._clock.sleep(delay)
-                delay = min(delay * 2, self._settings.max_retry_seconds)
+                await self.clock.sleep(delay)
+                delay = min(delay * 2, self.settings.max_retry_seconds)
         self._idle.set()

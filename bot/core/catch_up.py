@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from bot.core.background import Background, patiently
@@ -118,28 +118,22 @@ class CatchUpRun:
                     self.max_pages)  # fmt: skip
 
 
+@dataclass(eq=False)
 class CatchUp:
     """One front end's catch-up passes, run in the background one at a time."""
 
-    def __init__(
-        self,
-        platform: str,
-        fetch: Callable[[CatchUpRun], Awaitable[None]],
-        memory: Store,
-        ingest: Ingest,
-        clock: Clock,
-        settings: CatchUpSettings,
-    ) -> None:
-        self.platform = platform
-        self.fetch = fetch  # the front end's `CatchUpSource.catch_up`
-        self.memory = memory
-        self.ingest = ingest
-        self.clock = clock
-        self.settings = settings
-        self._before: float | None = None
-        self._everything = False
-        self._only: set[ConversationKey] = set()
-        self._job = Background(f"{platform} catch-up", self._pass, clock, settings)
+    platform: str
+    fetch: Callable[[CatchUpRun], Awaitable[None]]  # the front end's `CatchUpSource.catch_up`
+    memory: Store
+    ingest: Ingest
+    clock: Clock
+    settings: CatchUpSettings
+    _before: float | None = field(default=None, init=False)
+    _everything: bool = field(default=False, init=False)
+    _only: set[ConversationKey] = field(default_factory=set, init=False)
+
+    def __post_init__(self) -> None:
+        self._job = Background(f"{self.platform} catch-up", self._pass, self.clock, self.settings)
 
     def request(self, before: float, only: ConversationKey | None = None) -> None:
         """Catch up what was stored before `before` and sent since: every active conversation and

@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bot.core.clock import Clock
 from bot.core.events import ConversationKey
@@ -32,6 +32,7 @@ from bot.core.frontend import Frontend
 from bot.core.store import Store
 
 log = logging.getLogger("burstbot.indicator")
+Call = asyncio.Future[None]
 
 
 @dataclass
@@ -44,30 +45,23 @@ class _Shown:
     task: asyncio.Task[None] | None = None
 
 
+@dataclass(eq=False)
 class Indicator:
     """Shows and clears the indicator through the front end serving the conversation, if any."""
 
-    def __init__(
-        self,
-        frontends: Mapping[str, Frontend],
-        clock: Clock,
-        store: Store,
-        delay: float = 1.0,
-        recheck: float = 10.0,
-    ) -> None:
-        self._frontends = frontends
-        self.clock = clock
-        self.store = store
-        self.delay = delay
-        self.recheck = recheck
-        self.running: set[asyncio.Task[None]] = set()  # platform calls in flight
-        self._last_call: dict[ConversationKey, asyncio.Future[None]] = {}  # each one's newest
-        self._shown: dict[ConversationKey, _Shown] = {}
-        self._working: set[asyncio.Future[None]] = set()  # followers checking the store
+    frontends: Mapping[str, Frontend]
+    clock: Clock
+    store: Store
+    delay: float = 1.0
+    recheck: float = 10.0
+    running: set[asyncio.Task[None]] = field(default_factory=set, init=False)  # calls in flight
+    _last_call: dict[ConversationKey, Call] = field(default_factory=dict, init=False)  # the newest
+    _shown: dict[ConversationKey, _Shown] = field(default_factory=dict, init=False)
+    _working: set[Call] = field(default_factory=set, init=False)  # followers checking the store
 
     def show(self, key: ConversationKey, due_at: float | None, version: int, at: str) -> None:
         """Message `at` was accepted: its burst closes at `due_at` (now, if unknown)."""
-        if key.platform not in self._frontends:
+        if key.platform not in self.frontends:
             return
         on_at = (self.clock.now() if due_at is None else due_at) + self.delay
         shown = self._shown.get(key)
@@ -170,7 +164,7 @@ class Indicator:
 
     def _call(self, key: ConversationKey, at: str, *, busy: bool) -> None:
         """The platform call, after the conversation's previous one has ended (rule 4)."""
-        frontend = self._frontends.get(key.platform)
+        frontend = self.frontends.get(key.platform)
         if frontend is None:
             return
         previous = self._last_call.get(key)

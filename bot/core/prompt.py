@@ -126,21 +126,16 @@ ContextSource = Callable[[ConversationKey], Awaitable[str]]
 root asks the front end (the channel a Slack user is viewing, its recent messages)."""
 
 
+@dataclass(eq=False)
 class PromptStep:
     """Step 4's input, built inside the generation task the engine supervises: the burst's files
     and the conversation's context are fetched there (the lease is renewed and newer input cancels
     it meanwhile), then one prompt goes to the replier. `settings` is read at each burst: a reload
     replaces them."""
 
-    def __init__(
-        self,
-        settings: Callable[[], EngineSettings],
-        files: AttachmentLoader,
-        context: ContextSource | None = None,
-    ) -> None:
-        self.settings = settings
-        self.files = files
-        self.context = context
+    settings: Callable[[], EngineSettings]
+    files: AttachmentLoader
+    context: ContextSource | None = None
 
     async def generate(
         self,

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol, SupportsIndex
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from bot.core.attachments import LoadedFile
 from bot.core.store import WebSearch as WebSearch  # reported as the store keeps them
@@ -105,8 +104,8 @@ class Prompt:
 
 
 class StreamedText(list[str]):
-    """The text a replier streamed so far, in pieces; `arrived` is set by each new piece, so a
-    draft goes out at the first word instead of at the next pacing tick."""
+    """The text a replier streamed so far, in pieces (repliers `append` each); `arrived` is set
+    by each new piece, so a draft goes out at the first word instead of at the next pacing tick."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -115,17 +114,6 @@ class StreamedText(list[str]):
     def append(self, piece: str) -> None:
         super().append(piece)
         if piece.strip():
-            self.arrived.set()
-
-    def insert(self, index: SupportsIndex, piece: str) -> None:
-        super().insert(index, piece)
-        if piece.strip():
-            self.arrived.set()
-
-    def extend(self, pieces: Iterable[str]) -> None:
-        added = list(pieces)
-        super().extend(added)
-        if any(piece.strip() for piece in added):
             self.arrived.set()
 
 

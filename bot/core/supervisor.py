@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from bot.core.clock import Clock, trusted_until
 from bot.core.settings import EngineSettings
@@ -37,15 +38,13 @@ class Supervision(enum.Enum):
     LEASE_LOST = "lease_lost"  # a renewal failed: the stream was cancelled
 
 
+@dataclass(eq=False)
 class Supervisor:
-    def __init__(
-        self, store: Store, clock: Clock, settings: EngineSettings, signals: Signals
-    ) -> None:
-        self.store = store
-        self.clock = clock
-        self.settings = settings
-        self.signals = signals
-        self._version_bumped: dict[str, asyncio.Event] = {}
+    store: Store
+    clock: Clock
+    settings: EngineSettings
+    signals: Signals
+    _version_bumped: dict[str, asyncio.Event] = field(default_factory=dict, init=False)
 
     def newer_input(self, conversation_id: str) -> None:
         """Ingest stored newer input: a watch over this conversation looks at once."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from bot.core.background import Background, patiently
 from bot.core.clock import Clock
@@ -29,17 +30,15 @@ Lookup = Callable[[ConversationKey], Awaitable[bool]]
 HELD_BATCH = 200
 
 
+@dataclass(eq=False)
 class ThreadBook:
     """Which threads are ours (the store's answer), and messages held until a lookup decides."""
 
-    def __init__(
-        self, memory: Store, clock: Clock, ingest: Ingest, settings: CatchUpSettings
-    ) -> None:
-        self.memory = memory
-        self._clock = clock
-        self._ingest = ingest
-        self._settings = settings
-        self._deciders: dict[str, Background] = {}
+    memory: Store
+    clock: Clock
+    ingest: Ingest
+    settings: CatchUpSettings
+    _deciders: dict[str, Background] = field(default_factory=dict, init=False)
 
     async def idle(self) -> None:
         """Until every held message seen so far is decided (tests)."""
@@ -51,7 +50,7 @@ class ThreadBook:
 
     async def hold(self, message: IncomingMessage) -> None:
         """Store the message until its thread is decided (the caller acks after this)."""
-        await self.memory.hold(message, self._clock.now())
+        await self.memory.hold(message, self.clock.now())
         decider = self._deciders.get(message.key.platform)
         if decider is not None:
             decider.request()
@@ -60,7 +59,7 @@ class ThreadBook:
         """Decide `platform`'s held messages with `lookup` (True: the thread is ours; raises
         `FetchError`), starting now with any an earlier run left. The caller stops the job."""
         work = functools.partial(self._decide, platform, lookup)
-        job = Background(f"{platform}: deciding held threads", work, self._clock, self._settings)
+        job = Background(f"{platform}: deciding held threads", work, self.clock, self.settings)
         self._deciders[platform] = job
         job.request()
         return job
@@ -88,7 +87,7 @@ class ThreadBook:
         if ours is None:
             read = functools.partial(lookup, key)
             try:
-                ours = await patiently(read, f"thread {key.id}", self._clock, self._settings)
+                ours = await patiently(read, f"thread {key.id}", self.clock, self.settings)
             except FetchError as exc:
                 if not exc.permanent:
                     raise  # still held: the job runs again after a backoff
@@ -96,11 +95,11 @@ class ThreadBook:
                             key.id, exc, len(messages))  # fmt: skip
                 ours = False
             else:
-                await self.memory.remember_thread(key.id, ours, self._clock.now())
+                await self.memory.remember_thread(key.id, ours, self.clock.now())
                 log.info("thread %s is %s: %d held message(s) %s", key.id,
                          "ours" if ours else "not ours", len(messages),
                          "taken in" if ours else "dropped")  # fmt: skip
         for message in messages:
             if ours:
-                await self._ingest(message)
+                await self.ingest(message)
             await self.memory.unhold(message)

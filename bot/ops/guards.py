@@ -143,17 +143,9 @@ class CostGuards:
             return await self._refuse("burst_too_long", key.id, lim.size_notice, now)
         day = int(now // DAY_SECONDS)
         files = attachment_tokens(burst, self.attachments)
-        budget = lim.global_daily_tokens
-        if budget and _over(await self.counters.read_counter("tokens:global", day), files, budget):
-            return await self._refuse("global_budget", key.id, lim.budget_notice, now, daily=True)
-        budget = lim.channel_daily_tokens
-        channel = channel_scope(key)
-        if budget and _over(await self.counters.read_counter(channel, day), files, budget):
-            return await self._refuse("channel_budget", key.id, lim.budget_notice, now, daily=True)
-        budget = lim.user_daily_tokens
-        for user in users if budget else []:
-            if _over(await self.counters.read_counter(f"tokens:{user}", day), files, budget):
-                return await self._refuse("user_budget", user, lim.budget_notice, now, daily=True)
+        for reason, scope, budget, subject in self._budgets(key, users):
+            if _over(await self.counters.read_counter(scope, day), files, budget):
+                return await self._refuse(reason, subject, lim.budget_notice, now, daily=True)
         return None
 
     # after the model call --------------------------------------------------------------------
@@ -162,20 +154,26 @@ class CostGuards:
     ) -> None:
         """The whole generation counts against each budget that is on: the global one, its
         channel's and every (non-exempt) burst author's."""
-        lim = self.limits
-        tokens = spent_tokens(usage, lim.search_tokens)
+        tokens = spent_tokens(usage, self.limits.search_tokens)
         if not tokens:
             return
         day = int(now // DAY_SECONDS)
         expires = (day + 2) * DAY_SECONDS
-        if lim.global_daily_tokens:  # only the counters a budget reads: each is a write
-            await self.counters.add_to_counter("tokens:global", day, tokens, expires, now)
-        if lim.channel_daily_tokens:
-            await self.counters.add_to_counter(channel_scope(key), day, tokens, expires, now)
-        for user in self._charged_users(key, burst) if lim.user_daily_tokens else []:
-            await self.counters.add_to_counter(f"tokens:{user}", day, tokens, expires, now)
+        for _, scope, _, _ in self._budgets(key, self._charged_users(key, burst)):
+            await self.counters.add_to_counter(scope, day, tokens, expires, now)
 
     # plumbing --------------------------------------------------------------------------------
+    def _budgets(self, key: ConversationKey, users: list[str]) -> list[tuple[str, str, int, str]]:
+        """The daily budgets that are on, as (refusal reason, counter, budget, notice subject):
+        only their counters are read and written (each is a write)."""
+        lim = self.limits
+        budgets = [
+            ("global_budget", "tokens:global", lim.global_daily_tokens, key.id),
+            ("channel_budget", channel_scope(key), lim.channel_daily_tokens, key.id),
+        ]
+        budgets += [("user_budget", f"tokens:{u}", lim.user_daily_tokens, u) for u in users]
+        return [budget for budget in budgets if budget[2]]
+
     def _charged_users(self, key: ConversationKey, burst: Sequence[StoredMessage]) -> list[str]:
         authors = dict.fromkeys(m.author_id for m in burst)
         if self.limits.admins_exempt:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from bot.core.clock import Clock
 from bot.core.frontend import Frontend, frontend_health
@@ -20,20 +21,13 @@ from bot.ops.metrics import Metrics
 STORE_CHECK_SECONDS = 4.0
 
 
+@dataclass(eq=False)
 class Health:
-    def __init__(
-        self,
-        store: Store,
-        frontends: Sequence[Frontend],
-        metrics: Metrics,
-        clock: Clock,
-        in_flight: Callable[[], int],
-    ) -> None:
-        self.store = store
-        self.frontends = frontends
-        self.metrics = metrics
-        self.clock = clock
-        self.in_flight = in_flight
+    store: Store
+    frontends: Sequence[Frontend]
+    metrics: Metrics
+    clock: Clock
+    in_flight: Callable[[], int]
 
     async def report(self) -> dict[str, object]:
         try:

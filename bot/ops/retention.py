@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from bot.config import DAY, RetentionConfig
 from bot.core.clock import Clock
@@ -30,14 +31,14 @@ def summary(counts: dict[str, int]) -> str:
     return ", ".join(f"{count} {name.replace('_', ' ')}" for name, count in counts.items())
 
 
+@dataclass(eq=False)
 class Retention:
     """The sweeper of a running process; it reads the settings at every sweep (reloadable)."""
 
-    def __init__(self, store: Store, clock: Clock, settings: Callable[[], RetentionConfig]) -> None:
-        self.store = store
-        self.clock = clock
-        self.settings = settings
-        self.sweeps = 0  # sweeps finished (tests wait on it)
+    store: Store
+    clock: Clock
+    settings: Callable[[], RetentionConfig]
+    sweeps: int = field(default=0, init=False)  # sweeps finished (tests wait on it)
 
     async def sweep(self) -> dict[str, int] | None:
         """Delete what is older than `max_age_days`, and files older than `file_max_age_days`;
