@@ -37,6 +37,7 @@ UPDATE = "chat.update"  # per workspace
 LOOKUP_PAGE = 200
 LOOKUP_MAX_PAGES = 10
 BODY_PREVIEW_CHARS = 80
+CLOCK_MARGIN = 60.0  # seconds a look-up starts before a draft's creation (our clock vs Slack's)
 
 PERMANENT_ERRORS = frozenset(
     {
@@ -105,6 +106,21 @@ def _retry_after(exc: SlackApiError) -> float | None:
     return None
 
 
+def parts_since(reply: Reply) -> str | None:
+    """Where a re-delivery looks for a reply's parts: from the message it answers, or from its
+    draft's creation where that is older (a draft reused across a supersede was posted before
+    the burst's last message, and once made part 0 only the reply's id labels it)."""
+    if reply.draft is None:
+        return None
+    answered = split_message_id(reply.reply_to_message_id or "")[1]
+    since = max(0.0, reply.draft.created_at - CLOCK_MARGIN)
+    if reply.draft.message_id is not None:
+        since = min(since, float(split_message_id(reply.draft.message_id)[1] or since))
+    if answered and float(answered) <= since:
+        return None
+    return f"{since:.6f}"
+
+
 def slack_pacer(config: SlackConfig, clock: Clock) -> Pacer:
     """The workspace's budget: `chat.update` per workspace, `chat.postMessage` per channel."""
     limits = {UPDATE: Limit(config.updates_per_minute), POST: Limit(config.posts_per_minute)}
@@ -153,7 +169,7 @@ class Outbound:
             log.info("reply %s: %d parts, posting the first %d", reply.id, len(parts),
                      self.max_parts)  # fmt: skip
             parts = cap_parts(parts, self.max_parts, self.part_chars, split_mrkdwn)
-        posted = await self.posted_parts(reply) if reply.attempt > 1 else {}
+        posted = await self.posted_parts(reply, parts_since(reply)) if reply.attempt > 1 else {}
         ids: list[str] = []
         for index, text in enumerate(parts):
             if index in posted:

@@ -31,6 +31,7 @@ from adapters.slack.inbound import split_message_id
 from adapters.slack.mrkdwn import split_mrkdwn, to_mrkdwn
 from adapters.slack.native_stream import NativeStreams, StreamsUnavailable
 from adapters.slack.outbound import (
+    CLOCK_MARGIN,
     POST,
     UPDATE,
     Outbound,
@@ -45,7 +46,6 @@ from bot.model.replier import DraftText, SearchStep
 log = logging.getLogger("burstbot.slack")
 
 GONE = frozenset({"message_not_found", "cant_delete_message"})
-CLOCK_MARGIN = 60.0  # seconds a look-up starts before a draft's creation (our clock vs Slack's)
 
 
 def native_parts(text: str) -> tuple[str, tuple[SearchStep, ...]]:
