@@ -92,6 +92,7 @@ class FakeDiscord:
         self._by_nonce: dict[tuple[int, str], tuple[float, Json]] = {}  # (channel, nonce)
         self.uploads: dict[str, bytes] = {}  # the CDN's files, by attachment id
         self.cdn_downloads: list[str] = []  # attachment ids asked of the CDN, in order
+        self.redundant_edits = 0  # edits that set the content the message showed already
         self.edits: list[Json] = []  # every edit that took effect: message id, content, time
         self.edit_failures: list[Failure] = []  # the next edits fail (e.g. 429 + Retry-After)
         self.after_edit: Callable[[Json], None] | None = None  # e.g. a stale edit lands right after
@@ -273,6 +274,8 @@ class FakeDiscord:
         content = str(body.get("content", message["content"]))
         if len(content) > MESSAGE_LIMIT:
             return _too_long()
+        if content == message["content"]:
+            self.redundant_edits += 1  # taken, as Discord does; it changed nothing
         message.update(content=content, edited_timestamp=_now())
         self.edits.append({"id": message["id"], "content": content, "at": time.monotonic()})
         self.calls.append(("PATCH", message["id"], content))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from bot.core.clock import FakeClock, settle
-from bot.core.pacing import Bucket, Limit, Pacer
+from bot.core.pacing import QUIET_SECONDS, Bucket, Limit, Pacer
 
 PER_MINUTE = 60.0  # one token a second
 
@@ -54,6 +54,8 @@ async def test_a_retry_after_holds_drafts_and_finals_alike() -> None:
     await clock.advance(0.1)
     assert order == ["final"]  # when the hold ends the final goes first
     await clock.advance(2.0)
+    assert order == ["final"]  # the 429 slowed the rate to 45 a minute: two tokens in 2.67 s
+    await clock.advance(0.7)
     assert order == ["final", "draft"]
     await asyncio.gather(draft, final)
     other = pacer.bucket("chat.update", "T2")
@@ -78,3 +80,43 @@ def test_an_unlimited_method_is_not_paced() -> None:
     pacer = Pacer(FakeClock(), {"chat.update": Limit(0.0)})
     assert pacer.bucket("chat.update") is None and pacer.bucket("chat.delete") is None
     assert Limit(50.0).capacity == 4.0 and Limit(60.0).capacity == 5.0 and Limit(6.0).capacity == 1
+
+
+def test_a_draft_call_without_a_spare_token_is_skipped_not_queued() -> None:
+    clock = FakeClock()
+    bucket = Bucket(clock, Limit(PER_MINUTE, burst=3))
+    assert [bucket.try_take() for _ in range(3)] == [True, True, False]  # one kept for a final
+    assert bucket.tokens == 1.0 and not bucket._drafts  # nobody waits
+
+
+async def test_new_drafts_stop_where_the_finals_they_owe_fill_the_bucket() -> None:
+    clock = FakeClock()
+    bucket = Bucket(clock, Limit(PER_MINUTE, burst=5))
+    admitted = [bucket.admit() for _ in range(6)]
+    assert admitted == [True, True, True, True, False, False]  # 4 finals owed + 1 kept
+    assert [bucket.try_take(), bucket.try_take()] == [True, False]  # only beyond the 4 owed
+    for _ in range(4):  # the four finals go at once, without waiting for a refill
+        await asyncio.wait_for(bucket.take(final=True), 0.1)
+        bucket.settle()
+    assert bucket.owed == 0
+    await clock.advance(2.0)
+    assert bucket.admit()  # room again
+
+
+def test_a_429_halves_the_burst_and_slows_the_rate_and_quiet_grows_them_back() -> None:
+    clock = FakeClock()
+    bucket = Bucket(clock, Limit(PER_MINUTE, burst=20))
+    bucket.hold(2.0)
+    assert (bucket.capacity, bucket.per_minute) == (10.0, 45.0)
+    bucket.hold(1.0)  # a straggler of the same window, while held: nothing more
+    assert bucket.capacity == 10.0
+    clock._now += 2.5
+    bucket.hold(2.0)  # a new 429 after the hold ended
+    assert bucket.capacity == 5.0
+    clock._now += 2.0 + QUIET_SECONDS
+    bucket._refill(clock.monotonic())
+    assert bucket.capacity == 6.0 and bucket.per_minute > 33.75
+    clock._now += 20 * QUIET_SECONDS
+    bucket._refill(clock.monotonic())
+    assert (bucket.capacity, bucket.per_minute) == (20.0, PER_MINUTE)
+    assert bucket.tokens == 20.0

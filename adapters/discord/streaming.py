@@ -26,6 +26,7 @@ import discord
 from adapters.discord.posting import as_delivery_errors, reply_reference, send_part
 from adapters.discord.render import nonce_for, split_message, to_discord
 from adapters.markdown import settle_partial
+from adapters.showing import Showing
 from bot.core.errors import MessageGone, PermanentDeliveryError, RetryableDeliveryError
 from bot.core.events import ConversationKey, Draft, Reply
 from bot.core.pacing import Pacer
@@ -60,10 +61,27 @@ class DiscordDrafts:
         self.mentions = mentions
         self.bot_id = bot_id
         self.nonce_window = nonce_window
+        self.showing = Showing()  # what each message we sent or edited shows now
 
-    async def draft_turn(self, key: ConversationKey, posting: bool) -> None:
-        """A draft call's turn on the channel's budget (behind every final edit)."""
-        await self._take(key, final=False)
+    async def draft_turn(self, key: ConversationKey, posting: bool) -> bool:
+        """Whether a draft call may go now on the channel's budget (never waiting): an edit if
+        a token is spare; a new draft's post if the channel can also take the final edit it
+        will owe (else the reply is posted whole: one write instead of two or more)."""
+        if self.pacer is None:
+            return True
+        if not posting:
+            return self.pacer.try_take(MESSAGES, key.channel)
+        if not self.pacer.admit(MESSAGES, key.channel):
+            return False
+        if not self.pacer.try_take(MESSAGES, key.channel):
+            self.pacer.settle(MESSAGES, key.channel)
+            return False
+        return True
+
+    def _settle(self, key: ConversationKey) -> None:
+        """A draft's final edit was made (or the draft deleted): it owes the budget nothing."""
+        if self.pacer is not None:
+            self.pacer.settle(MESSAGES, key.channel)
 
     async def _take(self, key: ConversationKey, final: bool) -> None:
         if self.pacer is not None:
@@ -73,8 +91,9 @@ class DiscordDrafts:
         """Within the nonce window a post with the draft's key returns the message an earlier
         post made, whether or not its response arrived."""
         reference = reply_reference(draft.reply_to, key.channel)
-        channel = self.channel_for(key)
-        message = await send_part(channel, draft_text(text), draft.key, reference, self.mentions)
+        channel, shown = self.channel_for(key), draft_text(text)
+        message = await send_part(channel, shown, draft.key, reference, self.mentions)
+        self.showing.note(str(message.id), shown, None, message.content)
         return str(message.id)
 
     async def find_draft(self, key: ConversationKey, draft: Draft) -> str | None:
@@ -94,12 +113,17 @@ class DiscordDrafts:
         return None
 
     async def edit_draft(self, key: ConversationKey, message_id: str, text: str) -> None:
-        await self._edit(key, message_id, draft_text(text))
+        """The stream took this edit's token (`draft_turn`): given back if the edit would
+        change nothing."""
+        if not await self._edit(key, message_id, draft_text(text)) and self.pacer is not None:
+            self.pacer.refund(MESSAGES, key.channel)
 
     async def delete_draft(self, key: ConversationKey, message_id: str) -> None:
         message = self.partial_channel(key).get_partial_message(int(message_id))
         with as_delivery_errors(), contextlib.suppress(discord.NotFound):  # gone already: fine
             await message.delete()
+        self.showing.forget(message_id)
+        self._settle(key)
 
     async def finish(self, reply: Reply, text: str) -> str:
         """The reply's first part, shown by editing the draft it finishes (`post_reply`'s
@@ -108,15 +132,18 @@ class DiscordDrafts:
         replaced by a fresh post of the part (the reply's own nonce)."""
         assert reply.draft is not None
         draft = reply.draft
-        await self._take(reply.key, final=True)
+        if draft.message_id is None:
+            await self._take(reply.key, final=True)
         message_id = draft.message_id or await self.post_draft(reply.key, draft, text)
         try:
-            if draft.message_id is None:
+            if self.showing.unchanged(message_id, text, None) is None:
                 await self._take(reply.key, final=True)
-            await self._edit(reply.key, message_id, text)
+                await self._edit(reply.key, message_id, text)
+            self._settle(reply.key)
             if await self._shows(reply.key, message_id) not in (None, text):
                 log.warning("reply %s: a stale draft edit landed after the final text; restored",
                             reply.id)  # fmt: skip
+                self.showing.forget(message_id)  # it shows something else: edit it
                 await self._take(reply.key, final=True)
                 await self._edit(reply.key, message_id, text)
         except MessageGone:
@@ -127,11 +154,14 @@ class DiscordDrafts:
             return str((await send_part(channel, text, nonce, reference, self.mentions)).id)
         return message_id
 
-    async def _edit(self, key: ConversationKey, message_id: str, content: str) -> None:
+    async def _edit(self, key: ConversationKey, message_id: str, content: str) -> bool:
+        """Edit one message of ours; False (nothing sent) when it shows `content` already."""
+        if self.showing.unchanged(message_id, content, None) is not None:
+            return False
         message = self.partial_channel(key).get_partial_message(int(message_id))
         try:
             with as_delivery_errors():
-                await message.edit(content=content, allowed_mentions=self.mentions)
+                edited = await message.edit(content=content, allowed_mentions=self.mentions)
         except RetryableDeliveryError as exc:
             if exc.retry_after is not None and self.pacer is not None:
                 self.pacer.hold(MESSAGES, key.channel, exc.retry_after)  # for everyone there
@@ -140,6 +170,8 @@ class DiscordDrafts:
             if isinstance(exc.__cause__, discord.NotFound):
                 raise MessageGone(f"message {message_id}: deleted") from exc.__cause__
             raise
+        self.showing.note(message_id, content, None, edited.content)
+        return True
 
     async def _shows(self, key: ConversationKey, message_id: str) -> str | None:
         """The text a message of ours shows now (None when it cannot be read back)."""

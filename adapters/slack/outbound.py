@@ -34,6 +34,7 @@ log = logging.getLogger("burstbot.slack")
 METADATA_EVENT_TYPE = "burstbot_reply"
 POST = "chat.postMessage"  # the pacer's buckets: per channel
 UPDATE = "chat.update"  # per workspace
+UPDATE_BURST = 20.0  # Tier 3 allows bursts: the pacer starts here, a 429 halves it
 LOOKUP_PAGE = 200
 LOOKUP_MAX_PAGES = 10
 BODY_PREVIEW_CHARS = 80
@@ -122,9 +123,10 @@ def parts_since(reply: Reply) -> str | None:
 
 
 def slack_pacer(config: SlackConfig, clock: Clock) -> Pacer:
-    """The workspace's budget: `chat.update` per workspace, `chat.postMessage` per channel."""
-    limits = {UPDATE: Limit(config.updates_per_minute), POST: Limit(config.posts_per_minute)}
-    return Pacer(clock, limits)
+    """The workspace's budget: `chat.update` per workspace (Tier 3, with Slack's burst),
+    `chat.postMessage` per channel (about one a second). A 429 shrinks either (pacing.py)."""
+    updates = Limit(config.updates_per_minute, burst=UPDATE_BURST)
+    return Pacer(clock, {UPDATE: updates, POST: Limit(config.posts_per_minute)})
 
 
 def part_metadata(reply_id: int | str, part: int, key: ConversationKey) -> dict[str, Any]:
@@ -216,6 +218,11 @@ class Outbound:
         """Wait for a call's turn on the workspace's budget for `method` in `scope`."""
         if self.pacer is not None:
             await self.pacer.take(method, scope, final)
+
+    def refund(self, method: str, scope: str) -> None:
+        """A token taken for a call that was not made after all."""
+        if self.pacer is not None:
+            self.pacer.refund(method, scope)
 
     def paced_error(self, exc: Exception, what: str, method: str, scope: str) -> DeliveryError:
         """`delivery_error`, and a 429 holds `method`'s budget for everyone for its Retry-After."""

@@ -27,6 +27,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 
 from adapters.markdown import settle_partial
+from adapters.showing import Showing
 from adapters.slack.inbound import split_message_id
 from adapters.slack.mrkdwn import split_mrkdwn, to_mrkdwn
 from adapters.slack.native_stream import NativeStreams, StreamsUnavailable
@@ -69,6 +70,7 @@ class SlackDrafts:
         self._native = native  # where drafts are native streams (assistant threads)
         self.streams = NativeStreams(outbound.client, outbound.identity, outbound.part_chars)
         self._labels: dict[str, str] = {}  # a native draft's message id → the draft's key
+        self.showing = Showing()  # what each message we posted or updated shows now
         self.native_refused = ""  # Slack's reason, once it refused to start a stream
 
     async def native(self, key: ConversationKey) -> bool:
@@ -81,12 +83,22 @@ class SlackDrafts:
         parts = split_mrkdwn(to_mrkdwn(settle_partial(text)), self.outbound.part_chars)
         return parts[0] if parts and parts[0].strip() else "…"
 
-    async def draft_turn(self, key: ConversationKey, posting: bool) -> None:
-        """A draft call's turn on the workspace's budget (behind every final text)."""
-        if posting:
-            await self.outbound.take(POST, key.channel, final=False)
-        else:
-            await self.outbound.take(UPDATE, self.outbound.identity.team_id, final=False)
+    async def draft_turn(self, key: ConversationKey, posting: bool) -> bool:
+        """Whether a draft call may go now (never waiting): an update if the workspace's
+        `chat.update` budget has a token to spare; a new draft's post if the channel's
+        `chat.postMessage` budget has one and the workspace's can still take the final update
+        it will owe (else the reply is posted whole, on the channel's budget)."""
+        pacer, team = self.outbound.pacer, self.outbound.identity.team_id
+        if pacer is None:
+            return True
+        if not posting:
+            return pacer.try_take(UPDATE, team)
+        if not pacer.admit(UPDATE, team):
+            return False
+        if not pacer.try_take(POST, key.channel):
+            pacer.settle(UPDATE, team)
+            return False
+        return True
 
     async def post_draft(self, key: ConversationKey, draft: Draft, text: str) -> str:
         """The stream took this post's turn (`draft_turn`); a post from elsewhere takes its own."""
@@ -103,9 +115,11 @@ class SlackDrafts:
         return await self._post(key, draft, text)
 
     async def _post(self, key: ConversationKey, draft: Draft, text: str) -> str:
-        metadata = part_metadata(draft.key, 0, key)
+        metadata, shown = part_metadata(draft.key, 0, key), self.draft_text(text)
         what = f"draft {draft.key}"
-        return await self.outbound.post(key, self.draft_text(text), metadata, what, final=None)
+        message_id = await self.outbound.post(key, shown, metadata, what, final=None)
+        self.showing.note(message_id, shown, metadata)
+        return message_id
 
     async def find_draft(self, key: ConversationKey, draft: Draft) -> str | None:
         """The draft's message, if a post of it shows: read back by its metadata from its
@@ -143,6 +157,7 @@ class SlackDrafts:
         """Stop the message's native stream if it may run, labelled with its draft's key."""
         label = self._labels.get(message_id)
         metadata = None if label is None else part_metadata(label, 0, key)
+        self.showing.forget(message_id)  # a stream's text is not what an update sent
         await self.streams.stop(message_id, metadata)
 
     async def delete_draft(self, key: ConversationKey, message_id: str) -> None:
@@ -155,6 +170,7 @@ class SlackDrafts:
         try:
             await self.client.chat_delete(channel=channel, ts=ts)
             self._labels.pop(message_id, None)
+            self._settle()
         except SlackApiError as exc:
             if slack_error_code(exc) not in GONE:
                 raise delivery_error(exc, f"message {message_id}: delete") from exc
@@ -178,14 +194,21 @@ class SlackDrafts:
                 await self._stop(reply.key, message_id)
             self._labels.pop(message_id, None)
             stored = await self._update(message_id, text, metadata, final=True)
+            self._settle()
             if await self._shows(reply.key, message_id) not in (None, stored):
                 log.warning("reply %s: a stale draft edit landed after the final text; restored",
                             reply.id)  # fmt: skip
+                self.showing.forget(message_id)  # it shows something else: update it
                 await self._update(message_id, text, metadata, final=True)
         except MessageGone:
             log.info("reply %s: its draft was deleted; posting the reply anew", reply.id)
             return await self.outbound.post(reply.key, text, metadata, f"reply {reply.id} part 0")
         return message_id
+
+    def _settle(self) -> None:
+        """A draft's final update was made (or the draft deleted): it owes the budget nothing."""
+        if self.outbound.pacer is not None:
+            self.outbound.pacer.settle(UPDATE, self.outbound.identity.team_id)
 
     async def _update(
         self,
@@ -195,7 +218,13 @@ class SlackDrafts:
         final: bool | None = None,
     ) -> str:
         """Update one message of ours (after its turn on the budget, unless `final` is None:
-        taken already); returns its text as Slack stored it."""
+        taken already); returns its text as Slack stored it. An update that would change
+        nothing (the text and metadata it shows since our last call) is not sent."""
+        unchanged = self.showing.unchanged(message_id, text, metadata)
+        if unchanged is not None:
+            if final is None:  # the stream took a token for it: give it back
+                self.outbound.refund(UPDATE, self.outbound.identity.team_id)
+            return unchanged
         channel, ts = split_message_id(message_id)
         extra: dict[str, Any] = {} if metadata is None else {"metadata": metadata}
         team = self.outbound.identity.team_id
@@ -210,7 +239,9 @@ class SlackDrafts:
             raise self.outbound.paced_error(exc, what, UPDATE, team) from exc
         except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:
             raise delivery_error(exc, what) from exc
-        return str(response.get("text", text))
+        stored = str(response.get("text", text))
+        self.showing.note(message_id, text, metadata, stored)
+        return stored
 
     async def _shows(self, key: ConversationKey, message_id: str) -> str | None:
         """The text a message of ours shows now (None when it cannot be read back)."""

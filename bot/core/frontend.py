@@ -124,15 +124,18 @@ class DraftSurface(Protocol):
         ...
 
 
-async def draft_turn(surface: DraftSurface, key: ConversationKey, posting: bool) -> None:
-    """Wait for the platform's budget before one draft call (a post, or else an edit).
+async def draft_turn(surface: DraftSurface, key: ConversationKey, posting: bool) -> bool:
+    """Whether one draft call (a post, or else an edit) may be made now on the platform's budget.
 
     Optional: a surface whose platform limits calls shared by many conversations defines
-    `async def draft_turn(self, key, posting) -> None` (`bot/core/pacing.py`); the stream reads
-    its newest text after the turn, so a long wait makes one larger edit, not a stale one."""
+    `async def draft_turn(self, key, posting) -> bool` (`bot/core/pacing.py`). It never waits for
+    budget: False skips the call (the stream's next call carries the newer text; a draft never
+    posted leaves the reply to be posted whole). The stream reads its newest text after the
+    turn."""
     method = getattr(surface, "draft_turn", None)
-    if method is not None:
-        await method(key, posting)
+    if method is None:
+        return True
+    return bool(await method(key, posting))
 
 
 def paces(surface: DraftSurface) -> bool:
