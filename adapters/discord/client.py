@@ -31,6 +31,7 @@ import aiohttp
 import discord
 
 from adapters.discord import commands, files
+from adapters.discord.bad_events import guard_parsers
 from adapters.discord.held import HELD_LIMIT, HeldMessages
 from adapters.discord.history import History
 from adapters.discord.indicator import TypingKeeper
@@ -98,6 +99,7 @@ class GatewayClient(discord.Client):
         )
         self.frontend = frontend
         self.tree = commands.command_tree(self, frontend.on_reset)
+        guard_parsers(self._connection.parsers)  # a bad event costs one line, not the process
 
     async def on_ready(self) -> None:
         await self.frontend.on_ready()

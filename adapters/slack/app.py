@@ -54,6 +54,7 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 from adapters.slack import files, inbound
 from adapters.slack.assistant import AssistantThreads
 from adapters.slack.endpoint import MAX_BODY_BYTES, endpoint, server_log
+from adapters.slack.envelopes import guard_envelopes
 from adapters.slack.history import History
 from adapters.slack.inbound import Identity, Payload
 from adapters.slack.outbound import Outbound, delivery_error, slack_error_code, slack_pacer
@@ -290,6 +291,7 @@ class SlackFrontend:
         self._socket = AsyncSocketModeHandler(bolt, self._app_token)
         self._socket.client.wss_uri = opened["url"]
         self._socket.client.on_message_listeners.append(self._on_socket_message)
+        guard_envelopes(self._socket.client)  # a bad envelope costs one line, not a traceback
         try:
             await asyncio.wait_for(self._socket.connect_async(), SOCKET_CONNECT_TIMEOUT_SECONDS)
         except TimeoutError as exc:

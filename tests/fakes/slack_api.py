@@ -706,6 +706,13 @@ class FakeSlackApi:
         )
         return envelope_id
 
+    async def push_raw(self, frame: str | bytes) -> None:
+        """Send one frame as it is over the newest Socket Mode connection (a broken envelope)."""
+        if isinstance(frame, bytes):
+            await self.sockets[-1].send_bytes(frame)
+        else:
+            await self.sockets[-1].send_str(frame)
+
     async def push_command(self, form: dict[str, str]) -> str:
         """Send a slash command (the fields `EventSender.command_form` builds) over the socket."""
         envelope_id = f"env-{next(self._envelopes)}"
