@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.bursts import run_bursts, run_typing
+from benchmarks.busy import run_busy
 from benchmarks.caching import run_caching
 from benchmarks.flood import run_flood
 from benchmarks.ingest import run_ingest
@@ -24,7 +25,7 @@ from benchmarks.scale import run_scale
 from benchmarks.scale_postgres import run_scale_postgres
 from benchmarks.streamed import run_first_word, run_first_word_postgres, run_rate_limits
 
-WORKLOADS = ("bursts", "typing", "ingest", "scale", "flood", "felt", "caching", "limits")
+WORKLOADS = ("bursts", "typing", "ingest", "scale", "flood", "felt", "caching", "limits", "busy")
 
 
 def machine() -> list[str]:
@@ -81,6 +82,9 @@ async def run(
         if not only or "limits" in only:
             print("running: streaming under rate limits ...", file=sys.stderr, flush=True)
             results.limits = await run_rate_limits(profile, directory)
+        if not only or "busy" in only:
+            print("running: a busy workspace ...", file=sys.stderr, flush=True)
+            results.busy = await run_busy(profile, directory)
     results.seconds = time.monotonic() - started
     results.machine = machine()
     return results

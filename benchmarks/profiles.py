@@ -58,6 +58,13 @@ class Profile:
     limits_words: tuple[int, int] = (20, 8)
     limits_token_seconds: float = 0.2
     discord_people: int = 10  # conversations in one Discord channel (scope "user")
+    # 11. a busy workspace: N people at once, a 3-message burst each, default settings
+    busy_sizes: tuple[int, ...] = (10, 30, 100)
+    busy_short_words: tuple[int, int] = (10, 2)  # conversation i: words[0] + i % 5 * words[1]
+    busy_long_words: tuple[int, int] = (60, 10)  # long streams (the model writes for seconds)
+    busy_streams: int = 20  # long streams at once under Slack's enforced tiers
+    busy_token_seconds: float = 0.05
+    busy_gap_seconds: float = 0.3  # between a burst's messages
 
 
 FULL = Profile(
@@ -127,4 +134,9 @@ QUICK = Profile(
     limits_words=(5, 3),
     limits_token_seconds=0.05,
     discord_people=3,
+    busy_sizes=(3,),
+    busy_short_words=(3, 1),
+    busy_long_words=(6, 2),
+    busy_streams=3,
+    busy_token_seconds=0.02,
 )

@@ -235,7 +235,7 @@ class FakeDiscord:
         message["nonce"] = nonce
         if "message_reference" in body:
             message["message_reference"] = body["message_reference"]
-        self.created.append({**message, "request": body})
+        self.created.append({**message, "request": body, "at": time.monotonic()})
         self.calls.append(("POST", message["id"], message["content"]))
         self._append(channel_id, message)
         if nonce is not None:

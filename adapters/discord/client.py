@@ -396,8 +396,8 @@ class DiscordFrontend:
                 self._posted.popitem(last=False)
         channel = self._channel(reply.key)
         first = None if reply.draft is None else functools.partial(self.drafts.finish, reply)
-        mentions = self.allowed_mentions
-        return await post_reply(channel, reply, posted, mentions, self.max_parts, first)
+        mentions, turn = self.allowed_mentions, functools.partial(self.drafts.final_turn, reply.key)
+        return await post_reply(channel, reply, posted, mentions, self.max_parts, first, turn)
 
     async def show_busy(self, key: ConversationKey, busy: bool, message_id: str) -> None:
         if not busy:

@@ -6,9 +6,11 @@ Discord's nonce window of a few minutes (`nonce_window`, kept below it). Past th
 is looked up in the channel's history from its creation: our message answering the same message.
 An edit of a deleted message raises `MessageGone`. Edits are PATCHes of that message;
 discord.py waits out 429s by their rate-limit headers itself, the engine spaces each
-conversation's edits by `streaming.interval_seconds`, and every draft call waits for its turn on
-the channel's budget (`draft_turn`, `bot/core/pacing.py`; Discord allows about five edits per
-five seconds in a channel), a reply's final edit ahead of drafts. Partial text is settled
+conversation's edits by `streaming.interval_seconds`, and every call takes a token of the
+channel's budget (`bot/core/pacing.py`; Discord allows about five posts and edits per five seconds
+in a channel): a reply's posts and final edit ahead of everything, a draft call only if a token is
+spare (`draft_turn`, never waiting), a new draft only where the final edit it owes fits. An edit
+to the text the message shows already is not sent (`Showing`). Partial text is settled
 (`settle_partial`) and rendered like a reply, and a draft shows at most the reply's first part:
 the reply that finishes it posts the rest.
 """
@@ -82,6 +84,10 @@ class DiscordDrafts:
         """A draft's final edit was made (or the draft deleted): it owes the budget nothing."""
         if self.pacer is not None:
             self.pacer.settle(MESSAGES, key.channel)
+
+    async def final_turn(self, key: ConversationKey) -> None:
+        """A reply's post's turn on the channel's budget, ahead of every draft."""
+        await self._take(key, final=True)
 
     async def _take(self, key: ConversationKey, final: bool) -> None:
         if self.pacer is not None:
@@ -168,6 +174,8 @@ class DiscordDrafts:
             raise
         except PermanentDeliveryError as exc:
             if isinstance(exc.__cause__, discord.NotFound):
+                self.showing.forget(message_id)
+                self._settle(key)  # a deleted draft owes no final edit
                 raise MessageGone(f"message {message_id}: deleted") from exc.__cause__
             raise
         self.showing.note(message_id, content, None, edited.content)

@@ -3,12 +3,15 @@
 The draft is posted with message `metadata` naming its key (as reply parts name their reply), so a
 post whose response was lost is found by reading the conversation back, from the draft's creation,
 before posting again. An update of a deleted message raises `MessageGone`. The
-engine spaces each conversation's updates by `streaming.interval_seconds`, and every call waits
-for its turn on the workspace's budget (`draft_turn`: `chat.update` per workspace,
-`chat.postMessage` per channel, `bot/core/pacing.py`), a reply's final text ahead of drafts; a 429
-becomes `RetryableDeliveryError` with the Retry-After, which holds that budget for everyone.
+engine spaces each conversation's updates by `streaming.interval_seconds`; a draft call goes only
+if the workspace's budget has a token to spare (`draft_turn`: `chat.update` per workspace,
+`chat.postMessage` per channel, `bot/core/pacing.py`, never waiting), a new draft only where the
+final update it owes fits, and a reply's final text goes ahead of every draft; a 429 becomes
+`RetryableDeliveryError` with the Retry-After, which holds that budget for everyone. An update to
+the text and metadata the message shows already is not sent (`Showing`).
 The reply that finishes a draft updates it to its first part and re-labels its metadata with the
-reply's id, so a re-delivery of that reply finds part 0 like any posted part. Partial text is
+reply's id, so a re-delivery of that reply finds part 0 like any posted part (looking from the
+draft's creation, which may be older than the message the reply answers). Partial text is
 settled (`settle_partial`) and rendered like a reply; a draft shows at most the reply's first
 part.
 
@@ -235,6 +238,8 @@ class SlackDrafts:
             response = await self.client.chat_update(channel=channel, ts=ts, text=text, **extra)
         except SlackApiError as exc:
             if slack_error_code(exc) == "message_not_found":
+                self.showing.forget(message_id)
+                self._settle()  # a deleted draft owes no final update
                 raise MessageGone(f"message {message_id}: deleted") from exc
             raise self.outbound.paced_error(exc, what, UPDATE, team) from exc
         except (TimeoutError, SlackClientError, aiohttp.ClientError) as exc:

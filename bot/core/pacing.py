@@ -38,6 +38,8 @@ BURST_SECONDS = 5.0  # a bucket holds this many seconds' worth of calls (Discord
 QUIET_SECONDS = 30.0  # each this long without a 429 grows a shrunk bucket back one step
 SLOWEST = 0.25  # a 429 slows a bucket's rate to no less than this share of the published one
 OWED_SECONDS = 120.0  # a final owed by a draft no reply finished is forgotten after this
+MARGIN_SECONDS = 0.05  # a token is used this long after it is due: the platform counts it a
+# little later than we do (its bucket started when our first call reached it)
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class Bucket:
     tokens: float = field(init=False)
     refilled_at: float = field(init=False)
     held_until: float = 0.0
+    margin: float = MARGIN_SECONDS
     capacity: float = field(init=False)  # the burst learned so far (at most the published)
     per_minute: float = field(init=False)  # the rate learned so far (at most the published)
     limited_at: float = field(init=False)  # the last 429, or the last step grown back since
@@ -79,6 +82,11 @@ class Bucket:
     def reserve(self) -> float:
         """Tokens drafts leave for finals: one, where the bucket holds more than one."""
         return 1.0 if self.capacity > 1 else 0.0
+
+    @property
+    def _margin(self) -> float:
+        """`margin` in tokens, at a bucket that is not full (a full one has no doubt)."""
+        return 0.0 if self.tokens >= self.capacity else self.per_minute / 60.0 * self.margin
 
     @property
     def owed(self) -> int:
@@ -103,7 +111,7 @@ class Bucket:
         one), and at least the one kept for a final."""
         tokens = self._spare()
         kept = max(self.reserve, min(self.owed + self.reserve, self.capacity - 1.0))
-        if tokens is None or tokens < 1.0 + kept:
+        if tokens is None or tokens < 1.0 + kept + self._margin:
             return False
         self.tokens -= 1.0
         return True
@@ -113,7 +121,7 @@ class Bucket:
         until `settle`; False while the finals owed, with this one and the token kept for a
         final, would not fit in the tokens there are now."""
         tokens = self._spare()
-        if tokens is None or tokens < self.owed + 1.0 + self.reserve:
+        if tokens is None or tokens < self.owed + 1.0 + self.reserve + self._margin:
             return False
         self._owed.append(self.clock.monotonic())
         return True
@@ -175,7 +183,7 @@ class Bucket:
             need = 1.0 + self.reserve
         if self.tokens >= need:
             return 0.0
-        return (need - self.tokens) * 60.0 / self.per_minute
+        return (need - self.tokens) * 60.0 / self.per_minute + self.margin
 
     def _refill(self, now: float) -> None:
         self._grow(now)
