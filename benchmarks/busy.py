@@ -122,7 +122,7 @@ def _row(
 
 async def run_slack(
     profile: Profile, directory: str, n: int, enforce: bool, words: tuple[int, int],
-    token_seconds: float,
+    token_seconds: float, pacer: bool = True,
 ) -> BusyRow:  # fmt: skip
     tags = [f"c{i}" for i in range(n)]
     model = Model({t: words[0] + i % 5 * words[1] for i, t in enumerate(tags)},
@@ -132,9 +132,10 @@ async def run_slack(
     if enforce:
         slack.enforce_rate_limits()
     await slack.start()
-    name = f"busy-slack-{n}-{int(enforce)}-{words[0]}"
+    name = f"busy-slack-{n}-{int(enforce)}-{int(pacer)}-{words[0]}"
+    unpaced = {} if pacer else {"updates_per_minute": 0, "posts_per_minute": 0}
     platform = {"slack": {"enabled": True, "mode": "http", "api_base_url": slack.url,
-                          "http_port": 0}}  # fmt: skip
+                          "http_port": 0, **unpaced}}  # fmt: skip
     config = _config(directory, name, model, platform)
     replier = ClaudeReplier.from_config(config, {KEY_ENV: "bench-key"})
     frontend = SlackFrontend(config.slack, slack.token, signing_secret=SECRET)
@@ -178,6 +179,7 @@ async def run_slack(
         ours += len(texts)
     writes = sum(1 for c in slack.chat_log if c["method"] in ("chat.postMessage", "chat.update"))
     system = "Slack, Tier 3 enforced" if enforce else "Slack, no limits"
+    system += "" if pacer else ", pacer off (baseline)"
     return _row(system, _answers(words), n, sent, shown, once, ours,
                 sum(slack.rate_limited.values()), writes, slack.redundant_updates)  # fmt: skip
 
@@ -264,9 +266,9 @@ async def run_busy(profile: Profile, directory: str) -> list[BusyRow]:
     rows = []
     short, long = profile.busy_short_words, profile.busy_long_words
     for n in profile.busy_sizes:
-        for enforce in (True, False):
+        for enforce, pacer in ((True, True), (False, True), (False, False)):
             rows.append(await run_slack(profile, directory, n, enforce, short,
-                                        profile.busy_token_seconds))  # fmt: skip
+                                        profile.busy_token_seconds, pacer))  # fmt: skip
     rows.append(await run_slack(profile, directory, profile.busy_streams, True, long,
                                 profile.busy_token_seconds))  # fmt: skip
     for n, words in ((profile.discord_people, short), (profile.discord_people, long)):

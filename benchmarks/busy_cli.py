@@ -1,9 +1,10 @@
-"""`python -m benchmarks.busy_cli [N]`: N people at once, as a new user would try it.
+"""`python -m benchmarks.busy_cli [N] [ROOT]`: N people at once, as a new user would try it.
 
 The real `burstbot run` (a process of its own, default settings, Slack HTTP mode, the Claude
 replier) against the fake Slack Web API (no limits enforced) and the fake Messages API in this
 process. N people each write a 3-message burst in a DM of their own, 0.3 s apart, all at once, as
-Slack sends them (a signed event each). Printed: every burst answered once or not, and the time
+Slack sends them (a signed event each). `ROOT` runs another checkout's burstbot (a baseline, e.g.
+an earlier commit's) in the same way. Printed: every burst answered once or not, and the time
 from each burst's last message (its event acknowledged) to its final text on Slack, p50 / p99 /
 max.
 """
@@ -26,7 +27,7 @@ from tests.fakes.anthropic_server import Plan
 from tests.fakes.slack_api import EventSender, dm
 
 SECRET = "busy-cli-signing-secret"
-ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent.parent
 
 
 def free_port() -> int:
@@ -56,7 +57,7 @@ http_port = {port}
 """
 
 
-async def measure(n: int) -> int:
+async def measure(n: int, root: Path = HERE) -> int:
     tags = [f"c{i}" for i in range(n)]
     model = StreamedModel({t: 10 + i % 5 * 2 for i, t in enumerate(tags)},
                           Plan(first_delay=0.2, delay=0.05))  # fmt: skip
@@ -68,7 +69,7 @@ async def measure(n: int) -> int:
         path = Path(directory) / "burstbot.toml"
         path.write_text(config_text(directory, slack, model, port))
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "ANTHROPIC_"))}
-        env.update(PYTHONPATH=str(ROOT), SLACK_BOT_TOKEN=slack.token,
+        env.update(PYTHONPATH=str(root), SLACK_BOT_TOKEN=slack.token,
                    SLACK_SIGNING_SECRET=SECRET, BUSY_MODEL_KEY="bench-key")  # fmt: skip
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bot", "run", "--config", str(path), cwd=directory, env=env,
@@ -138,4 +139,5 @@ async def _drive(
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(measure(int(sys.argv[1]) if len(sys.argv) > 1 else 30)))
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 30
+    sys.exit(asyncio.run(measure(count, Path(sys.argv[2]) if len(sys.argv) > 2 else HERE)))

@@ -82,6 +82,7 @@ def test_quick_run_writes_a_report_with_every_row(tmp_path: Path) -> None:
     assert [(r[0], r[2]) for r in busy] == [
         ("Slack, Tier 3 enforced", str(QUICK.busy_sizes[0])),
         ("Slack, no limits", str(QUICK.busy_sizes[0])),
+        ("Slack, no limits, pacer off (baseline)", str(QUICK.busy_sizes[0])),
         ("Slack, Tier 3 enforced", str(QUICK.busy_streams)),
         ("Discord, one channel, 5 writes / 5 s", str(QUICK.discord_people)),
         ("Discord, one channel, 5 writes / 5 s", str(QUICK.discord_people)),
