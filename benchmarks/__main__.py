@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.bursts import run_bursts, run_typing
+from benchmarks.busy import run_busy
 from benchmarks.caching import run_caching
 from benchmarks.flood import run_flood
 from benchmarks.idle import run_idle
@@ -30,7 +31,8 @@ from benchmarks.streamed import run_first_word, run_first_word_postgres, run_rat
 from benchmarks.timelines import describe, generate, read
 
 WORKLOADS = (
-    "bursts", "typing", "ingest", "scale", "flood", "felt", "caching", "limits", "idle", "rhythm"
+    "bursts", "typing", "ingest", "scale", "flood", "felt", "caching", "limits", "idle", "rhythm",
+    "busy",
 )  # fmt: skip
 
 
@@ -91,6 +93,9 @@ async def run(
         if not only or "idle" in only:
             print("running: idle CPU ...", file=sys.stderr, flush=True)
             results.idle = await run_idle(profile, directory)
+        if not only or "busy" in only:
+            print("running: a busy workspace ...", file=sys.stderr, flush=True)
+            results.busy = await run_busy(profile, directory)
     results.seconds = time.monotonic() - started
     results.machine = machine()
     return results

@@ -67,6 +67,13 @@ class Profile:
     rhythm_token_seconds: float = 0.02
     rhythm_tokens: int = 60
     rhythm_speculate_after_seconds: float = 0.3
+    # 13. a busy workspace: N people at once, a 3-message burst each, default settings
+    busy_sizes: tuple[int, ...] = (10, 30, 100)
+    busy_short_words: tuple[int, int] = (10, 2)  # conversation i: words[0] + i % 5 * words[1]
+    busy_long_words: tuple[int, int] = (60, 10)  # long streams (the model writes for seconds)
+    busy_streams: int = 20  # long streams at once under Slack's enforced tiers
+    busy_token_seconds: float = 0.05
+    busy_gap_seconds: float = 0.3  # between a burst's messages
 
 
 FULL = Profile(
@@ -139,4 +146,9 @@ QUICK = Profile(
     limits_token_seconds=0.05,
     discord_people=3,
     idle_seconds=1.0,
+    busy_sizes=(3,),
+    busy_short_words=(3, 1),
+    busy_long_words=(6, 2),
+    busy_streams=3,
+    busy_token_seconds=0.02,
 )

@@ -370,7 +370,7 @@ def section(runs: Sequence[RhythmRun], image: str) -> str:
     real = speculates_for_real()
     lines = [
         BEGIN,
-        "### 11. Felt latency on real chat timing (`--only rhythm`)",
+        "### 12. Felt latency on real chat timing (`--only rhythm`)",
         "",
         "Message timelines replayed through the real engine and SQLite store (in memory) on a "
         "fake clock, the driver calling the engine's due-timer step as the scheduler does, with "

@@ -396,7 +396,8 @@ def _discord_final(fake: FakeDiscord, model: Model, tag: str) -> float | None:
     if stream is None or stream.outcome != "completed":
         return None
     text = model.replies[stream.request_index]
-    return next((edit["at"] for edit in fake.edits if edit["content"] == text), None)
+    shown = [w["at"] for w in (*fake.created, *fake.edits) if w.get("content") == text]
+    return min(shown, default=None)  # an edit of its draft, or posted whole (no draft)
 
 
 async def _limits_once(

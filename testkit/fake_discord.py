@@ -93,6 +93,7 @@ class FakeDiscord:
         self._by_nonce: dict[tuple[int, str], tuple[float, Json]] = {}  # (channel, nonce)
         self.uploads: dict[str, bytes] = {}  # the CDN's files, by attachment id
         self.cdn_downloads: list[str] = []  # attachment ids asked of the CDN, in order
+        self.redundant_edits = 0  # edits that set the content the message showed already
         self.edits: list[Json] = []  # every edit that took effect: message id, content, time
         self.edit_failures: list[Failure] = []  # the next edits fail (e.g. 429 + Retry-After)
         self.after_edit: Callable[[Json], None] | None = None  # e.g. a stale edit lands right after
@@ -231,7 +232,7 @@ class FakeDiscord:
         message["nonce"] = nonce
         if "message_reference" in body:
             message["message_reference"] = body["message_reference"]
-        self.created.append({**message, "request": body})
+        self.created.append({**message, "request": body, "at": time.monotonic()})
         self.calls.append(("POST", message["id"], message["content"]))
         self._append(channel_id, message)
         if nonce is not None:
@@ -273,6 +274,8 @@ class FakeDiscord:
         content = str(body.get("content", message["content"]))
         if len(content) > MESSAGE_LIMIT:
             return _too_long()
+        if content == message["content"]:
+            self.redundant_edits += 1  # taken, as Discord does; it changed nothing
         message.update(content=content, edited_timestamp=_now())
         self.edits.append({"id": message["id"], "content": content, "at": time.monotonic()})
         self.calls.append(("PATCH", message["id"], content))
@@ -524,9 +527,9 @@ class FakeDiscord:
 
     async def dispatch(self, event: str, data: Json) -> None:
         """Send one gateway event to every identified connection (a replay is the same data
-        sent again)."""
+        sent again; a broken one, as a test writes it, is sent as it is)."""
         assert self._socket is not None, "no gateway connection"
-        if event == "MESSAGE_CREATE":
+        if event == "MESSAGE_CREATE" and isinstance(data, dict) and "channel_id" in data:
             channel = self.history.setdefault(int(data["channel_id"]), [])
             if all(m["id"] != data["id"] for m in channel):
                 self._append(int(data["channel_id"]), data)

@@ -86,8 +86,18 @@ def test_quick_run_writes_a_report_with_every_row(tmp_path: Path) -> None:
         "burstbot, idle",
     ]
     assert all(float(r[1]) >= QUICK.idle_seconds and float(r[2]) >= 0 for r in idle)
+    busy = rows(report, "13. A busy workspace")
+    assert [(r[0], r[2]) for r in busy] == [
+        ("Slack, Tier 3 enforced", str(QUICK.busy_sizes[0])),
+        ("Slack, no limits", str(QUICK.busy_sizes[0])),
+        ("Slack, no limits, pacer off (baseline)", str(QUICK.busy_sizes[0])),
+        ("Slack, Tier 3 enforced", str(QUICK.busy_streams)),
+        ("Discord, one channel, 5 writes / 5 s", str(QUICK.discord_people)),
+        ("Discord, one channel, 5 writes / 5 s", str(QUICK.discord_people)),
+    ]
+    assert all(r[8] == f"{r[2]} of {r[2]}" and r[10] == "0" for r in busy)  # each answered once
     targets = rows(report, "Targets")
-    assert len(targets) == 6 + len(PHASES) + 1 + 9
+    assert len(targets) == 6 + len(PHASES) + 1 + 9 + 4
     assert all(r[3] in ("yes", "**no**") for r in targets)
 
 

@@ -154,6 +154,11 @@ async def test_a_50000_character_answer_ends_as_parts_below_the_limit(
         await asyncio.sleep(0.02)
     call.finish(answer)
     await step(clock, INTERVAL)
+    for _ in range(60):  # the channel's budget paces the parts: five at once, then one a second
+        replies = await store.replies(KEY.id)
+        if replies and replies[0].state == "sent":
+            break
+        await step(clock, INTERVAL)
     await app.engine.idle()
     shown = fake.shown(DM_ID)
     assert len(shown) > 25 and all(len(part) <= MESSAGE_LIMIT for part in shown)
@@ -227,4 +232,32 @@ async def test_streaming_off_sends_the_answer_once_complete(
     await app.engine.idle()
     # the fake records every call: a draft posted on the way would be a second POST
     assert [c[0] for c in fake.calls] == ["POST"] and fake.shown(DM_ID) == ["whole"]
+    await app.engine.shutdown()
+
+
+async def test_a_final_edit_to_the_text_the_draft_shows_already_is_not_sent(
+    fake: FakeDiscord, frontend: DiscordFrontend, store: SqliteStore, clock: FakeClock
+) -> None:
+    """The stream's last edit showed the whole answer: the reply's final edit would change
+    nothing, so it is not sent (the read-back still checks the message)."""
+    app, replier = await streaming_app(frontend, store, clock)
+    await say(fake, store, "hi")
+    call = await started(app, clock, replier, 0)
+    call.stream(2, "Hello")
+    await step(clock, INTERVAL)
+    await until(lambda: len(fake.created) == 1)
+    call.stream(2, " there.")
+    await step(clock, INTERVAL)
+    await until(lambda: fake.shown(DM_ID) == ["Hello there."])
+    call.stream(0, "")  # nothing new: the stream asks for no edit
+    await step(clock, INTERVAL)
+    call.finish("Hello there.")
+    await step(clock, INTERVAL)
+    await app.engine.idle()
+    assert fake.shown(DM_ID) == ["Hello there."]
+    assert fake.redundant_edits == 0
+    assert [c[0] for c in fake.calls] == ["POST", "PATCH"]
+    [row] = await store.replies(KEY.id)
+    assert row.state == "sent" and row.platform_message_ids == (fake.created[0]["id"],)
+    await check_invariants(store, [KEY.id])
     await app.engine.shutdown()

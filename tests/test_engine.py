@@ -229,9 +229,10 @@ async def test_crash_between_commit_and_post_redelivers_with_the_same_key(
         if frontend.attempts:
             break
         await asyncio.sleep(0.01)
-    for task in list(doomed._workers.values()):
+    doomed_tasks = [*doomed._workers.values(), *doomed.outbox.running]
+    for task in doomed_tasks:
         task.cancel()  # kill -9: no shutdown, the claim stays until it expires
-    await asyncio.gather(*doomed._workers.values(), return_exceptions=True)
+    await asyncio.gather(*doomed_tasks, return_exceptions=True)
     [row] = await store.replies(KEY.id)
     assert row.state == "pending"
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.core.pacing import Bucket, Limit, Pacer
+from bot.core.pacing import QUIET_SECONDS, Bucket, Limit, Pacer
 from testkit.clock import FakeClock, settle
 
 PER_MINUTE = 60.0  # one token a second
+# buckets made here have no margin (a call a little after its token is due): exact times
 
 
 def taken(order: list[str], name: str, bucket: Bucket, final: bool = False) -> asyncio.Task[None]:
@@ -21,7 +22,7 @@ def taken(order: list[str], name: str, bucket: Bucket, final: bool = False) -> a
 
 async def test_drafts_take_turns_and_leave_the_last_token_for_a_final() -> None:
     clock = FakeClock()
-    bucket = Bucket(clock, Limit(PER_MINUTE, burst=3))
+    bucket = Bucket(clock, Limit(PER_MINUTE, burst=3), margin=0.0)
     order: list[str] = []
     tasks = [taken(order, f"draft{n}", bucket) for n in range(4)]
     await settle()
@@ -54,6 +55,8 @@ async def test_a_retry_after_holds_drafts_and_finals_alike() -> None:
     await clock.advance(0.1)
     assert order == ["final"]  # when the hold ends the final goes first
     await clock.advance(2.0)
+    assert order == ["final"]  # the 429 slowed the rate to 45 a minute: two tokens in 2.67 s
+    await clock.advance(0.72)  # and the margin after a token is due (0.05 s)
     assert order == ["final", "draft"]
     await asyncio.gather(draft, final)
     other = pacer.bucket("chat.update", "T2")
@@ -62,7 +65,7 @@ async def test_a_retry_after_holds_drafts_and_finals_alike() -> None:
 
 async def test_a_draft_that_gives_up_its_turn_lets_the_next_one_go() -> None:
     clock = FakeClock()
-    bucket = Bucket(clock, Limit(PER_MINUTE, burst=2))
+    bucket = Bucket(clock, Limit(PER_MINUTE, burst=2), margin=0.0)
     order: list[str] = []
     first = taken(order, "first", bucket)
     await settle()
@@ -78,3 +81,43 @@ def test_an_unlimited_method_is_not_paced() -> None:
     pacer = Pacer(FakeClock(), {"chat.update": Limit(0.0)})
     assert pacer.bucket("chat.update") is None and pacer.bucket("chat.delete") is None
     assert Limit(50.0).capacity == 4.0 and Limit(60.0).capacity == 5.0 and Limit(6.0).capacity == 1
+
+
+def test_a_draft_call_without_a_spare_token_is_skipped_not_queued() -> None:
+    clock = FakeClock()
+    bucket = Bucket(clock, Limit(PER_MINUTE, burst=3), margin=0.0)
+    assert [bucket.try_take() for _ in range(3)] == [True, True, False]  # one kept for a final
+    assert bucket.tokens == 1.0 and not bucket._drafts  # nobody waits
+
+
+async def test_new_drafts_stop_where_the_finals_they_owe_fill_the_bucket() -> None:
+    clock = FakeClock()
+    bucket = Bucket(clock, Limit(PER_MINUTE, burst=5), margin=0.0)
+    admitted = [bucket.admit() for _ in range(6)]
+    assert admitted == [True, True, True, True, False, False]  # 4 finals owed + 1 kept
+    assert [bucket.try_take(), bucket.try_take()] == [True, False]  # only beyond the 4 owed
+    for _ in range(4):  # the four finals go at once, without waiting for a refill
+        await asyncio.wait_for(bucket.take(final=True), 0.1)
+        bucket.settle()
+    assert bucket.owed == 0
+    await clock.advance(2.0)
+    assert bucket.admit()  # room again
+
+
+def test_a_429_halves_the_burst_and_slows_the_rate_and_quiet_grows_them_back() -> None:
+    clock = FakeClock()
+    bucket = Bucket(clock, Limit(PER_MINUTE, burst=20), margin=0.0)
+    bucket.hold(2.0)
+    assert (bucket.capacity, bucket.per_minute) == (10.0, 45.0)
+    bucket.hold(1.0)  # a straggler of the same window, while held: nothing more
+    assert bucket.capacity == 10.0
+    clock._now += 2.5
+    bucket.hold(2.0)  # a new 429 after the hold ended
+    assert bucket.capacity == 5.0
+    clock._now += 2.0 + QUIET_SECONDS
+    bucket._refill(clock.monotonic())
+    assert bucket.capacity == 6.0 and bucket.per_minute > 33.75
+    clock._now += 20 * QUIET_SECONDS
+    bucket._refill(clock.monotonic())
+    assert (bucket.capacity, bucket.per_minute) == (20.0, PER_MINUTE)
+    assert bucket.tokens == 20.0

@@ -169,3 +169,24 @@ async def test_a_draft_post_whose_response_was_lost_is_found_not_posted_again(
         assert shown(api) == ["Hi there!"]
         assert post_and_update_calls(api).count("chat.postMessage") == 1  # the lost one, only
         await check_invariants(bot.store, [DM_KEY.id])
+
+
+async def test_a_draft_update_that_would_change_nothing_is_not_sent(api: FakeSlackApi) -> None:
+    """Two partial texts that render alike (a half-written code span is closed either way): the
+    second would set the draft to what it shows, so it is not sent; the final update relabels
+    the message, so it is."""
+    async with running_bot(api, replier=ScriptedReplier(hold=True)) as bot:
+        await bot.send(dm(ts(1), "hello"))
+        call = await generating(bot, 0)
+        call.stream(1, "Use `x")
+        await step(bot.clock, INTERVAL)
+        await drafted(bot)
+        call.stream(1, "`")  # "Use `x`": shown as the draft already shows it
+        await step(bot.clock, INTERVAL)
+        await step(bot.clock, INTERVAL)
+        call.finish("Use `x`.")
+        await answered(bot)
+        assert shown(api) == ["Use `x`."]
+        assert api.redundant_updates == 0
+        assert post_and_update_calls(api) == ["chat.postMessage", "chat.update"]
+        await check_invariants(bot.store, [DM_KEY.id])

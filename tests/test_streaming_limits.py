@@ -62,3 +62,36 @@ async def test_conversations_streaming_at_once_share_the_budget_and_finals_go_fi
         assert len(api.updates) > 2 * CONVERSATIONS  # the drafts did grow, in fewer edits
         ids = [f"slack/{TEAM}/{channel(n)}/" for n in range(CONVERSATIONS)]
         await check_invariants(bot.store, ids)
+
+
+async def test_a_generation_never_waits_for_a_drafts_budget_and_frees_its_slot_at_once(
+    api: FakeSlackApi,
+) -> None:
+    """Three rounds of eight (the engine's slots) in one workspace: each round's generations end,
+    commit and free their slots the moment the model is done, with no fake time passing, so the
+    next round starts at once; replies that got no draft are posted whole, and nothing meets a
+    429."""
+    clock = FakeClock()
+    api.enforce_rate_limits(clock=clock.monotonic)
+    rounds = 3
+    async with running_bot(api, clock=clock, replier=ScriptedReplier(hold=True)) as bot:
+        for n in range(rounds * CONVERSATIONS):
+            await bot.send(dm(ts(n + 1), f"question {n}", channel=channel(n)))
+        await bot.clock.advance(1.5)
+        for round_ in range(rounds):
+            await bot.app.engine.run_due()
+            first = round_ * CONVERSATIONS
+            calls = [await bot.replier.next_call(first + n) for n in range(CONVERSATIONS)]
+            await stream_for(bot, calls, 3.0, 10 * round_)
+            for call in calls:
+                call.finish(f"answer to {call.texts[0]}, complete.")
+            for call in calls:  # no fake time passes from here on
+                number = int(call.texts[0].split()[-1])
+                answer = f"answer to {call.texts[0]}, complete."
+                await shown_within_one_tick(bot, api, channel(number), answer)
+            async with asyncio.timeout(5.0):
+                while bot.app.engine._workers:  # noqa: ASYNC110
+                    await asyncio.sleep(0.005)
+        assert api.rate_limited == {"chat.update": 0, "chat.postMessage": 0}
+        ids = [f"slack/{TEAM}/{channel(n)}/" for n in range(rounds * CONVERSATIONS)]
+        await check_invariants(bot.store, ids)

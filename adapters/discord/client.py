@@ -30,6 +30,7 @@ from collections import OrderedDict
 import discord
 
 from adapters.discord import commands, files
+from adapters.discord.bad_events import guard_parsers
 from adapters.discord.calls import call
 from adapters.discord.held import HELD_LIMIT, HeldMessages
 from adapters.discord.history import History
@@ -104,6 +105,7 @@ class GatewayClient(discord.Client):
         )
         self.frontend = frontend
         self.tree = commands.command_tree(self, frontend.on_reset)
+        guard_parsers(self._connection.parsers)  # a bad event costs one line, not the process
 
     async def on_ready(self) -> None:
         await self.frontend.on_ready()
@@ -403,8 +405,8 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
                 self._posted.popitem(last=False)
         channel = self._channel(reply.key)
         first = None if reply.draft is None else functools.partial(self.drafts.finish, reply)
-        mentions = self.allowed_mentions
-        return await post_reply(channel, reply, posted, mentions, self.max_parts, first)
+        mentions, turn = self.allowed_mentions, functools.partial(self.drafts.final_turn, reply.key)
+        return await post_reply(channel, reply, posted, mentions, self.max_parts, first, turn)
 
     async def show_busy(self, key: ConversationKey, busy: bool, message_id: str) -> None:
         if not busy:

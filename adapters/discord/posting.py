@@ -30,10 +30,12 @@ async def post_reply(
     mentions: discord.AllowedMentions,
     max_parts: int = 10,
     first: Callable[[str], Awaitable[str]] | None = None,
+    turn: Callable[[], Awaitable[None]] | None = None,
 ) -> list[str]:
     """Post every part not yet in `posted` (at most `max_parts`, the last one then saying the
     reply was truncated); return the message ids of all parts. `first` shows the first part
-    instead of a new post (the streamed draft this reply finishes, edited)."""
+    instead of a new post (the streamed draft this reply finishes, edited); `turn` waits for
+    each post's turn on the channel's budget (a final's: ahead of drafts)."""
     parts = split_message(to_discord(reply.text))
     if len(parts) > max_parts:
         log.info("reply %s: %d parts, posting the first %d", reply.id, len(parts), max_parts)
@@ -49,6 +51,8 @@ async def post_reply(
         target = reply.reply_to_message_id if index == 0 else None
         reference = reply_reference(target, reply.key.channel)
         nonce = nonce_for(reply.id, reply.key.id, index, text)
+        if turn is not None:
+            await turn()
         message = await send_part(channel, text, nonce, reference, mentions)
         posted[index] = str(message.id)
         await reply.fence.posted(index, posted[index])

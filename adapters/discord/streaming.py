@@ -6,9 +6,11 @@ Discord's nonce window of a few minutes (`nonce_window`, kept below it). Past th
 is looked up in the channel's history from its creation: our message answering the same message.
 An edit of a deleted message raises `MessageGone`. Edits are PATCHes of that message;
 discord.py waits out 429s by their rate-limit headers itself, the engine spaces each
-conversation's edits by `streaming.interval_seconds`, and every draft call waits for its turn on
-the channel's budget (`draft_turn`, `bot/core/pacing.py`; Discord allows about five edits per
-five seconds in a channel), a reply's final edit ahead of drafts. Partial text is settled
+conversation's edits by `streaming.interval_seconds`, and every call takes a token of the
+channel's budget (`bot/core/pacing.py`; Discord allows about five posts and edits per five seconds
+in a channel): a reply's posts and final edit ahead of everything, a draft call only if a token is
+spare (`draft_turn`, never waiting), a new draft only where the final edit it owes fits. An edit
+to the text the message shows already is not sent (`Showing`). Partial text is settled
 (`settle_partial`) and rendered like a reply, and a draft shows at most the reply's first part:
 the reply that finishes it posts the rest.
 """
@@ -25,6 +27,7 @@ from adapters.discord.calls import call, delivery_errors, http_status
 from adapters.discord.posting import reply_reference, send_part
 from adapters.discord.render import nonce_for, split_message, to_discord
 from adapters.markdown import settle_partial
+from adapters.showing import Showing
 from bot.core.errors import DeliveryError, MessageGone, PermanentDeliveryError, RateLimited
 from bot.core.events import ConversationKey, Draft, Reply
 from bot.core.frontend import PacedDrafts
@@ -60,10 +63,31 @@ class DiscordDrafts(PacedDrafts):
         self.mentions = mentions
         self.bot_id = bot_id
         self.nonce_window = nonce_window
+        self.showing = Showing()  # what each message we sent or edited shows now
 
-    async def draft_turn(self, key: ConversationKey, posting: bool) -> None:
-        """A draft call's turn on the channel's budget (behind every final edit)."""
-        await self._take(key, final=False)
+    async def draft_turn(self, key: ConversationKey, posting: bool) -> bool:
+        """Whether a draft call may go now on the channel's budget (never waiting): an edit if
+        a token is spare; a new draft's post if the channel can also take the final edit it
+        will owe (else the reply is posted whole: one write instead of two or more)."""
+        if self.pacer is None:
+            return True
+        if not posting:
+            return self.pacer.try_take(MESSAGES, key.channel)
+        if not self.pacer.admit(MESSAGES, key.channel):
+            return False
+        if not self.pacer.try_take(MESSAGES, key.channel):
+            self.pacer.settle(MESSAGES, key.channel)
+            return False
+        return True
+
+    def _settle(self, key: ConversationKey) -> None:
+        """A draft's final edit was made (or the draft deleted): it owes the budget nothing."""
+        if self.pacer is not None:
+            self.pacer.settle(MESSAGES, key.channel)
+
+    async def final_turn(self, key: ConversationKey) -> None:
+        """A reply's post's turn on the channel's budget, ahead of every draft."""
+        await self._take(key, final=True)
 
     async def _take(self, key: ConversationKey, final: bool) -> None:
         if self.pacer is not None:
@@ -73,8 +97,9 @@ class DiscordDrafts(PacedDrafts):
         """Within the nonce window a post with the draft's key returns the message an earlier
         post made, whether or not its response arrived."""
         reference = reply_reference(draft.reply_to, key.channel)
-        channel = self.channel_for(key)
-        message = await send_part(channel, draft_text(text), draft.key, reference, self.mentions)
+        channel, shown = self.channel_for(key), draft_text(text)
+        message = await send_part(channel, shown, draft.key, reference, self.mentions)
+        self.showing.note(str(message.id), shown, None, message.content)
         return str(message.id)
 
     async def find_draft(self, key: ConversationKey, draft: Draft) -> str | None:
@@ -94,7 +119,10 @@ class DiscordDrafts(PacedDrafts):
         return None
 
     async def edit_draft(self, key: ConversationKey, message_id: str, text: str) -> None:
-        await self._edit(key, message_id, draft_text(text))
+        """The stream took this edit's token (`draft_turn`): given back if the edit would
+        change nothing."""
+        if not await self._edit(key, message_id, draft_text(text)) and self.pacer is not None:
+            self.pacer.refund(MESSAGES, key.channel)
 
     async def delete_draft(self, key: ConversationKey, message_id: str) -> None:
         message = self.partial_channel(key).get_partial_message(int(message_id))
@@ -103,6 +131,8 @@ class DiscordDrafts(PacedDrafts):
         except PermanentDeliveryError as exc:
             if http_status(exc) != 404:  # gone already (the message or its channel): fine
                 raise
+        self.showing.forget(message_id)
+        self._settle(key)
 
     async def finish(self, reply: Reply, text: str) -> str:
         """The reply's first part, shown by editing the draft it finishes (`post_reply`'s
@@ -111,15 +141,18 @@ class DiscordDrafts(PacedDrafts):
         replaced by a fresh post of the part (the reply's own nonce)."""
         assert reply.draft is not None
         draft = reply.draft
-        await self._take(reply.key, final=True)
+        if draft.message_id is None:
+            await self._take(reply.key, final=True)
         message_id = draft.message_id or await self.post_draft(reply.key, draft, text)
         try:
-            if draft.message_id is None:
+            if self.showing.unchanged(message_id, text, None) is None:
                 await self._take(reply.key, final=True)
-            await self._edit(reply.key, message_id, text)
+                await self._edit(reply.key, message_id, text)
+            self._settle(reply.key)
             if await self._shows(reply.key, message_id) not in (None, text):
                 log.warning("reply %s: a stale draft edit landed after the final text; restored",
                             reply.id)  # fmt: skip
+                self.showing.forget(message_id)  # it shows something else: edit it
                 await self._take(reply.key, final=True)
                 await self._edit(reply.key, message_id, text)
         except MessageGone:
@@ -130,14 +163,23 @@ class DiscordDrafts(PacedDrafts):
             return str((await send_part(channel, text, nonce, reference, self.mentions)).id)
         return message_id
 
-    async def _edit(self, key: ConversationKey, message_id: str, content: str) -> None:
+    async def _edit(self, key: ConversationKey, message_id: str, content: str) -> bool:
+        """Edit one message of ours; False (nothing sent) when it shows `content` already."""
+        if self.showing.unchanged(message_id, content, None) is not None:
+            return False
         message = self.partial_channel(key).get_partial_message(int(message_id))
         try:
-            await call(message.edit(content=content, allowed_mentions=self.mentions))
+            edited = await call(message.edit(content=content, allowed_mentions=self.mentions))
         except RateLimited as exc:
             if self.pacer is not None:
                 self.pacer.hold(MESSAGES, key.channel, exc.retry_after)  # for everyone there
             raise
+        except MessageGone:
+            self.showing.forget(message_id)
+            self._settle(key)  # a deleted draft owes no final edit
+            raise
+        self.showing.note(message_id, content, None, edited.content)
+        return True
 
     async def _shows(self, key: ConversationKey, message_id: str) -> str | None:
         """The text a message of ours shows now (None when it cannot be read back)."""

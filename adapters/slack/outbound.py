@@ -35,9 +35,11 @@ log = logging.getLogger("burstbot.slack")
 METADATA_EVENT_TYPE = "burstbot_reply"
 POST = "chat.postMessage"  # the pacer's buckets: per channel
 UPDATE = "chat.update"  # per workspace
+UPDATE_BURST = 20.0  # Tier 3 allows bursts: the pacer starts here, a 429 halves it
 LOOKUP_PAGE = 200
 LOOKUP_MAX_PAGES = 10
 T = TypeVar("T")
+CLOCK_MARGIN = 60.0  # seconds a look-up starts before a draft's creation (our clock vs Slack's)
 
 STATUS_UNAVAILABLE = frozenset(
     {"missing_scope", "not_allowed_token_type", "unknown_method", "method_deprecated",
@@ -45,10 +47,26 @@ STATUS_UNAVAILABLE = frozenset(
 )  # fmt: skip
 
 
+def parts_since(reply: Reply) -> str | None:
+    """Where a re-delivery looks for a reply's parts: from the message it answers, or from its
+    draft's creation where that is older (a draft reused across a supersede was posted before
+    the burst's last message, and once made part 0 only the reply's id labels it)."""
+    if reply.draft is None:
+        return None
+    answered = split_message_id(reply.reply_to_message_id or "")[1]
+    since = max(0.0, reply.draft.created_at - CLOCK_MARGIN)
+    if reply.draft.message_id is not None:
+        since = min(since, float(split_message_id(reply.draft.message_id)[1] or since))
+    if answered and float(answered) <= since:
+        return None
+    return f"{since:.6f}"
+
+
 def slack_pacer(config: SlackConfig, clock: Clock) -> Pacer:
-    """The workspace's budget: `chat.update` per workspace, `chat.postMessage` per channel."""
-    limits = {UPDATE: Limit(config.updates_per_minute), POST: Limit(config.posts_per_minute)}
-    return Pacer(clock, limits)
+    """The workspace's budget: `chat.update` per workspace (Tier 3, with Slack's burst),
+    `chat.postMessage` per channel (about one a second). A 429 shrinks either (pacing.py)."""
+    updates = Limit(config.updates_per_minute, burst=UPDATE_BURST)
+    return Pacer(clock, {UPDATE: updates, POST: Limit(config.posts_per_minute)})
 
 
 def part_metadata(reply_id: int | str, part: int, key: ConversationKey) -> dict[str, Any]:
@@ -101,7 +119,7 @@ class Outbound:
             log.info("reply %s: %d parts, posting the first %d", reply.id, len(parts),
                      self.max_parts)  # fmt: skip
             parts = cap_parts(parts, self.max_parts, self.part_chars, split_mrkdwn)
-        posted = await self.posted_parts(reply) if reply.attempt > 1 else {}
+        posted = await self.posted_parts(reply, parts_since(reply)) if reply.attempt > 1 else {}
         ids: list[str] = []
         for index, text in enumerate(parts):
             if index in posted:
@@ -161,6 +179,11 @@ class Outbound:
             if self.pacer is not None:
                 self.pacer.hold(method, scope, exc.retry_after)
             raise
+
+    def refund(self, method: str, scope: str) -> None:
+        """A token taken for a call that was not made after all."""
+        if self.pacer is not None:
+            self.pacer.refund(method, scope)
 
     async def posted_parts(self, reply: Reply, oldest: str | None = None) -> dict[int, str]:
         """Parts of this reply already in the conversation, found by their metadata (posted after

@@ -3,12 +3,15 @@
 The draft is posted with message `metadata` naming its key (as reply parts name their reply), so a
 post whose response was lost is found by reading the conversation back, from the draft's creation,
 before posting again. An update of a deleted message raises `MessageGone`. The
-engine spaces each conversation's updates by `streaming.interval_seconds`, and every call waits
-for its turn on the workspace's budget (`draft_turn`: `chat.update` per workspace,
-`chat.postMessage` per channel, `bot/core/pacing.py`), a reply's final text ahead of drafts; a 429
-becomes `RetryableDeliveryError` with the Retry-After, which holds that budget for everyone.
+engine spaces each conversation's updates by `streaming.interval_seconds`; a draft call goes only
+if the workspace's budget has a token to spare (`draft_turn`: `chat.update` per workspace,
+`chat.postMessage` per channel, `bot/core/pacing.py`, never waiting), a new draft only where the
+final update it owes fits, and a reply's final text goes ahead of every draft; a 429 becomes
+`RetryableDeliveryError` with the Retry-After, which holds that budget for everyone. An update to
+the text and metadata the message shows already is not sent (`Showing`).
 The reply that finishes a draft updates it to its first part and re-labels its metadata with the
-reply's id, so a re-delivery of that reply finds part 0 like any posted part. Partial text is
+reply's id, so a re-delivery of that reply finds part 0 like any posted part (looking from the
+draft's creation, which may be older than the message the reply answers). Partial text is
 settled (`settle_partial`) and rendered like a reply; a draft shows at most the reply's first
 part.
 
@@ -24,11 +27,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from adapters.markdown import settle_partial
+from adapters.showing import Showing
 from adapters.slack.calls import call, slack_code
 from adapters.slack.inbound import split_message_id
 from adapters.slack.mrkdwn import split_mrkdwn, to_mrkdwn
 from adapters.slack.native_stream import NativeStreams, StreamsUnavailable
-from adapters.slack.outbound import POST, UPDATE, Outbound, Turn, part_metadata
+from adapters.slack.outbound import CLOCK_MARGIN, POST, UPDATE, Outbound, Turn, part_metadata
 from bot.core.errors import DeliveryError, MessageGone
 from bot.core.events import ConversationKey, Draft, Reply
 from bot.core.frontend import PacedDrafts
@@ -37,7 +41,6 @@ from bot.core.replier import DraftText, SearchStep
 log = logging.getLogger("burstbot.slack")
 
 GONE = frozenset({"message_not_found", "cant_delete_message"})  # a delete with nothing to do
-CLOCK_MARGIN = 60.0  # seconds a look-up starts before a draft's creation (our clock vs Slack's)
 
 
 def native_parts(text: str) -> tuple[str, tuple[SearchStep, ...]]:
@@ -61,6 +64,7 @@ class SlackDrafts(PacedDrafts):
         self._native = native  # where drafts are native streams (assistant threads)
         self.streams = NativeStreams(outbound.client, outbound.identity, outbound.part_chars)
         self._labels: dict[str, str] = {}  # a native draft's message id → the draft's key
+        self.showing = Showing()  # what each message we posted or updated shows now
         self.native_refused = ""  # Slack's reason, once it refused to start a stream
 
     async def native(self, key: ConversationKey) -> bool:
@@ -73,12 +77,22 @@ class SlackDrafts(PacedDrafts):
         parts = split_mrkdwn(to_mrkdwn(settle_partial(text)), self.outbound.part_chars)
         return parts[0] if parts and parts[0].strip() else "…"
 
-    async def draft_turn(self, key: ConversationKey, posting: bool) -> None:
-        """A draft call's turn on the workspace's budget (behind every final text)."""
-        if posting:
-            await self.outbound.take(POST, key.channel, final=False)
-        else:
-            await self.outbound.take(UPDATE, self.outbound.identity.team_id, final=False)
+    async def draft_turn(self, key: ConversationKey, posting: bool) -> bool:
+        """Whether a draft call may go now (never waiting): an update if the workspace's
+        `chat.update` budget has a token to spare; a new draft's post if the channel's
+        `chat.postMessage` budget has one and the workspace's can still take the final update
+        it will owe (else the reply is posted whole, on the channel's budget)."""
+        pacer, team = self.outbound.pacer, self.outbound.identity.team_id
+        if pacer is None:
+            return True
+        if not posting:
+            return pacer.try_take(UPDATE, team)
+        if not pacer.admit(UPDATE, team):
+            return False
+        if not pacer.try_take(POST, key.channel):
+            pacer.settle(UPDATE, team)
+            return False
+        return True
 
     async def post_draft(self, key: ConversationKey, draft: Draft, text: str) -> str:
         """The stream took this post's turn (`draft_turn`); a post from elsewhere takes its own."""
@@ -95,9 +109,11 @@ class SlackDrafts(PacedDrafts):
         return await self._post(key, draft, text)
 
     async def _post(self, key: ConversationKey, draft: Draft, text: str) -> str:
-        metadata = part_metadata(draft.key, 0, key)
+        metadata, shown = part_metadata(draft.key, 0, key), self.draft_text(text)
         what = f"draft {draft.key}"
-        return await self.outbound.post(key, self.draft_text(text), metadata, what, Turn.TAKEN)
+        message_id = await self.outbound.post(key, shown, metadata, what, Turn.TAKEN)
+        self.showing.note(message_id, shown, metadata)
+        return message_id
 
     async def find_draft(self, key: ConversationKey, draft: Draft) -> str | None:
         """The draft's message, if a post of it shows: read back by its metadata from its
@@ -135,6 +151,7 @@ class SlackDrafts(PacedDrafts):
         """Stop the message's native stream if it may run, labelled with its draft's key."""
         label = self._labels.get(message_id)
         metadata = None if label is None else part_metadata(label, 0, key)
+        self.showing.forget(message_id)  # a stream's text is not what an update sent
         await self.streams.stop(message_id, metadata)
 
     async def delete_draft(self, key: ConversationKey, message_id: str) -> None:
@@ -148,6 +165,7 @@ class SlackDrafts(PacedDrafts):
             await call(f"message {message_id}: delete", self.client.chat_delete(channel=channel,
                                                                                 ts=ts))  # fmt: skip
             self._labels.pop(message_id, None)
+            self._settle()
         except DeliveryError as exc:
             if slack_code(exc) not in GONE:
                 raise
@@ -169,14 +187,21 @@ class SlackDrafts(PacedDrafts):
                 await self._stop(reply.key, message_id)
             self._labels.pop(message_id, None)
             stored = await self._update(message_id, text, metadata, Turn.REPLY)
+            self._settle()
             if await self._shows(reply.key, message_id) not in (None, stored):
                 log.warning("reply %s: a stale draft edit landed after the final text; restored",
                             reply.id)  # fmt: skip
+                self.showing.forget(message_id)  # it shows something else: update it
                 await self._update(message_id, text, metadata, Turn.REPLY)
         except MessageGone:
             log.info("reply %s: its draft was deleted; posting the reply anew", reply.id)
             return await self.outbound.post(reply.key, text, metadata, f"reply {reply.id} part 0")
         return message_id
+
+    def _settle(self) -> None:
+        """A draft's final update was made (or the draft deleted): it owes the budget nothing."""
+        if self.outbound.pacer is not None:
+            self.outbound.pacer.settle(UPDATE, self.outbound.identity.team_id)
 
     async def _update(
         self,
@@ -186,15 +211,28 @@ class SlackDrafts(PacedDrafts):
         turn: Turn = Turn.TAKEN,
     ) -> str:
         """Update one message of ours (after its `turn` on the budget); returns its text as Slack
-        stored it."""
+        stored it. An update that would change nothing (the text and metadata it shows since our
+        last call) is not sent."""
+        unchanged = self.showing.unchanged(message_id, text, metadata)
+        if unchanged is not None:
+            if turn is Turn.TAKEN:  # the stream took a token for it: give it back
+                self.outbound.refund(UPDATE, self.outbound.identity.team_id)
+            return unchanged
         channel, ts = split_message_id(message_id)
         extra: dict[str, Any] = {} if metadata is None else {"metadata": metadata}
         team = self.outbound.identity.team_id
         await self.outbound.wait_turn(UPDATE, team, turn)
         what = f"message {message_id}: update"
         request = self.client.chat_update(channel=channel, ts=ts, text=text, **extra)
-        response = await self.outbound.paced(UPDATE, team, what, request)
-        return str(response.get("text", text))
+        try:
+            response = await self.outbound.paced(UPDATE, team, what, request)
+        except MessageGone:
+            self.showing.forget(message_id)
+            self._settle()  # a deleted draft owes no final update
+            raise
+        stored = str(response.get("text", text))
+        self.showing.note(message_id, text, metadata, stored)
+        return stored
 
     async def _shows(self, key: ConversationKey, message_id: str) -> str | None:
         """The text a message of ours shows now (None when it cannot be read back)."""

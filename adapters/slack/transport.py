@@ -27,6 +27,7 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from adapters.slack.calls import check_token
 from adapters.slack.endpoint import MAX_BODY_BYTES, endpoint, server_log
+from adapters.slack.envelopes import guard_envelopes
 from bot.config import SlackConfig
 from bot.core.errors import BurstbotError, ConfigError
 
@@ -142,6 +143,7 @@ async def connect_socket(
     socket: Any = AsyncSocketModeHandler(bolt, app_token)
     socket.client.wss_uri = opened["url"]
     socket.client.on_message_listeners.append(on_message)
+    guard_envelopes(socket.client)  # a bad envelope costs one line, not a traceback
     try:
         await asyncio.wait_for(socket.connect_async(), SOCKET_CONNECT_TIMEOUT_SECONDS)
     except BaseException as exc:

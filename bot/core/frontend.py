@@ -128,9 +128,11 @@ class PacedDrafts(Protocol):
     """A draft surface whose platform limits calls shared by many conversations
     (`bot/core/pacing.py`): it paces its calls itself, final text first."""
 
-    async def draft_turn(self, key: ConversationKey, posting: bool) -> None:
-        """Wait for the platform's budget before one draft call (a post, or else an edit); the
-        stream reads its newest text after the turn, so a long wait makes one larger edit."""
+    async def draft_turn(self, key: ConversationKey, posting: bool) -> bool:
+        """Whether one draft call (a post, or else an edit) may be made now on the platform's
+        budget. It never waits for budget: False skips the call (the stream's next call carries
+        the newer text; a draft never posted leaves the reply to be posted whole). The stream
+        reads its newest text after the turn."""
         ...
 
 
@@ -252,10 +254,12 @@ def paces(surface: DraftSurface) -> bool:
     return declares(surface, PacedDrafts)
 
 
-async def draft_turn(surface: DraftSurface, key: ConversationKey, posting: bool) -> None:
-    """Wait for the platform's budget before one draft call, where the surface is paced."""
-    if paces(surface):
-        await cast(PacedDrafts, surface).draft_turn(key, posting)
+async def draft_turn(surface: DraftSurface, key: ConversationKey, posting: bool) -> bool:
+    """Whether one draft call may be made now on the platform's budget (always, where the
+    surface is not paced); it never waits."""
+    if not paces(surface):
+        return True
+    return bool(await cast(PacedDrafts, surface).draft_turn(key, posting))
 
 
 async def stop_intake(frontend: Frontend) -> None:

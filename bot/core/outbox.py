@@ -26,9 +26,11 @@ Rules:
   limit are not attempts. Each failure is one warning line; only an adapter bug (an exception
   outside the error tree) logs a traceback.
 
-Two callers: the engine delivers the reply it has just committed inline (`reply_id`), so the answer
-goes out before its worker frees the slot; the scheduler's sweep (no `reply_id`) starts one task
-per claimed row, so a slow platform never holds up the loop.
+Two callers: the engine hands over the reply it has just committed (`deliver_committed`), which
+starts its delivery at once as a task of its own, so the worker frees its generation slot as soon
+as the commit is made: a final edit waiting for the platform's budget never holds a slot while
+other conversations queue for one; the scheduler's sweep (no `reply_id`) starts one task per
+claimed row, so a slow platform never holds up the loop.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ import contextlib
 import logging
 import math
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
 
 from bot.core.clock import Clock, trusted_until
 from bot.core.errors import ClaimLost, PermanentDeliveryError, RetryableDeliveryError, StoreError
@@ -122,7 +125,7 @@ class Outbox:
         self.indicator = indicator
         self.signals = signals
         self.on_settled = on_settled  # a row settled: the next one of its conversation may go
-        self.running: set[asyncio.Task[None]] = set()
+        self.running: set[asyncio.Task[Any]] = set()
         self._posting: dict[int, asyncio.Task[list[str]]] = {}
 
     @property
@@ -137,12 +140,20 @@ class Outbox:
         return ClaimRequest(self.owner, self.settings.lease_ttl_seconds, tuple(self.platforms))
 
     async def deliver_committed(self, done: Committed) -> None:
-        """Post the reply a commit made: at once if the commit claimed it, else as `deliver_due`
-        would (it may wait behind an earlier reply of its conversation, G9)."""
-        if done.reply is not None and done.claimed:
-            await self._deliver(done.reply)
-        elif done.reply is not None:
-            await self.deliver_due(reply_id=done.reply.id)
+        """Start posting the reply a commit made (a task, awaited by `running`): at once if the
+        commit claimed it, else as `deliver_due` would (it may wait behind an earlier reply of
+        its conversation, G9)."""
+        if done.reply is None:
+            return
+        if done.claimed:
+            self._start(self._deliver(done.reply))
+        else:
+            self._start(self.deliver_due(reply_id=done.reply.id))
+
+    def _start(self, delivery: Coroutine[Any, Any, object]) -> None:
+        task = asyncio.create_task(delivery)
+        self.running.add(task)
+        task.add_done_callback(self.running.discard)
 
     async def deliver_due(self, reply_id: int | None = None) -> int:
         """Claim due rows (only `reply_id`, if given) and post them; returns how many were claimed.
@@ -163,9 +174,7 @@ class Outbox:
                 await self._deliver(row)
         else:
             for row in rows:
-                task = asyncio.ensure_future(self._deliver(row))
-                self.running.add(task)
-                task.add_done_callback(self.running.discard)
+                self._start(self._deliver(row))
         return len(rows)
 
     async def next_due_at(self) -> float | None:

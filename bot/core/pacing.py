@@ -1,22 +1,26 @@
 """A platform's rate limits shared by every conversation streaming at once (one process).
 
-Slack limits `chat.update` per workspace (Tier 3, about 50 a minute) and `chat.postMessage` about
-one a second per channel; Discord about five edits per five seconds per channel. Each conversation
-pacing itself alone spends that budget many times over when several stream at once, and a final
-edit then waits behind drafts in 429 backoff. So each limit is a `Bucket` (a token bucket), shared:
+Slack limits `chat.update` per workspace (Tier 3, about 50 a minute, with bursts) and
+`chat.postMessage` about one a second per channel; Discord about five writes per five seconds per
+channel. Each conversation pacing itself alone spends that budget many times over when several
+stream at once, and a final edit then waits behind drafts in 429 backoff. So each limit is a
+`Bucket` (a token bucket), shared, and streaming yields to delivery instead of queueing:
 
-- **final text first**: a reply's final edit or post takes the next token ahead of every waiting
-  draft, and drafts never take the bucket's last token (kept for a final), so a final goes out at
-  once unless other finals came first (they then follow each other at the platform's rate,
-  without a 429);
-- **drafts in turn**: waiting drafts are served first come, first served; a conversation asks
-  again only after its own interval, so the edits spread across everyone streaming, and each
-  conversation makes fewer, larger edits when many stream (never lost ones: the final edit
-  carries the whole answer);
-- **Retry-After for everyone**: a 429 on a bucket holds it for every caller until it has passed.
+- **final text first**: a reply's final edit or post takes the next token ahead of everything
+  else; finals follow each other at the platform's rate, without a 429;
+- **a draft never waits**: a draft call takes a token only if one is spare right now
+  (`try_take`), beyond the finals still owed and one token kept for a final; otherwise it is
+  skipped (the stream's next call carries the newer text), so a generation never waits for a
+  draft's budget and drafts get sparser as more conversations stream;
+- **a new draft only where its final fits** (`admit`): each posted draft owes the bucket one
+  final edit; when the finals owed fill the spare tokens no new draft is posted, and the reply is
+  posted whole when it finishes (on Slack a post is another budget: per channel);
+- **learned from the platform**: a bucket starts at the platform's published rate and burst; a
+  429 holds it for everyone for its Retry-After and halves its burst and slows its rate, and
+  each quiet period without a 429 grows them back toward the published values.
 
-The limits are per process: two processes serving one workspace each get half (see
-docs/streaming-limits.md).
+The limits are per process: two processes serving one workspace each learn their share from
+the 429s (see docs/streaming-limits.md).
 """
 
 from __future__ import annotations
@@ -31,6 +35,11 @@ from bot.core.clock import Clock
 
 MAX_IDLE_BUCKETS = 1_000  # past this many, refilled buckets are forgotten (channels come and go)
 BURST_SECONDS = 5.0  # a bucket holds this many seconds' worth of calls (Discord: 5 per 5 s)
+QUIET_SECONDS = 30.0  # each this long without a 429 grows a shrunk bucket back one step
+SLOWEST = 0.25  # a 429 slows a bucket's rate to no less than this share of the published one
+OWED_SECONDS = 120.0  # a final owed by a draft no reply finished is forgotten after this
+MARGIN_SECONDS = 0.05  # a token is used this long after it is due: the platform counts it a
+# little later than we do (its bucket started when our first call reached it)
 
 
 @dataclass(frozen=True)
@@ -54,19 +63,79 @@ class Bucket:
     tokens: float = field(init=False)
     refilled_at: float = field(init=False)
     held_until: float = 0.0
+    margin: float = MARGIN_SECONDS
+    capacity: float = field(init=False)  # the burst learned so far (at most the published)
+    per_minute: float = field(init=False)  # the rate learned so far (at most the published)
+    limited_at: float = field(init=False)  # the last 429, or the last step grown back since
+    _owed: deque[float] = field(default_factory=deque)  # when each draft owing a final was posted
     _finals: deque[int] = field(default_factory=deque)
     _drafts: deque[int] = field(default_factory=deque)
     _tickets: itertools.count[int] = field(default_factory=itertools.count)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
-        self.tokens = self.limit.capacity
-        self.refilled_at = self.clock.monotonic()
+        self.capacity = self.tokens = self.limit.capacity
+        self.per_minute = self.limit.per_minute
+        self.refilled_at = self.limited_at = self.clock.monotonic()
 
     @property
     def reserve(self) -> float:
         """Tokens drafts leave for finals: one, where the bucket holds more than one."""
-        return 1.0 if self.limit.capacity > 1 else 0.0
+        return 1.0 if self.capacity > 1 else 0.0
+
+    @property
+    def _margin(self) -> float:
+        """`margin` in tokens, at a bucket that is not full (a full one has no doubt)."""
+        return 0.0 if self.tokens >= self.capacity else self.per_minute / 60.0 * self.margin
+
+    @property
+    def owed(self) -> int:
+        """Finals owed by the drafts posted and not finished yet."""
+        horizon = self.clock.monotonic() - OWED_SECONDS
+        while self._owed and self._owed[0] < horizon:
+            self._owed.popleft()
+        return len(self._owed)
+
+    def _spare(self) -> float | None:
+        """The tokens there are now for a draft call, None while the bucket is held or a call
+        waits (finals first)."""
+        now = self.clock.monotonic()
+        if now < self.held_until or self._finals or self._drafts:
+            return None
+        self._refill(now)
+        return self.tokens
+
+    def try_take(self) -> bool:
+        """A draft call's token if one is spare now (True), else False at once: the draft call
+        is skipped, never queued. Spare: beyond the finals owed (at most a full bucket less
+        one), and at least the one kept for a final."""
+        tokens = self._spare()
+        kept = max(self.reserve, min(self.owed + self.reserve, self.capacity - 1.0))
+        if tokens is None or tokens < 1.0 + kept + self._margin:
+            return False
+        self.tokens -= 1.0
+        return True
+
+    def admit(self) -> bool:
+        """A new draft may be posted (it will owe one final call here): True, and it is counted
+        until `settle`; False while the finals owed, with this one and the token kept for a
+        final, would not fit in the tokens there are now."""
+        tokens = self._spare()
+        if tokens is None or tokens < self.owed + 1.0 + self.reserve + self._margin:
+            return False
+        self._owed.append(self.clock.monotonic())
+        return True
+
+    def settle(self) -> None:
+        """A draft's final call was made (or the draft deleted): it owes nothing any more."""
+        if self.owed:
+            self._owed.popleft()
+        self._notify()
+
+    def refund(self) -> None:
+        """A token taken for a call that was not made after all."""
+        self.tokens = min(self.capacity, self.tokens + 1.0)
+        self._notify()
 
     async def take(self, final: bool = False) -> None:
         """Wait for a call's turn on this limit (finals first, each queue in arrival order)."""
@@ -83,12 +152,18 @@ class Bucket:
 
     def hold(self, retry_after: float) -> None:
         """The platform said 429: nobody calls on this limit for `retry_after` seconds; then the
-        bucket starts nearly empty (the platform's window restarts)."""
-        until = self.clock.monotonic() + max(0.0, retry_after)
+        bucket starts nearly empty (the platform's window restarts), with half the burst and a
+        slower rate, grown back in quiet periods (`_refill`). A 429 answering calls made before
+        an earlier one's hold ended shrinks nothing more."""
+        now = self.clock.monotonic()
+        until = now + max(0.0, retry_after)
         if until > self.held_until:
+            if now >= self.held_until:  # a new 429, not one of the same window's stragglers
+                self.capacity = max(1.0, math.floor(self.capacity / 2))
+                self.per_minute = max(self.limit.per_minute * SLOWEST, self.per_minute * 0.75)
             self.held_until = until
             self.tokens = min(self.tokens, 1.0)  # one call may try when the hold ends
-            self.refilled_at = until
+            self.refilled_at = self.limited_at = until
         self._notify()
 
     def _wait(self, final: bool, ticket: int) -> float:
@@ -108,13 +183,24 @@ class Bucket:
             need = 1.0 + self.reserve
         if self.tokens >= need:
             return 0.0
-        return (need - self.tokens) * 60.0 / self.limit.per_minute
+        return (need - self.tokens) * 60.0 / self.per_minute + self.margin
 
     def _refill(self, now: float) -> None:
+        self._grow(now)
         if now > self.refilled_at:
-            rate = self.limit.per_minute / 60.0
-            self.tokens = min(self.limit.capacity, self.tokens + (now - self.refilled_at) * rate)
+            rate = self.per_minute / 60.0
+            self.tokens = min(self.capacity, self.tokens + (now - self.refilled_at) * rate)
             self.refilled_at = now
+
+    def _grow(self, now: float) -> None:
+        """Each quiet period since the last 429 grows the burst by one and the rate by a
+        quarter, back to the published limit."""
+        while now - self.limited_at >= QUIET_SECONDS and (
+            self.capacity < self.limit.capacity or self.per_minute < self.limit.per_minute
+        ):
+            self.limited_at += QUIET_SECONDS
+            self.capacity = min(self.limit.capacity, self.capacity + 1.0)
+            self.per_minute = min(self.limit.per_minute, self.per_minute * 1.25)
 
     async def _sleep(self, seconds: float) -> None:
         """Until `seconds` have passed or the bucket changed (a token taken, a hold, a leaver)."""
@@ -160,14 +246,34 @@ class Pacer:
         now = self.clock.monotonic()
         for key, bucket in list(self._buckets.items()):
             bucket._refill(now)
-            idle = not (bucket._drafts or bucket._finals) and now >= bucket.held_until
-            if idle and bucket.tokens >= bucket.limit.capacity:
+            idle = not (bucket._drafts or bucket._finals or bucket.owed)
+            if idle and now >= bucket.held_until and bucket.tokens >= bucket.limit.capacity:
                 del self._buckets[key]
 
     async def take(self, method: str, scope: str = "", final: bool = False) -> None:
         bucket = self.bucket(method, scope)
         if bucket is not None:
             await bucket.take(final)
+
+    def try_take(self, method: str, scope: str = "") -> bool:
+        """A draft call's token if one is spare now (`Bucket.try_take`); True where not limited."""
+        bucket = self.bucket(method, scope)
+        return bucket is None or bucket.try_take()
+
+    def admit(self, method: str, scope: str = "") -> bool:
+        """A new draft may be posted, owing a final call on this limit (`Bucket.admit`)."""
+        bucket = self.bucket(method, scope)
+        return bucket is None or bucket.admit()
+
+    def settle(self, method: str, scope: str = "") -> None:
+        bucket = self.bucket(method, scope)
+        if bucket is not None:
+            bucket.settle()
+
+    def refund(self, method: str, scope: str = "") -> None:
+        bucket = self.bucket(method, scope)
+        if bucket is not None:
+            bucket.refund()
 
     def hold(self, method: str, scope: str, retry_after: float | None) -> None:
         bucket = self.bucket(method, scope)

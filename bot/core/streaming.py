@@ -7,8 +7,9 @@ Rules:
   call as soon as the model wrote a word (people see it start at once), then one platform call
   at a time, the next no sooner than `streaming_interval_seconds` after the previous one ended
   (longer after a Retry-After). A surface that shares the platform's budget among conversations
-  (`draft_turn`, `bot/core/pacing.py`) gives each call its turn; the text is read after the
-  turn, so a long wait makes one larger edit.
+  (`draft_turn`, `bot/core/pacing.py`) says whether a call may go now; one with no budget is
+  skipped, never waited for (the next carries the newer text), and a draft that could not be
+  posted is never recorded: the reply is posted whole. A generation never waits for a draft.
 - The draft belongs to the conversation's pending burst, not to one generation. Its key, the time
   it was created and the message it answers are recorded, fenced by the lease, before its first
   post, which carries the key as its idempotency key; its message id is recorded right after.
@@ -162,6 +163,10 @@ class FenceEnded(Exception):
     """The lease may have moved on: a stream's platform call was cancelled."""
 
 
+class NoBudget(Exception):
+    """The platform's budget has no token to spare for this draft call now: skipped."""
+
+
 class DraftStream(Stream):
     def __init__(
         self,
@@ -229,7 +234,8 @@ class DraftStream(Stream):
         await self.clock.sleep_until(self.next_call_at)
         self.next_call_at = self.clock.now() + self.interval
         try:
-            await self._within_fence(draft_turn(self.surface, self.burst.key, posting=False))
+            if not await self._within_fence(draft_turn(self.surface, self.burst.key, False)):
+                return  # no budget now: the next generation edits it
             await self._within_fence(
                 self.surface.edit_draft(self.burst.key, draft.message_id, WAITING)
             )
@@ -280,6 +286,8 @@ class DraftStream(Stream):
                 continue
             except FenceEnded:
                 return
+            except NoBudget:
+                continue  # skipped: the next call, an interval on, carries the newer text
             except Exception as exc:
                 log.warning("conversation %s: streaming stopped (%s)", self.burst.key.id, exc)
                 return
@@ -308,7 +316,8 @@ class DraftStream(Stream):
         waited), None once the stream should stop."""
         if self.draft is None or self.draft.message_id is None:
             return await self._open(text)
-        await self._within_fence(draft_turn(self.surface, self.burst.key, posting=False))
+        if not await self._within_fence(draft_turn(self.surface, self.burst.key, False)):
+            raise NoBudget("no budget for a draft edit now")
         text = self.usage.text_so_far() or text
         try:
             await self._within_fence(
@@ -337,9 +346,13 @@ class DraftStream(Stream):
         draft = await store.draft(key.id)
         reused = draft is not None
         message_id: str | None = None
+        turn_taken = False
         if draft is None:
             if await self.drafts.waiting(key.id):
                 return None  # G9: a draft would show above a reply still to be posted
+            if not await self._within_fence(draft_turn(self.surface, key, posting=True)):
+                raise NoBudget("no budget for a new draft now")  # not recorded: none to find
+            turn_taken = True
             draft = new_draft(self.clock.now(), self.burst.messages[-1].message_id)
             if not await store.record_draft(key.id, token, draft):
                 return None
@@ -349,7 +362,8 @@ class DraftStream(Stream):
         if not self._fenced():
             return None
         if message_id is None:
-            await self._within_fence(draft_turn(self.surface, key, posting=True))
+            if not turn_taken and not await self._within_fence(draft_turn(self.surface, key, True)):
+                raise NoBudget("no budget to post the draft now")
             text = self.usage.text_so_far() or text
             message_id = await self._within_fence(self.surface.post_draft(key, draft, text))
         self.draft = Draft(draft.key, message_id, draft.created_at, draft.reply_to)
