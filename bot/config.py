@@ -113,6 +113,10 @@ class DebounceConfig(Section):
     """Discord: wait while an author of the pending burst is typing (never past the deadline)."""
     typing_seconds: float = Field(default=10.0, gt=0, le=HOUR)
     """How long one typing notice keeps the burst open (Discord shows one for 10 seconds)."""
+    speculate: bool = True
+    """Start generating before the window closes (nothing shows or commits before the close)."""
+    speculate_after_seconds: float = Field(default=0.3, ge=0, le=HOUR)
+    """The silence after a burst's last message before a speculative generation may start."""
 
     @model_validator(mode="after")
     def _quiet_within_cap(self) -> DebounceConfig:
@@ -419,6 +423,8 @@ class ChannelConfig(Section):
     channel: str
     quiet_seconds: float | None = Field(default=None, ge=0, le=HOUR)
     max_wait_seconds: float | None = Field(default=None, gt=0, le=DAY)
+    speculate: bool | None = None
+    speculate_after_seconds: float | None = Field(default=None, ge=0, le=HOUR)
     system_prompt: str | None = None
     model: str | None = Field(default=None, min_length=1)
     max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)

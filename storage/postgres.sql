@@ -126,8 +126,9 @@ SELECT answered_version FROM conversations WHERE id = :cid FOR NO KEY UPDATE;
 
 -- name: due_timers
 -- Skips timers another transaction is changing right now (a lease being taken, a re-arm).
-SELECT conversation_id, due_at + :skew, deadline_at + :skew, armed_version
-FROM debounce_timers WHERE due_at <= :db_now::float8 ORDER BY due_at LIMIT :limit::integer
+SELECT conversation_id, due_at + :skew, deadline_at + :skew, armed_version, start_at + :skew
+FROM debounce_timers WHERE COALESCE(start_at, due_at) <= :db_now::float8
+ORDER BY COALESCE(start_at, due_at) LIMIT :limit::integer
 FOR UPDATE SKIP LOCKED;
 
 -- name: restore_owner_timers

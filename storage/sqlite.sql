@@ -101,8 +101,9 @@ WHERE m.message_uid = :uid;
 SELECT answered_version FROM conversations WHERE id = :cid;
 
 -- name: due_timers
-SELECT conversation_id, due_at, deadline_at, armed_version
-FROM debounce_timers WHERE due_at <= :now ORDER BY due_at LIMIT :limit;
+SELECT conversation_id, due_at, deadline_at, armed_version, start_at
+FROM debounce_timers WHERE COALESCE(start_at, due_at) <= :now
+ORDER BY COALESCE(start_at, due_at) LIMIT :limit;
 
 -- name: restore_owner_timers
 -- :cids is a JSON array of the conversations `release_owner_leases` just released.
@@ -198,7 +199,8 @@ WHERE conversations.id = added.cid;
 
 -- name: arm_batch_timers
 -- `arm_timer` applied message by message keeps the deadline set by the first new message (or the
--- existing timer's) and the quiet window of the last one.
+-- existing timer's) and the quiet window of the last one. A batch (a flood, a catch-up) arms no
+-- early start: it is answered when its window closes.
 INSERT INTO debounce_timers (conversation_id, due_at, deadline_at, quiet_until, armed_version)
 SELECT head.cid, MIN(tail.now + tail.quiet, head.now + head.max_wait), head.now + head.max_wait,
        tail.now + tail.quiet, tail.seq
@@ -210,6 +212,7 @@ WHERE true
 ON CONFLICT (conversation_id) DO UPDATE SET
     quiet_until = excluded.quiet_until,
     due_at = MIN(excluded.quiet_until, debounce_timers.deadline_at),
+    start_at = NULL,
     armed_version = excluded.armed_version;
 
 -- name: ingest_batch_results

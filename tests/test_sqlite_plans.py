@@ -33,7 +33,7 @@ PARAMS = {
 
 
 # Walked in index order and stopped by LIMIT after a handful of rows: a scan only in name.
-INDEX_ORDERED = {"earliest_timers": "SCAN debounce_timers USING INDEX debounce_timers_due"}
+INDEX_ORDERED = {"earliest_timers": "SCAN debounce_timers USING INDEX debounce_timers_next"}
 
 
 @pytest.fixture(scope="module")

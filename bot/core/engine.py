@@ -46,6 +46,7 @@ from bot.core.indicator import Indicator
 from bot.core.outbox import Outbox
 from bot.core.settings import EngineSettings
 from bot.core.signals import Listener, Signals
+from bot.core.speculation import Window
 from bot.core.store import (
     Committed,
     Discarded,
@@ -130,7 +131,8 @@ class Engine:
         self._emit(result.status, conversation=result.conversation_id, version=result.version)
         if result.status == "accepted":
             self.supervisor.newer_input(result.conversation_id)
-            if result.due_at is not None and result.due_at < self.sleeping_until:
+            due = result.due_at if result.start_at is None else result.start_at
+            if due is not None and due < self.sleeping_until:
                 self.wakeup.set()
             self.indicator.show(event.key, result.due_at, result.version, event.message_id)
         return result
@@ -155,7 +157,9 @@ class Engine:
         free = self.settings.max_concurrent_generations - len(self._workers)
         if free <= 0:
             return 0
-        timers = await self.store.due_timers(self.clock.now(), free + len(self._workers))
+        now = self.clock.now()
+        timers = await self.store.due_timers(now, free + len(self._workers))
+        timers.sort(key=lambda timer: timer.due_at > now)  # closed windows get the slots first
         started = 0
         for timer in timers:
             if started >= free:
@@ -228,13 +232,31 @@ class Engine:
         pending = await self.store.pending_messages(cid, lease.answered_version, lease.version)
         burst = Burst(lease, key, self.settings.timing_for(key), tuple(pending), self.clock.now())
         if not burst.messages:
-            await self._all_deleted(burst)
+            if await self._until_close(lease):
+                await self._all_deleted(burst)
             return
         refusal = await self.guard.admit(key, burst.messages, burst.started_at)
         if refusal is not None:
-            await self._refused(burst, refusal)
+            if await self._until_close(lease):  # nothing is committed before the close (G4)
+                await self._refused(burst, refusal)
             return
         await self._generate(burst)
+
+    async def _until_close(self, lease: Lease) -> bool:
+        """A lease taken before its burst's window closed keeps it until then; False once lost."""
+        window = Window(self.store, self.clock, lease.conversation_id, lease.closes_at)
+        if not window.speculative:
+            return True
+
+        async def closed() -> str:
+            await window.closed.wait()
+            return ""
+
+        try:
+            outcome = await self.supervisor.watch(asyncio.create_task(closed()), lease, -math.inf)
+        finally:
+            await window.stop()
+        return outcome is Supervision.DONE
 
     async def _all_deleted(self, burst: Burst) -> None:
         """Every message of the burst was deleted: answered without a reply (skipped, logged)."""
@@ -275,20 +297,26 @@ class Engine:
         lease, cid = burst.lease, burst.lease.conversation_id
         history = await self.store.history(cid, lease.answered_version, HISTORY_LIMIT)
         usage = Usage()
-        self._emit("generating", conversation=cid, version=lease.version, burst=len(burst.messages))
+        window = Window(self.store, self.clock, cid, lease.closes_at,
+                        lambda: self._emit("window_closed", conversation=cid))  # fmt: skip
+        self._emit("generating", conversation=cid, version=lease.version,
+                   burst=len(burst.messages), speculative=window.speculative)  # fmt: skip
         prompted = self.prompts.generate(self.replier, burst.key, history, burst.messages, usage)
-        generation = asyncio.create_task(prompted)
-        stream = self.drafts.follow(burst, usage, generation)  # G10: shown as it grows
+        generation = asyncio.create_task(window.held(prompted))  # committed after the close only
+        stream = self.drafts.follow(burst, usage, generation, window)  # G10, from the close
         try:
             outcome = await self.supervisor.watch(generation, lease, burst.deadline, stream.renewed)
         except BaseException:  # cancelled (shutdown) or the store failed: no stream runs on
             stream.abort()
             raise
+        finally:
+            await window.stop()
         await stream.stop(outcome)
         await self.guard.charge(burst.key, burst.messages, spent(usage), self.clock.now())
         if outcome is Supervision.SUPERSEDED:
             await self._record(burst, "superseded", usage)
-            self._emit("superseded", conversation=cid, wasted=usage.output_tokens)
+            self._emit("superseded", conversation=cid, wasted=usage.output_tokens,
+                       speculative=window.open)  # fmt: skip
             await self.store.release_lease(cid, lease.token)
             return
         if outcome is Supervision.LEASE_LOST:
@@ -298,7 +326,10 @@ class Engine:
         try:
             text = reply_text(generation, cid)
         except ReplierError as exc:
-            await self._model_failed(burst, usage, exc)
+            if window.open:  # a speculation failed: the real start at the close is not delayed
+                await self._speculation_failed(burst, usage, exc)
+            else:
+                await self._model_failed(burst, usage, exc)
             return
         await self._commit(burst, text, usage, stream)
 
@@ -347,6 +378,16 @@ class Engine:
         )  # fmt: skip
         await self.store.record_failure(cid, lease.token, retry_at, now)
         self._emit("model_retry", conversation=cid, attempt=attempts)
+
+    async def _speculation_failed(self, burst: Burst, usage: Usage, exc: ReplierError) -> None:
+        """A model failure (a 429, an overload) before the window closed counts no attempt and
+        backs nothing off: released, the timer is due at its close and the generation starts
+        again then, like one that never speculated."""
+        cid = burst.lease.conversation_id
+        await self._record(burst, "failed", usage, f"speculation: {exc}")
+        log.info("conversation %s: early generation failed (%s); starting at the close", cid, exc)
+        await self.store.release_lease(cid, burst.lease.token)
+        self._emit("speculation_failed", conversation=cid)
 
     # every generation ends in one record ----------------------------------------------------------
     async def _record(

@@ -14,6 +14,8 @@ from bot.model.replier import Voice, WebTools
 class EngineSettings:
     quiet_seconds: float = 1.5
     max_wait_seconds: float = 8.0
+    speculate: bool = False  # `[debounce] speculate` (on by default there)
+    speculate_after_seconds: float = 0.3
     lease_ttl_seconds: float = 30.0
     max_concurrent_generations: int = 8
     poll_seconds: float = 1.0
@@ -41,6 +43,8 @@ class EngineSettings:
         return cls(
             quiet_seconds=config.debounce.quiet_seconds,
             max_wait_seconds=config.debounce.max_wait_seconds,
+            speculate=config.debounce.speculate,
+            speculate_after_seconds=config.debounce.speculate_after_seconds,
             lease_ttl_seconds=config.lease.ttl_seconds,
             max_concurrent_generations=config.engine.max_concurrent_generations,
             poll_seconds=config.engine.poll_seconds,
@@ -65,7 +69,7 @@ class EngineSettings:
 
     @property
     def timing(self) -> Timing:
-        return Timing(self.quiet_seconds, self.max_wait_seconds)
+        return Timing(self.quiet_seconds, self.max_wait_seconds, self._speculate_after(None))
 
     def _channel(self, key: ConversationKey) -> ChannelConfig | None:
         for channel in self.channels:
@@ -77,12 +81,28 @@ class EngineSettings:
         """Debounce for one conversation: its channel's `[[channels]]` overrides, else global."""
         channel = self._channel(key)
         if channel is None:
-            return self.timing
+            return Timing(self.quiet_seconds, self.max_wait_seconds, self._speculate_after(key))
         quiet, cap = channel.quiet_seconds, channel.max_wait_seconds
         return Timing(
             self.quiet_seconds if quiet is None else quiet,
             self.max_wait_seconds if cap is None else cap,
+            self._speculate_after(key, channel),
         )
+
+    def _speculate_after(
+        self, key: ConversationKey | None, channel: ChannelConfig | None = None
+    ) -> float | None:
+        """The early start's delay, or None: no speculation. Never where the model may run a paid
+        server tool (web search or fetch): a speculation could not run one before the close, and
+        one offered only after it would answer differently (G4)."""
+        on = self.speculate if channel is None or channel.speculate is None else channel.speculate
+        if not on:
+            return None
+        paid = self.tools.web_search or self.tools.web_fetch
+        if paid if key is None else self.tools_for(key).any:
+            return None
+        after = None if channel is None else channel.speculate_after_seconds
+        return self.speculate_after_seconds if after is None else after
 
     def voice_for(self, key: ConversationKey) -> Voice:
         """System prompt, model and max_tokens: the channel's, else the global ones."""

@@ -38,7 +38,8 @@ class IngestResult:
     status: IngestStatus
     conversation_id: str
     version: int
-    due_at: float | None = None
+    due_at: float | None = None  # the burst's window closes then
+    start_at: float | None = None  # its generation may start then (speculation), if armed
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,9 @@ class Timing:
 
     quiet_seconds: float
     max_wait_seconds: float
+    speculate_after_seconds: float | None = None
+    """A generation may start this long after the arrival, before the window closes (the
+    timer's `start_at`); None: it starts at the close."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,7 @@ class DueTimer:
     due_at: float
     deadline_at: float
     armed_version: int
+    start_at: float | None = None  # a speculative start before `due_at` (None: none armed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +73,7 @@ class Lease:
     deadline_at: float | None
     failed_attempts: int
     taken_over: bool = False  # the previous holder let it expire without releasing it
+    closes_at: float = 0.0  # the burst's window closes then: a lease taken before it speculates
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,8 +273,9 @@ class Store(Protocol):
 
     # 2. timers and leases --------------------------------------------------------------------
     async def next_due_at(self, now: float, skip: Sequence[str] = ()) -> float | None:
-        """Earliest `due_at` of any armed timer (index lookup), leaving out the conversations in
-        `skip` (the ones this process is serving: their timers may be due at once)."""
+        """Earliest time any armed timer is due (its `start_at` if it has one, else `due_at`; an
+        index lookup), leaving out the conversations in `skip` (the ones this process is serving:
+        their timers may be due at once)."""
         ...
 
     async def due_timers(self, now: float, limit: int) -> list[DueTimer]: ...
@@ -281,7 +288,8 @@ class Store(Protocol):
         self, conversation_id: str, owner: str, now: float, ttl: float
     ) -> Lease | None:
         """CAS: take the lease if free or expired, bumping the fencing token. While held, the
-        timer's due time is pushed to the lease expiry unless newer input re-armed it."""
+        timer's due time is pushed to the lease expiry (and its early start cleared) unless newer
+        input re-armed it. The lease says when the burst's window closes (`closes_at`)."""
         ...
 
     async def lease_expiry(self, conversation_id: str, now: float) -> float | None: ...
@@ -290,6 +298,11 @@ class Store(Protocol):
         self, conversation_id: str, token: int, version: int, now: float, ttl: float
     ) -> float | None:
         """CAS on the token: the lease's new expiry, or None when the token no longer fences."""
+        ...
+
+    async def window_closes_at(self, conversation_id: str, now: float) -> float | None:
+        """When the conversation's armed window closes (min of its quiet window and deadline; a
+        typing notice may have moved it), or None without a timer."""
         ...
 
     async def release_lease(self, conversation_id: str, token: int) -> None: ...
