@@ -132,10 +132,14 @@ class SqlStore(Upkeep[Conn], FileSteps[Conn], DraftSteps[Conn], NoteSteps[Conn])
     # 2. timers and leases --------------------------------------------------------------------
     async def next_due_at(self, now: float, skip: Sequence[str] = ()) -> float | None:
         rows = await self._rows("earliest_timers", {"limit": len(skip) + 1, "now": now})
-        return next((float(r[1]) for r in rows if r[0] not in skip), None)
+        return min((float(r[1]) for r in rows if r[0] not in skip), default=None)
 
     async def due_timers(self, now: float, limit: int) -> list[contract.DueTimer]:
+        """Closed windows first, then early starts (which never take a closed one's slot)."""
         rows = await self._rows("due_timers", {"now": now, "limit": limit})
+        if len(rows) < limit:
+            more = {"now": now, "limit": limit - len(rows)}
+            rows = [*rows, *await self._rows("speculative_timers", more)]
         return [contract.DueTimer(r[0], float(r[1]), float(r[2]), int(r[3]), _maybe(r[4]))
                 for r in rows]  # fmt: skip
 

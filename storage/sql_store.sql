@@ -105,9 +105,14 @@ WHERE conversation_id = :cid;
 -- name: earliest_timers
 -- The scheduler skips the conversations this process is already serving (their timers may be
 -- due at once: input past the deadline), so it reads a few more than it skips. A timer is due at
--- its speculative start if one is armed (start_at <= due_at), else at due_at.
-SELECT conversation_id, COALESCE(start_at, due_at) + :skew FROM debounce_timers
-ORDER BY COALESCE(start_at, due_at) LIMIT :limit;
+-- its speculative start if one is armed (start_at <= due_at), else at due_at: the earliest of each
+-- kind, through its own index (the caller takes the earliest of both).
+SELECT conversation_id, due_at + :skew
+FROM (SELECT conversation_id, due_at FROM debounce_timers ORDER BY due_at LIMIT :limit) AS closing
+UNION ALL
+SELECT conversation_id, start_at + :skew
+FROM (SELECT conversation_id, start_at FROM debounce_timers WHERE start_at IS NOT NULL
+      ORDER BY start_at LIMIT :limit) AS starting;
 
 -- name: postpone_timer
 -- Leased elsewhere: no early start any more, and not before :due_at (a window still open stays so).
@@ -717,8 +722,7 @@ CREATE TABLE conversation_notes (
 
 -- name: migration_13
 -- Speculation: a timer may be due early, at start_at (before its window closes at due_at), for a
--- generation that holds everything visible, and its commit, until the close. The scheduler's index
--- orders timers by when they are next due.
+-- generation that holds everything visible, and its commit, until the close. The scheduler finds
+-- the earliest early starts through their own (partial) index.
 ALTER TABLE debounce_timers ADD COLUMN start_at FLOAT8;
-CREATE INDEX debounce_timers_next ON debounce_timers((COALESCE(start_at, due_at)));
-DROP INDEX debounce_timers_due;
+CREATE INDEX debounce_timers_start ON debounce_timers(start_at) WHERE start_at IS NOT NULL;

@@ -63,7 +63,14 @@ MIGRATIONS = migrations(Q)
 # Reads that go to the second connection (`_open_reader`): the scheduler's lookups and what a
 # generation reads, on the way from a due timer to the model. Other reads stay on the first one.
 READS = frozenset(
-    {"due_timers", "earliest_timers", "next_outbox_at", "pending_messages", "history"}
+    {
+        "due_timers",
+        "speculative_timers",
+        "earliest_timers",
+        "next_outbox_at",
+        "pending_messages",
+        "history",
+    }
 )
 
 

@@ -157,9 +157,7 @@ class Engine:
         free = self.settings.max_concurrent_generations - len(self._workers)
         if free <= 0:
             return 0
-        now = self.clock.now()
-        timers = await self.store.due_timers(now, free + len(self._workers))
-        timers.sort(key=lambda timer: timer.due_at > now)  # closed windows get the slots first
+        timers = await self.store.due_timers(self.clock.now(), free + len(self._workers))
         started = 0
         for timer in timers:
             if started >= free:
