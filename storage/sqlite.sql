@@ -162,6 +162,7 @@ CREATE TEMP TABLE IF NOT EXISTS ingest_batch (
     now         REAL NOT NULL,
     quiet       REAL NOT NULL,
     max_wait    REAL NOT NULL,
+    speculate_after REAL,             -- NULL: no early start (speculation off)
     via         TEXT NOT NULL,
     attachments TEXT NOT NULL,
     seq         INTEGER               -- set for accepted messages, NULL for duplicates
@@ -170,9 +171,9 @@ CREATE INDEX IF NOT EXISTS temp.ingest_batch_uid ON ingest_batch(uid);
 
 -- name: fill_ingest_batch
 INSERT INTO temp.ingest_batch (k, cid, platform, uid, message_id, author_id, author_name, text, now,
-                               quiet, max_wait, via, attachments)
+                               quiet, max_wait, speculate_after, via, attachments)
 VALUES (:k, :cid, :platform, :uid, :message_id, :author_id, :author_name, :text, :now, :quiet,
-        :max_wait, :via, :attachments);
+        :max_wait, :speculate_after, :via, :attachments);
 
 -- name: ensure_batch_conversations
 INSERT INTO conversations (id, platform, created_at)
@@ -204,11 +205,14 @@ WHERE conversations.id = added.cid;
 
 -- name: arm_batch_timers
 -- `arm_timer` applied message by message keeps the deadline set by the first new message (or the
--- existing timer's) and the quiet window of the last one. A batch (a flood, a catch-up) arms no
--- early start: it is answered when its window closes.
-INSERT INTO debounce_timers (conversation_id, due_at, deadline_at, quiet_until, armed_version)
+-- existing timer's) and the quiet window and early start of the last one.
+INSERT INTO debounce_timers (conversation_id, due_at, deadline_at, quiet_until, armed_version,
+                             start_at)
 SELECT head.cid, MIN(tail.now + tail.quiet, head.now + head.max_wait), head.now + head.max_wait,
-       tail.now + tail.quiet, tail.seq
+       tail.now + tail.quiet, tail.seq,
+       CASE WHEN tail.speculate_after IS NOT NULL
+            THEN MIN(tail.now + tail.speculate_after, tail.now + tail.quiet,
+                     head.now + head.max_wait) END
 FROM (SELECT cid, MIN(k) AS head_k, MAX(k) AS tail_k
       FROM temp.ingest_batch WHERE seq IS NOT NULL GROUP BY cid) AS span
 JOIN temp.ingest_batch head ON head.k = span.head_k
@@ -217,13 +221,16 @@ WHERE true
 ON CONFLICT (conversation_id) DO UPDATE SET
     quiet_until = excluded.quiet_until,
     due_at = MIN(excluded.quiet_until, debounce_timers.deadline_at),
-    start_at = NULL,
+    start_at = CASE WHEN excluded.start_at IS NOT NULL
+                    THEN MIN(excluded.start_at, debounce_timers.deadline_at) END,
     armed_version = excluded.armed_version;
 
 -- name: ingest_batch_results
 -- Per message: its seq (accepted) or the conversation's version (duplicate), and the due time the
 -- timer had right after it.
-SELECT b.k, b.cid, b.seq, c.version, MIN(b.now + b.quiet, t.deadline_at) AS due_at
+SELECT b.k, b.cid, b.seq, c.version, MIN(b.now + b.quiet, t.deadline_at) AS due_at,
+       CASE WHEN b.speculate_after IS NOT NULL
+            THEN MIN(b.now + b.speculate_after, b.now + b.quiet, t.deadline_at) END AS start_at
 FROM temp.ingest_batch b
 JOIN conversations c ON c.id = b.cid
 LEFT JOIN debounce_timers t ON t.conversation_id = b.cid

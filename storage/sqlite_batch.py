@@ -121,7 +121,8 @@ async def apply_ingest_batch(
     """
     rows = [
         {**message_params(item.message, item.now), "k": k, "quiet": item.timing.quiet_seconds,
-         "max_wait": item.timing.max_wait_seconds}
+         "max_wait": item.timing.max_wait_seconds,
+         "speculate_after": item.timing.speculate_after_seconds}
         for k, item in enumerate(batch)
     ]  # fmt: skip
     await begin(db)
@@ -139,11 +140,15 @@ async def apply_ingest_batch(
             await to_completion(db.execute("ROLLBACK"))
         raise
     return [
-        IngestResult("accepted", r["cid"], int(r["seq"]), float(r["due_at"]))
+        IngestResult("accepted", r["cid"], int(r["seq"]), float(r["due_at"]), _maybe(r["start_at"]))
         if r["seq"] is not None
         else IngestResult("duplicate", r["cid"], int(r["version"]))
         for r in results
     ]
+
+
+def _maybe(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def _fail(item: QueuedIngest, exc: Exception) -> None:

@@ -20,7 +20,7 @@ from storage.rows import attachments_json, message_uid
 from storage.sqlite import MIGRATIONS, Q, SqliteStore, _statements
 from storage.sqlite_batch import QueuedIngest
 
-TIMINGS = (Timing(2.0, 10.0), Timing(0.5, 1.0))
+TIMINGS = (Timing(2.0, 10.0), Timing(0.5, 1.0), Timing(2.0, 10.0, 0.3), Timing(1.5, 1.0, 0.3))
 NOW = 1_000.0
 
 Arrival = tuple[IncomingMessage, float, Timing]
@@ -28,7 +28,7 @@ arrival = st.tuples(
     st.integers(0, 2),  # conversation
     st.integers(0, 5),  # message id (repeats are redeliveries)
     st.sampled_from([0.0, 0.3, 1.0, 4.0]),  # time since the previous arrival
-    st.integers(0, 1),  # timing
+    st.integers(0, len(TIMINGS) - 1),  # timing (with an early start, or none)
 )
 
 
@@ -68,12 +68,13 @@ def reference(
             db.execute(Q["undo_ingest"])
             results.append(IngestResult("duplicate", key.id, 0))
         else:
-            (due_at,) = db.execute(
+            (due_at, start_at) = db.execute(
                 Q["arm_timer"],
                 {"cid": key.id, "now": now, "quiet": timing.quiet_seconds,
-                 "max_wait": timing.max_wait_seconds, "version": version},
+                 "max_wait": timing.max_wait_seconds, "version": version,
+                 "speculate_after": timing.speculate_after_seconds},
             ).fetchone()  # fmt: skip
-            results.append(IngestResult("accepted", key.id, version, due_at))
+            results.append(IngestResult("accepted", key.id, version, due_at, start_at))
         db.execute("COMMIT")
     return results[len(before) :], dump(db)
 

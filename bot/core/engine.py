@@ -296,7 +296,7 @@ class Engine:
         history = await self.store.history(cid, lease.answered_version, HISTORY_LIMIT)
         usage = Usage()
         window = Window(self.store, self.clock, cid, lease.closes_at,
-                        lambda: self._emit("window_closed", conversation=cid))  # fmt: skip
+                        lambda name: self._emit(name, conversation=cid))  # fmt: skip
         self._emit("generating", conversation=cid, version=lease.version,
                    burst=len(burst.messages), speculative=window.speculative)  # fmt: skip
         prompted = self.prompts.generate(self.replier, burst.key, history, burst.messages, usage)

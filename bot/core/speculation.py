@@ -45,7 +45,7 @@ class Window:
         clock: Clock,
         conversation_id: str,
         closes_at: float,
-        on_close: Callable[[], None] = lambda: None,
+        announce: Callable[[str], None] = lambda name: None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -54,7 +54,7 @@ class Window:
         self.closed = asyncio.Event()
         self.speculative = closes_at > clock.now()
         self.finished_early = False  # the generation ended before the close (its text is held)
-        self._on_close = on_close
+        self._announce = announce  # `window_closed`, `held` (tests wait for them)
         self._task: asyncio.Task[None] | None = None
         if self.speculative:
             self._task = asyncio.ensure_future(self._follow())
@@ -80,12 +80,14 @@ class Window:
                 break
             self.closes_at = latest
         self.closed.set()
-        self._on_close()
+        self._announce("window_closed")
 
     async def held(self, result: Awaitable[T]) -> T:
         """`result`, once the window has closed (a failure is raised at once)."""
         value = await result
-        self.finished_early = self.open
+        if self.open:
+            self.finished_early = True
+            self._announce("held")
         await self.closed.wait()
         return value
 
