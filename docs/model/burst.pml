@@ -245,8 +245,10 @@ ltl G2_every_message_covered { <> [] settled }
 #else
 #define HOLD_DRAFT (!window_open)
 #endif
+#define HOLD_SKIP (!window_open)
 #define DEADLINE_MAY_PASS (!window_open)
 #else
+#define HOLD_SKIP true
 #define g4_check() skip
 #define HOLD_COMMIT(w) true
 #define HOLD_DRAFT true
@@ -769,7 +771,7 @@ end:
        fi }
   /* a silent guard refusal (or an all-deleted burst) before any text: the draft is deleted
      (looked up first when its id is unknown), then the burst is committed without a reply */
-  :: d_step { g_pc[w] == G_GEN && g_dr[w] == DR_NONE && LIVE(w) && may_look(w) && HOLD_DRAFT ->
+  :: d_step { g_pc[w] == G_GEN && g_dr[w] == DR_NONE && LIVE(w) && may_look(w) && HOLD_SKIP ->
        g4_check();
        printf("%c: burst (%d, %d] refused silently\n", 65 + w, g_ans[w], g_V[w]);
        if
