@@ -115,6 +115,10 @@ class DebounceConfig(Section):
     bounds below); false: `quiet_seconds` for every burst."""
     min_quiet_seconds: float = Field(default=0.5, ge=0, le=HOUR)
     max_quiet_seconds: float = Field(default=5.0, ge=0, le=HOUR)
+    speculate: bool = True
+    """Start generating before the window closes (nothing shows or commits before the close)."""
+    speculate_after_seconds: float = Field(default=0.3, ge=0, le=HOUR)
+    """The silence after a burst's last message before a speculative generation may start."""
 
     @model_validator(mode="after")
     def _quiet_within_cap(self) -> DebounceConfig:
@@ -493,6 +497,8 @@ class ChannelConfig(Section):
     adaptive: bool | None = None
     min_quiet_seconds: float | None = Field(default=None, ge=0, le=HOUR)
     max_quiet_seconds: float | None = Field(default=None, ge=0, le=HOUR)
+    speculate: bool | None = None
+    speculate_after_seconds: float | None = Field(default=None, ge=0, le=HOUR)
     system_prompt: str | None = None
     model: str | None = Field(default=None, min_length=1)
     max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)

@@ -127,6 +127,7 @@ def channel_settings(channel: ChannelConfig, tools: ToolsConfig) -> ChannelSetti
         channel.system_prompt, channel.model, channel.max_tokens, channel.streaming,
         None if channel.tools is None else web_tools(tools, channel.tools),
         channel.adaptive, channel.min_quiet_seconds, channel.max_quiet_seconds,
+        channel.speculate, channel.speculate_after_seconds,
     )  # fmt: skip
 
 
@@ -143,6 +144,8 @@ def engine_settings(config: Config) -> EngineSettings:
         adaptive=config.debounce.adaptive,
         min_quiet_seconds=config.debounce.min_quiet_seconds,
         max_quiet_seconds=config.debounce.max_quiet_seconds,
+        speculate=config.debounce.speculate,
+        speculate_after_seconds=config.debounce.speculate_after_seconds,
         lease_ttl_seconds=config.lease.ttl_seconds,
         max_concurrent_generations=engine.max_concurrent_generations,
         poll_seconds=engine.poll_seconds,

@@ -126,8 +126,16 @@ SELECT answered_version FROM conversations WHERE id = :cid FOR NO KEY UPDATE;
 
 -- name: due_timers
 -- Skips timers another transaction is changing right now (a lease being taken, a re-arm).
-SELECT conversation_id, due_at + :skew, deadline_at + :skew, armed_version
+SELECT conversation_id, due_at + :skew, deadline_at + :skew, armed_version, start_at + :skew
 FROM debounce_timers WHERE due_at <= :db_now::float8 ORDER BY due_at LIMIT :limit::integer
+FOR UPDATE SKIP LOCKED;
+
+-- name: speculative_timers
+-- Timers due at their early start whose window is still open (`due_timers` takes the closed ones
+-- first).
+SELECT conversation_id, due_at + :skew, deadline_at + :skew, armed_version, start_at + :skew
+FROM debounce_timers WHERE start_at <= :db_now::float8 AND due_at > :db_now::float8
+ORDER BY start_at LIMIT :limit::integer
 FOR UPDATE SKIP LOCKED;
 
 -- name: restore_owner_timers

@@ -115,11 +115,13 @@ class SqlStore(
         self, db: Conn, cid: str, version: int, now: float, timing: Timing
     ) -> IngestResult:
         arm = {"cid": cid, "now": now, "quiet": timing.quiet_seconds,
-               "max_wait": timing.max_wait_seconds, "version": version}  # fmt: skip
+               "max_wait": timing.max_wait_seconds, "version": version,
+               "speculate_after": timing.speculate_after_seconds}  # fmt: skip
         armed = await self._one("arm_timer", arm, db)
         due_at = float(armed[0]) if armed else None
-        await self._hint(db, f"timer {due_at}")
-        return IngestResult("accepted", cid, version, due_at)
+        start_at = float(armed[1]) if armed and armed[1] is not None else None
+        await self._hint(db, f"timer {due_at if start_at is None else start_at}")
+        return IngestResult("accepted", cid, version, due_at, start_at)
 
     async def edit(self, event: MessageEdited, now: float, timing: Timing) -> IngestResult:
         return await self._change(event, "edit_message", codec.edit_params(event), now, timing)
@@ -158,11 +160,16 @@ class SqlStore(
     # 2. timers and leases --------------------------------------------------------------------
     async def next_due_at(self, now: float, skip: Sequence[str] = ()) -> float | None:
         rows = await self._rows("earliest_timers", {"limit": len(skip) + 1, "now": now})
-        return next((float(r[1]) for r in rows if r[0] not in skip), None)
+        return min((float(r[1]) for r in rows if r[0] not in skip), default=None)
 
     async def due_timers(self, now: float, limit: int) -> list[contract.DueTimer]:
+        """Closed windows first, then early starts (which never take a closed one's slot)."""
         rows = await self._rows("due_timers", {"now": now, "limit": limit})
-        return [contract.DueTimer(r[0], float(r[1]), float(r[2]), int(r[3])) for r in rows]
+        if len(rows) < limit:
+            more = {"now": now, "limit": limit - len(rows)}
+            rows = [*rows, *await self._rows("speculative_timers", more)]
+        return [contract.DueTimer(r[0], float(r[1]), float(r[2]), int(r[3]), _maybe(r[4]))
+                for r in rows]  # fmt: skip
 
     async def postpone_timer(self, conversation_id: str, due_at: float, now: float) -> None:
         await self._rows("postpone_timer", {"cid": conversation_id, "due_at": due_at, "now": now})
@@ -189,6 +196,7 @@ class SqlStore(
             expires_at=float(row["expires_here"]),
             deadline_at=float(timer[0]) if timer else None,
             failed_attempts=int(row["failed_attempts"]), taken_over=taken_over,
+            closes_at=float(timer[1]) if timer else 0.0,
         )  # fmt: skip
 
     async def lease_expiry(self, conversation_id: str, now: float) -> float | None:
@@ -206,6 +214,9 @@ class SqlStore(
             hold = {"cid": cid, "expires_at": row["lease_expires_at"], "version": version}
             await self._rows("hold_timer", hold, db)
         return float(row["expires_here"])
+
+    async def window_closes_at(self, conversation_id: str, now: float) -> float | None:
+        return await self._value("window_closes_at", {"cid": conversation_id, "now": now})
 
     async def release_lease(self, conversation_id: str, token: int) -> None:
         async with self._transaction() as db:
@@ -442,3 +453,7 @@ class SqlStore(
     ) -> list[contract.GenerationRecord]:
         rows = await self._rows("generations", {"cid": conversation_id})
         return [codec.generation_from_row(r) for r in rows]
+
+
+def _maybe(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]

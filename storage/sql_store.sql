@@ -44,18 +44,28 @@ RETURNING seq;
 
 -- name: arm_timer
 -- The deadline is kept from the timer's first arming; the quiet window restarts with every change.
-INSERT INTO debounce_timers AS t (conversation_id, due_at, deadline_at, quiet_until, armed_version)
+-- The window closes at due_at = min(now + quiet, deadline): `quiet` is this arrival's window, the
+-- one place it enters. With speculation (:speculate_after not NULL) the generation may start at
+-- start_at = min(now + speculate_after, due_at); NULL: it starts at due_at.
+INSERT INTO debounce_timers AS t (conversation_id, due_at, deadline_at, quiet_until, armed_version,
+                                  start_at)
 VALUES (:cid,
         LEAST(CAST(:db_now AS FLOAT8) + CAST(:quiet AS FLOAT8),
               CAST(:db_now AS FLOAT8) + CAST(:max_wait AS FLOAT8)),
         CAST(:db_now AS FLOAT8) + CAST(:max_wait AS FLOAT8),
         CAST(:db_now AS FLOAT8) + CAST(:quiet AS FLOAT8),
-        :version)
+        :version,
+        CASE WHEN CAST(:speculate_after AS FLOAT8) IS NOT NULL
+             THEN LEAST(CAST(:db_now AS FLOAT8) + CAST(:speculate_after AS FLOAT8),
+                        CAST(:db_now AS FLOAT8) + CAST(:quiet AS FLOAT8),
+                        CAST(:db_now AS FLOAT8) + CAST(:max_wait AS FLOAT8)) END)
 ON CONFLICT (conversation_id) DO UPDATE SET
     quiet_until = excluded.quiet_until,
     due_at = LEAST(excluded.quiet_until, t.deadline_at),
+    start_at = CASE WHEN excluded.start_at IS NOT NULL
+                    THEN LEAST(excluded.start_at, t.deadline_at) END,
     armed_version = excluded.armed_version
-RETURNING due_at + :skew;
+RETURNING due_at + :skew, start_at + :skew;
 
 -- name: edit_message
 -- An edit that names the message's files replaces them (NULL: the platform did not say; kept).
@@ -83,7 +93,12 @@ WHERE conversation_id = :cid
 RETURNING due_at + :skew;
 
 -- name: flush_timer
-UPDATE debounce_timers SET due_at = LEAST(due_at, CAST(:db_now AS FLOAT8)) WHERE conversation_id = :cid;
+-- The window closes now (a generation that started early stops holding).
+UPDATE debounce_timers
+SET due_at = LEAST(due_at, CAST(:db_now AS FLOAT8)),
+    quiet_until = LEAST(quiet_until, CAST(:db_now AS FLOAT8)),
+    start_at = CASE WHEN start_at IS NOT NULL THEN LEAST(start_at, CAST(:db_now AS FLOAT8)) END
+WHERE conversation_id = :cid;
 
 -- The adaptive quiet window (storage/rhythm.py, bot/core/quiet_window.py): each person's rhythm,
 -- read and written in the arrival's transaction, after the message is stored as seq :seq.
@@ -126,12 +141,20 @@ UPDATE messages SET quiet_reason = :reason WHERE conversation_id = :cid AND seq 
 
 -- name: earliest_timers
 -- The scheduler skips the conversations this process is already serving (their timers may be
--- due at once: input past the deadline), so it reads a few more than it skips.
-SELECT conversation_id, due_at + :skew FROM debounce_timers ORDER BY due_at LIMIT :limit;
+-- due at once: input past the deadline), so it reads a few more than it skips. A timer is due at
+-- its speculative start if one is armed (start_at <= due_at), else at due_at: the earliest of each
+-- kind, through its own index (the caller takes the earliest of both).
+SELECT conversation_id, due_at + :skew
+FROM (SELECT conversation_id, due_at FROM debounce_timers ORDER BY due_at LIMIT :limit) AS closing
+UNION ALL
+SELECT conversation_id, start_at + :skew
+FROM (SELECT conversation_id, start_at FROM debounce_timers WHERE start_at IS NOT NULL
+      ORDER BY start_at LIMIT :limit) AS starting;
 
 -- name: postpone_timer
-UPDATE debounce_timers SET due_at = CAST(:due_at AS FLOAT8) - :skew
-WHERE conversation_id = :cid AND due_at <= CAST(:db_now AS FLOAT8);
+-- Leased elsewhere: no early start any more, and not before :due_at (a window still open stays so).
+UPDATE debounce_timers SET due_at = GREATEST(due_at, CAST(:due_at AS FLOAT8) - :skew), start_at = NULL
+WHERE conversation_id = :cid AND COALESCE(start_at, due_at) <= CAST(:db_now AS FLOAT8);
 
 -- name: acquire_lease
 -- Two compare-and-swaps tried in turn: a free lease, then (a takeover) one whose holder let it
@@ -152,18 +175,23 @@ RETURNING lease_token, version, answered_version, lease_expires_at, failed_attem
           lease_expires_at + :skew AS expires_here;
 
 -- name: hold_timer_deadline
--- `hold_timer`, returning the burst's deadline (on the caller's clock) in the same statement.
--- :expires_at is the lease's expiry as stored.
+-- `hold_timer`, returning the burst's deadline and its window's close (on the caller's clock) in
+-- the same statement. :expires_at is the lease's expiry as stored.
 UPDATE debounce_timers
-SET due_at = CASE WHEN armed_version <= :version THEN GREATEST(due_at, :expires_at) ELSE due_at END
+SET due_at = CASE WHEN armed_version <= :version THEN GREATEST(due_at, :expires_at) ELSE due_at END,
+    start_at = CASE WHEN armed_version <= :version THEN NULL ELSE start_at END
 WHERE conversation_id = :cid
-RETURNING deadline_at + :skew;
+RETURNING deadline_at + :skew, LEAST(quiet_until, deadline_at) + :skew;
 
 -- name: hold_timer
 -- While a lease is held the timer waits for the lease's expiry (takeover after a crash), unless
--- newer input re-armed it.
-UPDATE debounce_timers SET due_at = GREATEST(due_at, :expires_at)
+-- newer input re-armed it; the generation under the lease is the early start, if one was armed.
+UPDATE debounce_timers SET due_at = GREATEST(due_at, :expires_at), start_at = NULL
 WHERE conversation_id = :cid AND armed_version <= :version;
+
+-- name: window_closes_at
+-- When the burst's window closes (a typing notice may have moved it since the lease was taken).
+SELECT LEAST(quiet_until, deadline_at) + :skew FROM debounce_timers WHERE conversation_id = :cid;
 
 -- name: lease_expiry
 SELECT lease_expires_at + :skew FROM conversations WHERE id = :cid AND lease_owner IS NOT NULL;
@@ -254,7 +282,7 @@ RETURNING failed_attempts;
 INSERT INTO debounce_timers (conversation_id, due_at, deadline_at, quiet_until, armed_version)
 VALUES (:cid, CAST(:retry_at AS FLOAT8) - :skew, CAST(:retry_at AS FLOAT8) - :skew,
         CAST(:retry_at AS FLOAT8) - :skew, 0)
-ON CONFLICT (conversation_id) DO UPDATE SET due_at = excluded.due_at;
+ON CONFLICT (conversation_id) DO UPDATE SET due_at = excluded.due_at, start_at = NULL;
 
 -- name: record_generation
 INSERT INTO generations (conversation_id, lease_token, from_version, to_version, started_at,
@@ -815,3 +843,10 @@ CREATE TABLE author_rhythm (
     last_conversation TEXT NOT NULL
 );
 ALTER TABLE messages ADD COLUMN quiet_reason TEXT;
+
+-- name: migration_15
+-- Speculation: a timer may be due early, at start_at (before its window closes at due_at), for a
+-- generation that holds everything visible, and its commit, until the close. The scheduler finds
+-- the earliest early starts through their own (partial) index.
+ALTER TABLE debounce_timers ADD COLUMN start_at FLOAT8;
+CREATE INDEX debounce_timers_start ON debounce_timers(start_at) WHERE start_at IS NOT NULL;

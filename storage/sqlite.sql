@@ -101,8 +101,14 @@ WHERE m.message_uid = :uid;
 SELECT answered_version FROM conversations WHERE id = :cid;
 
 -- name: due_timers
-SELECT conversation_id, due_at, deadline_at, armed_version
+SELECT conversation_id, due_at, deadline_at, armed_version, start_at
 FROM debounce_timers WHERE due_at <= :now ORDER BY due_at LIMIT :limit;
+
+-- name: speculative_timers
+-- Timers due at their early start whose window is still open (`due_timers` takes the closed ones
+-- first).
+SELECT conversation_id, due_at, deadline_at, armed_version, start_at
+FROM debounce_timers WHERE start_at <= :now AND due_at > :now ORDER BY start_at LIMIT :limit;
 
 -- name: restore_owner_timers
 -- :cids is a JSON array of the conversations `release_owner_leases` just released.

@@ -18,7 +18,12 @@ def make_app(
 ) -> App:
     data: dict[str, object] = {
         "llm": {"provider": "offline", "failure_message": "sorry"},
-        "debounce": {"adaptive": False, "quiet_seconds": 1.5, "max_wait_seconds": 8.0},
+        "debounce": {
+            "adaptive": False,
+            "speculate": False,
+            "quiet_seconds": 1.5,
+            "max_wait_seconds": 8.0,
+        },
         "console": {"enabled": False},
     }
     data.update(sections)

@@ -129,7 +129,7 @@ def engine_config(
     return parse_config(
         {"llm": {"provider": "offline"}, "console": {"enabled": False}, "engine": {"owner": "w1"},
          "access": access or {}, "catch_up": catch_up or {},
-         "debounce": {"adaptive": False}}  # its tests step the fixed 1.5 s window
+         "debounce": {"adaptive": False, "speculate": False}}  # they step the fixed window
     )  # fmt: skip
 
 

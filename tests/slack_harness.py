@@ -38,7 +38,12 @@ def slack_config(
             "catch_up": catch_up_section or {},
             "console": {"enabled": False},
             "llm": {"provider": "offline"},
-            "debounce": {"adaptive": False, "quiet_seconds": 1.5, "max_wait_seconds": 8.0},
+            "debounce": {
+                "adaptive": False,
+                "speculate": False,
+                "quiet_seconds": 1.5,
+                "max_wait_seconds": 8.0,
+            },
             "slack": {
                 "enabled": True,
                 "mode": "http",

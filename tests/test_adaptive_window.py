@@ -127,7 +127,7 @@ def test_the_config_keys_resolve_per_channel_and_refuse_crossed_bounds() -> None
     assert config.debounce.adaptive is True  # the default
     settings = engine_settings(config)
     assert settings.timing_for(ConversationKey("slack", "T", "C0")) == Timing(
-        1.5, 8.0, True, 0.5, 5.0
+        1.5, 8.0, True, 0.5, 5.0, speculate_after_seconds=0.3
     )
     assert settings.timing_for(ConversationKey("slack", "T", "C1")).adaptive is False
     assert settings.timing_for(ConversationKey("slack", "T", "C2")).min_quiet_seconds == 0.2

@@ -31,7 +31,8 @@ STEP = 0.25
 def config(**debounce: Any) -> Any:
     return parse_config({
         "llm": {"provider": "offline"}, "console": {"enabled": False},
-        "debounce": {"quiet_seconds": 1.0, "max_wait_seconds": 8.0, **debounce},
+        "debounce": {"quiet_seconds": 1.0, "max_wait_seconds": 8.0, "adaptive": False,
+                     "speculate": False, **debounce},  # run_for steps the fixed window
     })  # fmt: skip
 
 

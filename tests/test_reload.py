@@ -34,6 +34,7 @@ system_prompt = "{prompt}"
 enabled = false
 [debounce]
 adaptive = false
+speculate = false
 quiet_seconds = {quiet}
 max_wait_seconds = 8.0
 """

@@ -48,6 +48,7 @@ from bot.core.prompt import PromptStep
 from bot.core.replier import Replier, Usage
 from bot.core.settings import EngineSettings
 from bot.core.signals import Listener, Signals
+from bot.core.speculation import Window
 from bot.core.store import (
     Committed,
     Discarded,
@@ -133,7 +134,8 @@ class Engine:
         self._emit(result.status, conversation=result.conversation_id, version=result.version)
         if result.status == "accepted":
             self.supervisor.newer_input(result.conversation_id)
-            if result.due_at is not None and result.due_at < self.sleeping_until:
+            due = result.due_at if result.start_at is None else result.start_at
+            if due is not None and due < self.sleeping_until:
                 self.wakeup.set()
             self.indicator.show(event.key, result.due_at, result.version, event.message_id)
         return result
@@ -231,13 +233,31 @@ class Engine:
         pending = await self.store.pending_messages(cid, lease.answered_version, lease.version)
         burst = Burst(lease, key, self.settings.timing_for(key), tuple(pending), self.clock.now())
         if not burst.messages:
-            await self._all_deleted(burst)
+            if await self._until_close(lease):
+                await self._all_deleted(burst)
             return
         refusal = await self.guard.admit(key, burst.messages, burst.started_at)
         if refusal is not None:
-            await self._refused(burst, refusal)
+            if await self._until_close(lease):  # nothing is committed before the close (G4)
+                await self._refused(burst, refusal)
             return
         await self._generate(burst)
+
+    async def _until_close(self, lease: Lease) -> bool:
+        """A lease taken before its burst's window closed keeps it until then; False once lost."""
+        window = Window(self.store, self.clock, lease.conversation_id, lease.closes_at)
+        if not window.speculative:
+            return True
+
+        async def closed() -> str:
+            await window.closed.wait()
+            return ""
+
+        try:
+            outcome = await self.supervisor.watch(asyncio.create_task(closed()), lease, -math.inf)
+        finally:
+            await window.stop()
+        return outcome is Supervision.DONE
 
     async def _all_deleted(self, burst: Burst) -> None:
         """Every message of the burst was deleted: answered without a reply (skipped, logged)."""
@@ -278,23 +298,34 @@ class Engine:
         lease, cid = burst.lease, burst.lease.conversation_id
         history = await self.store.history(cid, lease.answered_version, HISTORY_LIMIT)
         usage = Usage()
-        self._emit("generating", conversation=cid, version=lease.version, burst=len(burst.messages))
-        calls = None if self.tools is None else self.tools.for_burst(burst, self.signals.emit)
+        window = Window(self.store, self.clock, cid, lease.closes_at,
+                        lambda name: self._emit(name, conversation=cid))  # fmt: skip
+        self._emit("generating", conversation=cid, version=lease.version,
+                   burst=len(burst.messages), speculative=window.speculative)  # fmt: skip
+        # a tool with an effect waits for the close: never run by a speculation (G14)
+        calls = (
+            None
+            if self.tools is None
+            else self.tools.for_burst(burst, self.signals.emit, window.closed)
+        )
         prompted = self.prompts.generate(
             self.replier, burst.key, history, burst.messages, usage, calls
         )
-        generation = asyncio.create_task(prompted)
-        stream = self.drafts.follow(burst, usage, generation)  # G10: shown as it grows
+        generation = asyncio.create_task(window.held(prompted))  # committed after the close only
+        stream = self.drafts.follow(burst, usage, generation, window)  # G10, from the close
         try:
             outcome = await self.supervisor.watch(generation, lease, burst.deadline, stream.renewed)
         except BaseException:  # cancelled (shutdown) or the store failed: no stream runs on
             stream.abort()
             raise
+        finally:
+            await window.stop()
         await stream.stop(outcome)
         await self.guard.charge(burst.key, burst.messages, spent(usage), self.clock.now())
         if outcome is Supervision.SUPERSEDED:
             await self._record(burst, "superseded", usage)
-            self._emit("superseded", conversation=cid, wasted=usage.output_tokens)
+            self._emit("superseded", conversation=cid, wasted=usage.output_tokens,
+                       speculative=window.open)  # fmt: skip
             await self.store.release_lease(cid, lease.token)
             return
         if outcome is Supervision.LEASE_LOST:
@@ -304,7 +335,10 @@ class Engine:
         try:
             text = reply_text(generation, cid)
         except ReplierError as exc:
-            await self._model_failed(burst, usage, exc)
+            if window.open:  # a speculation failed: the real start at the close is not delayed
+                await self._speculation_failed(burst, usage, exc)
+            else:
+                await self._model_failed(burst, usage, exc)
             return
         await self._commit(burst, text, usage, stream)
 
@@ -353,6 +387,16 @@ class Engine:
         )  # fmt: skip
         await self.store.record_failure(cid, lease.token, retry_at, now)
         self._emit("model_retry", conversation=cid, attempt=attempts)
+
+    async def _speculation_failed(self, burst: Burst, usage: Usage, exc: ReplierError) -> None:
+        """A model failure (a 429, an overload) before the window closed counts no attempt and
+        backs nothing off: released, the timer is due at its close and the generation starts
+        again then, like one that never speculated."""
+        cid = burst.lease.conversation_id
+        await self._record(burst, "failed", usage, f"speculation: {exc}")
+        log.info("conversation %s: early generation failed (%s); starting at the close", cid, exc)
+        await self.store.release_lease(cid, burst.lease.token)
+        self._emit("speculation_failed", conversation=cid)
 
     # every generation ends in one record ----------------------------------------------------------
     async def _record(

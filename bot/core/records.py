@@ -23,7 +23,8 @@ class IngestResult:
     status: IngestStatus
     conversation_id: str
     version: int
-    due_at: float | None = None
+    due_at: float | None = None  # the burst's window closes then
+    start_at: float | None = None  # its generation may start then (speculation), if armed
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,9 @@ class Timing:
     adaptive: bool = False  # the window from the authors' rhythm (bot/core/quiet_window.py)
     min_quiet_seconds: float = 0.5
     max_quiet_seconds: float = 5.0
+    speculate_after_seconds: float | None = None
+    """A generation may start this long after the arrival, before the window closes (the
+    timer's `start_at`); None: it starts at the close."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +47,7 @@ class DueTimer:
     due_at: float
     deadline_at: float
     armed_version: int
+    start_at: float | None = None  # a speculative start before `due_at` (None: none armed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +61,7 @@ class Lease:
     deadline_at: float | None
     failed_attempts: int
     taken_over: bool = False  # the previous holder let it expire without releasing it
+    closes_at: float = 0.0  # the burst's window closes then: a lease taken before it speculates
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,8 @@ class ChannelSettings:
     adaptive: bool | None = None
     min_quiet_seconds: float | None = None
     max_quiet_seconds: float | None = None
+    speculate: bool | None = None
+    speculate_after_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,8 @@ class EngineSettings:
     adaptive: bool = False  # `[debounce] adaptive` (on by default there)
     min_quiet_seconds: float = 0.5
     max_quiet_seconds: float = 5.0
+    speculate: bool = False  # `[debounce] speculate` (on by default there)
+    speculate_after_seconds: float = 0.3
     lease_ttl_seconds: float = 30.0
     max_concurrent_generations: int = 8
     poll_seconds: float = 1.0
@@ -72,8 +76,7 @@ class EngineSettings:
 
     @property
     def timing(self) -> Timing:
-        return Timing(self.quiet_seconds, self.max_wait_seconds, self.adaptive,
-                      self.min_quiet_seconds, self.max_quiet_seconds)  # fmt: skip
+        return self._timing(None, None)
 
     def _channel(self, key: ConversationKey) -> ChannelSettings | None:
         for channel in self.channels:
@@ -83,17 +86,36 @@ class EngineSettings:
 
     def timing_for(self, key: ConversationKey) -> Timing:
         """Debounce for one conversation: its channel's `[[channels]]` overrides, else global."""
-        channel = self._channel(key)
-        if channel is None:
-            return self.timing
-        c = channel
+        return self._timing(key, self._channel(key))
+
+    def _timing(self, key: ConversationKey | None, c: ChannelSettings | None) -> Timing:
+        if c is None:
+            return Timing(self.quiet_seconds, self.max_wait_seconds, self.adaptive,
+                          self.min_quiet_seconds, self.max_quiet_seconds,
+                          self._speculate_after(key))  # fmt: skip
         return Timing(
             self.quiet_seconds if c.quiet_seconds is None else c.quiet_seconds,
             self.max_wait_seconds if c.max_wait_seconds is None else c.max_wait_seconds,
             self.adaptive if c.adaptive is None else c.adaptive,
             self.min_quiet_seconds if c.min_quiet_seconds is None else c.min_quiet_seconds,
             self.max_quiet_seconds if c.max_quiet_seconds is None else c.max_quiet_seconds,
+            self._speculate_after(key, c),
         )
+
+    def _speculate_after(
+        self, key: ConversationKey | None, channel: ChannelSettings | None = None
+    ) -> float | None:
+        """The early start's delay, or None: no speculation. Never where the model may run a paid
+        server tool (web search or fetch): a speculation could not run one before the close, and
+        one offered only after it would answer differently (G4)."""
+        on = self.speculate if channel is None or channel.speculate is None else channel.speculate
+        if not on:
+            return None
+        paid = self.tools.web_search or self.tools.web_fetch
+        if paid if key is None else self.tools_for(key).any:
+            return None
+        after = None if channel is None else channel.speculate_after_seconds
+        return self.speculate_after_seconds if after is None else after
 
     def voice_for(self, key: ConversationKey) -> Voice:
         """System prompt, model and max_tokens: the channel's, else the global ones."""

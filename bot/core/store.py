@@ -133,8 +133,9 @@ class Store(NoteBook, ActionLog, Protocol):
 
     # 2. timers and leases --------------------------------------------------------------------
     async def next_due_at(self, now: float, skip: Sequence[str] = ()) -> float | None:
-        """Earliest `due_at` of any armed timer (index lookup), leaving out the conversations in
-        `skip` (the ones this process is serving: their timers may be due at once)."""
+        """Earliest time any armed timer is due (its `start_at` if it has one, else `due_at`; an
+        index lookup), leaving out the conversations in `skip` (the ones this process is serving:
+        their timers may be due at once)."""
         ...
 
     async def due_timers(self, now: float, limit: int) -> list[DueTimer]: ...
@@ -147,7 +148,8 @@ class Store(NoteBook, ActionLog, Protocol):
         self, conversation_id: str, owner: str, now: float, ttl: float
     ) -> Lease | None:
         """CAS: take the lease if free or expired, bumping the fencing token. While held, the
-        timer's due time is pushed to the lease expiry unless newer input re-armed it."""
+        timer's due time is pushed to the lease expiry (and its early start cleared) unless newer
+        input re-armed it. The lease says when the burst's window closes (`closes_at`)."""
         ...
 
     async def lease_expiry(self, conversation_id: str, now: float) -> float | None: ...
@@ -156,6 +158,11 @@ class Store(NoteBook, ActionLog, Protocol):
         self, conversation_id: str, token: int, version: int, now: float, ttl: float
     ) -> float | None:
         """CAS on the token: the lease's new expiry, or None when the token no longer fences."""
+        ...
+
+    async def window_closes_at(self, conversation_id: str, now: float) -> float | None:
+        """When the conversation's armed window closes (min of its quiet window and deadline; a
+        typing notice may have moved it), or None without a timer."""
         ...
 
     async def release_lease(self, conversation_id: str, token: int) -> None: ...

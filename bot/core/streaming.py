@@ -2,8 +2,9 @@
 
 Rules:
 
-- A stream follows one generation, so it starts only when a generation starts (after the quiet
-  window), and shows the text so far (`usage.streamed`) in the conversation's draft: the first
+- A stream follows one generation, so it starts only when a generation starts, and shows nothing
+  before the burst's window closes (a generation may start earlier: `speculation.py`); from then
+  on it shows the text so far (`usage.streamed`) in the conversation's draft: the first
   call as soon as the model wrote a word (people see it start at once), then one platform call
   at a time, the next no sooner than `streaming_interval_seconds` after the previous one ended
   (longer after a Retry-After). A surface that shares the platform's budget among conversations
@@ -50,6 +51,7 @@ from bot.core.events import ConversationKey, Draft
 from bot.core.frontend import DraftSurface, Frontend, draft_turn, drafts_of, paces
 from bot.core.replier import Usage, same_draft
 from bot.core.settings import EngineSettings
+from bot.core.speculation import Window
 from bot.core.store import Store
 from bot.core.supervisor import Supervision
 
@@ -110,11 +112,19 @@ class Drafts:
         frontend = self.frontends.get(platform)
         return None if frontend is None else drafts_of(frontend)
 
-    def follow(self, burst: Burst, usage: Usage, generation: asyncio.Future[str]) -> Stream:
+    def follow(
+        self,
+        burst: Burst,
+        usage: Usage,
+        generation: asyncio.Future[str],
+        window: Window | None = None,
+    ) -> Stream:
+        """A stream of `generation`, showing nothing before its burst's `window` closes (None:
+        shown from the start)."""
         surface = self.surface(burst.key.platform)
         if surface is None or not self.settings.streams(burst.key):
             return NotStreamed()
-        return DraftStream(self, surface, burst, usage, generation)
+        return DraftStream(self, surface, burst, usage, generation, window)
 
     async def discard(self, burst: Burst) -> None:
         """Delete the draft of a burst that ends without a reply (before its commit). One that
@@ -175,8 +185,10 @@ class DraftStream(Stream):
         burst: Burst,
         usage: Usage,
         generation: asyncio.Future[str],
+        window: Window | None = None,
     ) -> None:
         self.drafts = drafts
+        self.window = window
         self.store = drafts.store
         self.surface = surface
         self.burst = burst
@@ -267,6 +279,12 @@ class DraftStream(Stream):
                 await asyncio.gather(task, return_exceptions=True)
 
     async def _run(self) -> None:
+        window = self.window
+        if window is not None and window.speculative:
+            opened = await self._window_closed(window.closed)
+            if not opened or window.finished_early:
+                return  # a generation done before the close is committed at once: no draft
+        self.next_call_at = self.clock.now()  # at the close, the text so far shows at once
         shown, check_at = "", self.next_call_at + self.interval
         first_word = getattr(self.usage.streamed, "arrived", None)  # set by the first word
         while await self._pause_until(check_at, None if self.calls else first_word):
@@ -295,6 +313,19 @@ class DraftStream(Stream):
             if showing is None:
                 return
             shown = showing
+
+    async def _window_closed(self, closed: asyncio.Event) -> bool:
+        """Wait for a speculation's window to close (G4: nothing shows before); False when the
+        generation ended or the stream stopped first."""
+        opened = asyncio.ensure_future(closed.wait())
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        waits: set[asyncio.Future[Any]] = {opened, stopping, self.generation}
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            opened.cancel()
+            stopping.cancel()
+        return closed.is_set() and not (self._stopping.is_set() or self.generation.done())
 
     async def _pause_until(self, when: float, first_word: asyncio.Event | None = None) -> bool:
         """Sleep on the clock (or until the first word, while waiting for it); False once the

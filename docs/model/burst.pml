@@ -60,6 +60,9 @@
  * With -DACTIONS (a generation makes one tool call with an effect; see the ACTIONS block):
  *   MUTANT_ACTION_UNRECORDED     the call runs before it is recorded (its record is written G14
  *                       with the result): a crash or supersede in between hides it
+ * With -DSTREAMING -DSPECULATE (a generation may start before its burst's window closes):
+ *   MUTANT_EARLY_COMMIT  a generation done before the close commits at once                 G4
+ *   MUTANT_EARLY_DRAFT   a speculation shows its draft before the close                     G4
  */
 
 #ifndef NMSG
@@ -149,6 +152,10 @@ bool lease_expired;      /* lease_expires_at < now */
 /* debounce_timers row */
 bool timer;
 byte armed;              /* armed_version */
+#if defined(SPECULATE)
+bool window_open;        /* the armed window has not closed yet (now < due_at); the timer is
+                            due before (start_at): a lease may be taken while it is open */
+#endif
 
 /* messages: which platform ids are stored */
 bool stored[NMSG];
@@ -216,6 +223,7 @@ hidden byte G3_no_reply_missed_input;
 hidden byte G9_replies_in_commit_order;
 hidden byte G10_one_visible_message_per_burst;
 hidden byte G10_no_stray_draft;
+hidden byte G4_nothing_before_close;
 hidden byte model_bound_draft_keys;
 
 /* G2: from some point on, every accepted message is answered and every reply is sent or
@@ -223,6 +231,36 @@ hidden byte model_bound_draft_keys;
 #define settled (answered == version && npending == 0)
 #if !defined(ONLY) || ONLY == 2
 ltl G2_every_message_covered { <> [] settled }
+#endif
+
+#if defined(SPECULATE) && (!defined(ONLY) || ONLY == 4)
+#define CHECK_G4 assert(G4_nothing_before_close)
+#else
+#define CHECK_G4 skip
+#endif
+
+/* G4's hold: nothing of a speculation is visible, and nothing committed, before its window
+   closes (newer input makes the final check refuse it, or the deadline closed the window) */
+#if defined(SPECULATE)
+#define g4_check() G4_nothing_before_close = !window_open; CHECK_G4
+#if defined(MUTANT_EARLY_COMMIT)
+#define HOLD_COMMIT(w) true
+#else
+#define HOLD_COMMIT(w) (!window_open || version != g_V[w])
+#endif
+#if defined(MUTANT_EARLY_DRAFT)
+#define HOLD_DRAFT true
+#else
+#define HOLD_DRAFT (!window_open)
+#endif
+#define HOLD_SKIP (!window_open)
+#define DEADLINE_MAY_PASS (!window_open)
+#else
+#define HOLD_SKIP true
+#define g4_check() skip
+#define HOLD_COMMIT(w) true
+#define HOLD_DRAFT true
+#define DEADLINE_MAY_PASS true
 #endif
 
 #if defined(MUTANT_FENCING)
@@ -274,6 +312,9 @@ inline ingest(k) {
      version++;
      timer = true;
      armed = version;
+#if defined(SPECULATE)
+     window_open = true;
+#endif
      printf("ingest: message %d accepted, version %d, timer armed\n", k + 1, version)
   :: else ->
      printf("ingest: message %d again: duplicate, nothing changes\n", k + 1)
@@ -297,6 +338,16 @@ end:
   :: break
   od
 }
+
+#if defined(SPECULATE)
+/* Time passes: the armed window closes (now reaches due_at), at any point after an arrival. */
+proctype Time() {
+end:
+  do
+  :: d_step { window_open -> window_open = false; printf("the window closes\n") }
+  od
+}
+#endif
 
 /* ---------------------------------------------------------------------------------------------
  * The streamed draft (STREAMING): one per pending burst of the conversation, not per generation.
@@ -564,6 +615,7 @@ inline commit(w) {
   od;
   if
   :: FENCE(w) && answered < g_V[w] && CURRENT(w) && !h_r ->
+     g4_check();
      h_r = nrows;
      nrows++;
      npending++;
@@ -607,6 +659,7 @@ inline commit(w) {
 inline skip_commit(w) {
   if
   :: FENCE(w) && answered < g_V[w] && CURRENT(w) ->
+     g4_check();
      answered = g_V[w];
      lease_owner = 0;
      lease_expired = false;
@@ -624,7 +677,11 @@ inline skip_commit(w) {
   fi;
   h_dl = 0
 }
+#if defined(SPECULATE)
+#define streamed(w) true   /* a generation done before its window closed commits undrafted */
+#else
 #define streamed(w) (g_dr[w] != DR_NONE)
+#endif
 #else
 #define streamed(w) true
 #endif
@@ -698,7 +755,8 @@ end:
      it (not found: a person deleted it; a fresh draft replaces it). Key without id: look it up
      by key from its creation (only once an earlier post could show); found: record the id;
      absent: a fresh draft. The mutant posts a draft of its own every time. */
-  :: d_step { g_pc[w] == G_GEN && g_dr[w] == DR_NONE && LIVE(w) && may_stream(w) ->
+  :: d_step { g_pc[w] == G_GEN && g_dr[w] == DR_NONE && LIVE(w) && may_stream(w) && HOLD_DRAFT ->
+       g4_check();
        if
 #if defined(MUTANT_DRAFT_PER_GENERATION)
        :: true -> new_draft(w)
@@ -738,7 +796,8 @@ end:
        fi }
   /* a silent guard refusal (or an all-deleted burst) before any text: the draft is deleted
      (looked up first when its id is unknown), then the burst is committed without a reply */
-  :: d_step { g_pc[w] == G_GEN && g_dr[w] == DR_NONE && LIVE(w) && may_look(w) ->
+  :: d_step { g_pc[w] == G_GEN && g_dr[w] == DR_NONE && LIVE(w) && may_look(w) && HOLD_SKIP ->
+       g4_check();
        printf("%c: burst (%d, %d] refused silently\n", 65 + w, g_ans[w], g_V[w]);
        if
 #if !defined(MUTANT_REFUSAL_KEEPS_DRAFT)
@@ -749,9 +808,9 @@ end:
        :: else
        fi;
        g_pc[w] = G_SKIP }
-  :: atomic { g_pc[w] == G_SKIP ->
+  :: atomic { g_pc[w] == G_SKIP && HOLD_COMMIT(w) ->
        if
-       :: version != g_V[w] -> h_dl = 1
+       :: version != g_V[w] && DEADLINE_MAY_PASS -> h_dl = 1
        :: version != g_V[w] -> h_dl = 0
        :: else -> h_dl = 0
        fi;
@@ -793,9 +852,9 @@ end:
 #endif
   /* 5. Generation done (its text streamed): final check + commit. Whether the deadline has
      passed is the worker's reading of the clock; it matters only when newer input exists. */
-  :: atomic { g_pc[w] == G_GEN && streamed(w) ->
+  :: atomic { g_pc[w] == G_GEN && streamed(w) && HOLD_COMMIT(w) ->
        if
-       :: version != g_V[w] -> h_dl = 1
+       :: version != g_V[w] && DEADLINE_MAY_PASS -> h_dl = 1
        :: version != g_V[w] -> h_dl = 0
        :: else -> h_dl = 0
        fi;
@@ -1239,6 +1298,9 @@ init {
     run Gen(0); run Del(0);
     run Gen(1); run Del(1);
     run Chaos();
+#if defined(SPECULATE)
+    run Time();
+#endif
 #if defined(STREAMING)
     run Quiet()
 #endif
