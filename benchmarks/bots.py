@@ -22,7 +22,7 @@ from benchmarks.tally import PLATFORM
 from bot.core.clock import SystemClock
 from bot.core.engine import Engine
 from bot.core.events import ConversationKey, IncomingMessage
-from bot.core.replier import BurstMessage, Prompt, Usage
+from bot.core.replier import BurstMessage, GenerationProgress, Prompt
 from bot.core.scheduler import Scheduler
 from bot.core.settings import EngineSettings
 from bot.core.store import Lease
@@ -145,7 +145,7 @@ class _InMemoryBot:
 
     async def _answer(self, key: ConversationKey, burst: Sequence[IncomingMessage]) -> None:
         prompt = Prompt("", (), tuple(BurstMessage(m.author_name, m.text) for m in burst))
-        text = await self.model.generate(prompt, Usage())
+        text = await self.model.generate(prompt, GenerationProgress())
         self.platform.post_text(key, text)
 
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import anthropic
 
 from benchmarks.profiles import Profile
-from bot.core.replier import BurstMessage, Prompt, Turn, Usage
-from bot.model.claude import ClaudeReplier
+from bot.core.replier import BurstMessage, GenerationProgress, Prompt, Turn
+from bot.llm.claude import ClaudeReplier
 from testkit.fake_anthropic import FakeAnthropic, Plan, PromptCache, RecordedRequest
 
 WRITE_PRICE, READ_PRICE = 1.25, 0.1
@@ -63,14 +63,14 @@ async def run_caching(profile: Profile, seed: int) -> list[CachingRow]:
     await model.start()
     client = anthropic.AsyncAnthropic(api_key="bench-key", base_url=model.base_url, max_retries=0)
     replier = ClaudeReplier(client, "claude-sonnet-5-5", 1024, 60.0)
-    per_turn: list[tuple[int, Usage]] = []
+    per_turn: list[tuple[int, GenerationProgress]] = []
     try:
         for conversation in range(profile.caching_conversations):
             history: list[Turn] = []
             for turn in range(1, profile.caching_turns + 1):
                 asked = " ".join(rng.choices(words, k=rng.randint(15, 80)))
                 burst = (BurstMessage("alice", asked),)
-                usage = Usage()
+                usage = GenerationProgress()
                 text = await replier.generate(Prompt(SYSTEM, tuple(history), burst), usage)
                 per_turn.append((turn, usage))
                 history += [Turn("user", burst[0].line()), Turn("assistant", text)]
@@ -84,7 +84,7 @@ async def run_caching(profile: Profile, seed: int) -> list[CachingRow]:
             _row(f"5-{profile.caching_turns}", [u for t, u in per_turn if t >= 5])]  # fmt: skip
 
 
-def _row(turns: str, usages: list[Usage]) -> CachingRow:
+def _row(turns: str, usages: list[GenerationProgress]) -> CachingRow:
     read = sum(u.cache_read_tokens for u in usages)
     written = sum(u.cache_write_tokens for u in usages)
     plain = sum(u.input_tokens for u in usages)

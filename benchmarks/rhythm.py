@@ -37,7 +37,7 @@ from benchmarks.tally import PLATFORM, answer_of
 from benchmarks.timelines import Said, episodes
 from bot.core.engine import Engine
 from bot.core.events import ConversationKey, IncomingMessage
-from bot.core.replier import Prompt, Usage
+from bot.core.replier import GenerationProgress, Prompt
 from bot.core.settings import EngineSettings
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend
@@ -84,7 +84,7 @@ class PacedModel:
         self.calls: list[Call] = []
         self.first_token_from: dict[int, float] = {}  # modeled speculation: message → start
 
-    async def generate(self, prompt: Prompt, usage: Usage) -> str:
+    async def generate(self, prompt: Prompt, usage: GenerationProgress) -> str:
         covers = tuple(int(m.text.split(" ", 1)[0][1:]) for m in prompt.burst)
         now = self.clock.now()
         call = Call(covers, now)

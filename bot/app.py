@@ -27,7 +27,7 @@ from bot.core.frontend import (
     prompt_context_of,
     stop_intake,
 )
-from bot.core.gate import GuardStep
+from bot.core.guard import GuardStep
 from bot.core.hints import wanted
 from bot.core.notes import NoteBook
 from bot.core.replier import Closable, Replier
@@ -116,7 +116,7 @@ class App:
             engine_settings(config),
             owner or make_owner(config),
             self.by_platform,
-            gate=guards,
+            guard=guards,
             tools=tools,
         )
         self.scheduler = Scheduler(self.engine)

@@ -19,10 +19,10 @@ from bot.core.frontend import Frontend
 from bot.core.replier import Replier, WebTools
 from bot.core.settings import CatchUpSettings, ChannelSettings, EngineSettings
 from bot.core.store import Store
-from bot.model.offline import OfflineReplier
+from bot.llm.offline import OfflineReplier
 
 if TYPE_CHECKING:
-    from bot.model.claude import ClaudeReplier
+    from bot.llm.claude import ClaudeReplier
 
 
 def make_owner(config: Config) -> str:
@@ -52,7 +52,7 @@ def claude_replier(
     api_key = require_secret(llm.api_key_env, "llm.api_key_env", env)
     import anthropic
 
-    from bot.model.claude import ClaudeReplier
+    from bot.llm.claude import ClaudeReplier
 
     client = anthropic.AsyncAnthropic(
         api_key=api_key,

@@ -2,10 +2,10 @@
 
 - `ScriptedReplier`: a replier whose calls a test can hold open, finish, fail or stream into.
 - `StreamingModel`: a replier that streams output tokens on the real clock, one every
-  `token_latency` seconds, counting them in `Usage` as it goes and stopping at once when
-  cancelled. Its reply names the generation and the messages it answered (`[g7] covers a b c`), so
-  what a platform received can be checked for duplicates and wasted tokens the same way for every
-  system a benchmark drives, whatever its internals.
+  `token_latency` seconds, counting them in `GenerationProgress` as it goes and stopping at once
+  when cancelled. Its reply names the generation and the messages it answered
+  (`[g7] covers a b c`), so what a platform received can be checked for duplicates and wasted
+  tokens the same way for every system a benchmark drives, whatever its internals.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from bot.core.replier import Prompt, Usage
+from bot.core.replier import GenerationProgress, Prompt
 
 
 @dataclass(eq=False)
 class ReplierCall:
     prompt: Prompt
-    usage: Usage
+    usage: GenerationProgress
     started: asyncio.Event = field(default_factory=asyncio.Event)
     _outcome: asyncio.Future[str] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
@@ -59,7 +59,7 @@ class ScriptedReplier:
         self.failures: list[BaseException] = []
         self._new_call = asyncio.Condition()
 
-    async def generate(self, prompt: Prompt, usage: Usage) -> str:
+    async def generate(self, prompt: Prompt, usage: GenerationProgress) -> str:
         call = ReplierCall(prompt, usage)
         self.calls.append(call)
         call.started.set()
@@ -110,7 +110,7 @@ class StreamingModel:
     def active(self) -> int:
         return sum(1 for c in self.calls if not (c.finished or c.cancelled))
 
-    async def generate(self, prompt: Prompt, usage: Usage) -> str:
+    async def generate(self, prompt: Prompt, usage: GenerationProgress) -> str:
         call = ModelCall(
             len(self.calls) + 1, time.time(), tuple(m.text.split()[0] for m in prompt.burst)
         )

@@ -29,7 +29,7 @@ from bot.config import Config, parse_config
 from bot.core.errors import PermanentDeliveryError, RetryableDeliveryError, RetryableReplierError
 from bot.core.events import ConversationKey, Draft, IncomingMessage, Reply
 from bot.core.frontend import Drafting, Host
-from bot.core.replier import Prompt, Usage
+from bot.core.replier import GenerationProgress, Prompt
 from bot.core.store import Store
 from bot.wiring import build_store
 from storage.sqlite import SqliteStore
@@ -49,7 +49,7 @@ class ChaosReplier:
         self.p_overload = float(settings["p_overload"])
         self.p_hang = float(settings["p_hang"])
 
-    async def generate(self, prompt: Prompt, usage: Usage) -> str:
+    async def generate(self, prompt: Prompt, usage: GenerationProgress) -> str:
         roll = self.rng.random()
         try:
             async with asyncio.timeout(self.timeout):

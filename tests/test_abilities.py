@@ -19,7 +19,7 @@ from bot.core.frontend import (
     drafts_of,
     frontend_health,
 )
-from bot.core.replier import Closable, Prompt, Usage
+from bot.core.replier import Closable, GenerationProgress, Prompt
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier
 from testkit.clock import FakeClock
@@ -47,7 +47,7 @@ class UnpacedSurface(RecordingFrontend, PacedDrafts):
 
 
 class UnclosedReplier(ScriptedReplier, Closable):
-    async def generate(self, prompt: Prompt, usage: Usage) -> str:
+    async def generate(self, prompt: Prompt, usage: GenerationProgress) -> str:
         return "never"
 
 

@@ -22,9 +22,9 @@ from bot.core.errors import ConfigError, FetchError
 from bot.core.events import Attachment, ConversationKey, IncomingMessage
 from bot.core.frontend import FileSource
 from bot.core.prompt import NO_ROOM, build_prompt
-from bot.core.replier import Usage
+from bot.core.replier import GenerationProgress
 from bot.core.store import HistoryItem, StoredMessage
-from bot.model.offline import OfflineReplier
+from bot.llm.offline import OfflineReplier
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier, check_invariants
 from testkit.clock import FakeClock
@@ -210,7 +210,7 @@ async def test_the_offline_replier_says_what_it_got() -> None:
     zipped = LoadedFile(file(2, "a.zip", "application/zip"), None, note="unsupported file type")
     burst = [StoredMessage(1, "m1", "u1", "alice", "", 0.0, None, False, "", (file(1), file(2)))]
     prompt = build_prompt("", [], burst, 8000, [(shot, zipped)])
-    usage = Usage()
+    usage = GenerationProgress()
     text = await OfflineReplier().generate(prompt, usage)
     assert text.splitlines() == [
         "Got your 1 message:",

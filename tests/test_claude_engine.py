@@ -13,8 +13,8 @@ import pytest
 from bot.config import parse_config
 from bot.core.engine import Engine
 from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited
-from bot.core.replier import Prompt, Usage
-from bot.model.claude import ClaudeReplier
+from bot.core.replier import GenerationProgress, Prompt
+from bot.llm.claude import ClaudeReplier
 from bot.wiring import claude_replier
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, check_invariants
@@ -28,9 +28,9 @@ KEY_ENV = {"TEST_ANTHROPIC_KEY": "sk-test-not-a-real-key"}
 class ObservedClaude(ClaudeReplier):
     """The real replier; the test only keeps a handle on each call's live `usage`."""
 
-    usages: list[Usage]
+    usages: list[GenerationProgress]
 
-    async def generate(self, prompt: Prompt, usage: Usage) -> str:
+    async def generate(self, prompt: Prompt, usage: GenerationProgress) -> str:
         self.usages.append(usage)
         return await super().generate(prompt, usage)
 

@@ -10,8 +10,8 @@ import pytest
 
 from bot.config import parse_config
 from bot.core.errors import ConfigError, PermanentReplierError, RetryableReplierError
-from bot.core.replier import BurstMessage, Prompt, Turn, Usage
-from bot.model.claude import ClaudeReplier, to_messages
+from bot.core.replier import BurstMessage, GenerationProgress, Prompt, Turn
+from bot.llm.claude import ClaudeReplier, to_messages
 from bot.wiring import claude_replier
 from testkit.fake_anthropic import FakeAnthropic, Plan
 
@@ -70,7 +70,7 @@ async def test_one_streamed_call_returns_the_text_and_counts_every_kind_of_token
     server: FakeAnthropic, replier: ClaudeReplier
 ) -> None:
     prompt = Prompt("system words", (Turn("user", "carol: hello"), Turn("assistant", "hi")), BURST)
-    usage = Usage()
+    usage = GenerationProgress()
     text = await replier.generate(prompt, usage)
     assert text == "You said:\nalice: first\nbob: second"
     assert len(server.requests) == 1
@@ -83,7 +83,7 @@ async def test_one_streamed_call_returns_the_text_and_counts_every_kind_of_token
     assert usage.cache_read_tokens == 0
     assert usage.output_tokens == server.streams[0].output_tokens
 
-    again = Usage()
+    again = GenerationProgress()
     await replier.generate(prompt, again)
     assert again.cache_read_tokens == usage.cache_write_tokens and again.cache_write_tokens == 0
 
@@ -92,7 +92,7 @@ async def test_usage_grows_while_the_stream_runs(
     server: FakeAnthropic, replier: ClaudeReplier
 ) -> None:
     server.queue(Plan(text="word " * 40, pause_after=10))
-    usage = Usage()
+    usage = GenerationProgress()
     call = asyncio.create_task(replier.generate(Prompt("", (), BURST), usage))
     await server.wait_for(lambda: usage.output_tokens >= 10)
     assert 0 < usage.output_tokens < server.streams[0].output_tokens
@@ -105,7 +105,7 @@ async def test_thinking_is_counted_as_output_but_not_posted(
     server: FakeAnthropic, replier: ClaudeReplier
 ) -> None:
     server.queue(Plan(text="the answer", thinking="let me weigh both messages " * 20))
-    usage = Usage()
+    usage = GenerationProgress()
     assert await replier.generate(Prompt("", (), BURST), usage) == "the answer"
     assert usage.output_tokens == server.streams[0].output_tokens > 100
 
@@ -115,7 +115,7 @@ async def test_rate_limit_then_overload_then_success_is_one_call_for_the_engine(
     server: FakeAnthropic, replier: ClaudeReplier
 ) -> None:
     server.queue(Plan(status=429, retry_after=0.01), Plan(status=529, retry_after=0.01))
-    assert await replier.generate(Prompt("", (), BURST), Usage()) == (
+    assert await replier.generate(Prompt("", (), BURST), GenerationProgress()) == (
         "You said:\nalice: first\nbob: second"
     )
     assert len(server.requests) == 3
@@ -144,7 +144,7 @@ async def test_status_errors_map_into_the_error_tree(
     replier = claude(server.base_url, max_retries=0)
     server.queue(Plan(status=status, retry_after=0.01))
     with pytest.raises(expected, match=str(status)) as caught:
-        await replier.generate(Prompt("", (), BURST), Usage())
+        await replier.generate(Prompt("", (), BURST), GenerationProgress())
     assert caught.value.__cause__ is not None  # mapped at the edge, cause kept
     assert len(server.requests) == 1
     await replier.aclose()
@@ -155,7 +155,7 @@ async def test_permanent_errors_are_not_retried_by_the_sdk(
 ) -> None:
     server.queue(Plan(status=400))
     with pytest.raises(PermanentReplierError, match="invalid_request_error"):
-        await replier.generate(Prompt("", (), BURST), Usage())
+        await replier.generate(Prompt("", (), BURST), GenerationProgress())
     assert len(server.requests) == 1
 
 
@@ -163,7 +163,7 @@ async def test_overloaded_error_event_mid_stream_is_retryable(
     server: FakeAnthropic, replier: ClaudeReplier
 ) -> None:
     server.queue(Plan(text="a b c d e f", error_after=3))
-    usage = Usage()
+    usage = GenerationProgress()
     with pytest.raises(RetryableReplierError, match="overloaded_error during the stream"):
         await replier.generate(Prompt("", (), BURST), usage)
     assert server.streams[0].outcome == "error"
@@ -175,7 +175,7 @@ async def test_invalid_request_error_event_mid_stream_is_permanent(
 ) -> None:
     server.queue(Plan(error_after=1, stream_error_type="invalid_request_error"))
     with pytest.raises(PermanentReplierError):
-        await replier.generate(Prompt("", (), BURST), Usage())
+        await replier.generate(Prompt("", (), BURST), GenerationProgress())
 
 
 async def test_a_stream_cut_short_is_retryable_not_a_partial_reply(
@@ -183,14 +183,14 @@ async def test_a_stream_cut_short_is_retryable_not_a_partial_reply(
 ) -> None:
     server.queue(Plan(text="half of an answer that never ends", end_after=3))
     with pytest.raises(RetryableReplierError, match="before message_stop"):
-        await replier.generate(Prompt("", (), BURST), Usage())
+        await replier.generate(Prompt("", (), BURST), GenerationProgress())
 
 
 async def test_a_long_retry_after_is_cut_by_the_overall_timeout(server: FakeAnthropic) -> None:
     replier = claude(server.base_url, timeout_seconds=0.3)
     server.queue(Plan(status=429, retry_after=3600))
     with pytest.raises(RetryableReplierError, match=r"within 0\.3s"):
-        await replier.generate(Prompt("", (), BURST), Usage())
+        await replier.generate(Prompt("", (), BURST), GenerationProgress())
     assert len(server.requests) == 1
     await replier.aclose()
 
@@ -199,7 +199,7 @@ async def test_a_stalled_stream_times_out_and_is_closed(server: FakeAnthropic) -
     replier = claude(server.base_url, timeout_seconds=0.3)
     server.queue(Plan(text="never finished", pause_after=1))
     with pytest.raises(RetryableReplierError, match=r"within 0\.3s"):
-        await replier.generate(Prompt("", (), BURST), Usage())
+        await replier.generate(Prompt("", (), BURST), GenerationProgress())
     await server.wait_for(lambda: server.streams[0].outcome == "disconnected")
     await replier.aclose()
 
@@ -210,7 +210,7 @@ async def test_unreachable_endpoint_is_retryable() -> None:
         port = probe.getsockname()[1]
     replier = claude(f"http://127.0.0.1:{port}", max_retries=0)
     with pytest.raises(RetryableReplierError, match="could not reach"):
-        await replier.generate(Prompt("", (), BURST), Usage())
+        await replier.generate(Prompt("", (), BURST), GenerationProgress())
     await replier.aclose()
 
 
@@ -229,9 +229,9 @@ async def test_a_reply_cut_at_max_tokens_ends_with_the_cut_note(server: FakeAnth
     silent = claude(server.base_url, max_tokens=20, cut_note="")
     try:
         server.queue(Plan(text=long_answer), Plan(text="fits easily"), Plan(text=long_answer))
-        cut = await short.generate(Prompt("", (), BURST), Usage())
-        whole = await short.generate(Prompt("", (), BURST), Usage())
-        bare = await silent.generate(Prompt("", (), BURST), Usage())
+        cut = await short.generate(Prompt("", (), BURST), GenerationProgress())
+        whole = await short.generate(Prompt("", (), BURST), GenerationProgress())
+        bare = await silent.generate(Prompt("", (), BURST), GenerationProgress())
     finally:
         await short.aclose()
         await silent.aclose()
@@ -247,7 +247,7 @@ async def test_a_channel_max_tokens_cuts_its_replies_with_the_note(server: FakeA
     replier = claude(server.base_url, max_tokens=1024)
     server.queue(Plan(text=" ".join(["word"] * 100)))
     try:
-        text = await replier.generate(Prompt("", (), BURST, max_tokens=10), Usage())
+        text = await replier.generate(Prompt("", (), BURST, max_tokens=10), GenerationProgress())
     finally:
         await replier.aclose()
     assert server.requests[0].body["max_tokens"] == 10

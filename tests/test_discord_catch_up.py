@@ -211,10 +211,10 @@ async def test_messages_the_store_refuses_for_long_are_held_and_stored_in_order_
         attempts = failing_first(bot.store, monkeypatch, times=12)  # a minute or so of outage
         first, second = fake.message(DM, ALICE, "hello?"), fake.message(DM, ALICE, "anyone?")
         await fake.dispatch("MESSAGE_CREATE", first)
-        await until(lambda: bot.frontend.held.holding, clock)
+        await until(lambda: bot.frontend.unstored.holding, clock)
         await fake.dispatch("MESSAGE_CREATE", second)
         await until(lambda: len(attempts) == 14, clock)
-        await until(lambda: not bot.frontend.held.holding, clock)
+        await until(lambda: not bot.frontend.unstored.holding, clock)
         assert attempts[-2:] == [first["id"], second["id"]]
         stored = await bot.store.messages(DM_KEY.id)
         assert [(m.message_id, m.via) for m in stored] == [(first["id"], ""), (second["id"], "")]
@@ -228,7 +228,7 @@ async def test_a_message_that_does_not_fit_in_the_held_queue_is_fetched_by_catch
     fake: FakeDiscord, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = FakeClock(start=time.time())
-    async with running(fake, str(tmp_path / "d.db"), clock, held_limit=0) as bot:
+    async with running(fake, str(tmp_path / "d.db"), clock, unstored_limit=0) as bot:
         await bot.settle()
         attempts = failing_first(bot.store, monkeypatch, times=4)  # every in-process attempt
         message = fake.message(DM, ALICE, "hello?")

@@ -208,12 +208,12 @@ class HeldEdits(RecordingFrontend):
     def __init__(self, clock: FakeClock) -> None:
         super().__init__(drafts=True, clock=clock)
         self.release = asyncio.Event()
-        self.held = asyncio.Event()
+        self.unstored = asyncio.Event()
         self.cancelled = 0
 
     async def edit_draft(self, key: ConversationKey, message_id: str, text: str) -> None:
         if not text.endswith("."):
-            self.held.set()
+            self.unstored.set()
             try:
                 await self.release.wait()
             except asyncio.CancelledError:
@@ -236,7 +236,7 @@ async def test_the_end_of_a_stream_cancels_a_held_edit_instead_of_waiting_for_it
     await draft_recorded(store, CONFTEST_KEY)
     call.stream(1, "lo")
     await step(clock, INTERVAL)
-    await until(frontend.held.is_set)  # an edit is held back by the platform
+    await until(frontend.unstored.is_set)  # an edit is held back by the platform
     call.finish("Hello.")
     async with asyncio.timeout(5):  # before: the engine waited on the held edit
         await step(clock, INTERVAL)

@@ -1,11 +1,11 @@
 """The architecture's boundaries, read from the imports of every module (an AST walk).
 
-- The core (`bot/core/`, `bot/model/`) imports nothing from adapters, storage, operations, the
+- The core (`bot/core/`, `bot/llm/`) imports nothing from adapters, storage, operations, the
   command line or the composition root: it runs on any store and any platform.
-- The core (`bot/core`, `bot/model`) sees only its own settings (`bot/core/settings.py`, a
+- The core (`bot/core`, `bot/llm`) sees only its own settings (`bot/core/settings.py`, a
   client's constructor arguments), never the config model: the composition root builds them
   (`bot/wiring.py`).
-- One way between the two core layers: `bot/model` (the model clients) imports `bot/core` (the
+- One way between the two core layers: `bot/llm` (the model clients) imports `bot/core` (the
   replier protocol it implements, prompts, errors), never the reverse.
 - Adapters translate; they never reach into storage, operations, the CLI or the composition root.
 - Storage implements the core's `Store` and imports nothing else of the bot; a backend module
@@ -63,15 +63,15 @@ def offenders(
 
 def test_the_core_imports_no_outer_layer() -> None:
     forbidden = ("adapters", "storage", "bot.ops", "bot.cli", "bot.app")
-    assert offenders(modules("bot/core", "bot/model"), forbidden) == []
+    assert offenders(modules("bot/core", "bot/llm"), forbidden) == []
 
 
 def test_the_core_reads_no_config_model() -> None:
-    assert offenders(modules("bot/core", "bot/model"), ("bot.config",)) == []
+    assert offenders(modules("bot/core", "bot/llm"), ("bot.config",)) == []
 
 
 def test_the_core_does_not_import_the_model_clients() -> None:
-    assert offenders(modules("bot/core"), ("bot.model",)) == []
+    assert offenders(modules("bot/core"), ("bot.llm",)) == []
 
 
 def test_adapters_only_translate() -> None:

@@ -349,7 +349,7 @@ async def test_other_processes_hear_wakeup_hints(pg_stores: Factory) -> None:
 async def test_a_hint_wakes_the_scheduler_only_when_it_matters() -> None:
     from bot.app import App
     from bot.config import Config
-    from bot.model.offline import OfflineReplier
+    from bot.llm.offline import OfflineReplier
     from testkit import RecordingFrontend
 
     app = App(Config(), SqliteStore(":memory:"), OfflineReplier(), [RecordingFrontend("test")])

@@ -12,9 +12,9 @@ import pytest
 from bot.config import parse_config
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, IncomingMessage
-from bot.core.replier import BurstMessage, Prompt, Usage, WebSearch, WebTools
+from bot.core.replier import BurstMessage, GenerationProgress, Prompt, WebSearch, WebTools
 from bot.core.store import GenerationRecord, TokenUsage
-from bot.model.claude import ClaudeReplier
+from bot.llm.claude import ClaudeReplier
 from bot.ops.metrics import Metrics
 from bot.ops.usage import MILLION, PriceTable, summarize, usage_lines
 from bot.wiring import claude_replier, engine_settings
@@ -61,7 +61,7 @@ async def test_one_search_with_two_citations_ends_with_its_sources(
     server: FakeAnthropic, claude: ClaudeReplier
 ) -> None:
     server.queue(Plan(text="Here is what changed.", searches=[SEARCH], cited=TWO_CITATIONS))
-    usage = Usage()
+    usage = GenerationProgress()
     text = await claude.generate(prompt(), usage)
     assert text == (
         "Here is what changed. Free-threading is officially supported. Template strings arrived."
@@ -82,7 +82,7 @@ async def test_a_channel_without_web_search_sends_no_tool(
     server: FakeAnthropic, claude: ClaudeReplier
 ) -> None:
     server.queue(Plan(text="From memory.", searches=[SEARCH]))
-    usage = Usage()
+    usage = GenerationProgress()
     assert await claude.generate(prompt(WebTools()), usage) == "From memory."
     [request] = server.requests
     assert "tools" not in request.body and "tool_choice" not in request.body
@@ -95,7 +95,7 @@ async def test_the_tool_list_is_sorted_and_the_same_for_every_burst(
 ) -> None:
     tools = WebTools(True, 2, allowed_domains=("python.org", "docs.example.org"), web_fetch=True)
     for _ in range(2):
-        await claude.generate(prompt(tools), Usage())
+        await claude.generate(prompt(tools), GenerationProgress())
     first, second = (r.body["tools"] for r in server.requests)
     assert first == second == [
         {"type": "web_fetch_20250910", "name": "web_fetch"},
@@ -111,7 +111,7 @@ async def test_an_error_result_is_answered_without_sources(
 ) -> None:
     server.queue(Plan(text="I could not search just now; from memory: …",
                       searches=[Search("python 3.14", error=code)]))  # fmt: skip
-    usage = Usage()
+    usage = GenerationProgress()
     text = await claude.generate(prompt(), usage)
     assert text == "I could not search just now; from memory: …"
     assert usage.searches == [WebSearch("python 3.14", 0, code)]
@@ -126,7 +126,7 @@ async def test_a_paused_turn_is_continued_once_with_its_content_sent_back_as_is(
         Plan(text="Let me look.", searches=[SEARCH], stop_reason="pause_turn"),
         Plan(text=" Done:", cited=TWO_CITATIONS[:1]),
     )
-    usage = Usage()
+    usage = GenerationProgress()
     text = await claude.generate(prompt(), usage)
     assert text.startswith("Let me look.Done: Free-threading is officially supported.\n\nSources: ")
     first, second = server.requests
@@ -155,7 +155,7 @@ async def test_the_budget_holds_across_continuations(
              stop_reason="pause_turn"),
         Plan(text="Answer.", searches=[Search("c", RESULTS)]),
     )  # fmt: skip
-    usage = Usage()
+    usage = GenerationProgress()
     text = await claude.generate(prompt(WebTools(True, 2)), usage)
     assert text == "One.\n\nTwo.Answer."  # a paragraph where a search came between
     first, second, third = server.requests
@@ -169,7 +169,7 @@ async def test_the_budget_holds_across_continuations(
 
 async def test_continuations_stop_at_the_cap(server: FakeAnthropic, claude: ClaudeReplier) -> None:
     server.default_plan = Plan(text="more.", stop_reason="pause_turn")
-    usage = Usage()
+    usage = GenerationProgress()
     assert await claude.generate(prompt(WebTools(True, 50)), usage) == "more." * 4
     assert len(server.requests) == 4  # the first call and three continuations
     assert server.requests[-1].body["tool_choice"] == {"type": "none"}
@@ -181,7 +181,7 @@ async def test_the_draft_line_shows_the_query_then_gives_way_to_the_answer(
 ) -> None:
     held = Search("burstbot *release* notes", RESULTS, hold=True)
     server.queue(Plan(text="Found it.", searches=[held]))
-    usage = Usage()
+    usage = GenerationProgress()
     task = asyncio.ensure_future(claude.generate(prompt(), usage))
     await server.wait_for(lambda: bool(server.streams) and server.streams[0].paused)
     await server.wait_for(lambda: "release" in usage.text_so_far())
@@ -196,7 +196,7 @@ async def test_cancelling_during_a_search_closes_the_stream_and_starts_nothing_e
 ) -> None:
     server.queue(Plan(text="Later.", searches=[Search("slow", RESULTS, hold=True)],
                       stop_reason="pause_turn"))  # fmt: skip
-    usage = Usage()
+    usage = GenerationProgress()
     task = asyncio.ensure_future(claude.generate(prompt(), usage))
     await server.wait_for(lambda: bool(server.streams) and server.streams[0].paused)
     task.cancel()
@@ -214,7 +214,7 @@ async def test_cancelling_during_a_continuation_ends_the_whole_chain(
         Plan(text="Second.", searches=[Search("slow", RESULTS, hold=True)],
              stop_reason="pause_turn"),
     )  # fmt: skip
-    usage = Usage()
+    usage = GenerationProgress()
     task = asyncio.ensure_future(claude.generate(prompt(), usage))
     await server.wait_for(lambda: len(server.streams) == 2 and server.streams[1].paused)
     await server.wait_for(lambda: "slow" in usage.text_so_far())  # the client read the query
@@ -345,7 +345,7 @@ async def test_web_fetch_reads_a_page_from_the_conversation_and_its_result_goes_
              stop_reason="pause_turn"),
         Plan(text=" It says all systems go."),
     )  # fmt: skip
-    usage = Usage()
+    usage = GenerationProgress()
     tools = WebTools(web_fetch=True)
     text = await claude.generate(Prompt("", (), burst, tools=tools), usage)
     assert text == "Reading it.It says all systems go."
@@ -365,6 +365,6 @@ async def test_web_fetch_of_a_url_not_in_the_conversation_is_refused_and_answere
     server.queue(
         Plan(text="I cannot open that page.", fetches=[Fetch("https://elsewhere.example")])
     )
-    text = await claude.generate(prompt(WebTools(web_fetch=True)), Usage())
+    text = await claude.generate(prompt(WebTools(web_fetch=True)), GenerationProgress())
     assert text == "I cannot open that page."
     assert server.streams[0].fetches_started == 1

@@ -32,13 +32,13 @@ import discord
 from adapters.discord import commands, files
 from adapters.discord.bad_events import guard_parsers
 from adapters.discord.calls import call
-from adapters.discord.held import HELD_LIMIT, HeldMessages
 from adapters.discord.history import History
 from adapters.discord.indicator import TypingKeeper
 from adapters.discord.posting import post_reply
 from adapters.discord.render import allowed_mentions
 from adapters.discord.routing import Routing, message_text
 from adapters.discord.streaming import MESSAGES, DiscordDrafts
+from adapters.discord.unstored import UNSTORED_LIMIT, UnstoredMessages
 from bot.config import DiscordConfig
 from bot.core.catch_up import CatchUp, CatchUpRun
 from bot.core.clock import Clock, SystemClock
@@ -142,7 +142,7 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
         clock: Clock | None = None,
         typing: TypingKeeper | None = None,
         intents: discord.Intents | None = None,
-        held_limit: int = HELD_LIMIT,
+        unstored_limit: int = UNSTORED_LIMIT,
     ) -> None:
         self.routing = Routing.from_config(config)
         self.allowed_mentions = allowed_mentions(config.mention_author)
@@ -152,7 +152,9 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
         self.client = GatewayClient(self, config, intents or gateway_intents())
         self.history = History(self.client, lambda: self.routing, self.incoming)
         self.host: Host | None = None
-        self.held = HeldMessages(self._store_held, self.clock, self._left_to_catch_up, held_limit)
+        self.unstored = UnstoredMessages(
+            self._store_unstored, self.clock, self._left_to_catch_up, unstored_limit
+        )
         self._catch_up: CatchUp | None = None
         self._lost_at: float | None = None  # when the gateway connection last dropped
         self._token = token
@@ -201,7 +203,7 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
 
     async def stop(self) -> None:
         self._stopping = True
-        await self.held.stop()
+        await self.unstored.stop()
         if self._catch_up is not None:
             await self._catch_up.stop()
         await self.typing.close()
@@ -262,14 +264,14 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
         event = self.incoming(message)
         if self.host is None or event is None:
             return
-        if self.held.holding:  # behind the messages already waiting, in arrival order
-            self.held.hold(event, self.clock.now())
+        if self.unstored.holding:  # behind the messages already waiting, in arrival order
+            self.unstored.hold(event, self.clock.now())
             return
         failed_at = self.clock.now()
         if await self._store(event, f"message {event.message_id}") is not None:
-            self.held.hold(event, failed_at)
+            self.unstored.hold(event, failed_at)
 
-    async def _store_held(self, event: IncomingMessage) -> None:
+    async def _store_unstored(self, event: IncomingMessage) -> None:
         if self.host is not None:
             await self.host.ingest(event)
 

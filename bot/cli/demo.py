@@ -21,7 +21,7 @@ from bot.core.events import ConversationKey, IncomingMessage, Reply
 from bot.core.frontend import Frontend, Host
 from bot.core.replier import Replier
 from bot.core.store import Store
-from bot.model.offline import OfflineReplier
+from bot.llm.offline import OfflineReplier
 
 DEMO_KEY = ConversationKey("console", "demo", "terminal")
 SCRIPT: list[tuple[list[str], list[str]]] = [

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from bot.core.errors import ReplierError, RetryableReplierError
 from bot.core.events import ConversationKey
-from bot.core.replier import Usage
+from bot.core.replier import GenerationProgress
 from bot.core.store import (
     FinalCheck,
     GenerationOutcome,
@@ -50,7 +50,7 @@ class Burst:
         saw whatever arrived since; the newer input forms the next burst."""
         return FinalCheck(self.lease.token, self.lease.version, deadline_passed=True)
 
-    def answer(self, text: str, usage: Usage) -> NewReply:
+    def answer(self, text: str, usage: GenerationProgress) -> NewReply:
         reply_to = self.messages[-1].message_id
         return NewReply(text, "answer", reply_to, spent(usage), self.lease.answered_version)
 
@@ -59,7 +59,11 @@ class Burst:
         return NewReply(text, "apology", reply_to, TokenUsage(), self.lease.answered_version)
 
     def record(
-        self, outcome: GenerationOutcome, usage: Usage, ended_at: float, error: str | None
+        self,
+        outcome: GenerationOutcome,
+        usage: GenerationProgress,
+        ended_at: float,
+        error: str | None,
     ) -> GenerationRecord:
         """How the work on this burst ended, for the store's `generations` table."""
         lease = self.lease
@@ -79,7 +83,7 @@ class Burst:
         )
 
 
-def spent(usage: Usage) -> TokenUsage:
+def spent(usage: GenerationProgress) -> TokenUsage:
     """A snapshot of the counts the replier keeps updating while it streams."""
     return TokenUsage(
         usage.input_tokens,

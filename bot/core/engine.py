@@ -20,7 +20,7 @@ Rules (the pipeline of docs/design.md), which this file keeps and nothing else c
    failure message is posted and the burst counts as answered. No message is lost either way.
 
 A `Burst` (burst.py) is what a worker collected under its lease; it builds the final check and the
-replies. Kept out of the transitions: the cost guards (`GuardStep`, gate.py: ask before a model
+replies. Kept out of the transitions: the cost guards (`GuardStep`, guard.py: ask before a model
 call, count tokens after it), the streamed draft (streaming.py: shown while the model writes,
 handed to the reply by the commit), the thinking indicator (indicator.py) and the named events
 (signals.py).
@@ -41,11 +41,11 @@ from bot.core.clock import Clock
 from bot.core.errors import PermanentReplierError, ReplierError, StoreError
 from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEvent
 from bot.core.frontend import Frontend
-from bot.core.gate import BurstGate, GuardStep, Refusal
+from bot.core.guard import Guard, GuardStep, Refusal
 from bot.core.indicator import Indicator
 from bot.core.outbox import Outbox
 from bot.core.prompt import PromptStep
-from bot.core.replier import Replier, Usage
+from bot.core.replier import GenerationProgress, Replier
 from bot.core.settings import EngineSettings
 from bot.core.signals import Listener, Signals
 from bot.core.speculation import Window
@@ -78,7 +78,7 @@ class Engine:
         settings: EngineSettings,
         owner: str,
         frontends: Mapping[str, Frontend] | None = None,
-        gate: BurstGate | None = None,
+        guard: Guard | None = None,
         tools: ToolBox | None = None,
     ) -> None:
         self.store = store
@@ -87,7 +87,7 @@ class Engine:
         self.clock = clock
         self.settings = settings
         self.owner = owner
-        self.guard = GuardStep(gate)
+        self.guard = GuardStep(guard)
         self.signals = Signals()
         self._emit = self.signals.emit
         served = dict(frontends or {})
@@ -269,7 +269,7 @@ class Engine:
             await self.store.release_lease(cid, burst.lease.token)
             return
         log.info("conversation %s: every message of the burst was deleted; skipped", cid)
-        await self._record(burst, "skipped", Usage(), "all messages deleted")
+        await self._record(burst, "skipped", GenerationProgress(), "all messages deleted")
         self.indicator.clear(burst.key)
 
     async def _refused(self, burst: Burst, refusal: Refusal) -> None:
@@ -286,7 +286,7 @@ class Engine:
             await self.store.release_lease(cid, burst.lease.token)
             return
         log.warning("conversation %s: burst refused (%s); no model call", cid, refusal.reason)
-        await self._record(burst, "skipped", Usage(), refusal.reason)
+        await self._record(burst, "skipped", GenerationProgress(), refusal.reason)
         self._emit("refused", conversation=cid, reason=refusal.reason, stage="burst")
         if done.reply is None:
             self.indicator.clear(burst.key)
@@ -297,7 +297,7 @@ class Engine:
     async def _generate(self, burst: Burst) -> None:
         lease, cid = burst.lease, burst.lease.conversation_id
         history = await self.store.history(cid, lease.answered_version, HISTORY_LIMIT)
-        usage = Usage()
+        usage = GenerationProgress()
         window = Window(self.store, self.clock, cid, lease.closes_at,
                         lambda name: self._emit(name, conversation=cid))  # fmt: skip
         self._emit("generating", conversation=cid, version=lease.version,
@@ -343,7 +343,9 @@ class Engine:
         await self._commit(burst, text, usage, stream)
 
     # 5. final check + commit ----------------------------------------------------------------------
-    async def _commit(self, burst: Burst, text: str, usage: Usage, stream: Stream) -> None:
+    async def _commit(
+        self, burst: Burst, text: str, usage: GenerationProgress, stream: Stream
+    ) -> None:
         lease, cid = burst.lease, burst.lease.conversation_id
         self._committing.add(cid)
         now = self.clock.now()
@@ -362,7 +364,9 @@ class Engine:
         await self.outbox.deliver_committed(done)
 
     # 7. model failures ----------------------------------------------------------------------------
-    async def _model_failed(self, burst: Burst, usage: Usage, exc: ReplierError) -> None:
+    async def _model_failed(
+        self, burst: Burst, usage: GenerationProgress, exc: ReplierError
+    ) -> None:
         lease, cid = burst.lease, burst.lease.conversation_id
         self._committing.add(cid)
         attempts = lease.failed_attempts + 1
@@ -388,7 +392,9 @@ class Engine:
         await self.store.record_failure(cid, lease.token, retry_at, now)
         self._emit("model_retry", conversation=cid, attempt=attempts)
 
-    async def _speculation_failed(self, burst: Burst, usage: Usage, exc: ReplierError) -> None:
+    async def _speculation_failed(
+        self, burst: Burst, usage: GenerationProgress, exc: ReplierError
+    ) -> None:
         """A model failure (a 429, an overload) before the window closed counts no attempt and
         backs nothing off: released, the timer is due at its close and the generation starts
         again then, like one that never speculated."""
@@ -400,7 +406,11 @@ class Engine:
 
     # every generation ends in one record ----------------------------------------------------------
     async def _record(
-        self, burst: Burst, outcome: GenerationOutcome, usage: Usage, error: str | None = None
+        self,
+        burst: Burst,
+        outcome: GenerationOutcome,
+        usage: GenerationProgress,
+        error: str | None = None,
     ) -> None:
         record = burst.record(outcome, usage, self.clock.now(), error)
         await self.store.record_generation(record)

@@ -19,7 +19,7 @@ from bot.core.attachments import (
     human_size,
 )
 from bot.core.events import ConversationKey
-from bot.core.replier import BurstMessage, Prompt, Replier, Turn, Usage, Voice
+from bot.core.replier import BurstMessage, GenerationProgress, Prompt, Replier, Turn, Voice
 from bot.core.settings import EngineSettings
 from bot.core.store import HistoryItem, StoredMessage
 from bot.core.tool_calls import BurstTools
@@ -143,7 +143,7 @@ class PromptStep:
         key: ConversationKey,
         history: Sequence[HistoryItem],
         burst: Sequence[StoredMessage],
-        usage: Usage,
+        usage: GenerationProgress,
         calls: BurstTools | None = None,
     ) -> str:
         settings = self.settings()

@@ -149,7 +149,7 @@ def same_draft(a: str, b: str) -> bool:
 
 
 @dataclass(slots=True)
-class Usage:
+class GenerationProgress:
     """Token counts and the text so far, updated by the replier as the stream goes (the text is
     what a streamed draft shows; a replier that does not add to it is simply not streamed).
     `activity` is one line the draft shows after the text while the model works without
@@ -191,7 +191,7 @@ class Usage:
 
 
 class Replier(Protocol):
-    async def generate(self, prompt: Prompt, usage: Usage) -> str: ...
+    async def generate(self, prompt: Prompt, usage: GenerationProgress) -> str: ...
 
 
 class Closable(Protocol):

@@ -49,7 +49,7 @@ from bot.core.clock import Clock, trusted_until
 from bot.core.errors import BurstbotError, MessageGone, RetryableDeliveryError
 from bot.core.events import ConversationKey, Draft
 from bot.core.frontend import DraftSurface, Frontend, draft_turn, drafts_of, paces
-from bot.core.replier import Usage, same_draft
+from bot.core.replier import GenerationProgress, same_draft
 from bot.core.settings import EngineSettings
 from bot.core.speculation import Window
 from bot.core.store import Store
@@ -115,7 +115,7 @@ class Drafts:
     def follow(
         self,
         burst: Burst,
-        usage: Usage,
+        usage: GenerationProgress,
         generation: asyncio.Future[str],
         window: Window | None = None,
     ) -> Stream:
@@ -183,7 +183,7 @@ class DraftStream(Stream):
         drafts: Drafts,
         surface: DraftSurface,
         burst: Burst,
-        usage: Usage,
+        usage: GenerationProgress,
         generation: asyncio.Future[str],
         window: Window | None = None,
     ) -> None:

@@ -46,7 +46,7 @@ from bot.core.actions import (
 )
 from bot.core.burst import Burst
 from bot.core.errors import RetryableReplierError
-from bot.core.replier import Usage, escape_markdown
+from bot.core.replier import GenerationProgress, escape_markdown
 from bot.core.tools import OutcomeUnknown, ToolServers, ToolSpec, ToolUnavailable
 
 log = logging.getLogger("burstbot.tools")
@@ -253,7 +253,10 @@ def with_actions(
 
 
 async def tool_round(
-    calls: BurstTools, messages: list[MessageParam], content: list[dict[str, Any]], usage: Usage
+    calls: BurstTools,
+    messages: list[MessageParam],
+    content: list[dict[str, Any]],
+    usage: GenerationProgress,
 ) -> list[MessageParam]:
     """The model asked for tools (`stop_reason: tool_use`): make each call, in order, and add
     its answer turn with one `tool_result` per `tool_use`."""

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from bot.config import AttachmentsConfig, LimitsConfig
 from bot.core.attachments import estimate_tokens
 from bot.core.events import ConversationKey, IncomingMessage
-from bot.core.gate import Refusal
+from bot.core.guard import Refusal
 from bot.core.store import Store, StoredMessage, TokenUsage
 
 DAY_SECONDS = 86_400.0

@@ -6,7 +6,7 @@ import asyncio
 import re
 
 from bot.core.attachments import LoadedFile, human_size
-from bot.core.replier import Prompt, Usage
+from bot.core.replier import GenerationProgress, Prompt
 
 
 def _described(file: LoadedFile) -> str:
@@ -27,7 +27,7 @@ class OfflineReplier:
     def __init__(self, token_delay: float = 0.0) -> None:
         self.token_delay = token_delay
 
-    async def generate(self, prompt: Prompt, usage: Usage) -> str:
+    async def generate(self, prompt: Prompt, usage: GenerationProgress) -> str:
         count = len(prompt.burst)
         noun = "message" if count == 1 else "messages"
         lines = [f"Got your {count} {noun}:"]

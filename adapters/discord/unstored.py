@@ -25,17 +25,17 @@ from bot.core.events import IncomingMessage
 
 log = logging.getLogger("burstbot.discord")
 
-HELD_LIMIT = 1000
+UNSTORED_LIMIT = 1000
 FIRST_DELAY_SECONDS = 0.25
 MAX_DELAY_SECONDS = 30.0
 
 
 @dataclass(eq=False)
-class HeldMessages:
+class UnstoredMessages:
     store: Callable[[IncomingMessage], Awaitable[object]]
     clock: Clock
     overflow: Callable[[IncomingMessage, float], None]
-    limit: int = HELD_LIMIT
+    limit: int = UNSTORED_LIMIT
     first_delay: float = FIRST_DELAY_SECONDS
     max_delay: float = MAX_DELAY_SECONDS
     _queue: deque[IncomingMessage] = field(default_factory=deque, init=False)
@@ -55,9 +55,9 @@ class HeldMessages:
         if self._retrying is None:
             log.warning("discord: the store refused message %s; holding new messages until it "
                         "answers", message.message_id)  # fmt: skip
-            self._retrying = asyncio.ensure_future(self._store_held())
+            self._retrying = asyncio.ensure_future(self._store_unstored())
 
-    async def _store_held(self) -> None:
+    async def _store_unstored(self) -> None:
         delay, stored = self.first_delay, 0
         try:
             while self._queue:

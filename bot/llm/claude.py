@@ -1,5 +1,5 @@
 """Claude replies through the official SDK: one streamed Messages call per burst (a short chain
-when a server tool's loop pauses the turn, see `bot/model/web.py`, or when the model asks for
+when a server tool's loop pauses the turn, see `bot/llm/web.py`, or when the model asks for
 our MCP tools: each `tool_use` is made as a durable action, see `bot/core/tool_calls.py`, and
 its `tool_result` sent back in the next call of the chain).
 
@@ -44,9 +44,9 @@ from anthropic.types import (
 
 from bot.core.attachments import LoadedFile
 from bot.core.errors import PermanentReplierError, ReplierError, RetryableReplierError
-from bot.core.replier import Closable, Prompt, Usage
+from bot.core.replier import Closable, GenerationProgress, Prompt
 from bot.core.tool_calls import tool_round, unavailable_note, with_actions
-from bot.model.web import ToolTrace, tool_params
+from bot.llm.web import ToolTrace, tool_params
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 # Error types an `error` event inside a 200 stream may carry that retrying cannot fix.
@@ -192,7 +192,7 @@ class ClaudeReplier(Closable):
     async def aclose(self) -> None:
         await self.client.close()
 
-    async def generate(self, prompt: Prompt, usage: Usage) -> str:
+    async def generate(self, prompt: Prompt, usage: GenerationProgress) -> str:
         """One reply: one call, or with server tools a chain of calls continuing a paused turn;
         each call bounded by `timeout_seconds` (SDK retries and `retry-after` too)."""
         try:
@@ -200,7 +200,7 @@ class ClaudeReplier(Closable):
         except (anthropic.AnthropicError, httpx2.HTTPError) as exc:
             raise map_error(exc) from exc
 
-    async def _reply(self, prompt: Prompt, usage: Usage) -> str:
+    async def _reply(self, prompt: Prompt, usage: GenerationProgress) -> str:
         """A turn paused by the API (`pause_turn`: its server-side tool loop ran long) is
         continued by sending its content back as-is, up to `MAX_CONTINUATIONS` times, all inside
         this one task: a newer burst cancels the whole chain. Each continuation may search only
@@ -253,7 +253,7 @@ class ClaudeReplier(Closable):
     async def _stream(
         self,
         prompt: Prompt,
-        usage: Usage,
+        usage: GenerationProgress,
         system: list[TextBlockParam],
         messages: list[MessageParam],
         trace: ToolTrace,

@@ -28,7 +28,7 @@ from anthropic.types import (
     WebSearchTool20250305Param,
 )
 
-from bot.core.replier import SearchStep, Usage, WebSearch, WebTools, escape_markdown
+from bot.core.replier import GenerationProgress, SearchStep, WebSearch, WebTools, escape_markdown
 from bot.core.store import UNFINISHED
 
 SEARCH_TOOL = "web_search_20250305"
@@ -75,7 +75,7 @@ class ToolTrace:
     """One response's content rebuilt from its stream events (sent back as-is after a
     `pause_turn`), the searches it ran and the web sources its text cites."""
 
-    usage: Usage
+    usage: GenerationProgress
     sources: list[Source] = field(default_factory=list)
     blocks: dict[int, dict[str, Any]] = field(default_factory=dict)
     _json: dict[int, str] = field(default_factory=dict)

@@ -15,7 +15,7 @@ from bot.core.errors import StoreError
 from bot.core.events import ConversationKey
 from bot.core.store import StoredMessage, TokenUsage
 
-log = logging.getLogger("burstbot.gate")
+log = logging.getLogger("burstbot.guard")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +30,7 @@ class Refusal:
     repeat: bool = False
 
 
-class BurstGate(Protocol):
+class Guard(Protocol):
     """What the engine asks before and after a model call (implemented by `CostGuards`)."""
 
     async def admit(
@@ -43,26 +43,27 @@ class BurstGate(Protocol):
 
 
 class GuardStep:
-    """The gate as the engine uses it: optional (no gate admits every burst), and a failure to
-    count tokens is logged, not raised: the tokens are spent and the reply matters more."""
+    """The guard as the engine uses it: optional (without one every burst is admitted), and a
+    failure to count tokens is logged, not raised: the tokens are spent and the reply matters
+    more."""
 
-    def __init__(self, gate: BurstGate | None) -> None:
-        self.gate = gate
+    def __init__(self, guard: Guard | None) -> None:
+        self.guard = guard
 
     async def admit(
         self, key: ConversationKey, burst: Sequence[StoredMessage], now: float
     ) -> Refusal | None:
-        if self.gate is None:
+        if self.guard is None:
             return None
-        return await self.gate.admit(key, burst, now)
+        return await self.guard.admit(key, burst, now)
 
     async def charge(
         self, key: ConversationKey, burst: Sequence[StoredMessage], usage: TokenUsage, now: float
     ) -> None:
         """Count the tokens a generation spent (finished or cancelled) against the budgets."""
-        if self.gate is None:
+        if self.guard is None:
             return
         try:
-            await self.gate.charge(key, burst, usage, now)
+            await self.guard.charge(key, burst, usage, now)
         except StoreError as exc:
             log.warning("conversation %s: token usage not counted (%s)", key.id, exc)
