@@ -9,11 +9,13 @@ seconds apart. Each file (or generated person) is one conversation; a reply answ
 
 What is measured, per policy:
 - felt wait: from the last message a posted reply covers to its first visible word (streamed: the
-  first token of the generation whose reply was posted), p50 and p90;
+  first token of the generation whose reply was posted, or the close of its window when that
+  comes later: a speculation shows nothing before the close), p50 and p90;
 - replies per person-episode (a person's messages in one conversation less than 30 s apart), and
   the share of multi-message episodes answered by more than one reply;
 - visible supersedes per 100 messages: a generation cancelled by newer input after its first
-  word was visible (a draft shown, then replaced by a longer answer);
+  word was visible (a draft shown, then replaced by a longer answer; so never a speculation
+  cancelled before its close);
 - model requests per message, and the output tokens of cancelled generations as a share of all.
 
 Policies are data: settings for the engine plus, for speculation, what the engine cannot do yet.
@@ -185,6 +187,14 @@ class PolicyResult:
         return self.wasted_tokens / max(1, self.output_tokens)
 
 
+def visible_at(call: Call, closes: dict[int, float]) -> float | None:
+    """When the call's first word shows: its first token, but never before the window of its
+    burst's last message closes (a speculation shows nothing before the close)."""
+    if call.first_token_at is None:
+        return None
+    return max(call.first_token_at, closes.get(max(call.covers), call.first_token_at))
+
+
 async def replay(policy: Policy, timeline: Sequence[Said], ttft: float, pace: float,
                  tokens: int) -> PolicyResult:  # fmt: skip
     clock = FakeClock(START)
@@ -204,6 +214,7 @@ async def replay(policy: Policy, timeline: Sequence[Said], ttft: float, pace: fl
     engine = Engine(store, model, clock, settings, "bench", {PLATFORM: platform})
     wall = time.monotonic()
     last: dict[str, tuple[float, float | None]] = {}  # conversation → (last arrival, due)
+    closes: dict[int, float] = {}  # message → when the window it armed closes (its due time)
     spec_wasted_requests = spec_wasted_tokens = 0
 
     async def settle() -> None:
@@ -242,6 +253,7 @@ async def replay(policy: Policy, timeline: Sequence[Said], ttft: float, pace: fl
         if policy.speculate_after is not None and not real:
             model.first_token_from[i] = at + policy.speculate_after
         last[cid] = (at, result.due_at)
+        closes[i] = result.due_at if result.due_at is not None else at
         await settle()
     await run_until(clock.now() + 120.0)
     await engine.shutdown()
@@ -255,8 +267,9 @@ async def replay(policy: Policy, timeline: Sequence[Said], ttft: float, pace: fl
     for post in answers:
         call = model.calls[post.generation - 1]
         last_covered = max(call.covers)
-        if call.first_token_at is not None:
-            out.felt.append(call.first_token_at - arrivals[last_covered])
+        shown = visible_at(call, closes)
+        if shown is not None:
+            out.felt.append(shown - arrivals[last_covered])
         for m in call.covers:
             reply_of[m] = post.generation
     out.replies = len(answers)
@@ -270,7 +283,7 @@ async def replay(policy: Policy, timeline: Sequence[Said], ttft: float, pace: fl
         out.output_tokens += call.tokens
         if n not in posted:
             out.wasted_tokens += call.tokens
-            cancelled, shown = call.cancelled_at, call.first_token_at
+            cancelled, shown = call.cancelled_at, visible_at(call, closes)
             if cancelled is not None and shown is not None and shown < cancelled:
                 out.visible_supersedes += 1
     out.requests = len(model.calls) + spec_wasted_requests
