@@ -111,6 +111,7 @@ async def raw_sqlite(profile: Profile, directory: str) -> IngestRow:
                     "quiet": settings.quiet_seconds,
                     "max_wait": settings.max_wait_seconds,
                     "version": version,
+                    "speculate_after": None,  # the raw baseline arms no early start
                 },
             ).fetchall()
             db.execute("COMMIT")
