@@ -30,6 +30,18 @@ async def stream_for(bot: Bot, calls: list[ReplierCall], seconds: float, start: 
         await step(bot.clock, TICK, within=0.2)
 
 
+async def drafts_landed(bot: Bot, ids: list[str]) -> None:
+    """Until no draft post is still on its way (each recorded draft has its message id): a reply
+    committed while its draft's post is in flight waits for that post's outcome (G10), which is
+    not what these tests are about (bounded real-time wait for the HTTP calls)."""
+    async with asyncio.timeout(5.0):
+        while True:
+            drafts = [await bot.store.draft(cid) for cid in ids]
+            if all(d is None or d.message_id is not None for d in drafts):
+                return
+            await asyncio.sleep(0.005)
+
+
 async def shown_within_one_tick(bot: Bot, api: FakeSlackApi, where: str, answer: str) -> None:
     """The commit and the outbox's final edit take no fake time at all: nothing waits for a
     token (bounded real-time wait for the store and the HTTP calls)."""
@@ -83,6 +95,8 @@ async def test_a_generation_never_waits_for_a_drafts_budget_and_frees_its_slot_a
             first = round_ * CONVERSATIONS
             calls = [await bot.replier.next_call(first + n) for n in range(CONVERSATIONS)]
             await stream_for(bot, calls, 3.0, 10 * round_)
+            cids = [f"slack/{TEAM}/{channel(first + n)}/" for n in range(CONVERSATIONS)]
+            await drafts_landed(bot, cids)
             for call in calls:
                 call.finish(f"answer to {call.texts[0]}, complete.")
             for call in calls:  # no fake time passes from here on
