@@ -240,6 +240,17 @@ class SlackConfig(Section):
     bot_token_env: str = "SLACK_BOT_TOKEN"
     app_token_env: str = "SLACK_APP_TOKEN"
     signing_secret_env: str = "SLACK_SIGNING_SECRET"
+    # one workspace with `bot_token_env`, or any number installed through "Add to Slack"
+    # (adapters/slack/install.py, docs/slack.md "Distributing to several workspaces")
+    install: Literal["token", "oauth"] = "token"
+    client_id_env: str = "SLACK_CLIENT_ID"
+    client_secret_env: str = "SLACK_CLIENT_SECRET"
+    state_secret_env: str = "SLACK_STATE_SECRET"
+    token_key_env: str = "BURSTBOT_TOKEN_KEY"  # Fernet keys, newest first, comma-separated
+    redirect_url: str = ""  # the public URL of `redirect_path`, when the app lists several
+    install_path: str = "/slack/install"
+    redirect_path: str = "/slack/oauth_redirect"
+    forget_on_uninstall: bool = True
     api_base_url: str = ""
     http_host: str = "127.0.0.1"
     http_port: int = Field(default=3000, ge=0, le=65535)
@@ -330,6 +341,7 @@ class LimitsConfig(Section):
     user_daily_tokens: int = Field(default=USER_DAILY_TOKENS, ge=0, le=MANY)
     channel_daily_tokens: int = Field(default=CHANNEL_DAILY_TOKENS, ge=0, le=MANY)
     global_daily_tokens: int = Field(default=0, ge=0, le=MANY)
+    workspace_daily_tokens: int = Field(default=0, ge=0, le=MANY)
     search_tokens: int = Field(default=3_000, ge=0, le=MANY)
     """What one web search counts against the daily token budgets: about the input tokens its
     $0.01 buys on a Sonnet model, so a budget bounds searches as it bounds tokens."""

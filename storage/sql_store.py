@@ -39,6 +39,7 @@ from storage.actions import ActionSteps
 from storage.backlog import BacklogSteps
 from storage.drafts import DraftSteps
 from storage.files import FileSteps
+from storage.installations import InstallationSteps
 from storage.notes import NoteSteps
 from storage.notices import NoticeSteps
 from storage.requeue import RequeueSteps
@@ -58,6 +59,7 @@ class SqlStore(
     NoteSteps[Conn],
     NoticeSteps[Conn],
     ActionSteps[Conn],
+    InstallationSteps[Conn],
 ):
     MIGRATIONS: ClassVar[Sequence[str]]
 

@@ -850,3 +850,96 @@ ALTER TABLE messages ADD COLUMN quiet_reason TEXT;
 -- the earliest early starts through their own (partial) index.
 ALTER TABLE debounce_timers ADD COLUMN start_at FLOAT8;
 CREATE INDEX debounce_timers_start ON debounce_timers(start_at) WHERE start_at IS NOT NULL;
+
+-- name: migration_16
+-- Slack installations (one per workspace an "Add to Slack" install reached), their tokens
+-- encrypted by the Slack adapter before they get here (the store never sees one in the clear),
+-- `token_version` bumped by every save or refresh, and the claim that lets one process refresh an
+-- expiring token. Beside them, the OAuth flow's single-use states.
+CREATE TABLE slack_installations (
+    team_id           TEXT PRIMARY KEY,
+    enterprise_id     TEXT NOT NULL,
+    team_name         TEXT NOT NULL,
+    app_id            TEXT NOT NULL,
+    bot_user_id       TEXT NOT NULL,
+    bot_id            TEXT NOT NULL,
+    bot_scopes        TEXT NOT NULL,
+    installer_id      TEXT NOT NULL,
+    bot_token         TEXT NOT NULL,
+    refresh_token     TEXT,
+    expires_at        FLOAT8,
+    installed_at      FLOAT8 NOT NULL,
+    token_version     BIGINT NOT NULL DEFAULT 1,
+    refresh_owner     TEXT,
+    refresh_until     FLOAT8
+);
+CREATE TABLE oauth_states (
+    state             TEXT PRIMARY KEY,
+    expires_at        FLOAT8 NOT NULL
+);
+
+-- installations (storage/installations.py) --------------------------------------------------------
+
+-- name: save_installation
+-- A new install, or a reinstall of the same workspace (new token, same row).
+INSERT INTO slack_installations (team_id, enterprise_id, team_name, app_id, bot_user_id, bot_id,
+    bot_scopes, installer_id, bot_token, refresh_token, expires_at, installed_at)
+VALUES (:team, :enterprise, :name, :app, :bot_user, :bot, :scopes, :installer, :token, :refresh,
+    :expires_at, :now)
+ON CONFLICT (team_id) DO UPDATE SET enterprise_id = excluded.enterprise_id,
+    team_name = excluded.team_name, app_id = excluded.app_id, bot_user_id = excluded.bot_user_id,
+    bot_id = excluded.bot_id, bot_scopes = excluded.bot_scopes,
+    installer_id = excluded.installer_id, bot_token = excluded.bot_token,
+    refresh_token = excluded.refresh_token, expires_at = excluded.expires_at,
+    installed_at = excluded.installed_at,
+    token_version = slack_installations.token_version + 1,
+    refresh_owner = NULL, refresh_until = NULL;
+
+-- name: installation
+SELECT team_id, enterprise_id, team_name, app_id, bot_user_id, bot_id, bot_scopes, installer_id,
+    bot_token, refresh_token, expires_at, installed_at, token_version
+FROM slack_installations WHERE team_id = :team;
+
+-- name: all_installations
+SELECT team_id, enterprise_id, team_name, app_id, bot_user_id, bot_id, bot_scopes, installer_id,
+    bot_token, refresh_token, expires_at, installed_at, token_version
+FROM slack_installations ORDER BY installed_at, team_id;
+
+-- name: delete_installation
+DELETE FROM slack_installations WHERE team_id = :team RETURNING team_id;
+
+-- name: claim_token_refresh
+-- One process refreshes an expiring token: the one whose claim this sets (on the database's clock).
+UPDATE slack_installations SET refresh_owner = :owner, refresh_until = CAST(:db_now AS FLOAT8) + CAST(:seconds AS FLOAT8)
+WHERE team_id = :team AND token_version = :version
+  AND (refresh_until IS NULL OR refresh_until < :db_now)
+RETURNING team_id;
+
+-- name: store_refreshed_token
+UPDATE slack_installations
+SET bot_token = :token, refresh_token = :refresh, expires_at = :expires_at,
+    token_version = token_version + 1, refresh_owner = NULL, refresh_until = NULL
+WHERE team_id = :team AND token_version = :version AND refresh_owner = :owner
+RETURNING token_version;
+
+-- name: add_oauth_state
+INSERT INTO oauth_states (state, expires_at) VALUES (:state, :expires_at);
+
+-- name: consume_oauth_state
+-- Single use: of two callbacks with one state, one deletes it; an expired one is refused too.
+DELETE FROM oauth_states WHERE state = :state RETURNING expires_at;
+
+-- name: prune_oauth_states
+DELETE FROM oauth_states WHERE expires_at < :now RETURNING state;
+
+-- name: workspace_conversations
+SELECT id FROM conversations WHERE id LIKE :prefix ORDER BY id;
+
+-- name: fail_workspace_replies
+-- An uninstalled workspace's replies can never be posted: failed at once, with the reason, unless
+-- a deliverer holds one now (its own post fails with the same reason).
+UPDATE replies SET state = 'failed', last_error = :error, claim_owner = NULL,
+    claim_expires_at = NULL
+WHERE conversation_id LIKE :prefix AND state = 'pending'
+  AND (claim_owner IS NULL OR claim_expires_at < :db_now)
+RETURNING id;

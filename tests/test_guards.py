@@ -185,6 +185,24 @@ async def test_channel_budget_stops_the_channel_and_its_threads_not_other_channe
     await check_invariants(store, [KEY.id, thread.id, OTHER.id])
 
 
+async def test_workspace_budget_stops_the_workspace_not_another_one(
+    store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    replier = ScriptedReplier()  # 11 tokens a burst
+    app = make_app(store, clock, replier, frontend,
+                   limits={"workspace_daily_tokens": 10, **NOTICES})  # fmt: skip
+    elsewhere = ConversationKey("test", "w2", "c1")
+    await app.ingest(msg())
+    await step(app, clock)
+    await app.ingest(msg("U2", key=OTHER))  # another channel of the same workspace
+    await app.ingest(msg("U2", key=elsewhere))
+    await step(app, clock)
+    assert len(replier.calls) == 2
+    assert frontend.texts(OTHER) == ["budget spent"]
+    assert frontend.texts(elsewhere) == ["reply to: hi"]
+    await check_invariants(store, [KEY.id, OTHER.id, elsewhere.id])
+
+
 def test_the_defaults_cap_each_user_and_channel_per_day() -> None:
     """Anyone who can message the bot spends the API key: the defaults bound it."""
     from bot.config import CHANNEL_DAILY_TOKENS, USER_DAILY_TOKENS, LimitsConfig

@@ -107,6 +107,8 @@ def check_config(
             parts.append(f"{lim.max_burst_chars} chars/burst")
         if lim.user_daily_tokens:
             parts.append(f"{lim.user_daily_tokens} tokens/user/day")
+        if lim.workspace_daily_tokens:
+            parts.append(f"{lim.workspace_daily_tokens} tokens/workspace/day")
         if lim.channel_daily_tokens:
             parts.append(f"{lim.channel_daily_tokens} tokens/channel/day")
         if lim.global_daily_tokens:

@@ -28,6 +28,7 @@ from typing import Protocol
 
 from bot.core.actions import ActionLog
 from bot.core.events import Draft, IncomingMessage, MessageDeleted, MessageEdited
+from bot.core.installations import InstallationBook
 from bot.core.notes import NoteBook
 from bot.core.records import (
     UNFINISHED,
@@ -89,7 +90,7 @@ __all__ = [
 ]
 
 
-class Store(NoteBook, ActionLog, Protocol):
+class Store(NoteBook, ActionLog, InstallationBook, Protocol):
     # lifecycle -----------------------------------------------------------------------------
     async def open(self) -> None:
         """Connect and run pending migrations."""

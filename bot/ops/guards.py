@@ -5,10 +5,10 @@ Where each check lives, and why:
 - at arrival (`check_message`, called by the app before storage): characters per message and the
   per-user message rate. A refused message is never stored, so it cannot start or grow a burst.
 - before the model call (`admit`, called by the engine with the whole burst): messages and
-  characters per burst, and the daily token budgets (global, per channel, per user), which also
-  refuse a
-  burst whose files' estimated tokens would overrun what is left of them. A refused burst is
-  committed as answered with a short notice instead of a model reply, so nothing stays pending.
+  characters per burst, and the daily token budgets (global, per workspace, per channel, per
+  user), which also refuse a burst whose files' estimated tokens would overrun what is left of
+  them. A refused burst is committed as answered with a short notice instead of a model reply,
+  so nothing stays pending.
 - after every model call (`charge`), finished or cancelled: its tokens count against the budgets,
   and each web search it ran as `search_tokens` tokens (a search is billed on top of the tokens).
 
@@ -47,6 +47,7 @@ def limits_active(limits: LimitsConfig) -> bool:
             limits.user_daily_tokens,
             limits.channel_daily_tokens,
             limits.global_daily_tokens,
+            limits.workspace_daily_tokens,
             limits.max_message_chars,
             limits.max_burst_chars,
             limits.max_burst_messages,
@@ -57,6 +58,11 @@ def limits_active(limits: LimitsConfig) -> bool:
 def channel_scope(key: ConversationKey) -> str:
     """The channel's daily token counter: every thread of a channel (or a DM) shares it."""
     return f"tokens:channel:{key.platform}/{key.workspace}/{key.channel}"
+
+
+def workspace_scope(key: ConversationKey) -> str:
+    """The workspace's (a Slack team's, a Discord guild's) daily token counter."""
+    return f"tokens:workspace:{key.platform}/{key.workspace}"
 
 
 def spent_tokens(usage: TokenUsage, search_tokens: int = 0) -> int:
@@ -169,6 +175,7 @@ class CostGuards:
         lim = self.limits
         budgets = [
             ("global_budget", "tokens:global", lim.global_daily_tokens, key.id),
+            ("workspace_budget", workspace_scope(key), lim.workspace_daily_tokens, key.id),
             ("channel_budget", channel_scope(key), lim.channel_daily_tokens, key.id),
         ]
         budgets += [("user_budget", f"tokens:{u}", lim.user_daily_tokens, u) for u in users]

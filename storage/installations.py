@@ -1,0 +1,90 @@
+"""The store's installations and OAuth states (`bot.core.installations.InstallationBook`).
+
+Tokens arrive encrypted and leave as they came: encryption is the Slack adapter's
+(adapters/slack/token_box.py), so neither this file nor the database holds a key.
+"""
+
+from __future__ import annotations
+
+from bot.core.installations import InstallationRecord
+from storage.rows import Row
+from storage.seam import Conn, StoreSeam
+
+
+def _like(platform: str, workspace: str) -> str:
+    """Every conversation id of the workspace (ids never hold '/' inside a part; '%' and '_'
+    are escaped by refusing them: Slack team ids are letters and digits)."""
+    if not workspace.isalnum():
+        raise ValueError(f"not a workspace id: {workspace!r}")
+    return f"{platform}/{workspace}/%"
+
+
+def _record(row: Row) -> InstallationRecord:
+    return InstallationRecord(
+        team_id=str(row[0]), enterprise_id=str(row[1]), team_name=str(row[2]),
+        app_id=str(row[3]), bot_user_id=str(row[4]), bot_id=str(row[5]), bot_scopes=str(row[6]),
+        installer_id=str(row[7]), bot_token=str(row[8]),
+        refresh_token=None if row[9] is None else str(row[9]),
+        expires_at=None if row[10] is None else float(row[10]), installed_at=float(row[11]),
+        token_version=int(row[12]),
+    )  # fmt: skip
+
+
+class InstallationSteps(StoreSeam[Conn]):
+    async def save_installation(self, record: InstallationRecord, now: float) -> None:
+        params = {"team": record.team_id, "enterprise": record.enterprise_id,
+                  "name": record.team_name, "app": record.app_id,
+                  "bot_user": record.bot_user_id, "bot": record.bot_id,
+                  "scopes": record.bot_scopes, "installer": record.installer_id,
+                  "token": record.bot_token, "refresh": record.refresh_token,
+                  "expires_at": record.expires_at, "now": now}  # fmt: skip
+        await self._rows("save_installation", params)
+
+    async def installation(self, team_id: str) -> InstallationRecord | None:
+        row = await self._one("installation", {"team": team_id})
+        return None if row is None else _record(row)
+
+    async def installations(self) -> list[InstallationRecord]:
+        return [_record(row) for row in await self._rows("all_installations", {})]
+
+    async def delete_installation(self, team_id: str) -> bool:
+        return await self._one("delete_installation", {"team": team_id}) is not None
+
+    async def claim_token_refresh(
+        self, team_id: str, version: int, owner: str, seconds: float, now: float
+    ) -> bool:
+        params = {"team": team_id, "version": version, "owner": owner, "seconds": seconds,
+                  "now": now}  # fmt: skip
+        return await self._one("claim_token_refresh", params) is not None
+
+    async def store_refreshed_token(
+        self,
+        team_id: str,
+        version: int,
+        owner: str,
+        token: str,
+        refresh_token: str | None,
+        expires_at: float | None,
+    ) -> int | None:
+        params = {"team": team_id, "version": version, "owner": owner, "token": token,
+                  "refresh": refresh_token, "expires_at": expires_at}  # fmt: skip
+        row = await self._one("store_refreshed_token", params)
+        return None if row is None else int(row[0])
+
+    async def add_oauth_state(self, state: str, expires_at: float) -> None:
+        await self._rows("add_oauth_state", {"state": state, "expires_at": expires_at})
+
+    async def consume_oauth_state(self, state: str, now: float) -> bool:
+        await self._rows("prune_oauth_states", {"now": now})
+        row = await self._one("consume_oauth_state", {"state": state})
+        return row is not None and float(row[0]) >= now
+
+    async def workspace_conversations(self, platform: str, workspace: str) -> list[str]:
+        rows = await self._rows("workspace_conversations", {"prefix": _like(platform, workspace)})
+        return [str(row[0]) for row in rows]
+
+    async def fail_workspace_replies(
+        self, platform: str, workspace: str, reason: str, now: float
+    ) -> int:
+        params = {"prefix": _like(platform, workspace), "error": reason, "now": now}
+        return len(await self._rows("fail_workspace_replies", params))
