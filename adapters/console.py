@@ -144,7 +144,9 @@ class ConsoleFrontend(FileSource):
             await asyncio.sleep(SETTLE_POLL_SECONDS)
         host.request_stop()
 
-    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
+    async def fetch_attachment(
+        self, key: ConversationKey, attachment: Attachment, max_bytes: int
+    ) -> bytes:
         return await asyncio.to_thread(_read_local, attachment.url, max_bytes)
 
     async def deliver(self, reply: Reply) -> list[str]:

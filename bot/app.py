@@ -29,6 +29,7 @@ from bot.core.frontend import (
 )
 from bot.core.guard import GuardStep
 from bot.core.hints import wanted
+from bot.core.installations import InstallationBook
 from bot.core.notes import NoteBook
 from bot.core.replier import Closable, Replier
 from bot.core.scheduler import Scheduler
@@ -125,6 +126,7 @@ class App:
         self.catch_up_settings = catch_up_settings(config)
         self.threads = ThreadBook(store, self.engine.clock, self.ingest, self.catch_up_settings)
         self.notes: NoteBook = store
+        self.installations: InstallationBook = store
         self.engine.prompts.context = self._prompt_context
         self.catch_ups: list[CatchUp] = []
         self.metrics = Metrics(PriceTable(config.prices))

@@ -143,6 +143,17 @@ class PostedMessage:
         return out
 
 
+async def api_arguments(request: web.Request) -> dict[str, Any]:
+    """A Web API call's arguments: its query, and its form or JSON body."""
+    args: dict[str, Any] = dict(request.query)
+    if request.can_read_body:
+        if request.content_type == "application/json":
+            args.update(await request.json())
+        else:
+            args.update(dict(await request.post()))
+    return args
+
+
 @dataclass
 class SharedFile:
     name: str
@@ -199,8 +210,18 @@ def valid_task(chunk: dict[str, Any]) -> bool:
 
 
 class FakeSlackApi:
-    def __init__(self, token: str = "xoxb-test", status_supported: bool = False) -> None:
+    def __init__(
+        self,
+        token: str = "xoxb-test",
+        status_supported: bool = False,
+        team: str = TEAM,
+        team_name: str = "Acme",
+        bot_user: str = BOT_USER,
+        bot_id: str = BOT_ID,
+    ) -> None:
         self.token = token
+        self.team, self.team_name = team, team_name
+        self.bot_user, self.bot_id = bot_user, bot_id
         self.status_supported = status_supported
         self.messages: list[PostedMessage] = []
         self.calls: list[tuple[str, dict[str, Any]]] = []
@@ -290,7 +311,7 @@ class FakeSlackApi:
         if method not in self.limits:
             return None
         limits, per = self.limits[method]
-        wait = limits.spend(TEAM if per == "workspace" else str(args.get("channel", "")))
+        wait = limits.spend(self.team if per == "workspace" else str(args.get("channel", "")))
         if wait is None:
             return None
         return web.json_response({"ok": False, "error": "ratelimited"}, status=429,
@@ -327,14 +348,15 @@ class FakeSlackApi:
         base = self.url.removesuffix("/api/")
         return {"id": file_id, "name": name, "title": name, "mimetype": mimetype,
                 "filetype": name.rsplit(".", 1)[-1], "size": len(content) if size is None else size,
-                "url_private": f"{base}/files-pri/{TEAM}-{file_id}/{name}",
-                "url_private_download": f"{base}/files-pri/{TEAM}-{file_id}/download/{name}",
+                "url_private": f"{base}/files-pri/{self.team}-{file_id}/{name}",
+                "url_private_download": f"{base}/files-pri/{self.team}-{file_id}/download/{name}",
                 **extra}  # fmt: skip
 
     async def _download(self, request: web.Request) -> web.StreamResponse:
         """Like files.slack.com: without the bot token, a 200 sign-in page, not the file."""
-        file_id = request.match_info["team_file"].removeprefix(f"{TEAM}-")
-        if request.headers.get("Authorization") != f"Bearer {self.token}":
+        file_id = request.match_info["team_file"].removeprefix(f"{self.team}-")
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        if self.refuse_token("files", token) is not None:
             self.refused_downloads.append(file_id)
             return web.Response(text="<html>Sign in to Slack</html>", content_type="text/html")
         self.timeline.append(f"download {file_id}")
@@ -422,19 +444,22 @@ class FakeSlackApi:
     # the API ----------------------------------------------------------------------------------
     async def _handle(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
-        args: dict[str, Any] = dict(request.query)
-        if request.can_read_body:
-            if request.content_type == "application/json":
-                args.update(await request.json())
-            else:
-                args.update(dict(await request.post()))
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        return await self.answer(method, await api_arguments(request), token)
+
+    def refuse_token(self, method: str, token: str) -> str | None:
+        """Slack's error for a call with this token (None: the token is good for it)."""
+        expected = self.app_token if method == "apps.connections.open" else self.token
+        return None if token == expected else "invalid_auth"
+
+    async def answer(self, method: str, args: dict[str, Any], token: str) -> web.Response:
+        """One Web API call with its arguments and bearer token, as Slack answers it."""
         self.calls.append((method, args))
         if self.outage is not None:  # the load balancer answers; Slack never sees the call
             return self._failure(self.outage)
-        token = request.headers.get("Authorization", "").removeprefix("Bearer ")
-        expected = self.app_token if method == "apps.connections.open" else self.token
-        if token != expected:
-            return web.json_response({"ok": False, "error": "invalid_auth"})
+        bad_token = self.refuse_token(method, token)
+        if bad_token is not None:
+            return web.json_response({"ok": False, "error": bad_token})
         if (refused := self._over_limit(method, args)) is not None:
             return refused
         failure = self.failures.get(method, []).pop(0) if self.failures.get(method) else None
@@ -467,8 +492,9 @@ class FakeSlackApi:
         )
 
     def _auth_test(self, args: dict[str, Any]) -> dict[str, Any]:
-        return {"team_id": TEAM, "team": "Acme", "user_id": BOT_USER, "user": "burstbot",
-                "bot_id": BOT_ID, "url": "https://acme.slack.com/"}  # fmt: skip
+        return {"team_id": self.team, "team": self.team_name, "user_id": self.bot_user,
+                "user": "burstbot", "bot_id": self.bot_id,
+                "url": f"https://{self.team_name.lower()}.slack.com/"}  # fmt: skip
 
     def _next_ts(self) -> str:
         """A new message's ts: the time, in microseconds, always later than the last one."""
@@ -483,8 +509,9 @@ class FakeSlackApi:
             metadata = json.loads(metadata)
         ts = self._next_ts()
         message = PostedMessage(
-            str(args["channel"]), ts, str(args.get("text", "")), args.get("thread_ts"), metadata
-        )
+            str(args["channel"]), ts, str(args.get("text", "")), args.get("thread_ts"), metadata,
+            self.bot_user, self.bot_id,
+        )  # fmt: skip
         self.messages.append(message)
         self.chat_log.append({"method": "chat.postMessage", "ts": ts, "text": message.text})
         return {"channel": message.channel, "ts": ts, "message": message.as_api(True)}
@@ -495,7 +522,7 @@ class FakeSlackApi:
                  if m.channel == args.get("channel") and m.ts == args.get("ts")]  # fmt: skip
         if not found:
             return {"error": "message_not_found"}
-        if found[0].bot_id != BOT_ID:
+        if found[0].bot_id != self.bot_id:
             return {"error": "cant_update_message"}
         return found[0]
 
@@ -533,7 +560,7 @@ class FakeSlackApi:
             return {"error": "msg_too_long"}
         ts = self._next_ts()
         message = PostedMessage(str(args["channel"]), ts, text, str(args["thread_ts"]), None,
-                                streaming=True)  # fmt: skip
+                                self.bot_user, self.bot_id, streaming=True)  # fmt: skip
         message.tasks.update((task["id"], task) for task in chunked[1])
         self.messages.append(message)
         self._log_stream("chat.startStream", ts, text, args)

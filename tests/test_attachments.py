@@ -53,7 +53,9 @@ class Files(FileSource):
         self.content = content
         self.requests: list[tuple[str, int]] = []
 
-    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
+    async def fetch_attachment(
+        self, key: ConversationKey, attachment: Attachment, max_bytes: int
+    ) -> bytes:
         self.requests.append((attachment.platform_id, max_bytes))
         if attachment.platform_id not in self.content:
             raise FetchError("HTTP 404")
@@ -268,7 +270,9 @@ class SlowFiles(RecordingFrontend, FileSource):
         self.asked = asyncio.Event()
         self.release = asyncio.Event()
 
-    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
+    async def fetch_attachment(
+        self, key: ConversationKey, attachment: Attachment, max_bytes: int
+    ) -> bytes:
         self.started.append(attachment.platform_id)
         self.asked.set()
         try:

@@ -224,7 +224,7 @@ async def test_without_the_bot_token_slack_gives_a_sign_in_page_not_the_file(
     llm = {"base_url": server.base_url, "api_key_env": "TEST_ANTHROPIC_KEY", "max_retries": 0}
     replier = claude_replier(parse_config({"llm": llm}), KEY_ENV)
     async with running_bot(api, replier=replier) as bot:  # type: ignore[arg-type]
-        bot.frontend._bot_token = TOKEN + "-other"
+        bot.frontend.only.client.token = TOKEN + "-other"  # its posts fail too: unread here
         file = api.share_file("F8", "x.png", png(2, 2), "image/png")
         assert await bot.send(shared(1, "hm", file)) == 200
         await bot.step(1.5)

@@ -44,8 +44,7 @@ def parts_of(api: FakeSlackApi, reply_id: str) -> list[int]:
 async def test_redelivery_finds_part_0_made_of_a_draft_older_than_the_answered_message(
     api: FakeSlackApi, bot: Bot
 ) -> None:
-    drafts = bot.frontend.drafts
-    assert drafts is not None
+    drafts = bot.frontend.only.drafts
     first = person_writes(api, "tell me about")
     # the first generation's draft, posted before the burst's last message (then superseded)
     draft = new_draft(time.time(), first)  # the host's clock, as Slack's ts

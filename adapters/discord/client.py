@@ -392,7 +392,9 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
             log.error("discord: the delete of message %s in %s lost: not stored (%s)", message_id,
                       key.id, error)  # fmt: skip
 
-    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
+    async def fetch_attachment(
+        self, key: ConversationKey, attachment: Attachment, max_bytes: int
+    ) -> bytes:
         return await files.fetch(attachment, max_bytes)
 
     # out -------------------------------------------------------------------------------------

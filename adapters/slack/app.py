@@ -11,25 +11,41 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+import secrets
+import socket
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
+from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import files, transport
 from adapters.slack.assistant import AssistantThreads
 from adapters.slack.events import RESET_COMMAND, SlackEvents
 from adapters.slack.history import History
 from adapters.slack.inbound import Identity
+from adapters.slack.install import StoreInstallations, StoreOAuthStates, oauth_flow
 from adapters.slack.outbound import Outbound, slack_pacer
 from adapters.slack.streaming import SlackDrafts
+from adapters.slack.token_box import TokenBox
+from adapters.slack.uninstall import Uninstalls
+from adapters.slack.workspaces import (
+    NOT_INSTALLED,
+    InstalledWorkspaces,
+    SingleWorkspace,
+    Workspace,
+    WorkspaceAuthorize,
+    WorkspaceDrafts,
+)
 from bot.config import Config, Reconfigurable, SlackConfig, require_secret
 from bot.core.background import Background
 from bot.core.catch_up import CatchUp, CatchUpRun
 from bot.core.clock import Clock, SystemClock
-from bot.core.errors import BurstbotError, ConfigError, FetchError
+from bot.core.errors import BurstbotError, ConfigError, FetchError, PermanentDeliveryError
 from bot.core.events import Attachment, ConversationKey, Reply
 from bot.core.frontend import (
     CatchUpSource,
@@ -44,6 +60,16 @@ from bot.core.frontend import (
 log = logging.getLogger("burstbot.slack")
 
 
+@dataclass(frozen=True)
+class OAuthSecrets:
+    """`install = "oauth"`: the app's credentials and the key its stored tokens are under."""
+
+    client_id: str
+    client_secret: str
+    state_secret: str
+    box: TokenBox
+
+
 class SlackFrontend(
     Healthy, Drafting, StopsIntake, PromptContext, Reconfigurable, CatchUpSource, FileSource
 ):
@@ -52,10 +78,12 @@ class SlackFrontend(
     def __init__(
         self,
         config: SlackConfig,
-        bot_token: str,
+        bot_token: str = "",
         signing_secret: str = "",
         app_token: str = "",
         clock: Clock | None = None,
+        oauth: OAuthSecrets | None = None,
+        owner: str = "",
     ) -> None:
         self.config = config
         self.clock = clock or SystemClock()  # paces draft edits (tests pass the fake clock)
@@ -63,18 +91,34 @@ class SlackFrontend(
         self._bot_token = bot_token
         self._signing_secret = signing_secret
         self._app_token = app_token
+        self._oauth = oauth
+        self._owner = owner or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._session: aiohttp.ClientSession | None = None
-        self._outbound: Outbound | None = None
         self._runner: web.AppRunner | None = None
         self._socket: Any = None
-        self._history: History | None = None
         self._decider: Background | None = None
         self._catch_up: CatchUp | None = None
-        self.identity = Identity("", "", "")
+        self._host: Host | None = None
+        self.workspaces: SingleWorkspace | InstalledWorkspaces | None = None
+        self.uninstalls: Uninstalls | None = None
         self.http_port: int | None = None
         self._accepting = True
-        self.drafts: SlackDrafts | None = None  # streaming, once started
-        self.assistant: AssistantThreads | None = None  # assistant threads, once started
+        self.drafts: WorkspaceDrafts | None = None  # streaming, once started
+
+    @property
+    def only(self) -> Workspace:
+        """The one workspace (`install = "token"`)."""
+        assert isinstance(self.workspaces, SingleWorkspace), "several workspaces: no only one"
+        return self.workspaces.workspace
+
+    @property
+    def identity(self) -> Identity:
+        return self.only.identity
+
+    @property
+    def assistant(self) -> AssistantThreads | None:
+        """The one workspace's assistant threads (tests wait for them)."""
+        return self.only.assistant if isinstance(self.workspaces, SingleWorkspace) else None
 
     # lifecycle --------------------------------------------------------------------------------
     def health(self) -> tuple[bool, str]:
@@ -94,38 +138,80 @@ class SlackFrontend(
             raise
 
     async def _start(self, host: Host) -> None:
+        self._host = host
         client, self._session = transport.web_client(self.config, self._bot_token)
-        auth_test = await transport.check_bot_token(client, self.config)
-        self.identity = Identity(str(auth_test["team_id"]), str(auth_test["user_id"]),
-                                 str(auth_test["bot_id"]))  # fmt: skip
-        self._outbound = Outbound(
-            client,
-            self.identity,
-            indicator=self.config.thinking_indicator,
-            reaction=self.config.thinking_reaction,
-            max_parts=self.config.max_parts_per_reply,
-            pacer=slack_pacer(self.config, self.clock),
-        )
-        self.assistant = AssistantThreads(client, self.identity, host, self.config.assistant)
-        self.drafts = SlackDrafts(self._outbound, native=self.assistant.streams_natively)
-        self._history = History(client, self.identity, self.listen_channels)
-        events = SlackEvents(host, self.identity, self.listen_channels, self.assistant,
+        self._pacer = slack_pacer(self.config, self.clock)
+        if self._oauth is None:
+            auth_test = await transport.check_bot_token(client, self.config)
+            identity = Identity(str(auth_test["team_id"]), str(auth_test["user_id"]),
+                                str(auth_test["bot_id"]))  # fmt: skip
+            self.workspaces = SingleWorkspace(self._stack(client, identity))
+            bolt = transport.bolt_app(client, self._signing_secret, auth_test)
+            flow = None
+        else:
+            box, oauth = self._oauth.box, self._oauth
+            self.workspaces = InstalledWorkspaces(
+                host.installations, box, client, self._stack, oauth.client_id,
+                oauth.client_secret, self._owner, self.clock,
+            )  # fmt: skip
+            installed = await self.workspaces.check_key()
+            flow = oauth_flow(
+                self.config, client, StoreInstallations(host.installations, box, self.clock),
+                StoreOAuthStates(host.installations, oauth.state_secret, self.clock),
+                oauth.client_id, oauth.client_secret,
+            )  # fmt: skip
+            authorize = WorkspaceAuthorize(self.workspaces)
+            bolt = transport.bolt_app(client, self._signing_secret, None, authorize, flow)
+            log.info("slack: %d workspaces installed", installed)
+        self.uninstalls = Uninstalls(host, self.workspaces, self.config, self.clock)
+        self.drafts = WorkspaceDrafts(self._workspace)
+        events = SlackEvents(host, self.workspaces, self.listen_channels, self.uninstalls,
                              lambda: self._catch_up)  # fmt: skip
-        bolt = transport.bolt_app(client, self._signing_secret, auth_test)
         events.listen(bolt)
         if self.config.mode == "http":
             self._runner = await transport.serve_http(
                 bolt, self.config, self._signing_secret, frozenset({RESET_COMMAND}),
-                lambda: self._accepting, time.time,
+                lambda: self._accepting, time.time, flow,
             )  # fmt: skip
             self.http_port = int(self._runner.addresses[0][1])
         else:
+            if flow is not None:
+                log.warning(
+                    'slack: install = "oauth" in socket mode: workspaces are '
+                    "installed from Slack's app settings (no install page is served)"
+                )
             self._socket = await transport.connect_socket(
                 bolt, client, self.config, self._app_token, events.on_socket_message
             )
-        self._decider = host.threads.decide_with(self.platform, self._history.thread_is_ours)
-        log.info("slack: connected as %s in team %s (%s mode)", self.identity.bot_user_id,
-                 self.identity.team_id, self.config.mode)  # fmt: skip
+        self._decider = host.threads.decide_with(self.platform, self._thread_is_ours)
+        if isinstance(self.workspaces, SingleWorkspace):
+            identity = self.workspaces.workspace.identity
+            log.info("slack: connected as %s in team %s (%s mode)", identity.bot_user_id,
+                     identity.team_id, self.config.mode)  # fmt: skip
+
+    def _stack(self, client: AsyncWebClient, identity: Identity) -> Workspace:
+        """One workspace's stack (adapters/slack/workspaces.py)."""
+        outbound = Outbound(
+            client,
+            identity,
+            indicator=self.config.thinking_indicator,
+            reaction=self.config.thinking_reaction,
+            max_parts=self.config.max_parts_per_reply,
+            pacer=self._pacer,
+        )
+        host = cast(Host, self._host)  # set by start, before any stack is built
+        assistant = AssistantThreads(client, identity, host, self.config.assistant)
+        drafts = SlackDrafts(outbound, native=assistant.streams_natively)
+        history = History(client, identity, self.listen_channels)
+        return Workspace(identity, client, outbound, drafts, history, assistant)
+
+    async def _workspace(self, key: ConversationKey) -> Workspace:
+        """The conversation's workspace, or the named permanent failure: it is not installed."""
+        assert self.workspaces is not None, "used before start"
+        workspace = await self.workspaces.get(key.workspace)
+        if workspace is None:
+            raise PermanentDeliveryError(f"slack: {NOT_INSTALLED} ({key.workspace})")
+        return workspace
 
     async def stop_intake(self) -> None:
         """Shutdown: take no more events, keep posting. Slack delivers them again: in HTTP mode
@@ -141,8 +227,8 @@ class SlackFrontend(
         for job in (self._catch_up, self._decider):
             if job is not None:
                 await job.stop()
-        if self.assistant is not None:
-            await self.assistant.stop()
+        for workspace in [] if self.workspaces is None else self.workspaces.opened():
+            await workspace.assistant.stop()
         if self._socket is not None:
             await self._socket.close_async()
             self._socket = None
@@ -158,55 +244,85 @@ class SlackFrontend(
         self._catch_up = catch_up
 
     async def catch_up(self, run: CatchUpRun) -> None:
-        assert self._history is not None, "catch-up before start"
-        await self._history.catch_up(run)
+        """Each installed workspace in turn, with its own token."""
+        assert self.workspaces is not None, "catch-up before start"
+        for workspace in await self.workspaces.all():
+            await workspace.history.catch_up(run)
 
-    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
-        """A file's bytes, with the bot token (see adapters/slack/files.py)."""
+    async def _thread_is_ours(self, key: ConversationKey) -> bool:
+        try:
+            workspace = await self._workspace(key)
+        except PermanentDeliveryError as exc:
+            raise FetchError(str(exc), permanent=True) from exc
+        return await workspace.history.thread_is_ours(key)
+
+    async def fetch_attachment(
+        self, key: ConversationKey, attachment: Attachment, max_bytes: int
+    ) -> bytes:
+        """A file's bytes, with its workspace's bot token (see adapters/slack/files.py)."""
         if self._session is None:
             raise FetchError("slack: not connected")
+        try:
+            workspace = await self._workspace(key)
+        except PermanentDeliveryError as exc:
+            raise FetchError(str(exc), permanent=True) from exc
         base = urlsplit(self.config.api_base_url or transport.DEFAULT_API_BASE_URL).hostname
         hosts = files.SLACK_FILE_HOSTS | {base or ""}
-        return await files.fetch(self._session, self._bot_token, attachment, max_bytes, hosts)
+        token = str(workspace.client.token or "")
+        return await files.fetch(self._session, token, attachment, max_bytes, hosts)
 
     # convert out ------------------------------------------------------------------------------
     async def deliver(self, reply: Reply) -> list[str]:
-        assert self._outbound is not None and self.drafts is not None, "deliver before start"
-        first = None if reply.draft is None else functools.partial(self.drafts.finish, reply)
-        posted = await self._outbound.deliver(reply, first)
-        if self.assistant is not None:
-            try:
-                await self.assistant.reply_delivered(reply)
-            except BurstbotError as exc:  # a title is a nicety: the reply is posted
-                log.warning("reply %s: no thread title (%s)", reply.id, exc)
+        workspace = await self._workspace(reply.key)
+        drafts = workspace.drafts
+        first = None if reply.draft is None else functools.partial(drafts.finish, reply)
+        posted = await workspace.outbound.deliver(reply, first)
+        try:
+            await workspace.assistant.reply_delivered(reply)
+        except BurstbotError as exc:  # a title is a nicety: the reply is posted
+            log.warning("reply %s: no thread title (%s)", reply.id, exc)
         return posted
 
     async def prompt_context(self, key: ConversationKey) -> str:
         """For the system prompt: the channel an assistant thread's user is viewing."""
-        return "" if self.assistant is None else await self.assistant.prompt_context(key)
+        return await (await self._workspace(key)).assistant.prompt_context(key)
 
     def reconfigure(self, config: Config) -> None:
         """A reload: `[slack.assistant]` is live; the rest of `[slack]` needs a restart."""
         self.config = self.config.model_copy(update={"assistant": config.slack.assistant})
-        if self.assistant is not None:
-            self.assistant.reconfigure(config.slack.assistant)
+        for workspace in [] if self.workspaces is None else self.workspaces.opened():
+            workspace.assistant.reconfigure(config.slack.assistant)
 
     async def show_busy(self, key: ConversationKey, busy: bool, message_id: str) -> None:
-        if self._outbound is not None:
-            await self._outbound.show_busy(key, busy, message_id)
+        if self.workspaces is None:
+            return
+        workspace = await self.workspaces.get(key.workspace)
+        if workspace is not None:
+            await workspace.outbound.show_busy(key, busy, message_id)
 
 
-def build_slack_frontend(config: SlackConfig) -> SlackFrontend:
+def build_slack_frontend(config: SlackConfig, owner: str = "") -> SlackFrontend:
     """Read the secrets the config names (one clear line if one is missing) and build."""
-    if not config.http_path.startswith("/"):
-        raise ConfigError(f"slack.http_path: must start with '/' (got {config.http_path!r})")
-    bot_token = require_secret(config.bot_token_env, "slack.bot_token_env")
+    for path in ("http_path", "install_path", "redirect_path"):
+        if not getattr(config, path).startswith("/"):
+            raise ConfigError(f"slack.{path}: must start with '/' (got {getattr(config, path)!r})")
+    oauth = None
+    bot_token = ""
+    if config.install == "oauth":
+        oauth = OAuthSecrets(
+            require_secret(config.client_id_env, "slack.client_id_env"),
+            require_secret(config.client_secret_env, "slack.client_secret_env"),
+            require_secret(config.state_secret_env, "slack.state_secret_env"),
+            TokenBox.from_env(config.token_key_env),
+        )
+    else:
+        bot_token = require_secret(config.bot_token_env, "slack.bot_token_env")
     if config.mode == "http":
         secret = require_secret(config.signing_secret_env, "slack.signing_secret_env")
-        return SlackFrontend(config, bot_token, signing_secret=secret)
+        return SlackFrontend(config, bot_token, signing_secret=secret, oauth=oauth, owner=owner)
     app_token = require_secret(config.app_token_env, "slack.app_token_env")
     if not app_token.startswith("xapp-"):
         raise ConfigError(
             f"slack.app_token_env: {config.app_token_env} must hold an app-level token (xapp-…)"
         )
-    return SlackFrontend(config, bot_token, app_token=app_token)
+    return SlackFrontend(config, bot_token, app_token=app_token, oauth=oauth, owner=owner)

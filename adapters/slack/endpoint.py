@@ -24,7 +24,7 @@ import hashlib
 import hmac
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -32,6 +32,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.response import BoltResponse
 
 from adapters.slack.inbound import list_of_objects
 
@@ -40,8 +41,9 @@ log = logging.getLogger("burstbot.slack")
 MAX_BODY_BYTES = 1024 * 1024
 MAX_CLOCK_SKEW_SECONDS = 300
 HANDLED_EVENTS = frozenset(
-    {"message", "app_mention", "assistant_thread_started", "assistant_thread_context_changed"}
-)
+    {"message", "app_mention", "assistant_thread_started", "assistant_thread_context_changed",
+     "app_uninstalled", "tokens_revoked"}
+)  # fmt: skip
 _TIMESTAMP = re.compile(r"[0-9]{1,15}")
 
 
@@ -152,6 +154,21 @@ def endpoint(
             return _ignored(f"Bolt could not read it ({type(exc).__name__})")
 
     return handle
+
+
+def oauth_page(
+    handle: Callable[[AsyncBoltRequest], Awaitable[BoltResponse]],
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """A GET of the OAuth flow (the install page, the redirect back from Slack) for Bolt: the
+    query and the headers (the state cookie) are all it reads."""
+
+    async def page(request: web.Request) -> web.StreamResponse:
+        bolt_request = AsyncBoltRequest(
+            body="", query=request.query_string, headers=dict(request.headers)
+        )
+        return await to_aiohttp_response(await handle(bolt_request))
+
+    return page
 
 
 def _refused(request: web.Request, rejection: Rejection) -> web.Response:

@@ -42,8 +42,9 @@ from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.context.ack.async_ack import AsyncAck
 
 from adapters.slack import inbound
-from adapters.slack.assistant import AssistantThreads
-from adapters.slack.inbound import Identity, Payload
+from adapters.slack.inbound import Payload
+from adapters.slack.uninstall import Uninstalls
+from adapters.slack.workspaces import InstalledWorkspaces, SingleWorkspace, Workspace
 from bot.core.catch_up import CatchUp
 from bot.core.errors import StoreError
 from bot.core.events import IncomingMessage, ResetConversation
@@ -63,12 +64,12 @@ RESET_FAILED = "Could not clear the history just now; please try again."
 
 @dataclass(eq=False)
 class SlackEvents:
-    """The listeners of one workspace's Bolt app."""
+    """The listeners of the Bolt app; each event is handled by its workspace's stack."""
 
     host: Host
-    identity: Identity
+    workspaces: SingleWorkspace | InstalledWorkspaces
     listen_channels: frozenset[str]
-    assistant: AssistantThreads
+    uninstalls: Uninstalls
     catch_up: Callable[[], CatchUp | None]  # the front end's, once it has one
     _hellos: int = field(default=0, init=False)
 
@@ -79,6 +80,8 @@ class SlackEvents:
         bolt.event("assistant_thread_started")(self._on_assistant_thread_started)
         bolt.event("assistant_thread_context_changed")(self._on_assistant_context_changed)
         bolt.command(RESET_COMMAND)(self._on_reset)
+        bolt.event("app_uninstalled")(self._on_revoked)
+        bolt.event("tokens_revoked")(self._on_revoked)
 
     async def _on_listener_error(self, error: Exception) -> None:
         """Bolt answers 500 either way (Slack delivers the event again); only a failure that is
@@ -95,33 +98,42 @@ class SlackEvents:
     async def _on_app_mention(self, event: Payload, body: Payload) -> None:
         await self._accept(event, body, mentioned=True)
 
+    async def _workspace(self, body: Payload, event: Payload | None = None) -> Workspace | None:
+        """The event's workspace (None: not installed, said in one line: acked and dropped)."""
+        team = str(body.get("team_id") or (event or {}).get("team") or "")
+        workspace = await self.workspaces.get(team)
+        if workspace is None:
+            log.warning("slack: an event from workspace %s, which is not installed: dropped", team)
+        return workspace
+
     async def _accept(self, event: Payload, body: Payload, mentioned: bool) -> None:
         problem = inbound.event_problem(event)
         if problem is not None:  # Slack would only send it again: ack it and say why
             log.warning("slack: ignored a malformed %r event %r: %s", event.get("type"),
                         body.get("event_id"), problem)  # fmt: skip
             return
-        team = str(body.get("team_id") or event.get("team") or self.identity.team_id)
+        workspace = await self._workspace(body, event)
+        if workspace is None:
+            return
+        identity, assistant = workspace.identity, workspace.assistant
+        team = str(body.get("team_id") or event.get("team") or identity.team_id)
         subtype = str(event.get("subtype") or "")
         if subtype in ("message_changed", "message_deleted"):
-            change = inbound.change(team, event, self.identity, self.listen_channels)
+            change = inbound.change(team, event, identity, self.listen_channels)
             if change is not None:
                 await self.host.ingest(change)
             return
-        if subtype not in inbound.NEW_MESSAGE_SUBTYPES or inbound.is_from_bot(event, self.identity):
+        if subtype not in inbound.NEW_MESSAGE_SUBTYPES or inbound.is_from_bot(event, identity):
             return
         channel, channel_type = str(event.get("channel", "")), str(event.get("channel_type", ""))
-        placement = inbound.place(team, channel, channel_type, event, self.identity,
+        placement = inbound.place(team, channel, channel_type, event, identity,
                                   self.listen_channels, mentioned)  # fmt: skip
         if placement is None:
             return
         key = placement.key
-        message = inbound.new_message(placement, channel, event, self.identity)
+        message = inbound.new_message(placement, channel, event, identity)
         assert isinstance(message, IncomingMessage)
-        if (
-            placement.needs_thread_check
-            and event.get("parent_user_id") != self.identity.bot_user_id
-        ):
+        if placement.needs_thread_check and event.get("parent_user_id") != identity.bot_user_id:
             ours = await self.host.threads.status(key)
             if ours is False:
                 return
@@ -130,21 +142,42 @@ class SlackEvents:
                 return
         result = await self.host.ingest(message)
         if result.status in ("accepted", "duplicate"):
-            await self.assistant.message_accepted(message)
+            await assistant.message_accepted(message)
 
     async def _on_assistant_thread_started(self, body: Payload) -> None:
         """Noted in the store before Bolt acks (a retry finds the note); prompts come after."""
-        await self.assistant.started(body, self._team_of(body))
+        workspace = await self._workspace(body)
+        if workspace is not None:
+            await workspace.assistant.started(body, self._team_of(body, workspace))
 
     async def _on_assistant_context_changed(self, body: Payload) -> None:
-        await self.assistant.context_changed(body, self._team_of(body))
+        workspace = await self._workspace(body)
+        if workspace is not None:
+            await workspace.assistant.context_changed(body, self._team_of(body, workspace))
 
-    def _team_of(self, body: Payload) -> str:
-        return str(body.get("team_id") or self.identity.team_id)
+    @staticmethod
+    def _team_of(body: Payload, workspace: Workspace) -> str:
+        return str(body.get("team_id") or workspace.identity.team_id)
+
+    async def _on_revoked(self, event: Payload, body: Payload) -> None:
+        """`app_uninstalled`, or `tokens_revoked` naming bot tokens: stored before the ack."""
+        team = str(body.get("team_id") or "")
+        kind = str(event.get("type"))
+        tokens = event.get("tokens")
+        if kind == "tokens_revoked" and not (isinstance(tokens, dict) and tokens.get("bot")):
+            return  # only user tokens: the bot's still works
+        if not team.isalnum():
+            log.warning("slack: ignored a %s event without a workspace", kind)
+            return
+        await self.uninstalls.revoked(team, kind)
 
     async def _on_reset(self, ack: AsyncAck, body: Payload) -> None:
         """`/reset`: Bolt sends the ack (our ephemeral answer) when this returns."""
-        request = inbound.reset_request(body, self.identity.team_id)
+        workspace = await self._workspace(body)
+        if workspace is None:
+            await ack()
+            return
+        request = inbound.reset_request(body, workspace.identity.team_id)
         answer = RESET_REFUSED if request is None else await self._reset(request)
         await ack(text=answer, response_type="ephemeral")
 

@@ -30,6 +30,7 @@ from slack_bolt.oauth.async_callback_options import (
 )
 from slack_bolt.oauth.async_oauth_flow import AsyncOAuthFlow
 from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
+from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 from slack_sdk.oauth.installation_store.async_installation_store import AsyncInstallationStore
 from slack_sdk.oauth.installation_store.models.bot import Bot
@@ -43,6 +44,7 @@ from bot.core.clock import Clock
 from bot.core.installations import InstallationBook, InstallationRecord
 
 log = logging.getLogger("burstbot.slack")
+_BOLT_LOG = logging.getLogger("burstbot.slack.bolt")
 
 STATE_SECONDS = 600
 BOT_SCOPES = (
@@ -197,9 +199,16 @@ def oauth_flow(
         installation_store_bot_only=True,
         state_store=states,
         state_expiration_seconds=STATE_SECONDS,
-        logger=logging.getLogger("burstbot.slack.bolt"),
     )
-    return AsyncOAuthFlow(client=client, settings=settings, logger=settings.logger)
+    return InstallFlow(client=client, settings=settings, logger=_BOLT_LOG)
+
+
+class InstallFlow(AsyncOAuthFlow):
+    """Bolt's flow with our install page: a plain link, nothing fetched from elsewhere."""
+
+    async def build_install_page_html(self, url: str, request: AsyncBoltRequest) -> str:
+        link = f'<a id="add-to-slack" href="{html.escape(url)}">Add to Slack</a>'
+        return _page(200, "Install burstbot", f"Add burstbot to your Slack workspace: {link}").body
 
 
 async def _installed(args: AsyncSuccessArgs) -> BoltResponse:

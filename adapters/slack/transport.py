@@ -14,19 +14,21 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 from aiohttp import web
 from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.authorization.async_authorize import AsyncAuthorize
 from slack_bolt.middleware.authorization.async_single_team_authorization import (
     AsyncSingleTeamAuthorization,
 )
+from slack_bolt.oauth.async_oauth_flow import AsyncOAuthFlow
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from adapters.slack.calls import check_token
-from adapters.slack.endpoint import MAX_BODY_BYTES, endpoint, server_log
+from adapters.slack.endpoint import MAX_BODY_BYTES, endpoint, oauth_page, server_log
 from adapters.slack.envelopes import guard_envelopes
 from bot.config import SlackConfig
 from bot.core.errors import BurstbotError, ConfigError
@@ -68,10 +70,19 @@ async def check_bot_token(client: AsyncWebClient, config: SlackConfig) -> AsyncS
 
 
 def bolt_app(
-    client: AsyncWebClient, signing_secret: str, auth_test: AsyncSlackResponse
+    client: AsyncWebClient,
+    signing_secret: str,
+    auth_test: AsyncSlackResponse | None,
+    authorize: AsyncAuthorize | None = None,
+    flow: AsyncOAuthFlow | None = None,
 ) -> AsyncApp:
+    """One workspace: handed the start-up `auth.test` answer; several (`install = "oauth"`):
+    `authorize` finds each event's installation (adapters/slack/workspaces.py), and the flow is
+    handed over too, so Bolt never builds its own from `SLACK_CLIENT_ID` in the environment
+    (with file stores)."""
     bolt_logger = logging.getLogger("burstbot.slack.bolt")
     bolt_logger.addFilter(_drop_token_unused_warning)
+    bolt_logger.addFilter(_drop_not_installed_error)
     bolt = AsyncApp(
         client=client,
         signing_secret=signing_secret,
@@ -82,8 +93,11 @@ def bolt_app(
         attaching_conversation_kwargs_enabled=False,
         name="burstbot",
         logger=bolt_logger,
+        authorize=cast(Any, authorize),  # Bolt takes an AsyncAuthorize too (its own check)
+        oauth_flow=flow,
     )
-    _authorized_by(bolt, auth_test)
+    if auth_test is not None:
+        _authorized_by(bolt, auth_test)
     return bolt
 
 
@@ -94,8 +108,10 @@ async def serve_http(
     commands: frozenset[str],
     accepting: Callable[[], bool],
     now: Callable[[], float],
+    flow: AsyncOAuthFlow | None = None,
 ) -> web.AppRunner:
-    """The events endpoint; the signature is verified over the raw body before Bolt sees it."""
+    """The events endpoint; the signature is verified over the raw body before Bolt sees it.
+    With `install = "oauth"` also the install page and the OAuth redirect (install.py)."""
     verified = endpoint(bolt, signing_secret, commands, now)
 
     async def handler(request: web.Request) -> web.StreamResponse:
@@ -106,6 +122,9 @@ async def serve_http(
 
     server = web.Application(client_max_size=MAX_BODY_BYTES)
     server.router.add_post(config.http_path, handler)
+    if flow is not None:
+        server.router.add_get(config.install_path, oauth_page(flow.handle_installation))
+        server.router.add_get(config.redirect_path, oauth_page(flow.handle_callback))
     runner = web.AppRunner(server, access_log=None, logger=server_log)
     await runner.setup()
     reuse_port = config.http_reuse_port or None
@@ -165,6 +184,16 @@ def _authorized_by(bolt: AsyncApp, auth_test: AsyncSlackResponse) -> None:
             middleware.auth_test_result = auth_test
 
 
+def _drop_not_installed_error(record: logging.LogRecord) -> bool:
+    """Bolt logs an event of a workspace with no installation as an ERROR; our authorize has
+    said it in one WARNING line already (the event is acked and dropped)."""
+    return "the AuthorizeResult (returned value from authorize) for it was not found" not in (
+        record.getMessage()
+    )
+
+
 def _drop_token_unused_warning(record: logging.LogRecord) -> bool:
-    """Bolt warns `token` is unused when SLACK_BOT_TOKEN is set; we pass the client on purpose."""
-    return "`token` will be unused" not in record.getMessage()
+    """Bolt warns `token` is unused (or ignored) when SLACK_BOT_TOKEN is set; we pass the client
+    (and with several workspaces, the authorize) on purpose."""
+    message = record.getMessage()
+    return "`token` will be unused" not in message and "will be ignored" not in message

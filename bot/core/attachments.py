@@ -268,7 +268,7 @@ class AttachmentLoader:
             return StoredFile(None, "this platform's files cannot be downloaded")
         limit = self.max_bytes(kind)
         try:
-            content = await source.fetch_attachment(attachment, limit)
+            content = await source.fetch_attachment(key, attachment, limit)
         except Exception as exc:  # a download never fails the burst: the file becomes a note
             log.warning("%s: file %s not downloaded (%s)", key.id, attachment.platform_id, exc)
             return StoredFile(None, f"download failed ({exc})")

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from bot.core.errors import BurstbotError, ConfigError
 from bot.core.events import Attachment, ConversationKey, Draft, Event, Reply
+from bot.core.installations import InstallationBook
 from bot.core.notes import NoteBook
 from bot.core.store import IngestResult
 
@@ -36,6 +37,8 @@ class Host(Protocol):
     """Which threads are ours (from the store), and messages held until a lookup decides."""
     notes: NoteBook
     """What a front end remembers about a conversation beyond its messages (bot/core/notes.py)."""
+    installations: InstallationBook
+    """The workspaces installed through OAuth (bot/core/installations.py), and their erasure."""
 
     async def ingest(self, event: Event) -> IngestResult:
         """Store the event durably (milliseconds) and return; ack the platform only after this."""
@@ -183,9 +186,12 @@ class CatchUpSource(Protocol):
 class FileSource(Protocol):
     """A front end that can download its platform's files (with its credentials)."""
 
-    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes:
-        """The file's bytes; `FetchError` with a short reason when they cannot be had (a failed
-        download, or more than `max_bytes`, which stops the download there)."""
+    async def fetch_attachment(
+        self, key: ConversationKey, attachment: Attachment, max_bytes: int
+    ) -> bytes:
+        """The file's bytes, with the credentials of `key`'s workspace; `FetchError` with a short
+        reason when they cannot be had (a failed download, or more than `max_bytes`, which stops
+        the download there)."""
         ...
 
 

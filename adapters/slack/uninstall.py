@@ -1,0 +1,55 @@
+"""A workspace uninstalls the app, or revokes its bot token: what goes, at once.
+
+Slack sends `tokens_revoked` and `app_uninstalled` (the manifest subscribes to both). Either way
+the workspace's installation (its encrypted tokens) is deleted from the store and its stack
+dropped from memory; its pending replies nobody is posting fail now with `NOT_INSTALLED` as the
+reason (a reply being posted fails on its own next call with the same reason), so no day of
+retries is spent against a dead token and `status` shows them. After `app_uninstalled`, with
+`slack.forget_on_uninstall` (the default), every stored conversation of the workspace is erased
+as `burstbot forget --conversation` erases one. One log line says what was done, with counts.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from adapters.slack.inbound import PLATFORM
+from adapters.slack.workspaces import NOT_INSTALLED, InstalledWorkspaces, SingleWorkspace
+from bot.config import SlackConfig
+from bot.core.clock import Clock
+from bot.core.frontend import Host
+from bot.core.installations import forget_workspace
+
+log = logging.getLogger("burstbot.slack")
+
+
+class Uninstalls:
+    def __init__(
+        self,
+        host: Host,
+        workspaces: SingleWorkspace | InstalledWorkspaces,
+        config: SlackConfig,
+        clock: Clock,
+    ) -> None:
+        self.host = host
+        self.workspaces = workspaces
+        self.config = config
+        self.clock = clock
+
+    async def revoked(self, team: str, event_type: str) -> dict[str, int]:
+        """What `event_type` (app_uninstalled, tokens_revoked) ends for the workspace."""
+        book = self.host.installations
+        deleted = await book.delete_installation(team)
+        self.workspaces.forget(team)
+        reason = f"slack: {NOT_INSTALLED} ({team}, {event_type})"
+        failed = await book.fail_workspace_replies(PLATFORM, team, reason, self.clock.now())
+        counts = {"installation": int(deleted), "replies_failed": failed}
+        erased = ""
+        if event_type == "app_uninstalled" and self.config.forget_on_uninstall:
+            forgotten = await forget_workspace(book, PLATFORM, team)
+            counts.update(forgotten)
+            erased = "; erased " + ", ".join(f"{n} {name}" for name, n in forgotten.items())
+        log.warning("slack: %s in workspace %s: tokens %s, %d pending replies failed%s",
+                    event_type, team, "deleted" if deleted else "were not stored", failed,
+                    erased)  # fmt: skip
+        return counts

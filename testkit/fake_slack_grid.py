@@ -1,0 +1,315 @@
+"""Several fake Slack workspaces behind one Slack, with the OAuth install flow ("Add to Slack").
+
+`FakeSlackGrid` serves the Web API at one URL, as slack.com does, for any number of workspaces
+(each a `FakeSlackApi` holding its own channels, messages and bot identity): a call goes to the
+workspace whose bot token it carries; a token no workspace issued, or one whose workspace
+uninstalled the app, is `invalid_auth`, and so is a call with one workspace's token on a channel
+of another (the isolation a multi-workspace bot must keep; counted in `cross_team`).
+
+OAuth as Slack runs it:
+
+- `GET /oauth/v2/authorize?client_id=…&scope=…&state=…[&redirect_uri=…]`: the page where a person
+  picks the workspace (`<select id="team">`) and presses Allow (`#allow`) or Cancel (`#cancel`);
+  an unknown client id gets Slack's error page. Allow redirects to the redirect URL (the one
+  given, else the app's `redirect_url`) with `code` and `state`; Cancel with
+  `error=access_denied` and `state`;
+- `oauth.v2.access` (the app's id and secret by HTTP Basic auth or form fields): a code once →
+  the workspace's bot token (`xoxb-<team>-<n>`), its bot user, scopes and team; a code used twice
+  or unknown is `invalid_code`. With `token_lifetime` (seconds) the token expires (`expires_in`)
+  and comes with a refresh token; `grant_type=refresh_token` with the workspace's current refresh
+  token issues a new pair (counted in `refreshes`), an old or unknown one is
+  `invalid_refresh_token`. An access token stays valid until it expires, then `token_expired`.
+
+`say(team, channel, text)` is a person writing in a workspace (history, then one signed event
+to the bot); `uninstall(team)` revokes the workspace's tokens and sends `tokens_revoked` and
+`app_uninstalled`, as Slack does. By hand: `python -m testkit.fake_slack_grid --port 8766
+--events-url http://127.0.0.1:3000/slack/events --signing-secret S --client-id ID
+--client-secret SECRET --redirect-url http://127.0.0.1:3000/slack/oauth_redirect
+--workspace T1:Acme --workspace T2:Globex`; `POST /fake/say` (form: `team`, `channel`, `text`,
+optional `user`) and `POST /fake/uninstall` (form: `team`) do the same as the methods.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import html
+import itertools
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlencode
+
+from aiohttp import web
+
+from testkit.fake_slack import EventSender, FakeSlackApi, api_arguments, event_callback
+from testkit.serving import serve_locally
+
+APP_ID = "A0001"
+SCOPES = "app_mentions:read,channels:history,chat:write,im:history"
+
+
+class GridWorkspace(FakeSlackApi):
+    """One workspace of the grid: a `FakeSlackApi` whose bot tokens the grid issues."""
+
+    def __init__(
+        self, team: str, team_name: str, bot_user: str, bot_id: str, clock: Callable[[], float]
+    ) -> None:
+        super().__init__(token="", team=team, team_name=team_name, bot_user=bot_user,
+                         bot_id=bot_id)  # fmt: skip
+        self.tokens: dict[str, float | None] = {}  # token → expiry (None: never)
+        self.refresh_token: str | None = None
+        self.installed = False
+        self.clock = clock
+
+    def refuse_token(self, method: str, token: str) -> str | None:
+        if token not in self.tokens or not self.installed:
+            return "invalid_auth"
+        expires = self.tokens[token]
+        if expires is not None and expires <= self.clock():
+            return "token_expired"
+        return None
+
+
+class FakeSlackGrid:
+    def __init__(
+        self,
+        client_id: str = "111.222",
+        client_secret: str = "client-secret",
+        token_lifetime: float | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client_id, self.client_secret = client_id, client_secret
+        self.token_lifetime = token_lifetime
+        self.clock = clock
+        self.workspaces: dict[str, GridWorkspace] = {}
+        self.redirect_url = ""  # the app's configured redirect URL
+        self.events_url = ""
+        self.signing_secret = ""
+        self.codes: dict[str, str] = {}  # code → team
+        self.refreshes: dict[str, int] = {}  # team → tokens refreshed
+        self.cross_team: list[tuple[str, str, str]] = []  # (method, token's team, channel's team)
+        self.refused_refreshes: list[str] = []
+        self._by_token: dict[str, GridWorkspace] = {}
+        self._serial = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self.base = ""
+        self.url = ""
+
+    # lifecycle --------------------------------------------------------------------------------
+    async def start(self, port: int = 0) -> FakeSlackGrid:
+        app = web.Application()
+        app.router.add_route("*", "/api/{method}", self._api)
+        app.router.add_get("/oauth/v2/authorize", self._authorize_page)
+        app.router.add_post("/oauth/v2/authorize", self._decide)
+        app.router.add_get("/files-pri/{team_file}/download/{name}", self._download)
+        app.router.add_post("/fake/say", self._say_by_hand)
+        app.router.add_post("/fake/uninstall", self._uninstall_by_hand)
+        self._runner, bound = await serve_locally(app, port, access_log=None)
+        self.base = f"http://127.0.0.1:{bound}"
+        self.url = self.base + "/api/"
+        for workspace in self.workspaces.values():
+            workspace.url = self.url
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def add_workspace(self, team: str, name: str) -> GridWorkspace:
+        number = len(self.workspaces) + 1
+        workspace = GridWorkspace(team, name, f"UBOT{number}", f"BBOT{number}", self.clock)
+        workspace.url = self.url
+        self.workspaces[team] = workspace
+        return workspace
+
+    # people -----------------------------------------------------------------------------------
+    async def say(self, team: str, channel: str, text: str, user: str = "U1") -> tuple[str, int]:
+        """A person writes in `team`: the message lands in its history and is sent as one signed
+        event to the bot. Returns its ts and the bot's HTTP status."""
+        workspace = self.workspaces[team]
+        ts = workspace._next_ts()
+        workspace.add_user_message(channel, ts, text, user)
+        event = {"type": "message", "channel": channel, "user": user, "text": text, "ts": ts,
+                 "channel_type": "im" if channel.startswith("D") else "channel",
+                 "user_profile": {"display_name": workspace.users.get(user, user)}}  # fmt: skip
+        return ts, await self.sender(team).send(event)
+
+    def sender(self, team: str) -> EventSender:
+        return EventSender(self.events_url, self.signing_secret, team)
+
+    async def uninstall(self, team: str) -> list[int]:
+        """The workspace removes the app: its tokens stop working, then Slack tells the app."""
+        workspace = self.workspaces[team]
+        revoked = {"type": "tokens_revoked", "tokens": {"bot": [workspace.bot_user]},
+                   "event_ts": f"{time.time():.6f}"}  # fmt: skip
+        uninstalled = {"type": "app_uninstalled", "event_ts": f"{time.time():.6f}"}
+        workspace.installed = False
+        workspace.tokens.clear()
+        return [await self.sender(team).send(e) for e in (revoked, uninstalled)]
+
+    def event_body(self, team: str, event: dict[str, Any]) -> dict[str, Any]:
+        return event_callback(event, f"Ev{next(self._serial):05d}", team)
+
+    # the Web API ------------------------------------------------------------------------------
+    async def _api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        args = await api_arguments(request)
+        if method == "oauth.v2.access":
+            return web.json_response(self._access(request, args))
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        workspace = self._by_token.get(token)
+        if workspace is None:
+            return web.json_response({"ok": False, "error": "invalid_auth"})
+        channel_team = self._team_of_channel(str(args.get("channel") or ""))
+        if channel_team not in (None, workspace.team):
+            self.cross_team.append((method, workspace.team, str(channel_team)))
+            return web.json_response({"ok": False, "error": "invalid_auth"})
+        return await workspace.answer(method, args, token)
+
+    def _team_of_channel(self, channel: str) -> str | None:
+        for team, workspace in self.workspaces.items():
+            if any(m.channel == channel for m in workspace.messages):
+                return team
+        return None
+
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        team = request.match_info["team_file"].partition("-")[0]
+        workspace = self.workspaces.get(team)
+        if workspace is None:
+            return web.Response(status=404, text="file not found")
+        return await workspace._download(request)
+
+    def _access(self, request: web.Request, args: dict[str, Any]) -> dict[str, Any]:
+        client_id, client_secret = _basic_auth(request) or (
+            str(args.get("client_id", "")),
+            str(args.get("client_secret", "")),
+        )
+        if client_id != self.client_id:
+            return {"ok": False, "error": "invalid_client_id"}
+        if client_secret != self.client_secret:
+            return {"ok": False, "error": "bad_client_secret"}
+        if args.get("grant_type") == "refresh_token":
+            return self._refresh(str(args.get("refresh_token", "")))
+        team = self.codes.pop(str(args.get("code", "")), None)
+        if team is None:
+            return {"ok": False, "error": "invalid_code"}
+        workspace = self.workspaces[team]
+        workspace.installed = True
+        workspace.tokens.clear()
+        return {"ok": True, "app_id": APP_ID, "authed_user": {"id": "U1"}, "scope": SCOPES,
+                "token_type": "bot", "bot_user_id": workspace.bot_user,
+                "team": {"id": team, "name": workspace.team_name}, "enterprise": None,
+                "is_enterprise_install": False, **self._issue(workspace)}  # fmt: skip
+
+    def _refresh(self, refresh_token: str) -> dict[str, Any]:
+        for workspace in self.workspaces.values():
+            if workspace.installed and refresh_token and refresh_token == workspace.refresh_token:
+                self.refreshes[workspace.team] = self.refreshes.get(workspace.team, 0) + 1
+                return {"ok": True, "token_type": "bot", "scope": SCOPES,
+                        "bot_user_id": workspace.bot_user, "app_id": APP_ID,
+                        "team": {"id": workspace.team, "name": workspace.team_name},
+                        **self._issue(workspace)}  # fmt: skip
+        self.refused_refreshes.append(refresh_token)
+        return {"ok": False, "error": "invalid_refresh_token"}
+
+    def _issue(self, workspace: GridWorkspace) -> dict[str, Any]:
+        serial = next(self._serial)
+        token = f"xoxb-{workspace.team}-{serial}"
+        lifetime = self.token_lifetime
+        workspace.tokens[token] = None if lifetime is None else self.clock() + lifetime
+        workspace.token = token
+        self._by_token[token] = workspace
+        if lifetime is None:
+            return {"access_token": token}
+        workspace.refresh_token = f"xoxe-1-{workspace.team}-{serial}"
+        return {"access_token": token, "refresh_token": workspace.refresh_token,
+                "expires_in": int(lifetime)}  # fmt: skip
+
+    # the authorize page -----------------------------------------------------------------------
+    async def _authorize_page(self, request: web.Request) -> web.Response:
+        query = request.query
+        if query.get("client_id") != self.client_id:
+            return web.Response(status=400, text="Something went wrong: invalid client_id",
+                                content_type="text/html")  # fmt: skip
+        options = "".join(
+            f'<option value="{team}">{html.escape(w.team_name)}</option>'
+            for team, w in self.workspaces.items()
+        )
+        hidden = "".join(
+            f'<input type="hidden" name="{name}" value="{html.escape(query.get(name, ""))}">'
+            for name in ("state", "redirect_uri", "scope")
+        )
+        page = (
+            "<!DOCTYPE html><html><head><title>Slack: install burstbot</title></head><body>"
+            "<h1>burstbot is requesting permission to access a Slack workspace</h1>"
+            f"<p>It asks for: {html.escape(query.get('scope', ''))}</p>"
+            f'<form method="post">{hidden}<label>Workspace <select id="team" name="team">'
+            f"{options}</select></label>"
+            '<button id="cancel" name="decision" value="cancel">Cancel</button>'
+            '<button id="allow" name="decision" value="allow">Allow</button></form></body></html>'
+        )
+        return web.Response(text=page, content_type="text/html")
+
+    async def _decide(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        redirect = str(form.get("redirect_uri") or self.redirect_url)
+        state = str(form.get("state", ""))
+        if form.get("decision") != "allow":
+            denied = urlencode({"error": "access_denied", "state": state})
+            raise web.HTTPFound(f"{redirect}?{denied}")
+        code = f"code-{next(self._serial)}"
+        self.codes[code] = str(form["team"])
+        raise web.HTTPFound(f"{redirect}?{urlencode({'code': code, 'state': state})}")
+
+    # by hand ----------------------------------------------------------------------------------
+    async def _say_by_hand(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        ts, status = await self.say(str(form["team"]), str(form["channel"]), str(form["text"]),
+                                    str(form.get("user", "U1")))  # fmt: skip
+        return web.json_response({"ts": ts, "event": status})
+
+    async def _uninstall_by_hand(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        return web.json_response({"events": await self.uninstall(str(form["team"]))})
+
+
+def _basic_auth(request: web.Request) -> tuple[str, str] | None:
+    header = request.headers.get("Authorization", "")
+    if not header.startswith("Basic "):
+        return None
+    try:
+        client_id, _, secret = base64.b64decode(header[6:]).decode().partition(":")
+    except ValueError:
+        return None
+    return client_id, secret
+
+
+async def main() -> None:  # pragma: no cover - by hand
+    parser = argparse.ArgumentParser(description="A fake Slack with several workspaces.")
+    parser.add_argument("--port", type=int, default=8766)
+    parser.add_argument("--events-url", required=True)
+    parser.add_argument("--signing-secret", required=True)
+    parser.add_argument("--client-id", default="111.222")
+    parser.add_argument("--client-secret", default="client-secret")
+    parser.add_argument("--redirect-url", default="")
+    parser.add_argument("--token-lifetime", type=float, default=None)
+    parser.add_argument("--workspace", action="append", default=[], help="TEAM:Name")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    grid = FakeSlackGrid(args.client_id, args.client_secret, args.token_lifetime)
+    grid.events_url, grid.signing_secret = args.events_url, args.signing_secret
+    grid.redirect_url = args.redirect_url
+    for spec in args.workspace or ["T1:Acme", "T2:Globex"]:
+        team, _, name = spec.partition(":")
+        grid.add_workspace(team, name or team)
+    await grid.start(args.port)
+    print(json.dumps({"api": grid.url, "authorize": grid.base + "/oauth/v2/authorize"}))
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    asyncio.run(main())

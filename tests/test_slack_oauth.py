@@ -1,0 +1,103 @@
+"""One deployment, many workspaces: "Add to Slack" installs, each workspace's calls with its own
+token, events of a workspace not installed acked and dropped, a denied or replayed install told
+in one line, a wrong key refused at start (the fake grid: testkit/fake_slack_grid.py)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from cryptography.fernet import Fernet
+
+from bot.core.errors import ConfigError
+from bot.core.events import ConversationKey
+from testkit.fake_slack_grid import FakeSlackGrid
+from tests.slack_oauth_harness import (
+    CLIENT_ID,
+    CLIENT_SECRET,
+    approve,
+    install,
+    land,
+    oauth_bot,
+    oauth_env,
+)
+
+__all__ = ["oauth_env"]
+
+
+@pytest.fixture
+async def grid() -> AsyncIterator[FakeSlackGrid]:
+    fake = FakeSlackGrid(CLIENT_ID, CLIENT_SECRET)
+    fake.add_workspace("T1", "Acme")
+    fake.add_workspace("T2", "Globex")
+    fake.add_workspace("T3", "Initech")
+    await fake.start()
+    yield fake
+    await fake.stop()
+
+
+def answered(grid: FakeSlackGrid, team: str) -> list[str]:
+    return [m.text for m in grid.workspaces[team].posts()]
+
+
+@pytest.mark.usefixtures("oauth_env")
+async def test_each_installed_workspace_is_answered_with_its_own_token(
+    grid: FakeSlackGrid, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "burstbot.slack")
+    async with oauth_bot(grid) as bot:
+        assert await install(bot.frontend, "T1") == (200, "burstbot is installed in Acme. "
+                                                     "Open Slack and send it a direct message "
+                                                     "to start.")  # fmt: skip
+        status, outcome = await install(bot.frontend, "T2")
+        assert status == 200 and "installed in Globex" in outcome
+        await grid.say("T1", "D1", "hello from acme")
+        await grid.say("T2", "D2", "hello from globex")
+        await bot.step(1.5)
+        assert answered(grid, "T1") == ["reply to: hello from acme"]
+        assert answered(grid, "T2") == ["reply to: hello from globex"]
+        assert grid.cross_team == []  # no call carried another workspace's token
+        prompts = sorted((c.texts, c.prompt.history) for c in bot.replier.calls)
+        assert prompts == [(["hello from acme"], ()), (["hello from globex"], ())]
+        # an event from a workspace that never installed the app: acked, dropped, one line
+        _, status = await grid.say("T3", "D3", "anyone?")
+        assert status == 200
+        assert await bot.store.conversation_state(ConversationKey("slack", "T3", "D3").id) is None
+    dropped = [r for r in caplog.records if "T3, which is not installed" in r.getMessage()]
+    assert len(dropped) == 1 and dropped[0].levelno == logging.WARNING
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.usefixtures("oauth_env")
+async def test_a_cancelled_or_replayed_install_is_one_line_and_installs_nothing(
+    grid: FakeSlackGrid, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with oauth_bot(grid) as bot:
+        status, outcome = await install(bot.frontend, "T1", decision="cancel")
+        assert (status, outcome) == (200, "The install was cancelled on Slack's page")
+        assert await bot.store.installations() == []
+        back, cookie = await approve(bot.frontend, "T1", "allow")
+        assert (await land(back, cookie))[0] == 200
+        status, outcome = await land(back, cookie)  # the same redirect again: its state is spent
+        assert status == 401 and outcome.startswith("The install link expired or was used")
+        status, outcome = await land(back, "slack-app-oauth-state=forged")
+        assert status == 400 and "another browser" in outcome
+        assert [r.team_id for r in await bot.store.installations()] == ["T1"]
+    failures = [r.getMessage() for r in caplog.records if "install failed" in r.getMessage()]
+    assert len(failures) == 3
+    assert failures[0] == "slack: an install failed: the install was cancelled on Slack's page"
+
+
+@pytest.mark.usefixtures("oauth_env")
+async def test_the_wrong_key_for_the_stored_tokens_stops_the_start_with_one_line(
+    grid: FakeSlackGrid, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = str(tmp_path / "bot.db")
+    async with oauth_bot(grid, db=db) as bot:
+        await install(bot.frontend, "T1")
+    monkeypatch.setenv("BURSTBOT_TOKEN_KEY", Fernet.generate_key().decode())
+    with pytest.raises(ConfigError, match=r"^slack.token_key_env: the key does not decrypt"):
+        async with oauth_bot(grid, db=db):
+            pass
