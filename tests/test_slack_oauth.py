@@ -4,7 +4,9 @@ in one line, a wrong key refused at start (the fake grid: testkit/fake_slack_gri
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,6 +15,8 @@ from cryptography.fernet import Fernet
 
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey
+from testkit.clock import FakeClock
+from testkit.fake_slack import Failure
 from testkit.fake_slack_grid import FakeSlackGrid
 from tests.slack_oauth_harness import (
     CLIENT_ID,
@@ -101,3 +105,79 @@ async def test_the_wrong_key_for_the_stored_tokens_stops_the_start_with_one_line
     with pytest.raises(ConfigError, match=r"^slack.token_key_env: the key does not decrypt"):
         async with oauth_bot(grid, db=db):
             pass
+
+
+@pytest.mark.usefixtures("oauth_env")
+async def test_an_uninstall_mid_conversation_deletes_its_tokens_fails_its_reply_and_erases_it(
+    grid: FakeSlackGrid, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = tmp_path / "bot.db"
+    async with oauth_bot(grid, db=str(db)) as bot:
+        for team in ("T1", "T3"):
+            await install(bot.frontend, team)
+        grid.workspaces["T3"].fail("chat.postMessage", Failure(status=500), times=100)
+        await grid.say("T1", "D1", "acme asks")
+        await grid.say("T3", "D3", "initech asks")
+        await bot.step(1.5)  # T3's reply is committed; its post failed and waits to be retried
+        t3 = ConversationKey("slack", "T3", "D3").id
+        assert [r.state for r in await bot.store.replies(t3)] == ["pending"]
+        assert await grid.uninstall("T3") == [200, 200]
+        assert await bot.store.installation("T3") is None
+        [reply] = await bot.store.replies(t3)
+        assert reply.state == "failed"
+        assert reply.last_error == "slack: workspace_not_installed (T3, tokens_revoked)"
+        assert [m.text for m in await bot.store.messages(t3)] == [""]  # erased
+        assert answered(grid, "T1") == ["reply to: acme asks"]
+        await grid.say("T1", "D1", "still there?")
+        _, status = await grid.say("T3", "D3", "hello again")
+        assert status == 200
+        await bot.step(1.5)
+        assert answered(grid, "T1") == ["reply to: acme asks", "reply to: still there?"]
+        assert len(await bot.store.messages(t3)) == 1  # nothing new stored for T3
+    lines = [r.getMessage() for r in caplog.records if r.name == "burstbot.slack"]
+    revoked = "slack: tokens_revoked in workspace T3: tokens deleted, 1 pending replies failed"
+    assert revoked in lines
+    erased = [line for line in lines if line.startswith("slack: app_uninstalled in workspace T3")]
+    assert erased == [
+        "slack: app_uninstalled in workspace T3: tokens were not stored, 0 pending replies "
+        "failed; erased 1 conversations, 1 messages, 1 replies, 0 held, 0 generations, "
+        "0 actions, 0 files, 0 unsent_replies_kept"
+    ]
+    dropped = [line for line in lines if "T3, which is not installed" in line]
+    assert len(dropped) == 1
+    files = sorted(tmp_path.iterdir())  # noqa: ASYNC240 (the database file and its WAL)
+    raw = b"".join(p.read_bytes() for p in files)
+    assert b"Acme" in raw and b"xoxb-" not in raw  # T1, still installed, has its token sealed
+
+
+@pytest.mark.usefixtures("oauth_env")
+async def test_an_expiring_token_is_refreshed_once_by_one_of_two_processes(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock(time.time())
+    grid = FakeSlackGrid(CLIENT_ID, CLIENT_SECRET, token_lifetime=60, clock=clock.now)
+    grid.add_workspace("T1", "Acme")
+    await grid.start()
+    db = str(tmp_path / "bot.db")
+    try:
+        async with oauth_bot(grid, db=db, clock=clock, owner="a") as a:
+            await install(a.frontend, "T1")
+            async with oauth_bot(grid, db=db, clock=clock, owner="b") as b:
+                grid.events_url = a.sender.url  # both listen; events go to a
+                assert a.frontend.workspaces is not None and b.frontend.workspaces is not None
+                await b.frontend.workspaces.get("T1")  # b holds the first token too
+                await clock.advance(50)  # within the last quarter of the token's minute
+                await asyncio.gather(
+                    a.frontend.workspaces.get("T1"), b.frontend.workspaces.get("T1")
+                )
+                assert grid.refreshes == {"T1": 1} and grid.refused_refreshes == []
+                await clock.advance(15)  # the first token has expired
+                again = [await w.get("T1") for w in (a.frontend.workspaces, b.frontend.workspaces)]
+                tokens = {w.client.token for w in again if w is not None}
+                assert tokens == {grid.workspaces["T1"].token}  # both use the new one
+                await grid.say("T1", "D1", "still answered?")
+                await a.step(1.5)
+                assert answered(grid, "T1") == ["reply to: still answered?"]
+                assert grid.refreshes == {"T1": 1}
+    finally:
+        await grid.stop()
