@@ -11,6 +11,7 @@ import asyncio
 import logging
 import socket
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
@@ -179,25 +180,18 @@ def _number(value: object) -> float:
     return float(value) if isinstance(value, int | float) else 0.0
 
 
+@dataclass(eq=False, repr=False)
 class MetricsServer:
     """`/metrics` (Prometheus text format) and `/healthz`: `health` returns a report whose "ok"
     decides 200 or 503 (anything else that returns counts as healthy; raising is 503); `refresh`
     sets the gauges before each scrape."""
 
-    def __init__(
-        self,
-        metrics: Metrics,
-        health: Callable[[], Awaitable[object]],
-        host: str,
-        port: int,
-        refresh: Callable[[], Awaitable[None]] | None = None,
-    ) -> None:
-        self.metrics = metrics
-        self.health = health
-        self.refresh = refresh
-        self.host = host
-        self.port = port
-        self._runner: web.AppRunner | None = None
+    metrics: Metrics
+    health: Callable[[], Awaitable[object]]
+    host: str
+    port: int
+    refresh: Callable[[], Awaitable[None]] | None = None
+    _runner: web.AppRunner | None = field(default=None, init=False)
 
     async def start(self) -> None:
         app = web.Application()
