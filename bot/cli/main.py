@@ -213,7 +213,6 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
             else:
                 lines = [await requeue_conversation(store, args.target, now)]
         elif command == "usage":
-            from bot.core.actions import ActionLog
             from bot.ops.usage import PriceTable, summarize, tool_call_lines, usage_lines
 
             since = args.since
@@ -221,8 +220,7 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
                 await store.generations(), PriceTable(config.prices), args.by, since
             )
             lines = usage_lines(rows, total, args.by, since)
-            if isinstance(store, ActionLog):
-                lines += tool_call_lines(await store.actions_since(since or 0.0))
+            lines += tool_call_lines(await store.actions_since(since or 0.0))
         else:
             cid = args.conversation
             found = await explain_lines(store, cid, now, redact=args.redact)
