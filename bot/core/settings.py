@@ -96,10 +96,6 @@ class EngineSettings:
         own = self.for_conversation(key)
         return Voice(own.system_prompt, own.model, own.max_tokens, own.tools)
 
-    def tools_for(self, key: ConversationKey) -> WebTools:
-        """Server tools: the channel's (resolved at wiring), else the global `[tools]`."""
-        return self.for_conversation(key).tools
-
     def streams(self, key: ConversationKey) -> bool:
         """Streaming for one conversation: its channel's `[[channels]]` override, else global."""
         return self.for_conversation(key).streaming
