@@ -17,6 +17,7 @@ from storage.sqlite import SqliteStore
 from tests import pg
 
 RECORDED = Path(__file__).parent / "fixtures" / "schema"
+NEW_MIGRATION = "a new migration changes this on purpose: `python -m tests.test_schema` records it"
 
 
 async def sqlite_schema(path: Path) -> str:
@@ -65,12 +66,12 @@ async def postgres_schema() -> str:
 
 async def test_a_fresh_sqlite_database_gets_the_recorded_schema(tmp_path: Path) -> None:
     recorded = (RECORDED / "sqlite.txt").read_text(encoding="utf-8")
-    assert await sqlite_schema(tmp_path / "fresh.db") == recorded
+    assert await sqlite_schema(tmp_path / "fresh.db") == recorded, NEW_MIGRATION
 
 
 async def test_a_fresh_postgres_schema_gets_the_recorded_schema() -> None:
     recorded = (RECORDED / "postgres.txt").read_text(encoding="utf-8")
-    assert await postgres_schema() == recorded
+    assert await postgres_schema() == recorded, NEW_MIGRATION
 
 
 async def _record(folder: Path) -> None:
