@@ -127,9 +127,11 @@ def attachment_limits(config: Config) -> AttachmentLimits:
 
 
 def engine_settings(config: Config) -> EngineSettings:
+    """Every `[debounce]` and `[engine]` key is the core setting of the same name, except those
+    left out here (read elsewhere, or deprecated): a new key is one or the other."""
     llm = config.llm
     return EngineSettings(
-        **config.debounce.model_dump(exclude={"typing_aware", "typing_seconds"}),  # Discord's
+        **config.debounce.model_dump(exclude={"typing_aware", "typing_seconds"}),  # bot/app.py's
         **config.engine.model_dump(exclude={"delivery_max_attempts", "owner", "pid_file"}),
         lease_ttl_seconds=config.lease.ttl_seconds,
         model_max_attempts=llm.max_attempts,
