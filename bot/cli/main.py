@@ -49,6 +49,11 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--config", help=config_help)
     status.add_argument("--all", action="store_true", help="every conversation, idle ones too")
     status.add_argument("--limit", type=int, default=10, help="recent conversations shown")
+    status.add_argument("--workspace", help="one workspace's conversations (a Slack team id)")
+    workspaces = commands.add_parser(
+        "workspaces", help="the Slack workspaces installed through Add to Slack"
+    )
+    workspaces.add_argument("--config", help=config_help)
     explain = commands.add_parser("explain", help="one conversation's timeline from stored data")
     explain.add_argument(
         "conversation", type=_conversation, help="platform/workspace/channel/thread (see status)"
@@ -78,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
         help="7d, 24h, 30m, or a UTC date (default: everything)",
     )
     usage.add_argument("--by", choices=("model", "user", "channel"), default="model")
+    usage.add_argument("--workspace", help="one workspace's generations (a Slack team id)")
     forget = commands.add_parser("forget", help="erase a person's or a conversation's stored text")
     forget.add_argument("--config", help=config_help)
     who = forget.add_mutually_exclusive_group(required=True)
@@ -85,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     who.add_argument(
         "--conversation", type=_conversation, help="platform/workspace/channel/thread (see status)"
     )
+    who.add_argument("--workspace", help="every conversation of a Slack workspace (T123)")
     migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
     migrate.add_argument("--config", help=config_help)
     backup = commands.add_parser(
@@ -200,11 +207,17 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
             return 0
         now = time.time()
         if command == "status":
-            lines = await status_lines(store, now, show_all=args.all, limit=args.limit)
+            lines = await status_lines(
+                store, now, show_all=args.all, limit=args.limit, workspace=args.workspace
+            )
+        elif command == "workspaces":
+            from bot.cli.workspaces import workspace_lines
+
+            lines = await workspace_lines(store, now)
         elif command == "forget":
             from bot.ops.retention import forget
 
-            lines = [await forget(store, args.user, args.conversation)]
+            lines = [await forget(store, args.user, args.conversation, args.workspace)]
         elif command == "retry":
             from bot.ops.requeue import requeue_conversation, requeue_reply
 
@@ -213,12 +226,15 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
             else:
                 lines = [await requeue_conversation(store, args.target, now)]
         elif command == "usage":
+            from bot.cli.status import in_workspace
             from bot.ops.usage import PriceTable, summarize, tool_call_lines, usage_lines
 
             since = args.since
-            rows, total = summarize(
-                await store.generations(), PriceTable(config.prices), args.by, since
-            )
+            generations = await store.generations()
+            if args.workspace:
+                generations = [g for g in generations if in_workspace(g.conversation_id,
+                                                                     args.workspace)]  # fmt: skip
+            rows, total = summarize(generations, PriceTable(config.prices), args.by, since)
             lines = usage_lines(rows, total, args.by, since)
             lines += tool_call_lines(await store.actions_since(since or 0.0))
         else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from bot.core.events import ConversationKey
 from bot.core.store import ConversationSummary, Store
 from bot.ops.inspection import printable
 
@@ -17,6 +18,13 @@ def relative(at: float | None, now: float) -> str:
         return "-"
     delta = at - now
     return f"in {delta:.1f}s" if delta >= 0 else f"{-delta:.1f}s ago"
+
+
+def in_workspace(conversation_id: str, workspace: str) -> bool:
+    try:
+        return ConversationKey.parse(conversation_id).workspace == workspace
+    except ValueError:
+        return False
 
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -54,11 +62,22 @@ def _row(item: ConversationSummary, now: float) -> list[str]:
 
 
 async def status_lines(
-    inspector: Store, now: float, show_all: bool = False, limit: int = 10
+    inspector: Store,
+    now: float,
+    show_all: bool = False,
+    limit: int = 10,
+    workspace: str | None = None,
 ) -> list[str]:
-    """Two tables: what is in flight, then the most recently active conversations."""
+    """Two tables: what is in flight, then the most recently active conversations (of one
+    workspace with `workspace`)."""
+
+    def ours(items: list[ConversationSummary]) -> list[ConversationSummary]:
+        if workspace is None:
+            return items
+        return [i for i in items if in_workspace(i.state.conversation_id, workspace)]
+
     headers = ["CONVERSATION", "ANSWERED", "PENDING", "TIMER", "LEASE", "OUTBOX", "LAST ACTIVITY"]
-    active = await inspector.list_conversations(active_only=True, limit=1000)
+    active = ours(await inspector.list_conversations(active_only=True, limit=1000))
     lines = ["in flight:"]
     if active:
         lines += render_table(headers, [_row(item, now) for item in active])
@@ -73,9 +92,11 @@ async def status_lines(
         f"{len(active)} in flight: {waiting} with pending input, {leased} leased; "
         f"outbox {pending} pending, {failed} failed{retry}"
     )
-    recent = await inspector.list_conversations(
-        active_only=False, limit=1_000_000 if show_all else limit
+    everything = show_all or workspace is not None
+    listed = await inspector.list_conversations(
+        active_only=False, limit=1_000_000 if everything else limit
     )
+    recent = ours(listed)[: None if show_all else limit]
     lines += [
         "",
         "every conversation:" if show_all else f"recent (up to {limit}; --all for every one):",

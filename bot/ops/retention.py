@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 from bot.config import DAY, RetentionConfig
 from bot.core.clock import Clock
+from bot.core.errors import ConfigError
+from bot.core.installations import forget_workspace
 from bot.core.store import Store
 
 log = logging.getLogger("burstbot.retention")
@@ -73,10 +75,17 @@ class Retention:
             await self.clock.sleep(self.settings().sweep_seconds)
 
 
-async def forget(store: Store, user: str | None, conversation: str | None) -> str:
-    """`burstbot forget`: erase one person's (`platform:id` or a bare id) or one conversation's
-    stored text; returns what was erased, also logged."""
-    if conversation is not None:
+async def forget(
+    store: Store, user: str | None, conversation: str | None, workspace: str | None = None
+) -> str:
+    """`burstbot forget`: erase one person's (`platform:id` or a bare id), one conversation's or
+    one Slack workspace's stored text; returns what was erased, also logged."""
+    if workspace is not None:
+        if not workspace.isalnum():
+            raise ConfigError(f"forget --workspace: not a Slack workspace id: {workspace!r}")
+        counts = await forget_workspace(store, "slack", workspace)
+        what = f"workspace slack/{workspace}"
+    elif conversation is not None:
         counts = await store.forget_conversation(conversation)
         what = f"conversation {conversation}"
     else:

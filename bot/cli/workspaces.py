@@ -1,0 +1,34 @@
+"""`burstbot workspaces`: the Slack workspaces installed through "Add to Slack", from the store.
+
+Each with its name and id, when it was installed, when its token expires (with token rotation),
+how many conversations the store holds for it and the model tokens its conversations used today
+(UTC). Tokens themselves are never shown; the store only holds them encrypted anyway.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from bot.cli.status import in_workspace, relative, render_table
+from bot.core.store import Store
+from bot.ops.guards import DAY_SECONDS, spent_tokens
+
+
+async def workspace_lines(store: Store, now: float) -> list[str]:
+    installed = await store.installations()
+    if not installed:
+        return ['no Slack workspace installed (slack.install = "oauth": see docs/slack.md)']
+    today = now // DAY_SECONDS * DAY_SECONDS
+    generations = [g for g in await store.generations() if g.ended_at >= today]
+    rows = []
+    for record in installed:
+        conversations = await store.workspace_conversations("slack", record.team_id)
+        tokens = sum(spent_tokens(g.usage) for g in generations
+                     if in_workspace(g.conversation_id, record.team_id))  # fmt: skip
+        expiry = "never" if record.expires_at is None else relative(record.expires_at, now)
+        installed_at = datetime.fromtimestamp(record.installed_at, UTC)
+        rows.append([record.team_name, record.team_id, installed_at.strftime("%Y-%m-%d %H:%M"),
+                     expiry, str(len(conversations)), str(tokens)])  # fmt: skip
+    headers = ["WORKSPACE", "ID", "INSTALLED (UTC)", "TOKEN EXPIRES", "CONVERSATIONS",
+               "TOKENS TODAY"]  # fmt: skip
+    return [*render_table(headers, rows), f"{len(installed)} workspaces installed"]
