@@ -26,7 +26,8 @@ to the bot); `uninstall(team)` revokes the workspace's tokens and sends `tokens_
 --events-url http://127.0.0.1:3000/slack/events --signing-secret S --client-id ID
 --client-secret SECRET --redirect-url http://127.0.0.1:3000/slack/oauth_redirect
 --workspace T1:Acme --workspace T2:Globex`; `POST /fake/say` (form: `team`, `channel`, `text`,
-optional `user`) and `POST /fake/uninstall` (form: `team`) do the same as the methods.
+optional `user`) and `POST /fake/uninstall` (form: `team`) do the same as the methods; `GET
+/fake/posts` lists what the bot posted in each workspace.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ class FakeSlackGrid:
         app.router.add_get("/files-pri/{team_file}/download/{name}", self._download)
         app.router.add_post("/fake/say", self._say_by_hand)
         app.router.add_post("/fake/uninstall", self._uninstall_by_hand)
+        app.router.add_get("/fake/posts", self._posts_by_hand)
         self._runner, bound = await serve_locally(app, port, access_log=None)
         self.base = f"http://127.0.0.1:{bound}"
         self.url = self.base + "/api/"
@@ -271,6 +273,11 @@ class FakeSlackGrid:
         ts, status = await self.say(str(form["team"]), str(form["channel"]), str(form["text"]),
                                     str(form.get("user", "U1")))  # fmt: skip
         return web.json_response({"ts": ts, "event": status})
+
+    async def _posts_by_hand(self, request: web.Request) -> web.Response:
+        return web.json_response({team: [{"channel": m.channel, "ts": m.ts, "text": m.text}
+                                         for m in workspace.posts()]
+                                  for team, workspace in self.workspaces.items()})  # fmt: skip
 
     async def _uninstall_by_hand(self, request: web.Request) -> web.Response:
         form = await request.post()

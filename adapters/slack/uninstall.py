@@ -48,8 +48,10 @@ class Uninstalls:
         if event_type == "app_uninstalled" and self.config.forget_on_uninstall:
             forgotten = await forget_workspace(book, PLATFORM, team)
             counts.update(forgotten)
-            erased = "; erased " + ", ".join(f"{n} {name}" for name, n in forgotten.items())
+            erased = "; erased " + ", ".join(
+                f"{n} {name.replace('_', ' ')}" for name, n in forgotten.items()
+            )
         log.warning("slack: %s in workspace %s: tokens %s, %d pending replies failed%s",
-                    event_type, team, "deleted" if deleted else "were not stored", failed,
+                    event_type, team, "deleted" if deleted else "already deleted", failed,
                     erased)  # fmt: skip
         return counts
