@@ -96,8 +96,12 @@ async def install(frontend: SlackFrontend, team: str, decision: str = "allow") -
 
 async def approve(frontend: SlackFrontend, team: str, decision: str) -> tuple[str, str]:
     """The install up to Slack's redirect: where it sends the browser, and the state cookie."""
+    return await approve_at(bot_url(frontend, frontend.config.install_path), team, decision)
+
+
+async def approve_at(install_url: str, team: str, decision: str = "allow") -> tuple[str, str]:
     async with aiohttp.ClientSession() as http:
-        async with http.get(bot_url(frontend, frontend.config.install_path)) as page:
+        async with http.get(install_url) as page:
             assert page.status == 200, await page.text()
             cookie = page.headers["Set-Cookie"].split(";")[0]
             found = re.search(r'id="add-to-slack" href="([^"]+)"', await page.text())
