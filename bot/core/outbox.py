@@ -15,7 +15,8 @@ Rules:
   re-delivering a row whose post was never recorded posts nothing new.
 - A reply that finishes a streamed draft edits it (its first part) under this claim: the commit
   never waits on a rate-limited edit. A draft whose post outcome is unknown is found first
-  (`locate_draft`), and the row waits while that post may still land unseen.
+  (`locate_draft`): this process's own post of it is awaited; otherwise the row waits while
+  that post may still land unseen.
 - No silent give-up (G13): a transient failure (outage, 5xx, timeout, a page that is not the
   platform's answer) is retried with exponential backoff and jitter, capped at
   `delivery_backoff_max_seconds` so a reply goes out soon after the platform recovers, for
@@ -44,6 +45,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from bot.core.clock import Clock, trusted_until
+from bot.core.draft_lookup import DraftPosts, locate_draft
 from bot.core.errors import ClaimLost, PermanentDeliveryError, RetryableDeliveryError, StoreError
 from bot.core.events import ConversationKey, Draft, Reply
 from bot.core.frontend import Frontend, drafts_of
@@ -51,7 +53,6 @@ from bot.core.indicator import Indicator
 from bot.core.settings import EngineSettings
 from bot.core.signals import Signals
 from bot.core.store import ClaimRequest, Committed, OutboxRow, Store
-from bot.core.streaming import locate_draft
 
 log = logging.getLogger("burstbot.outbox")
 
@@ -116,6 +117,7 @@ class Outbox:
         indicator: Indicator,
         signals: Signals,
         on_settled: Callable[[], None] = lambda: None,
+        draft_posts: DraftPosts | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -125,6 +127,7 @@ class Outbox:
         self.indicator = indicator
         self.signals = signals
         self.on_settled = on_settled  # a row settled: the next one of its conversation may go
+        self.draft_posts = draft_posts or DraftPosts()  # this process's, shared with the streams
         self.running: set[asyncio.Task[Any]] = set()
         self._posting: dict[int, asyncio.Task[list[str]]] = {}
 
@@ -246,8 +249,8 @@ class Outbox:
 
     async def _draft_of(self, row: OutboxRow, key: ConversationKey) -> Draft | None:
         """The draft the reply finishes, its message found first if its post's outcome is
-        unknown (`locate_draft`: this raises, and the row is retried, while that post may still
-        land unseen)."""
+        unknown (`locate_draft`: a post of it from this process is awaited; else this raises,
+        and the row is retried, while that post may still land unseen)."""
         draft = row.draft
         if draft is None or draft.message_id is not None or row.platform_message_ids:
             return draft
@@ -255,7 +258,7 @@ class Outbox:
         if surface is None:
             return draft
         ttl = self.settings.lease_ttl_seconds
-        found = await locate_draft(surface, key, draft, self.clock.now(), ttl)
+        found = await locate_draft(surface, key, draft, self.clock, ttl, self.draft_posts)
         return Draft(draft.key, found, draft.created_at, draft.reply_to)
 
     async def _keep_claim(
