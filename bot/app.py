@@ -38,7 +38,7 @@ from bot.core.threads import ThreadBook
 from bot.core.tool_calls import ToolBox
 from bot.core.typing_window import author_typing
 from bot.ops.access import AccessPolicy
-from bot.ops.guards import CostGuards, limits_active
+from bot.ops.guards import CostGuards, active_limits
 from bot.ops.health import Health
 from bot.ops.logs import configure_logging
 from bot.ops.metrics import Metrics, MetricsServer
@@ -142,7 +142,7 @@ class App:
         return self.arrival.guards
 
     def _cost_guards(self, config: Config, access: AccessPolicy) -> CostGuards | None:
-        if not limits_active(config.limits):
+        if not active_limits(config.limits):
             return None
         return CostGuards(config.limits, self.store, access.is_admin, config.attachments)
 

@@ -55,7 +55,6 @@ class McpServer:
         self.environ = os.environ if environ is None else environ
         self.specs: dict[str, ToolSpec] = {}
         self.session: ClientSession | None = None
-        self._connected = asyncio.Event()
         self._broken = asyncio.Event()
         self._first_attempt = asyncio.Event()
         self._closing = False

@@ -121,39 +121,19 @@ def web_tools(base: ToolsConfig, over: ChannelToolsConfig | None = None) -> WebT
     )
 
 
-def channel_settings(channel: ChannelConfig, tools: ToolsConfig) -> ChannelSettings:
-    return ChannelSettings(
-        channel.platform, channel.channel, channel.quiet_seconds, channel.max_wait_seconds,
-        channel.system_prompt, channel.model, channel.max_tokens, channel.streaming,
-        None if channel.tools is None else web_tools(tools, channel.tools),
-        channel.adaptive, channel.min_quiet_seconds, channel.max_quiet_seconds,
-        channel.speculate, channel.speculate_after_seconds,
-    )  # fmt: skip
-
-
 def attachment_limits(config: Config) -> AttachmentLimits:
     a = config.attachments
     return AttachmentLimits(a.enabled, a.max_bytes, a.max_per_message, a.max_total_bytes)
 
 
 def engine_settings(config: Config) -> EngineSettings:
-    engine, llm = config.engine, config.llm
+    """Every `[debounce]` and `[engine]` key is the core setting of the same name, except those
+    left out here (read elsewhere, or deprecated): a new key is one or the other."""
+    llm = config.llm
     return EngineSettings(
-        quiet_seconds=config.debounce.quiet_seconds,
-        max_wait_seconds=config.debounce.max_wait_seconds,
-        adaptive=config.debounce.adaptive,
-        min_quiet_seconds=config.debounce.min_quiet_seconds,
-        max_quiet_seconds=config.debounce.max_quiet_seconds,
-        speculate=config.debounce.speculate,
-        speculate_after_seconds=config.debounce.speculate_after_seconds,
+        **config.debounce.model_dump(exclude={"typing_aware", "typing_seconds"}),  # bot/app.py's
+        **config.engine.model_dump(exclude={"delivery_max_attempts", "owner", "pid_file"}),
         lease_ttl_seconds=config.lease.ttl_seconds,
-        max_concurrent_generations=engine.max_concurrent_generations,
-        poll_seconds=engine.poll_seconds,
-        busy_retry_seconds=engine.busy_retry_seconds,
-        delivery_backoff_seconds=engine.delivery_backoff_seconds,
-        delivery_backoff_max_seconds=engine.delivery_backoff_max_seconds,
-        delivery_give_up_hours=engine.delivery_give_up_hours,
-        indicator_delay_seconds=engine.indicator_delay_seconds,
         model_max_attempts=llm.max_attempts,
         model_backoff_seconds=llm.retry_backoff_seconds,
         failure_message=llm.failure_message,
@@ -167,6 +147,15 @@ def engine_settings(config: Config) -> EngineSettings:
         max_tokens=llm.max_tokens,
         tools=web_tools(config.tools),
     )
+
+
+def channel_settings(channel: ChannelConfig, tools: ToolsConfig) -> ChannelSettings:
+    """The keys a channel sets (an unset key is None: the global value), by the names the core's
+    settings give them."""
+    own = channel.model_dump(exclude_none=True, exclude={"platform", "channel", "temperature"})
+    if channel.tools is not None:
+        own["tools"] = web_tools(tools, channel.tools)
+    return ChannelSettings(channel.platform, channel.channel, own)
 
 
 def catch_up_settings(config: Config) -> CatchUpSettings:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 
 from bot.core.events import ConversationKey
-from bot.core.quiet_window import AuthorLast, Bounds, Rhythm, Window, burst_window
+from bot.core.quiet_window import AuthorLast, Rhythm, Window, burst_window
 from bot.core.store import Timing
 from storage.rows import Params, Row
 
@@ -64,7 +64,7 @@ async def choose_window(run: RunStatement, key: ConversationKey, seq: int, now: 
         )
         for r in await run("burst_authors", params)
     ]
-    window = burst_window(authors, Bounds(timing.min_quiet_seconds, timing.max_quiet_seconds))
+    window = burst_window(authors, timing.min_quiet_seconds, timing.max_quiet_seconds)
     if not changed:
         await run("note_quiet_window", {"cid": key.id, "seq": seq, "reason": window.reason})
     return window

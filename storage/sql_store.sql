@@ -702,6 +702,97 @@ VALUES (:cid, :name, :value, :db_now)
 ON CONFLICT (conversation_id, name) DO NOTHING
 RETURNING name;
 
+-- name: migration_1
+-- The first two migrations are written in PostgreSQL's type names, and SQLite gets its own names
+-- for them (storage/sqlite.py's FIRST_SCHEMA_TYPES), as its databases always had. Later migrations
+-- use names both dialects read. (SQLite splits a migration at semicolons: none in its comments.)
+CREATE TABLE conversations (
+    id                TEXT PRIMARY KEY,
+    platform          TEXT NOT NULL,
+    version           BIGINT NOT NULL DEFAULT 0,
+    answered_version  BIGINT NOT NULL DEFAULT 0,
+    lease_owner       TEXT,
+    lease_token       BIGINT NOT NULL DEFAULT 0,
+    lease_expires_at  DOUBLE PRECISION,
+    failed_attempts   INTEGER NOT NULL DEFAULT 0,
+    created_at        DOUBLE PRECISION NOT NULL
+);
+CREATE TABLE messages (
+    conversation_id   TEXT NOT NULL REFERENCES conversations(id),
+    seq               BIGINT NOT NULL,
+    message_uid       TEXT NOT NULL UNIQUE,
+    message_id        TEXT NOT NULL,
+    author_id         TEXT NOT NULL,
+    author_name       TEXT NOT NULL,
+    text              TEXT NOT NULL,
+    created_at        DOUBLE PRECISION NOT NULL,
+    edited_at         DOUBLE PRECISION,
+    deleted           BOOLEAN NOT NULL DEFAULT FALSE,
+    PRIMARY KEY (conversation_id, seq)
+);
+CREATE TABLE debounce_timers (
+    conversation_id   TEXT PRIMARY KEY REFERENCES conversations(id),
+    due_at            DOUBLE PRECISION NOT NULL,
+    deadline_at       DOUBLE PRECISION NOT NULL,
+    quiet_until       DOUBLE PRECISION NOT NULL,
+    armed_version     BIGINT NOT NULL
+);
+CREATE INDEX debounce_timers_due ON debounce_timers(due_at);
+CREATE TABLE replies (
+    id                  BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    conversation_id     TEXT NOT NULL REFERENCES conversations(id),
+    platform            TEXT NOT NULL,
+    covers_from_version BIGINT NOT NULL,
+    covers_to_version   BIGINT NOT NULL,
+    seen_version        BIGINT NOT NULL,
+    reply_to_message_id TEXT,
+    text                TEXT NOT NULL,
+    kind                TEXT NOT NULL DEFAULT 'answer',
+    state               TEXT NOT NULL DEFAULT 'pending',
+    attempts            INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at     DOUBLE PRECISION NOT NULL,
+    claim_owner         TEXT,
+    claim_expires_at    DOUBLE PRECISION,
+    platform_message_ids TEXT[] NOT NULL DEFAULT '{}',
+    last_error          TEXT,
+    created_at          DOUBLE PRECISION NOT NULL,
+    sent_at             DOUBLE PRECISION,
+    input_tokens        INTEGER NOT NULL DEFAULT 0,
+    output_tokens       INTEGER NOT NULL DEFAULT 0,
+    cache_read_tokens   INTEGER NOT NULL DEFAULT 0,
+    cache_write_tokens  INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (conversation_id, covers_to_version)
+);
+CREATE INDEX replies_pending ON replies(next_attempt_at) WHERE state = 'pending';
+CREATE TABLE generations (
+    id                 BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    conversation_id    TEXT NOT NULL,
+    lease_token        BIGINT NOT NULL,
+    from_version       BIGINT NOT NULL,
+    to_version         BIGINT NOT NULL,
+    started_at         DOUBLE PRECISION NOT NULL,
+    ended_at           DOUBLE PRECISION NOT NULL,
+    outcome            TEXT NOT NULL,
+    input_tokens       INTEGER NOT NULL,
+    output_tokens      INTEGER NOT NULL,
+    cache_read_tokens  INTEGER NOT NULL,
+    cache_write_tokens INTEGER NOT NULL,
+    error              TEXT
+);
+CREATE INDEX generations_conversation ON generations(conversation_id, id);
+
+-- name: migration_2
+-- /reset (history_floor: prompts only see turns after it) and the cost guards' counters.
+ALTER TABLE conversations ADD COLUMN history_floor BIGINT NOT NULL DEFAULT 0;
+CREATE TABLE usage_counters (
+    scope             TEXT NOT NULL,
+    window_start      BIGINT NOT NULL,
+    amount            BIGINT NOT NULL DEFAULT 0,
+    expires_at        DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (scope, window_start)
+);
+CREATE INDEX usage_counters_expiry ON usage_counters(expires_at);
+
 -- name: migration_3
 -- Delivery is fenced like generation: every claim bumps claim_token, and renewals and marks are
 -- conditional on it. A conversation's replies are claimed in commit order, one at a time (G9).

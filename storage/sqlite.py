@@ -44,8 +44,29 @@ def _for_sqlite(sql: str) -> str:
     return re.sub(r"\bGREATEST\(", "MAX(", re.sub(r"\bLEAST\(", "MIN(", sql))
 
 
+FIRST_SCHEMA_TYPES = {
+    "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY": "INTEGER PRIMARY KEY AUTOINCREMENT",
+    "TEXT[] NOT NULL DEFAULT '{}'": "TEXT NOT NULL DEFAULT '[]'",  # a JSON list
+    "BOOLEAN NOT NULL DEFAULT FALSE": "INTEGER NOT NULL DEFAULT 0",
+    "DOUBLE PRECISION": "REAL",
+    "BIGINT": "INTEGER",
+}
+"""SQLite's names for the types of the first two migrations, which sql_store.sql writes in
+PostgreSQL's: a fresh file gets the schema SQLite databases always had (tests/test_schema.py).
+Later migrations are written in names both dialects read, and are left as they are."""
+
+
+def _sqlite_types(script: str) -> str:
+    for postgres_type, sqlite_type in FIRST_SCHEMA_TYPES.items():
+        script = script.replace(postgres_type, sqlite_type)
+    return script
+
+
 Q = {name: _for_sqlite(sql) for name, sql in load_queries("sql_store.sql", "sqlite.sql").items()}
-MIGRATIONS = migrations(Q)
+MIGRATIONS = [
+    _sqlite_types(script) if number <= 2 else script
+    for number, script in enumerate(migrations(Q), start=1)
+]
 
 
 class SqliteStore(SqlStore[aiosqlite.Connection]):

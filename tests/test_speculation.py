@@ -12,6 +12,7 @@ from bot.config import ChannelConfig, ToolsConfig
 from bot.core.engine import Engine
 from bot.core.errors import RetryableReplierError
 from bot.core.events import ConversationKey
+from bot.core.settings import ChannelSettings
 from bot.wiring import channel_settings
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier, check_invariants
@@ -227,7 +228,7 @@ async def test_closed_windows_take_a_free_slot_before_early_starts(
     that speculation's start was due first."""
     frontend = RecordingFrontend()
     replier = ScriptedReplier(hold=True)
-    later = ChannelConfig(platform="test", channel="c2", quiet_seconds=5.0)
+    later = ChannelSettings("test", "c2", {"quiet_seconds": 5.0})
     engine, _ = speculating(
         store, clock, replier, frontend, max_concurrent_generations=1, channels=(later,)
     )

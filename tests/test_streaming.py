@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from bot.config import ChannelConfig
 from bot.core.engine import Engine
 from bot.core.errors import PermanentReplierError, RetryableDeliveryError
 from bot.core.events import ConversationKey, Draft, MessageDeleted
+from bot.core.settings import ChannelSettings
 from bot.core.streaming import WAITING
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier, check_invariants
@@ -389,7 +389,7 @@ async def test_streaming_off_posts_the_answer_once_complete(
 async def test_a_channel_can_turn_streaming_off(store: SqliteStore, clock: FakeClock) -> None:
     frontend = streaming_frontend(clock)
     replier = ScriptedReplier(hold=True)
-    quiet = ChannelConfig(platform=KEY.platform, channel=KEY.channel, streaming=False)
+    quiet = ChannelSettings(KEY.platform, KEY.channel, {"streaming": False})
     engine = streaming_engine(store, clock, replier, frontend, channels=(quiet,))
     await engine.ingest(message(1))
     call = await start_generation(engine, clock, replier, 0)

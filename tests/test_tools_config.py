@@ -8,6 +8,7 @@ import pytest
 from bot.config import Config, parse_config
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey
+from bot.core.replier import WebTools
 from bot.wiring import engine_settings
 
 TRACKER = {"name": "tracker", "command": "tracker-mcp", "allowed_tools": ["create_ticket"]}
@@ -81,12 +82,16 @@ def test_only_channels_that_list_a_server_get_it() -> None:
         }
     )
     settings = engine_settings(config)
-    listed = settings.tools_for(ConversationKey("slack", "T1", "C1", "171.2"))
+
+    def tools(*key: str) -> WebTools:
+        return settings.for_conversation(ConversationKey(*key)).tools
+
+    listed = tools("slack", "T1", "C1", "171.2")
     assert (listed.mcp, listed.max_tool_calls) == (("tracker",), 3)
-    assert settings.tools_for(ConversationKey("slack", "T1", "D7")).mcp == ("tracker",)
-    assert settings.tools_for(ConversationKey("slack", "T1", "C2")).mcp == ()
-    assert settings.tools_for(ConversationKey("slack", "T1", "D9")).mcp == ()  # an unlisted DM
-    assert settings.tools_for(ConversationKey("discord", "@me", "5")).mcp == ()
+    assert tools("slack", "T1", "D7").mcp == ("tracker",)
+    assert tools("slack", "T1", "C2").mcp == ()
+    assert tools("slack", "T1", "D9").mcp == ()  # an unlisted DM
+    assert tools("discord", "@me", "5").mcp == ()
 
 
 def test_the_bearer_token_variable_is_redacted_from_logs() -> None:

@@ -244,13 +244,13 @@ def test_channel_tools_override_the_global_ones_key_by_key() -> None:
         ],
     })  # fmt: skip
     settings = engine_settings(config)
-    assert settings.tools_for(KEY) == WebTools(True, 1, ("python.org",), ())
-    assert settings.voice_for(KEY).tools == settings.tools_for(KEY)
-    assert not settings.tools_for(ConversationKey("slack", "T1", "C2")).web_search
-    assert settings.tools_for(ConversationKey("slack", "T1", "C3")) == WebTools(
+    assert settings.for_conversation(KEY).tools == WebTools(True, 1, ("python.org",), ())
+    assert settings.voice_for(KEY).tools == settings.for_conversation(KEY).tools
+    assert not settings.for_conversation(ConversationKey("slack", "T1", "C2")).tools.web_search
+    assert settings.for_conversation(ConversationKey("slack", "T1", "C3")).tools == WebTools(
         True, 4, (), ("spam.example",)
     )
-    assert not engine_settings(parse_config({})).tools_for(KEY).any
+    assert not engine_settings(parse_config({})).for_conversation(KEY).tools.any
 
 
 @pytest.mark.parametrize(

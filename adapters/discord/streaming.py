@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import discord
 
@@ -47,23 +48,16 @@ def draft_text(text: str) -> str:
     return split_message(to_discord(settle_partial(text)))[0] or "…"
 
 
+@dataclass(eq=False, repr=False)
 class DiscordDrafts(PacedDrafts):
-    def __init__(
-        self,
-        channel_for: Callable[[ConversationKey], discord.abc.Messageable],
-        partial_channel: Callable[[ConversationKey], discord.PartialMessageable],
-        mentions: discord.AllowedMentions,
-        bot_id: Callable[[], int | None],
-        nonce_window: float = NONCE_WINDOW,
-        pacer: Pacer | None = None,
-    ) -> None:
-        self.pacer = pacer
-        self.channel_for = channel_for
-        self.partial_channel = partial_channel
-        self.mentions = mentions
-        self.bot_id = bot_id
-        self.nonce_window = nonce_window
-        self.showing = Showing()  # what each message we sent or edited shows now
+    channel_for: Callable[[ConversationKey], discord.abc.Messageable]
+    partial_channel: Callable[[ConversationKey], discord.PartialMessageable]
+    mentions: discord.AllowedMentions
+    bot_id: Callable[[], int | None]
+    nonce_window: float = NONCE_WINDOW
+    pacer: Pacer | None = None
+    showing: Showing = field(default_factory=Showing, init=False)
+    """What each message we sent or edited shows now."""
 
     async def draft_turn(self, key: ConversationKey, posting: bool) -> bool:
         """Whether a draft call may go now on the channel's budget (never waiting): an edit if

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeVar
 
@@ -84,29 +85,22 @@ class Turn(Enum):
     # every final text)
 
 
+@dataclass(eq=False, repr=False)
 class Outbound:
     """Posting and the thinking indicator for one workspace (one bot token)."""
 
-    def __init__(
-        self,
-        client: AsyncWebClient,
-        identity: Identity,
-        indicator: str = "auto",
-        reaction: str = "hourglass_flowing_sand",
-        status_text: str = "is thinking…",
-        part_chars: int = MAX_PART_CHARS,
-        max_parts: int = 10,
-        pacer: Pacer | None = None,
-    ) -> None:
-        self.client = client
-        self.pacer = pacer
-        self.identity = identity
-        self.indicator = indicator
-        self.reaction = reaction
-        self.status_text = status_text
-        self.part_chars = part_chars
-        self.max_parts = max_parts
-        self.status_available = indicator == "auto"
+    client: AsyncWebClient
+    identity: Identity
+    indicator: str = "auto"
+    reaction: str = "hourglass_flowing_sand"
+    status_text: str = "is thinking…"
+    part_chars: int = MAX_PART_CHARS
+    max_parts: int = 10
+    pacer: Pacer | None = None
+    status_available: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.status_available = self.indicator == "auto"
 
     # posting ----------------------------------------------------------------------------------
     async def deliver(

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 from bot.config import Config, DebounceConfig
-from bot.ops.guards import limits_active
+from bot.ops.guards import active_limits
 
 
 def display_url(url: str) -> str:
@@ -93,25 +93,6 @@ def check_config(
         )
         if values
     ]  # fmt: skip
-    lim = config.limits
-    guards = "off"
-    if limits_active(lim):
-        parts = []
-        if lim.user_messages_per_window:
-            parts.append(f"{lim.user_messages_per_window} msgs/user/{lim.window_seconds:g}s")
-        if lim.max_message_chars:
-            parts.append(f"{lim.max_message_chars} chars/msg")
-        if lim.max_burst_messages:
-            parts.append(f"{lim.max_burst_messages} msgs/burst")
-        if lim.max_burst_chars:
-            parts.append(f"{lim.max_burst_chars} chars/burst")
-        if lim.user_daily_tokens:
-            parts.append(f"{lim.user_daily_tokens} tokens/user/day")
-        if lim.channel_daily_tokens:
-            parts.append(f"{lim.channel_daily_tokens} tokens/channel/day")
-        if lim.global_daily_tokens:
-            parts.append(f"{lim.global_daily_tokens} tokens/day in all")
-        guards = ", ".join(parts)
     m = config.metrics
     d = config.debounce
     summary = [
@@ -121,7 +102,7 @@ def check_config(
         f"debounce    {_window(d)}, cap {d.max_wait_seconds:g}s; "
         f"{len(config.channels)} channel override(s)",
         f"access      {', '.join(lists) or 'everyone'}; direct messages {a.dm_policy}",
-        f"limits      {guards}",
+        f"limits      {', '.join(active_limits(config.limits)) or 'off'}",
         f"tools       {_tools(config)}",
         f"metrics     {f'http://{m.host}:{m.port}/metrics' if m.enabled else 'off'}",
         f"logging     {config.logging.format}, {config.logging.level}",

@@ -8,8 +8,9 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from bot import __version__
 from bot.cli.serve import for_worker, run_event_loop, run_workers, workers_refusal
@@ -19,6 +20,7 @@ from bot.core.store import Store
 from bot.ops.logs import configure_logging
 
 EXIT_USAGE = 2
+T = TypeVar("T")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -48,7 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--all", action="store_true", help="every conversation, idle ones too")
     status.add_argument("--limit", type=int, default=10, help="recent conversations shown")
     explain = commands.add_parser("explain", help="one conversation's timeline from stored data")
-    explain.add_argument("conversation", help="platform/workspace/channel/thread (see status)")
+    explain.add_argument(
+        "conversation", type=_conversation, help="platform/workspace/channel/thread (see status)"
+    )
     explain.add_argument("--config", help=config_help)
     explain.add_argument(
         "--redact", action="store_true", help="show message and reply lengths, not their text"
@@ -56,7 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     retry = commands.add_parser(
         "retry", help="post again a reply whose delivery failed (see status and explain)"
     )
-    retry.add_argument("target", help="a reply id (r12) or a conversation: its failed replies")
+    retry.add_argument(
+        "target", type=_retry_target, help="a reply id (r12) or a conversation: its failed replies"
+    )
     retry.add_argument("--config", help=config_help)
     reload = commands.add_parser(
         "reload", help="make a running `burstbot run` re-read its config (SIGHUP)"
@@ -65,13 +71,20 @@ def _parser() -> argparse.ArgumentParser:
     reload.add_argument("--pid", type=int, help="the process to signal (instead of the pid file)")
     usage = commands.add_parser("usage", help="model tokens and estimated cost, from the store")
     usage.add_argument("--config", help=config_help)
-    usage.add_argument("--since", help="7d, 24h, 30m, or a UTC date (default: everything)")
+    usage.add_argument(
+        "--since",
+        type=_since,
+        default=0.0,
+        help="7d, 24h, 30m, or a UTC date (default: everything)",
+    )
     usage.add_argument("--by", choices=("model", "user", "channel"), default="model")
     forget = commands.add_parser("forget", help="erase a person's or a conversation's stored text")
     forget.add_argument("--config", help=config_help)
     who = forget.add_mutually_exclusive_group(required=True)
     who.add_argument("--user", help="a user id, or platform:id (slack:U123, discord:4711)")
-    who.add_argument("--conversation", help="platform/workspace/channel/thread (see status)")
+    who.add_argument(
+        "--conversation", type=_conversation, help="platform/workspace/channel/thread (see status)"
+    )
     migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
     migrate.add_argument("--config", help=config_help)
     backup = commands.add_parser(
@@ -83,6 +96,41 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--quiet", type=float, default=0.6, help="quiet window in seconds")
     demo.add_argument("--database", help="keep the demo's SQLite database at this path")
     return parser
+
+
+def _argument(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """An argument parsed when the command line is: a bad one is a usage error naming it."""
+
+    def parsed(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parsed
+
+
+@_argument
+def _conversation(text: str) -> str:
+    from bot.cli.explain import normalize_conversation_id
+
+    return normalize_conversation_id(text)
+
+
+@_argument
+def _retry_target(text: str) -> int | str:
+    """A reply id, else a conversation id."""
+    from bot.ops.requeue import reply_id_of
+
+    reply_id = reply_id_of(text)
+    return _conversation(text) if reply_id is None else reply_id
+
+
+@_argument
+def _since(text: str) -> float:
+    from bot.ops.usage import parse_since
+
+    return parse_since(text)
 
 
 def _load(path: str | None) -> Config:
@@ -134,7 +182,7 @@ async def _close_quietly(store: Store) -> None:
 
 
 async def _with_store(config: Config, command: str, args: argparse.Namespace) -> int:
-    from bot.cli.explain import explain_lines, normalize_conversation_id
+    from bot.cli.explain import explain_lines
     from bot.cli.status import status_lines
     from bot.ops.inspection import printable
     from bot.wiring import build_store
@@ -156,42 +204,25 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
         elif command == "forget":
             from bot.ops.retention import forget
 
-            try:
-                conversation = args.conversation and normalize_conversation_id(args.conversation)
-            except ValueError as exc:
-                print(f"burstbot: {exc}", file=sys.stderr)
-                return EXIT_USAGE
-            lines = [await forget(store, args.user, conversation)]
+            lines = [await forget(store, args.user, args.conversation)]
         elif command == "retry":
-            from bot.ops.requeue import reply_id_of, requeue_conversation, requeue_reply
+            from bot.ops.requeue import requeue_conversation, requeue_reply
 
-            reply_id = reply_id_of(args.target)
-            if reply_id is not None:
-                lines = [await requeue_reply(store, reply_id, now)]
+            if isinstance(args.target, int):
+                lines = [await requeue_reply(store, args.target, now)]
             else:
-                try:
-                    conversation = normalize_conversation_id(args.target)
-                except ValueError as exc:
-                    print(f"burstbot: {exc}", file=sys.stderr)
-                    return EXIT_USAGE
-                lines = [await requeue_conversation(store, conversation, now)]
+                lines = [await requeue_conversation(store, args.target, now)]
         elif command == "usage":
-            from bot.core.actions import ActionLog
             from bot.ops.usage import PriceTable, summarize, tool_call_lines, usage_lines
 
-            since = args.since_at
+            since = args.since
             rows, total = summarize(
                 await store.generations(), PriceTable(config.prices), args.by, since
             )
             lines = usage_lines(rows, total, args.by, since)
-            if isinstance(store, ActionLog):
-                lines += tool_call_lines(await store.actions_since(since or 0.0))
+            lines += tool_call_lines(await store.actions_since(since or 0.0))
         else:
-            try:
-                cid = normalize_conversation_id(args.conversation)
-            except ValueError as exc:
-                print(f"burstbot: {exc}", file=sys.stderr)
-                return EXIT_USAGE
+            cid = args.conversation
             found = await explain_lines(store, cid, now, redact=args.redact)
             if found is None:
                 print(f"burstbot: no conversation {cid!r} (see `burstbot status --all`)",
@@ -274,14 +305,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = _load(args.config)
         if args.command == "reload":
             return _reload(config, args.config, args.pid)
-        if args.command == "usage":
-            from bot.ops.usage import parse_since
-
-            try:
-                args.since_at = parse_since(args.since) if args.since else 0.0
-            except ValueError as exc:
-                print(f"burstbot: {exc}", file=sys.stderr)
-                return EXIT_USAGE
         verbose = getattr(args, "verbose", False)
         configure_logging(config, verbose=verbose)
         for deprecation in config.deprecations():

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Coroutine
+from dataclasses import dataclass, field
 from typing import Any
 
 from bot.core.clock import Clock
@@ -28,13 +29,13 @@ from bot.core.frontend import DraftSurface
 REMEMBERED_POSTS = 256  # landed draft posts whose message id a process keeps for a late look-up
 
 
+@dataclass(eq=False)
 class DraftPosts:
     """This process's draft posts, by draft key: those on their way, and the message ids of the
     latest that landed (a stream stopped between a post's answer and its record)."""
 
-    def __init__(self) -> None:
-        self._on_the_way: dict[str, asyncio.Task[str]] = {}
-        self._landed: OrderedDict[str, str] = OrderedDict()
+    _on_the_way: dict[str, asyncio.Task[str]] = field(default_factory=dict)
+    _landed: OrderedDict[str, str] = field(default_factory=OrderedDict)
 
     def start(self, draft_key: str, post: Coroutine[Any, Any, str]) -> asyncio.Task[str]:
         """Run `post` (the draft's post, bounded by its stream's fence) as a task of its own,

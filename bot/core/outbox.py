@@ -42,6 +42,7 @@ import logging
 import math
 import random
 from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from bot.core.clock import Clock, trusted_until
@@ -104,32 +105,23 @@ class ClaimFence:
             log.warning("reply r%d: posted parts not recorded (%s)", self.row.id, exc)
 
 
+@dataclass(eq=False, repr=False)
 class Outbox:
     """Claims due rows for the platforms this process serves, posts them and records the outcome."""
 
-    def __init__(
-        self,
-        store: Store,
-        clock: Clock,
-        settings: EngineSettings,
-        owner: str,
-        frontends: Mapping[str, Frontend],
-        indicator: Indicator,
-        signals: Signals,
-        on_settled: Callable[[], None] = lambda: None,
-        draft_posts: DraftPosts | None = None,
-    ) -> None:
-        self.store = store
-        self.clock = clock
-        self.settings = settings
-        self.owner = owner
-        self.frontends = frontends
-        self.indicator = indicator
-        self.signals = signals
-        self.on_settled = on_settled  # a row settled: the next one of its conversation may go
-        self.draft_posts = draft_posts or DraftPosts()  # this process's, shared with the streams
-        self.running: set[asyncio.Task[Any]] = set()
-        self._posting: dict[int, asyncio.Task[list[str]]] = {}
+    store: Store
+    clock: Clock
+    settings: EngineSettings
+    owner: str
+    frontends: Mapping[str, Frontend]
+    indicator: Indicator
+    signals: Signals
+    on_settled: Callable[[], None] = lambda: None
+    """A row settled: the next one of its conversation may go."""
+    draft_posts: DraftPosts = field(default_factory=DraftPosts)
+    """This process's draft posts, shared with the streams (`locate_draft` awaits its own)."""
+    running: set[asyncio.Task[Any]] = field(default_factory=set, init=False)
+    _posting: dict[int, asyncio.Task[list[str]]] = field(default_factory=dict, init=False)
 
     @property
     def platforms(self) -> list[str]:

@@ -107,12 +107,6 @@ class Rhythm:
 
 
 @dataclass(frozen=True, slots=True)
-class Bounds:
-    min_quiet_seconds: float
-    max_quiet_seconds: float
-
-
-@dataclass(frozen=True, slots=True)
 class AuthorLast:
     """One author of an open burst: their last pending message and what is known of them."""
 
@@ -161,9 +155,9 @@ def _ending(text: str, kind: Shape) -> str:
     return "the message ended without punctuation"
 
 
-def author_window(author: AuthorLast, bounds: Bounds) -> Window:
-    """The window after one author's last message, counted from that message."""
-    low, high = bounds.min_quiet_seconds, bounds.max_quiet_seconds
+def author_window(author: AuthorLast, low: float, high: float) -> Window:
+    """The window after one author's last message, counted from that message, between `low` and
+    `high` (`min_quiet_seconds` and `max_quiet_seconds`)."""
     kind = shape(author.text)
     base = max(low, SHAPE_WINDOW[kind])
     ending = _ending(author.text, kind)
@@ -186,14 +180,14 @@ def author_window(author: AuthorLast, bounds: Bounds) -> Window:
     )  # fmt: skip
 
 
-def burst_window(authors: Sequence[AuthorLast], bounds: Bounds) -> Window:
+def burst_window(authors: Sequence[AuthorLast], low: float, high: float) -> Window:
     """The burst's window from now: it stays open while any of its authors may still be writing,
     and never longer than `max_quiet_seconds` after the newest message (whose age is 0)."""
     if not authors:
-        return Window(bounds.min_quiet_seconds, "no pending message")
+        return Window(low, "no pending message")
     best: tuple[float, AuthorLast, Window] | None = None
     for author in authors:
-        window = author_window(author, bounds)
+        window = author_window(author, low, high)
         left = window.seconds - author.age
         if best is None or left > best[0]:
             best = (left, author, window)

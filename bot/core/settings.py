@@ -3,7 +3,9 @@ so the core never reads the config model (nor the Slack and Discord sections bes
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from bot.core.attachments import AttachmentLimits
 from bot.core.events import ConversationKey
@@ -13,22 +15,12 @@ from bot.core.store import Timing
 
 @dataclass(frozen=True, slots=True)
 class ChannelSettings:
-    """One channel's `[[channels]]` overrides (None: the global value); its tools resolved."""
+    """One channel's `[[channels]]` entry: the `EngineSettings` it sets in place of the global
+    values, by field name (its tools resolved at wiring)."""
 
     platform: str
     channel: str
-    quiet_seconds: float | None = None
-    max_wait_seconds: float | None = None
-    system_prompt: str | None = None
-    model: str | None = None
-    max_tokens: int | None = None
-    streaming: bool | None = None
-    tools: WebTools | None = None
-    adaptive: bool | None = None
-    min_quiet_seconds: float | None = None
-    max_quiet_seconds: float | None = None
-    speculate: bool | None = None
-    speculate_after_seconds: float | None = None
+    overrides: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,67 +66,36 @@ class EngineSettings:
     max_tokens: int | None = None
     tools: WebTools = field(default_factory=WebTools)
 
-    @property
-    def timing(self) -> Timing:
-        return self._timing(None, None)
-
-    def _channel(self, key: ConversationKey) -> ChannelSettings | None:
+    def for_conversation(self, key: ConversationKey) -> EngineSettings:
+        """These settings with the conversation's `[[channels]]` entry's in place, if it has one."""
         for channel in self.channels:
             if channel.platform == key.platform and channel.channel == key.channel:
-                return channel
-        return None
+                return replace(self, **channel.overrides)
+        return self
 
-    def timing_for(self, key: ConversationKey) -> Timing:
-        """Debounce for one conversation: its channel's `[[channels]]` overrides, else global."""
-        return self._timing(key, self._channel(key))
+    @property
+    def timing(self) -> Timing:
+        return Timing(self.quiet_seconds, self.max_wait_seconds, self.adaptive,
+                      self.min_quiet_seconds, self.max_quiet_seconds,
+                      self._speculate_after())  # fmt: skip
 
-    def _timing(self, key: ConversationKey | None, c: ChannelSettings | None) -> Timing:
-        if c is None:
-            return Timing(self.quiet_seconds, self.max_wait_seconds, self.adaptive,
-                          self.min_quiet_seconds, self.max_quiet_seconds,
-                          self._speculate_after(key))  # fmt: skip
-        return Timing(
-            self.quiet_seconds if c.quiet_seconds is None else c.quiet_seconds,
-            self.max_wait_seconds if c.max_wait_seconds is None else c.max_wait_seconds,
-            self.adaptive if c.adaptive is None else c.adaptive,
-            self.min_quiet_seconds if c.min_quiet_seconds is None else c.min_quiet_seconds,
-            self.max_quiet_seconds if c.max_quiet_seconds is None else c.max_quiet_seconds,
-            self._speculate_after(key, c),
-        )
-
-    def _speculate_after(
-        self, key: ConversationKey | None, channel: ChannelSettings | None = None
-    ) -> float | None:
+    def _speculate_after(self) -> float | None:
         """The early start's delay, or None: no speculation. Never where the model may run a paid
         server tool (web search or fetch): a speculation could not run one before the close, and
         one offered only after it would answer differently (G4)."""
-        on = self.speculate if channel is None or channel.speculate is None else channel.speculate
-        if not on:
+        if not self.speculate or self.tools.any:
             return None
-        paid = self.tools.web_search or self.tools.web_fetch
-        if paid if key is None else self.tools_for(key).any:
-            return None
-        after = None if channel is None else channel.speculate_after_seconds
-        return self.speculate_after_seconds if after is None else after
+        return self.speculate_after_seconds
+
+    def timing_for(self, key: ConversationKey) -> Timing:
+        """Debounce for one conversation: its channel's `[[channels]]` overrides, else global."""
+        return self.for_conversation(key).timing
 
     def voice_for(self, key: ConversationKey) -> Voice:
-        """System prompt, model and max_tokens: the channel's, else the global ones."""
-        channel = self._channel(key)
-        tools = self.tools_for(key)
-        if channel is None:
-            return Voice(self.system_prompt, self.model, self.max_tokens, tools)
-        prompt = self.system_prompt if channel.system_prompt is None else channel.system_prompt
-        model, max_tokens = channel.model or self.model, channel.max_tokens or self.max_tokens
-        return Voice(prompt, model, max_tokens, tools)
-
-    def tools_for(self, key: ConversationKey) -> WebTools:
-        """Server tools: the channel's (resolved at wiring), else the global `[tools]`."""
-        channel = self._channel(key)
-        return self.tools if channel is None or channel.tools is None else channel.tools
+        """System prompt, model, max_tokens and tools: the channel's, else the global ones."""
+        own = self.for_conversation(key)
+        return Voice(own.system_prompt, own.model, own.max_tokens, own.tools)
 
     def streams(self, key: ConversationKey) -> bool:
         """Streaming for one conversation: its channel's `[[channels]]` override, else global."""
-        channel = self._channel(key)
-        if channel is None or channel.streaming is None:
-            return self.streaming
-        return channel.streaming
+        return self.for_conversation(key).streaming

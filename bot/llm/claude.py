@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from dataclasses import dataclass
 from typing import Literal, cast
 
 import anthropic
@@ -172,22 +173,15 @@ def map_error(exc: Exception) -> ReplierError:
     return RetryableReplierError(f"Claude API failure: {exc}")
 
 
+@dataclass(eq=False, repr=False)
 class ClaudeReplier(Closable):
     """A `Replier` on `AsyncAnthropic`: streams one reply per burst."""
 
-    def __init__(
-        self,
-        client: anthropic.AsyncAnthropic,
-        model: str,
-        max_tokens: int,
-        timeout_seconds: float,
-        cut_note: str = "",
-    ) -> None:
-        self.client = client
-        self.model = model
-        self.max_tokens = max_tokens
-        self.timeout_seconds = timeout_seconds
-        self.cut_note = cut_note
+    client: anthropic.AsyncAnthropic
+    model: str
+    max_tokens: int
+    timeout_seconds: float
+    cut_note: str = ""
 
     async def aclose(self) -> None:
         await self.client.close()

@@ -31,8 +31,6 @@ from anthropic.types import (
 from bot.core.replier import GenerationProgress, SearchStep, WebSearch, WebTools, escape_markdown
 from bot.core.store import UNFINISHED
 
-SEARCH_TOOL = "web_search_20250305"
-FETCH_TOOL = "web_fetch_20250910"
 MAX_SOURCES = 5
 _URL = re.compile(r"https?://[^\s<>]+", re.IGNORECASE)
 

@@ -39,19 +39,21 @@ DAY_SECONDS = 86_400.0
 REPEAT_MEMORY_SECONDS = 3_600.0  # well past Slack's last retry (5 minutes) and a gateway resume
 
 
-def limits_active(limits: LimitsConfig) -> bool:
-    """Any guard switched on (0 means off)."""
-    return any(
-        (
-            limits.user_messages_per_window,
-            limits.user_daily_tokens,
-            limits.channel_daily_tokens,
-            limits.global_daily_tokens,
-            limits.max_message_chars,
-            limits.max_burst_chars,
-            limits.max_burst_messages,
+def active_limits(limits: LimitsConfig) -> list[str]:
+    """Each guard switched on (0 switches one off), as `burstbot check-config` shows it."""
+    return [
+        f"{value} {unit}"
+        for value, unit in (
+            (limits.user_messages_per_window, f"msgs/user/{limits.window_seconds:g}s"),
+            (limits.max_message_chars, "chars/msg"),
+            (limits.max_burst_messages, "msgs/burst"),
+            (limits.max_burst_chars, "chars/burst"),
+            (limits.user_daily_tokens, "tokens/user/day"),
+            (limits.channel_daily_tokens, "tokens/channel/day"),
+            (limits.global_daily_tokens, "tokens/day in all"),
         )
-    )
+        if value
+    ]
 
 
 def channel_scope(key: ConversationKey) -> str:

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import socket
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
@@ -40,58 +41,52 @@ INGEST_STATUSES = ("accepted", "duplicate", "history", "unknown", "ignored")
 class Metrics:
     def __init__(self, prices: PriceTable | None = None) -> None:
         self.prices = prices or PriceTable()  # replaced by a reload
-        self.registry = CollectorRegistry()
-        r = self.registry
-        self.ingested = Counter(
-            "burstbot_messages",
+        self.registry = r = CollectorRegistry()
+
+        def counter(name: str, text: str, *labels: str) -> Counter:
+            return Counter(f"burstbot_{name}", text, labels, registry=r)
+
+        self.ingested = counter(
+            "messages",
             "Events ingested by result: accepted, duplicate (dropped), history, unknown, ignored",
-            ["status"],
-            registry=r,
+            "status",
         )
-        self.refused = Counter(
-            "burstbot_refused",
+        self.refused = counter(
+            "refused",
             "Messages and bursts refused by access rules or cost guards",
-            ["stage", "reason"],
-            registry=r,
+            "stage",
+            "reason",
         )
-        self.tokens = Counter(
-            "burstbot_tokens", "Model tokens: input, output, wasted", ["kind"], registry=r
-        )
-        self.model_tokens = Counter(
-            "burstbot_model_tokens",
+        self.tokens = counter("tokens", "Model tokens: input, output, wasted", "kind")
+        self.model_tokens = counter(
+            "model_tokens",
             "Model tokens by model and kind: input, output, cache_read, cache_write",
-            ["model", "kind"],
-            registry=r,
+            "model",
+            "kind",
         )
-        self.cost = Counter(
-            "burstbot_estimated_cost_usd",
+        self.cost = counter(
+            "estimated_cost_usd",
             "Estimated model cost in USD from the price table (`burstbot usage` prices it alike)",
-            ["model"],
-            registry=r,
+            "model",
         )
-        self.tool_calls = Counter(
-            "burstbot_tool_calls",
+        self.tool_calls = counter(
+            "tool_calls",
             "MCP tool calls by server and outcome: done, failed, unknown (may have run), "
             "unavailable, given (an earlier generation of the burst had made it)",
-            ["server", "outcome"],
-            registry=r,
+            "server",
+            "outcome",
         )
-        self.tools_unavailable = Counter(
-            "burstbot_tool_servers_unavailable",
+        self.tools_unavailable = counter(
+            "tool_servers_unavailable",
             "Generations that had to leave out a server's tools because it was down",
-            ["server"],
-            registry=r,
+            "server",
         )
-        self.web_searches = Counter(
-            "burstbot_web_searches",
+        self.web_searches = counter(
+            "web_searches",
             "Web searches the model ran (billed per search, included in the estimated cost)",
-            ["model"],
-            registry=r,
+            "model",
         )
-        self.counters = {
-            event: Counter(f"burstbot_{name}", text, registry=r)
-            for event, (name, text) in SIMPLE_COUNTERS.items()
-        }
+        self.counters = {event: counter(*named) for event, named in SIMPLE_COUNTERS.items()}
         self.outbox_depth = Gauge(
             "burstbot_outbox_depth", "Replies waiting in the outbox (every process)", registry=r
         )
@@ -179,25 +174,18 @@ def _number(value: object) -> float:
     return float(value) if isinstance(value, int | float) else 0.0
 
 
+@dataclass(eq=False, repr=False)
 class MetricsServer:
     """`/metrics` (Prometheus text format) and `/healthz`: `health` returns a report whose "ok"
     decides 200 or 503 (anything else that returns counts as healthy; raising is 503); `refresh`
     sets the gauges before each scrape."""
 
-    def __init__(
-        self,
-        metrics: Metrics,
-        health: Callable[[], Awaitable[object]],
-        host: str,
-        port: int,
-        refresh: Callable[[], Awaitable[None]] | None = None,
-    ) -> None:
-        self.metrics = metrics
-        self.health = health
-        self.refresh = refresh
-        self.host = host
-        self.port = port
-        self._runner: web.AppRunner | None = None
+    metrics: Metrics
+    health: Callable[[], Awaitable[object]]
+    host: str
+    port: int
+    refresh: Callable[[], Awaitable[None]] | None = None
+    _runner: web.AppRunner | None = field(default=None, init=False)
 
     async def start(self) -> None:
         app = web.Application()

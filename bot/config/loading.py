@@ -1,0 +1,134 @@
+"""The whole config (`Config`), read from TOML and turned into one-line errors; secrets by name.
+
+Every mistake becomes one `ConfigError` line naming the key (`debounce.quiet_secnds: unknown key`),
+so the CLI can print it and exit 2 instead of showing a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+
+from pydantic import Field, ValidationError, model_validator
+
+from bot.config.channels import ChannelConfig, check_channels
+from bot.config.platforms import DiscordConfig, SlackConfig
+from bot.config.sections import (
+    AccessConfig,
+    AttachmentsConfig,
+    CatchUpConfig,
+    ConsoleConfig,
+    DebounceConfig,
+    EngineConfig,
+    LeaseConfig,
+    LimitsConfig,
+    LlmConfig,
+    LoggingConfig,
+    MetricsConfig,
+    PriceConfig,
+    RetentionConfig,
+    Section,
+    StorageConfig,
+    StreamingConfig,
+)
+from bot.config.tools import ToolsConfig
+from bot.core.errors import ConfigError
+
+
+class Config(Section):
+    storage: StorageConfig = StorageConfig()
+    debounce: DebounceConfig = DebounceConfig()
+    lease: LeaseConfig = LeaseConfig()
+    engine: EngineConfig = EngineConfig()
+    llm: LlmConfig = LlmConfig()
+    console: ConsoleConfig = ConsoleConfig()
+    slack: SlackConfig = SlackConfig()
+    discord: DiscordConfig = DiscordConfig()
+    catch_up: CatchUpConfig = CatchUpConfig()
+    retention: RetentionConfig = RetentionConfig()
+    logging: LoggingConfig = LoggingConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    access: AccessConfig = AccessConfig()
+    limits: LimitsConfig = LimitsConfig()
+    attachments: AttachmentsConfig = AttachmentsConfig()
+    streaming: StreamingConfig = StreamingConfig()
+    tools: ToolsConfig = ToolsConfig()
+    channels: list[ChannelConfig] = Field(default_factory=list)
+    prices: dict[str, PriceConfig] = Field(default_factory=dict)
+    """Added to (or replacing entries of) the built-in table in `bot/ops/usage.py`."""
+
+    @model_validator(mode="after")
+    def _retention_outlives_catch_up(self) -> Config:
+        days, catch_up = self.retention.max_age_days, self.catch_up
+        if days and catch_up.enabled and days * 24 <= catch_up.max_age_hours:
+            raise ValueError(
+                "retention.max_age_days must be longer than catch_up.max_age_hours, or catch-up "
+                "would fetch deleted messages again as new ones"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _channels_consistent(self) -> Config:
+        check_channels(self.channels, self.debounce, self.tools.mcp)
+        return self
+
+    def deprecations(self) -> list[str]:
+        """Keys still accepted but ignored: one line each, logged when the config is used."""
+        if self.engine.delivery_max_attempts is None:
+            return []
+        return [
+            "engine.delivery_max_attempts is deprecated and ignored: delivery now retries a "
+            "transient failure for engine.delivery_give_up_hours; remove the key"
+        ]
+
+    def secret_env_names(self) -> list[str]:
+        """Every environment variable this config reads a secret from (for log redaction)."""
+        slack, discord = self.slack, self.discord
+        names = [self.llm.api_key_env, slack.bot_token_env, slack.app_token_env,
+                 slack.signing_secret_env, discord.token_env, *self.logging.redact_env,
+                 *(server.bearer_token_env or "" for server in self.tools.mcp)]  # fmt: skip
+        return list(dict.fromkeys(name for name in names if name))
+
+
+def parse_config(data: dict[str, object]) -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"]) or "config"
+        if error["type"] == "extra_forbidden":
+            raise ConfigError(f"{where}: unknown key") from None
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if not error["loc"]:
+            raise ConfigError(message) from None
+        raise ConfigError(f"{where}: {message}") from None
+
+
+def load_config(path: str | Path) -> Config:
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    return parse_config(data)
+
+
+def default_config(environ: dict[str, str] | None = None) -> Config:
+    """The no-config-file setup: terminal chat on ./burstbot.db; Claude if a key is set."""
+    env = os.environ if environ is None else environ
+    provider = "anthropic" if env.get("ANTHROPIC_API_KEY") else "offline"
+    return parse_config({"llm": {"provider": provider}})
+
+
+def require_secret(env_name: str, setting: str, environ: dict[str, str] | None = None) -> str:
+    """Read a secret from the environment or fail with one line naming the variable."""
+    env = os.environ if environ is None else environ
+    value = env.get(env_name, "")
+    if not value.strip():
+        raise ConfigError(f"{setting}: environment variable {env_name} is not set")
+    return value

@@ -1,0 +1,265 @@
+"""The TOML model's sections for the bot itself: storage, timing, the model, guards, operations.
+
+Every section is strict (`Section`): a value must already have its type (`"yes"` is not a boolean,
+`"0.5"` not a number; an integer is a fine number of seconds), numbers are finite and every one has
+bounds, so a typo like `1e308` seconds is refused instead of breaking the scheduler. The storage URL
+is never echoed in an error past its scheme: it may hold a password.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from bot.core.attachments import MAX_ATTACHMENT_BYTES, MAX_REQUEST_FILE_BYTES
+
+DEFAULT_MODEL = "claude-sonnet-5-5"
+DEFAULT_SYSTEM_PROMPT = (
+    "You are burstbot, a helpful assistant in a team chat. People often send one thought as "
+    "several quick messages; answer the whole burst once, briefly and in plain Markdown."
+)
+
+
+HOUR = 3600.0
+DAY = 86_400.0
+MANY = 1_000_000_000_000
+"""The ceiling of counters and budgets: far above any real use, far below integer overflow."""
+STORAGE_SCHEMES = ("sqlite", "postgresql", "postgres")
+MAX_MESSAGE_CHARS = 16_000
+"""About 4,000 tokens: half the default `llm.max_context_tokens`, so one message cannot crowd
+out the rest of its burst and the history; well above Discord's 2,000 (4,000 with Nitro) and
+any everyday Slack message. Longer ones are refused at arrival with `size_notice`."""
+USER_DAILY_TOKENS = 500_000
+"""Per person and UTC day, by default: about fifty full-context answers (a few US dollars at
+Sonnet's list price), so a stranger who finds the bot cannot spend the API key without bound."""
+CHANNEL_DAILY_TOKENS = 2_000_000
+"""Per channel (a DM is a channel) and UTC day, by default: four busy people's worth."""
+FILE_RETENTION_DAYS = 30.0
+"""Downloaded file bytes are deleted after this many days by default; message text is kept."""
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,29}")
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class StorageConfig(Section):
+    url: str = "sqlite:///burstbot.db"
+    pool_size: int = Field(default=10, ge=1, le=200)
+    busy_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
+    statement_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
+    acquire_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
+    connect_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
+    keepalive_seconds: float = Field(default=10.0, ge=1, le=3600)
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, url: str) -> str:
+        problem = storage_url_problem(url)
+        if problem:
+            raise ValueError(problem)
+        return url
+
+
+def storage_url_problem(url: str) -> str | None:
+    """What is wrong with a storage URL, naming at most its scheme (None: nothing)."""
+    scheme, separator, _ = url.partition("://")
+    if not separator or not _SCHEME.fullmatch(scheme):
+        return (
+            "not a storage URL: use sqlite:///path or postgresql://user@host/db "
+            "(the value is not shown: it may hold a password)"
+        )
+    if scheme not in STORAGE_SCHEMES:
+        return f"unsupported scheme {scheme!r} (use sqlite:/// or postgresql://)"
+    if scheme != "sqlite":
+        try:
+            _ = urlsplit(url).port  # a malformed host or port raises here, not at connect time
+        except ValueError:
+            return f"malformed {scheme} URL: check the host and port (the value is not shown)"
+    return None
+
+
+class DebounceConfig(Section):
+    quiet_seconds: float = Field(default=1.5, ge=0, le=HOUR)
+    max_wait_seconds: float = Field(default=8.0, gt=0, le=DAY)
+    typing_aware: bool = True
+    """Discord: wait while an author of the pending burst is typing (never past the deadline)."""
+    typing_seconds: float = Field(default=10.0, gt=0, le=HOUR)
+    """How long one typing notice keeps the burst open (Discord shows one for 10 seconds)."""
+    adaptive: bool = True
+    """Each burst's window from its authors' rhythm and the last message's shape (between the two
+    bounds below); false: `quiet_seconds` for every burst."""
+    min_quiet_seconds: float = Field(default=0.5, ge=0, le=HOUR)
+    max_quiet_seconds: float = Field(default=5.0, ge=0, le=HOUR)
+    speculate: bool = True
+    """Start generating before the window closes (nothing shows or commits before the close)."""
+    speculate_after_seconds: float = Field(default=0.3, ge=0, le=HOUR)
+    """The silence after a burst's last message before a speculative generation may start."""
+
+    @model_validator(mode="after")
+    def _quiet_within_cap(self) -> DebounceConfig:
+        check_windows(self.quiet_seconds, self.min_quiet_seconds, self.max_quiet_seconds,
+                       self.max_wait_seconds)  # fmt: skip
+        return self
+
+
+def check_windows(quiet: float, low: float, high: float, cap: float, where: str = "") -> None:
+    if quiet > cap:
+        raise ValueError(f"{where}quiet_seconds must not exceed max_wait_seconds")
+    if low > high:  # a window past max_wait_seconds is cut by the deadline, as typing's is
+        raise ValueError(f"{where}min_quiet_seconds must not exceed max_quiet_seconds")
+
+
+class LeaseConfig(Section):
+    ttl_seconds: float = Field(default=30.0, gt=0, le=HOUR)
+
+
+class EngineConfig(Section):
+    max_concurrent_generations: int = Field(default=8, ge=1, le=10_000)
+    poll_seconds: float = Field(default=1.0, gt=0, le=HOUR)
+    busy_retry_seconds: float = Field(default=1.0, gt=0, le=HOUR)
+    delivery_max_attempts: int | None = Field(default=None, ge=1, le=1000)
+    """Deprecated and ignored (see `deprecations`): delivery retries for a horizon instead."""
+    delivery_backoff_seconds: float = Field(default=1.0, gt=0, le=HOUR)
+    delivery_backoff_max_seconds: float = Field(default=30.0, gt=0, le=HOUR)
+    """The longest wait between two attempts: how soon a reply goes out after a recovery."""
+    delivery_give_up_hours: float = Field(default=24.0, gt=0, le=24 * 365)
+    """A reply whose delivery keeps failing (transiently) since this long is marked failed."""
+    indicator_delay_seconds: float = Field(default=1.0, ge=0, le=HOUR)
+    owner: str = ""
+    pid_file: str = ""
+    """Where `burstbot run` writes its process id for `burstbot reload` ("": nowhere)."""
+
+
+class LlmConfig(Section):
+    provider: Literal["anthropic", "offline"] = "anthropic"
+    model: str = DEFAULT_MODEL
+    api_key_env: str = "ANTHROPIC_API_KEY"
+    base_url: str = ""
+    max_tokens: int = Field(default=1024, ge=1, le=1_000_000)
+    temperature: float | None = None  # refused with a reason: see `no_sampling`
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    max_context_tokens: int = Field(default=8000, ge=100, le=100_000_000)
+    timeout_seconds: float = Field(default=60.0, gt=0, le=DAY)
+    max_retries: int = Field(default=2, ge=0, le=100)
+    max_attempts: int = Field(default=3, ge=1, le=1000)
+    retry_backoff_seconds: float = Field(default=2.0, ge=0, le=HOUR)
+    failure_message: str = "Sorry, I couldn't answer that just now. Please try again in a moment."
+    cut_note: str = "_(This answer was cut short: it reached its length limit.)_"
+    """Ends a reply the model stopped at `max_tokens` ("" adds nothing)."""
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature(cls, value: float | None) -> None:
+        return no_sampling(value)
+
+
+def no_sampling(value: float | None) -> None:
+    """A known key with a clear refusal instead of "unknown key": the Messages API version the
+    SDK speaks (2026-10-21) answers any sampling parameter with a 400, on every model."""
+    if value is not None:
+        raise ValueError(
+            "not supported: the Claude Messages API no longer accepts sampling parameters "
+            "(temperature, top_p, top_k); remove it"
+        )
+
+
+class StreamingConfig(Section):
+    """Replies appear as the model writes them: one message per burst, edited as it grows."""
+
+    enabled: bool = True
+    interval_seconds: float = Field(default=1.0, ge=0.05, le=HOUR)
+
+
+class ConsoleConfig(Section):
+    enabled: bool = True
+    user_name: str = "you"
+
+
+class CatchUpConfig(Section):
+    """Fetching what was sent while no process listened (start, reconnects)."""
+
+    enabled: bool = True
+    max_age_hours: float = Field(default=24.0, gt=0)
+    max_pages: int = Field(default=10, ge=1)
+    max_requests: int = Field(default=1000, ge=1)
+
+
+class RetentionConfig(Section):
+    """Deleting old stored data (`bot/ops/retention.py`); 0 keeps it."""
+
+    max_age_days: float = Field(default=0, ge=0, le=36_500)
+    """Answered text, settled replies and generation records (and their files)."""
+    file_max_age_days: float = Field(default=FILE_RETENTION_DAYS, ge=0, le=36_500)
+    """Downloaded file bytes only: a later burst that shows one again fetches it again."""
+    sweep_seconds: float = Field(default=HOUR, gt=0, le=DAY)
+
+
+class LoggingConfig(Section):
+    format: Literal["plain", "json"] = "plain"
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
+    redact_env: list[str] = Field(default_factory=list)
+
+
+class MetricsConfig(Section):
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    port: int = Field(default=9464, ge=0, le=65535)
+
+
+class AccessConfig(Section):
+    allow_users: list[str] = Field(default_factory=list)
+    block_users: list[str] = Field(default_factory=list)
+    allow_channels: list[str] = Field(default_factory=list)
+    block_channels: list[str] = Field(default_factory=list)
+    allow_workspaces: list[str] = Field(default_factory=list)
+    block_workspaces: list[str] = Field(default_factory=list)
+    admin_ids: list[str] = Field(default_factory=list)
+    dm_policy: Literal["open", "allowlist", "off"] = "open"
+
+
+class LimitsConfig(Section):
+    """Cost guards; 0 switches a limit off."""
+
+    user_messages_per_window: int = Field(default=0, ge=0, le=MANY)
+    window_seconds: float = Field(default=60.0, gt=0, le=DAY)
+    user_daily_tokens: int = Field(default=USER_DAILY_TOKENS, ge=0, le=MANY)
+    channel_daily_tokens: int = Field(default=CHANNEL_DAILY_TOKENS, ge=0, le=MANY)
+    global_daily_tokens: int = Field(default=0, ge=0, le=MANY)
+    search_tokens: int = Field(default=3_000, ge=0, le=MANY)
+    """What one web search counts against the daily token budgets: about the input tokens its
+    $0.01 buys on a Sonnet model, so a budget bounds searches as it bounds tokens."""
+    max_message_chars: int = Field(default=MAX_MESSAGE_CHARS, ge=0, le=MANY)
+    max_burst_chars: int = Field(default=0, ge=0, le=MANY)
+    max_burst_messages: int = Field(default=0, ge=0, le=MANY)
+    admins_exempt: bool = True
+    rate_notice: str = "You're sending messages faster than I can take them; please slow down."
+    size_notice: str = "That's more text than I can take at once; please send something shorter."
+    budget_notice: str = "I've reached my usage limit for today; please try again tomorrow."
+
+
+class AttachmentsConfig(Section):
+    """Files on messages (images, PDFs, text) sent to the model; the rest become one-line notes.
+
+    Claude takes images up to 5 MB each and requests up to 32 MB, which base64 fills with 24 MB
+    of files: `max_bytes` applies on top of the per-kind limits, `max_total_bytes` to a request."""
+
+    enabled: bool = True
+    max_bytes: int = Field(default=MAX_ATTACHMENT_BYTES, ge=1, le=MAX_REQUEST_FILE_BYTES)
+    max_per_message: int = Field(default=5, ge=0, le=100)
+    max_total_bytes: int = Field(default=4 * MAX_ATTACHMENT_BYTES, ge=1, le=MAX_REQUEST_FILE_BYTES)
+
+
+class PriceConfig(Section):
+    """One model's prices in USD per million tokens (`[prices."claude-…"]`); cache prices
+    default to the usual ratios: reads a tenth of input, writes 1.25 times input."""
+
+    input: float = Field(ge=0, le=100_000)
+    output: float = Field(ge=0, le=100_000)
+    cache_read: float | None = Field(default=None, ge=0, le=100_000)
+    cache_write: float | None = Field(default=None, ge=0, le=100_000)
+    web_search: float = Field(default=10.0, ge=0, le=100_000)
+    """USD per 1,000 web searches (Anthropic bills each search on top of the tokens)."""

@@ -1,0 +1,107 @@
+"""Claude's tools (`[tools]`, `[[tools.mcp]]`) and the checks a domain list gets wherever it is
+set."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import Field, field_validator, model_validator
+
+from bot.config.sections import HOUR, Section
+
+DOMAIN = r"^[A-Za-z0-9*][A-Za-z0-9.*/_-]{0,252}$"
+"""A domain as the web search tool takes it (`example.com`, `docs.example.com/api`)."""
+
+SERVER_NAME = r"^[a-z][a-z0-9_-]{0,31}$"
+TOOL_NAME = r"^[A-Za-z0-9_-]{1,64}$"
+MAX_TOOL_RESULT_CHARS = 20_000
+"""A tool's result as the model reads it, by default: about 5,000 tokens, so one chatty tool
+cannot crowd out the conversation (the rest is cut with a note)."""
+
+
+class McpServerConfig(Section):
+    """One MCP server (`[[tools.mcp]]`): a stdio command, or a Streamable HTTP URL."""
+
+    name: str = Field(pattern=SERVER_NAME)
+    command: str | None = Field(default=None, min_length=1)
+    args: list[str] = Field(default_factory=list)
+    url: str | None = None
+    bearer_token_env: str | None = Field(default=None, min_length=1)
+    """The environment variable holding the bearer token sent to an HTTP server."""
+    allowed_tools: list[str] = Field(min_length=1)
+    """The server's tools Claude may call; each must be one the server lists at start."""
+    timeout_seconds: float = Field(default=60.0, gt=0, le=HOUR)
+    max_result_chars: int = Field(default=MAX_TOOL_RESULT_CHARS, ge=100, le=1_000_000)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        if url is None:
+            return None
+        scheme, separator, rest = url.partition("://")
+        if not separator or scheme not in ("http", "https") or not rest:
+            raise ValueError(f"{url!r} is not an http:// or https:// URL")
+        return url
+
+    @field_validator("allowed_tools")
+    @classmethod
+    def _tool_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not re.fullmatch(TOOL_NAME, name):
+                raise ValueError(f"{name!r} is not a tool name")
+        return names
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("set either command (a stdio server) or url (Streamable HTTP)")
+        if self.bearer_token_env and self.url is None:
+            raise ValueError("bearer_token_env is for a url server (a stdio server gets none)")
+        return self
+
+
+class ToolsConfig(Section):
+    """Claude's tools (`[tools]`): web search and fetch, run and billed by Anthropic; and the
+    MCP servers (`[[tools.mcp]]`) that channels enable by name."""
+
+    web_search: bool = False
+    web_search_max_uses: int = Field(default=3, ge=1, le=1000)
+    """Searches per burst, counted across the continuations of one reply."""
+    web_search_allowed_domains: list[str] = Field(default_factory=list)
+    web_search_blocked_domains: list[str] = Field(default_factory=list)
+    web_fetch: bool = False
+    mcp: list[McpServerConfig] = Field(default_factory=list)
+    max_tool_calls: int = Field(default=8, ge=1, le=100)
+    """MCP tool calls per burst, across its generations."""
+
+    @field_validator("web_search_allowed_domains", "web_search_blocked_domains")
+    @classmethod
+    def _domains(cls, domains: list[str]) -> list[str]:
+        return valid_domains(domains)
+
+    @model_validator(mode="after")
+    def _one_domain_list(self) -> ToolsConfig:
+        exclusive_domains(self.web_search_allowed_domains, self.web_search_blocked_domains)
+        return self
+
+    @model_validator(mode="after")
+    def _servers_named_once(self) -> ToolsConfig:
+        names = [server.name for server in self.mcp]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"tools.mcp: server {name!r} is defined twice")
+        return self
+
+
+def valid_domains(domains: list[str]) -> list[str]:
+    for domain in domains:
+        if not re.fullmatch(DOMAIN, domain) or "://" in domain:
+            raise ValueError(f"{domain!r} is not a domain (write example.com, no scheme)")
+    return domains
+
+
+def exclusive_domains(allowed: list[str] | None, blocked: list[str] | None) -> None:
+    if allowed and blocked:
+        raise ValueError(
+            "web_search_allowed_domains and web_search_blocked_domains cannot both be set"
+        )
