@@ -57,6 +57,10 @@ class RecordingFrontend(Drafting):
     posts straight away; a later attempt (`reply.attempt > 1`) first reads back the parts of that
     reply the platform already shows and posts only the others. A part still in flight is not
     shown yet, so two deliveries of one reply at once both post it, as they would on Slack.
+    Each message carries a label (a post's reply id, a draft's key) that the read-back and
+    `find_draft` go by; the edit that finishes a draft relabels it as its reply's part 0, as
+    Slack's `chat.update` with the reply's metadata does, so a later attempt reads it back as the
+    reply's own and a look-up by the draft's key no longer finds it.
 
     `parts` splits each reply into that many posts; `post_seconds` makes every post take that long
     on `clock` (a slow platform); `failures` are raised by the next calls, in order (a
@@ -81,6 +85,7 @@ class RecordingFrontend(Drafting):
         self.edits: list[Edit] = []
         self.edit_failures: list[BurstbotError] = []
         self.shown: dict[str, str] = {}  # message id -> its text now, once edited
+        self.labels: dict[str, str] = {}  # message id -> the reply a final edit relabelled it to
         self.deleted: set[str] = set()
         self.parts = parts
         self.post_seconds = post_seconds
@@ -104,9 +109,8 @@ class RecordingFrontend(Drafting):
         self.attempts.append(reply.id)
         if self.failures:
             raise self.failures.pop(0)
-        shown = (
-            {p.part for p in self.posts if p.reply_id == reply.id} if reply.attempt > 1 else set()
-        )
+        mine = [p for p in self.posts if self.label(p) == reply.id]
+        shown = {p.part for p in mine} if reply.attempt > 1 else set()
         ids = []
         for part, text in enumerate(split_evenly(reply.text, self.parts)):
             if part == 0 and reply.draft is not None and part not in shown:
@@ -142,12 +146,22 @@ class RecordingFrontend(Drafting):
             if self.final_edit_faults:
                 fault = self.final_edit_faults.pop(0)
                 if fault.landed:
-                    await self.edit_draft(reply.key, message_id, text)
+                    await self._final_edit(reply, message_id, text)
                 raise fault.error
-            await self.edit_draft(reply.key, message_id, text)
+            await self._final_edit(reply, message_id, text)
         except MessageGone:
             return self._post(Post(reply.id, reply.key, text, reply.covers_to_version, 0))
         return message_id
+
+    async def _final_edit(self, reply: Reply, message_id: str, text: str) -> None:
+        """The draft's message edited to the reply's first part and labelled as that part."""
+        await self.edit_draft(reply.key, message_id, text)
+        self.labels[message_id] = reply.id
+
+    def label(self, post: Post) -> str:
+        """Whose message a read-back takes `post` for: its reply's, or its draft's key until the
+        reply that finishes it relabels it."""
+        return self.labels.get(post.message_id, post.reply_id)
 
     nonce_window = 0.0  # like Slack: a repeated post is a second message
 
@@ -155,7 +169,7 @@ class RecordingFrontend(Drafting):
         return self._post(Post(draft.key, key, text, 0))
 
     async def find_draft(self, key: ConversationKey, draft: Draft) -> str | None:
-        found = [p.message_id for p in self.posts if p.reply_id == draft.key]
+        found = [p.message_id for p in self.posts if self.label(p) == draft.key]
         return next((m for m in found if m not in self.deleted), None)
 
     async def edit_draft(self, key: ConversationKey, message_id: str, text: str) -> None:

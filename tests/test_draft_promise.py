@@ -18,16 +18,17 @@ import pytest
 
 from adapters.discord import DiscordFrontend
 from bot.app import App
+from bot.core.errors import RetryableDeliveryError
 from bot.core.events import ConversationKey, Draft
 from bot.core.streaming import WAITING
 from storage.sqlite import SqliteStore
-from testkit import RecordingFrontend, ReplierCall, ScriptedReplier, check_invariants
+from testkit import Fault, RecordingFrontend, ReplierCall, ScriptedReplier, check_invariants
 from testkit.clock import FakeClock
 from testkit.fake_discord import FakeDiscord
 from testkit.fake_slack import Failure, FakeSlackApi, dm
 from tests.clock_steps import step
 from tests.conftest import KEY as CONFTEST_KEY
-from tests.conftest import message
+from tests.conftest import SETTINGS, message
 from tests.slack_harness import DM_KEY, Bot, api, running_bot, ts
 from tests.test_discord_streaming import (
     DM_ID,
@@ -39,8 +40,20 @@ from tests.test_discord_streaming import (
     streaming_app,
     until,
 )
-from tests.test_slack_streaming import answered, drafted, generating, post_and_update_calls, shown
-from tests.test_streaming import start_generation, streaming_engine, streaming_frontend
+from tests.test_slack_streaming import (
+    answered,
+    draft_post_lost,
+    drafted,
+    generating,
+    post_and_update_calls,
+    shown,
+)
+from tests.test_streaming import (
+    one_message_generating,
+    start_generation,
+    streaming_engine,
+    streaming_frontend,
+)
 
 __all__ = ["api", "fake", "frontend"]  # fixtures
 
@@ -69,12 +82,7 @@ async def test_slack_a_lost_draft_is_found_from_its_creation_not_after_the_newes
     api: FakeSlackApi,
 ) -> None:
     async with running_bot(api, replier=ScriptedReplier(hold=True)) as bot:
-        await bot.send(dm(ts(1), "hello"))
-        first = await generating(bot, 0)
-        api.fail("chat.postMessage", Failure(status=500, error="internal_error", lands=True))
-        first.stream(1, "Hi")
-        await step(bot.clock, INTERVAL)
-        await until(lambda: len(api.posts()) == 1)  # it landed; the caller saw a 500
+        await draft_post_lost(api, bot)  # the first generation, superseded below
         assert (
             await bot.sender.send(dm(now_ts(), "and one more thing")) == 200
         )  # newer than the draft
@@ -89,6 +97,26 @@ async def test_slack_a_lost_draft_is_found_from_its_creation_not_after_the_newes
         await answered(bot)
         assert shown(api) == ["Hi again, to both."]
         assert post_and_update_calls(api).count("chat.postMessage") == 1
+        await check_invariants(bot.store, [DM_KEY.id])
+
+
+async def test_slack_a_found_draft_finished_as_part_0_is_not_posted_again_on_a_retry(
+    api: FakeSlackApi,
+) -> None:
+    """The final update labels the draft with the reply's id: a retry of part 1 reads part 0
+    back as the reply's own and posts only part 1 (what `RecordingFrontend` must mimic)."""
+    first_part, second_part = "a" * 3000, "b" * 3000
+    async with running_bot(api, replier=ScriptedReplier(hold=True)) as bot:
+        call = await draft_post_lost(api, bot)
+        api.fail("chat.postMessage", Failure(status=500, error="internal_error"))  # part 1
+        call.finish(f"{first_part}\n\n{second_part}")
+        await answered(bot)
+        [row] = await bot.store.replies(DM_KEY.id)
+        assert row.state == "pending" and len(row.platform_message_ids) == 1
+        await step(bot.clock, 30.0)
+        await bot.app.engine.outbox.deliver_due()
+        await bot.app.engine.idle()
+        assert shown(api) == [first_part, second_part]
         await check_invariants(bot.store, [DM_KEY.id])
 
 
@@ -336,3 +364,67 @@ async def test_discord_a_stale_edit_landing_after_the_final_text_is_undone(
     assert fake.shown(DM_ID) == ["Hello there."]
     assert [c[2] for c in fake.calls if c[0] == "PATCH"][-2:] == ["Hello there."] * 2
     await app.engine.shutdown()
+
+
+async def test_a_found_draft_finished_as_part_0_is_not_posted_again_when_part_1_is_retried(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    """The draft's post landed but its response was lost, so the reply's delivery looked it up
+    and finished it as part 0; part 1 then failed. The retry must read part 0 back as the
+    reply's (its final edit labelled it so), not post the draft again."""
+    frontend = streaming_frontend(clock, parts=2)
+    engine, call = await one_message_generating(store, clock, frontend)
+    frontend.post_faults.append(Fault(RetryableDeliveryError("lost"), landed=True, part=0))
+    call.stream(2, "Hi there")
+    await until(lambda: len(frontend.posts) == 1)  # it landed; the stream saw an error
+    draft = await store.draft(KEY_CORE.id)
+    assert draft is not None and draft.message_id is None
+    frontend.post_faults.append(Fault(RetryableDeliveryError("502"), part=1))
+    call.finish("a" * 30 + "b" * 30)
+    await step(clock, INTERVAL)
+    await engine.idle()
+    [row] = await store.replies(KEY_CORE.id)
+    assert row.state == "pending" and len(row.platform_message_ids) == 1  # part 0 is out
+    await step(clock, SETTINGS.delivery_backoff_max_seconds)
+    await engine.outbox.deliver_due()
+    await engine.idle()
+    assert frontend.visible() == ["a" * 30, "b" * 30]
+    assert [post.part for post in frontend.posts] == [0, 1]
+    await check_invariants(store, [KEY_CORE.id], frontend=frontend)
+
+
+class HeldDraftPost(RecordingFrontend):
+    """A draft's post that is on its way (not landed yet) until the test lets it through."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(drafts=True, clock=clock)
+        self.on_its_way = asyncio.Event()
+        self.lands = asyncio.Event()
+
+    async def post_draft(self, key: ConversationKey, draft: Draft, text: str) -> str:
+        self.on_its_way.set()
+        await self.lands.wait()
+        return await super().post_draft(key, draft, text)
+
+
+async def test_a_reply_committed_while_its_drafts_post_is_in_flight_awaits_that_post(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    """The reply's delivery awaits this process's own post of the draft (its answer, when it
+    lands) instead of waiting out a lease TTL for a post that may still land unseen."""
+    frontend = HeldDraftPost(clock)
+    engine, call = await one_message_generating(store, clock, frontend)
+    call.stream(2, "Hi there")
+    await until(frontend.on_its_way.is_set)
+    call.finish("Hi there, welcome.")
+    await step(clock, INTERVAL)  # the stream's interval before the final edit
+    async with asyncio.timeout(5.0):
+        while not await store.replies(KEY_CORE.id):  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+    frontend.lands.set()  # the draft's post lands after the commit
+    await engine.idle()
+    [row] = await store.replies(KEY_CORE.id)
+    assert row.state == "sent", row  # before: pending, retried a lease TTL after the draft
+    assert row.sent_at is not None and row.sent_at - row.created_at <= INTERVAL  # the test's step
+    assert frontend.visible() == ["Hi there, welcome."] and len(frontend.posts) == 1
+    await check_invariants(store, [KEY_CORE.id], frontend=frontend)

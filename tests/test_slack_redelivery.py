@@ -14,8 +14,10 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+from bot.core.draft_lookup import DraftPosts, locate_draft
 from bot.core.events import ConversationKey, Draft, Reply
-from bot.core.streaming import locate_draft, new_draft
+from bot.core.streaming import new_draft
+from testkit.clock import FakeClock
 from testkit.fake_slack import TEAM, FakeSlackApi
 from tests.slack_harness import Bot, api, bot
 
@@ -55,8 +57,9 @@ async def test_redelivery_finds_part_0_made_of_a_draft_older_than_the_answered_m
     # the reply's row knows the draft's key, not its message (the post's response was lost)
     row_draft = Draft(draft.key, None, draft.created_at, draft.reply_to)
     reply = Reply("r1", KEY, "Whales are mammals.", 2, reply_to_message_id=last, draft=row_draft)
-    now = draft.created_at + TTL + 1  # past the settle time: a look-up by key is proof
-    found = await locate_draft(drafts, KEY, row_draft, now, TTL)  # as the outbox does
+    now = FakeClock(draft.created_at + TTL + 1)  # past the settle time: a look-up is proof
+    posts = DraftPosts()  # another process's: its own post is unknown here
+    found = await locate_draft(drafts, KEY, row_draft, now, TTL, posts)  # as the outbox does
     assert found == draft_message
     posted = await bot.frontend.deliver(replace(reply, draft=replace(row_draft, message_id=found)))
     assert posted == [draft_message]
@@ -65,7 +68,7 @@ async def test_redelivery_finds_part_0_made_of_a_draft_older_than_the_answered_m
 
     # the process dies here, before the reply is marked sent: its row still holds the draft
     # without a message id, and the next claim delivers it again
-    found_again = await locate_draft(drafts, KEY, row_draft, now, TTL)
+    found_again = await locate_draft(drafts, KEY, row_draft, now, TTL, posts)
     again = replace(reply, attempt=2, draft=replace(row_draft, message_id=found_again))
     posted_again = await bot.frontend.deliver(again)
 

@@ -46,6 +46,17 @@ async def answered(bot: Bot) -> None:
     await bot.app.engine.idle()
 
 
+async def draft_post_lost(api: FakeSlackApi, bot: Bot) -> ReplierCall:
+    """A burst of one message ("hello") whose draft's post landed while its caller saw a 500."""
+    await bot.send(dm(ts(1), "hello"))
+    call = await generating(bot, 0)
+    api.fail("chat.postMessage", Failure(status=500, error="internal_error", lands=True))
+    call.stream(1, "Hi")
+    await step(bot.clock, INTERVAL)
+    await until(lambda: len(api.posts()) == 1)  # it landed; the caller saw a 500
+    return call
+
+
 def shown(api: FakeSlackApi) -> list[str]:
     return [m.text for m in api.posts()]
 
@@ -155,12 +166,7 @@ async def test_a_draft_post_whose_response_was_lost_is_found_not_posted_again(
     api: FakeSlackApi,
 ) -> None:
     async with running_bot(api, replier=ScriptedReplier(hold=True)) as bot:
-        await bot.send(dm(ts(1), "hello"))
-        call = await generating(bot, 0)
-        api.fail("chat.postMessage", Failure(status=500, error="internal_error", lands=True))
-        call.stream(1, "Hi")
-        await step(bot.clock, INTERVAL)
-        await until(lambda: len(api.posts()) == 1)  # it landed; the caller saw a 500
+        call = await draft_post_lost(api, bot)
         call.stream(1, " there")
         await step(bot.clock, INTERVAL)
         await until(lambda: shown(api) == ["Hi there"])

@@ -99,7 +99,14 @@ class Engine:
         self.supervisor = Supervisor(store, clock, settings, self.signals)
         files = AttachmentLoader(store, served, lambda: self.settings.attachments, clock)
         self.prompts = PromptStep(lambda: self.settings, files)
-        self.drafts = Drafts(store, clock, lambda: self.settings, served, self.outbox.waiting)
+        self.drafts = Drafts(
+            store,
+            clock,
+            lambda: self.settings,
+            served,
+            self.outbox.waiting,
+            self.outbox.draft_posts,
+        )
         self.sleeping_until = math.inf
         self._workers: dict[str, asyncio.Task[bool]] = {}
         self._committing: set[str] = set()  # workers committing or delivering an outcome
@@ -452,6 +459,7 @@ class Engine:
                     task.cancel()
             await asyncio.gather(*left, return_exceptions=True)
         await self.idle()
+        await self.outbox.draft_posts.cancel()  # none runs on unseen: the next process looks
 
     async def release(self) -> None:
         """Release every lease and delivery claim still held under our owner name, so another

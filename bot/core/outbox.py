@@ -15,7 +15,8 @@ Rules:
   re-delivering a row whose post was never recorded posts nothing new.
 - A reply that finishes a streamed draft edits it (its first part) under this claim: the commit
   never waits on a rate-limited edit. A draft whose post outcome is unknown is found first
-  (`locate_draft`), and the row waits while that post may still land unseen.
+  (`locate_draft`): this process's own post of it is awaited; otherwise the row waits while
+  that post may still land unseen.
 - No silent give-up (G13): a transient failure (outage, 5xx, timeout, a page that is not the
   platform's answer) is retried with exponential backoff and jitter, capped at
   `delivery_backoff_max_seconds` so a reply goes out soon after the platform recovers, for
@@ -45,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot.core.clock import Clock, trusted_until
+from bot.core.draft_lookup import DraftPosts, locate_draft
 from bot.core.errors import ClaimLost, PermanentDeliveryError, RetryableDeliveryError, StoreError
 from bot.core.events import ConversationKey, Draft, Reply
 from bot.core.frontend import Frontend, drafts_of
@@ -52,7 +54,6 @@ from bot.core.indicator import Indicator
 from bot.core.settings import EngineSettings
 from bot.core.signals import Signals
 from bot.core.store import ClaimRequest, Committed, OutboxRow, Store
-from bot.core.streaming import locate_draft
 
 log = logging.getLogger("burstbot.outbox")
 
@@ -117,6 +118,8 @@ class Outbox:
     signals: Signals
     on_settled: Callable[[], None] = lambda: None
     """A row settled: the next one of its conversation may go."""
+    draft_posts: DraftPosts = field(default_factory=DraftPosts)
+    """This process's draft posts, shared with the streams (`locate_draft` awaits its own)."""
     running: set[asyncio.Task[Any]] = field(default_factory=set, init=False)
     _posting: dict[int, asyncio.Task[list[str]]] = field(default_factory=dict, init=False)
 
@@ -238,8 +241,8 @@ class Outbox:
 
     async def _draft_of(self, row: OutboxRow, key: ConversationKey) -> Draft | None:
         """The draft the reply finishes, its message found first if its post's outcome is
-        unknown (`locate_draft`: this raises, and the row is retried, while that post may still
-        land unseen)."""
+        unknown (`locate_draft`: a post of it from this process is awaited; else this raises,
+        and the row is retried, while that post may still land unseen)."""
         draft = row.draft
         if draft is None or draft.message_id is not None or row.platform_message_ids:
             return draft
@@ -247,7 +250,7 @@ class Outbox:
         if surface is None:
             return draft
         ttl = self.settings.lease_ttl_seconds
-        found = await locate_draft(surface, key, draft, self.clock.now(), ttl)
+        found = await locate_draft(surface, key, draft, self.clock, ttl, self.draft_posts)
         return Draft(draft.key, found, draft.created_at, draft.reply_to)
 
     async def _keep_claim(

@@ -15,10 +15,12 @@ Rules:
   it was created and the message it answers are recorded, fenced by the lease, before its first
   post, which carries the key as its idempotency key; its message id is recorded right after.
 - A draft whose post outcome is unknown (a timeout, a lost response, a crash or shutdown between
-  post and record) is looked up before anything new is posted (`locate_draft`): by its key from
-  its creation time, or, within the platform's nonce window, posted again with the same key (the
-  platform returns the earlier message). A post in flight does not show in a read, so absence
-  counts as proven only a lease TTL after the draft's creation; until then nothing is posted.
+  post and record, a stream stopped while its post was on its way) is found before anything new
+  is posted (`locate_draft`, bot/core/draft_lookup.py): this process's own post of it awaited,
+  else by its key from its creation time, or, within the platform's nonce window, posted again
+  with the same key (the platform returns the earlier message). A post in flight does not show
+  in a read, so absence counts as proven only a lease TTL after the draft's creation; until then
+  nothing is posted.
 - Superseded and failed generations, and commits the final check discarded, leave the draft
   showing `WAITING`: the next generation streams into the same message. A burst that ends with
   no reply (every message deleted, a guard's silent refusal) deletes it. The commit hands the
@@ -31,7 +33,10 @@ Rules:
   the monotonic clock (as `ClaimFence` trusts a claim), and a call still running then is
   cancelled, so no library-level resend (discord.py sleeps out a 429 and sends again)
   lands after another worker may have taken over. Stopping a stream cancels its call in flight
-  rather than wait for it while the lease is no longer renewed.
+  rather than wait for it while the lease is no longer renewed, except a draft's post when the
+  generation ended, was superseded or its commit is coming: that post runs on to its fence (a
+  task of `DraftPosts`), so whoever here uses the draft next (the reply's delivery, the next
+  generation) awaits its answer instead of a lease TTL.
 - Streaming is a courtesy on top of delivery: a failing platform call stops the stream (logged),
   never the burst; the reply is delivered through the outbox either way.
 """
@@ -46,8 +51,9 @@ from typing import Any, TypeVar
 
 from bot.core.burst import Burst
 from bot.core.clock import Clock, trusted_until
+from bot.core.draft_lookup import DraftPosts, locate_draft
 from bot.core.errors import BurstbotError, MessageGone, RetryableDeliveryError
-from bot.core.events import ConversationKey, Draft
+from bot.core.events import Draft
 from bot.core.frontend import DraftSurface, Frontend, draft_turn, drafts_of, paces
 from bot.core.replier import GenerationProgress, same_draft
 from bot.core.settings import EngineSettings
@@ -66,26 +72,6 @@ def new_draft(now: float, reply_to: str | None) -> Draft:
     return Draft("d" + secrets.token_hex(10), None, now, reply_to)
 
 
-async def locate_draft(
-    surface: DraftSurface, key: ConversationKey, draft: Draft, now: float, settle: float
-) -> str | None:
-    """The message of a draft whose post outcome is unknown, or None when posting it (again, with
-    its key) cannot make a second one: within the platform's nonce window, or once a look-up by
-    its key proves it absent. Raises `RetryableDeliveryError` while an earlier post of it may
-    still land unseen (until `settle` seconds after its creation)."""
-    if draft.message_id is not None:
-        return draft.message_id
-    if now < draft.created_at + surface.nonce_window:
-        return None
-    found = await surface.find_draft(key, draft)
-    if found is not None:
-        return found
-    if now < draft.created_at + settle:
-        wait = draft.created_at + settle - now
-        raise RetryableDeliveryError(f"draft {draft.key}: its post may still land", wait)
-    return None
-
-
 class Drafts:
     """Starts a stream for each generation where the conversation streams and its front end can
     draft; deletes the draft of a burst that ends without a reply."""
@@ -97,12 +83,14 @@ class Drafts:
         settings: Callable[[], EngineSettings],
         frontends: Mapping[str, Frontend],
         waiting: Callable[[str], Awaitable[bool]],
+        posts: DraftPosts,
     ) -> None:
         self.store = store
         self.clock = clock
         self._settings = settings  # read at each use: a reload replaces them
         self.frontends = frontends
         self.waiting = waiting  # a reply of the conversation is still to be posted (the outbox)
+        self.posts = posts  # this process's draft posts (shared with the outbox)
 
     @property
     def settings(self) -> EngineSettings:
@@ -136,7 +124,7 @@ class Drafts:
             return
         ttl = self.settings.lease_ttl_seconds
         try:
-            message_id = await locate_draft(surface, burst.key, draft, self.clock.now(), ttl)
+            message_id = await locate_draft(surface, burst.key, draft, self.clock, ttl, self.posts)
             if message_id is None and draft.message_id is None and surface.nonce_window:
                 message_id = await surface.post_draft(burst.key, draft, WAITING)
             if message_id is not None:
@@ -199,6 +187,7 @@ class DraftStream(Stream):
         self.interval = drafts.settings.streaming_interval_seconds
         self.valid_until = trusted_until(self.clock, burst.lease.expires_at, self.ttl)
         self.draft: Draft | None = None  # once this stream knows the draft's message
+        self._posting: asyncio.Task[str] | None = None  # its draft's post, once made
         self.replaced = False  # a fresh post replaced a draft a person deleted (once a stream)
         self.next_call_at = self.clock.now()  # the first word is shown at once
         self.calls = 0
@@ -216,15 +205,24 @@ class DraftStream(Stream):
         return self.clock.now() + (self.valid_until - self.clock.monotonic())
 
     def abort(self) -> None:
+        self._halt()
+        if self._posting is not None:
+            self._posting.cancel()
+
+    def _halt(self) -> None:
         self._stopping.set()
         self._task.cancel()
 
     async def stop(self, outcome: Supervision) -> None:
-        """The watch ended: cancel a call in flight (the lease is no longer renewed) and keep the
-        interval before the next call (the reply's final edit follows), within the fence; leave
-        a superseded or failed generation's draft saying that the bot is still reading."""
-        self.abort()
+        """The watch ended: cancel a call in flight (the lease is no longer renewed), but a
+        draft's post, which runs on to its fence unless the lease was lost (whoever uses the
+        draft next here awaits it); keep the interval before the next call (the reply's final
+        edit follows), within the fence; leave a superseded or failed generation's draft saying
+        that the bot is still reading."""
+        self._halt()
         await asyncio.gather(self._task, return_exceptions=True)
+        if outcome is Supervision.LEASE_LOST and self._posting is not None:
+            self._posting.cancel()
         if outcome is Supervision.LEASE_LOST or self.calls == 0:
             return
         done = outcome is Supervision.DONE and not self.generation.cancelled()
@@ -388,7 +386,9 @@ class DraftStream(Stream):
             if not await store.record_draft(key.id, token, draft):
                 return None
         else:
-            located = locate_draft(self.surface, key, draft, self.clock.now(), self.ttl)
+            located = locate_draft(
+                self.surface, key, draft, self.clock, self.ttl, self.drafts.posts
+            )
             message_id = await self._within_fence(located)
         if not self._fenced():
             return None
@@ -396,7 +396,9 @@ class DraftStream(Stream):
             if not turn_taken and not await self._within_fence(draft_turn(self.surface, key, True)):
                 raise NoBudget("no budget to post the draft now")
             text = self.usage.text_so_far() or text
-            message_id = await self._within_fence(self.surface.post_draft(key, draft, text))
+            post = self._within_fence(self.surface.post_draft(key, draft, text))
+            self._posting = self.drafts.posts.start(draft.key, post)
+            message_id = await asyncio.shield(self._posting)  # a stopped stream leaves it on
         self.draft = Draft(draft.key, message_id, draft.created_at, draft.reply_to)
         recorded = draft.message_id == message_id or await store.record_draft(
             key.id, token, self.draft
