@@ -120,13 +120,18 @@ async def running_bot(
     url = f"http://127.0.0.1:{frontend.http_port}{config.slack.http_path}"
     try:
         yield Bot(app, frontend, EventSender(url, SECRET), clock, replier, store)
-    finally:  # the order App.run uses; tests step explicitly, so no grace period is needed
-        await frontend.stop_intake()
-        app.engine.stop_taking_work()
-        await app.engine.finish(0.0)
-        await frontend.stop()
-        await app.engine.release()
-        await store.close()
+    finally:
+        await shut_down(app, frontend, store)
+
+
+async def shut_down(app: App, frontend: SlackFrontend, store: SqliteStore) -> None:
+    """The order App.run uses; tests step explicitly, so no grace period is needed."""
+    await frontend.stop_intake()
+    app.engine.stop_taking_work()
+    await app.engine.finish(0.0)
+    await frontend.stop()
+    await app.engine.release()
+    await store.close()
 
 
 @pytest.fixture

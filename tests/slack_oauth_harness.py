@@ -25,7 +25,7 @@ from storage.sqlite import SqliteStore
 from testkit import ScriptedReplier
 from testkit.clock import FakeClock
 from testkit.fake_slack_grid import FakeSlackGrid
-from tests.slack_harness import SECRET, Bot
+from tests.slack_harness import SECRET, Bot, shut_down
 
 CLIENT_ID, CLIENT_SECRET = "111.222", "client-secret"
 KEY = Fernet.generate_key().decode()
@@ -36,6 +36,17 @@ ENV = {
     "SLACK_SIGNING_SECRET": SECRET,
     "BURSTBOT_TOKEN_KEY": KEY,
 }
+
+
+@pytest.fixture
+async def grid() -> AsyncIterator[FakeSlackGrid]:
+    """Three workspaces, none installed yet."""
+    fake = FakeSlackGrid(CLIENT_ID, CLIENT_SECRET)
+    for team, name in (("T1", "Acme"), ("T2", "Globex"), ("T3", "Initech")):
+        fake.add_workspace(team, name)
+    await fake.start()
+    yield fake
+    await fake.stop()
 
 
 @pytest.fixture
@@ -76,12 +87,7 @@ async def oauth_bot(
     try:
         yield Bot(app, frontend, grid.sender(""), clock, replier, store)
     finally:
-        await frontend.stop_intake()
-        app.engine.stop_taking_work()
-        await app.engine.finish(0.0)
-        await frontend.stop()
-        await app.engine.release()
-        await store.close()
+        await shut_down(app, frontend, store)
 
 
 def bot_url(frontend: SlackFrontend, path: str) -> str:

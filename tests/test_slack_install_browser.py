@@ -5,7 +5,6 @@ lands on the success page; then each workspace's DM is answered with that worksp
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -14,25 +13,14 @@ import pytest
 from testkit.fake_slack_grid import FakeSlackGrid
 from tests.browser import chromium
 from tests.slack_oauth_harness import (
-    CLIENT_ID,
-    CLIENT_SECRET,
     bot_url,
+    grid,
     install,
     oauth_bot,
     oauth_env,
 )
 
-__all__ = ["oauth_env"]
-
-
-@pytest.fixture
-async def grid() -> AsyncIterator[FakeSlackGrid]:
-    fake = FakeSlackGrid(CLIENT_ID, CLIENT_SECRET)
-    fake.add_workspace("T1", "Acme")
-    fake.add_workspace("T2", "Globex")
-    await fake.start()
-    yield fake
-    await fake.stop()
+__all__ = ["grid", "oauth_env"]
 
 
 def install_in_browser(browser: Any, install_url: str, team: str, shots: Path) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -22,24 +21,14 @@ from tests.slack_oauth_harness import (
     CLIENT_ID,
     CLIENT_SECRET,
     approve,
+    grid,
     install,
     land,
     oauth_bot,
     oauth_env,
 )
 
-__all__ = ["oauth_env"]
-
-
-@pytest.fixture
-async def grid() -> AsyncIterator[FakeSlackGrid]:
-    fake = FakeSlackGrid(CLIENT_ID, CLIENT_SECRET)
-    fake.add_workspace("T1", "Acme")
-    fake.add_workspace("T2", "Globex")
-    fake.add_workspace("T3", "Initech")
-    await fake.start()
-    yield fake
-    await fake.stop()
+__all__ = ["grid", "oauth_env"]
 
 
 def answered(grid: FakeSlackGrid, team: str) -> list[str]:
