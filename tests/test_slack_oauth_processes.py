@@ -1,5 +1,6 @@
-"""Three workspaces chatting at once through two `burstbot run` processes on PostgreSQL, one of
-them killed with SIGKILL while its posts are in flight (landed, not yet answered): every
+"""Three workspaces chatting at once through `burstbot run` on PostgreSQL, the first process
+killed with SIGKILL while its posts are in flight (landed, not yet answered) and a second one
+taking its work over: every
 message is answered exactly once, in its own workspace,
 with that workspace's token (the fake grid refuses another team's token on a channel with
 `invalid_auth` and counts the attempt), and no answer quotes another workspace's message."""
@@ -98,15 +99,19 @@ async def test_three_workspaces_two_processes_on_postgres_one_killed(tmp_path: P
     env = {**os.environ, **ENV, "PYTHONPATH": str(ROOT)}
     ports = [free_port(), free_port()]
     workers = []
+
+    async def start_worker(n: int) -> None:
+        toml = config(tmp_path / f"w{n}.toml", postgres_url(schema), grid.url, ports[n], f"w{n}")
+        workers.append(await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot", "run", "--config", str(toml), env=env,
+            stderr=open(tmp_path / f"w{n}.log", "w"),  # noqa: ASYNC230, SIM115
+        ))  # fmt: skip
+        await started(ports[n])
+
     try:
-        for n, port in enumerate(ports):
-            toml = config(tmp_path / f"w{n}.toml", postgres_url(schema), grid.url, port, f"w{n}")
-            workers.append(await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bot", "run", "--config", str(toml), env=env,
-                stderr=open(tmp_path / f"w{n}.log", "w"),  # noqa: ASYNC230, SIM115
-            ))  # fmt: skip
-        for port in ports:
-            await started(port)
+        # the first process alone takes the first bursts, so the one it is killed in the middle of
+        # is its own; the second starts after the kill (as a restart would) and takes them over
+        await start_worker(0)
         grid.redirect_url = f"http://127.0.0.1:{ports[0]}/slack/oauth_redirect"
         for team in TEAMS:  # installed through the first process, stored for both
             status, _ = await land(*await approve_at(
@@ -122,6 +127,7 @@ async def test_three_workspaces_two_processes_on_postgres_one_killed(tmp_path: P
                 await asyncio.wait_for(asyncio.gather(*(h.wait() for h in held)), 30)
                 workers[0].send_signal(signal.SIGKILL)  # every first post landed, unanswered
                 await workers[0].wait()
+                await start_worker(1)
                 for hold in holds.values():
                     hold.set()
         want = {team: sorted(f"{team} says {n}" for n in range(MESSAGES)) for team in TEAMS}
