@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+import os
+import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 
@@ -37,6 +41,38 @@ SETTINGS = EngineSettings(
     failure_message="sorry, try again",
 )
 KEY = ConversationKey("test", "w1", "c1")
+
+
+SQLITE_WORKER = "_connection_worker_thread"  # aiosqlite's thread, one per open connection
+_outlived: dict[int | None, str] = {}  # a connection's thread → the first test it outlived
+_exit_status: list[int] = [0]
+
+
+@pytest.fixture(autouse=True)
+def _note_open_connections(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Remember which test left a SQLite connection open, to name it if it never closes."""
+    yield
+    for thread in threading.enumerate():
+        if SQLITE_WORKER in thread.name:
+            _outlived.setdefault(thread.ident, request.node.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _exit_status[0] = int(exitstatus)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """An aiosqlite connection nobody closed keeps a non-daemon thread that Python waits for at
+    exit, forever: the run would print its summary and never end. Collect garbage (an unclosed
+    connection's finalizer stops its thread), then name any left and exit with the run's status."""
+    gc.collect()
+    left = [t for t in threading.enumerate() if SQLITE_WORKER in t.name and t.is_alive()]
+    if left:
+        named = ", ".join(sorted({_outlived.get(t.ident, "?") for t in left}))
+        print(f"\n{len(left)} SQLite connection(s) left open, first outliving: {named}")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_exit_status[0])
 
 
 def message(n: int | str, text: str | None = None, key: ConversationKey = KEY) -> IncomingMessage:
