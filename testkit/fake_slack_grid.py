@@ -65,14 +65,18 @@ class GridWorkspace(FakeSlackApi):
         self.refresh_token: str | None = None
         self.installed = False
         self.clock = clock
+        self.refused: list[tuple[str, str]] = []  # (method, error) of calls with a bad token
 
     def refuse_token(self, method: str, token: str) -> str | None:
+        expires = self.tokens.get(token)
         if token not in self.tokens or not self.installed:
-            return "invalid_auth"
-        expires = self.tokens[token]
-        if expires is not None and expires <= self.clock():
-            return "token_expired"
-        return None
+            error: str | None = "invalid_auth"
+        elif expires is not None and expires <= self.clock():
+            error = "token_expired"
+        else:
+            return None
+        self.refused.append((method, str(error)))
+        return error
 
 
 class FakeSlackGrid:
@@ -129,19 +133,21 @@ class FakeSlackGrid:
         return workspace
 
     # people -----------------------------------------------------------------------------------
-    async def say(self, team: str, channel: str, text: str, user: str = "U1") -> tuple[str, int]:
+    async def say(
+        self, team: str, channel: str, text: str, user: str = "U1", to: str | None = None
+    ) -> tuple[str, int]:
         """A person writes in `team`: the message lands in its history and is sent as one signed
-        event to the bot. Returns its ts and the bot's HTTP status."""
+        event to the bot (at `to`, else `events_url`). Returns its ts and the bot's HTTP status."""
         workspace = self.workspaces[team]
         ts = workspace._next_ts()
         workspace.add_user_message(channel, ts, text, user)
         event = {"type": "message", "channel": channel, "user": user, "text": text, "ts": ts,
                  "channel_type": "im" if channel.startswith("D") else "channel",
                  "user_profile": {"display_name": workspace.users.get(user, user)}}  # fmt: skip
-        return ts, await self.sender(team).send(event)
+        return ts, await self.sender(team, to).send(event)
 
-    def sender(self, team: str) -> EventSender:
-        return EventSender(self.events_url, self.signing_secret, team)
+    def sender(self, team: str, to: str | None = None) -> EventSender:
+        return EventSender(to or self.events_url, self.signing_secret, team)
 
     async def uninstall(self, team: str) -> list[int]:
         """The workspace removes the app: its tokens stop working, then Slack tells the app."""
