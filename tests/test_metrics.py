@@ -8,6 +8,7 @@ from pathlib import Path
 import aiohttp
 
 from bot.core.events import ConversationKey, IncomingMessage
+from bot.ops.metrics import Metrics
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier
 from testkit.clock import FakeClock
@@ -74,7 +75,26 @@ async def test_metrics_count_a_burst_and_healthz_answers(
     assert samples['burstbot_tokens_total{kind="output"}'] == "5.0"
     assert samples["burstbot_reply_latency_seconds_count"] == "1.0"
     assert samples["burstbot_supersedes_total"] == "0.0"
+    where = 'platform="test",workspace="w1"'
+    assert samples[f"burstbot_workspace_messages_total{{{where}}}"] == "3.0"
+    assert samples[f"burstbot_workspace_replies_posted_total{{{where}}}"] == "1.0"
+    assert samples[f'burstbot_workspace_tokens_total{{kind="output",{where}}}'] == "5.0"
     assert len(replier.calls) == 1
+
+
+def test_each_workspace_is_counted_apart() -> None:
+    metrics = Metrics()
+    for conversation in ("slack/T1/D1/", "slack/T1/C2/171.1", "slack/T2/D1/"):
+        metrics.observe("accepted", {"conversation": conversation, "version": 1})
+    metrics.observe("generation", {"conversation": "slack/T2/D1/", "input_tokens": 40,
+                                   "output_tokens": 7, "outcome": "committed"})  # fmt: skip
+    metrics.observe("delivered", {"conversation": "slack/T2/D1/", "reply_id": 1, "parts": 1})
+    text = metrics.exposition().decode()
+    assert 'burstbot_workspace_messages_total{platform="slack",workspace="T1"} 2.0' in text
+    assert 'burstbot_workspace_messages_total{platform="slack",workspace="T2"} 1.0' in text
+    assert 'workspace_tokens_total{kind="input",platform="slack",workspace="T2"} 40.0' in text
+    assert 'workspace_replies_posted_total{platform="slack",workspace="T2"} 1.0' in text
+    assert 'workspace="T1"} 0.0' not in text  # no sample for a workspace that had none
 
 
 async def test_a_busy_port_is_a_config_error(

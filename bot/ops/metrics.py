@@ -36,6 +36,7 @@ SIMPLE_COUNTERS = {
     "reset": ("resets", "Conversations whose history a user cleared"),
 }
 INGEST_STATUSES = ("accepted", "duplicate", "history", "unknown", "ignored")
+TOKEN_KINDS = ("input", "output")
 
 
 class Metrics:
@@ -87,6 +88,20 @@ class Metrics:
             "model",
         )
         self.counters = {event: counter(*named) for event, named in SIMPLE_COUNTERS.items()}
+        # per workspace (a Slack team, a Discord guild): the conversation id names it, so these
+        # cost a label each and no look-up
+        self.workspace_messages = counter(
+            "workspace_messages", "Messages accepted, by platform and workspace",
+            "platform", "workspace",
+        )  # fmt: skip
+        self.workspace_replies = counter(
+            "workspace_replies_posted", "Replies posted, by platform and workspace",
+            "platform", "workspace",
+        )  # fmt: skip
+        self.workspace_tokens = counter(
+            "workspace_tokens", "Model tokens by platform, workspace and kind: input, output",
+            "platform", "workspace", "kind",
+        )  # fmt: skip
         self.outbox_depth = Gauge(
             "burstbot_outbox_depth", "Replies waiting in the outbox (every process)", registry=r
         )
@@ -128,6 +143,7 @@ class Metrics:
             self.ingested.labels(name).inc()
         if name in self.counters:
             self.counters[name].inc()
+        self._count_workspace(name, fields)
         if name == "generating":
             self.burst_size.observe(_number(fields.get("burst")))
         elif name == "committed":
@@ -148,6 +164,20 @@ class Metrics:
             self.refused.labels(stage, str(fields.get("reason", ""))).inc()
             if stage != "burst":
                 self.ingested.labels("ignored").inc()
+
+    def _count_workspace(self, name: str, fields: dict[str, object]) -> None:
+        conversation = fields.get("conversation")
+        if name not in ("accepted", "delivered", "generation") or not isinstance(conversation, str):
+            return
+        platform, workspace, *_ = [*conversation.split("/"), "", ""]
+        if name == "accepted":
+            self.workspace_messages.labels(platform, workspace).inc()
+        elif name == "delivered":
+            self.workspace_replies.labels(platform, workspace).inc()
+        else:
+            for kind in TOKEN_KINDS:
+                tokens = _number(fields.get(f"{kind}_tokens"))
+                self.workspace_tokens.labels(platform, workspace, kind).inc(tokens)
 
     def _count_model_usage(self, fields: dict[str, object]) -> None:
         model = str(fields.get("model") or "(no model)")
