@@ -49,6 +49,7 @@ def test_workspaces_status_usage_and_forget_by_workspace(tmp_path: Path) -> None
     assert total == "2 workspaces installed"
     status = burstbot(["status", "--workspace", "T1"], tmp_path)
     assert T1.id in status.stdout and T3.id not in status.stdout
+    assert status.stdout.splitlines()[0] == "workspace T1: installed (Acme)"
     usage = burstbot(["usage", "--workspace", "T3", "--by", "channel"], tmp_path)
     assert "D3" in usage.stdout and "D1" not in usage.stdout
     forgotten = burstbot(["forget", "--workspace", "T3"], tmp_path)
@@ -58,3 +59,18 @@ def test_workspaces_status_usage_and_forget_by_workspace(tmp_path: Path) -> None
         "0 generations, 0 actions, 0 files, 1 unsent replies kept"
     )
     assert burstbot(["forget", "--workspace", "T%"], tmp_path).returncode == 2
+    asyncio.run(uninstalled(tmp_path / "burstbot.db", "T3"))
+    assert burstbot(["workspaces"], tmp_path).stdout.strip().splitlines()[-1] == (
+        "1 workspace installed"
+    )
+    status = burstbot(["status", "--workspace", "T3"], tmp_path).stdout.splitlines()
+    assert status[0] == "workspace T3: not installed (uninstalled, or never installed here)"
+
+
+async def uninstalled(path: Path, team: str) -> None:
+    store = SqliteStore(str(path))
+    await store.open()
+    try:
+        assert await store.delete_installation(team)
+    finally:
+        await store.close()

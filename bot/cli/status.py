@@ -61,6 +61,18 @@ def _row(item: ConversationSummary, now: float) -> list[str]:
     ]
 
 
+async def _installation_lines(store: Store, workspace: str) -> list[str]:
+    """With "Add to Slack" installs, whether the workspace is installed: an uninstalled one's
+    unsent replies failed with `workspace_not_installed`, which the outbox column shows."""
+    installed = {record.team_id: record for record in await store.installations()}
+    if not installed:
+        return []  # one bot token (install = "token"): nothing is installed per workspace
+    record = installed.get(workspace)
+    if record is None:
+        return [f"workspace {workspace}: not installed (uninstalled, or never installed here)"]
+    return [f"workspace {workspace}: installed ({record.team_name})"]
+
+
 async def status_lines(
     inspector: Store,
     now: float,
@@ -78,7 +90,8 @@ async def status_lines(
 
     headers = ["CONVERSATION", "ANSWERED", "PENDING", "TIMER", "LEASE", "OUTBOX", "LAST ACTIVITY"]
     active = ours(await inspector.list_conversations(active_only=True, limit=1000))
-    lines = ["in flight:"]
+    lines = [] if workspace is None else await _installation_lines(inspector, workspace)
+    lines.append("in flight:")
     if active:
         lines += render_table(headers, [_row(item, now) for item in active])
     else:

@@ -31,4 +31,5 @@ async def workspace_lines(store: Store, now: float) -> list[str]:
                      expiry, str(len(conversations)), str(tokens)])  # fmt: skip
     headers = ["WORKSPACE", "ID", "INSTALLED (UTC)", "TOKEN EXPIRES", "CONVERSATIONS",
                "TOKENS TODAY"]  # fmt: skip
-    return [*render_table(headers, rows), f"{len(installed)} workspaces installed"]
+    count = len(installed)
+    return [*render_table(headers, rows), f"{count} workspace{'' if count == 1 else 's'} installed"]
