@@ -229,6 +229,30 @@ async def test_discord_a_draft_deleted_before_the_final_edit_still_gets_the_answ
     await app.engine.shutdown()
 
 
+async def test_discord_a_draft_deleted_after_it_showed_the_whole_answer_is_posted_anew(
+    fake: FakeDiscord, frontend: DiscordFrontend, store: SqliteStore, clock: FakeClock
+) -> None:
+    """The draft already shows the final text (a short answer streamed whole, or a long one's
+    first part once full), so finishing needs no edit and only reads it back: that read finding
+    it deleted must post it anew, not take "gone" for "could not read"."""
+    app, replier = await streaming_app(frontend, store, clock)
+    await say(fake, store, "tell me")
+    call = await started(app, clock, replier, 0)
+    call.stream(1, "Once upon a time.")
+    await step(clock, INTERVAL)
+    await until(lambda: fake.shown(DM_ID) == ["Once upon a time."])
+    await draft_recorded(store, KEY)
+    fake.history[DM_ID] = []  # a person deleted it
+    call.finish("Once upon a time.")
+    await step(clock, INTERVAL)
+    await app.engine.idle()
+    assert fake.shown(DM_ID) == ["Once upon a time."]
+    [row] = await store.replies(KEY.id)
+    assert row.state == "sent" and row.platform_message_ids == (fake.created[1]["id"],)
+    await check_invariants(store, [KEY.id])
+    await app.engine.shutdown()
+
+
 # the core's rules -------------------------------------------------------------------------------
 class HeldEdits(RecordingFrontend):
     """Edits of partial text wait (like discord.py sleeping out a 429) until released."""

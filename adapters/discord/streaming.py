@@ -176,9 +176,12 @@ class DiscordDrafts(PacedDrafts):
         return True
 
     async def _shows(self, key: ConversationKey, message_id: str) -> str | None:
-        """The text a message of ours shows now (None when it cannot be read back)."""
+        """The text a message of ours shows now (None when it cannot be read back). A message
+        that is gone raises `MessageGone`: what it was to show must be posted anew."""
         try:
             message = await call(self.partial_channel(key).fetch_message(int(message_id)))
+        except MessageGone:
+            raise
         except DeliveryError as exc:
             log.info("message %s: not read back (%s)", message_id, exc)
             return None
