@@ -11,6 +11,8 @@
 - Storage implements the core's `Store` and imports nothing else of the bot; a backend module
   never imports another backend.
 - Only `bot/cli/main.py` (the entry point) and the composition root itself import `bot.app`.
+- The core and the stores load no platform or model SDK when they run (a type-only import is
+  fine): the engine on SQLite with a test model starts in a fraction of the memory.
 - The test kit stays outside the product: no product module imports `testkit` or `tests`, the
   wheel holds neither, and benchmarks (and the kit itself) never import `tests`.
 """
@@ -18,6 +20,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -96,6 +100,25 @@ def test_storage_imports_only_the_core() -> None:
         if name.split(".")[0] == "bot" and name.split(".")[:2] != ["bot", "core"]
     ]
     assert outside_core == []
+
+
+SDKS = ("anthropic", "slack_sdk", "slack_bolt", "discord", "mcp", "aiohttp", "httpx")
+
+
+def test_the_core_and_the_stores_load_no_sdk() -> None:
+    core = sorted(
+        ".".join(p.relative_to(ROOT).with_suffix("").parts)
+        for p in modules("bot/core", "storage")
+        if p.name != "__init__.py"
+    )
+    probe = (
+        f"import importlib, sys\nfor m in {core!r}: importlib.import_module(m)\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({SDKS!r})))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert loaded.stdout.strip() == "[]", loaded.stdout
 
 
 def test_only_the_entry_point_wires_the_app() -> None:

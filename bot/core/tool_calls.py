@@ -28,14 +28,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
-
-from anthropic.types import (
-    ContentBlockParam,
-    MessageParam,
-    TextBlockParam,
-    ToolResultBlockParam,
-)
+from typing import TYPE_CHECKING, Any, cast
 
 from bot.core.actions import (
     ActionLog,
@@ -48,6 +41,14 @@ from bot.core.burst import Burst
 from bot.core.errors import RetryableReplierError
 from bot.core.replier import GenerationProgress, escape_markdown
 from bot.core.tools import OutcomeUnknown, ToolServers, ToolSpec, ToolUnavailable
+
+if TYPE_CHECKING:  # the Messages API's shapes, for the type checker: the core loads no SDK
+    from anthropic.types import (
+        ContentBlockParam,
+        MessageParam,
+        TextBlockParam,
+        ToolResultBlockParam,
+    )
 
 log = logging.getLogger("burstbot.tools")
 
@@ -275,7 +276,7 @@ async def tool_round(
             result["is_error"] = True
         results.append(result)
     usage.show_activity("")
-    assistant = cast(list[ContentBlockParam], content)
+    assistant = cast("list[ContentBlockParam]", content)
     return [*messages, {"role": "assistant", "content": assistant},
             {"role": "user", "content": list(results)}]  # fmt: skip
 
