@@ -1,5 +1,5 @@
-"""`python -m benchmarks.first_word_cli [--platform slack|discord|both] [--conversations N]`: the
-first visible word, tried as a new user would.
+"""`python -m benchmarks.first_word_cli [--platform slack|discord|both] [--conversations N]
+[--spacing S]`: the first visible word, tried as a new user would.
 
 The real `burstbot run` (a process of its own, the Claude replier, SQLite) against the fakes in
 this process: Slack in HTTP mode (the fake Web API; each message lands in the DM's history and
@@ -14,12 +14,14 @@ baseline. The process is used once `/healthz` answers 200.
 In each run:
 
 - N people never seen before each ask one complete question (ending in "?") in a DM of their own,
-  spaced out: one every 0.5 s (so two or three are being answered at once). Per conversation, on
-  this process's monotonic clock: the model's first token (as the fake Messages API streamed it,
-  of the stream whose reply was posted) → the first text the platform shows in that DM (a draft's
-  or the reply's), and the message sent (just before its event or gateway dispatch went out) →
-  that first text; p50 and p90 of each, beside the message → the model request and the model's
-  own time to first token.
+  spaced out: one every 0.5 s (`--spacing`), so two or three are being answered at once, all in
+  one Slack workspace (whose `chat.update` budget they share: a draft is posted only where its
+  final edit fits, else the reply is posted whole) or each in a Discord DM (a budget each). Per
+  conversation, on this process's monotonic clock: the model's first token (as the fake Messages
+  API streamed it, of the stream whose reply was posted) → the first text the platform shows in
+  that DM (a draft's or the reply's), and the message sent (just before its event or gateway
+  dispatch went out) → that first text; p50 and p90 of each, beside the message → the model
+  request and the model's own time to first token.
 - Then a fast typer, also new: 4 messages in one DM sent 0.3 s apart (start to start), the last a
   question: our messages visible there at the end (replies), model requests for it and per
   message, whether the posted reply's request held all four, its last message → first text, and
@@ -57,7 +59,7 @@ from testkit.fake_slack import EventSender, dm
 
 TTFT_SECONDS = 0.8  # the fake model's time to first token
 TOKEN_SECONDS = 0.05  # then one token (a word) every this long
-SPACING_SECONDS = 0.5  # between two people's questions
+SPACING_SECONDS = 0.5  # between two people's questions (the default)
 QUESTION = "how do I rotate the signing secret without downtime?"
 FAST = ("hey", "so I'm deploying the api", "and the migrate step fails", "what should I check?")
 FAST_GAP_SECONDS = 0.3
@@ -193,6 +195,7 @@ class Trial:
     platform: str
     configuration: str
     conversations: int
+    spacing: float  # seconds between two people's questions
     answered_once: int
     token_to_text: list[float]  # seconds: the posted stream's first token → first text shown
     sent_to_text: list[float]  # the message sent → first text shown
@@ -248,7 +251,9 @@ async def healthy(port: int, process: asyncio.subprocess.Process, within: float 
             await asyncio.sleep(0.1)
 
 
-async def trial(platform_name: str, configuration: str, extra: str, n: int) -> Trial:
+async def trial(
+    platform_name: str, configuration: str, extra: str, n: int, spacing: float = SPACING_SECONDS
+) -> Trial:
     platform = PLATFORMS[platform_name]()
     model = Model({}, Plan(first_delay=TTFT_SECONDS, delay=TOKEN_SECONDS, watch=True))
     await model.start()
@@ -261,18 +266,20 @@ async def trial(platform_name: str, configuration: str, extra: str, n: int) -> T
             async with burstbot_run(config, platform.env, directory,
                                     command=platform.command) as process:  # fmt: skip
                 await healthy(health, process)
-                return await _drive(platform, model, configuration, n)
+                return await _drive(platform, model, configuration, n, spacing)
     finally:
         await platform.stop()
         await model.stop()
 
 
-async def _drive(platform: Platform, model: Model, configuration: str, n: int) -> Trial:
+async def _drive(
+    platform: Platform, model: Model, configuration: str, n: int, spacing: float
+) -> Trial:
     tags = [f"q{i}" for i in range(n)]
     sent: dict[str, float] = {}
 
     async def ask(person: int) -> None:
-        await asyncio.sleep(person * SPACING_SECONDS)
+        await asyncio.sleep(person * spacing)
         sent[tags[person]] = time.monotonic()
         await platform.say(person, f"{tags[person]} {QUESTION}")
 
@@ -311,6 +318,7 @@ async def _drive(platform: Platform, model: Model, configuration: str, n: int) -
         platform=platform.name,
         configuration=configuration,
         conversations=n,
+        spacing=spacing,
         answered_once=sum(answered_once(model, platform, i, t) for i, t in enumerate(tags)),
         token_to_text=token_to_text,
         sent_to_text=sent_to_text,
@@ -334,7 +342,7 @@ def describe(t: Trial) -> list[str]:
     return [
         f"{t.platform}, {t.configuration}:",
         f"  {t.conversations} new people, one question each in a DM of their own, one every "
-        f"{SPACING_SECONDS} s: answered once {t.answered_once} of {t.conversations}",
+        f"{t.spacing:g} s: answered once {t.answered_once} of {t.conversations}",
         f"    model's first token -> first visible text  p50 {p(t.token_to_text, 0.5):.2f} s, "
         f"p90 {p(t.token_to_text, 0.9):.2f} s",
         f"    message sent -> first visible text         p50 {p(t.sent_to_text, 0.5):.2f} s, "
@@ -378,11 +386,11 @@ def table(trials: list[Trial]) -> list[str]:
     return lines
 
 
-async def measure(platforms: list[str], n: int) -> int:
+async def measure(platforms: list[str], n: int, spacing: float = SPACING_SECONDS) -> int:
     trials = []
     for name in platforms:
         for configuration, extra in CONFIGURATIONS:
-            found = await trial(name, configuration, extra, n)
+            found = await trial(name, configuration, extra, n, spacing)
             print(*describe(found), sep="\n", flush=True)
             trials.append(found)
     print(f"\nthe fake model: {TTFT_SECONDS} s to first token, then a word every "
@@ -392,12 +400,17 @@ async def measure(platforms: list[str], n: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.first_word_cli",
+        description="The first visible word and a fast typer through the real `burstbot run`.",
+    )
     parser.add_argument("--platform", choices=("slack", "discord", "both"), default="both")
     parser.add_argument("--conversations", type=int, default=20, help="new people (default 20)")
+    parser.add_argument("--spacing", type=float, default=SPACING_SECONDS,
+                        help="seconds between two people's questions (default 0.5)")  # fmt: skip
     args = parser.parse_args(argv)
     platforms = ["slack", "discord"] if args.platform == "both" else [args.platform]
-    return asyncio.run(measure(platforms, args.conversations))
+    return asyncio.run(measure(platforms, args.conversations, args.spacing))
 
 
 if __name__ == "__main__":
