@@ -17,6 +17,8 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from benchmarks.busy import BURST
@@ -27,6 +29,7 @@ from testkit.fake_anthropic import Plan
 from testkit.fake_slack import EventSender, dm
 
 SECRET = "busy-cli-signing-secret"
+MODEL_KEY_ENV = "BUSY_MODEL_KEY"
 HERE = Path(__file__).resolve().parent.parent
 
 
@@ -36,8 +39,12 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def config_text(directory: str, slack: TimedSlack, model: StreamedModel, port: int) -> str:
-    return f"""
+def config_text(
+    directory: str, slack: TimedSlack | None, model: StreamedModel, port: int, extra: str = ""
+) -> str:
+    """A config file's text: SQLite in `directory`, the fake Messages API, Slack HTTP mode on
+    `port` against `slack` (none: no Slack), then `extra` (more sections)."""
+    text = f"""
 [storage]
 url = "sqlite:///{os.path.join(directory, "burstbot.db")}"
 
@@ -47,14 +54,55 @@ enabled = false
 [llm]
 provider = "anthropic"
 base_url = "{model.base_url}"
-api_key_env = "BUSY_MODEL_KEY"
-
+api_key_env = "{MODEL_KEY_ENV}"
+"""
+    if slack is not None:
+        text += f"""
 [slack]
 enabled = true
 mode = "http"
 api_base_url = "{slack.url}"
 http_port = {port}
 """
+    return text + extra
+
+
+def run_command(config: Path) -> list[str]:
+    return [sys.executable, "-m", "bot", "run", "--config", str(config)]
+
+
+@asynccontextmanager
+async def burstbot_run(
+    config: str,
+    env: Mapping[str, str],
+    directory: str,
+    root: Path = HERE,
+    command: Callable[[Path], list[str]] = run_command,
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`burstbot run` as a process of its own until the block ends (then SIGTERM): `config`
+    written in `directory` (its working directory), `root`'s burstbot importable, `env` over this
+    environment less its Slack, Discord and Anthropic variables, the model's key set. `command`
+    makes the command line from the config's path. Its exit status and the last lines of its
+    stderr are printed to stderr."""
+    path = Path(directory) / "burstbot.toml"
+    path.write_text(config, encoding="utf-8")
+    variables = {k: v for k, v in os.environ.items()
+                 if not k.startswith(("SLACK_", "DISCORD_", "ANTHROPIC_"))}  # fmt: skip
+    variables.update(PYTHONPATH=str(root), **{MODEL_KEY_ENV: "bench-key"}, **env)
+    log_path = Path(directory) / "burstbot.log"
+    with log_path.open("wb") as log:
+        process = await asyncio.create_subprocess_exec(
+            *command(path), cwd=directory, env=variables,
+            stdout=asyncio.subprocess.DEVNULL, stderr=log,
+        )  # fmt: skip
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.terminate()
+        await process.wait()
+        tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
+        print("burstbot run exited", process.returncode, *tail, sep="\n  ", file=sys.stderr)
 
 
 async def measure(n: int, root: Path = HERE) -> int:
@@ -65,25 +113,15 @@ async def measure(n: int, root: Path = HERE) -> int:
     slack = TimedSlack()
     await slack.start()
     port = free_port()
-    with tempfile.TemporaryDirectory(prefix="burstbot-busy-cli-") as directory:
-        path = Path(directory) / "burstbot.toml"
-        path.write_text(config_text(directory, slack, model, port))
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "ANTHROPIC_"))}
-        env.update(PYTHONPATH=str(root), SLACK_BOT_TOKEN=slack.token,
-                   SLACK_SIGNING_SECRET=SECRET, BUSY_MODEL_KEY="bench-key")  # fmt: skip
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot", "run", "--config", str(path), cwd=directory, env=env,
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        try:
-            return await _drive(n, tags, slack, model, port)
-        finally:
-            process.terminate()
-            _, err = await process.communicate()
-            tail = err.decode(errors="replace").strip().splitlines()[-3:]
-            print("burstbot run exited", process.returncode, *tail, sep="\n  ", file=sys.stderr)
-            await model.stop()
-            await slack.stop()
+    env = {"SLACK_BOT_TOKEN": slack.token, "SLACK_SIGNING_SECRET": SECRET}
+    try:
+        with tempfile.TemporaryDirectory(prefix="burstbot-busy-cli-") as directory:
+            config = config_text(directory, slack, model, port)
+            async with burstbot_run(config, env, directory, root):
+                return await _drive(n, tags, slack, model, port)
+    finally:
+        await model.stop()
+        await slack.stop()
 
 
 async def _drive(

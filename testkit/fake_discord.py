@@ -33,6 +33,8 @@ import contextlib
 import datetime
 import itertools
 import json
+import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -61,6 +63,16 @@ class Failure:
     only_with_reference: bool = False
     lands: bool = False  # the post or edit takes effect, but the bot gets the failure
 
+
+CLI_LAUNCHER = """
+import sys, discord, yarl
+discord.http.Route.BASE = sys.argv[1]
+discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(sys.argv[2])
+from bot.cli import main
+raise SystemExit(main(["run", "--config", sys.argv[3]]))
+"""
+"""`burstbot run --config` with discord.py's REST base and gateway pointed elsewhere: the
+config names no Discord URL (see `FakeDiscord.run_command`)."""
 
 PASS = None
 """In a channel's `failures`: let this post through (so the failure after it comes between the
@@ -161,6 +173,12 @@ class FakeDiscord:
     def connections(self) -> int:
         """Gateway connections that identified and receive events now."""
         return len(self._identified)
+
+    def run_command(self, config: str | os.PathLike[str]) -> list[str]:
+        """The command line of `burstbot run --config CONFIG` talking to this fake, for a process
+        of its own (the one Python running this, the project importable from its PYTHONPATH)."""
+        return [sys.executable, "-c", CLI_LAUNCHER, self.api_base, str(self.gateway_url),
+                str(config)]  # fmt: skip
 
     @property
     def api_base(self) -> str:

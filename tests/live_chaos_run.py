@@ -29,7 +29,6 @@ import os
 import random
 import signal
 import socket
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,13 +55,6 @@ SIGNING_SECRET = "live-chaos-signing-secret"
 ALICE = {"id": "200000000000000001", "username": "alice", "discriminator": "0",
          "global_name": "Alice", "avatar": None}  # fmt: skip
 DISCORD_DM_BASE = 400_000_000_000_100_000
-LAUNCHER = """
-import sys, discord, yarl
-discord.http.Route.BASE = sys.argv[1]
-discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(sys.argv[2])
-from bot.cli import main
-raise SystemExit(main(["run", "--config", sys.argv[3]]))
-"""
 
 
 @dataclass(frozen=True)
@@ -229,12 +221,9 @@ nonce_window_seconds = {DISCORD_NONCE_WINDOW / 2}
                    SLACK_SIGNING_SECRET=SIGNING_SECRET, DISCORD_TOKEN=self.discord.token,
                    ANTHROPIC_API_KEY="sk-live-chaos")  # fmt: skip
         log = open(self.directory / f"{owner}.log", "wb")  # noqa: ASYNC230, SIM115 (the child's)
-        discord = self.discord
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", LAUNCHER, discord.api_base, str(discord.gateway_url),
-            str(config), cwd=self.directory, env=env,
-            stdout=log, stderr=log,
-        )  # fmt: skip
+            *self.discord.run_command(config), cwd=self.directory, env=env, stdout=log, stderr=log
+        )
         log.close()
         worker = Worker(index, generation, process, port)
         await self.until_serving(worker)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -302,15 +301,6 @@ def test_the_cli_exits_2_naming_a_missing_token(tmp_path: Path) -> None:
     ]
 
 
-CLI_AGAINST_FAKE = """
-import sys, discord, yarl
-discord.http.Route.BASE = sys.argv[1]
-discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(sys.argv[2])
-from bot.cli import main
-raise SystemExit(main(["run", "--config", sys.argv[3]]))
-"""
-
-
 @pytest.mark.parametrize(("close_code", "token", "line"), [
     (4014, "test-token", INTENT_HELP),
     (None, "wrong-token", "discord.token_env: Discord rejected the bot token"),
@@ -325,7 +315,7 @@ async def test_the_cli_stops_with_one_line_when_discord_refuses(
         '[storage]\nurl = "sqlite:///b.db"\n[discord]\nenabled = true\n'
     )
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", CLI_AGAINST_FAKE, fake.api_base, str(fake.gateway_url), str(config),
+        *fake.run_command(config),
         cwd=tmp_path, env={**os.environ, "DISCORD_TOKEN": token, "PYTHONPATH": str(ROOT)},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
@@ -382,7 +372,7 @@ async def test_the_cli_exits_1_with_one_line_when_the_gateway_ends_for_good(
         '[storage]\nurl = "sqlite:///b.db"\n[discord]\nenabled = true\n'
     )
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", CLI_AGAINST_FAKE, fake.api_base, str(fake.gateway_url), str(config),
+        *fake.run_command(config),
         cwd=tmp_path, env={**os.environ, "DISCORD_TOKEN": fake.token, "PYTHONPATH": str(ROOT)},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
