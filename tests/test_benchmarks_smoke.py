@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from pathlib import Path
 
 from benchmarks.__main__ import main
@@ -19,7 +20,8 @@ SYSTEMS = ("naive", "sleep-debounce", "complete-then-discard", "burstbot")
 
 def rows(report: str, section: str) -> list[list[str]]:
     """The body rows of the Markdown table under the heading that starts with `section`."""
-    lines = report.split(f"### {section}", 1)[1].split("\n### ", 1)[0].splitlines()
+    body = report.split(f"### {section}", 1)[1]
+    lines = re.split(r"\n#{2,3} ", body, maxsplit=1)[0].splitlines()  # to the next heading
     table = [line for line in lines if line.startswith("|")]
     return [[cell.strip() for cell in line.strip("|").split("|")] for line in table[2:]]
 
