@@ -35,8 +35,11 @@ class RetentionSteps(StoreSeam[Conn]):
 
     async def forget_conversation(self, conversation_id: str) -> dict[str, int]:
         """Erase a conversation's messages and posted replies (and leave all of it out of later
-        prompts, as `/reset` does); count the replies still unsent."""
+        prompts, as `/reset` does); count the replies still unsent. An answer still being
+        generated loses its lease's fence first, so it is discarded rather than stored after."""
         params = {"cid": conversation_id}
+        await self._rows("forget_conversation_fence", params)  # an answer under way is discarded
+        await self._rows("forget_conversation_timer", params)
         await self._rows("reset_history", params)
         files = await self._forget_files("conversation_files", params)
         tables = ("messages", "replies", "held", "generations", "actions")

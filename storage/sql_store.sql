@@ -527,6 +527,18 @@ DELETE FROM held_messages WHERE conversation_id = :cid RETURNING message_uid;
 UPDATE generations SET searches = '[]' WHERE conversation_id = :cid AND searches != '[]'
 RETURNING id;
 
+-- name: forget_conversation_fence
+-- First, so a generation still running for it cannot commit what the erase removes: its lease
+-- loses the fence, the input it answered counts as answered (its text is gone, nothing is left
+-- to answer), and its timer goes (`forget_conversation_timer`).
+UPDATE conversations
+SET lease_token = lease_token + 1, lease_owner = NULL, lease_expires_at = NULL,
+    answered_version = version, failed_attempts = 0
+WHERE id = :cid;
+
+-- name: forget_conversation_timer
+DELETE FROM debounce_timers WHERE conversation_id = :cid;
+
 -- name: forget_conversation_notes
 DELETE FROM conversation_notes WHERE conversation_id = :cid;
 

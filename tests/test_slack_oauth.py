@@ -17,6 +17,7 @@ from bot.core.events import ConversationKey
 from testkit.clock import FakeClock
 from testkit.fake_slack import Failure
 from testkit.fake_slack_grid import FakeSlackGrid
+from testkit.replier import ScriptedReplier
 from tests.slack_oauth_harness import (
     CLIENT_ID,
     CLIENT_SECRET,
@@ -137,6 +138,30 @@ async def test_an_uninstall_mid_conversation_deletes_its_tokens_fails_its_reply_
     files = sorted(tmp_path.iterdir())  # noqa: ASYNC240 (the database file and its WAL)
     raw = b"".join(p.read_bytes() for p in files)
     assert b"Acme" in raw and b"xoxb-" not in raw  # T1, still installed, has its token sealed
+
+
+@pytest.mark.usefixtures("oauth_env")
+async def test_an_answer_being_generated_at_an_uninstall_is_never_stored(
+    grid: FakeSlackGrid, tmp_path: Path
+) -> None:
+    db = tmp_path / "bot.db"
+    async with oauth_bot(grid, db=str(db), replier=ScriptedReplier(hold=True)) as bot:
+        await install(bot.frontend, "T3")
+        await grid.say("T3", "D3", "my pin is PIN-7777")
+        await bot.clock.advance(1.5)
+        await bot.app.engine.run_due()  # the generation starts and waits for the test
+        call = await bot.replier.next_call(0)
+        assert await grid.uninstall("T3") == [200, 200]
+        call.finish("you said PIN-7777")  # the model answers after the erase
+        await bot.step(1.0)
+        t3 = ConversationKey("slack", "T3", "D3").id
+        assert await bot.store.replies(t3) == []
+        assert [m.text for m in await bot.store.messages(t3)] == [""]
+        await bot.step(30.0)
+        assert len(bot.replier.calls) == 1  # nothing is generated again for the erased input
+    raw = b"".join(p.read_bytes() for p in sorted(tmp_path.iterdir()))  # noqa: ASYNC240
+    assert b"PIN-7777" not in raw
+    assert answered(grid, "T3") == []
 
 
 @pytest.mark.usefixtures("oauth_env")

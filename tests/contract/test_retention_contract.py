@@ -9,6 +9,7 @@ from bot.core.attachments import attachment_uid
 from bot.core.events import Attachment, ConversationKey, IncomingMessage
 from bot.core.store import (
     Committed,
+    Discarded,
     FinalCheck,
     GenerationRecord,
     NewReply,
@@ -113,6 +114,23 @@ async def test_forget_conversation_erases_messages_and_posted_replies(store: Sto
     assert [h.text for h in await store.history(KEY.id, 5, 10)] == []
     [untouched] = await store.messages(OTHER.id)
     assert untouched.text == "text 3"
+
+
+async def test_forget_fences_out_an_answer_still_being_generated(store: Store) -> None:
+    """An answer generated while its conversation is erased (an uninstall, `burstbot forget`) is
+    not stored afterwards: the erase takes the fence from its lease, and what it answered is
+    gone, so nothing is generated for it again."""
+    await store.ingest(said(1), OLD, T)
+    lease = await store.acquire_lease(KEY.id, "o1", OLD + 2, 30.0)
+    assert lease is not None
+    await store.forget_conversation(KEY.id)
+    check = FinalCheck(lease.token, lease.version, False)
+    outcome = await store.commit(KEY.id, check, OLD + 3, T, NewReply("quoting text 1"))
+    assert isinstance(outcome, Discarded)
+    assert await store.replies(KEY.id) == []
+    assert await store.renew_lease(KEY.id, lease.token, lease.version, OLD + 3, 30.0) is None
+    assert await store.next_due_at(OLD + 100) is None  # no timer left to answer erased input
+    assert await store.acquire_lease(KEY.id, "o2", OLD + 100, 30.0) is not None  # free again
 
 
 SHOT = Attachment("F1", "shot.png", "image/png", 4, "https://files.example/F1")
