@@ -80,7 +80,11 @@ async def oauth_bot(
     frontend.clock = clock
     app = App(config, store, replier, [frontend], clock=clock, owner=owner)
     await store.open()
-    await frontend.start(app)
+    try:
+        await frontend.start(app)
+    except BaseException:  # a start refused (a wrong token key) leaves no connection open
+        await store.close()
+        raise
     url = f"http://127.0.0.1:{frontend.http_port}"
     grid.events_url, grid.signing_secret = url + config.slack.http_path, SECRET
     grid.redirect_url = url + config.slack.redirect_path
