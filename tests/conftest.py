@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import sys
 import threading
@@ -15,6 +16,7 @@ import pytest
 from bot.core.engine import Engine
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.settings import EngineSettings
+from bot.ops.logs import HANDLER_NAME as LOG_HANDLER_NAME
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier
 from testkit.clock import FakeClock
@@ -55,6 +57,18 @@ def _note_open_connections(request: pytest.FixtureRequest) -> Iterator[None]:
     for thread in threading.enumerate():
         if SQLITE_WORKER in thread.name:
             _outlived.setdefault(thread.ident, request.node.nodeid)
+
+
+@pytest.fixture(autouse=True)
+def _drop_the_bots_log_handler() -> Iterator[None]:
+    """A test that runs the CLI in-process installs burstbot's root handler on that test's captured
+    stderr; left behind, every later log line goes to a closed file ("--- Logging error ---")."""
+    root = logging.getLogger()
+    level = root.level
+    yield
+    for handler in [h for h in root.handlers if h.get_name() == LOG_HANDLER_NAME]:
+        root.removeHandler(handler)
+    root.setLevel(level)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -22,7 +22,7 @@ from bot.config import Config
 REDACTED = "[redacted]"
 MIN_SECRET_LENGTH = 4  # shorter values would redact ordinary words
 PLAIN_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-_HANDLER_NAME = "burstbot"
+HANDLER_NAME = "burstbot"
 DRIVER_SECRET_ENV = ("PGPASSWORD",)
 """Read by the database driver itself, whatever the config names."""
 
@@ -96,10 +96,10 @@ def configure_logging(
 ) -> logging.Handler:
     """Install (or replace) burstbot's one root handler; returns it."""
     root = logging.getLogger()
-    for old in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
+    for old in [h for h in root.handlers if h.get_name() == HANDLER_NAME]:
         root.removeHandler(old)
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.set_name(_HANDLER_NAME)
+    handler.set_name(HANDLER_NAME)
     handler.addFilter(SecretRedactor(configured_secrets(config, environ)))
     if config.logging.format == "json":
         handler.setFormatter(JsonFormatter())
