@@ -25,9 +25,13 @@ class RetentionSteps(StoreSeam[Conn]):
         the messages that carried them keep their descriptions."""
         return await self._counts(("files", "blobs"), "prune", {"cutoff": cutoff})
 
-    async def forget_user(self, user_id: str, platform: str | None) -> dict[str, int]:
-        """Erase a person's messages (text, name, id) everywhere, or on one platform."""
+    async def forget_user(self, user_id: str, platform: str | None, now: float) -> dict[str, int]:
+        """Erase a person's messages (text, name, id) everywhere, or on one platform. An answer
+        still being generated where they spoke loses its fence first, and what the others said
+        is answered again at `now`, from a prompt without the erased text."""
         params = {"user": user_id, "platform": platform}
+        for fenced in await self._rows("forget_user_fence", params):
+            await self._rows("forget_user_rearm", {"cid": fenced[0], "now": now})
         files = await self._forget_files("user_files", params)
         tables = ("messages", "held", "generations", "actions")
         counts = await self._counts(tables, "forget_user", params)

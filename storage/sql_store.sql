@@ -508,6 +508,26 @@ WHERE user_id = :user
        OR conversation_id IN (SELECT id FROM conversations WHERE platform = :platform))
 RETURNING id;
 
+-- name: forget_user_fence
+-- First, as for a conversation (`forget_conversation_fence`): an answer under way where the
+-- person spoke may quote them, so its lease loses the fence and its commit is discarded. The
+-- others' input is still owed an answer: `forget_user_rearm` makes it due at once.
+UPDATE conversations
+SET lease_token = lease_token + 1, lease_owner = NULL, lease_expires_at = NULL
+WHERE lease_owner IS NOT NULL
+  AND id IN (SELECT conversation_id FROM messages WHERE author_id = :user)
+  AND (CAST(:platform AS TEXT) IS NULL OR platform = :platform)
+RETURNING id;
+
+-- name: forget_user_rearm
+-- Due now, as a burst at its cap; a timer still armed keeps its window (no lease holds it now).
+INSERT INTO debounce_timers AS t (conversation_id, due_at, deadline_at, quiet_until,
+                                  armed_version)
+SELECT id, :db_now, :db_now, :db_now, version FROM conversations
+WHERE id = :cid AND version > answered_version
+ON CONFLICT (conversation_id) DO UPDATE
+SET due_at = LEAST(t.due_at, t.quiet_until, t.deadline_at), start_at = NULL;
+
 -- name: forget_conversation_messages
 UPDATE messages SET text = '', author_name = '', author_id = '', deleted = TRUE,
                     attachments = '[]'

@@ -106,6 +106,34 @@ def stored_text(folder: Path) -> tuple[list[str], list[str]]:
     return messages, replies
 
 
+async def test_forget_user_during_a_generation_posts_nothing_that_quotes_them(
+    store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    """The answer under way when a person is erased is dropped; the one posted answers the rest
+    of the burst from a prompt without the erased text."""
+    replier = ScriptedReplier(hold=True)
+    app = make_app(store, clock, replier, frontend)
+    await app.ingest(said(1, "alice"))
+    await app.ingest(said(2, "bob"))
+    await clock.advance(2.0)
+    await app.engine.run_due()
+    first = await replier.next_call(0)
+    assert first.texts == ["text 1", "text 2"]
+    await store.forget_user("alice", None, clock.now())
+    first.finish("alice wrote text 1")
+    await app.engine.idle()
+    await app.engine.run_due()
+    second = await replier.next_call(1)
+    assert second.texts == ["text 2"]
+    second.finish("an answer for bob")
+    await app.engine.idle()
+    await app.engine.outbox.deliver_due()
+    await app.engine.idle()
+    assert frontend.texts() == ["an answer for bob"]
+    assert [r.text for r in await store.replies(KEY.id)] == ["an answer for bob"]
+    await check_invariants(store, [KEY.id])
+
+
 def test_forget_from_the_command_line(tmp_path: Path) -> None:
     asyncio.run(prepared(tmp_path / "burstbot.db"))
     user = burstbot(["forget", "--user", "test:bob"], tmp_path)  # the burst's last author

@@ -217,7 +217,7 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
         elif command == "forget":
             from bot.ops.retention import forget
 
-            lines = [await forget(store, args.user, args.conversation, args.workspace)]
+            lines = [await forget(store, now, args.user, args.conversation, args.workspace)]
         elif command == "retry":
             from bot.ops.requeue import requeue_conversation, requeue_reply
 

@@ -76,7 +76,11 @@ class Retention:
 
 
 async def forget(
-    store: Store, user: str | None, conversation: str | None, workspace: str | None = None
+    store: Store,
+    now: float,
+    user: str | None,
+    conversation: str | None,
+    workspace: str | None = None,
 ) -> str:
     """`burstbot forget`: erase one person's (`platform:id` or a bare id), one conversation's or
     one Slack workspace's stored text; returns what was erased, also logged."""
@@ -91,7 +95,7 @@ async def forget(
     else:
         assert user is not None
         platform, _, user_id = user.rpartition(":")
-        counts = await store.forget_user(user_id, platform or None)
+        counts = await store.forget_user(user_id, platform or None, now)
         what = f"user {user}"
     line = f"forget {what}: erased {summary(counts)}"
     log.warning("%s", line)

@@ -105,6 +105,6 @@ async def test_forget_user_erases_their_actions(store: Store) -> None:
     log = log_of(store)
     await store.ingest(IncomingMessage(KEY, "m1", "u1", "alice", "open a ticket"), NOW, T)
     assert await log.begin_action(new_action(await leased(store))) is not None
-    counts = await store.forget_user("u1", None)  # type: ignore[attr-defined]
+    counts = await store.forget_user("u1", None, NOW)  # type: ignore[attr-defined]
     assert counts["actions"] == 1
     assert (await log.actions(CID))[0].arguments == "{}"

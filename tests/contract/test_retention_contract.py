@@ -76,7 +76,7 @@ async def test_forget_user_erases_their_text_everywhere_and_only_theirs(store: S
     await store.ingest(said(2, "u2"), OLD + 0.5, T)
     await answer(store, OLD + 2, "answer")
     await store.ingest(said(3, "u1", OTHER), OLD + 3, T)
-    counts = await store.forget_user("u1", None)
+    counts = await store.forget_user("u1", None, OLD + 4)
     assert counts == {"messages": 2, "held": 0, "generations": 1, "actions": 0, "files": 0}
     messages = await store.messages(KEY.id)
     assert [(m.author_id, m.author_name, m.text, m.deleted) for m in messages] == [
@@ -92,7 +92,7 @@ async def test_forget_user_erases_their_text_everywhere_and_only_theirs(store: S
 async def test_forget_user_on_one_platform_leaves_the_others(store: Store) -> None:
     await store.ingest(said(1, "u1"), OLD, T)
     await store.ingest(said(2, "u1", OTHER), OLD, T)
-    assert (await store.forget_user("u1", "other"))["messages"] == 1
+    assert (await store.forget_user("u1", "other", OLD + 1))["messages"] == 1
     [kept] = await store.messages(KEY.id)
     assert kept.text == "text 1"
 
@@ -133,6 +133,44 @@ async def test_forget_fences_out_an_answer_still_being_generated(store: Store) -
     assert await store.acquire_lease(KEY.id, "o2", OLD + 100, 30.0) is not None  # free again
 
 
+async def test_forget_user_fences_out_an_answer_being_generated_where_they_spoke(
+    store: Store,
+) -> None:
+    """An answer generated while one of its authors is erased may quote them: the erase takes the
+    fence from its lease, and the others' input is answered again, without the erased text. A
+    conversation the person never spoke in keeps its generation."""
+    await store.ingest(said(1, "u1"), OLD, T)
+    await store.ingest(said(2, "u2"), OLD + 0.5, T)
+    await store.ingest(said(3, "u2", OTHER), OLD, T)
+    lease = await store.acquire_lease(KEY.id, "o1", OLD + 2, 30.0)
+    elsewhere = await store.acquire_lease(OTHER.id, "o1", OLD + 2, 30.0)
+    assert lease is not None and elsewhere is not None
+    await store.forget_user("u1", None, OLD + 2.5)
+    check = FinalCheck(lease.token, lease.version, False)
+    quoting = await store.commit(KEY.id, check, OLD + 3, T, NewReply("quoting text 1"))
+    assert isinstance(quoting, Discarded)
+    assert await store.replies(KEY.id) == []
+    due = await store.next_due_at(OLD + 3)
+    assert due is not None and due <= OLD + 3  # what u2 said is owed an answer at once
+    again = await store.acquire_lease(KEY.id, "o2", OLD + 3, 30.0)
+    assert again is not None
+    pending = await store.pending_messages(KEY.id, again.answered_version, again.version)
+    assert [m.text for m in pending] == ["text 2"]
+    untouched = FinalCheck(elsewhere.token, elsewhere.version, False)
+    kept = await store.commit(OTHER.id, untouched, OLD + 3, T, NewReply("ok"))
+    assert isinstance(kept, Committed)
+
+
+async def test_forget_user_whose_burst_was_alone_leaves_nothing_to_answer(store: Store) -> None:
+    await store.ingest(said(1, "u1"), OLD, T)
+    lease = await store.acquire_lease(KEY.id, "o1", OLD + 2, 30.0)
+    assert lease is not None
+    await store.forget_user("u1", None, OLD + 2.5)
+    again = await store.acquire_lease(KEY.id, "o2", OLD + 3, 30.0)
+    assert again is not None  # free at once, and its burst has no message left to quote
+    assert await store.pending_messages(KEY.id, again.answered_version, again.version) == []
+
+
 SHOT = Attachment("F1", "shot.png", "image/png", 4, "https://files.example/F1")
 PDF = Attachment("F2", "report.pdf", "application/pdf", 4, "https://files.example/F2")
 
@@ -151,7 +189,7 @@ async def test_forget_user_erases_their_files_and_the_bytes_only_they_had(store:
     await store.ingest(IncomingMessage(KEY, "m2", "u2", "bob", "mine", attachments=(PDF,)), OLD, T)
     shot = await keep(store, KEY, SHOT, b"\x89PNG", OLD + 1)
     report = await keep(store, KEY, PDF, b"%PDF", OLD + 1)
-    counts = await store.forget_user("u1", None)
+    counts = await store.forget_user("u1", None, OLD + 2)
     assert (counts["messages"], counts["files"]) == (1, 1)
     assert await store.attachment_file(shot) is None
     assert await store.attachment_file(report) is not None
