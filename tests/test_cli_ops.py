@@ -8,6 +8,7 @@ from pathlib import Path
 from subprocess import CompletedProcess
 
 from bot.cli.explain import explain_lines
+from bot.cli.status import relative
 from bot.core.errors import PermanentDeliveryError
 from bot.core.events import Attachment, ConversationKey, IncomingMessage
 from bot.core.store import Timing
@@ -74,7 +75,7 @@ async def test_status_shows_pending_input_timers_leases_and_the_outbox(tmp_path:
     lines = {line.split()[0]: line for line in in_flight.splitlines()[2:-1]}
     assert set(lines) == {PENDING.id, LEASED.id, FAILED.id}
     assert re.search(r"due (in )?[\d.]+s( ago)?, deadline in [\d.]+s", lines[PENDING.id])
-    assert re.search(r"other-host:123 #1, expires in 35\d\d\.\ds", lines[LEASED.id])
+    assert re.search(r"other-host:123 #1, expires in (59|60) min", lines[LEASED.id])
     assert "0 pending, 1 failed" in lines[FAILED.id]
     assert "3 in flight: 2 with pending input, 1 leased; outbox 0 pending, 1 failed" in in_flight
     assert ANSWERED.id in recent
@@ -301,3 +302,13 @@ async def test_retry_requeues_a_failed_reply_which_is_then_posted_once(tmp_path:
         assert (replies[2].state, replies[2].attempts) == ("sent", 0)
     finally:
         await store.close()
+
+
+def test_relative_times_read_in_the_unit_that_fits() -> None:
+    """A token that lives twelve hours reads `in 12.0 h`, not `in 43170.0s`."""
+    now = 1_000_000.0
+    spans = [1.25, -3.0, 3585.2, -7199.0, 43_170.0, 10 * 86_400.0]
+    assert [relative(now + span, now) for span in spans] == [
+        "in 1.2s", "3.0s ago", "in 60 min", "120 min ago", "in 12.0 h", "in 10.0 days",
+    ]  # fmt: skip
+    assert relative(None, now) == "-"

@@ -7,17 +7,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from bot.config.sections import DAY, HOUR
 from bot.core.events import ConversationKey
 from bot.core.store import ConversationSummary, Store
 from bot.ops.inspection import printable
 
 
 def relative(at: float | None, now: float) -> str:
-    """`in 1.2s` / `3.0s ago`: easier to read at a glance than timestamps."""
+    """`in 1.2s` / `3.0s ago` / `in 12 min` / `5.5 h ago` / `in 3.0 days`: easier to read at a
+    glance than timestamps, and never a count of seconds too long to take in."""
     if at is None:
         return "-"
     delta = at - now
-    return f"in {delta:.1f}s" if delta >= 0 else f"{-delta:.1f}s ago"
+    span = abs(delta)
+    if span < 120:
+        amount = f"{span:.1f}s"
+    elif span < 2 * HOUR:
+        amount = f"{span / 60:.0f} min"
+    elif span < 2 * DAY:
+        amount = f"{span / HOUR:.1f} h"
+    else:
+        amount = f"{span / DAY:.1f} days"
+    return f"in {amount}" if delta >= 0 else f"{amount} ago"
 
 
 def in_workspace(conversation_id: str, workspace: str) -> bool:
