@@ -10,13 +10,14 @@ loop, as Slack's delivery workers are). The same senders flood, in the same run 
   Web API and the fake Anthropic Messages API (one more process, testkit), through the real
   Slack SDK and Anthropic SDK.
 
-Each run floods three times: once into an idle bot ("idle"), again once the first flood's bursts
-have closed and are being answered ("while answering": the acks then share the process with the
-model streams, commits and posts), and, once every burst is answered, with the events offered at
-the floor's rate (`ACK_FLOOR_PER_SECOND`, evenly spaced, whether or not earlier ones were acked;
-the process answers those bursts as they close, as it would in steady use). The floor: one
-process on SQLite acknowledges >= 200 events a second (the closed-loop floods) with ack p99 <= 50
-ms (at that rate). The bare app gets the same floods. After burstbot's run every burst is waited
+The bot runs a fixed quiet window without early starts, so that the first flood's bursts close
+after it. Each run floods three times: once into an idle bot ("idle"), again once the first flood's
+bursts have closed and are being answered ("while answering": the acks then share the process with
+the model streams, commits and posts), and, once every burst is answered, with the events offered
+at the floor's rate (`ACK_FLOOR_PER_SECOND`, evenly spaced, whether or not earlier ones were acked;
+the process answers those bursts as they close, as it would in steady use). The floor: one process
+on SQLite acknowledges >= 200 events a second (the closed-loop floods) with ack p99 <= 50 ms (at
+that rate). The bare app gets the same floods. After burstbot's run every burst is waited
 for, and the fake Slack API's call counts give the thinking indicator's calls (reactions,
 assistant status) per answered burst.
 
@@ -258,6 +259,11 @@ def write_config(directory: str, name: str, fakes: dict[str, str], port: int, qu
 url = "sqlite:///{os.path.join(directory, name + ".db")}"
 
 [debounce]
+# A fixed window and no early starts, so each phase measures what it says: the idle flood's
+# bursts close after it. With the adaptive window (the default) a conversation that hears from
+# its sender every second or two gets each message answered on its own during the "idle" flood.
+adaptive = false
+speculate = false
 quiet_seconds = {quiet}
 max_wait_seconds = {max(8.0, 4 * quiet)}
 
