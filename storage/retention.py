@@ -30,11 +30,12 @@ class RetentionSteps(StoreSeam[Conn]):
         still being generated where they spoke loses its fence first, and what the others said
         is answered again at `now`, from a prompt without the erased text."""
         params = {"user": user_id, "platform": platform}
-        for fenced in await self._rows("forget_user_fence", params):
-            await self._rows("forget_user_rearm", {"cid": fenced[0], "now": now})
+        fenced = await self._rows("forget_user_fence", params)
         files = await self._forget_files("user_files", params)
         tables = ("messages", "held", "generations", "actions")
         counts = await self._counts(tables, "forget_user", params)
+        for row in fenced:  # due again only once the text is gone, or a prompt could still read it
+            await self._rows("forget_user_rearm", {"cid": row[0], "now": now})
         return {**counts, "files": files}
 
     async def forget_conversation(self, conversation_id: str) -> dict[str, int]:

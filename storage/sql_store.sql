@@ -511,7 +511,7 @@ RETURNING id;
 -- name: forget_user_fence
 -- First, as for a conversation (`forget_conversation_fence`): an answer under way where the
 -- person spoke may quote them, so its lease loses the fence and its commit is discarded. The
--- others' input is still owed an answer: `forget_user_rearm` makes it due at once.
+-- others' input is still owed an answer: `forget_user_rearm`, after the erase, makes it due.
 UPDATE conversations
 SET lease_token = lease_token + 1, lease_owner = NULL, lease_expires_at = NULL
 WHERE lease_owner IS NOT NULL
