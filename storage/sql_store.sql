@@ -520,13 +520,11 @@ WHERE lease_owner IS NOT NULL
 RETURNING id;
 
 -- name: forget_user_rearm
--- Due now, as a burst at its cap; a timer still armed keeps its window (no lease holds it now).
-INSERT INTO debounce_timers AS t (conversation_id, due_at, deadline_at, quiet_until,
-                                  armed_version)
+-- Due now, as a burst at its cap; a timer still armed is left to `restore_timer` (its window).
+INSERT INTO debounce_timers (conversation_id, due_at, deadline_at, quiet_until, armed_version)
 SELECT id, :db_now, :db_now, :db_now, version FROM conversations
 WHERE id = :cid AND version > answered_version
-ON CONFLICT (conversation_id) DO UPDATE
-SET due_at = LEAST(t.due_at, t.quiet_until, t.deadline_at), start_at = NULL;
+ON CONFLICT (conversation_id) DO NOTHING;
 
 -- name: forget_conversation_messages
 UPDATE messages SET text = '', author_name = '', author_id = '', deleted = TRUE,
