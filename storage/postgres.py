@@ -193,8 +193,9 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
                 raise
 
     @asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[asyncpg.Connection]:
-        """Started and ended by hand: after a lost connection no ROLLBACK waits on it again."""
+    async def _transaction(self, arrival: bool = False) -> AsyncIterator[asyncpg.Connection]:
+        """Started and ended by hand: after a lost connection no ROLLBACK waits on it again.
+        Arrivals take no precedence: the pool's connections let them run beside other steps."""
         try:
             async with self._pooled() as conn:
                 transaction = conn.transaction(isolation="read_committed")

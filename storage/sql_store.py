@@ -96,7 +96,7 @@ class SqlStore(
         concurrent arrivals); a duplicate id rolls back to the savepoint and changes nothing."""
         cid = message.key.id
         params = codec.message_params(message, now)
-        async with self._transaction() as db:
+        async with self._transaction(arrival=True) as db:
             await self._rows("ensure_conversation", params, db)
             await self._rows("ingest_savepoint", {}, db)
             bumped = await self._one("bump_version", params, db)
@@ -135,7 +135,7 @@ class SqlStore(
                       now: float, timing: Timing) -> IngestResult:  # fmt: skip
         """A pending message's change is new input (bump, re-arm); an answered one's is history."""
         uid = codec.message_uid(event.key.platform, event.key.workspace, event.message_id)
-        async with self._transaction() as db:
+        async with self._transaction(arrival=True) as db:
             found = await self._one("find_message", {"uid": uid}, db)
             if found is None:
                 return IngestResult("unknown", "", 0)

@@ -2,11 +2,11 @@
 
 The steps are the shared SQL store's (storage/sql_store.py); SQLite supplies what differs:
 
-- one connection; an asyncio lock keeps coroutines from interleaving statements inside each
-  other's transactions. Every transaction starts with `BEGIN IMMEDIATE` (a deferred one fails
-  with SQLITE_BUSY instead of waiting), and every statement runs on aiosqlite's thread to its
-  end even if its caller is cancelled (storage/sqlite_thread.py), so the connection is never left
-  mid-way;
+- one connection; a lock keeps coroutines from interleaving statements inside each other's
+  transactions, and hands the next turn to a waiting new message first (storage/turns.py).
+  Every transaction starts with `BEGIN IMMEDIATE` (a deferred one fails with SQLITE_BUSY
+  instead of waiting), and every statement runs on aiosqlite's thread to its end even if its
+  caller is cancelled (storage/sqlite_thread.py), so the connection is never left mid-way;
 - WAL with a busy timeout (the switch to WAL retried within it): a second process on the same
   file (an operator command, a `burstbot run` started by accident) waits for the write lock and
   runs the same compare-and-swap statements, so no guarantee depends on there being one process.
@@ -35,6 +35,7 @@ from storage.queries import load_queries, migrations, on_clock
 from storage.rows import Params, Row
 from storage.sql_store import SqlStore
 from storage.sqlite_thread import to_completion
+from storage.turns import ArrivalsFirst
 
 
 def _for_sqlite(sql: str) -> str:
@@ -76,7 +77,7 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         self.path = path
         self.busy_timeout_ms = busy_timeout_ms
         self._db: aiosqlite.Connection | None = None
-        self._lock = asyncio.Lock()
+        self._lock = ArrivalsFirst()
 
     async def open(self) -> None:
         """Connect, configure and migrate. On any failure the connection is closed again: its
@@ -120,7 +121,7 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         """Safe to call more than once, and after a failed `open`."""
         db, self._db = self._db, None
         if db is not None:
-            async with self._lock:  # a statement in progress ends first
+            async with self._lock.turn():  # a statement in progress ends first
                 with contextlib.suppress(sqlite3.Error, ValueError):
                     await db.close()  # stops the worker thread even when closing reports an error
 
@@ -140,11 +141,11 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         return self._db
 
     @asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
-        """BEGIN IMMEDIATE ... COMMIT under the lock (BEGIN waits for another process's write lock
-        within the busy timeout); anything raised, a cancellation too, rolls back once the
-        statement in progress has ended."""
-        async with self._lock:
+    async def _transaction(self, arrival: bool = False) -> AsyncIterator[aiosqlite.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT in a turn of the lock (BEGIN waits for another process's
+        write lock within the busy timeout); anything raised, a cancellation too, rolls back once
+        the statement in progress has ended."""
+        async with self._lock.turn(arrival):
             db = self._open_db()
             try:
                 await _run(db, "BEGIN IMMEDIATE", "cannot begin transaction")
@@ -161,7 +162,7 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         try:
             if db is not None:
                 return list(await to_completion(db.execute_fetchall(Q[name], params)))
-            async with self._lock:
+            async with self._lock.turn():
                 statement = self._open_db().execute_fetchall(Q[name], params)
                 return list(await to_completion(statement))
         except (sqlite3.Error, ValueError, OverflowError) as exc:  # bad input too: a clear error
