@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from bot import __version__
 from bot.cli.serve import for_worker, run_event_loop, run_workers, workers_refusal
@@ -18,6 +19,9 @@ from bot.config import Config, default_config, load_config
 from bot.core.errors import BurstbotError, ConfigError
 from bot.core.store import Store
 from bot.ops.logs import configure_logging
+
+if TYPE_CHECKING:
+    from bot.app import App
 
 EXIT_USAGE = 2
 T = TypeVar("T")
@@ -159,11 +163,28 @@ async def _run(config: Config, path: str | None, verbose: bool) -> None:
         app.config_path, app.verbose = (Path(path) if path else None), verbose
         if pid_file:
             write_pid_file(pid_file)
-        await app.run()
+        await serve(app)
     finally:
         if pid_file:
             remove_pid_file(pid_file)
         await _close_quietly(store)  # also when startup or shutdown failed half-way
+
+
+async def serve(app: App) -> None:
+    """`app.run()`; once every front end serves, the objects alive then (modules, SDKs, config:
+    about 200,000) go to the collector's permanent generation. Every full collection walked them
+    all and stopped the loop for 115 to 175 ms on a two-core host: every ack and edit waited."""
+    frozen = asyncio.create_task(_freeze_once_serving(app))
+    try:
+        await app.run()
+    finally:
+        frozen.cancel()
+
+
+async def _freeze_once_serving(app: App) -> None:
+    await app.serving.wait()
+    gc.collect()  # startup's garbage is freed, not frozen
+    gc.freeze()
 
 
 def _reload(config: Config, path: str | None, pid: int | None) -> int:
