@@ -17,17 +17,18 @@ T = TypeVar("T")
 
 
 async def to_completion(statement: Awaitable[T]) -> T:
-    """Await a statement to its end even through cancellation, then re-raise the cancellation."""
+    """Await a statement to its end even through cancellation, then re-raise the cancellation,
+    also when the statement failed meanwhile: a lost cancellation would leave its task running
+    on (a retried loop that never stops at shutdown)."""
     task = asyncio.ensure_future(statement)
     cancelled = False
-    while True:
+    while not task.done():
         try:
-            result = await asyncio.shield(task)
-            break
+            await asyncio.wait({task})
         except asyncio.CancelledError:
-            if task.cancelled():
-                raise
             cancelled = True
     if cancelled:
+        if not task.cancelled():
+            task.exception()  # the statement's own failure is superseded by the cancellation
         raise asyncio.CancelledError
-    return result
+    return task.result()

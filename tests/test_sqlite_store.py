@@ -110,6 +110,28 @@ def connection_threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if "_connection_worker_thread" in t.name}
 
 
+async def test_a_caller_cancelled_while_begin_waits_is_cancelled_even_when_begin_then_fails(
+    tmp_path: Path,
+) -> None:
+    """Another process holds the write lock; the caller is cancelled while its BEGIN waits, and
+    the BEGIN then fails "database is locked". The caller must see its cancellation, not a
+    StoreError: a loop that catches store errors and tries again would never stop at shutdown."""
+    path = tmp_path / "b.db"
+    store = SqliteStore(str(path), busy_timeout_ms=300)
+    await store.open()
+    locker = sqlite3.connect(path, isolation_level=None, timeout=5)
+    try:
+        locker.execute("BEGIN IMMEDIATE")
+        task = asyncio.ensure_future(store.ingest(message(1), 0.0, T))
+        await asyncio.sleep(0.1)  # BEGIN IMMEDIATE is waiting within the busy timeout
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        locker.close()
+        await store.close()
+
+
 @pytest.mark.parametrize("content", ["not a database", "newer schema", "foreign tables"])
 async def test_a_failed_open_closes_its_connection(tmp_path: Path, content: str) -> None:
     """aiosqlite's worker thread would keep the process alive after the error is reported."""
