@@ -19,8 +19,8 @@ Conn = TypeVar("Conn")
 class StoreSeam(ABC, Generic[Conn]):
     @abstractmethod
     def _transaction(self, arrival: bool = False) -> AbstractAsyncContextManager[Conn]:
-        """`arrival`: a new message's (ingest, edit, delete), which a backend that queues
-        transactions runs first: the platform waits for its acknowledgement."""
+        """`arrival`: a platform event's (ingest, edit, delete, typing notice), which a backend
+        that queues transactions runs first: the platform waits for its acknowledgement."""
 
     @abstractmethod
     async def _rows(self, name: str, params: Params, db: Conn | None = None) -> list[Row]: ...

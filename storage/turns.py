@@ -4,9 +4,10 @@ Every transaction of a process takes turns on one connection, and a turn costs a
 to aiosqlite's thread. When many replies are committed and delivered at once, dozens of
 background transactions queue up, and in a first-come queue a new message waits behind all of
 them before the platform gets its acknowledgement (Slack retries an event not acknowledged in 3
-seconds). Here a waiting arrival (ingest, edit, delete) gets the next turn before any waiting
-background step; each kind keeps its own order. No correctness depends on the order: an arrival
-that overtakes a commit makes the commit's version check fail, and the burst is answered again.
+seconds). Here a waiting arrival (ingest, edit, delete, typing notice) gets the next turn before
+any waiting background step; each kind keeps its own order, so events keep theirs. No
+correctness depends on the order between the kinds: an arrival that overtakes a commit makes the
+commit's version check fail, and the burst is answered again.
 """
 
 from __future__ import annotations
