@@ -3,7 +3,7 @@
 The steps are the shared SQL store's (storage/sql_store.py); SQLite supplies what differs:
 
 - one connection; a lock keeps coroutines from interleaving statements inside each other's
-  transactions, and hands the next turn to a waiting new message first (storage/turns.py).
+  transactions, and hands the next turn to a waiting platform event first (storage/turns.py).
   Every transaction starts with `BEGIN IMMEDIATE` (a deferred one fails with SQLITE_BUSY
   instead of waiting), and every statement runs on aiosqlite's thread to its end even if its
   caller is cancelled (storage/sqlite_thread.py), so the connection is never left mid-way;
