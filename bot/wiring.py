@@ -98,15 +98,10 @@ def build_store(config: Config) -> Store:
     return open_store(storage.url, storage.pool_size, storage.busy_timeout_seconds, limits)
 
 
-def web_tools(base: ToolsConfig, over: ChannelToolsConfig | None = None) -> WebTools:
+def web_tools(base: ToolsConfig, over: ChannelToolsConfig) -> WebTools:
     """Server tools: each key of a channel's `tools` table, else the global `[tools]`; MCP
     servers only from the channel's own `mcp` list (a channel or DM not listed gets none). A
     channel that sets either domain list sets both (the two are exclusive)."""
-    if over is None:
-        return WebTools(base.web_search, base.web_search_max_uses,
-                        tuple(base.web_search_allowed_domains),
-                        tuple(base.web_search_blocked_domains), base.web_fetch,
-                        max_tool_calls=base.max_tool_calls)  # fmt: skip
     allowed, blocked = over.web_search_allowed_domains, over.web_search_blocked_domains
     if allowed is None and blocked is None:
         allowed, blocked = base.web_search_allowed_domains, base.web_search_blocked_domains
@@ -119,11 +114,6 @@ def web_tools(base: ToolsConfig, over: ChannelToolsConfig | None = None) -> WebT
         tuple(over.mcp or ()),
         base.max_tool_calls,
     )
-
-
-def attachment_limits(config: Config) -> AttachmentLimits:
-    a = config.attachments
-    return AttachmentLimits(a.enabled, a.max_bytes, a.max_per_message, a.max_total_bytes)
 
 
 def engine_settings(config: Config) -> EngineSettings:
@@ -142,10 +132,10 @@ def engine_settings(config: Config) -> EngineSettings:
         streaming=config.streaming.enabled,
         streaming_interval_seconds=config.streaming.interval_seconds,
         channels=tuple(channel_settings(c, config.tools) for c in config.channels),
-        attachments=attachment_limits(config),
+        attachments=AttachmentLimits(**config.attachments.model_dump()),  # its keys, same names
         model=llm.model,
         max_tokens=llm.max_tokens,
-        tools=web_tools(config.tools),
+        tools=web_tools(config.tools, ChannelToolsConfig()),  # no channel: the global keys
     )
 
 
