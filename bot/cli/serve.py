@@ -55,9 +55,8 @@ def workers_refusal(config: Config, workers: int) -> str | None:
         return None
     if config.storage.url.startswith("sqlite://"):
         return WORKERS_NEED_POSTGRES.format(n=workers)
-    if not (config.slack.enabled and config.slack.mode == "http"):
-        return WORKERS_NEED_HTTP.format(n=workers)
-    if config.console.enabled or config.discord.enabled:
+    http_only = config.slack.enabled and config.slack.mode == "http"
+    if not http_only or config.console.enabled or config.discord.enabled:
         return WORKERS_NEED_HTTP.format(n=workers)
     return None
 
