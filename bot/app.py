@@ -46,7 +46,7 @@ from bot.ops.metrics import Metrics, MetricsServer
 from bot.ops.reload import ReloadPlan, plan_reload
 from bot.ops.retention import Retention
 from bot.ops.usage import PriceTable
-from bot.wiring import build_store, catch_up_settings, engine_settings, make_owner
+from bot.wiring import catch_up_settings, engine_settings, make_owner
 
 if TYPE_CHECKING:
     from bot.tool_servers import McpHub
@@ -76,16 +76,6 @@ def build_tools(config: Config, store: Store, clock: Clock) -> tuple[McpHub | No
     hub = McpHub(servers)
     caps = {server.name: server.max_result_chars for server in servers}
     return hub, ToolBox(store, hub, clock.now, caps)
-
-
-class DemoWiring:
-    """`burstbot demo` builds its app through here, so the command never imports this module."""
-
-    def build_app(self, config: Config, replier: Replier, frontends: list[Frontend]) -> App:
-        return App(config, build_store(config), replier, frontends)
-
-    def build_store(self, config: Config) -> Store:
-        return build_store(config)
 
 
 class App:

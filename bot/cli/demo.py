@@ -22,6 +22,7 @@ from bot.core.frontend import Frontend, Host
 from bot.core.replier import Replier
 from bot.core.store import Store
 from bot.llm.offline import OfflineReplier
+from bot.wiring import build_store
 
 DEMO_KEY = ConversationKey("console", "demo", "terminal")
 SCRIPT: list[tuple[list[str], list[str]]] = [
@@ -34,17 +35,12 @@ STEP_TIMEOUT = 30.0
 
 
 class DemoApp(Protocol):
+    """The app the entry point builds the demo with (`bot/app.py`'s `App`, which this command
+    does not import)."""
+
     def subscribe(self, listener: Callable[[str, dict[str, object]], None]) -> None: ...
 
     async def run(self) -> None: ...
-
-
-class Wiring(Protocol):
-    """What the entry point hands the demo from the composition root (`bot/app.py`)."""
-
-    def build_app(self, config: Config, replier: Replier, frontends: list[Frontend]) -> DemoApp: ...
-
-    def build_store(self, config: Config) -> Store: ...
 
 
 class DemoTyper:
@@ -131,7 +127,10 @@ def demo_config(database: Path, quiet: float) -> Config:
 
 
 async def run_demo(
-    wiring: Wiring, quiet: float = 0.6, out: TextIO | None = None, keep: Path | None = None
+    build_app: Callable[[Config, Store, Replier, list[Frontend]], DemoApp],
+    quiet: float = 0.6,
+    out: TextIO | None = None,
+    keep: Path | None = None,
 ) -> int:
     """`keep`: write the demo's database there and leave it (for `burstbot usage`, `explain`)."""
     out = out or sys.stdout
@@ -139,14 +138,15 @@ async def run_demo(
         database = keep or Path(folder) / "demo.db"
         config = demo_config(database, quiet)
         typer = DemoTyper(out, typing_gap=quiet / 4)
-        app = wiring.build_app(config, OfflineReplier(token_delay=0.05), [typer])
+        replier = OfflineReplier(token_delay=0.05)
+        app = build_app(config, build_store(config), replier, [typer])
         app.subscribe(typer.listen)
         out.write(f"burstbot demo: quiet window {quiet:g}s; offline replier\n\n")
         await app.run()
         if typer.failure is not None:
             out.write(f"demo did not finish: {typer.failure!r}\n")
             return 1
-        store = wiring.build_store(config)
+        store = build_store(config)
         await store.open()
         try:
             lines = await explain_lines(store, DEMO_KEY.id, time.time()) or []

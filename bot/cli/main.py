@@ -334,11 +334,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "demo":
-            from bot import app
+            from bot.app import App
             from bot.cli.demo import run_demo
 
             keep = Path(args.database) if args.database else None
-            return asyncio.run(run_demo(app.DemoWiring(), quiet=args.quiet, keep=keep))
+            return asyncio.run(run_demo(App, quiet=args.quiet, keep=keep))
         config = _load(args.config)
         if args.command == "reload":
             return _reload(config, args.config, args.pid)
