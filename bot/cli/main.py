@@ -31,9 +31,16 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="burstbot", description=__doc__)
     parser.add_argument("--version", action="version", version=f"burstbot {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    config_help = "TOML config file (default: terminal chat, ./burstbot.db)"
-    run = commands.add_parser("run", help="serve every enabled front end (terminal by default)")
-    run.add_argument("--config", help=config_help)
+    config_file = argparse.ArgumentParser(add_help=False)
+    config_file.add_argument(
+        "--config", help="TOML config file (default: terminal chat, ./burstbot.db)"
+    )
+
+    def reading_config(name: str, help: str) -> argparse.ArgumentParser:
+        """A command that takes `--config`, as every one but `reload` (its own help) and `demo`."""
+        return commands.add_parser(name, parents=[config_file], help=help)
+
+    run = reading_config("run", "serve every enabled front end (terminal by default)")
     run.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     run.add_argument(
         "--workers",
@@ -42,44 +49,36 @@ def _parser() -> argparse.ArgumentParser:
         help="processes serving Slack's HTTP endpoint on one port and one store (default 1)",
     )
     run.add_argument("--worker", type=int, help=argparse.SUPPRESS)  # set by --workers
-    check = commands.add_parser("check-config", help="validate the config and its secrets")
-    check.add_argument("--config", help=config_help)
+    check = reading_config("check-config", "validate the config and its secrets")
     check.add_argument(
         "--service",
         action="store_true",
         help="also check what running unattended needs (absolute paths, writable directories)",
     )
-    status = commands.add_parser("status", help="what is in flight: input, timers, leases, outbox")
-    status.add_argument("--config", help=config_help)
+    status = reading_config("status", "what is in flight: input, timers, leases, outbox")
     status.add_argument("--all", action="store_true", help="every conversation, idle ones too")
     status.add_argument("--limit", type=int, default=10, help="recent conversations shown")
     status.add_argument("--workspace", help="one workspace's conversations (a Slack team id)")
-    workspaces = commands.add_parser(
-        "workspaces", help="the Slack workspaces installed through Add to Slack"
-    )
-    workspaces.add_argument("--config", help=config_help)
-    explain = commands.add_parser("explain", help="one conversation's timeline from stored data")
+    reading_config("workspaces", "the Slack workspaces installed through Add to Slack")
+    explain = reading_config("explain", "one conversation's timeline from stored data")
     explain.add_argument(
         "conversation", type=_conversation, help="platform/workspace/channel/thread (see status)"
     )
-    explain.add_argument("--config", help=config_help)
     explain.add_argument(
         "--redact", action="store_true", help="show message and reply lengths, not their text"
     )
-    retry = commands.add_parser(
-        "retry", help="post again a reply whose delivery failed (see status and explain)"
+    retry = reading_config(
+        "retry", "post again a reply whose delivery failed (see status and explain)"
     )
     retry.add_argument(
         "target", type=_retry_target, help="a reply id (r12) or a conversation: its failed replies"
     )
-    retry.add_argument("--config", help=config_help)
     reload = commands.add_parser(
         "reload", help="make a running `burstbot run` re-read its config (SIGHUP)"
     )
     reload.add_argument("--config", help="the config file (its engine.pid_file names the process)")
     reload.add_argument("--pid", type=int, help="the process to signal (instead of the pid file)")
-    usage = commands.add_parser("usage", help="model tokens and estimated cost, from the store")
-    usage.add_argument("--config", help=config_help)
+    usage = reading_config("usage", "model tokens and estimated cost, from the store")
     usage.add_argument(
         "--since",
         type=_since,
@@ -88,21 +87,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     usage.add_argument("--by", choices=("model", "user", "channel"), default="model")
     usage.add_argument("--workspace", help="one workspace's generations (a Slack team id)")
-    forget = commands.add_parser("forget", help="erase a person's or a conversation's stored text")
-    forget.add_argument("--config", help=config_help)
+    forget = reading_config("forget", "erase a person's or a conversation's stored text")
     who = forget.add_mutually_exclusive_group(required=True)
     who.add_argument("--user", help="a user id, or platform:id (slack:U123, discord:4711)")
     who.add_argument(
         "--conversation", type=_conversation, help="platform/workspace/channel/thread (see status)"
     )
     who.add_argument("--workspace", help="every conversation of a Slack workspace (T123)")
-    migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
-    migrate.add_argument("--config", help=config_help)
-    backup = commands.add_parser(
-        "backup", help="copy the SQLite database while the bot runs (PostgreSQL: pg_dump's line)"
+    reading_config("migrate", "create or upgrade the database schema")
+    backup = reading_config(
+        "backup", "copy the SQLite database while the bot runs (PostgreSQL: pg_dump's line)"
     )
     backup.add_argument("path", help="the new file to write (never overwritten)")
-    backup.add_argument("--config", help=config_help)
     demo = commands.add_parser("demo", help="watch a scripted fast typer get one reply per burst")
     demo.add_argument("--quiet", type=float, default=0.6, help="quiet window in seconds")
     demo.add_argument("--database", help="keep the demo's SQLite database at this path")
