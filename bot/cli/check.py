@@ -119,7 +119,7 @@ def service_checks(config: Config, service: bool) -> tuple[list[str], list[str]]
     another account or directory. A Python under a home directory is a warning with `service`:
     run by hand, it did start."""
     found: list[str] = []
-    database = _sqlite_path(config.storage.url)
+    database = sqlite_path(config.storage.url)
     if database is not None and not os.path.isabs(database):
         found.append(
             f"storage.url: {database} is relative to the working directory, so commands run "
@@ -170,7 +170,7 @@ def home_python(executable: str) -> str | None:
     return real if real.startswith(HOME_DIRECTORIES) else None
 
 
-def _sqlite_path(url: str) -> str | None:
+def sqlite_path(url: str) -> str | None:
     """The file of a sqlite:/// URL (sqlite:////abs/path is absolute); None for anything else."""
     if not url.startswith("sqlite:///"):
         return None

@@ -246,14 +246,13 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
             from bot.cli.status import in_workspace
             from bot.ops.usage import PriceTable, summarize, tool_call_lines, usage_lines
 
-            since = args.since
             generations = await store.generations()
             if args.workspace:
                 generations = [g for g in generations if in_workspace(g.conversation_id,
                                                                      args.workspace)]  # fmt: skip
-            rows, total = summarize(generations, PriceTable(config.prices), args.by, since)
-            lines = usage_lines(rows, total, args.by, since)
-            lines += tool_call_lines(await store.actions_since(since or 0.0))
+            rows, total = summarize(generations, PriceTable(config.prices), args.by, args.since)
+            lines = usage_lines(rows, total, args.by, args.since)
+            lines += tool_call_lines(await store.actions_since(args.since))
         else:
             cid = args.conversation
             found = await explain_lines(store, cid, now, redact=args.redact)
@@ -268,17 +267,15 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
         await _close_quietly(store)
 
 
-def _sqlite_file(url: str) -> Path | None:
-    path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else None
-    return None if path in (None, "", ":memory:") else Path(path)
-
-
 def _existing_database(config: Config) -> Path | None:
     """The SQLite file an operator command reads, which must exist already and be this user's
     to open: a command must never create an empty database beside the real one."""
-    database = _sqlite_file(config.storage.url)
-    if database is None:
+    from bot.cli.check import sqlite_path
+
+    path = sqlite_path(config.storage.url)
+    if path is None:
         return None
+    database = Path(path)
     if not database.exists():
         if database.is_absolute():
             raise ConfigError(f"storage.url: no database at {database} (run `burstbot migrate`)")
