@@ -178,11 +178,11 @@ async def explain_lines(
     if state is None:
         return None
     events: list[tuple[float, int, str]] = []
-    for message in await inspector.messages(conversation_id):
+    messages = await inspector.messages(conversation_id)
+    for message in messages:
         events += _message_events(message, redact)
     replies = await inspector.replies(conversation_id)
     committed = {r.covers_to_version: r.created_at for r in replies}
-    messages = await inspector.messages(conversation_id)
     for generation in await inspector.generations(conversation_id):
         at = committed.get(generation.to_version) if generation.outcome == "posted" else None
         events += _generation_events(generation, at, redact)
