@@ -3,10 +3,10 @@ the checks that need both (a channel's windows, the MCP servers it names)."""
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
-from bot.config.sections import DAY, HOUR, DebounceConfig, Section, check_windows, no_sampling
-from bot.config.tools import McpServerConfig, exclusive_domains, valid_domains
+from bot.config.sections import DAY, HOUR, DebounceConfig, NoSampling, Section, check_windows
+from bot.config.tools import Domains, McpServerConfig, exclusive_domains
 
 
 class ChannelToolsConfig(Section):
@@ -14,16 +14,11 @@ class ChannelToolsConfig(Section):
 
     web_search: bool | None = None
     web_search_max_uses: int | None = Field(default=None, ge=1, le=1000)
-    web_search_allowed_domains: list[str] | None = None
-    web_search_blocked_domains: list[str] | None = None
+    web_search_allowed_domains: Domains | None = None
+    web_search_blocked_domains: Domains | None = None
     web_fetch: bool | None = None
     mcp: list[str] | None = None
     """The `[[tools.mcp]]` servers this channel may use, by name (none unless listed here)."""
-
-    @field_validator("web_search_allowed_domains", "web_search_blocked_domains")
-    @classmethod
-    def _domains(cls, domains: list[str] | None) -> list[str] | None:
-        return None if domains is None else valid_domains(domains)
 
     @model_validator(mode="after")
     def _one_domain_list(self) -> ChannelToolsConfig:
@@ -46,14 +41,9 @@ class ChannelConfig(Section):
     system_prompt: str | None = None
     model: str | None = Field(default=None, min_length=1)
     max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
-    temperature: float | None = None  # refused with a reason, as `llm.temperature`
+    temperature: NoSampling = None
     streaming: bool | None = None
     tools: ChannelToolsConfig | None = None
-
-    @field_validator("temperature")
-    @classmethod
-    def _temperature(cls, value: float | None) -> None:
-        return no_sampling(value)
 
 
 def check_channels(

@@ -9,10 +9,10 @@ is never echoed in an error past its scheme: it may hold a password.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from bot.core.attachments import MAX_ATTACHMENT_BYTES, MAX_REQUEST_FILE_BYTES
 
@@ -134,13 +134,27 @@ class EngineConfig(Section):
     """Where `burstbot run` writes its process id for `burstbot reload` ("": nowhere)."""
 
 
+def no_sampling(value: float | None) -> None:
+    """A known key with a clear refusal instead of "unknown key": the Messages API version the
+    SDK speaks (2026-10-21) answers any sampling parameter with a 400, on every model."""
+    if value is not None:
+        raise ValueError(
+            "not supported: the Claude Messages API no longer accepts sampling parameters "
+            "(temperature, top_p, top_k); remove it"
+        )
+
+
+NoSampling = Annotated[float | None, AfterValidator(no_sampling)]
+"""`temperature` (in `[llm]` and `[[channels]]`): refused with a reason, see `no_sampling`."""
+
+
 class LlmConfig(Section):
     provider: Literal["anthropic", "offline"] = "anthropic"
     model: str = DEFAULT_MODEL
     api_key_env: str = "ANTHROPIC_API_KEY"
     base_url: str = ""
     max_tokens: int = Field(default=1024, ge=1, le=1_000_000)
-    temperature: float | None = None  # refused with a reason: see `no_sampling`
+    temperature: NoSampling = None
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     max_context_tokens: int = Field(default=8000, ge=100, le=100_000_000)
     timeout_seconds: float = Field(default=60.0, gt=0, le=DAY)
@@ -150,21 +164,6 @@ class LlmConfig(Section):
     failure_message: str = "Sorry, I couldn't answer that just now. Please try again in a moment."
     cut_note: str = "_(This answer was cut short: it reached its length limit.)_"
     """Ends a reply the model stopped at `max_tokens` ("" adds nothing)."""
-
-    @field_validator("temperature")
-    @classmethod
-    def _temperature(cls, value: float | None) -> None:
-        return no_sampling(value)
-
-
-def no_sampling(value: float | None) -> None:
-    """A known key with a clear refusal instead of "unknown key": the Messages API version the
-    SDK speaks (2026-10-21) answers any sampling parameter with a 400, on every model."""
-    if value is not None:
-        raise ValueError(
-            "not supported: the Claude Messages API no longer accepts sampling parameters "
-            "(temperature, top_p, top_k); remove it"
-        )
 
 
 class StreamingConfig(Section):

@@ -4,8 +4,9 @@ set."""
 from __future__ import annotations
 
 import re
+from typing import Annotated
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from bot.config.sections import HOUR, Section
 
@@ -17,6 +18,17 @@ TOOL_NAME = r"^[A-Za-z0-9_-]{1,64}$"
 MAX_TOOL_RESULT_CHARS = 20_000
 """A tool's result as the model reads it, by default: about 5,000 tokens, so one chatty tool
 cannot crowd out the conversation (the rest is cut with a note)."""
+
+
+def valid_domains(domains: list[str]) -> list[str]:
+    for domain in domains:
+        if not re.fullmatch(DOMAIN, domain) or "://" in domain:
+            raise ValueError(f"{domain!r} is not a domain (write example.com, no scheme)")
+    return domains
+
+
+Domains = Annotated[list[str], AfterValidator(valid_domains)]
+"""A web search domain list (`[tools]`, `[channels.tools]`)."""
 
 
 class McpServerConfig(Section):
@@ -67,17 +79,12 @@ class ToolsConfig(Section):
     web_search: bool = False
     web_search_max_uses: int = Field(default=3, ge=1, le=1000)
     """Searches per burst, counted across the continuations of one reply."""
-    web_search_allowed_domains: list[str] = Field(default_factory=list)
-    web_search_blocked_domains: list[str] = Field(default_factory=list)
+    web_search_allowed_domains: Domains = Field(default_factory=list)
+    web_search_blocked_domains: Domains = Field(default_factory=list)
     web_fetch: bool = False
     mcp: list[McpServerConfig] = Field(default_factory=list)
     max_tool_calls: int = Field(default=8, ge=1, le=100)
     """MCP tool calls per burst, across its generations."""
-
-    @field_validator("web_search_allowed_domains", "web_search_blocked_domains")
-    @classmethod
-    def _domains(cls, domains: list[str]) -> list[str]:
-        return valid_domains(domains)
 
     @model_validator(mode="after")
     def _one_domain_list(self) -> ToolsConfig:
@@ -91,13 +98,6 @@ class ToolsConfig(Section):
             if names.count(name) > 1:
                 raise ValueError(f"tools.mcp: server {name!r} is defined twice")
         return self
-
-
-def valid_domains(domains: list[str]) -> list[str]:
-    for domain in domains:
-        if not re.fullmatch(DOMAIN, domain) or "://" in domain:
-            raise ValueError(f"{domain!r} is not a domain (write example.com, no scheme)")
-    return domains
 
 
 def exclusive_domains(allowed: list[str] | None, blocked: list[str] | None) -> None:
