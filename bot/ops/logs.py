@@ -38,12 +38,9 @@ def configured_secrets(config: Config, environ: Mapping[str, str] | None = None)
 def url_password(url: str) -> str:
     """The password written into a storage URL (postgresql://user:pw@host/db), as written."""
     try:
-        netloc = urlsplit(url).netloc
+        return urlsplit(url).password or ""  # not unquoted: `configured_secrets` adds that form
     except ValueError:
         return ""
-    userinfo, at, _ = netloc.rpartition("@")
-    _, colon, password = userinfo.partition(":")
-    return password if at and colon else ""
 
 
 class SecretRedactor(logging.Filter):
