@@ -180,13 +180,11 @@ def _cells(row: UsageRow) -> tuple[str, ...]:
     return (row.key, *(f"{n:,}" for n in numbers), cost)
 
 
-def tool_call_lines(actions: Iterable[ActionRecord], since: float = 0.0) -> list[str]:
+def tool_call_lines(actions: Iterable[ActionRecord]) -> list[str]:
     """Tool calls per server (each made once per burst; given again to later generations at no
     cost), with the calls whose outcome is unknown."""
     counts: dict[str, list[int]] = {}
     for action in actions:
-        if action.started_at < since:
-            continue
         row = counts.setdefault(action.server, [0, 0, 0])
         row[0] += 1
         row[1] += action.state == "failed"
