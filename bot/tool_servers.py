@@ -126,7 +126,7 @@ class McpServer:
         headers: dict[str, str] = {}
         if config.bearer_token_env:
             setting = f"tools.mcp.{config.name}.bearer_token_env"
-            token = require_secret(config.bearer_token_env, setting, dict(self.environ))
+            token = require_secret(config.bearer_token_env, setting, self.environ)
             headers["Authorization"] = f"Bearer {token}"
         timeout = httpx2.Timeout(CONNECT_SECONDS, read=config.timeout_seconds + 5)
         client = await stack.enter_async_context(

@@ -48,8 +48,7 @@ def claude_replier(
     `llm.api_key_env` names: a missing one is a `ConfigError` naming it, before the SDK's slow
     import."""
     llm = config.llm
-    env = dict(os.environ if environ is None else environ)
-    api_key = require_secret(llm.api_key_env, "llm.api_key_env", env)
+    api_key = require_secret(llm.api_key_env, "llm.api_key_env", environ)
     import anthropic
 
     from bot.llm.claude import ClaudeReplier

@@ -140,10 +140,6 @@ def _since(text: str) -> float:
     return parse_since(text)
 
 
-def _load(path: str | None) -> Config:
-    return load_config(path) if path else default_config()
-
-
 async def _run(config: Config, path: str | None, verbose: bool) -> None:
     from bot.app import App
     from bot.ops.reload import remove_pid_file, write_pid_file
@@ -332,7 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             keep = Path(args.database) if args.database else None
             return asyncio.run(run_demo(App, quiet=args.quiet, keep=keep))
-        config = _load(args.config)
+        config = load_config(args.config) if args.config else default_config()
         if args.command == "reload":
             return _reload(config, args.config, args.pid)
         verbose = getattr(args, "verbose", False)

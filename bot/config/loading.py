@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import Field, ValidationError, model_validator
@@ -118,14 +119,13 @@ def load_config(path: str | Path) -> Config:
     return parse_config(data)
 
 
-def default_config(environ: dict[str, str] | None = None) -> Config:
+def default_config() -> Config:
     """The no-config-file setup: terminal chat on ./burstbot.db; Claude if a key is set."""
-    env = os.environ if environ is None else environ
-    provider = "anthropic" if env.get("ANTHROPIC_API_KEY") else "offline"
+    provider = "anthropic" if os.environ.get("ANTHROPIC_API_KEY") else "offline"
     return parse_config({"llm": {"provider": provider}})
 
 
-def require_secret(env_name: str, setting: str, environ: dict[str, str] | None = None) -> str:
+def require_secret(env_name: str, setting: str, environ: Mapping[str, str] | None = None) -> str:
     """Read a secret from the environment or fail with one line naming the variable."""
     env = os.environ if environ is None else environ
     value = env.get(env_name, "")
