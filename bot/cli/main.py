@@ -142,23 +142,19 @@ def _since(text: str) -> float:
 
 async def _run(config: Config, path: str | None, verbose: bool) -> None:
     from bot.app import App
-    from bot.ops.reload import remove_pid_file, write_pid_file
+    from bot.ops.reload import pid_file
     from bot.wiring import build_frontends, build_replier, build_store
 
     replier = build_replier(config)
     frontends = build_frontends(config)
     store = build_store(config)
     logging.getLogger("burstbot").info("replier: %s", config.llm.provider)
-    pid_file = config.engine.pid_file
     try:
         app = App(config, store, replier, frontends)
         app.config_path, app.verbose = (Path(path) if path else None), verbose
-        if pid_file:
-            write_pid_file(pid_file)
-        await serve(app)
+        with pid_file(config.engine.pid_file):
+            await serve(app)
     finally:
-        if pid_file:
-            remove_pid_file(pid_file)
         await _close_quietly(store)  # also when startup or shutdown failed half-way
 
 

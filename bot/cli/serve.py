@@ -82,36 +82,27 @@ async def run_workers(config_path: str, workers: int, verbose: bool, pid_file: s
     worker (each shuts down cleanly), and SIGHUP too (each reloads); `pid_file` names this
     process. When one worker exits, the others are stopped too, so a supervisor restarts the
     whole set. The exit code is the first failing worker's, else 0."""
-    from bot.ops.reload import remove_pid_file, write_pid_file
+    from bot.ops.reload import pid_file as recorded
 
-    if pid_file:
-        write_pid_file(pid_file)
-    try:
-        return await _supervise(config_path, workers, verbose)
-    finally:
-        if pid_file:
-            remove_pid_file(pid_file)
-
-
-async def _supervise(config_path: str, workers: int, verbose: bool) -> int:
-    args = [sys.executable, "-m", "bot", "run", "--config", config_path]
-    children = [
-        await asyncio.create_subprocess_exec(*args, "--worker", str(i), *(["-v"] * verbose))
-        for i in range(workers)
-    ]
-    log.info("started %d workers: %s", workers, ", ".join(str(c.pid) for c in children))
-    loop = asyncio.get_running_loop()
-    stopping = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stopping.set)
-    loop.add_signal_handler(signal.SIGHUP, _pass_on, children, signal.SIGHUP)
-    exits = [asyncio.ensure_future(child.wait()) for child in children]
-    asked = asyncio.ensure_future(stopping.wait())
-    await asyncio.wait([*exits, asked], return_when=asyncio.FIRST_COMPLETED)
-    asked.cancel()
-    _pass_on(children, signal.SIGTERM)
-    codes = await asyncio.gather(*exits)
-    return next((code for code in codes if code != 0), 0)
+    with recorded(pid_file):
+        args = [sys.executable, "-m", "bot", "run", "--config", config_path]
+        children = [
+            await asyncio.create_subprocess_exec(*args, "--worker", str(i), *(["-v"] * verbose))
+            for i in range(workers)
+        ]
+        log.info("started %d workers: %s", workers, ", ".join(str(c.pid) for c in children))
+        loop = asyncio.get_running_loop()
+        stopping = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stopping.set)
+        loop.add_signal_handler(signal.SIGHUP, _pass_on, children, signal.SIGHUP)
+        exits = [asyncio.ensure_future(child.wait()) for child in children]
+        asked = asyncio.ensure_future(stopping.wait())
+        await asyncio.wait([*exits, asked], return_when=asyncio.FIRST_COMPLETED)
+        asked.cancel()
+        _pass_on(children, signal.SIGTERM)
+        codes = await asyncio.gather(*exits)
+        return next((code for code in codes if code != 0), 0)
 
 
 def _pass_on(children: list[asyncio.subprocess.Process], sig: signal.Signals) -> None:

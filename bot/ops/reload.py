@@ -11,9 +11,10 @@ restart; a file that does not load is refused whole and the running config stays
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,21 +75,22 @@ def plan_reload(running: Config, loaded: Config) -> ReloadPlan:
     )
 
 
-def write_pid_file(path: str) -> None:
-    """`burstbot run` records its process id where `burstbot reload` will look for it."""
+@contextlib.contextmanager
+def pid_file(path: str) -> Iterator[None]:
+    """`burstbot run` records its process id where `burstbot reload` will look for it ("":
+    nowhere), and removes the file at exit, but only if it is still ours (a newer process may
+    own it)."""
     try:
-        Path(path).write_text(f"{os.getpid()}\n", encoding="utf-8")
+        if path:
+            Path(path).write_text(f"{os.getpid()}\n", encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"engine.pid_file: cannot write {path} ({exc.strerror})") from None
-
-
-def remove_pid_file(path: str) -> None:
-    """Remove the pid file at exit, but only if it is still ours (a newer process may own it)."""
     try:
-        if Path(path).read_text(encoding="utf-8").strip() == str(os.getpid()):
-            Path(path).unlink()
-    except OSError:
-        pass
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            if path and Path(path).read_text(encoding="utf-8").strip() == str(os.getpid()):
+                Path(path).unlink()
 
 
 def read_pid_file(path: str) -> int:
