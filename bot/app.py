@@ -244,26 +244,22 @@ class App:
         """Serve until asked to stop (signal or a front end), then shut down cleanly; raise the
         error of a front end that failed for good, once everything has stopped."""
         await self.store.open()
-        if self.mcp is not None:
-            try:
+        try:  # an allowed tool the server does not list (exit 2), the metrics port taken
+            if self.mcp is not None:
                 await self.mcp.start()
-            except BaseException:
-                await self.store.close()  # an allowed tool the server does not list: exit 2
-                raise
-        await self.store.listen(self.hint)
-        if self.config.metrics.enabled:
-            metrics = self.config.metrics
-            health = Health(self.store, self.frontends, self.metrics, self.engine.clock,
-                            lambda: self.engine.busy)  # fmt: skip
-            server = MetricsServer(
-                self.metrics, health.report, metrics.host, metrics.port, health.refresh
-            )
-            try:
+            await self.store.listen(self.hint)
+            if self.config.metrics.enabled:
+                metrics = self.config.metrics
+                health = Health(self.store, self.frontends, self.metrics, self.engine.clock,
+                                lambda: self.engine.busy)  # fmt: skip
+                server = MetricsServer(
+                    self.metrics, health.report, metrics.host, metrics.port, health.refresh
+                )
                 await server.start()
-            except BaseException:
-                await self.store.close()  # e.g. the port is taken: nothing else started yet
-                raise
-            self.metrics_server = server
+                self.metrics_server = server
+        except BaseException:
+            await self.store.close()
+            raise
         loop = asyncio.get_running_loop()
         handlers: dict[signal.Signals, Callable[[], object]] = {
             signal.SIGINT: self.request_stop,
