@@ -18,7 +18,6 @@ import contextlib
 import os
 import shlex
 import sqlite3
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -27,35 +26,21 @@ import aiosqlite
 from bot.core.errors import BurstbotError, StoreError
 
 
-@dataclass(frozen=True, slots=True)
-class BackupSummary:
-    source: Path
-    target: Path
-    size_bytes: int
-    schema_version: int
-    conversations: int
-    messages: int
-    check: str
-
-    def line(self) -> str:
-        return (
-            f"backup: {self.source} -> {self.target} ({_size(self.size_bytes)}, schema version "
-            f"{self.schema_version}, {self.conversations} conversations, {self.messages} "
-            f"messages; integrity {self.check}; mode 0600)"
-        )
-
-
-async def backup_sqlite(source: Path, target: Path, busy_timeout_ms: int = 10_000) -> BackupSummary:
-    """Copy `source` to `target` (which must not exist) through SQLite's backup API."""
+async def backup_sqlite(source: Path, target: Path, busy_timeout_ms: int = 10_000) -> str:
+    """Copy `source` to `target` (which must not exist) through SQLite's backup API; returns
+    the line that says what was copied."""
     partial = _start(target)
     try:
-        counts = await _copy(source, partial, busy_timeout_ms)
+        version, conversations, messages, check = await _copy(source, partial, busy_timeout_ms)
         size = _finish(partial, target)
     except OSError as exc:
         raise BurstbotError(f"backup: cannot write {target} ({exc.strerror})") from None
     finally:
         _clean_up(partial)
-    return BackupSummary(source, target, size, *counts)
+    return (
+        f"backup: {source} -> {target} ({_size(size)}, schema version {version}, "
+        f"{conversations} conversations, {messages} messages; integrity {check}; mode 0600)"
+    )
 
 
 def _start(target: Path) -> Path:

@@ -295,8 +295,7 @@ async def _backup(config: Config, path: str) -> int:
     if database is None:
         raise ConfigError("storage.url: an in-memory database has nothing to back up")
     timeout_ms = round(config.storage.busy_timeout_seconds * 1000)
-    summary = await backup_sqlite(database, Path(path), timeout_ms)
-    print(summary.line())
+    print(await backup_sqlite(database, Path(path), timeout_ms))
     return 0
 
 
