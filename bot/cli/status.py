@@ -5,12 +5,10 @@ Ids and owner names are shown through `printable`: they come from platforms and 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from bot.config.sections import DAY, HOUR
 from bot.core.events import ConversationKey
 from bot.core.store import ConversationSummary, Store
-from bot.ops.inspection import printable
+from bot.ops.inspection import printable, render_table
 
 
 def relative(at: float | None, now: float) -> str:
@@ -36,15 +34,6 @@ def in_workspace(conversation_id: str, workspace: str) -> bool:
         return ConversationKey.parse(conversation_id).workspace == workspace
     except ValueError:
         return False
-
-
-def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
-    out = [line.rstrip()]
-    for row in rows:
-        out.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-    return out
 
 
 def _row(item: ConversationSummary, now: float) -> list[str]:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from bot.cli.status import in_workspace, relative, render_table
+from bot.cli.status import in_workspace, relative
 from bot.core.store import Store
 from bot.ops.guards import DAY_SECONDS, spent_tokens
+from bot.ops.inspection import render_table
 
 
 async def workspace_lines(store: Store, now: float) -> list[str]:

@@ -1,4 +1,4 @@
-"""`printable`: what operators' commands (`burstbot status`, `burstbot explain`) show.
+"""What operators' commands (`burstbot status`, `explain`, `usage`) show: `printable` text, tables.
 
 Everything stored came from chat users and platforms, so it is shown through `printable`: a
 message carrying terminal escape sequences or bidirectional overrides must not reach the
@@ -6,6 +6,8 @@ operator's terminal as such.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 ALLOWED_FORMAT_CHARACTERS = frozenset("\u200d")
 """Zero-width joiner: harmless, and part of many emoji."""
@@ -19,6 +21,22 @@ def printable(text: str) -> str:
     return "".join(
         ch if ch.isprintable() or ch in ALLOWED_FORMAT_CHARACTERS else _escaped(ch) for ch in text
     )
+
+
+def render_table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], numbers: bool = False
+) -> list[str]:
+    """Each column as wide as its widest cell; with `numbers`, those after the first align right."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = [
+            c.rjust(w) if numbers and i else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(padded).rstrip()
+
+    return [line(headers), *(line(row) for row in rows)]
 
 
 def _escaped(ch: str) -> str:

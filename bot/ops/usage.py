@@ -25,6 +25,7 @@ from bot.config import PriceConfig
 from bot.core.actions import ActionRecord
 from bot.core.events import ConversationKey
 from bot.core.store import GenerationRecord
+from bot.ops.inspection import render_table
 
 Grouping = Literal["model", "user", "channel"]
 WASTED_OUTCOMES = frozenset({"superseded", "lease_lost", "discarded"})
@@ -157,17 +158,10 @@ def usage_lines(
         when = "since " + datetime.fromtimestamp(since, UTC).strftime("%Y-%m-%d %H:%M UTC")
     header = (by, "gens", "input", "output", "cache read", "cache write", "wasted", "searches",
               "cost (USD)")  # fmt: skip
-    body = [_cells(row) for row in rows]
-    table = [header, *body, _cells(total)]
-    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
-
-    def render(cells: tuple[str, ...]) -> str:
-        first = cells[0].ljust(widths[0])
-        return "  ".join([first, *(c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))])
-
-    rule = "-" * len(render(header))
+    table = render_table(header, [*(_cells(row) for row in rows), _cells(total)], numbers=True)
+    rule = "-" * len(table[0])
     lines = [f"model usage, {when}, by {by} (cost estimated from the price table)", ""]
-    lines += [render(header), rule, *(render(cells) for cells in body), rule, render(table[-1])]
+    lines += [table[0], rule, *table[1:-1], rule, table[-1]]
     if total.unpriced:
         lines.append("+? = some tokens of a model without a price: add it under [prices]")
     return lines
