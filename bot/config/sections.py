@@ -58,28 +58,23 @@ class StorageConfig(Section):
     @field_validator("url")
     @classmethod
     def _known_scheme(cls, url: str) -> str:
-        problem = storage_url_problem(url)
-        if problem:
-            raise ValueError(problem)
+        """What is wrong with a storage URL, naming at most its scheme."""
+        scheme, separator, _ = url.partition("://")
+        if not separator or not _SCHEME.fullmatch(scheme):
+            raise ValueError(
+                "not a storage URL: use sqlite:///path or postgresql://user@host/db "
+                "(the value is not shown: it may hold a password)"
+            )
+        if scheme not in STORAGE_SCHEMES:
+            raise ValueError(f"unsupported scheme {scheme!r} (use sqlite:/// or postgresql://)")
+        if scheme != "sqlite":
+            try:
+                _ = urlsplit(url).port  # a malformed host or port raises here, not at connect time
+            except ValueError:
+                raise ValueError(
+                    f"malformed {scheme} URL: check the host and port (the value is not shown)"
+                ) from None
         return url
-
-
-def storage_url_problem(url: str) -> str | None:
-    """What is wrong with a storage URL, naming at most its scheme (None: nothing)."""
-    scheme, separator, _ = url.partition("://")
-    if not separator or not _SCHEME.fullmatch(scheme):
-        return (
-            "not a storage URL: use sqlite:///path or postgresql://user@host/db "
-            "(the value is not shown: it may hold a password)"
-        )
-    if scheme not in STORAGE_SCHEMES:
-        return f"unsupported scheme {scheme!r} (use sqlite:/// or postgresql://)"
-    if scheme != "sqlite":
-        try:
-            _ = urlsplit(url).port  # a malformed host or port raises here, not at connect time
-        except ValueError:
-            return f"malformed {scheme} URL: check the host and port (the value is not shown)"
-    return None
 
 
 class DebounceConfig(Section):
