@@ -53,7 +53,7 @@ def _versions(low_exclusive: int, high: int) -> str:
     return f"v{high}" if high == low_exclusive + 1 else f"v{low_exclusive + 1}-v{high}"
 
 
-def _message_events(m: StoredMessage, redact: bool) -> list[tuple[float, int, str]]:
+def _message_events(m: StoredMessage, redact: bool) -> list[Event]:
     text = _preview(m.text, redact)
     if m.attachments:  # file names are content too: redacted, only their count shows
         names = [f"{len(m.attachments)} file(s)"] if redact else [a.name for a in m.attachments]
@@ -76,8 +76,8 @@ def _search_line(search: WebSearch, redact: bool) -> str:
 
 
 def _generation_events(
-    g: GenerationRecord, committed_at: float | None, redact: bool = False
-) -> list[tuple[float, int, str]]:
+    g: GenerationRecord, committed_at: float | None, redact: bool
+) -> list[Event]:
     """`committed_at`: when the reply of a posted generation entered the outbox (the generation
     is recorded just after its commit; the timeline shows it ending there)."""
     burst = _versions(g.from_version, g.to_version)
@@ -131,44 +131,29 @@ def _window_event(g: GenerationRecord, messages: list[StoredMessage]) -> list[Ev
     return [(g.started_at, 1, f"window    {reason} (closed {waited:.1f} s after the burst's end)")]
 
 
-def _reply_events(r: OutboxRow, redact: bool) -> list[tuple[float, int, str]]:
+def _reply_events(r: OutboxRow, redact: bool) -> list[Event]:
     covers = _versions(r.covers_from_version, r.covers_to_version)
     if r.kind == "notice":  # a refused message's: it covers none
         covers = f"nothing (answers {printable(r.reply_to_message_id or '-')})"
     kind = "" if r.kind == "answer" else f" [{r.kind}]"
     seen = "" if r.seen_version == r.covers_to_version else f" (deadline: v{r.seen_version} seen)"
-    events = [
-        (
-            r.created_at,
-            3,
-            f"reply r{r.id}{kind} committed, covers {covers}{seen}: {_preview(r.text, redact)}",
-        )
-    ]
+    text = f"reply r{r.id}{kind} committed, covers {covers}{seen}: {_preview(r.text, redact)}"
+    committed = (r.created_at, 3, text)
     if r.state == "sent" and r.sent_at is not None:
         parts = printable(", ".join(r.platform_message_ids)) or "-"
         failures = f" after {r.attempts} failed attempt(s)" if r.attempts else ""
-        events.append((r.sent_at, 4, f"posted    r{r.id} as {parts}{failures}"))
-    elif r.state == "failed":
+        return [committed, (r.sent_at, 4, f"posted    r{r.id} as {parts}{failures}")]
+    if r.state == "failed":
         error = printable(r.last_error or "")
-        events.append(
-            (
-                r.next_attempt_at,
-                4,
-                f"FAILED    r{r.id} after {r.attempts} attempt(s): {error} "
-                f"(`burstbot retry r{r.id}` posts it again)",
-            )
+        outcome = (
+            f"FAILED    r{r.id} after {r.attempts} attempt(s): {error} "
+            f"(`burstbot retry r{r.id}` posts it again)"
         )
     else:
         since = f", failing since {_clock(r.failing_since)}" if r.failing_since else ""
         note = f"; last error: {printable(r.last_error)}" if r.last_error else ""
-        events.append(
-            (
-                r.next_attempt_at,
-                4,
-                f"pending   r{r.id}, {r.attempts} failed attempt(s) so far{since}{note}",
-            )
-        )
-    return events
+        outcome = f"pending   r{r.id}, {r.attempts} failed attempt(s) so far{since}{note}"
+    return [committed, (r.next_attempt_at, 4, outcome)]
 
 
 async def explain_lines(
@@ -177,7 +162,7 @@ async def explain_lines(
     state = await inspector.conversation_state(conversation_id)
     if state is None:
         return None
-    events: list[tuple[float, int, str]] = []
+    events: list[Event] = []
     messages = await inspector.messages(conversation_id)
     for message in messages:
         events += _message_events(message, redact)
