@@ -10,27 +10,13 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from bot.core.actions import ActionRecord, Began, NewAction
-from storage.rows import Row
+from storage.rows import Row, from_row
 from storage.seam import Conn, StoreSeam
 
 
 def _action(r: Row) -> ActionRecord:
-    return ActionRecord(
-        conversation_id=str(r["conversation_id"]),
-        idempotency_key=str(r["idempotency_key"]),
-        from_version=int(r["from_version"]),
-        to_version=int(r["to_version"]),
-        lease_token=int(r["lease_token"]),
-        server=str(r["server"]),
-        tool=str(r["tool"]),
-        arguments=str(r["arguments"]),
-        read_only=bool(r["read_only"]),
-        tool_use_id=str(r["tool_use_id"]),
-        started_at=float(r["started_at"]),
-        finished_at=None if r["finished_at"] is None else float(r["finished_at"]),
-        result=None if r["result"] is None else str(r["result"]),
-        failed=bool(r["failed"]),
-    )
+    """SQLite returns its booleans as integers."""
+    return from_row(ActionRecord, r, read_only=bool(r["read_only"]), failed=bool(r["failed"]))
 
 
 class ActionSteps(StoreSeam[Conn]):

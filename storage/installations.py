@@ -6,8 +6,10 @@ Tokens arrive encrypted and leave as they came: encryption is the Slack adapter'
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from bot.core.installations import InstallationRecord
-from storage.rows import Row
+from storage.rows import from_row
 from storage.seam import Conn, StoreSeam
 
 
@@ -19,33 +21,17 @@ def _like(platform: str, workspace: str) -> str:
     return f"{platform}/{workspace}/%"
 
 
-def _record(row: Row) -> InstallationRecord:
-    return InstallationRecord(
-        team_id=str(row[0]), enterprise_id=str(row[1]), team_name=str(row[2]),
-        app_id=str(row[3]), bot_user_id=str(row[4]), bot_id=str(row[5]), bot_scopes=str(row[6]),
-        installer_id=str(row[7]), bot_token=str(row[8]),
-        refresh_token=None if row[9] is None else str(row[9]),
-        expires_at=None if row[10] is None else float(row[10]), installed_at=float(row[11]),
-        token_version=int(row[12]),
-    )  # fmt: skip
-
-
 class InstallationSteps(StoreSeam[Conn]):
     async def save_installation(self, record: InstallationRecord, now: float) -> None:
-        params = {"team": record.team_id, "enterprise": record.enterprise_id,
-                  "name": record.team_name, "app": record.app_id,
-                  "bot_user": record.bot_user_id, "bot": record.bot_id,
-                  "scopes": record.bot_scopes, "installer": record.installer_id,
-                  "token": record.bot_token, "refresh": record.refresh_token,
-                  "expires_at": record.expires_at, "now": now}  # fmt: skip
-        await self._rows("save_installation", params)
+        await self._rows("save_installation", {**asdict(record), "now": now})
 
     async def installation(self, team_id: str) -> InstallationRecord | None:
         row = await self._one("installation", {"team": team_id})
-        return None if row is None else _record(row)
+        return None if row is None else from_row(InstallationRecord, row)
 
     async def installations(self) -> list[InstallationRecord]:
-        return [_record(row) for row in await self._rows("all_installations", {})]
+        rows = await self._rows("all_installations", {})
+        return [from_row(InstallationRecord, row) for row in rows]
 
     async def delete_installation(self, team_id: str) -> bool:
         return await self._one("delete_installation", {"team": team_id}) is not None

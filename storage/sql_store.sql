@@ -1005,8 +1005,8 @@ CREATE TABLE oauth_states (
 -- A new install, or a reinstall of the same workspace (new token, same row).
 INSERT INTO slack_installations (team_id, enterprise_id, team_name, app_id, bot_user_id, bot_id,
     bot_scopes, installer_id, bot_token, refresh_token, expires_at, installed_at)
-VALUES (:team, :enterprise, :name, :app, :bot_user, :bot, :scopes, :installer, :token, :refresh,
-    :expires_at, :now)
+VALUES (:team_id, :enterprise_id, :team_name, :app_id, :bot_user_id, :bot_id, :bot_scopes,
+    :installer_id, :bot_token, :refresh_token, :expires_at, :now)
 ON CONFLICT (team_id) DO UPDATE SET enterprise_id = excluded.enterprise_id,
     team_name = excluded.team_name, app_id = excluded.app_id, bot_user_id = excluded.bot_user_id,
     bot_id = excluded.bot_id, bot_scopes = excluded.bot_scopes,
@@ -1017,14 +1017,10 @@ ON CONFLICT (team_id) DO UPDATE SET enterprise_id = excluded.enterprise_id,
     refresh_owner = NULL, refresh_until = NULL;
 
 -- name: installation
-SELECT team_id, enterprise_id, team_name, app_id, bot_user_id, bot_id, bot_scopes, installer_id,
-    bot_token, refresh_token, expires_at, installed_at, token_version
-FROM slack_installations WHERE team_id = :team;
+SELECT * FROM slack_installations WHERE team_id = :team;
 
 -- name: all_installations
-SELECT team_id, enterprise_id, team_name, app_id, bot_user_id, bot_id, bot_scopes, installer_id,
-    bot_token, refresh_token, expires_at, installed_at, token_version
-FROM slack_installations ORDER BY installed_at, team_id;
+SELECT * FROM slack_installations ORDER BY installed_at, team_id;
 
 -- name: delete_installation
 DELETE FROM slack_installations WHERE team_id = :team RETURNING team_id;
