@@ -191,7 +191,7 @@ class SqlStore(
             version = int(row["version"])
             hold = {"cid": cid, "expires_at": row["lease_expires_at"], "version": version,
                     "now": now}  # fmt: skip
-            timer = await self._one("hold_timer_deadline", hold, db)
+            timer = await self._one("hold_timer", hold, db)
         return contract.Lease(
             conversation_id=cid, owner=owner, token=int(row["lease_token"]), version=version,
             answered_version=int(row["answered_version"]),
@@ -213,7 +213,8 @@ class SqlStore(
             row = await self._one("renew_lease", params, db)
             if row is None:
                 return None
-            hold = {"cid": cid, "expires_at": row["lease_expires_at"], "version": version}
+            hold = {"cid": cid, "expires_at": row["lease_expires_at"], "version": version,
+                    "now": now}  # fmt: skip
             await self._rows("hold_timer", hold, db)
         return float(row["expires_here"])
 

@@ -174,20 +174,16 @@ WHERE id = :cid AND lease_owner IS NOT NULL AND lease_expires_at < CAST(:db_now 
 RETURNING lease_token, version, answered_version, lease_expires_at, failed_attempts,
           lease_expires_at + :skew AS expires_here;
 
--- name: hold_timer_deadline
--- `hold_timer`, returning the burst's deadline and its window's close (on the caller's clock) in
--- the same statement. :expires_at is the lease's expiry as stored.
+-- name: hold_timer
+-- While a lease is held the timer waits for the lease's expiry (takeover after a crash), unless
+-- newer input re-armed it; the generation under the lease is the early start, if one was armed.
+-- :expires_at is the lease's expiry as stored; returned: the burst's deadline and its window's
+-- close (on the caller's clock), which a new lease reports.
 UPDATE debounce_timers
 SET due_at = CASE WHEN armed_version <= :version THEN GREATEST(due_at, :expires_at) ELSE due_at END,
     start_at = CASE WHEN armed_version <= :version THEN NULL ELSE start_at END
 WHERE conversation_id = :cid
 RETURNING deadline_at + :skew, LEAST(quiet_until, deadline_at) + :skew;
-
--- name: hold_timer
--- While a lease is held the timer waits for the lease's expiry (takeover after a crash), unless
--- newer input re-armed it; the generation under the lease is the early start, if one was armed.
-UPDATE debounce_timers SET due_at = GREATEST(due_at, :expires_at), start_at = NULL
-WHERE conversation_id = :cid AND armed_version <= :version;
 
 -- name: window_closes_at
 -- When the burst's window closes (a typing notice may have moved it since the lease was taken).
