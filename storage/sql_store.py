@@ -31,33 +31,21 @@ from typing import ClassVar, Literal
 
 from bot.core import store as contract
 from bot.core.errors import StoreError
-from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited
+from bot.core.events import Draft, IncomingMessage, MessageDeleted, MessageEdited
 from bot.core.store import ConversationSummary, IngestResult, OutboxRow, Timing
 from storage import rhythm
 from storage import rows as codec
 from storage.actions import ActionSteps
-from storage.backlog import BacklogSteps
-from storage.drafts import DraftSteps
-from storage.files import FileSteps
 from storage.installations import InstallationSteps
-from storage.notes import NoteSteps
-from storage.notices import NoticeSteps
 from storage.requeue import RequeueSteps
 from storage.retention import RetentionSteps
 from storage.rows import Params, Row
 from storage.seam import Conn
-from storage.typing_window import TypingWindowSteps
 
 
 class SqlStore(
     RetentionSteps[Conn],
     RequeueSteps[Conn],
-    BacklogSteps[Conn],
-    TypingWindowSteps[Conn],
-    FileSteps[Conn],
-    DraftSteps[Conn],
-    NoteSteps[Conn],
-    NoticeSteps[Conn],
     ActionSteps[Conn],
     InstallationSteps[Conn],
 ):
@@ -158,6 +146,18 @@ class SqlStore(
 
     async def flush(self, conversation_id: str, now: float) -> None:
         await self._rows("flush_timer", {"cid": conversation_id, "now": now})
+
+    async def extend_quiet(
+        self, conversation_id: str, author_id: str, until: float, now: float
+    ) -> float | None:
+        """A typing notice (`bot/core/typing_window.py`): one conditional UPDATE of an armed timer
+        (see `extend_quiet_for_typing`). A notice is an arrival: it keeps its place among the
+        messages around it, so a notice from before a message never stretches that message's
+        window."""
+        params = {"cid": conversation_id, "author": author_id, "until": until, "now": now}
+        async with self._transaction(arrival=True) as db:
+            rows = await self._rows("extend_quiet_for_typing", params, db)
+        return float(rows[0][0]) if rows else None
 
     # 2. timers and leases --------------------------------------------------------------------
     async def next_due_at(self, now: float, skip: Sequence[str] = ()) -> float | None:
@@ -307,6 +307,25 @@ class SqlStore(
         await self._rows("record_generation", codec.generation_params(record))
 
     # 6. deliver ------------------------------------------------------------------------------
+    async def queue_notice(
+        self, conversation_id: str, text: str, reply_to_message_id: str, now: float
+    ) -> OutboxRow:
+        """A notice outside any burst: an outbox row of kind `notice` that covers no message. Its
+        versions are the negative `notice_slot` of the message it answers, so the outbox's key
+        (conversation, covers_to_version) holds, no message counts as covered and history leaves
+        it out. It never takes over the conversation's draft (that belongs to the pending
+        burst)."""
+        slot = contract.notice_slot(reply_to_message_id)
+        notice = contract.NewReply(text, "notice", reply_to_message_id, covers_from_version=slot)
+        params = codec.reply_params(conversation_id, notice, slot, slot, slot, now)
+        async with self._transaction() as db:
+            ensure = {"cid": conversation_id, "platform": params["platform"], "now": now}
+            await self._rows("ensure_conversation", ensure, db)
+            row = await self._one("insert_reply", params, db)
+            assert row is not None
+            await self._hint(db, f"outbox {params['platform']}")
+        return self._outbox(row)
+
     async def claim_replies(self, owner: str, now: float, ttl: float, platforms: Sequence[str],
                             limit: int, reply_id: int | None = None,
                             ) -> list[OutboxRow]:  # fmt: skip
@@ -345,6 +364,32 @@ class SqlStore(
                 return None
             indicator = await self._one("take_indicator_of_reply", {"id": reply_id}, db)
         return contract.Sent(None if indicator is None else str(indicator[0]))
+
+    # streaming: a conversation holds at most one draft; every change to it is fenced by the
+    # lease token, and the commit that inserts a reply hands the draft over to it ----------------
+    async def draft(self, conversation_id: str) -> Draft | None:
+        row = await self._one("draft", {"cid": conversation_id})
+        return None if row is None else Draft(str(row[0]), row[1], row[2] or 0.0, row[3])
+
+    async def record_draft(self, conversation_id: str, token: int, draft: Draft) -> bool:
+        params = {"cid": conversation_id, "token": token, "key": draft.key,
+                  "message_id": draft.message_id, "created_at": draft.created_at,
+                  "reply_to": draft.reply_to}  # fmt: skip
+        return await self._one("record_draft", params) is not None
+
+    async def drop_draft(self, conversation_id: str, token: int, key: str) -> bool:
+        params = {"cid": conversation_id, "token": token, "key": key}
+        return await self._one("drop_draft", params) is not None
+
+    async def _insert_reply(self, db: Conn, params: Params) -> OutboxRow:
+        """In the commit's transaction: the new reply takes over the conversation's draft."""
+        inserted = await self._one("insert_reply", params, db)
+        assert inserted is not None
+        cid = params["cid"]
+        handed = await self._one("hand_draft_to_reply", {"cid": cid, "id": inserted["id"]}, db)
+        await self._one("clear_draft", {"cid": cid}, db)
+        assert handed is not None
+        return self._outbox(handed)
 
     # the thinking indicator ------------------------------------------------------------------
     async def record_indicator(self, conversation_id: str, at: str, version: int) -> bool:
@@ -401,6 +446,42 @@ class SqlStore(
         params = {"platform": platform, "before": before, "now": now}
         return {str(r[0]): r[1] for r in await self._rows("catch_up_points", params)}
 
+    # fetched files (bot.core.attachments): what each file's one fetch gave, and its bytes, kept
+    # once per SHA-256 however many messages share them ------------------------------------------
+    async def attachment_file(self, uid: str) -> contract.StoredFile | None:
+        rows = await self._rows("attachment_file", {"uid": uid})
+        if not rows:
+            return None
+        content = rows[0]["content"]
+        return contract.StoredFile(
+            rows[0]["sha256"], rows[0]["note"], None if content is None else bytes(content)
+        )
+
+    async def keep_attachment_file(self, uid: str, file: contract.StoredFile, now: float) -> None:
+        """One transaction: the bytes (unless that hash is kept already), then the outcome."""
+        async with self._transaction() as db:
+            if file.sha256 is not None and file.content is not None:
+                blob = {"sha256": file.sha256, "content": file.content, "now": now}
+                await self._rows("keep_attachment_blob", blob, db)
+            outcome = {"uid": uid, "sha256": file.sha256, "note": file.note, "now": now}
+            await self._rows("keep_attachment_file", outcome, db)
+
+    # what front ends note about a conversation (bot.core.notes.NoteBook): one named value per
+    # conversation, kept apart from the conversation row, since it may be written before the
+    # conversation has a message (Slack's assistant thread opens empty) -----------------------
+    async def note(self, conversation_id: str, name: str) -> str | None:
+        row = await self._one("note", {"cid": conversation_id, "name": name})
+        return None if row is None else str(row[0])
+
+    async def put_note(self, conversation_id: str, name: str, value: str, now: float) -> None:
+        params = {"cid": conversation_id, "name": name, "value": value, "now": now}
+        await self._rows("put_note", params)
+
+    async def add_note(self, conversation_id: str, name: str, value: str, now: float) -> bool:
+        """One conditional insert: of two deliveries of one event exactly one gets True."""
+        params = {"cid": conversation_id, "name": name, "value": value, "now": now}
+        return await self._one("add_note", params) is not None
+
     # cost-guard counters (bot.ops.guards) ----------------------------------------------------
     async def add_to_counter(self, scope: str, window_start: int, amount: int, expires_at: float,
                              now: float) -> int:  # fmt: skip
@@ -444,6 +525,12 @@ class SqlStore(
         return [codec.message_from_row(r) for r in rows]
 
     # inspection ------------------------------------------------------------------------------
+    async def backlog(self) -> contract.Backlog:
+        """The outbox's backlog for health and metrics (`bot/ops/health.py`)."""
+        [row] = await self._rows("backlog", {})
+        oldest = None if row["oldest_pending_at"] is None else float(row["oldest_pending_at"])
+        return contract.Backlog(int(row["outbox_depth"]), oldest, int(row["outbox_failed"]))
+
     async def conversation_state(self, conversation_id: str) -> contract.ConversationState | None:
         r = await self._one("conversation_state", {"cid": conversation_id})
         return None if r is None else codec.state_from_row(conversation_id, r)

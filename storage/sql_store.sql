@@ -655,7 +655,7 @@ SELECT id, message_id FROM (
 ) known
 ORDER BY COALESCE(active_at, CAST(:before AS FLOAT8) - :skew) DESC, id;
 
--- attachments (bot/core/attachments.py, storage/files.py) ---------------------------------------
+-- attachments (bot/core/attachments.py) -----------------------------------------------------------
 
 -- name: attachment_file
 SELECT f.sha256, f.note, b.content
@@ -672,7 +672,7 @@ INSERT INTO attachment_files (attachment_uid, sha256, note, fetched_at)
 VALUES (:uid, :sha256, :note, :now)
 ON CONFLICT (attachment_uid) DO NOTHING;
 
--- streaming: a conversation's draft (storage/drafts.py) --------------------------------------------
+-- streaming: a conversation's draft ---------------------------------------------------------------
 
 -- name: draft
 SELECT draft_key, draft_message_id, draft_created_at, draft_reply_to
@@ -710,7 +710,7 @@ UPDATE conversations SET draft_key = NULL, draft_message_id = NULL, draft_create
     draft_reply_to = NULL
 WHERE id = :cid;
 
--- what front ends note about a conversation (storage/notes.py) ---------------------------------
+-- what front ends note about a conversation (bot/core/notes.py) -----------------------------------
 
 -- name: note
 SELECT value FROM conversation_notes WHERE conversation_id = :cid AND name = :name;
