@@ -31,7 +31,7 @@ from typing import ClassVar, Literal
 
 from bot.core import store as contract
 from bot.core.errors import StoreError
-from bot.core.events import Draft, IncomingMessage, MessageDeleted, MessageEdited
+from bot.core.events import ConversationKey, Draft, IncomingMessage, MessageDeleted, MessageEdited
 from bot.core.store import ConversationSummary, IngestResult, OutboxRow, Timing
 from storage import rhythm
 from storage import rows as codec
@@ -93,17 +93,19 @@ class SqlStore(
             if await self._one("insert_message", {**params, "seq": version}, db) is None:
                 await self._rows("undo_ingest", {}, db)
                 return IngestResult("duplicate", cid, version - 1)
-            if timing.adaptive:
-                run = functools.partial(self._rows, db=db)
-                window = await rhythm.arrival_window(
-                    run, message.key, message.author_id, version, now, timing
-                )
-                timing = replace(timing, quiet_seconds=window.seconds)
-            return await self._arm(db, cid, version, now, timing)
+            return await self._arm(db, cid, version, now, timing, message.key, message.author_id)
 
-    async def _arm(
-        self, db: Conn, cid: str, version: int, now: float, timing: Timing
-    ) -> IngestResult:
+    async def _arm(self, db: Conn, cid: str, version: int, now: float, timing: Timing,
+                   key: ConversationKey, author_id: str | None) -> IngestResult:  # fmt: skip
+        """The adaptive window first learns the new message's author (`author_id`; None: an edit
+        or delete re-arms, and every author's window counts from now), then chooses the window."""
+        if timing.adaptive:
+            run = functools.partial(self._rows, db=db)
+            if author_id is not None:
+                await rhythm.learn(run, key, author_id, version, now)
+            changed = author_id is None
+            window = await rhythm.choose_window(run, key, version, now, timing, changed)
+            timing = replace(timing, quiet_seconds=window.seconds)
         arm = {"cid": cid, "now": now, "quiet": timing.quiet_seconds,
                "max_wait": timing.max_wait_seconds, "version": version,
                "speculate_after": timing.speculate_after_seconds}  # fmt: skip
@@ -136,13 +138,7 @@ class SqlStore(
                 return IngestResult(status, cid, int(version[0]) if version else 0)
             bumped = await self._one("bump_version", {"cid": cid}, db)
             assert bumped is not None
-            if timing.adaptive:
-                run = functools.partial(self._rows, db=db)
-                window = await rhythm.choose_window(
-                    run, event.key, int(bumped[0]), now, timing, changed=True
-                )
-                timing = replace(timing, quiet_seconds=window.seconds)
-            return await self._arm(db, cid, int(bumped[0]), now, timing)
+            return await self._arm(db, cid, int(bumped[0]), now, timing, event.key, None)
 
     async def flush(self, conversation_id: str, now: float) -> None:
         await self._rows("flush_timer", {"cid": conversation_id, "now": now})
