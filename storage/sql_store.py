@@ -166,8 +166,8 @@ class SqlStore(
         if len(rows) < limit:
             more = {"now": now, "limit": limit - len(rows)}
             rows = [*rows, *await self._rows("speculative_timers", more)]
-        return [contract.DueTimer(r[0], float(r[1]), float(r[2]), int(r[3]), _maybe(r[4]))
-                for r in rows]  # fmt: skip
+        return [contract.DueTimer(r[0], float(r[1]), float(r[2]), int(r[3]),
+                                  None if r[4] is None else float(r[4])) for r in rows]  # fmt: skip
 
     async def postpone_timer(self, conversation_id: str, due_at: float, now: float) -> None:
         await self._rows("postpone_timer", {"cid": conversation_id, "due_at": due_at, "now": now})
@@ -539,7 +539,3 @@ class SqlStore(
     ) -> list[contract.GenerationRecord]:
         rows = await self._rows("generations", {"cid": conversation_id})
         return [codec.generation_from_row(r) for r in rows]
-
-
-def _maybe(value: object) -> float | None:
-    return None if value is None else float(value)  # type: ignore[arg-type]

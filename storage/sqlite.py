@@ -190,18 +190,14 @@ async def _roll_back(db: aiosqlite.Connection) -> None:
             await to_completion(db.execute("ROLLBACK"))
 
 
-def _is_file(path: str) -> bool:
-    """A plain path (not `:memory:`, not a `file:` URI): files beside it can be made."""
-    return path != ":memory:" and not path.startswith("file:")
-
-
 def _create_private(path: str) -> None:
     """Create a new database file readable by its owner only (0600) before SQLite opens it.
 
     SQLite gives the WAL and shared-memory files the database file's permissions, so they are
-    private too. An existing file is left as it is.
+    private too. An existing file is left as it is, and so are `:memory:` and a `file:` URI (not a
+    plain path).
     """
-    if not _is_file(path):
+    if path == ":memory:" or path.startswith("file:"):
         return
     with contextlib.suppress(FileExistsError):
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
