@@ -50,15 +50,13 @@ RETURNING seq;
 INSERT INTO debounce_timers AS t (conversation_id, due_at, deadline_at, quiet_until, armed_version,
                                   start_at)
 VALUES (:cid,
-        LEAST(CAST(:db_now AS FLOAT8) + CAST(:quiet AS FLOAT8),
-              CAST(:db_now AS FLOAT8) + CAST(:max_wait AS FLOAT8)),
+        CAST(:db_now AS FLOAT8) + LEAST(CAST(:quiet AS FLOAT8), CAST(:max_wait AS FLOAT8)),
         CAST(:db_now AS FLOAT8) + CAST(:max_wait AS FLOAT8),
         CAST(:db_now AS FLOAT8) + CAST(:quiet AS FLOAT8),
         :version,
-        CASE WHEN CAST(:speculate_after AS FLOAT8) IS NOT NULL
-             THEN LEAST(CAST(:db_now AS FLOAT8) + CAST(:speculate_after AS FLOAT8),
-                        CAST(:db_now AS FLOAT8) + CAST(:quiet AS FLOAT8),
-                        CAST(:db_now AS FLOAT8) + CAST(:max_wait AS FLOAT8)) END)
+        CAST(:db_now AS FLOAT8) + CASE WHEN CAST(:speculate_after AS FLOAT8) IS NOT NULL
+            THEN LEAST(CAST(:speculate_after AS FLOAT8), CAST(:quiet AS FLOAT8),
+                       CAST(:max_wait AS FLOAT8)) END)
 ON CONFLICT (conversation_id) DO UPDATE SET
     quiet_until = excluded.quiet_until,
     due_at = LEAST(excluded.quiet_until, t.deadline_at),
@@ -388,7 +386,7 @@ SELECT conversation_id, lease_token, from_version, to_version, started_at, ended
        web_searches, searches
 FROM generations WHERE (CAST(:cid AS TEXT) IS NULL OR conversation_id = :cid) ORDER BY id;
 
--- operator side (storage/ops.py) ------------------------------------------------------------------
+-- operator side (bot/ops/) --------------------------------------------------------------------
 
 -- name: reset_history
 UPDATE conversations SET history_floor = version WHERE id = :cid RETURNING history_floor;
@@ -442,7 +440,7 @@ SELECT seq, message_id, author_id, author_name, text, created_at, edited_at, del
        attachments, quiet_reason
 FROM messages WHERE conversation_id = :cid ORDER BY seq;
 
--- retention and erasure (storage/upkeep.py): never pending work -----------------------------------
+-- retention and erasure (storage/retention.py): never pending work ----------------------------
 
 -- name: prune_messages
 -- Answered messages older than the cutoff; pending input (seq above answered_version) stays.
