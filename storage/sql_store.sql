@@ -5,7 +5,9 @@
 -- Written to run on both: `:name` parameters (PostgreSQL gets $n, one per name); a CAST where
 -- PostgreSQL cannot tell a parameter's type from its context (arithmetic, IS NULL, a bare boolean),
 -- with type names SQLite reads too (FLOAT8 has REAL affinity, BOOLEAN numeric); `NOT deleted`;
--- LEAST/GREATEST, which SQLite runs as its multi-argument MIN/MAX.
+-- LEAST/GREATEST, which SQLite runs as its multi-argument MIN/MAX; PostgreSQL's row locks
+-- (`FOR UPDATE`, `FOR NO KEY UPDATE`, `SKIP LOCKED`), which SQLite leaves out: its transactions'
+-- BEGIN IMMEDIATE already holds the write lock.
 --
 -- One clock for the protocol (G12). `:db_now` is the database's clock: it stamps and is compared
 -- with every protocol time (debounce due and deadline, lease and claim expiry, a message's arrival,
@@ -76,6 +78,13 @@ RETURNING seq;
 UPDATE messages SET deleted = TRUE, edited_at = :db_now
 WHERE message_uid = :uid AND NOT deleted
 RETURNING seq;
+
+-- name: find_message
+-- Locks the conversation row, so an edit and a concurrent commit see each other's answered_version.
+SELECT m.conversation_id, m.seq, m.deleted, c.answered_version
+FROM messages m JOIN conversations c ON c.id = m.conversation_id
+WHERE m.message_uid = :uid
+FOR NO KEY UPDATE OF c;
 
 -- name: extend_quiet_for_typing
 -- An author of the pending burst is typing: its quiet window lasts until :until, never past the
@@ -148,6 +157,20 @@ UNION ALL
 SELECT conversation_id, start_at + :skew
 FROM (SELECT conversation_id, start_at FROM debounce_timers WHERE start_at IS NOT NULL
       ORDER BY start_at LIMIT :limit) AS starting;
+
+-- name: due_timers
+-- Skips timers another transaction is changing right now (a lease being taken, a re-arm).
+SELECT conversation_id, due_at + :skew, deadline_at + :skew, armed_version, start_at + :skew
+FROM debounce_timers WHERE due_at <= CAST(:db_now AS FLOAT8) ORDER BY due_at LIMIT :limit
+FOR UPDATE SKIP LOCKED;
+
+-- name: speculative_timers
+-- Timers due at their early start whose window is still open (`due_timers` takes the closed ones
+-- first).
+SELECT conversation_id, due_at + :skew, deadline_at + :skew, armed_version, start_at + :skew
+FROM debounce_timers WHERE start_at <= CAST(:db_now AS FLOAT8) AND due_at > CAST(:db_now AS FLOAT8)
+ORDER BY start_at LIMIT :limit
+FOR UPDATE SKIP LOCKED;
 
 -- name: postpone_timer
 -- Leased elsewhere: no early start any more, and not before :due_at (a window still open stays so).
@@ -243,6 +266,10 @@ WHERE version > (SELECT history_floor FROM conversations WHERE id = :cid)
 ORDER BY version DESC, ord DESC LIMIT :limit;
 
 -- 5. final check + commit -------------------------------------------------------------------------
+
+-- name: lock_answered_version
+-- The commit's first statement: the conversation row is locked before its timer and outbox.
+SELECT answered_version FROM conversations WHERE id = :cid FOR NO KEY UPDATE;
 
 -- name: final_check
 UPDATE conversations

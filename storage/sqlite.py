@@ -37,11 +37,14 @@ from storage.sql_store import SqlStore
 from storage.sqlite_thread import to_completion
 from storage.turns import ArrivalsFirst
 
+_ROW_LOCK = re.compile(r"\bFOR (NO KEY )?UPDATE( OF \w+)?( SKIP LOCKED)?")
+
 
 def _for_sqlite(sql: str) -> str:
-    """The shared statements' LEAST and GREATEST are SQLite's multi-argument MIN and MAX; the
-    database's clock is the host's, so `:db_now` is the caller's `:now` and `:skew` is 0."""
-    sql = on_clock(sql, db_now=":now", skew="0.0")
+    """The shared statements' LEAST and GREATEST are SQLite's multi-argument MIN and MAX, and
+    their row locks go (`BEGIN IMMEDIATE` holds the write lock); the database's clock is the
+    host's, so `:db_now` is the caller's `:now` and `:skew` is 0."""
+    sql = _ROW_LOCK.sub("", on_clock(sql, db_now=":now", skew="0.0"))
     return re.sub(r"\bGREATEST\(", "MAX(", re.sub(r"\bLEAST\(", "MIN(", sql))
 
 
