@@ -445,7 +445,7 @@ SELECT amount FROM usage_counters WHERE scope = :scope AND window_start = :windo
 -- Newest activity first; `active` keeps only conversations with something in flight.
 SELECT * FROM (
     SELECT c.id, c.version, c.answered_version, c.lease_owner, c.lease_token,
-           c.lease_expires_at, c.failed_attempts, c.history_floor,
+           c.lease_expires_at, c.failed_attempts,
            t.due_at, t.deadline_at, t.armed_version,
            (SELECT COUNT(*) FROM messages m
             WHERE m.conversation_id = c.id AND m.seq > c.answered_version AND NOT m.deleted)

@@ -270,7 +270,6 @@ class ConversationSummary:
     """One conversation as `burstbot status` lists it."""
 
     state: ConversationState
-    history_floor: int
     pending_messages: int
     outbox_pending: int
     outbox_failed: int
