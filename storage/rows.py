@@ -120,9 +120,7 @@ def reply_params(
 
 
 def generation_params(record: contract.GenerationRecord) -> dict[str, Any]:
-    return {"cid": record.conversation_id, "token": record.lease_token,
-            "from_version": record.from_version, "to_version": record.to_version,
-            "started_at": record.started_at, "ended_at": record.ended_at,
-            "outcome": record.outcome, "error": record.error, "model": record.model,
-            "user_id": record.user_id, **asdict(record.usage),
-            "searches": json.dumps([asdict(s) for s in record.searches])}  # fmt: skip
+    """The record's fields by name, its usage's beside them and its searches as JSON."""
+    params = asdict(record)  # usage a dict, searches a list of dicts
+    usage = params.pop("usage")
+    return {**params, **usage, "searches": json.dumps(params["searches"])}

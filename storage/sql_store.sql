@@ -309,8 +309,8 @@ ON CONFLICT (conversation_id) DO UPDATE SET due_at = excluded.due_at, start_at =
 INSERT INTO generations (conversation_id, lease_token, from_version, to_version, started_at,
                          ended_at, outcome, input_tokens, output_tokens, cache_read_tokens,
                          cache_write_tokens, error, model, user_id, web_searches, searches)
-VALUES (:cid, :token, :from_version, :to_version, :started_at, :ended_at, :outcome,
-        :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens, :error,
+VALUES (:conversation_id, :lease_token, :from_version, :to_version, :started_at, :ended_at,
+        :outcome, :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens, :error,
         :model, :user_id, :web_searches, :searches);
 
 -- 6. deliver (claim_replies and next_outbox_at take a list: per dialect) -------------------------
