@@ -467,7 +467,7 @@ SELECT seq, message_id, author_id, author_name, text, created_at, edited_at, del
        attachments, quiet_reason
 FROM messages WHERE conversation_id = :cid ORDER BY seq;
 
--- retention and erasure (storage/retention.py): never pending work ----------------------------
+-- retention and erasure (bot/ops/retention.py): never pending work ------------------------
 
 -- name: prune_messages
 -- Answered messages older than the cutoff; pending input (seq above answered_version) stays.
@@ -595,7 +595,7 @@ WHERE user_id = :user AND (arguments != '{}' OR result != '')
        OR conversation_id IN (SELECT id FROM conversations WHERE platform = :platform))
 RETURNING idempotency_key;
 
--- tool actions (storage/actions.py) -------------------------------------------------------------
+-- tool actions (bot/core/actions.py) ------------------------------------------------------------
 -- name: begin_action
 -- Fenced like a reply: recorded only while the lease token is current; a key the burst already
 -- recorded (an earlier generation made this call) inserts nothing.
@@ -1020,7 +1020,7 @@ CREATE TABLE oauth_states (
     expires_at        FLOAT8 NOT NULL
 );
 
--- installations (storage/installations.py) --------------------------------------------------------
+-- installations (bot/core/installations.py) ------------------------------------------------------
 
 -- name: save_installation
 -- A new install, or a reinstall of the same workspace (new token, same row).
