@@ -408,10 +408,8 @@ WHERE c.id = :cid;
 SELECT * FROM replies WHERE (CAST(:cid AS TEXT) IS NULL OR conversation_id = :cid) ORDER BY id;
 
 -- name: generations
-SELECT conversation_id, lease_token, from_version, to_version, started_at, ended_at, outcome,
-       input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, error, model, user_id,
-       web_searches, searches
-FROM generations WHERE (CAST(:cid AS TEXT) IS NULL OR conversation_id = :cid) ORDER BY id;
+SELECT * FROM generations WHERE (CAST(:cid AS TEXT) IS NULL OR conversation_id = :cid)
+ORDER BY id;
 
 -- operator side (bot/ops/) --------------------------------------------------------------------
 
@@ -463,9 +461,7 @@ WHERE NOT CAST(:active AS BOOLEAN) OR version > answered_version OR due_at IS NO
 ORDER BY last_activity_at DESC LIMIT :limit;
 
 -- name: all_messages
-SELECT seq, message_id, author_id, author_name, text, created_at, edited_at, deleted, via,
-       attachments, quiet_reason
-FROM messages WHERE conversation_id = :cid ORDER BY seq;
+SELECT * FROM messages WHERE conversation_id = :cid ORDER BY seq;
 
 -- retention and erasure (bot/ops/retention.py): never pending work ------------------------
 
