@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from bot.core.errors import ConfigError
 from bot.core.store import Store
-
-if TYPE_CHECKING:
-    from storage.pool_limits import PoolLimits
+from storage.pool_limits import PoolLimits
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,29}")
 

@@ -105,9 +105,12 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
         self._listener: asyncpg.Connection | None = None
 
     @property
-    def _settings(self) -> dict[str, str]:
+    def _connect_options(self) -> dict[str, Any]:
+        """What the pool's connections and the wake-up connection are opened with."""
         schema = {"search_path": self.schema} if self.schema else {}
-        return {**self.limits.server_settings(), **schema}
+        return {"timeout": self.limits.connect_seconds,
+                "command_timeout": self.limits.command_seconds,
+                "server_settings": {**self.limits.server_settings(), **schema}}  # fmt: skip
 
     async def open(self) -> None:
         """Connects once at start, so a wrong URL or an unreachable server fails here."""
@@ -116,9 +119,7 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
                 self.dsn,
                 min_size=0,  # no background reconnects (and their tracebacks) in an outage
                 max_size=self.pool_size,
-                timeout=self.limits.connect_seconds,
-                command_timeout=self.limits.command_seconds,
-                server_settings=self._settings,
+                **self._connect_options,
             )
             async with self._pool.acquire(timeout=self.limits.connect_seconds):
                 pass
@@ -137,12 +138,7 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
     async def listen(self, hint: Callable[[str], None]) -> None:
         """Call `hint(payload)` on every wake-up hint (ours included); best effort."""
         try:
-            self._listener = await asyncpg.connect(
-                self.dsn,
-                timeout=self.limits.connect_seconds,
-                command_timeout=self.limits.command_seconds,
-                server_settings=self._settings,
-            )
+            self._listener = await asyncpg.connect(self.dsn, **self._connect_options)
             await self._listener.add_listener(
                 WAKEUP_CHANNEL, lambda _listener, _pid, _channel, payload: hint(payload)
             )

@@ -1,5 +1,5 @@
 -- PostgreSQL's own statements, by name: the schema's bookkeeping, wake-up hints and the
--- statements that differ from the shared ones in sql_store.sql (row locks, SKIP LOCKED, arrays).
+-- statements that differ from the shared ones in sql_store.sql (SKIP LOCKED in a CTE, arrays).
 -- Times are DOUBLE PRECISION seconds since the epoch. `:name` parameters become $n; :db_now is the
 -- statement's timestamp and :skew the caller's clock minus it (see sql_store.sql; with
 -- clock="caller" the caller's `:now` and 0).
@@ -24,31 +24,6 @@ INSERT INTO burstbot_schema_version (version) VALUES (:version::integer);
 -- A wake-up hint to other processes, delivered when the transaction commits (polling stays):
 -- 'timer <due_at>', 'outbox <platform>' or 'released'.
 SELECT pg_notify('burstbot_wakeup', :payload::text);
-
--- name: find_message
--- Locks the conversation row, so an edit and a concurrent commit see each other's answered_version.
-SELECT m.conversation_id, m.seq, m.deleted, c.answered_version
-FROM messages m JOIN conversations c ON c.id = m.conversation_id
-WHERE m.message_uid = :uid
-FOR NO KEY UPDATE OF c;
-
--- name: lock_answered_version
--- The commit's first statement: the conversation row is locked before its timer and outbox.
-SELECT answered_version FROM conversations WHERE id = :cid FOR NO KEY UPDATE;
-
--- name: due_timers
--- Skips timers another transaction is changing right now (a lease being taken, a re-arm).
-SELECT conversation_id, due_at + :skew, deadline_at + :skew, armed_version, start_at + :skew
-FROM debounce_timers WHERE due_at <= :db_now::float8 ORDER BY due_at LIMIT :limit::integer
-FOR UPDATE SKIP LOCKED;
-
--- name: speculative_timers
--- Timers due at their early start whose window is still open (`due_timers` takes the closed ones
--- first).
-SELECT conversation_id, due_at + :skew, deadline_at + :skew, armed_version, start_at + :skew
-FROM debounce_timers WHERE start_at <= :db_now::float8 AND due_at > :db_now::float8
-ORDER BY start_at LIMIT :limit::integer
-FOR UPDATE SKIP LOCKED;
 
 -- name: restore_owner_timers
 -- :cids are the conversations `release_owner_leases` just released (and locked).

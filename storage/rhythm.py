@@ -1,10 +1,10 @@
 """The adaptive quiet window's storage side: learn the author's rhythm, choose the burst's window.
 
 Runs inside the arrival's transaction, after the message is stored (so the burst's authors include
-it), through whatever runs one named statement there: the SQL store's `_rows` on its transaction,
-or the SQLite group commit's statements on its connection. The choice itself is the core's pure
-`burst_window`; times here are differences on the database's clock (G12), and the due time is
-armed from the window by the same statement as always (`arm_timer`).
+it), through whatever runs one named statement there (the SQL store's `_rows` on its transaction).
+The choice itself is the core's pure `burst_window`; times here are differences on the database's
+clock (G12), and the due time is armed from the window by the same statement as always
+(`arm_timer`).
 
 Two arrivals of one person in two conversations at the same moment may each read the row before
 the other writes it: the later write wins and one gap is not learned, which the rhythm survives
@@ -68,9 +68,3 @@ async def choose_window(run: RunStatement, key: ConversationKey, seq: int, now: 
     if not changed:
         await run("note_quiet_window", {"cid": key.id, "seq": seq, "reason": window.reason})
     return window
-
-
-async def arrival_window(run: RunStatement, key: ConversationKey, author_id: str, seq: int,
-                         now: float, timing: Timing) -> Window:  # fmt: skip
-    await learn(run, key, author_id, seq, now)
-    return await choose_window(run, key, seq, now, timing)

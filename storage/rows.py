@@ -26,7 +26,7 @@ def message_uid(platform: str, workspace: str, message_id: str) -> str:
     return f"{platform}/{workspace}/{message_id}"
 
 
-def _record(kind: type[R], r: Row, **computed: Any) -> R:
+def from_row(kind: type[R], r: Row, **computed: Any) -> R:
     """A record from the row's columns of the same names (both drivers return the Python types the
     schema declares), with the fields that are not plain columns given by the caller."""
     names = (f.name for f in fields(kind) if f.name not in computed)  # type: ignore[arg-type]
@@ -44,17 +44,17 @@ def attachments_from_json(text: str) -> tuple[Attachment, ...]:
 
 
 def message_from_row(r: Row) -> contract.StoredMessage:
-    return _record(contract.StoredMessage, r, deleted=bool(r["deleted"]),
+    return from_row(contract.StoredMessage, r, deleted=bool(r["deleted"]),
                    attachments=attachments_from_json(r["attachments"]))  # fmt: skip
 
 
 def history_from_row(r: Row) -> contract.HistoryItem:
     attachments = attachments_from_json(r["attachments"])
-    return _record(contract.HistoryItem, r, version=int(r["version"]), attachments=attachments)
+    return from_row(contract.HistoryItem, r, version=int(r["version"]), attachments=attachments)
 
 
 def summary_from_row(r: Row) -> contract.ConversationSummary:
-    return _record(contract.ConversationSummary, r, state=state_from_row(str(r["id"]), r))
+    return from_row(contract.ConversationSummary, r, state=state_from_row(str(r["id"]), r))
 
 
 def state_from_row(conversation_id: str, r: Row) -> contract.ConversationState:
@@ -63,17 +63,17 @@ def state_from_row(conversation_id: str, r: Row) -> contract.ConversationState:
         timer = contract.DueTimer(
             conversation_id, r["due_at"], r["deadline_at"], r["armed_version"]
         )
-    return _record(contract.ConversationState, r, conversation_id=conversation_id, timer=timer)
+    return from_row(contract.ConversationState, r, conversation_id=conversation_id, timer=timer)
 
 
 def outbox_from_row(r: Row, platform_message_ids: tuple[str, ...]) -> contract.OutboxRow:
     """`platform_message_ids` is decoded by the caller (JSON text in SQLite, an array in PG)."""
-    return _record(contract.OutboxRow, r, platform_message_ids=platform_message_ids)
+    return from_row(contract.OutboxRow, r, platform_message_ids=platform_message_ids)
 
 
 def generation_from_row(r: Row) -> contract.GenerationRecord:
     searches = tuple(contract.WebSearch(**s) for s in json.loads(r["searches"] or "[]"))
-    return _record(contract.GenerationRecord, r, usage=_record(contract.TokenUsage, r),
+    return from_row(contract.GenerationRecord, r, usage=from_row(contract.TokenUsage, r),
                    searches=searches)  # fmt: skip
 
 
@@ -96,7 +96,7 @@ def edit_params(event: MessageEdited) -> dict[str, Any]:
 
 def held_from_row(r: Row) -> IncomingMessage:
     """A held message comes back as it was held, marked as one that waited for its thread."""
-    return _record(IncomingMessage, r, key=ConversationKey.parse(r["conversation_id"]),
+    return from_row(IncomingMessage, r, key=ConversationKey.parse(r["conversation_id"]),
                    author_is_bot=False, is_dm=False, via="held",
                    attachments=attachments_from_json(r["attachments"]))  # fmt: skip
 
@@ -120,9 +120,7 @@ def reply_params(
 
 
 def generation_params(record: contract.GenerationRecord) -> dict[str, Any]:
-    return {"cid": record.conversation_id, "token": record.lease_token,
-            "from_version": record.from_version, "to_version": record.to_version,
-            "started_at": record.started_at, "ended_at": record.ended_at,
-            "outcome": record.outcome, "error": record.error, "model": record.model,
-            "user_id": record.user_id, **asdict(record.usage),
-            "searches": json.dumps([asdict(s) for s in record.searches])}  # fmt: skip
+    """The record's fields by name, its usage's beside them and its searches as JSON."""
+    params = asdict(record)  # usage a dict, searches a list of dicts
+    usage = params.pop("usage")
+    return {**params, **usage, "searches": json.dumps(params["searches"])}

@@ -24,53 +24,65 @@ Rules every step keeps:
 from __future__ import annotations
 
 import functools
-from abc import abstractmethod
-from collections.abc import Sequence
-from dataclasses import replace
-from typing import ClassVar, Literal
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import asdict, replace
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from bot.core import store as contract
+from bot.core.actions import ActionRecord, Began, NewAction
+from bot.core.attachments import attachment_uid
 from bot.core.errors import StoreError
-from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited
+from bot.core.events import ConversationKey, Draft, IncomingMessage, MessageDeleted, MessageEdited
+from bot.core.installations import InstallationRecord
 from bot.core.store import ConversationSummary, IngestResult, OutboxRow, Timing
 from storage import rhythm
 from storage import rows as codec
-from storage.actions import ActionSteps
-from storage.backlog import BacklogSteps
-from storage.drafts import DraftSteps
-from storage.files import FileSteps
-from storage.installations import InstallationSteps
-from storage.notes import NoteSteps
-from storage.notices import NoticeSteps
-from storage.requeue import RequeueSteps
-from storage.retention import RetentionSteps
 from storage.rows import Params, Row
-from storage.seam import Conn
-from storage.typing_window import TypingWindowSteps
+
+Conn = TypeVar("Conn")
+PRUNED = ("messages", "replies", "generations", "files", "blobs")
 
 
-class SqlStore(
-    RetentionSteps[Conn],
-    RequeueSteps[Conn],
-    BacklogSteps[Conn],
-    TypingWindowSteps[Conn],
-    FileSteps[Conn],
-    DraftSteps[Conn],
-    NoteSteps[Conn],
-    NoticeSteps[Conn],
-    ActionSteps[Conn],
-    InstallationSteps[Conn],
-):
+class SqlStore(ABC, Generic[Conn]):
     MIGRATIONS: ClassVar[Sequence[str]]
 
-    # the rest of the seam (see the module docstring) ----------------------------------------
+    # the seam (see the module docstring) -----------------------------------------------------
+    @abstractmethod
+    def _transaction(self, arrival: bool = False) -> AbstractAsyncContextManager[Conn]:
+        """`arrival`: a platform event's (ingest, edit, delete, typing notice), which a backend
+        that queues transactions runs first: the platform waits for its acknowledgement."""
+
+    @abstractmethod
+    async def _rows(self, name: str, params: Params, db: Conn | None = None) -> list[Row]: ...
+
+    @abstractmethod
+    def _array(self, values: Sequence[str]) -> object: ...
+
+    @abstractmethod
+    def _strings(self, value: Any) -> tuple[str, ...]: ...
+
     @abstractmethod
     async def _schema_in_use(self, db: Conn) -> int: ...
 
     @abstractmethod
     async def _migrate_to(self, db: Conn, number: int, script: str) -> None: ...
 
+    async def _hint(self, db: Conn, payload: str) -> None:
+        """No other process listens unless the backend says otherwise."""
+
+    async def listen(self, hint: Callable[[str], None]) -> None:
+        """Nothing to hear unless the backend says otherwise (see `_hint`)."""
+
     # plumbing --------------------------------------------------------------------------------
+    async def _one(self, name: str, params: Params, db: Conn | None = None) -> Row | None:
+        rows = await self._rows(name, params, db)
+        return rows[0] if rows else None
+
+    def _outbox(self, r: Row) -> OutboxRow:
+        return codec.outbox_from_row(r, self._strings(r["platform_message_ids"]))
+
     async def _value(self, name: str, params: Params) -> float | None:
         row = await self._one(name, params)
         return None if row is None or row[0] is None else float(row[0])
@@ -105,17 +117,19 @@ class SqlStore(
             if await self._one("insert_message", {**params, "seq": version}, db) is None:
                 await self._rows("undo_ingest", {}, db)
                 return IngestResult("duplicate", cid, version - 1)
-            if timing.adaptive:
-                run = functools.partial(self._rows, db=db)
-                window = await rhythm.arrival_window(
-                    run, message.key, message.author_id, version, now, timing
-                )
-                timing = replace(timing, quiet_seconds=window.seconds)
-            return await self._arm(db, cid, version, now, timing)
+            return await self._arm(db, cid, version, now, timing, message.key, message.author_id)
 
-    async def _arm(
-        self, db: Conn, cid: str, version: int, now: float, timing: Timing
-    ) -> IngestResult:
+    async def _arm(self, db: Conn, cid: str, version: int, now: float, timing: Timing,
+                   key: ConversationKey, author_id: str | None) -> IngestResult:  # fmt: skip
+        """The adaptive window first learns the new message's author (`author_id`; None: an edit
+        or delete re-arms, and every author's window counts from now), then chooses the window."""
+        if timing.adaptive:
+            run = functools.partial(self._rows, db=db)
+            if author_id is not None:
+                await rhythm.learn(run, key, author_id, version, now)
+            changed = author_id is None
+            window = await rhythm.choose_window(run, key, version, now, timing, changed)
+            timing = replace(timing, quiet_seconds=window.seconds)
         arm = {"cid": cid, "now": now, "quiet": timing.quiet_seconds,
                "max_wait": timing.max_wait_seconds, "version": version,
                "speculate_after": timing.speculate_after_seconds}  # fmt: skip
@@ -148,16 +162,22 @@ class SqlStore(
                 return IngestResult(status, cid, int(version[0]) if version else 0)
             bumped = await self._one("bump_version", {"cid": cid}, db)
             assert bumped is not None
-            if timing.adaptive:
-                run = functools.partial(self._rows, db=db)
-                window = await rhythm.choose_window(
-                    run, event.key, int(bumped[0]), now, timing, changed=True
-                )
-                timing = replace(timing, quiet_seconds=window.seconds)
-            return await self._arm(db, cid, int(bumped[0]), now, timing)
+            return await self._arm(db, cid, int(bumped[0]), now, timing, event.key, None)
 
     async def flush(self, conversation_id: str, now: float) -> None:
         await self._rows("flush_timer", {"cid": conversation_id, "now": now})
+
+    async def extend_quiet(
+        self, conversation_id: str, author_id: str, until: float, now: float
+    ) -> float | None:
+        """A typing notice (`bot/core/typing_window.py`): one conditional UPDATE of an armed timer
+        (see `extend_quiet_for_typing`). A notice is an arrival: it keeps its place among the
+        messages around it, so a notice from before a message never stretches that message's
+        window."""
+        params = {"cid": conversation_id, "author": author_id, "until": until, "now": now}
+        async with self._transaction(arrival=True) as db:
+            rows = await self._rows("extend_quiet_for_typing", params, db)
+        return float(rows[0][0]) if rows else None
 
     # 2. timers and leases --------------------------------------------------------------------
     async def next_due_at(self, now: float, skip: Sequence[str] = ()) -> float | None:
@@ -170,8 +190,8 @@ class SqlStore(
         if len(rows) < limit:
             more = {"now": now, "limit": limit - len(rows)}
             rows = [*rows, *await self._rows("speculative_timers", more)]
-        return [contract.DueTimer(r[0], float(r[1]), float(r[2]), int(r[3]), _maybe(r[4]))
-                for r in rows]  # fmt: skip
+        return [contract.DueTimer(r[0], float(r[1]), float(r[2]), int(r[3]),
+                                  None if r[4] is None else float(r[4])) for r in rows]  # fmt: skip
 
     async def postpone_timer(self, conversation_id: str, due_at: float, now: float) -> None:
         await self._rows("postpone_timer", {"cid": conversation_id, "due_at": due_at, "now": now})
@@ -191,7 +211,7 @@ class SqlStore(
             version = int(row["version"])
             hold = {"cid": cid, "expires_at": row["lease_expires_at"], "version": version,
                     "now": now}  # fmt: skip
-            timer = await self._one("hold_timer_deadline", hold, db)
+            timer = await self._one("hold_timer", hold, db)
         return contract.Lease(
             conversation_id=cid, owner=owner, token=int(row["lease_token"]), version=version,
             answered_version=int(row["answered_version"]),
@@ -213,7 +233,8 @@ class SqlStore(
             row = await self._one("renew_lease", params, db)
             if row is None:
                 return None
-            hold = {"cid": cid, "expires_at": row["lease_expires_at"], "version": version}
+            hold = {"cid": cid, "expires_at": row["lease_expires_at"], "version": version,
+                    "now": now}  # fmt: skip
             await self._rows("hold_timer", hold, db)
         return float(row["expires_here"])
 
@@ -306,6 +327,25 @@ class SqlStore(
         await self._rows("record_generation", codec.generation_params(record))
 
     # 6. deliver ------------------------------------------------------------------------------
+    async def queue_notice(
+        self, conversation_id: str, text: str, reply_to_message_id: str, now: float
+    ) -> OutboxRow:
+        """A notice outside any burst: an outbox row of kind `notice` that covers no message. Its
+        versions are the negative `notice_slot` of the message it answers, so the outbox's key
+        (conversation, covers_to_version) holds, no message counts as covered and history leaves
+        it out. It never takes over the conversation's draft (that belongs to the pending
+        burst)."""
+        slot = contract.notice_slot(reply_to_message_id)
+        notice = contract.NewReply(text, "notice", reply_to_message_id, covers_from_version=slot)
+        params = codec.reply_params(conversation_id, notice, slot, slot, slot, now)
+        async with self._transaction() as db:
+            ensure = {"cid": conversation_id, "platform": params["platform"], "now": now}
+            await self._rows("ensure_conversation", ensure, db)
+            row = await self._one("insert_reply", params, db)
+            assert row is not None
+            await self._hint(db, f"outbox {params['platform']}")
+        return self._outbox(row)
+
     async def claim_replies(self, owner: str, now: float, ttl: float, platforms: Sequence[str],
                             limit: int, reply_id: int | None = None,
                             ) -> list[OutboxRow]:  # fmt: skip
@@ -345,6 +385,67 @@ class SqlStore(
             indicator = await self._one("take_indicator_of_reply", {"id": reply_id}, db)
         return contract.Sent(None if indicator is None else str(indicator[0]))
 
+    # streaming: a conversation holds at most one draft; every change to it is fenced by the
+    # lease token, and the commit that inserts a reply hands the draft over to it ----------------
+    async def draft(self, conversation_id: str) -> Draft | None:
+        row = await self._one("draft", {"cid": conversation_id})
+        return None if row is None else Draft(str(row[0]), row[1], row[2] or 0.0, row[3])
+
+    async def record_draft(self, conversation_id: str, token: int, draft: Draft) -> bool:
+        params = {"cid": conversation_id, "token": token, "key": draft.key,
+                  "message_id": draft.message_id, "created_at": draft.created_at,
+                  "reply_to": draft.reply_to}  # fmt: skip
+        return await self._one("record_draft", params) is not None
+
+    async def drop_draft(self, conversation_id: str, token: int, key: str) -> bool:
+        params = {"cid": conversation_id, "token": token, "key": key}
+        return await self._one("drop_draft", params) is not None
+
+    async def _insert_reply(self, db: Conn, params: Params) -> OutboxRow:
+        """In the commit's transaction: the new reply takes over the conversation's draft."""
+        inserted = await self._one("insert_reply", params, db)
+        assert inserted is not None
+        cid = params["cid"]
+        handed = await self._one("hand_draft_to_reply", {"cid": cid, "id": inserted["id"]}, db)
+        await self._one("clear_draft", {"cid": cid}, db)
+        assert handed is not None
+        return self._outbox(handed)
+
+    # durable tool actions (bot.core.actions.ActionLog) ---------------------------------------
+    async def begin_action(self, action: NewAction) -> Began | None:
+        """One fenced insert (the lease token must still be current) that does nothing when the
+        burst already recorded the key; then the key's row is read in the same transaction, so
+        of two generations making one call exactly one records it and both see the same
+        record."""
+        params = asdict(action)
+        params["cid"], params["key"] = params.pop("conversation_id"), action.idempotency_key
+        params["token"] = params.pop("lease_token")
+        async with self._transaction() as db:
+            created = await self._one("begin_action", params, db) is not None
+            row = await self._one("action", params, db)
+        if row is None:
+            return None  # fenced out: the lease is another worker's now
+        record = _action(row)
+        if not created and record.from_version != action.from_version:
+            return None  # a key of another burst: cannot happen with derived keys
+        return Began(record, created)
+
+    async def finish_action(
+        self, conversation_id: str, idempotency_key: str, result: str, failed: bool, now: float
+    ) -> bool:
+        params = {"cid": conversation_id, "key": idempotency_key, "result": result,
+                  "failed": failed, "now": now}  # fmt: skip
+        return await self._one("finish_action", params) is not None
+
+    async def actions(
+        self, conversation_id: str, from_version: int | None = None
+    ) -> list[ActionRecord]:
+        params = {"cid": conversation_id, "from_version": from_version}
+        return [_action(r) for r in await self._rows("actions", params)]
+
+    async def actions_since(self, since: float) -> list[ActionRecord]:
+        return [_action(r) for r in await self._rows("actions_since", {"since": since})]
+
     # the thinking indicator ------------------------------------------------------------------
     async def record_indicator(self, conversation_id: str, at: str, version: int) -> bool:
         params = {"cid": conversation_id, "at": at, "version": version}
@@ -370,6 +471,23 @@ class SqlStore(
     async def mark_failed(self, reply_id: int, claim_token: int, error: str) -> bool:
         params = {"id": reply_id, "claim": claim_token, "error": error}
         return await self._one("mark_failed", params) is not None
+
+    # failed replies re-queued by hand (bot/ops/requeue.py, `burstbot retry`) ------------------
+    async def requeue_failed(
+        self, reply_id: int | None, conversation_id: str | None, now: float
+    ) -> list[int]:
+        """One statement: the failed reply `reply_id`, or every failed reply of the conversation,
+        pending again and due `now`; the ids re-queued, and a wake-up hint for the deliverers."""
+        params = {"id": reply_id, "cid": conversation_id, "now": now}
+        async with self._transaction() as db:
+            rows = await self._rows("requeue_failed", params, db)
+            for platform in sorted({str(r["platform"]) for r in rows}):
+                await self._hint(db, f"outbox {platform}")
+        return sorted(int(r["id"]) for r in rows)
+
+    async def reply_state(self, reply_id: int) -> str | None:
+        row = await self._one("reply_state", {"id": reply_id})
+        return None if row is None else str(row[0])
 
     # /reset ----------------------------------------------------------------------------------
     async def reset_history(self, conversation_id: str) -> int | None:
@@ -399,6 +517,42 @@ class SqlStore(
     ) -> dict[str, str | None]:
         params = {"platform": platform, "before": before, "now": now}
         return {str(r[0]): r[1] for r in await self._rows("catch_up_points", params)}
+
+    # fetched files (bot.core.attachments): what each file's one fetch gave, and its bytes, kept
+    # once per SHA-256 however many messages share them ------------------------------------------
+    async def attachment_file(self, uid: str) -> contract.StoredFile | None:
+        rows = await self._rows("attachment_file", {"uid": uid})
+        if not rows:
+            return None
+        content = rows[0]["content"]
+        return contract.StoredFile(
+            rows[0]["sha256"], rows[0]["note"], None if content is None else bytes(content)
+        )
+
+    async def keep_attachment_file(self, uid: str, file: contract.StoredFile, now: float) -> None:
+        """One transaction: the bytes (unless that hash is kept already), then the outcome."""
+        async with self._transaction() as db:
+            if file.sha256 is not None and file.content is not None:
+                blob = {"sha256": file.sha256, "content": file.content, "now": now}
+                await self._rows("keep_attachment_blob", blob, db)
+            outcome = {"uid": uid, "sha256": file.sha256, "note": file.note, "now": now}
+            await self._rows("keep_attachment_file", outcome, db)
+
+    # what front ends note about a conversation (bot.core.notes.NoteBook): one named value per
+    # conversation, kept apart from the conversation row, since it may be written before the
+    # conversation has a message (Slack's assistant thread opens empty) -----------------------
+    async def note(self, conversation_id: str, name: str) -> str | None:
+        row = await self._one("note", {"cid": conversation_id, "name": name})
+        return None if row is None else str(row[0])
+
+    async def put_note(self, conversation_id: str, name: str, value: str, now: float) -> None:
+        params = {"cid": conversation_id, "name": name, "value": value, "now": now}
+        await self._rows("put_note", params)
+
+    async def add_note(self, conversation_id: str, name: str, value: str, now: float) -> bool:
+        """One conditional insert: of two deliveries of one event exactly one gets True."""
+        params = {"cid": conversation_id, "name": name, "value": value, "now": now}
+        return await self._one("add_note", params) is not None
 
     # cost-guard counters (bot.ops.guards) ----------------------------------------------------
     async def add_to_counter(self, scope: str, window_start: int, amount: int, expires_at: float,
@@ -432,6 +586,117 @@ class SqlStore(
         rows = await self._rows("read_counter", {"scope": scope, "window_start": window_start})
         return int(rows[0][0]) if rows else 0
 
+    # retention and erasure on request (bot/ops/retention.py, `burstbot forget`): none of it
+    # touches pending work (unanswered messages, replies still in the outbox, armed timers) ----
+    async def _counts(self, names: tuple[str, ...], prefix: str, params: Params) -> dict[str, int]:
+        """Each statement alone (each is complete by itself; running them again is harmless)."""
+        return {name: len(await self._rows(f"{prefix}_{name}", params)) for name in names}
+
+    async def prune(self, cutoff: float) -> dict[str, int]:
+        """Delete answered messages, settled replies and generations older than `cutoff`."""
+        return await self._counts(PRUNED, "prune", {"cutoff": cutoff})
+
+    async def prune_files(self, cutoff: float) -> dict[str, int]:
+        """Delete downloaded files older than `cutoff` (and bytes nothing refers to any more);
+        the messages that carried them keep their descriptions."""
+        return await self._counts(("files", "blobs"), "prune", {"cutoff": cutoff})
+
+    async def forget_user(self, user_id: str, platform: str | None, now: float) -> dict[str, int]:
+        """Erase a person's messages (text, name, id) everywhere, or on one platform. An answer
+        still being generated where they spoke loses its fence first, and what the others said
+        is answered again at `now`, from a prompt without the erased text."""
+        params = {"user": user_id, "platform": platform}
+        fenced = await self._rows("forget_user_fence", params)
+        files = await self._forget_files("user_files", params)
+        tables = ("messages", "held", "generations", "actions")
+        counts = await self._counts(tables, "forget_user", params)
+        for row in fenced:  # due again only once the text is gone, or a prompt could still read it
+            await self._rows("restore_timer", {"cid": row[0]})  # no lease holds it any more
+            await self._rows("forget_user_rearm", {"cid": row[0], "now": now})
+        return {**counts, "files": files}
+
+    async def forget_conversation(self, conversation_id: str) -> dict[str, int]:
+        """Erase a conversation's messages and posted replies (and leave all of it out of later
+        prompts, as `/reset` does); count the replies still unsent. An answer still being
+        generated loses its lease's fence first, so it is discarded rather than stored after."""
+        params = {"cid": conversation_id}
+        await self._rows("forget_conversation_fence", params)  # an answer under way is discarded
+        await self._rows("forget_conversation_timer", params)
+        await self._rows("reset_history", params)
+        files = await self._forget_files("conversation_files", params)
+        tables = ("messages", "replies", "held", "generations", "actions")
+        counts = await self._counts(tables, "forget_conversation", params)
+        await self._rows("forget_conversation_notes", params)  # the viewed channel, a title
+        unsent = await self._rows("unsent_replies", params)
+        return {**counts, "files": files, "unsent_replies_kept": int(unsent[0][0])}
+
+    async def _forget_files(self, selected: str, params: Params) -> int:
+        """Delete the kept files (and bytes no other file shares) of the messages `selected`
+        reads, before their descriptions are erased with the text."""
+        uids = {attachment_uid(ConversationKey.parse(str(r[0])), a)
+                for r in await self._rows(selected, params)
+                for a in codec.attachments_from_json(str(r[1]))}  # fmt: skip
+        for uid in uids:
+            await self._rows("forget_file", {"uid": uid})
+        await self._rows("prune_blobs", {})
+        return len(uids)
+
+    # Slack installations and OAuth states (bot.core.installations.InstallationBook). Tokens
+    # arrive encrypted and leave as they came: encryption is the Slack adapter's
+    # (adapters/slack/token_box.py), so neither this file nor the database holds a key ---------
+    async def save_installation(self, record: InstallationRecord, now: float) -> None:
+        await self._rows("save_installation", {**asdict(record), "now": now})
+
+    async def installation(self, team_id: str) -> InstallationRecord | None:
+        row = await self._one("installation", {"team": team_id})
+        return None if row is None else codec.from_row(InstallationRecord, row)
+
+    async def installations(self) -> list[InstallationRecord]:
+        rows = await self._rows("all_installations", {})
+        return [codec.from_row(InstallationRecord, row) for row in rows]
+
+    async def delete_installation(self, team_id: str) -> bool:
+        return await self._one("delete_installation", {"team": team_id}) is not None
+
+    async def claim_token_refresh(
+        self, team_id: str, version: int, owner: str, seconds: float, now: float
+    ) -> bool:
+        params = {"team": team_id, "version": version, "owner": owner, "seconds": seconds,
+                  "now": now}  # fmt: skip
+        return await self._one("claim_token_refresh", params) is not None
+
+    async def store_refreshed_token(
+        self,
+        team_id: str,
+        version: int,
+        owner: str,
+        token: str,
+        refresh_token: str | None,
+        expires_at: float | None,
+    ) -> int | None:
+        params = {"team": team_id, "version": version, "owner": owner, "token": token,
+                  "refresh": refresh_token, "expires_at": expires_at}  # fmt: skip
+        row = await self._one("store_refreshed_token", params)
+        return None if row is None else int(row[0])
+
+    async def add_oauth_state(self, state: str, expires_at: float) -> None:
+        await self._rows("add_oauth_state", {"state": state, "expires_at": expires_at})
+
+    async def consume_oauth_state(self, state: str, now: float) -> bool:
+        await self._rows("prune_oauth_states", {"now": now})
+        row = await self._one("consume_oauth_state", {"state": state})
+        return row is not None and float(row[0]) >= now
+
+    async def workspace_conversations(self, platform: str, workspace: str) -> list[str]:
+        rows = await self._rows("workspace_conversations", {"prefix": _like(platform, workspace)})
+        return [str(row[0]) for row in rows]
+
+    async def fail_workspace_replies(
+        self, platform: str, workspace: str, reason: str, now: float
+    ) -> int:
+        params = {"prefix": _like(platform, workspace), "error": reason, "now": now}
+        return len(await self._rows("fail_workspace_replies", params))
+
     # operator inspection (burstbot status, explain) -----------------------------------------
     async def list_conversations(self, active_only: bool = True, limit: int = 50,
                                  ) -> list[ConversationSummary]:  # fmt: skip
@@ -443,6 +708,12 @@ class SqlStore(
         return [codec.message_from_row(r) for r in rows]
 
     # inspection ------------------------------------------------------------------------------
+    async def backlog(self) -> contract.Backlog:
+        """The outbox's backlog for health and metrics (`bot/ops/health.py`)."""
+        [row] = await self._rows("backlog", {})
+        oldest = None if row["oldest_pending_at"] is None else float(row["oldest_pending_at"])
+        return contract.Backlog(int(row["outbox_depth"]), oldest, int(row["outbox_failed"]))
+
     async def conversation_state(self, conversation_id: str) -> contract.ConversationState | None:
         r = await self._one("conversation_state", {"cid": conversation_id})
         return None if r is None else codec.state_from_row(conversation_id, r)
@@ -457,5 +728,14 @@ class SqlStore(
         return [codec.generation_from_row(r) for r in rows]
 
 
-def _maybe(value: object) -> float | None:
-    return None if value is None else float(value)  # type: ignore[arg-type]
+def _action(r: Row) -> ActionRecord:
+    """SQLite returns its booleans as integers."""
+    return codec.from_row(ActionRecord, r, read_only=bool(r["read_only"]), failed=bool(r["failed"]))
+
+
+def _like(platform: str, workspace: str) -> str:
+    """Every conversation id of the workspace (ids never hold '/' inside a part; '%' and '_'
+    are escaped by refusing them: Slack team ids are letters and digits)."""
+    if not workspace.isalnum():
+        raise ValueError(f"not a workspace id: {workspace!r}")
+    return f"{platform}/{workspace}/%"

@@ -5,7 +5,9 @@
 -- Written to run on both: `:name` parameters (PostgreSQL gets $n, one per name); a CAST where
 -- PostgreSQL cannot tell a parameter's type from its context (arithmetic, IS NULL, a bare boolean),
 -- with type names SQLite reads too (FLOAT8 has REAL affinity, BOOLEAN numeric); `NOT deleted`;
--- LEAST/GREATEST, which SQLite runs as its multi-argument MIN/MAX.
+-- LEAST/GREATEST, which SQLite runs as its multi-argument MIN/MAX; PostgreSQL's row locks
+-- (`FOR UPDATE`, `FOR NO KEY UPDATE`, `SKIP LOCKED`), which SQLite leaves out: its transactions'
+-- BEGIN IMMEDIATE already holds the write lock.
 --
 -- One clock for the protocol (G12). `:db_now` is the database's clock: it stamps and is compared
 -- with every protocol time (debounce due and deadline, lease and claim expiry, a message's arrival,
@@ -50,15 +52,13 @@ RETURNING seq;
 INSERT INTO debounce_timers AS t (conversation_id, due_at, deadline_at, quiet_until, armed_version,
                                   start_at)
 VALUES (:cid,
-        LEAST(CAST(:db_now AS FLOAT8) + CAST(:quiet AS FLOAT8),
-              CAST(:db_now AS FLOAT8) + CAST(:max_wait AS FLOAT8)),
+        CAST(:db_now AS FLOAT8) + LEAST(CAST(:quiet AS FLOAT8), CAST(:max_wait AS FLOAT8)),
         CAST(:db_now AS FLOAT8) + CAST(:max_wait AS FLOAT8),
         CAST(:db_now AS FLOAT8) + CAST(:quiet AS FLOAT8),
         :version,
-        CASE WHEN CAST(:speculate_after AS FLOAT8) IS NOT NULL
-             THEN LEAST(CAST(:db_now AS FLOAT8) + CAST(:speculate_after AS FLOAT8),
-                        CAST(:db_now AS FLOAT8) + CAST(:quiet AS FLOAT8),
-                        CAST(:db_now AS FLOAT8) + CAST(:max_wait AS FLOAT8)) END)
+        CAST(:db_now AS FLOAT8) + CASE WHEN CAST(:speculate_after AS FLOAT8) IS NOT NULL
+            THEN LEAST(CAST(:speculate_after AS FLOAT8), CAST(:quiet AS FLOAT8),
+                       CAST(:max_wait AS FLOAT8)) END)
 ON CONFLICT (conversation_id) DO UPDATE SET
     quiet_until = excluded.quiet_until,
     due_at = LEAST(excluded.quiet_until, t.deadline_at),
@@ -78,6 +78,13 @@ RETURNING seq;
 UPDATE messages SET deleted = TRUE, edited_at = :db_now
 WHERE message_uid = :uid AND NOT deleted
 RETURNING seq;
+
+-- name: find_message
+-- Locks the conversation row, so an edit and a concurrent commit see each other's answered_version.
+SELECT m.conversation_id, m.seq, m.deleted, c.answered_version
+FROM messages m JOIN conversations c ON c.id = m.conversation_id
+WHERE m.message_uid = :uid
+FOR NO KEY UPDATE OF c;
 
 -- name: extend_quiet_for_typing
 -- An author of the pending burst is typing: its quiet window lasts until :until, never past the
@@ -151,6 +158,20 @@ SELECT conversation_id, start_at + :skew
 FROM (SELECT conversation_id, start_at FROM debounce_timers WHERE start_at IS NOT NULL
       ORDER BY start_at LIMIT :limit) AS starting;
 
+-- name: due_timers
+-- Skips timers another transaction is changing right now (a lease being taken, a re-arm).
+SELECT conversation_id, due_at + :skew, deadline_at + :skew, armed_version, start_at + :skew
+FROM debounce_timers WHERE due_at <= CAST(:db_now AS FLOAT8) ORDER BY due_at LIMIT :limit
+FOR UPDATE SKIP LOCKED;
+
+-- name: speculative_timers
+-- Timers due at their early start whose window is still open (`due_timers` takes the closed ones
+-- first).
+SELECT conversation_id, due_at + :skew, deadline_at + :skew, armed_version, start_at + :skew
+FROM debounce_timers WHERE start_at <= CAST(:db_now AS FLOAT8) AND due_at > CAST(:db_now AS FLOAT8)
+ORDER BY start_at LIMIT :limit
+FOR UPDATE SKIP LOCKED;
+
 -- name: postpone_timer
 -- Leased elsewhere: no early start any more, and not before :due_at (a window still open stays so).
 UPDATE debounce_timers SET due_at = GREATEST(due_at, CAST(:due_at AS FLOAT8) - :skew), start_at = NULL
@@ -174,20 +195,16 @@ WHERE id = :cid AND lease_owner IS NOT NULL AND lease_expires_at < CAST(:db_now 
 RETURNING lease_token, version, answered_version, lease_expires_at, failed_attempts,
           lease_expires_at + :skew AS expires_here;
 
--- name: hold_timer_deadline
--- `hold_timer`, returning the burst's deadline and its window's close (on the caller's clock) in
--- the same statement. :expires_at is the lease's expiry as stored.
+-- name: hold_timer
+-- While a lease is held the timer waits for the lease's expiry (takeover after a crash), unless
+-- newer input re-armed it; the generation under the lease is the early start, if one was armed.
+-- :expires_at is the lease's expiry as stored; returned: the burst's deadline and its window's
+-- close (on the caller's clock), which a new lease reports.
 UPDATE debounce_timers
 SET due_at = CASE WHEN armed_version <= :version THEN GREATEST(due_at, :expires_at) ELSE due_at END,
     start_at = CASE WHEN armed_version <= :version THEN NULL ELSE start_at END
 WHERE conversation_id = :cid
 RETURNING deadline_at + :skew, LEAST(quiet_until, deadline_at) + :skew;
-
--- name: hold_timer
--- While a lease is held the timer waits for the lease's expiry (takeover after a crash), unless
--- newer input re-armed it; the generation under the lease is the early start, if one was armed.
-UPDATE debounce_timers SET due_at = GREATEST(due_at, :expires_at), start_at = NULL
-WHERE conversation_id = :cid AND armed_version <= :version;
 
 -- name: window_closes_at
 -- When the burst's window closes (a typing notice may have moved it since the lease was taken).
@@ -250,6 +267,10 @@ ORDER BY version DESC, ord DESC LIMIT :limit;
 
 -- 5. final check + commit -------------------------------------------------------------------------
 
+-- name: lock_answered_version
+-- The commit's first statement: the conversation row is locked before its timer and outbox.
+SELECT answered_version FROM conversations WHERE id = :cid FOR NO KEY UPDATE;
+
 -- name: final_check
 UPDATE conversations
 SET answered_version = :version, lease_owner = NULL, lease_expires_at = NULL, failed_attempts = 0
@@ -288,8 +309,8 @@ ON CONFLICT (conversation_id) DO UPDATE SET due_at = excluded.due_at, start_at =
 INSERT INTO generations (conversation_id, lease_token, from_version, to_version, started_at,
                          ended_at, outcome, input_tokens, output_tokens, cache_read_tokens,
                          cache_write_tokens, error, model, user_id, web_searches, searches)
-VALUES (:cid, :token, :from_version, :to_version, :started_at, :ended_at, :outcome,
-        :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens, :error,
+VALUES (:conversation_id, :lease_token, :from_version, :to_version, :started_at, :ended_at,
+        :outcome, :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens, :error,
         :model, :user_id, :web_searches, :searches);
 
 -- 6. deliver (claim_replies and next_outbox_at take a list: per dialect) -------------------------
@@ -387,12 +408,10 @@ WHERE c.id = :cid;
 SELECT * FROM replies WHERE (CAST(:cid AS TEXT) IS NULL OR conversation_id = :cid) ORDER BY id;
 
 -- name: generations
-SELECT conversation_id, lease_token, from_version, to_version, started_at, ended_at, outcome,
-       input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, error, model, user_id,
-       web_searches, searches
-FROM generations WHERE (CAST(:cid AS TEXT) IS NULL OR conversation_id = :cid) ORDER BY id;
+SELECT * FROM generations WHERE (CAST(:cid AS TEXT) IS NULL OR conversation_id = :cid)
+ORDER BY id;
 
--- operator side (storage/ops.py) ------------------------------------------------------------------
+-- operator side (bot/ops/) --------------------------------------------------------------------
 
 -- name: reset_history
 UPDATE conversations SET history_floor = version WHERE id = :cid RETURNING history_floor;
@@ -424,7 +443,7 @@ SELECT amount FROM usage_counters WHERE scope = :scope AND window_start = :windo
 -- Newest activity first; `active` keeps only conversations with something in flight.
 SELECT * FROM (
     SELECT c.id, c.version, c.answered_version, c.lease_owner, c.lease_token,
-           c.lease_expires_at, c.failed_attempts, c.history_floor,
+           c.lease_expires_at, c.failed_attempts,
            t.due_at, t.deadline_at, t.armed_version,
            (SELECT COUNT(*) FROM messages m
             WHERE m.conversation_id = c.id AND m.seq > c.answered_version AND NOT m.deleted)
@@ -442,11 +461,9 @@ WHERE NOT CAST(:active AS BOOLEAN) OR version > answered_version OR due_at IS NO
 ORDER BY last_activity_at DESC LIMIT :limit;
 
 -- name: all_messages
-SELECT seq, message_id, author_id, author_name, text, created_at, edited_at, deleted, via,
-       attachments, quiet_reason
-FROM messages WHERE conversation_id = :cid ORDER BY seq;
+SELECT * FROM messages WHERE conversation_id = :cid ORDER BY seq;
 
--- retention and erasure (storage/upkeep.py): never pending work -----------------------------------
+-- retention and erasure (bot/ops/retention.py): never pending work ------------------------
 
 -- name: prune_messages
 -- Answered messages older than the cutoff; pending input (seq above answered_version) stays.
@@ -574,7 +591,7 @@ WHERE user_id = :user AND (arguments != '{}' OR result != '')
        OR conversation_id IN (SELECT id FROM conversations WHERE platform = :platform))
 RETURNING idempotency_key;
 
--- tool actions (storage/actions.py) -------------------------------------------------------------
+-- tool actions (bot/core/actions.py) ------------------------------------------------------------
 -- name: begin_action
 -- Fenced like a reply: recorded only while the lease token is current; a key the burst already
 -- recorded (an earlier generation made this call) inserts nothing.
@@ -659,7 +676,7 @@ SELECT id, message_id FROM (
 ) known
 ORDER BY COALESCE(active_at, CAST(:before AS FLOAT8) - :skew) DESC, id;
 
--- attachments (bot/core/attachments.py, storage/files.py) ---------------------------------------
+-- attachments (bot/core/attachments.py) -----------------------------------------------------------
 
 -- name: attachment_file
 SELECT f.sha256, f.note, b.content
@@ -676,7 +693,7 @@ INSERT INTO attachment_files (attachment_uid, sha256, note, fetched_at)
 VALUES (:uid, :sha256, :note, :now)
 ON CONFLICT (attachment_uid) DO NOTHING;
 
--- streaming: a conversation's draft (storage/drafts.py) --------------------------------------------
+-- streaming: a conversation's draft ---------------------------------------------------------------
 
 -- name: draft
 SELECT draft_key, draft_message_id, draft_created_at, draft_reply_to
@@ -714,7 +731,7 @@ UPDATE conversations SET draft_key = NULL, draft_message_id = NULL, draft_create
     draft_reply_to = NULL
 WHERE id = :cid;
 
--- what front ends note about a conversation (storage/notes.py) ---------------------------------
+-- what front ends note about a conversation (bot/core/notes.py) -----------------------------------
 
 -- name: note
 SELECT value FROM conversation_notes WHERE conversation_id = :cid AND name = :name;
@@ -999,14 +1016,14 @@ CREATE TABLE oauth_states (
     expires_at        FLOAT8 NOT NULL
 );
 
--- installations (storage/installations.py) --------------------------------------------------------
+-- installations (bot/core/installations.py) ------------------------------------------------------
 
 -- name: save_installation
 -- A new install, or a reinstall of the same workspace (new token, same row).
 INSERT INTO slack_installations (team_id, enterprise_id, team_name, app_id, bot_user_id, bot_id,
     bot_scopes, installer_id, bot_token, refresh_token, expires_at, installed_at)
-VALUES (:team, :enterprise, :name, :app, :bot_user, :bot, :scopes, :installer, :token, :refresh,
-    :expires_at, :now)
+VALUES (:team_id, :enterprise_id, :team_name, :app_id, :bot_user_id, :bot_id, :bot_scopes,
+    :installer_id, :bot_token, :refresh_token, :expires_at, :now)
 ON CONFLICT (team_id) DO UPDATE SET enterprise_id = excluded.enterprise_id,
     team_name = excluded.team_name, app_id = excluded.app_id, bot_user_id = excluded.bot_user_id,
     bot_id = excluded.bot_id, bot_scopes = excluded.bot_scopes,
@@ -1017,14 +1034,10 @@ ON CONFLICT (team_id) DO UPDATE SET enterprise_id = excluded.enterprise_id,
     refresh_owner = NULL, refresh_until = NULL;
 
 -- name: installation
-SELECT team_id, enterprise_id, team_name, app_id, bot_user_id, bot_id, bot_scopes, installer_id,
-    bot_token, refresh_token, expires_at, installed_at, token_version
-FROM slack_installations WHERE team_id = :team;
+SELECT * FROM slack_installations WHERE team_id = :team;
 
 -- name: all_installations
-SELECT team_id, enterprise_id, team_name, app_id, bot_user_id, bot_id, bot_scopes, installer_id,
-    bot_token, refresh_token, expires_at, installed_at, token_version
-FROM slack_installations ORDER BY installed_at, team_id;
+SELECT * FROM slack_installations ORDER BY installed_at, team_id;
 
 -- name: delete_installation
 DELETE FROM slack_installations WHERE team_id = :team RETURNING team_id;

@@ -37,11 +37,14 @@ from storage.sql_store import SqlStore
 from storage.sqlite_thread import to_completion
 from storage.turns import ArrivalsFirst
 
+_ROW_LOCK = re.compile(r"\bFOR (NO KEY )?UPDATE( OF \w+)?( SKIP LOCKED)?")
+
 
 def _for_sqlite(sql: str) -> str:
-    """The shared statements' LEAST and GREATEST are SQLite's multi-argument MIN and MAX; the
-    database's clock is the host's, so `:db_now` is the caller's `:now` and `:skew` is 0."""
-    sql = on_clock(sql, db_now=":now", skew="0.0")
+    """The shared statements' LEAST and GREATEST are SQLite's multi-argument MIN and MAX, and
+    their row locks go (`BEGIN IMMEDIATE` holds the write lock); the database's clock is the
+    host's, so `:db_now` is the caller's `:now` and `:skew` is 0."""
+    sql = _ROW_LOCK.sub("", on_clock(sql, db_now=":now", skew="0.0"))
     return re.sub(r"\bGREATEST\(", "MAX(", re.sub(r"\bLEAST\(", "MIN(", sql))
 
 
@@ -190,18 +193,14 @@ async def _roll_back(db: aiosqlite.Connection) -> None:
             await to_completion(db.execute("ROLLBACK"))
 
 
-def _is_file(path: str) -> bool:
-    """A plain path (not `:memory:`, not a `file:` URI): files beside it can be made."""
-    return path != ":memory:" and not path.startswith("file:")
-
-
 def _create_private(path: str) -> None:
     """Create a new database file readable by its owner only (0600) before SQLite opens it.
 
     SQLite gives the WAL and shared-memory files the database file's permissions, so they are
-    private too. An existing file is left as it is.
+    private too. An existing file is left as it is, and so are `:memory:` and a `file:` URI (not a
+    plain path).
     """
-    if not _is_file(path):
+    if path == ":memory:" or path.startswith("file:"):
         return
     with contextlib.suppress(FileExistsError):
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))

@@ -1,25 +1,6 @@
--- SQLite's own statements, by name: those that differ from the shared ones in sql_store.sql (no
--- row locks: `BEGIN IMMEDIATE` already holds the write lock; lists travel as JSON text). Times are REAL seconds since the epoch, on the host's clock: `:now` is the
+-- SQLite's own statements, by name: those that differ from the shared ones in sql_store.sql (lists
+-- travel as JSON text). Times are REAL seconds since the epoch, on the host's clock: `:now` is the
 -- database's (sql_store.sql's `:db_now`).
-
--- name: find_message
-SELECT m.conversation_id, m.seq, m.deleted, c.answered_version
-FROM messages m JOIN conversations c ON c.id = m.conversation_id
-WHERE m.message_uid = :uid;
-
--- name: lock_answered_version
--- No lock clause here or in `find_message`: the transaction's BEGIN IMMEDIATE holds the write lock.
-SELECT answered_version FROM conversations WHERE id = :cid;
-
--- name: due_timers
-SELECT conversation_id, due_at, deadline_at, armed_version, start_at
-FROM debounce_timers WHERE due_at <= :now ORDER BY due_at LIMIT :limit;
-
--- name: speculative_timers
--- Timers due at their early start whose window is still open (`due_timers` takes the closed ones
--- first).
-SELECT conversation_id, due_at, deadline_at, armed_version, start_at
-FROM debounce_timers WHERE start_at <= :now AND due_at > :now ORDER BY start_at LIMIT :limit;
 
 -- name: restore_owner_timers
 -- :cids is a JSON array of the conversations `release_owner_leases` just released.

@@ -16,7 +16,7 @@ HOT = (
     "speculative_timers",
     "acquire_lease",
     "take_over_lease",
-    "hold_timer_deadline",
+    "hold_timer",
     "pending_messages",
     "history",
     "final_check",
