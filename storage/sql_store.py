@@ -24,65 +24,41 @@ Rules every step keeps:
 from __future__ import annotations
 
 import functools
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
-from contextlib import AbstractAsyncContextManager
-from dataclasses import asdict, replace
-from typing import Any, ClassVar, Generic, Literal, TypeVar
+from abc import abstractmethod
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import ClassVar, Literal
 
 from bot.core import store as contract
-from bot.core.actions import ActionRecord, Began, NewAction
-from bot.core.attachments import attachment_uid
 from bot.core.errors import StoreError
 from bot.core.events import ConversationKey, Draft, IncomingMessage, MessageDeleted, MessageEdited
-from bot.core.installations import InstallationRecord
 from bot.core.store import ConversationSummary, IngestResult, OutboxRow, Timing
 from storage import rhythm
 from storage import rows as codec
+from storage.actions import ActionSteps
+from storage.installations import InstallationSteps
+from storage.requeue import RequeueSteps
+from storage.retention import RetentionSteps
 from storage.rows import Params, Row
-
-Conn = TypeVar("Conn")
-PRUNED = ("messages", "replies", "generations", "files", "blobs")
+from storage.seam import Conn
 
 
-class SqlStore(ABC, Generic[Conn]):
+class SqlStore(
+    RetentionSteps[Conn],
+    RequeueSteps[Conn],
+    ActionSteps[Conn],
+    InstallationSteps[Conn],
+):
     MIGRATIONS: ClassVar[Sequence[str]]
 
-    # the seam (see the module docstring) -----------------------------------------------------
-    @abstractmethod
-    def _transaction(self, arrival: bool = False) -> AbstractAsyncContextManager[Conn]:
-        """`arrival`: a platform event's (ingest, edit, delete, typing notice), which a backend
-        that queues transactions runs first: the platform waits for its acknowledgement."""
-
-    @abstractmethod
-    async def _rows(self, name: str, params: Params, db: Conn | None = None) -> list[Row]: ...
-
-    @abstractmethod
-    def _array(self, values: Sequence[str]) -> object: ...
-
-    @abstractmethod
-    def _strings(self, value: Any) -> tuple[str, ...]: ...
-
+    # the rest of the seam (see the module docstring) ----------------------------------------
     @abstractmethod
     async def _schema_in_use(self, db: Conn) -> int: ...
 
     @abstractmethod
     async def _migrate_to(self, db: Conn, number: int, script: str) -> None: ...
 
-    async def _hint(self, db: Conn, payload: str) -> None:
-        """No other process listens unless the backend says otherwise."""
-
-    async def listen(self, hint: Callable[[str], None]) -> None:
-        """Nothing to hear unless the backend says otherwise (see `_hint`)."""
-
     # plumbing --------------------------------------------------------------------------------
-    async def _one(self, name: str, params: Params, db: Conn | None = None) -> Row | None:
-        rows = await self._rows(name, params, db)
-        return rows[0] if rows else None
-
-    def _outbox(self, r: Row) -> OutboxRow:
-        return codec.outbox_from_row(r, self._strings(r["platform_message_ids"]))
-
     async def _value(self, name: str, params: Params) -> float | None:
         row = await self._one(name, params)
         return None if row is None or row[0] is None else float(row[0])
@@ -411,41 +387,6 @@ class SqlStore(ABC, Generic[Conn]):
         assert handed is not None
         return self._outbox(handed)
 
-    # durable tool actions (bot.core.actions.ActionLog) ---------------------------------------
-    async def begin_action(self, action: NewAction) -> Began | None:
-        """One fenced insert (the lease token must still be current) that does nothing when the
-        burst already recorded the key; then the key's row is read in the same transaction, so
-        of two generations making one call exactly one records it and both see the same
-        record."""
-        params = asdict(action)
-        params["cid"], params["key"] = params.pop("conversation_id"), action.idempotency_key
-        params["token"] = params.pop("lease_token")
-        async with self._transaction() as db:
-            created = await self._one("begin_action", params, db) is not None
-            row = await self._one("action", params, db)
-        if row is None:
-            return None  # fenced out: the lease is another worker's now
-        record = _action(row)
-        if not created and record.from_version != action.from_version:
-            return None  # a key of another burst: cannot happen with derived keys
-        return Began(record, created)
-
-    async def finish_action(
-        self, conversation_id: str, idempotency_key: str, result: str, failed: bool, now: float
-    ) -> bool:
-        params = {"cid": conversation_id, "key": idempotency_key, "result": result,
-                  "failed": failed, "now": now}  # fmt: skip
-        return await self._one("finish_action", params) is not None
-
-    async def actions(
-        self, conversation_id: str, from_version: int | None = None
-    ) -> list[ActionRecord]:
-        params = {"cid": conversation_id, "from_version": from_version}
-        return [_action(r) for r in await self._rows("actions", params)]
-
-    async def actions_since(self, since: float) -> list[ActionRecord]:
-        return [_action(r) for r in await self._rows("actions_since", {"since": since})]
-
     # the thinking indicator ------------------------------------------------------------------
     async def record_indicator(self, conversation_id: str, at: str, version: int) -> bool:
         params = {"cid": conversation_id, "at": at, "version": version}
@@ -471,23 +412,6 @@ class SqlStore(ABC, Generic[Conn]):
     async def mark_failed(self, reply_id: int, claim_token: int, error: str) -> bool:
         params = {"id": reply_id, "claim": claim_token, "error": error}
         return await self._one("mark_failed", params) is not None
-
-    # failed replies re-queued by hand (bot/ops/requeue.py, `burstbot retry`) ------------------
-    async def requeue_failed(
-        self, reply_id: int | None, conversation_id: str | None, now: float
-    ) -> list[int]:
-        """One statement: the failed reply `reply_id`, or every failed reply of the conversation,
-        pending again and due `now`; the ids re-queued, and a wake-up hint for the deliverers."""
-        params = {"id": reply_id, "cid": conversation_id, "now": now}
-        async with self._transaction() as db:
-            rows = await self._rows("requeue_failed", params, db)
-            for platform in sorted({str(r["platform"]) for r in rows}):
-                await self._hint(db, f"outbox {platform}")
-        return sorted(int(r["id"]) for r in rows)
-
-    async def reply_state(self, reply_id: int) -> str | None:
-        row = await self._one("reply_state", {"id": reply_id})
-        return None if row is None else str(row[0])
 
     # /reset ----------------------------------------------------------------------------------
     async def reset_history(self, conversation_id: str) -> int | None:
@@ -586,117 +510,6 @@ class SqlStore(ABC, Generic[Conn]):
         rows = await self._rows("read_counter", {"scope": scope, "window_start": window_start})
         return int(rows[0][0]) if rows else 0
 
-    # retention and erasure on request (bot/ops/retention.py, `burstbot forget`): none of it
-    # touches pending work (unanswered messages, replies still in the outbox, armed timers) ----
-    async def _counts(self, names: tuple[str, ...], prefix: str, params: Params) -> dict[str, int]:
-        """Each statement alone (each is complete by itself; running them again is harmless)."""
-        return {name: len(await self._rows(f"{prefix}_{name}", params)) for name in names}
-
-    async def prune(self, cutoff: float) -> dict[str, int]:
-        """Delete answered messages, settled replies and generations older than `cutoff`."""
-        return await self._counts(PRUNED, "prune", {"cutoff": cutoff})
-
-    async def prune_files(self, cutoff: float) -> dict[str, int]:
-        """Delete downloaded files older than `cutoff` (and bytes nothing refers to any more);
-        the messages that carried them keep their descriptions."""
-        return await self._counts(("files", "blobs"), "prune", {"cutoff": cutoff})
-
-    async def forget_user(self, user_id: str, platform: str | None, now: float) -> dict[str, int]:
-        """Erase a person's messages (text, name, id) everywhere, or on one platform. An answer
-        still being generated where they spoke loses its fence first, and what the others said
-        is answered again at `now`, from a prompt without the erased text."""
-        params = {"user": user_id, "platform": platform}
-        fenced = await self._rows("forget_user_fence", params)
-        files = await self._forget_files("user_files", params)
-        tables = ("messages", "held", "generations", "actions")
-        counts = await self._counts(tables, "forget_user", params)
-        for row in fenced:  # due again only once the text is gone, or a prompt could still read it
-            await self._rows("restore_timer", {"cid": row[0]})  # no lease holds it any more
-            await self._rows("forget_user_rearm", {"cid": row[0], "now": now})
-        return {**counts, "files": files}
-
-    async def forget_conversation(self, conversation_id: str) -> dict[str, int]:
-        """Erase a conversation's messages and posted replies (and leave all of it out of later
-        prompts, as `/reset` does); count the replies still unsent. An answer still being
-        generated loses its lease's fence first, so it is discarded rather than stored after."""
-        params = {"cid": conversation_id}
-        await self._rows("forget_conversation_fence", params)  # an answer under way is discarded
-        await self._rows("forget_conversation_timer", params)
-        await self._rows("reset_history", params)
-        files = await self._forget_files("conversation_files", params)
-        tables = ("messages", "replies", "held", "generations", "actions")
-        counts = await self._counts(tables, "forget_conversation", params)
-        await self._rows("forget_conversation_notes", params)  # the viewed channel, a title
-        unsent = await self._rows("unsent_replies", params)
-        return {**counts, "files": files, "unsent_replies_kept": int(unsent[0][0])}
-
-    async def _forget_files(self, selected: str, params: Params) -> int:
-        """Delete the kept files (and bytes no other file shares) of the messages `selected`
-        reads, before their descriptions are erased with the text."""
-        uids = {attachment_uid(ConversationKey.parse(str(r[0])), a)
-                for r in await self._rows(selected, params)
-                for a in codec.attachments_from_json(str(r[1]))}  # fmt: skip
-        for uid in uids:
-            await self._rows("forget_file", {"uid": uid})
-        await self._rows("prune_blobs", {})
-        return len(uids)
-
-    # Slack installations and OAuth states (bot.core.installations.InstallationBook). Tokens
-    # arrive encrypted and leave as they came: encryption is the Slack adapter's
-    # (adapters/slack/token_box.py), so neither this file nor the database holds a key ---------
-    async def save_installation(self, record: InstallationRecord, now: float) -> None:
-        await self._rows("save_installation", {**asdict(record), "now": now})
-
-    async def installation(self, team_id: str) -> InstallationRecord | None:
-        row = await self._one("installation", {"team": team_id})
-        return None if row is None else codec.from_row(InstallationRecord, row)
-
-    async def installations(self) -> list[InstallationRecord]:
-        rows = await self._rows("all_installations", {})
-        return [codec.from_row(InstallationRecord, row) for row in rows]
-
-    async def delete_installation(self, team_id: str) -> bool:
-        return await self._one("delete_installation", {"team": team_id}) is not None
-
-    async def claim_token_refresh(
-        self, team_id: str, version: int, owner: str, seconds: float, now: float
-    ) -> bool:
-        params = {"team": team_id, "version": version, "owner": owner, "seconds": seconds,
-                  "now": now}  # fmt: skip
-        return await self._one("claim_token_refresh", params) is not None
-
-    async def store_refreshed_token(
-        self,
-        team_id: str,
-        version: int,
-        owner: str,
-        token: str,
-        refresh_token: str | None,
-        expires_at: float | None,
-    ) -> int | None:
-        params = {"team": team_id, "version": version, "owner": owner, "token": token,
-                  "refresh": refresh_token, "expires_at": expires_at}  # fmt: skip
-        row = await self._one("store_refreshed_token", params)
-        return None if row is None else int(row[0])
-
-    async def add_oauth_state(self, state: str, expires_at: float) -> None:
-        await self._rows("add_oauth_state", {"state": state, "expires_at": expires_at})
-
-    async def consume_oauth_state(self, state: str, now: float) -> bool:
-        await self._rows("prune_oauth_states", {"now": now})
-        row = await self._one("consume_oauth_state", {"state": state})
-        return row is not None and float(row[0]) >= now
-
-    async def workspace_conversations(self, platform: str, workspace: str) -> list[str]:
-        rows = await self._rows("workspace_conversations", {"prefix": _like(platform, workspace)})
-        return [str(row[0]) for row in rows]
-
-    async def fail_workspace_replies(
-        self, platform: str, workspace: str, reason: str, now: float
-    ) -> int:
-        params = {"prefix": _like(platform, workspace), "error": reason, "now": now}
-        return len(await self._rows("fail_workspace_replies", params))
-
     # operator inspection (burstbot status, explain) -----------------------------------------
     async def list_conversations(self, active_only: bool = True, limit: int = 50,
                                  ) -> list[ConversationSummary]:  # fmt: skip
@@ -726,16 +539,3 @@ class SqlStore(ABC, Generic[Conn]):
     ) -> list[contract.GenerationRecord]:
         rows = await self._rows("generations", {"cid": conversation_id})
         return [codec.generation_from_row(r) for r in rows]
-
-
-def _action(r: Row) -> ActionRecord:
-    """SQLite returns its booleans as integers."""
-    return codec.from_row(ActionRecord, r, read_only=bool(r["read_only"]), failed=bool(r["failed"]))
-
-
-def _like(platform: str, workspace: str) -> str:
-    """Every conversation id of the workspace (ids never hold '/' inside a part; '%' and '_'
-    are escaped by refusing them: Slack team ids are letters and digits)."""
-    if not workspace.isalnum():
-        raise ValueError(f"not a workspace id: {workspace!r}")
-    return f"{platform}/{workspace}/%"

@@ -463,7 +463,7 @@ ORDER BY last_activity_at DESC LIMIT :limit;
 -- name: all_messages
 SELECT * FROM messages WHERE conversation_id = :cid ORDER BY seq;
 
--- retention and erasure (bot/ops/retention.py): never pending work ------------------------
+-- retention and erasure (storage/retention.py): never pending work ----------------------------
 
 -- name: prune_messages
 -- Answered messages older than the cutoff; pending input (seq above answered_version) stays.
@@ -591,7 +591,7 @@ WHERE user_id = :user AND (arguments != '{}' OR result != '')
        OR conversation_id IN (SELECT id FROM conversations WHERE platform = :platform))
 RETURNING idempotency_key;
 
--- tool actions (bot/core/actions.py) ------------------------------------------------------------
+-- tool actions (storage/actions.py) -------------------------------------------------------------
 -- name: begin_action
 -- Fenced like a reply: recorded only while the lease token is current; a key the burst already
 -- recorded (an earlier generation made this call) inserts nothing.
@@ -1016,7 +1016,7 @@ CREATE TABLE oauth_states (
     expires_at        FLOAT8 NOT NULL
 );
 
--- installations (bot/core/installations.py) ------------------------------------------------------
+-- installations (storage/installations.py) --------------------------------------------------------
 
 -- name: save_installation
 -- A new install, or a reinstall of the same workspace (new token, same row).

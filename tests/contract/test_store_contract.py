@@ -444,9 +444,9 @@ async def test_a_rate_limit_is_no_attempt_but_starts_the_horizon(store: Store) -
 
 
 async def test_a_failed_reply_is_requeued_by_hand(store: Store) -> None:
-    from storage.sql_store import SqlStore
+    from storage.requeue import RequeueSteps
 
-    assert isinstance(store, SqlStore)
+    assert isinstance(store, RequeueSteps)
     await store.ingest(msg(1), NOW, T)
     row = await answer(store)
     assert await store.requeue_failed(row.id, None, NOW) == []  # pending: nothing to re-queue
