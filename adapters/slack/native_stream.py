@@ -43,6 +43,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.markdown import settle_partial
 from adapters.slack.calls import call, slack_code
 from adapters.slack.inbound import Identity, split_message_id
+from adapters.slack.outbound import conversation
 from bot.core.errors import DeliveryError, MessageGone
 from bot.core.events import ConversationKey
 from bot.core.replier import SearchStep
@@ -51,7 +52,6 @@ log = logging.getLogger("burstbot.slack")
 
 NOT_STREAMING = "message_not_in_streaming_state"
 REMEMBERED = 512  # streams (and stopped messages) a process remembers
-LOOKUP_PAGE = 200
 UNAVAILABLE = frozenset(
     {"unknown_method", "method_deprecated", "not_allowed_token_type", "missing_scope",
      "no_permission", "feature_not_enabled", "not_supported"}
@@ -198,21 +198,12 @@ class NativeStreams:
     async def find_unlabelled(self, key: ConversationKey, oldest: str) -> str | None:
         """The bot's first message in the thread after `oldest` that carries no metadata: a
         stream still running (every other message of ours is labelled)."""
-        cursor = None
         what = f"conversation {key.id}: looking for a stream"
-        for _ in range(10):
-            args: dict[str, Any] = {"channel": key.channel, "ts": key.thread,
-                                    "oldest": oldest, "limit": LOOKUP_PAGE,
-                                    "include_all_metadata": True}  # fmt: skip
-            if cursor:
-                args["cursor"] = cursor
-            page = await call(what, self.client.conversations_replies(**args))
-            for message in page.get("messages") or []:
-                if self._ours_unlabelled(message, key):
-                    return f"{key.channel}:{message['ts']}"
-            cursor = (page.get("response_metadata") or {}).get("next_cursor")
-            if not cursor:
-                return None
+        async for message in conversation(
+            self.client, what, key.channel, key.thread, oldest=oldest
+        ):
+            if self._ours_unlabelled(message, key):
+                return f"{key.channel}:{message['ts']}"
         return None
 
     def _ours_unlabelled(self, message: Mapping[str, Any], key: ConversationKey) -> bool:
