@@ -112,10 +112,6 @@ class SlackFrontend(
         return self.workspaces.workspace
 
     @property
-    def identity(self) -> Identity:
-        return self.only.identity
-
-    @property
     def assistant(self) -> AssistantThreads | None:
         """The one workspace's assistant threads (tests wait for them)."""
         return self.only.assistant if isinstance(self.workspaces, SingleWorkspace) else None
@@ -249,12 +245,15 @@ class SlackFrontend(
         for workspace in await self.workspaces.all():
             await workspace.history.catch_up(run)
 
-    async def _thread_is_ours(self, key: ConversationKey) -> bool:
+    async def _read_workspace(self, key: ConversationKey) -> Workspace:
+        """`_workspace` for a read: not installed is a permanent `FetchError`."""
         try:
-            workspace = await self._workspace(key)
+            return await self._workspace(key)
         except PermanentDeliveryError as exc:
             raise FetchError(str(exc), permanent=True) from exc
-        return await workspace.history.thread_is_ours(key)
+
+    async def _thread_is_ours(self, key: ConversationKey) -> bool:
+        return await (await self._read_workspace(key)).history.thread_is_ours(key)
 
     async def fetch_attachment(
         self, key: ConversationKey, attachment: Attachment, max_bytes: int
@@ -262,10 +261,7 @@ class SlackFrontend(
         """A file's bytes, with its workspace's bot token (see adapters/slack/files.py)."""
         if self._session is None:
             raise FetchError("slack: not connected")
-        try:
-            workspace = await self._workspace(key)
-        except PermanentDeliveryError as exc:
-            raise FetchError(str(exc), permanent=True) from exc
+        workspace = await self._read_workspace(key)
         base = urlsplit(self.config.api_base_url or transport.DEFAULT_API_BASE_URL).hostname
         hosts = files.SLACK_FILE_HOSTS | {base or ""}
         token = str(workspace.client.token or "")

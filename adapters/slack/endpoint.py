@@ -25,7 +25,7 @@ import hmac
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -69,11 +69,9 @@ server_log = logging.getLogger("burstbot.slack.http")
 server_log.addFilter(_MalformedHttpInOneLine())
 
 
-class Rejection(Exception):
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
+class Rejection(NamedTuple):
+    status: int
+    reason: str
 
 
 def verify(

@@ -47,7 +47,7 @@ from adapters.slack.uninstall import Uninstalls
 from adapters.slack.workspaces import InstalledWorkspaces, SingleWorkspace, Workspace
 from bot.core.catch_up import CatchUp
 from bot.core.errors import StoreError
-from bot.core.events import IncomingMessage, ResetConversation
+from bot.core.events import ResetConversation
 from bot.core.frontend import Host
 
 log = logging.getLogger("burstbot.slack")
@@ -132,7 +132,6 @@ class SlackEvents:
             return
         key = placement.key
         message = inbound.new_message(placement, channel, event, identity)
-        assert isinstance(message, IncomingMessage)
         if placement.needs_thread_check and event.get("parent_user_id") != identity.bot_user_id:
             ours = await self.host.threads.status(key)
             if ours is False:

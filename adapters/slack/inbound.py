@@ -139,10 +139,8 @@ def is_from_bot(message: Payload, identity: Identity) -> bool:
 
 
 def mentions(message: Payload, identity: Identity) -> bool:
-    if not identity.bot_user_id:
-        return False
-    pattern = rf"<@{re.escape(identity.bot_user_id)}(?:\|[^>]*)?>"
-    return re.search(pattern, str(message.get("text") or "")) is not None
+    bot = identity.bot_user_id
+    return bool(bot) and _own_mention(bot).search(str(message.get("text") or "")) is not None
 
 
 def place(
@@ -194,7 +192,9 @@ def author_name(message: Payload) -> str:
     return str(message.get("user") or "someone")
 
 
-def new_message(placement: Placement, channel: str, message: Payload, identity: Identity) -> Event:
+def new_message(
+    placement: Placement, channel: str, message: Payload, identity: Identity
+) -> IncomingMessage:
     text = plain_text(str(message.get("text") or ""), identity)
     return IncomingMessage(
         key=placement.key,

@@ -19,6 +19,7 @@ import hmac
 import html
 import logging
 import secrets
+from dataclasses import dataclass
 from logging import Logger
 from typing import Any
 
@@ -74,13 +75,13 @@ def authorize_url(config: SlackConfig) -> str:
     return base.removesuffix("/api") + "/oauth/v2/authorize"
 
 
+@dataclass(eq=False, repr=False)
 class StoreInstallations(AsyncInstallationStore):
     """Bolt's installation store on ours; bot installs only (no user tokens are asked for)."""
 
-    def __init__(self, book: InstallationBook, box: TokenBox, clock: Clock) -> None:
-        self.book = book
-        self.box = box
-        self.clock = clock
+    book: InstallationBook
+    box: TokenBox
+    clock: Clock
 
     @property
     def logger(self) -> Logger:

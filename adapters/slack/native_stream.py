@@ -133,9 +133,6 @@ class NativeStreams:
         self._remember(self._tasks, message_id, {step.id: step for step in steps})
         return message_id
 
-    def streaming(self, message_id: str) -> bool:
-        return message_id in self._sent
-
     def extends(self, message_id: str, text: str) -> bool:
         """Whether `text` grows what the stream was sent (so appending can show it)."""
         sent = self._sent.get(message_id)

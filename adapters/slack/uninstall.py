@@ -12,6 +12,7 @@ as `burstbot forget --conversation` erases one. One log line says what was done,
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from adapters.slack.inbound import PLATFORM
 from adapters.slack.workspaces import NOT_INSTALLED, InstalledWorkspaces, SingleWorkspace
@@ -23,18 +24,12 @@ from bot.core.installations import forget_workspace
 log = logging.getLogger("burstbot.slack")
 
 
+@dataclass(eq=False)
 class Uninstalls:
-    def __init__(
-        self,
-        host: Host,
-        workspaces: SingleWorkspace | InstalledWorkspaces,
-        config: SlackConfig,
-        clock: Clock,
-    ) -> None:
-        self.host = host
-        self.workspaces = workspaces
-        self.config = config
-        self.clock = clock
+    host: Host
+    workspaces: SingleWorkspace | InstalledWorkspaces
+    config: SlackConfig
+    clock: Clock
 
     async def revoked(self, team: str, event_type: str) -> dict[str, int]:
         """What `event_type` (app_uninstalled, tokens_revoked) ends for the workspace."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from slack_bolt.authorization import AuthorizeResult
@@ -67,11 +67,11 @@ StackBuilder = Callable[[AsyncWebClient, Identity], Workspace]
 """The front end builds a workspace's stack from its client and identity (app.py)."""
 
 
+@dataclass(eq=False)
 class SingleWorkspace:
     """`install = "token"`: one workspace, whatever team an event names."""
 
-    def __init__(self, workspace: Workspace) -> None:
-        self.workspace = workspace
+    workspace: Workspace
 
     async def get(self, team: str) -> Workspace | None:
         return self.workspace
@@ -86,30 +86,20 @@ class SingleWorkspace:
         """A single workspace cannot be uninstalled while running (the process restarts)."""
 
 
+@dataclass(eq=False, repr=False)
 class InstalledWorkspaces:
     """`install = "oauth"`: every workspace installed, from the store."""
 
-    def __init__(
-        self,
-        book: InstallationBook,
-        box: TokenBox,
-        client: AsyncWebClient,
-        build: StackBuilder,
-        client_id: str,
-        client_secret: str,
-        owner: str,
-        clock: Clock,
-    ) -> None:
-        self.book = book
-        self.box = box
-        self.client = client  # no token: oauth.v2.access, and the template of each workspace's
-        self.build = build
-        self.client_id = client_id
-        self.client_secret = client_secret
-        self.owner = owner
-        self.clock = clock
-        self._open: dict[str, Workspace] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+    book: InstallationBook
+    box: TokenBox
+    client: AsyncWebClient  # no token: oauth.v2.access, and the template of each workspace's
+    build: StackBuilder
+    client_id: str
+    client_secret: str
+    owner: str
+    clock: Clock
+    _open: dict[str, Workspace] = field(default_factory=dict, init=False)
+    _locks: dict[str, asyncio.Lock] = field(default_factory=dict, init=False)
 
     async def check_key(self) -> int:
         """At start: every stored token decrypts with the key (else one line, exit 2) and is
@@ -262,12 +252,12 @@ class WorkspaceDrafts(PacedDrafts):
         await (await self._drafts(key)).delete_draft(key, message_id)
 
 
+@dataclass(eq=False)
 class WorkspaceAuthorize(AsyncAuthorize):
     """Bolt's authorize for an event: its workspace's installation, or None (Bolt acks the
     event and drops it; one warning line says so)."""
 
-    def __init__(self, workspaces: InstalledWorkspaces) -> None:
-        self.workspaces = workspaces
+    workspaces: InstalledWorkspaces
 
     async def __call__(
         self,
