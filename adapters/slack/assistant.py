@@ -36,7 +36,7 @@ from adapters.slack import inbound
 from adapters.slack.calls import call, slack_code
 from adapters.slack.inbound import PLATFORM, Identity, Payload
 from adapters.slack.outbound import STATUS_UNAVAILABLE
-from bot.config import SlackAssistantConfig, SuggestedPrompt
+from bot.config import SlackAssistantConfig
 from bot.core.errors import DeliveryError
 from bot.core.events import ConversationKey, IncomingMessage, Reply
 from bot.core.frontend import Host
@@ -147,7 +147,16 @@ class AssistantThreads:
         viewed = thread.viewing.get("channel_id", "")
         prompts = config.channel_prompts.get(viewed, config.suggested_prompts)
         if prompts:
-            await self._set_prompts(thread.key, prompts, config.prompts_title)
+            listed = [{"title": p.title, "message": p.message} for p in prompts]
+            await self._call(
+                "assistant.threads.setSuggestedPrompts",
+                self.client.assistant_threads_setSuggestedPrompts(
+                    channel_id=thread.key.channel,
+                    thread_ts=thread.key.thread,
+                    prompts=listed,
+                    title=config.prompts_title or None,
+                ),
+            )
         if config.greeting:
             await self._call(
                 "chat.postMessage",
@@ -158,17 +167,6 @@ class AssistantThreads:
                     metadata=greeting_metadata(thread.key),
                 ),
             )
-
-    async def _set_prompts(
-        self, key: ConversationKey, prompts: list[SuggestedPrompt], title: str
-    ) -> None:
-        listed = [{"title": p.title, "message": p.message} for p in prompts]
-        await self._call(
-            "assistant.threads.setSuggestedPrompts",
-            self.client.assistant_threads_setSuggestedPrompts(
-                channel_id=key.channel, thread_ts=key.thread, prompts=listed, title=title or None
-            ),
-        )
 
     async def streams_natively(self, key: ConversationKey) -> bool:
         """Whether the conversation's drafts are Slack's native streams: a thread opened from

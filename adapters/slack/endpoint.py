@@ -121,9 +121,15 @@ def signed_problem(body: Any, commands: frozenset[str]) -> str | None:
 
 
 def endpoint(
-    bolt: AsyncApp, signing_secret: str, commands: frozenset[str], clock: Callable[[], float]
-) -> Callable[[web.Request], Any]:
+    bolt: AsyncApp,
+    signing_secret: str,
+    commands: frozenset[str],
+    clock: Callable[[], float],
+    accepting: Callable[[], bool],
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def handle(request: web.Request) -> web.StreamResponse:
+        if not accepting():  # stopping: Slack retries the event elsewhere or later
+            return web.Response(status=503, text="shutting down")
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
