@@ -108,8 +108,8 @@ class AssistantThreads:
         self.config = config
 
     # events (the ack follows the return) ------------------------------------------------------
-    async def started(self, body: Payload, team: str) -> None:
-        thread = self._usable(body, team)
+    async def started(self, body: Payload) -> None:
+        thread = self._usable(body)
         if thread is None:
             return
         now = time.time()
@@ -123,20 +123,20 @@ class AssistantThreads:
             return
         self._run(self._welcome(thread, self.config))
 
-    async def context_changed(self, body: Payload, team: str) -> None:
-        thread = self._usable(body, team)
+    async def context_changed(self, body: Payload) -> None:
+        thread = self._usable(body)
         if thread is None or not thread.viewing:
             return
         await self.host.notes.put_note(
             thread.key.id, NOTE_VIEWING, json.dumps(thread.viewing), time.time()
         )
 
-    def _usable(self, body: Payload, team: str) -> AssistantThread | None:
+    def _usable(self, body: Payload) -> AssistantThread | None:
         event_type = (body.get("event") or {}).get("type")
         if not self.config.enabled:
             log.info("slack: %s ignored: [slack.assistant] enabled = false", event_type)
             return None
-        thread = thread_of(body, team)
+        thread = thread_of(body, str(body.get("team_id") or self.identity.team_id))
         if isinstance(thread, str):
             log.warning("slack: ignored a malformed %r event %r: %s", event_type,
                         body.get("event_id"), thread)  # fmt: skip

@@ -147,16 +147,12 @@ class SlackEvents:
         """Noted in the store before Bolt acks (a retry finds the note); prompts come after."""
         workspace = await self._workspace(body)
         if workspace is not None:
-            await workspace.assistant.started(body, self._team_of(body, workspace))
+            await workspace.assistant.started(body)
 
     async def _on_assistant_context_changed(self, body: Payload) -> None:
         workspace = await self._workspace(body)
         if workspace is not None:
-            await workspace.assistant.context_changed(body, self._team_of(body, workspace))
-
-    @staticmethod
-    def _team_of(body: Payload, workspace: Workspace) -> str:
-        return str(body.get("team_id") or workspace.identity.team_id)
+            await workspace.assistant.context_changed(body)
 
     async def _on_revoked(self, event: Payload, body: Payload) -> None:
         """`app_uninstalled`, or `tokens_revoked` naming bot tokens: stored before the ack."""

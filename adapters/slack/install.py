@@ -141,15 +141,6 @@ class StoreInstallations(AsyncInstallationStore):
             user_id=record.installer_id, installed_at=record.installed_at,
         )  # fmt: skip
 
-    async def async_delete_bot(self, *, enterprise_id: str | None, team_id: str | None) -> None:
-        if team_id:
-            await self.book.delete_installation(team_id)
-
-    async def async_delete_installation(
-        self, *, enterprise_id: str | None, team_id: str | None, user_id: str | None = None
-    ) -> None:
-        await self.async_delete_bot(enterprise_id=enterprise_id, team_id=team_id)
-
 
 class StoreOAuthStates(AsyncOAuthStateStore):
     """Single-use states in the store, signed with the state secret."""

@@ -43,6 +43,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.markdown import settle_partial
 from adapters.slack.calls import call, slack_code
 from adapters.slack.inbound import Identity, split_message_id
+from adapters.slack.mrkdwn import MAX_PART_CHARS
 from adapters.slack.outbound import conversation
 from bot.core.errors import DeliveryError, MessageGone
 from bot.core.events import ConversationKey
@@ -102,7 +103,6 @@ class NativeStreams:
 
     client: AsyncWebClient
     identity: Identity
-    max_chars: int  # a draft shows at most one part's worth
     # message id → the text a running stream was sent, its search steps as sent, stopped ones
     _sent: OrderedDict[str, str] = field(default_factory=OrderedDict, init=False)
     _tasks: OrderedDict[str, dict[str, SearchStep]] = field(default_factory=OrderedDict, init=False)
@@ -113,7 +113,7 @@ class NativeStreams:
     ) -> str:
         """`chat.startStream` in the thread with the settled text so far (and the searches as
         task chunks); the message id."""
-        first = settled_prefix(text)[: self.max_chars]
+        first = settled_prefix(text)[:MAX_PART_CHARS]  # a draft shows one part's worth
         args: dict[str, Any] = {"channel": key.channel, "thread_ts": key.thread}
         if steps:
             chunks = [{"type": "markdown_text", "text": first}] if first.strip() else []
@@ -143,7 +143,7 @@ class NativeStreams:
         and the searches that changed since they were sent; False when the stream has ended
         (Slack closed it): the caller edits the message."""
         sent, tasks = self._sent[message_id], self._tasks.get(message_id) or {}
-        new = settled_prefix(text)[: self.max_chars]
+        new = settled_prefix(text)[:MAX_PART_CHARS]
         changed = [step for step in steps if tasks.get(step.id) != step]
         if len(new) <= len(sent) or not new.startswith(sent):
             new = sent  # nothing settled to add yet: sent once the text moves past it

@@ -113,7 +113,6 @@ class Outbound:
     indicator: str = "auto"
     reaction: str = "hourglass_flowing_sand"
     status_text: str = "is thinking…"
-    part_chars: int = MAX_PART_CHARS
     max_parts: int = 10
     pacer: Pacer = field(default_factory=lambda: Pacer(SystemClock(), {}))  # none: no limits
     status_available: bool = field(init=False)
@@ -127,11 +126,11 @@ class Outbound:
     ) -> list[str]:
         """Post the parts not already there; `first` shows part 0 instead of a new post (the
         streamed draft this reply finishes, updated)."""
-        parts = split_mrkdwn(to_mrkdwn(reply.text), self.part_chars) or ["…"]
+        parts = split_mrkdwn(to_mrkdwn(reply.text)) or ["…"]
         if len(parts) > self.max_parts:
             log.info("reply %s: %d parts, posting the first %d", reply.id, len(parts),
                      self.max_parts)  # fmt: skip
-            parts = cap_parts(parts, self.max_parts, self.part_chars, split_mrkdwn)
+            parts = cap_parts(parts, self.max_parts, MAX_PART_CHARS, split_mrkdwn)
         posted = await self.posted_parts(reply, parts_since(reply)) if reply.attempt > 1 else {}
         ids: list[str] = []
         for index, text in enumerate(parts):

@@ -69,7 +69,7 @@ class SlackDrafts(PacedDrafts):
         self.outbound = outbound
         self.client = outbound.client
         self._native = native  # where drafts are native streams (assistant threads)
-        self.streams = NativeStreams(outbound.client, outbound.identity, outbound.part_chars)
+        self.streams = NativeStreams(outbound.client, outbound.identity)
         self._labels: dict[str, str] = {}  # a native draft's message id → the draft's key
         self.showing = Showing()  # what each message we posted or updated shows now
         self.native_refused = ""  # Slack's reason, once it refused to start a stream
@@ -81,7 +81,7 @@ class SlackDrafts(PacedDrafts):
 
     def draft_text(self, text: str) -> str:
         """What a draft shows of the text so far: rendered whole, one part's worth."""
-        parts = split_mrkdwn(to_mrkdwn(settle_partial(text)), self.outbound.part_chars)
+        parts = split_mrkdwn(to_mrkdwn(settle_partial(text)))
         return parts[0] if parts and parts[0].strip() else "…"
 
     async def draft_turn(self, key: ConversationKey, posting: bool) -> bool:
