@@ -100,7 +100,6 @@ class SlackFrontend(
         self._catch_up: CatchUp | None = None
         self._host: Host | None = None
         self.workspaces: SingleWorkspace | InstalledWorkspaces | None = None
-        self.uninstalls: Uninstalls | None = None
         self.http_port: int | None = None
         self._accepting = True
         self.drafts: WorkspaceDrafts | None = None  # streaming, once started
@@ -159,9 +158,9 @@ class SlackFrontend(
             authorize = WorkspaceAuthorize(self.workspaces)
             bolt = transport.bolt_app(client, self._signing_secret, None, authorize, flow)
             log.info("slack: %d workspaces installed", installed)
-        self.uninstalls = Uninstalls(host, self.workspaces, self.config, self.clock)
+        uninstalls = Uninstalls(host, self.workspaces, self.config, self.clock)
         self.drafts = WorkspaceDrafts(self._workspace)
-        events = SlackEvents(host, self.workspaces, self.listen_channels, self.uninstalls,
+        events = SlackEvents(host, self.workspaces, self.listen_channels, uninstalls,
                              lambda: self._catch_up)  # fmt: skip
         events.listen(bolt)
         if self.config.mode == "http":

@@ -130,10 +130,9 @@ class SlackEvents:
                                   self.listen_channels, mentioned)  # fmt: skip
         if placement is None:
             return
-        key = placement.key
         message = inbound.new_message(placement, channel, event, identity)
         if placement.needs_thread_check and event.get("parent_user_id") != identity.bot_user_id:
-            ours = await self.host.threads.status(key)
+            ours = await self.host.threads.status(placement.key)
             if ours is False:
                 return
             if ours is None:  # stored now, decided in the background: acked either way

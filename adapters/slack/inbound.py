@@ -230,8 +230,8 @@ def change(
     """
     channel = str(event.get("channel", ""))
     channel_type = str(event.get("channel_type", ""))
+    previous = event.get("previous_message") or {}
     if event.get("subtype") == "message_deleted":
-        previous = event.get("previous_message") or {}
         ts = str(event.get("deleted_ts") or previous.get("ts") or "")
         if not ts or is_from_bot(previous, identity):
             return None
@@ -239,7 +239,6 @@ def change(
                           listen_channels)  # fmt: skip
         return MessageDeleted(_key_of(placement, team, channel, previous), message_id(channel, ts))
     message = event.get("message") or {}
-    previous = event.get("previous_message") or {}
     ts = str(message.get("ts", ""))
     if not ts or is_from_bot(message, identity) or message.get("subtype") == ASSISTANT_ROOT:
         return None

@@ -248,7 +248,4 @@ class Outbound:
     async def _react(self, method: str, platform_id: str) -> None:
         channel, ts = split_message_id(platform_id)
         request = getattr(self.client, method)(channel=channel, timestamp=ts, name=self.reaction)
-        try:
-            await call(method, request)
-        except DeliveryError as exc:
-            log.debug("indicator call failed: %s", exc)
+        await call(method, request)  # a failure is show_busy's to log

@@ -56,7 +56,6 @@ class Workspace:
     drafts: SlackDrafts
     history: History
     assistant: AssistantThreads
-    name: str = ""
     token_version: int = 0
     expires_at: float | None = None
     lifetime: float = 0.0  # how long its last token was valid for (its refresh margin's base)
@@ -175,7 +174,6 @@ class InstalledWorkspaces:
             workspace = self.build(client, identity)
             self._open[record.team_id] = workspace
         workspace.client.token = token
-        workspace.name = record.team_name
         workspace.token_version = record.token_version
         self._set_expiry(workspace, record.expires_at)
         return workspace
