@@ -283,10 +283,11 @@ class SlackFrontend(
         return await (await self._workspace(key)).assistant.prompt_context(key)
 
     def reconfigure(self, config: Config) -> None:
-        """A reload: `[slack.assistant]` is live; the rest of `[slack]` needs a restart."""
+        """A reload: `[slack.assistant]` is live (the next assistant thread gets the new prompts,
+        greeting and title rule); the rest of `[slack]` needs a restart."""
         self.config = self.config.model_copy(update={"assistant": config.slack.assistant})
         for workspace in [] if self.workspaces is None else self.workspaces.opened():
-            workspace.assistant.reconfigure(config.slack.assistant)
+            workspace.assistant.config = config.slack.assistant
 
     async def show_busy(self, key: ConversationKey, busy: bool, message_id: str) -> None:
         if self.workspaces is None:

@@ -103,10 +103,6 @@ class AssistantThreads:
     _names: dict[str, str] = field(default_factory=dict, init=False)
     _native: set[str] = field(default_factory=set, init=False)  # threads that stream natively
 
-    def reconfigure(self, config: SlackAssistantConfig) -> None:
-        """A reload: the next thread gets the new prompts, greeting and title rule."""
-        self.config = config
-
     # events (the ack follows the return) ------------------------------------------------------
     async def started(self, body: Payload) -> None:
         thread = self._usable(body)

@@ -116,8 +116,7 @@ class InstalledWorkspaces:
 
     async def get(self, team: str) -> Workspace | None:
         """The workspace's stack with a valid token, or None when it is not installed."""
-        lock = self._locks.setdefault(team, asyncio.Lock())
-        async with lock:
+        async with self._locks.setdefault(team, asyncio.Lock()):
             workspace = self._open.get(team)
             now = self.clock.now()
             if workspace is not None and not self._stale(workspace, now):
