@@ -110,11 +110,6 @@ class SlackFrontend(
         assert isinstance(self.workspaces, SingleWorkspace), "several workspaces: no only one"
         return self.workspaces.workspace
 
-    @property
-    def assistant(self) -> AssistantThreads | None:
-        """The one workspace's assistant threads (tests wait for them)."""
-        return self.only.assistant if isinstance(self.workspaces, SingleWorkspace) else None
-
     # lifecycle --------------------------------------------------------------------------------
     def health(self) -> tuple[bool, str]:
         """`/healthz`: HTTP mode listens, or socket mode's websocket to Slack is open."""
