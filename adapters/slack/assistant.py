@@ -145,23 +145,19 @@ class AssistantThreads:
         if prompts:
             listed = [{"title": p.title, "message": p.message} for p in prompts]
             await self._call(
-                "assistant.threads.setSuggestedPrompts",
-                self.client.assistant_threads_setSuggestedPrompts(
-                    channel_id=thread.key.channel,
-                    thread_ts=thread.key.thread,
-                    prompts=listed,
-                    title=config.prompts_title or None,
-                ),
+                "assistant_threads_setSuggestedPrompts",
+                channel_id=thread.key.channel,
+                thread_ts=thread.key.thread,
+                prompts=listed,
+                title=config.prompts_title or None,
             )
         if config.greeting:
             await self._call(
-                "chat.postMessage",
-                self.client.chat_postMessage(
-                    channel=thread.key.channel,
-                    thread_ts=thread.key.thread,
-                    text=config.greeting,
-                    metadata=greeting_metadata(thread.key),
-                ),
+                "chat_postMessage",
+                channel=thread.key.channel,
+                thread_ts=thread.key.thread,
+                text=config.greeting,
+                metadata=greeting_metadata(thread.key),
             )
 
     async def streams_natively(self, key: ConversationKey) -> bool:
@@ -199,10 +195,10 @@ class AssistantThreads:
         if await self.host.notes.add_note(key.id, NOTE_TITLE, title, time.time()):
             self._run(
                 self._call(
-                    "assistant.threads.setTitle",
-                    self.client.assistant_threads_setTitle(
-                        channel_id=key.channel, thread_ts=key.thread, title=title
-                    ),
+                    "assistant_threads_setTitle",
+                    channel_id=key.channel,
+                    thread_ts=key.thread,
+                    title=title,
                 )
             )
 
@@ -215,9 +211,7 @@ class AssistantThreads:
         channel = viewed_channel(await self.host.notes.note(key.id, NOTE_VIEWING))
         if not channel or channel == key.channel:
             return ""
-        info = await self._read(
-            "conversations.info", self.client.conversations_info(channel=channel)
-        )
+        info = await self._read("conversations_info", channel=channel)
         about = info.get("channel") or {}
         name = f"#{about['name']}" if about.get("name") else f"channel {channel}"
         lines = [f"The user is looking at {name} in Slack while talking to you."]
@@ -232,9 +226,7 @@ class AssistantThreads:
 
     async def _recent(self, channel: str) -> list[str]:
         limit = self.config.channel_context_messages
-        page = await self._read(
-            "conversations.history", self.client.conversations_history(channel=channel, limit=limit)
-        )
+        page = await self._read("conversations_history", channel=channel, limit=limit)
         lines = []
         for message in reversed(page.get("messages") or []):
             if message.get("subtype") not in CONTEXT_SUBTYPES:
@@ -253,34 +245,38 @@ class AssistantThreads:
         if not user:
             return "someone"
         if user not in self._names:
-            info = await self._read("users.info", self.client.users_info(user=user))
+            info = await self._read("users_info", user=user)
             profile = (info.get("user") or {}).get("profile") or {}
             self._names[user] = str(profile.get("display_name") or profile.get("real_name")
                                     or (info.get("user") or {}).get("name") or user)  # fmt: skip
         return self._names[user]
 
     # plumbing ---------------------------------------------------------------------------------
-    async def _read(self, method: str, request: Awaitable[Any]) -> dict[str, Any]:
-        """A read for the prompt; a failure leaves that part out (the answer goes on)."""
+    async def _read(self, method: str, **args: Any) -> dict[str, Any]:
+        """A read for the prompt (`method` as the client names it); a failure leaves that part
+        out (the answer goes on)."""
+        name = method.replace("_", ".")
         try:
-            response = await call(method, request)
+            response = await call(name, getattr(self.client, method)(**args))
         except DeliveryError as exc:
-            log.info("slack: %s failed (%s); the prompt goes without it", method, exc)
+            log.info("slack: %s failed (%s); the prompt goes without it", name, exc)
             return {}
         return dict(response.data) if isinstance(response.data, dict) else {}
 
-    async def _call(self, method: str, request: Awaitable[Any]) -> None:
-        """A best-effort call of the assistant surface: never raises, never a traceback."""
+    async def _call(self, method: str, **args: Any) -> None:
+        """A best-effort call of the assistant surface (`method` as the client names it): never
+        raises, never a traceback."""
+        name = method.replace("_", ".")
         try:
-            await call(method, request)
+            await call(name, getattr(self.client, method)(**args))
         except DeliveryError as exc:
             error = slack_code(exc)
             if error not in STATUS_UNAVAILABLE:
-                log.warning("slack: %s failed (%s)", method, exc)
-            elif method not in self._refused:
-                self._refused.add(method)
+                log.warning("slack: %s failed (%s)", name, exc)
+            elif name not in self._refused:
+                self._refused.add(name)
                 log.warning("slack: %s refused (%s): the app needs the assistant:write scope "
-                            "and the assistant view (adapters/slack/manifest.yml)", method,
+                            "and the assistant view (adapters/slack/manifest.yml)", name,
                             error)  # fmt: skip
 
     def _run(self, work: Awaitable[None]) -> None:
