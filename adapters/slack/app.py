@@ -264,8 +264,7 @@ class SlackFrontend(
     # convert out ------------------------------------------------------------------------------
     async def deliver(self, reply: Reply) -> list[str]:
         workspace = await self._workspace(reply.key)
-        drafts = workspace.drafts
-        first = None if reply.draft is None else functools.partial(drafts.finish, reply)
+        first = None if reply.draft is None else functools.partial(workspace.drafts.finish, reply)
         posted = await workspace.outbound.deliver(reply, first)
         try:
             await workspace.assistant.reply_delivered(reply)

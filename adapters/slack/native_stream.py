@@ -166,14 +166,13 @@ class NativeStreams:
             self._remember(self._tasks, message_id, tasks)
         return True
 
-    async def stop(self, message_id: str, metadata: Mapping[str, Any] | None) -> None:
+    async def stop(self, message_id: str, metadata: dict[str, Any] | None) -> None:
         """Stop the message's stream if it may still run (labelled with `metadata`); one that is
         not streaming is no error. Raises `MessageGone` for a deleted message."""
         if message_id in self._stopped:
             return
         channel, ts = split_message_id(message_id)
-        extra: dict[str, Any] = {} if metadata is None else {"metadata": dict(metadata)}
-        request = self.client.chat_stopStream(channel=channel, ts=ts, **extra)
+        request = self.client.chat_stopStream(channel=channel, ts=ts, metadata=metadata)
         await self._on_stream(message_id, "stop stream", request)
         self._forget(message_id)
 

@@ -224,11 +224,10 @@ class SlackDrafts(PacedDrafts):
                 self.outbound.pacer.refund(UPDATE, team)
             return unchanged
         channel, ts = split_message_id(message_id)
-        extra: dict[str, Any] = {} if metadata is None else {"metadata": metadata}
         if not taken:
             await self.outbound.pacer.take(UPDATE, team, final=True)
         what = f"message {message_id}: update"
-        request = self.client.chat_update(channel=channel, ts=ts, text=text, **extra)
+        request = self.client.chat_update(channel=channel, ts=ts, text=text, metadata=metadata)
         try:
             response = await self.outbound.paced(UPDATE, team, what, request)
         except MessageGone:
