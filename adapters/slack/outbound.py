@@ -73,16 +73,13 @@ async def conversation(
     """The messages of a thread (`conversations.replies`, oldest first) or of a channel's top
     level (`conversations.history`, newest first), page by page (`cursor`) up to `max_pages`
     pages, with their metadata; `args` narrow the read (`oldest`, ...)."""
-    args = {"limit": LOOKUP_PAGE, "include_all_metadata": True, **args}
+    read = client.conversations_replies if thread else client.conversations_history
+    args = {"channel": channel, "limit": LOOKUP_PAGE, "include_all_metadata": True, **args}
+    if thread:
+        args["ts"] = thread
     cursor = None
     for _ in range(max_pages):
-        if thread:
-            request = client.conversations_replies(
-                channel=channel, ts=thread, cursor=cursor, **args
-            )
-        else:
-            request = client.conversations_history(channel=channel, cursor=cursor, **args)
-        page = await call(what, request)
+        page = await call(what, read(cursor=cursor, **args))
         for message in page.get("messages") or []:
             yield message
         cursor = (page.get("response_metadata") or {}).get("next_cursor")
