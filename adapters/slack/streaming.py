@@ -113,10 +113,10 @@ class SlackDrafts(PacedDrafts):
                 return message_id
         return await self._post(key, draft, text)
 
-    async def _post(self, key: ConversationKey, draft: Draft, text: str) -> str:
+    async def _post(self, key: ConversationKey, draft: Draft, text: str, taken: bool = True) -> str:
         metadata, shown = part_metadata(draft.key, 0, key), self.draft_text(text)
         what = f"draft {draft.key}"
-        message_id = await self.outbound.post(key, shown, metadata, what, taken=True)
+        message_id = await self.outbound.post(key, shown, metadata, what, taken)
         self.showing.note(message_id, shown, metadata)
         return message_id
 
@@ -182,9 +182,7 @@ class SlackDrafts(PacedDrafts):
         post of the part, labelled with the reply's id like any part (found on a retry)."""
         assert reply.draft is not None
         draft, metadata = reply.draft, part_metadata(reply.id, 0, reply.key)
-        if draft.message_id is None:
-            await self.outbound.pacer.take(POST, reply.key.channel, final=True)
-        message_id = draft.message_id or await self._post(reply.key, draft, text)
+        message_id = draft.message_id or await self._post(reply.key, draft, text, taken=False)
         try:
             # the final text is the update's, not the stream's: a stream still running stops
             if draft.message_id is not None and await self.native(reply.key):
