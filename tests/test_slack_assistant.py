@@ -62,8 +62,7 @@ async def deliver(
 
 
 async def settled(bot: Bot) -> None:
-    assert bot.frontend.assistant is not None
-    await bot.frontend.assistant.idle()
+    await bot.frontend.only.assistant.idle()
 
 
 async def generating(bot: Bot, n: int) -> ReplierCall:

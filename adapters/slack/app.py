@@ -100,7 +100,6 @@ class SlackFrontend(
         self._catch_up: CatchUp | None = None
         self._host: Host | None = None
         self.workspaces: SingleWorkspace | InstalledWorkspaces | None = None
-        self.uninstalls: Uninstalls | None = None
         self.http_port: int | None = None
         self._accepting = True
         self.drafts: WorkspaceDrafts | None = None  # streaming, once started
@@ -110,15 +109,6 @@ class SlackFrontend(
         """The one workspace (`install = "token"`)."""
         assert isinstance(self.workspaces, SingleWorkspace), "several workspaces: no only one"
         return self.workspaces.workspace
-
-    @property
-    def identity(self) -> Identity:
-        return self.only.identity
-
-    @property
-    def assistant(self) -> AssistantThreads | None:
-        """The one workspace's assistant threads (tests wait for them)."""
-        return self.only.assistant if isinstance(self.workspaces, SingleWorkspace) else None
 
     # lifecycle --------------------------------------------------------------------------------
     def health(self) -> tuple[bool, str]:
@@ -163,9 +153,9 @@ class SlackFrontend(
             authorize = WorkspaceAuthorize(self.workspaces)
             bolt = transport.bolt_app(client, self._signing_secret, None, authorize, flow)
             log.info("slack: %d workspaces installed", installed)
-        self.uninstalls = Uninstalls(host, self.workspaces, self.config, self.clock)
+        uninstalls = Uninstalls(host, self.workspaces, self.config, self.clock)
         self.drafts = WorkspaceDrafts(self._workspace)
-        events = SlackEvents(host, self.workspaces, self.listen_channels, self.uninstalls,
+        events = SlackEvents(host, self.workspaces, self.listen_channels, uninstalls,
                              lambda: self._catch_up)  # fmt: skip
         events.listen(bolt)
         if self.config.mode == "http":
@@ -249,12 +239,15 @@ class SlackFrontend(
         for workspace in await self.workspaces.all():
             await workspace.history.catch_up(run)
 
-    async def _thread_is_ours(self, key: ConversationKey) -> bool:
+    async def _read_workspace(self, key: ConversationKey) -> Workspace:
+        """`_workspace` for a read: not installed is a permanent `FetchError`."""
         try:
-            workspace = await self._workspace(key)
+            return await self._workspace(key)
         except PermanentDeliveryError as exc:
             raise FetchError(str(exc), permanent=True) from exc
-        return await workspace.history.thread_is_ours(key)
+
+    async def _thread_is_ours(self, key: ConversationKey) -> bool:
+        return await (await self._read_workspace(key)).history.thread_is_ours(key)
 
     async def fetch_attachment(
         self, key: ConversationKey, attachment: Attachment, max_bytes: int
@@ -262,10 +255,7 @@ class SlackFrontend(
         """A file's bytes, with its workspace's bot token (see adapters/slack/files.py)."""
         if self._session is None:
             raise FetchError("slack: not connected")
-        try:
-            workspace = await self._workspace(key)
-        except PermanentDeliveryError as exc:
-            raise FetchError(str(exc), permanent=True) from exc
+        workspace = await self._read_workspace(key)
         base = urlsplit(self.config.api_base_url or transport.DEFAULT_API_BASE_URL).hostname
         hosts = files.SLACK_FILE_HOSTS | {base or ""}
         token = str(workspace.client.token or "")
@@ -274,8 +264,7 @@ class SlackFrontend(
     # convert out ------------------------------------------------------------------------------
     async def deliver(self, reply: Reply) -> list[str]:
         workspace = await self._workspace(reply.key)
-        drafts = workspace.drafts
-        first = None if reply.draft is None else functools.partial(drafts.finish, reply)
+        first = None if reply.draft is None else functools.partial(workspace.drafts.finish, reply)
         posted = await workspace.outbound.deliver(reply, first)
         try:
             await workspace.assistant.reply_delivered(reply)
@@ -288,10 +277,11 @@ class SlackFrontend(
         return await (await self._workspace(key)).assistant.prompt_context(key)
 
     def reconfigure(self, config: Config) -> None:
-        """A reload: `[slack.assistant]` is live; the rest of `[slack]` needs a restart."""
+        """A reload: `[slack.assistant]` is live (the next assistant thread gets the new prompts,
+        greeting and title rule); the rest of `[slack]` needs a restart."""
         self.config = self.config.model_copy(update={"assistant": config.slack.assistant})
         for workspace in [] if self.workspaces is None else self.workspaces.opened():
-            workspace.assistant.reconfigure(config.slack.assistant)
+            workspace.assistant.config = config.slack.assistant
 
     async def show_busy(self, key: ConversationKey, busy: bool, message_id: str) -> None:
         if self.workspaces is None:

@@ -36,7 +36,7 @@ from adapters.slack import inbound
 from adapters.slack.calls import call, slack_code
 from adapters.slack.inbound import PLATFORM, Identity, Payload
 from adapters.slack.outbound import STATUS_UNAVAILABLE
-from bot.config import SlackAssistantConfig, SuggestedPrompt
+from bot.config import SlackAssistantConfig
 from bot.core.errors import DeliveryError
 from bot.core.events import ConversationKey, IncomingMessage, Reply
 from bot.core.frontend import Host
@@ -103,13 +103,9 @@ class AssistantThreads:
     _names: dict[str, str] = field(default_factory=dict, init=False)
     _native: set[str] = field(default_factory=set, init=False)  # threads that stream natively
 
-    def reconfigure(self, config: SlackAssistantConfig) -> None:
-        """A reload: the next thread gets the new prompts, greeting and title rule."""
-        self.config = config
-
     # events (the ack follows the return) ------------------------------------------------------
-    async def started(self, body: Payload, team: str) -> None:
-        thread = self._usable(body, team)
+    async def started(self, body: Payload) -> None:
+        thread = self._usable(body)
         if thread is None:
             return
         now = time.time()
@@ -123,20 +119,20 @@ class AssistantThreads:
             return
         self._run(self._welcome(thread, self.config))
 
-    async def context_changed(self, body: Payload, team: str) -> None:
-        thread = self._usable(body, team)
+    async def context_changed(self, body: Payload) -> None:
+        thread = self._usable(body)
         if thread is None or not thread.viewing:
             return
         await self.host.notes.put_note(
             thread.key.id, NOTE_VIEWING, json.dumps(thread.viewing), time.time()
         )
 
-    def _usable(self, body: Payload, team: str) -> AssistantThread | None:
+    def _usable(self, body: Payload) -> AssistantThread | None:
         event_type = (body.get("event") or {}).get("type")
         if not self.config.enabled:
             log.info("slack: %s ignored: [slack.assistant] enabled = false", event_type)
             return None
-        thread = thread_of(body, team)
+        thread = thread_of(body, str(body.get("team_id") or self.identity.team_id))
         if isinstance(thread, str):
             log.warning("slack: ignored a malformed %r event %r: %s", event_type,
                         body.get("event_id"), thread)  # fmt: skip
@@ -147,28 +143,22 @@ class AssistantThreads:
         viewed = thread.viewing.get("channel_id", "")
         prompts = config.channel_prompts.get(viewed, config.suggested_prompts)
         if prompts:
-            await self._set_prompts(thread.key, prompts, config.prompts_title)
+            listed = [{"title": p.title, "message": p.message} for p in prompts]
+            await self._call(
+                "assistant_threads_setSuggestedPrompts",
+                channel_id=thread.key.channel,
+                thread_ts=thread.key.thread,
+                prompts=listed,
+                title=config.prompts_title or None,
+            )
         if config.greeting:
             await self._call(
-                "chat.postMessage",
-                self.client.chat_postMessage(
-                    channel=thread.key.channel,
-                    thread_ts=thread.key.thread,
-                    text=config.greeting,
-                    metadata=greeting_metadata(thread.key),
-                ),
+                "chat_postMessage",
+                channel=thread.key.channel,
+                thread_ts=thread.key.thread,
+                text=config.greeting,
+                metadata=greeting_metadata(thread.key),
             )
-
-    async def _set_prompts(
-        self, key: ConversationKey, prompts: list[SuggestedPrompt], title: str
-    ) -> None:
-        listed = [{"title": p.title, "message": p.message} for p in prompts]
-        await self._call(
-            "assistant.threads.setSuggestedPrompts",
-            self.client.assistant_threads_setSuggestedPrompts(
-                channel_id=key.channel, thread_ts=key.thread, prompts=listed, title=title or None
-            ),
-        )
 
     async def streams_natively(self, key: ConversationKey) -> bool:
         """Whether the conversation's drafts are Slack's native streams: a thread opened from
@@ -205,10 +195,10 @@ class AssistantThreads:
         if await self.host.notes.add_note(key.id, NOTE_TITLE, title, time.time()):
             self._run(
                 self._call(
-                    "assistant.threads.setTitle",
-                    self.client.assistant_threads_setTitle(
-                        channel_id=key.channel, thread_ts=key.thread, title=title
-                    ),
+                    "assistant_threads_setTitle",
+                    channel_id=key.channel,
+                    thread_ts=key.thread,
+                    title=title,
                 )
             )
 
@@ -221,9 +211,7 @@ class AssistantThreads:
         channel = viewed_channel(await self.host.notes.note(key.id, NOTE_VIEWING))
         if not channel or channel == key.channel:
             return ""
-        info = await self._read(
-            "conversations.info", self.client.conversations_info(channel=channel)
-        )
+        info = await self._read("conversations_info", channel=channel)
         about = info.get("channel") or {}
         name = f"#{about['name']}" if about.get("name") else f"channel {channel}"
         lines = [f"The user is looking at {name} in Slack while talking to you."]
@@ -238,9 +226,7 @@ class AssistantThreads:
 
     async def _recent(self, channel: str) -> list[str]:
         limit = self.config.channel_context_messages
-        page = await self._read(
-            "conversations.history", self.client.conversations_history(channel=channel, limit=limit)
-        )
+        page = await self._read("conversations_history", channel=channel, limit=limit)
         lines = []
         for message in reversed(page.get("messages") or []):
             if message.get("subtype") not in CONTEXT_SUBTYPES:
@@ -259,34 +245,38 @@ class AssistantThreads:
         if not user:
             return "someone"
         if user not in self._names:
-            info = await self._read("users.info", self.client.users_info(user=user))
+            info = await self._read("users_info", user=user)
             profile = (info.get("user") or {}).get("profile") or {}
             self._names[user] = str(profile.get("display_name") or profile.get("real_name")
                                     or (info.get("user") or {}).get("name") or user)  # fmt: skip
         return self._names[user]
 
     # plumbing ---------------------------------------------------------------------------------
-    async def _read(self, method: str, request: Awaitable[Any]) -> dict[str, Any]:
-        """A read for the prompt; a failure leaves that part out (the answer goes on)."""
+    async def _read(self, method: str, **args: Any) -> dict[str, Any]:
+        """A read for the prompt (`method` as the client names it); a failure leaves that part
+        out (the answer goes on)."""
+        name = method.replace("_", ".")
         try:
-            response = await call(method, request)
+            response = await call(name, getattr(self.client, method)(**args))
         except DeliveryError as exc:
-            log.info("slack: %s failed (%s); the prompt goes without it", method, exc)
+            log.info("slack: %s failed (%s); the prompt goes without it", name, exc)
             return {}
         return dict(response.data) if isinstance(response.data, dict) else {}
 
-    async def _call(self, method: str, request: Awaitable[Any]) -> None:
-        """A best-effort call of the assistant surface: never raises, never a traceback."""
+    async def _call(self, method: str, **args: Any) -> None:
+        """A best-effort call of the assistant surface (`method` as the client names it): never
+        raises, never a traceback."""
+        name = method.replace("_", ".")
         try:
-            await call(method, request)
+            await call(name, getattr(self.client, method)(**args))
         except DeliveryError as exc:
             error = slack_code(exc)
             if error not in STATUS_UNAVAILABLE:
-                log.warning("slack: %s failed (%s)", method, exc)
-            elif method not in self._refused:
-                self._refused.add(method)
+                log.warning("slack: %s failed (%s)", name, exc)
+            elif name not in self._refused:
+                self._refused.add(name)
                 log.warning("slack: %s refused (%s): the app needs the assistant:write scope "
-                            "and the assistant view (adapters/slack/manifest.yml)", method,
+                            "and the assistant view (adapters/slack/manifest.yml)", name,
                             error)  # fmt: skip
 
     def _run(self, work: Awaitable[None]) -> None:

@@ -41,9 +41,8 @@ from bot.core.errors import (
 T = TypeVar("T")
 
 TRANSPORT = (TimeoutError, SlackClientError, aiohttp.ClientError, OSError)
-"""What the client raises besides Slack's answer: timeouts, refused or reset connections, a
-request it could not make (SlackApiError, Slack's answer, is a SlackClientError too: it is
-caught first)."""
+"""What the client raises: Slack's answer (SlackApiError, a SlackClientError), timeouts, refused
+or reset connections, a request it could not make."""
 
 BODY_PREVIEW_CHARS = 80
 GONE = "message_not_found"
@@ -66,8 +65,6 @@ async def call(what: str, request: Awaitable[T]) -> T:
     """Await one Web API call; any failure is raised as the core's `DeliveryError` kind."""
     try:
         return await request
-    except SlackApiError as exc:
-        raise delivery_error(exc, what) from exc
     except TRANSPORT as exc:
         raise delivery_error(exc, what) from exc
 

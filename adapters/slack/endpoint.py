@@ -25,7 +25,7 @@ import hmac
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -69,11 +69,9 @@ server_log = logging.getLogger("burstbot.slack.http")
 server_log.addFilter(_MalformedHttpInOneLine())
 
 
-class Rejection(Exception):
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
+class Rejection(NamedTuple):
+    status: int
+    reason: str
 
 
 def verify(
@@ -123,9 +121,15 @@ def signed_problem(body: Any, commands: frozenset[str]) -> str | None:
 
 
 def endpoint(
-    bolt: AsyncApp, signing_secret: str, commands: frozenset[str], clock: Callable[[], float]
-) -> Callable[[web.Request], Any]:
+    bolt: AsyncApp,
+    signing_secret: str,
+    commands: frozenset[str],
+    clock: Callable[[], float],
+    accepting: Callable[[], bool],
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def handle(request: web.Request) -> web.StreamResponse:
+        if not accepting():  # stopping: Slack retries the event elsewhere or later
+            return web.Response(status=503, text="shutting down")
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:

@@ -47,7 +47,7 @@ from adapters.slack.uninstall import Uninstalls
 from adapters.slack.workspaces import InstalledWorkspaces, SingleWorkspace, Workspace
 from bot.core.catch_up import CatchUp
 from bot.core.errors import StoreError
-from bot.core.events import IncomingMessage, ResetConversation
+from bot.core.events import ResetConversation
 from bot.core.frontend import Host
 
 log = logging.getLogger("burstbot.slack")
@@ -130,11 +130,9 @@ class SlackEvents:
                                   self.listen_channels, mentioned)  # fmt: skip
         if placement is None:
             return
-        key = placement.key
         message = inbound.new_message(placement, channel, event, identity)
-        assert isinstance(message, IncomingMessage)
         if placement.needs_thread_check and event.get("parent_user_id") != identity.bot_user_id:
-            ours = await self.host.threads.status(key)
+            ours = await self.host.threads.status(placement.key)
             if ours is False:
                 return
             if ours is None:  # stored now, decided in the background: acked either way
@@ -148,16 +146,12 @@ class SlackEvents:
         """Noted in the store before Bolt acks (a retry finds the note); prompts come after."""
         workspace = await self._workspace(body)
         if workspace is not None:
-            await workspace.assistant.started(body, self._team_of(body, workspace))
+            await workspace.assistant.started(body)
 
     async def _on_assistant_context_changed(self, body: Payload) -> None:
         workspace = await self._workspace(body)
         if workspace is not None:
-            await workspace.assistant.context_changed(body, self._team_of(body, workspace))
-
-    @staticmethod
-    def _team_of(body: Payload, workspace: Workspace) -> str:
-        return str(body.get("team_id") or workspace.identity.team_id)
+            await workspace.assistant.context_changed(body)
 
     async def _on_revoked(self, event: Payload, body: Payload) -> None:
         """`app_uninstalled`, or `tokens_revoked` naming bot tokens: stored before the ack."""

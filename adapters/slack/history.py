@@ -167,8 +167,7 @@ class History:
             return None  # a thread reply counts when its thread is ours: the one being read
         if not payload.get("user_profile") and payload.get("user"):
             payload["user_profile"] = {"display_name": await self._name(run, str(payload["user"]))}
-        event = inbound.new_message(placement, channel, payload, self.identity)
-        return event if isinstance(event, IncomingMessage) else None
+        return inbound.new_message(placement, channel, payload, self.identity)
 
     async def _name(self, run: CatchUpRun, user: str) -> str:
         if user not in self._names:

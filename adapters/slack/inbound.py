@@ -139,10 +139,8 @@ def is_from_bot(message: Payload, identity: Identity) -> bool:
 
 
 def mentions(message: Payload, identity: Identity) -> bool:
-    if not identity.bot_user_id:
-        return False
-    pattern = rf"<@{re.escape(identity.bot_user_id)}(?:\|[^>]*)?>"
-    return re.search(pattern, str(message.get("text") or "")) is not None
+    bot = identity.bot_user_id
+    return bool(bot) and _own_mention(bot).search(str(message.get("text") or "")) is not None
 
 
 def place(
@@ -194,7 +192,9 @@ def author_name(message: Payload) -> str:
     return str(message.get("user") or "someone")
 
 
-def new_message(placement: Placement, channel: str, message: Payload, identity: Identity) -> Event:
+def new_message(
+    placement: Placement, channel: str, message: Payload, identity: Identity
+) -> IncomingMessage:
     text = plain_text(str(message.get("text") or ""), identity)
     return IncomingMessage(
         key=placement.key,
@@ -230,16 +230,20 @@ def change(
     """
     channel = str(event.get("channel", ""))
     channel_type = str(event.get("channel_type", ""))
+    previous = event.get("previous_message") or {}
+
+    def key_of(message: Payload) -> ConversationKey:
+        placement = place(team, channel, channel_type, message, identity, listen_channels)
+        if placement is not None:
+            return placement.key
+        return ConversationKey(PLATFORM, team, channel, str(message.get("thread_ts") or ""))
+
     if event.get("subtype") == "message_deleted":
-        previous = event.get("previous_message") or {}
         ts = str(event.get("deleted_ts") or previous.get("ts") or "")
         if not ts or is_from_bot(previous, identity):
             return None
-        placement = place(team, channel, channel_type, {**previous, "ts": ts}, identity,
-                          listen_channels)  # fmt: skip
-        return MessageDeleted(_key_of(placement, team, channel, previous), message_id(channel, ts))
+        return MessageDeleted(key_of({**previous, "ts": ts}), message_id(channel, ts))
     message = event.get("message") or {}
-    previous = event.get("previous_message") or {}
     ts = str(message.get("ts", ""))
     if not ts or is_from_bot(message, identity) or message.get("subtype") == ASSISTANT_ROOT:
         return None
@@ -250,14 +254,4 @@ def change(
         files.attachments(previous),
     ):
         return None  # an unfurl, not an edit by the person (a file added or removed is one)
-    placement = place(team, channel, channel_type, message, identity, listen_channels)
-    key = _key_of(placement, team, channel, message)
-    return MessageEdited(key, message_id(channel, ts), text, attached)
-
-
-def _key_of(
-    placement: Placement | None, team: str, channel: str, message: Payload
-) -> ConversationKey:
-    if placement is not None:
-        return placement.key
-    return ConversationKey(PLATFORM, team, channel, str(message.get("thread_ts") or ""))
+    return MessageEdited(key_of(message), message_id(channel, ts), text, attached)

@@ -19,6 +19,7 @@ import hmac
 import html
 import logging
 import secrets
+from dataclasses import dataclass
 from logging import Logger
 from typing import Any
 
@@ -74,13 +75,13 @@ def authorize_url(config: SlackConfig) -> str:
     return base.removesuffix("/api") + "/oauth/v2/authorize"
 
 
+@dataclass(eq=False, repr=False)
 class StoreInstallations(AsyncInstallationStore):
     """Bolt's installation store on ours; bot installs only (no user tokens are asked for)."""
 
-    def __init__(self, book: InstallationBook, box: TokenBox, clock: Clock) -> None:
-        self.book = book
-        self.box = box
-        self.clock = clock
+    book: InstallationBook
+    box: TokenBox
+    clock: Clock
 
     @property
     def logger(self) -> Logger:
@@ -139,15 +140,6 @@ class StoreInstallations(AsyncInstallationStore):
             bot_token_expires_at=None if record.expires_at is None else int(record.expires_at),
             user_id=record.installer_id, installed_at=record.installed_at,
         )  # fmt: skip
-
-    async def async_delete_bot(self, *, enterprise_id: str | None, team_id: str | None) -> None:
-        if team_id:
-            await self.book.delete_installation(team_id)
-
-    async def async_delete_installation(
-        self, *, enterprise_id: str | None, team_id: str | None, user_id: str | None = None
-    ) -> None:
-        await self.async_delete_bot(enterprise_id=enterprise_id, team_id=team_id)
 
 
 class StoreOAuthStates(AsyncOAuthStateStore):

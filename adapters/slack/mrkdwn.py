@@ -34,8 +34,7 @@ class SlackRenderer(Renderer):
 
     def code_block(self, code: str, language: str) -> list[str]:
         # A language tag would show as the first line of code in Slack, so it is dropped.
-        body = defuse_broadcasts(escape(code)).replace(FENCE, "``" + ZERO_WIDTH_SPACE + "`")
-        return [FENCE, *body.split("\n"), FENCE]
+        return [FENCE, *self.text(code).split("\n"), FENCE]
 
     def emphasis(self, kind: str, inner: str) -> str:
         mark = {"strong": "*", "em": "_", "s": "~"}[kind]

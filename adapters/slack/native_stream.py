@@ -43,6 +43,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.markdown import settle_partial
 from adapters.slack.calls import call, slack_code
 from adapters.slack.inbound import Identity, split_message_id
+from adapters.slack.mrkdwn import MAX_PART_CHARS
+from adapters.slack.outbound import conversation
 from bot.core.errors import DeliveryError, MessageGone
 from bot.core.events import ConversationKey
 from bot.core.replier import SearchStep
@@ -51,7 +53,6 @@ log = logging.getLogger("burstbot.slack")
 
 NOT_STREAMING = "message_not_in_streaming_state"
 REMEMBERED = 512  # streams (and stopped messages) a process remembers
-LOOKUP_PAGE = 200
 UNAVAILABLE = frozenset(
     {"unknown_method", "method_deprecated", "not_allowed_token_type", "missing_scope",
      "no_permission", "feature_not_enabled", "not_supported"}
@@ -102,7 +103,6 @@ class NativeStreams:
 
     client: AsyncWebClient
     identity: Identity
-    max_chars: int  # a draft shows at most one part's worth
     # message id → the text a running stream was sent, its search steps as sent, stopped ones
     _sent: OrderedDict[str, str] = field(default_factory=OrderedDict, init=False)
     _tasks: OrderedDict[str, dict[str, SearchStep]] = field(default_factory=OrderedDict, init=False)
@@ -113,7 +113,7 @@ class NativeStreams:
     ) -> str:
         """`chat.startStream` in the thread with the settled text so far (and the searches as
         task chunks); the message id."""
-        first = settled_prefix(text)[: self.max_chars]
+        first = settled_prefix(text)[:MAX_PART_CHARS]  # a draft shows one part's worth
         args: dict[str, Any] = {"channel": key.channel, "thread_ts": key.thread}
         if steps:
             chunks = [{"type": "markdown_text", "text": first}] if first.strip() else []
@@ -133,9 +133,6 @@ class NativeStreams:
         self._remember(self._tasks, message_id, {step.id: step for step in steps})
         return message_id
 
-    def streaming(self, message_id: str) -> bool:
-        return message_id in self._sent
-
     def extends(self, message_id: str, text: str) -> bool:
         """Whether `text` grows what the stream was sent (so appending can show it)."""
         sent = self._sent.get(message_id)
@@ -146,7 +143,7 @@ class NativeStreams:
         and the searches that changed since they were sent; False when the stream has ended
         (Slack closed it): the caller edits the message."""
         sent, tasks = self._sent[message_id], self._tasks.get(message_id) or {}
-        new = settled_prefix(text)[: self.max_chars]
+        new = settled_prefix(text)[:MAX_PART_CHARS]
         changed = [step for step in steps if tasks.get(step.id) != step]
         if len(new) <= len(sent) or not new.startswith(sent):
             new = sent  # nothing settled to add yet: sent once the text moves past it
@@ -169,14 +166,13 @@ class NativeStreams:
             self._remember(self._tasks, message_id, tasks)
         return True
 
-    async def stop(self, message_id: str, metadata: Mapping[str, Any] | None) -> None:
+    async def stop(self, message_id: str, metadata: dict[str, Any] | None) -> None:
         """Stop the message's stream if it may still run (labelled with `metadata`); one that is
         not streaming is no error. Raises `MessageGone` for a deleted message."""
         if message_id in self._stopped:
             return
         channel, ts = split_message_id(message_id)
-        extra: dict[str, Any] = {} if metadata is None else {"metadata": dict(metadata)}
-        request = self.client.chat_stopStream(channel=channel, ts=ts, **extra)
+        request = self.client.chat_stopStream(channel=channel, ts=ts, metadata=metadata)
         await self._on_stream(message_id, "stop stream", request)
         self._forget(message_id)
 
@@ -198,21 +194,12 @@ class NativeStreams:
     async def find_unlabelled(self, key: ConversationKey, oldest: str) -> str | None:
         """The bot's first message in the thread after `oldest` that carries no metadata: a
         stream still running (every other message of ours is labelled)."""
-        cursor = None
         what = f"conversation {key.id}: looking for a stream"
-        for _ in range(10):
-            args: dict[str, Any] = {"channel": key.channel, "ts": key.thread,
-                                    "oldest": oldest, "limit": LOOKUP_PAGE,
-                                    "include_all_metadata": True}  # fmt: skip
-            if cursor:
-                args["cursor"] = cursor
-            page = await call(what, self.client.conversations_replies(**args))
-            for message in page.get("messages") or []:
-                if self._ours_unlabelled(message, key):
-                    return f"{key.channel}:{message['ts']}"
-            cursor = (page.get("response_metadata") or {}).get("next_cursor")
-            if not cursor:
-                return None
+        async for message in conversation(
+            self.client, what, key.channel, key.thread, oldest=oldest
+        ):
+            if self._ours_unlabelled(message, key):
+                return f"{key.channel}:{message['ts']}"
         return None
 
     def _ours_unlabelled(self, message: Mapping[str, Any], key: ConversationKey) -> bool:

@@ -14,9 +14,8 @@ every conversation meanwhile, and gives a reply's posts their turn ahead of stre
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any, TypeVar
 
 from slack_sdk.web.async_client import AsyncWebClient
@@ -26,7 +25,7 @@ from adapters.slack.calls import call, slack_code, slack_status
 from adapters.slack.inbound import Identity, split_message_id
 from adapters.slack.mrkdwn import MAX_PART_CHARS, split_mrkdwn, to_mrkdwn
 from bot.config import SlackConfig
-from bot.core.clock import Clock
+from bot.core.clock import Clock, SystemClock
 from bot.core.errors import DeliveryError, RateLimited
 from bot.core.events import ConversationKey, Reply
 from bot.core.pacing import Limit, Pacer
@@ -63,6 +62,31 @@ def parts_since(reply: Reply) -> str | None:
     return f"{since:.6f}"
 
 
+async def conversation(
+    client: AsyncWebClient,
+    what: str,
+    channel: str,
+    thread: str,
+    max_pages: int = LOOKUP_MAX_PAGES,
+    **args: Any,
+) -> AsyncIterator[Mapping[str, Any]]:
+    """The messages of a thread (`conversations.replies`, oldest first) or of a channel's top
+    level (`conversations.history`, newest first), page by page (`cursor`) up to `max_pages`
+    pages, with their metadata; `args` narrow the read (`oldest`, ...)."""
+    read = client.conversations_replies if thread else client.conversations_history
+    args = {"channel": channel, "limit": LOOKUP_PAGE, "include_all_metadata": True, **args}
+    if thread:
+        args["ts"] = thread
+    cursor = None
+    for _ in range(max_pages):
+        page = await call(what, read(cursor=cursor, **args))
+        for message in page.get("messages") or []:
+            yield message
+        cursor = (page.get("response_metadata") or {}).get("next_cursor")
+        if not cursor:
+            return
+
+
 def slack_pacer(config: SlackConfig, clock: Clock) -> Pacer:
     """The workspace's budget: `chat.update` per workspace (Tier 3, with Slack's burst),
     `chat.postMessage` per channel (about one a second). A 429 shrinks either (pacing.py)."""
@@ -77,14 +101,6 @@ def part_metadata(reply_id: int | str, part: int, key: ConversationKey) -> dict[
     return {"event_type": METADATA_EVENT_TYPE, "event_payload": payload}
 
 
-class Turn(Enum):
-    """Whose turn on the pacer a post or update waits for."""
-
-    REPLY = "reply"  # a reply's final text: ahead of every draft
-    TAKEN = "taken"  # the caller took the turn already (the stream's `draft_turn`, behind
-    # every final text)
-
-
 @dataclass(eq=False, repr=False)
 class Outbound:
     """Posting and the thinking indicator for one workspace (one bot token)."""
@@ -94,9 +110,8 @@ class Outbound:
     indicator: str = "auto"
     reaction: str = "hourglass_flowing_sand"
     status_text: str = "is thinking…"
-    part_chars: int = MAX_PART_CHARS
     max_parts: int = 10
-    pacer: Pacer | None = None
+    pacer: Pacer = field(default_factory=lambda: Pacer(SystemClock(), {}))  # none: no limits
     status_available: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -108,11 +123,11 @@ class Outbound:
     ) -> list[str]:
         """Post the parts not already there; `first` shows part 0 instead of a new post (the
         streamed draft this reply finishes, updated)."""
-        parts = split_mrkdwn(to_mrkdwn(reply.text), self.part_chars) or ["…"]
+        parts = split_mrkdwn(to_mrkdwn(reply.text)) or ["…"]
         if len(parts) > self.max_parts:
             log.info("reply %s: %d parts, posting the first %d", reply.id, len(parts),
                      self.max_parts)  # fmt: skip
-            parts = cap_parts(parts, self.max_parts, self.part_chars, split_mrkdwn)
+            parts = cap_parts(parts, self.max_parts, MAX_PART_CHARS, split_mrkdwn)
         posted = await self.posted_parts(reply, parts_since(reply)) if reply.attempt > 1 else {}
         ids: list[str] = []
         for index, text in enumerate(parts):
@@ -135,11 +150,13 @@ class Outbound:
         text: str,
         metadata: dict[str, Any],
         what: str,
-        turn: Turn = Turn.REPLY,
+        taken: bool = False,
     ) -> str:
         """One `chat.postMessage` of ours (labelled by `metadata`, so a lost response is found);
-        returns its platform id. It waits for its `turn` on the channel's budget."""
-        await self.wait_turn(POST, key.channel, turn)
+        returns its platform id. It waits for its turn on the channel's budget, ahead of every
+        draft, unless the caller has `taken` it (the stream's `draft_turn`)."""
+        if not taken:
+            await self.pacer.take(POST, key.channel, final=True)
         response = await self.paced(
             POST,
             key.channel,
@@ -156,58 +173,26 @@ class Outbound:
         )
         return f"{key.channel}:{response['ts']}"
 
-    async def take(self, method: str, scope: str, final: bool) -> None:
-        """Wait for a call's turn on the workspace's budget for `method` in `scope`."""
-        if self.pacer is not None:
-            await self.pacer.take(method, scope, final)
-
-    async def wait_turn(self, method: str, scope: str, turn: Turn) -> None:
-        if turn is not Turn.TAKEN:
-            await self.take(method, scope, final=True)
-
     async def paced(self, method: str, scope: str, what: str, request: Awaitable[T]) -> T:
         """`call`, and a 429 holds `method`'s budget for everyone for its Retry-After."""
         try:
             return await call(what, request)
         except RateLimited as exc:
-            if self.pacer is not None:
-                self.pacer.hold(method, scope, exc.retry_after)
+            self.pacer.hold(method, scope, exc.retry_after)
             raise
-
-    def refund(self, method: str, scope: str) -> None:
-        """A token taken for a call that was not made after all."""
-        if self.pacer is not None:
-            self.pacer.refund(method, scope)
 
     async def posted_parts(self, reply: Reply, oldest: str | None = None) -> dict[int, str]:
         """Parts of this reply already in the conversation, found by their metadata (posted after
         `oldest`, by default the message the reply answers)."""
-        channel, thread = reply.key.channel, reply.key.thread
         if oldest is None:
             oldest = split_message_id(reply.reply_to_message_id or "")[1] or "0"
         found: dict[int, str] = {}
-        cursor = None
         what = f"reply {reply.id}: looking for earlier posts"
-        for _ in range(LOOKUP_MAX_PAGES):
-            args: dict[str, Any] = {
-                "channel": channel,
-                "oldest": oldest,
-                "limit": LOOKUP_PAGE,
-                "include_all_metadata": True,
-            }
-            if cursor:
-                args["cursor"] = cursor
-            if thread:
-                page = await call(what, self.client.conversations_replies(ts=thread, **args))
-            else:
-                page = await call(what, self.client.conversations_history(**args))
-            for message in page.get("messages") or []:
-                part = self._our_part(message, reply)
-                if part is not None:
-                    found[part] = f"{channel}:{message['ts']}"
-            cursor = (page.get("response_metadata") or {}).get("next_cursor")
-            if not cursor:
-                break
+        channel, thread = reply.key.channel, reply.key.thread
+        async for message in conversation(self.client, what, channel, thread, oldest=oldest):
+            part = self._our_part(message, reply)
+            if part is not None:
+                found[part] = f"{channel}:{message['ts']}"
         if found:
             log.info("reply %s: %d part(s) already posted; not posting them again", reply.id,
                      len(found))  # fmt: skip
@@ -260,7 +245,4 @@ class Outbound:
     async def _react(self, method: str, platform_id: str) -> None:
         channel, ts = split_message_id(platform_id)
         request = getattr(self.client, method)(channel=channel, timestamp=ts, name=self.reaction)
-        try:
-            await call(method, request)
-        except DeliveryError as exc:
-            log.debug("indicator call failed: %s", exc)
+        await call(method, request)  # a failure is show_busy's to log

@@ -32,7 +32,14 @@ from adapters.slack.calls import call, slack_code
 from adapters.slack.inbound import split_message_id
 from adapters.slack.mrkdwn import split_mrkdwn, to_mrkdwn
 from adapters.slack.native_stream import NativeStreams, StreamsUnavailable
-from adapters.slack.outbound import CLOCK_MARGIN, POST, UPDATE, Outbound, Turn, part_metadata
+from adapters.slack.outbound import (
+    CLOCK_MARGIN,
+    POST,
+    UPDATE,
+    Outbound,
+    conversation,
+    part_metadata,
+)
 from bot.core.errors import DeliveryError, MessageGone
 from bot.core.events import ConversationKey, Draft, Reply
 from bot.core.frontend import PacedDrafts
@@ -62,7 +69,7 @@ class SlackDrafts(PacedDrafts):
         self.outbound = outbound
         self.client = outbound.client
         self._native = native  # where drafts are native streams (assistant threads)
-        self.streams = NativeStreams(outbound.client, outbound.identity, outbound.part_chars)
+        self.streams = NativeStreams(outbound.client, outbound.identity)
         self._labels: dict[str, str] = {}  # a native draft's message id → the draft's key
         self.showing = Showing()  # what each message we posted or updated shows now
         self.native_refused = ""  # Slack's reason, once it refused to start a stream
@@ -74,7 +81,7 @@ class SlackDrafts(PacedDrafts):
 
     def draft_text(self, text: str) -> str:
         """What a draft shows of the text so far: rendered whole, one part's worth."""
-        parts = split_mrkdwn(to_mrkdwn(settle_partial(text)), self.outbound.part_chars)
+        parts = split_mrkdwn(to_mrkdwn(settle_partial(text)))
         return parts[0] if parts and parts[0].strip() else "…"
 
     async def draft_turn(self, key: ConversationKey, posting: bool) -> bool:
@@ -83,8 +90,6 @@ class SlackDrafts(PacedDrafts):
         `chat.postMessage` budget has one and the workspace's can still take the final update
         it will owe (else the reply is posted whole, on the channel's budget)."""
         pacer, team = self.outbound.pacer, self.outbound.identity.team_id
-        if pacer is None:
-            return True
         if not posting:
             return pacer.try_take(UPDATE, team)
         if not pacer.admit(UPDATE, team):
@@ -108,10 +113,10 @@ class SlackDrafts(PacedDrafts):
                 return message_id
         return await self._post(key, draft, text)
 
-    async def _post(self, key: ConversationKey, draft: Draft, text: str) -> str:
+    async def _post(self, key: ConversationKey, draft: Draft, text: str, taken: bool = True) -> str:
         metadata, shown = part_metadata(draft.key, 0, key), self.draft_text(text)
         what = f"draft {draft.key}"
-        message_id = await self.outbound.post(key, shown, metadata, what, Turn.TAKEN)
+        message_id = await self.outbound.post(key, shown, metadata, what, taken)
         self.showing.note(message_id, shown, metadata)
         return message_id
 
@@ -177,22 +182,20 @@ class SlackDrafts(PacedDrafts):
         post of the part, labelled with the reply's id like any part (found on a retry)."""
         assert reply.draft is not None
         draft, metadata = reply.draft, part_metadata(reply.id, 0, reply.key)
-        if draft.message_id is None:
-            await self.outbound.take(POST, reply.key.channel, final=True)
-        message_id = draft.message_id or await self._post(reply.key, draft, text)
+        message_id = draft.message_id or await self._post(reply.key, draft, text, taken=False)
         try:
             # the final text is the update's, not the stream's: a stream still running stops
             if draft.message_id is not None and await self.native(reply.key):
                 self._labels.setdefault(message_id, draft.key)
                 await self._stop(reply.key, message_id)
             self._labels.pop(message_id, None)
-            stored = await self._update(message_id, text, metadata, Turn.REPLY)
+            stored = await self._update(message_id, text, metadata, taken=False)
             self._settle()
             if await self._shows(reply.key, message_id) not in (None, stored):
                 log.warning("reply %s: a stale draft edit landed after the final text; restored",
                             reply.id)  # fmt: skip
                 self.showing.forget(message_id)  # it shows something else: update it
-                await self._update(message_id, text, metadata, Turn.REPLY)
+                await self._update(message_id, text, metadata, taken=False)
         except MessageGone:
             log.info("reply %s: its draft was deleted; posting the reply anew", reply.id)
             return await self.outbound.post(reply.key, text, metadata, f"reply {reply.id} part 0")
@@ -200,30 +203,29 @@ class SlackDrafts(PacedDrafts):
 
     def _settle(self) -> None:
         """A draft's final update was made (or the draft deleted): it owes the budget nothing."""
-        if self.outbound.pacer is not None:
-            self.outbound.pacer.settle(UPDATE, self.outbound.identity.team_id)
+        self.outbound.pacer.settle(UPDATE, self.outbound.identity.team_id)
 
     async def _update(
         self,
         message_id: str,
         text: str,
         metadata: dict[str, Any] | None = None,
-        turn: Turn = Turn.TAKEN,
+        taken: bool = True,
     ) -> str:
-        """Update one message of ours (after its `turn` on the budget); returns its text as Slack
-        stored it. An update that would change nothing (the text and metadata it shows since our
-        last call) is not sent."""
+        """Update one message of ours (after its turn on the budget, unless `taken` already: the
+        stream's `draft_turn`); returns its text as Slack stored it. An update that would change
+        nothing (the text and metadata it shows since our last call) is not sent."""
+        team = self.outbound.identity.team_id
         unchanged = self.showing.unchanged(message_id, text, metadata)
         if unchanged is not None:
-            if turn is Turn.TAKEN:  # the stream took a token for it: give it back
-                self.outbound.refund(UPDATE, self.outbound.identity.team_id)
+            if taken:  # the stream took a token for it: give it back
+                self.outbound.pacer.refund(UPDATE, team)
             return unchanged
         channel, ts = split_message_id(message_id)
-        extra: dict[str, Any] = {} if metadata is None else {"metadata": metadata}
-        team = self.outbound.identity.team_id
-        await self.outbound.wait_turn(UPDATE, team, turn)
+        if not taken:
+            await self.outbound.pacer.take(UPDATE, team, final=True)
         what = f"message {message_id}: update"
-        request = self.client.chat_update(channel=channel, ts=ts, text=text, **extra)
+        request = self.client.chat_update(channel=channel, ts=ts, text=text, metadata=metadata)
         try:
             response = await self.outbound.paced(UPDATE, team, what, request)
         except MessageGone:
@@ -237,18 +239,12 @@ class SlackDrafts(PacedDrafts):
     async def _shows(self, key: ConversationKey, message_id: str) -> str | None:
         """The text a message of ours shows now (None when it cannot be read back)."""
         channel, ts = split_message_id(message_id)
-        args: dict[str, Any] = {"channel": channel, "oldest": ts, "latest": ts,
-                                "inclusive": True, "limit": 1}  # fmt: skip
         what = f"message {message_id}: reading it back"
+        window: dict[str, Any] = {"oldest": ts, "latest": ts, "inclusive": True, "limit": 1}
         try:
-            if key.thread:
-                page = await call(what, self.client.conversations_replies(ts=key.thread, **args))
-            else:
-                page = await call(what, self.client.conversations_history(**args))
+            async for message in conversation(self.client, what, channel, key.thread, 1, **window):
+                if message.get("ts") == ts:
+                    return str(message.get("text", ""))
         except DeliveryError as exc:
             log.info("%s failed (%s)", what, exc)
-            return None
-        for message in page.get("messages") or []:
-            if message.get("ts") == ts:
-                return str(message.get("text", ""))
         return None

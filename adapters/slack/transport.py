@@ -112,16 +112,10 @@ async def serve_http(
 ) -> web.AppRunner:
     """The events endpoint; the signature is verified over the raw body before Bolt sees it.
     With `install = "oauth"` also the install page and the OAuth redirect (install.py)."""
-    verified = endpoint(bolt, signing_secret, commands, now)
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        if not accepting():  # stopping: Slack retries the event elsewhere or later
-            return web.Response(status=503, text="shutting down")
-        response: web.StreamResponse = await verified(request)
-        return response
-
     server = web.Application(client_max_size=MAX_BODY_BYTES)
-    server.router.add_post(config.http_path, handler)
+    server.router.add_post(
+        config.http_path, endpoint(bolt, signing_secret, commands, now, accepting)
+    )
     if flow is not None:
         server.router.add_get(config.install_path, oauth_page(flow.handle_installation))
         server.router.add_get(config.redirect_path, oauth_page(flow.handle_callback))

@@ -12,6 +12,7 @@ as `burstbot forget --conversation` erases one. One log line says what was done,
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from adapters.slack.inbound import PLATFORM
 from adapters.slack.workspaces import NOT_INSTALLED, InstalledWorkspaces, SingleWorkspace
@@ -23,35 +24,26 @@ from bot.core.installations import forget_workspace
 log = logging.getLogger("burstbot.slack")
 
 
+@dataclass(eq=False)
 class Uninstalls:
-    def __init__(
-        self,
-        host: Host,
-        workspaces: SingleWorkspace | InstalledWorkspaces,
-        config: SlackConfig,
-        clock: Clock,
-    ) -> None:
-        self.host = host
-        self.workspaces = workspaces
-        self.config = config
-        self.clock = clock
+    host: Host
+    workspaces: SingleWorkspace | InstalledWorkspaces
+    config: SlackConfig
+    clock: Clock
 
-    async def revoked(self, team: str, event_type: str) -> dict[str, int]:
+    async def revoked(self, team: str, event_type: str) -> None:
         """What `event_type` (app_uninstalled, tokens_revoked) ends for the workspace."""
         book = self.host.installations
         deleted = await book.delete_installation(team)
         self.workspaces.forget(team)
         reason = f"slack: {NOT_INSTALLED} ({team}, {event_type})"
         failed = await book.fail_workspace_replies(PLATFORM, team, reason, self.clock.now())
-        counts = {"installation": int(deleted), "replies_failed": failed}
         erased = ""
         if event_type == "app_uninstalled" and self.config.forget_on_uninstall:
             forgotten = await forget_workspace(book, PLATFORM, team)
-            counts.update(forgotten)
             erased = "; erased " + ", ".join(
                 f"{n} {name.replace('_', ' ')}" for name, n in forgotten.items()
             )
         log.warning("slack: %s in workspace %s: tokens %s, %d pending replies failed%s",
                     event_type, team, "deleted" if deleted else "already deleted", failed,
                     erased)  # fmt: skip
-        return counts

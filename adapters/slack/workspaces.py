@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from slack_bolt.authorization import AuthorizeResult
@@ -56,7 +56,6 @@ class Workspace:
     drafts: SlackDrafts
     history: History
     assistant: AssistantThreads
-    name: str = ""
     token_version: int = 0
     expires_at: float | None = None
     lifetime: float = 0.0  # how long its last token was valid for (its refresh margin's base)
@@ -67,11 +66,11 @@ StackBuilder = Callable[[AsyncWebClient, Identity], Workspace]
 """The front end builds a workspace's stack from its client and identity (app.py)."""
 
 
+@dataclass(eq=False)
 class SingleWorkspace:
     """`install = "token"`: one workspace, whatever team an event names."""
 
-    def __init__(self, workspace: Workspace) -> None:
-        self.workspace = workspace
+    workspace: Workspace
 
     async def get(self, team: str) -> Workspace | None:
         return self.workspace
@@ -86,30 +85,20 @@ class SingleWorkspace:
         """A single workspace cannot be uninstalled while running (the process restarts)."""
 
 
+@dataclass(eq=False, repr=False)
 class InstalledWorkspaces:
     """`install = "oauth"`: every workspace installed, from the store."""
 
-    def __init__(
-        self,
-        book: InstallationBook,
-        box: TokenBox,
-        client: AsyncWebClient,
-        build: StackBuilder,
-        client_id: str,
-        client_secret: str,
-        owner: str,
-        clock: Clock,
-    ) -> None:
-        self.book = book
-        self.box = box
-        self.client = client  # no token: oauth.v2.access, and the template of each workspace's
-        self.build = build
-        self.client_id = client_id
-        self.client_secret = client_secret
-        self.owner = owner
-        self.clock = clock
-        self._open: dict[str, Workspace] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+    book: InstallationBook
+    box: TokenBox
+    client: AsyncWebClient  # no token: oauth.v2.access, and the template of each workspace's
+    build: StackBuilder
+    client_id: str
+    client_secret: str
+    owner: str
+    clock: Clock
+    _open: dict[str, Workspace] = field(default_factory=dict, init=False)
+    _locks: dict[str, asyncio.Lock] = field(default_factory=dict, init=False)
 
     async def check_key(self) -> int:
         """At start: every stored token decrypts with the key (else one line, exit 2) and is
@@ -127,8 +116,7 @@ class InstalledWorkspaces:
 
     async def get(self, team: str) -> Workspace | None:
         """The workspace's stack with a valid token, or None when it is not installed."""
-        lock = self._locks.setdefault(team, asyncio.Lock())
-        async with lock:
+        async with self._locks.setdefault(team, asyncio.Lock()):
             workspace = self._open.get(team)
             now = self.clock.now()
             if workspace is not None and not self._stale(workspace, now):
@@ -185,7 +173,6 @@ class InstalledWorkspaces:
             workspace = self.build(client, identity)
             self._open[record.team_id] = workspace
         workspace.client.token = token
-        workspace.name = record.team_name
         workspace.token_version = record.token_version
         self._set_expiry(workspace, record.expires_at)
         return workspace
@@ -262,12 +249,12 @@ class WorkspaceDrafts(PacedDrafts):
         await (await self._drafts(key)).delete_draft(key, message_id)
 
 
+@dataclass(eq=False)
 class WorkspaceAuthorize(AsyncAuthorize):
     """Bolt's authorize for an event: its workspace's installation, or None (Bolt acks the
     event and drops it; one warning line says so)."""
 
-    def __init__(self, workspaces: InstalledWorkspaces) -> None:
-        self.workspaces = workspaces
+    workspaces: InstalledWorkspaces
 
     async def __call__(
         self,
