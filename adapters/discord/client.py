@@ -86,52 +86,6 @@ def gateway_intents(typing: bool = True) -> discord.Intents:
     return intents
 
 
-class GatewayClient(discord.Client):
-    """discord.py's client with its event methods forwarded to the front end."""
-
-    def __init__(
-        self, frontend: DiscordFrontend, config: DiscordConfig, intents: discord.Intents
-    ) -> None:
-        # burstbot never joins voice: skip discord.py's start-up warnings about voice libraries.
-        discord.VoiceClient.warn_nacl = False
-        discord.VoiceClient.warn_dave = False
-        super().__init__(
-            intents=intents,
-            shard_id=config.shard_id,
-            shard_count=config.shard_count,
-            allowed_mentions=frontend.allowed_mentions,
-            # Long rate limits come back as RateLimited (→ retry later) instead of a long sleep.
-            max_ratelimit_timeout=30.0,
-        )
-        self.frontend = frontend
-        self.tree = commands.command_tree(self, frontend.on_reset)
-        guard_parsers(self._connection.parsers)  # a bad event costs one line, not the process
-
-    async def on_ready(self) -> None:
-        await self.frontend.on_ready()
-
-    async def on_disconnect(self) -> None:
-        self.frontend.on_disconnect()
-
-    async def on_resumed(self) -> None:
-        self.frontend.on_resumed()
-
-    async def on_message(self, message: discord.Message) -> None:
-        await self.frontend.on_message(message)
-
-    async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
-        await self.frontend.on_raw_message_edit(payload)
-
-    async def on_raw_typing(self, payload: discord.RawTypingEvent) -> None:
-        await self.frontend.on_raw_typing(payload)
-
-    async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
-        await self.frontend.on_raw_message_delete(payload)
-
-    async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
-        await self.frontend.on_raw_bulk_message_delete(payload)
-
-
 class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
     platform = "discord"
 
@@ -149,7 +103,32 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
         self.max_parts = config.max_parts_per_reply
         self.clock = clock or SystemClock()
         self.typing = typing or TypingKeeper(self.clock)
-        self.client = GatewayClient(self, config, intents or gateway_intents())
+        # burstbot never joins voice: skip discord.py's start-up warnings about voice libraries.
+        discord.VoiceClient.warn_nacl = False
+        discord.VoiceClient.warn_dave = False
+        self.client = discord.Client(
+            intents=intents or gateway_intents(),
+            shard_id=config.shard_id,
+            shard_count=config.shard_count,
+            allowed_mentions=self.allowed_mentions,
+            # Long rate limits come back as RateLimited (→ retry later) instead of a long sleep.
+            max_ratelimit_timeout=30.0,
+        )
+        for handler in (
+            self.on_ready,
+            self.on_disconnect,
+            self.on_resumed,
+            self.on_message,
+            self.on_raw_message_edit,
+            self.on_raw_typing,
+            self.on_raw_message_delete,
+            self.on_raw_bulk_message_delete,
+        ):
+            self.client.event(handler)  # discord.py calls the client's `on_<event>` attributes
+        self.tree = commands.command_tree(self.client, self.on_reset)
+        guard_parsers(
+            self.client._connection.parsers
+        )  # a bad event costs one line, not the process
         self.history = History(self.client, lambda: self.routing, self.incoming)
         self.host: Host | None = None
         self.unstored = UnstoredMessages(
@@ -199,7 +178,7 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
         if self._connection.done():
             raise _connect_error(self._connection)
         self._connection.add_done_callback(self._connection_ended)
-        await commands.register_commands(self.client, self.client.tree)
+        await commands.register_commands(self.client, self.tree)
 
     async def stop(self) -> None:
         self._stopping = True
@@ -235,11 +214,11 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
         self._lost_at = None
         self._ready.set()
 
-    def on_disconnect(self) -> None:
+    async def on_disconnect(self) -> None:
         if self._lost_at is None:
             self._lost_at = self.clock.now()
 
-    def on_resumed(self) -> None:
+    async def on_resumed(self) -> None:
         self._lost_at = None  # Discord replays what the session missed
 
     def incoming(self, message: discord.Message) -> IncomingMessage | None:
