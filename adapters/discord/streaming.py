@@ -81,11 +81,8 @@ class DiscordDrafts(PacedDrafts):
 
     async def final_turn(self, key: ConversationKey) -> None:
         """A reply's post's turn on the channel's budget, ahead of every draft."""
-        await self._take(key, final=True)
-
-    async def _take(self, key: ConversationKey, final: bool) -> None:
         if self.pacer is not None:
-            await self.pacer.take(MESSAGES, key.channel, final)
+            await self.pacer.take(MESSAGES, key.channel, final=True)
 
     async def post_draft(self, key: ConversationKey, draft: Draft, text: str) -> str:
         """Within the nonce window a post with the draft's key returns the message an earlier
@@ -136,18 +133,18 @@ class DiscordDrafts(PacedDrafts):
         assert reply.draft is not None
         draft = reply.draft
         if draft.message_id is None:
-            await self._take(reply.key, final=True)
+            await self.final_turn(reply.key)
         message_id = draft.message_id or await self.post_draft(reply.key, draft, text)
         try:
             if self.showing.unchanged(message_id, text, None) is None:
-                await self._take(reply.key, final=True)
+                await self.final_turn(reply.key)
                 await self._edit(reply.key, message_id, text)
             self._settle(reply.key)
             if await self._shows(reply.key, message_id) not in (None, text):
                 log.warning("reply %s: a stale draft edit landed after the final text; restored",
                             reply.id)  # fmt: skip
                 self.showing.forget(message_id)  # it shows something else: edit it
-                await self._take(reply.key, final=True)
+                await self.final_turn(reply.key)
                 await self._edit(reply.key, message_id, text)
         except MessageGone:
             log.info("reply %s: its draft was deleted; posting the reply anew", reply.id)
