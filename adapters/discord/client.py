@@ -94,7 +94,6 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
         config: DiscordConfig,
         token: str = "",
         clock: Clock | None = None,
-        typing: TypingKeeper | None = None,
         intents: discord.Intents | None = None,
         unstored_limit: int = UNSTORED_LIMIT,
     ) -> None:
@@ -102,7 +101,7 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
         self.allowed_mentions = allowed_mentions(config.mention_author)
         self.max_parts = config.max_parts_per_reply
         self.clock = clock or SystemClock()
-        self.typing = typing or TypingKeeper(self.clock)
+        self.typing = TypingKeeper(self.clock)
         # burstbot never joins voice: skip discord.py's start-up warnings about voice libraries.
         discord.VoiceClient.warn_nacl = False
         discord.VoiceClient.warn_dave = False
@@ -282,6 +281,12 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
                 delay *= 4
         return error
 
+    async def _store_change(self, change: MessageEdited | MessageDeleted, what: str) -> None:
+        """History shows no edits or deletes: one never stored is lost, logged as such."""
+        error = await self._store(change, what)
+        if error is not None:
+            log.error("discord: %s in %s lost: not stored (%s)", what, change.key.id, error)
+
     # catch-up ---------------------------------------------------------------------------------
     def use_catch_up(self, catch_up: CatchUp) -> None:
         self._catch_up = catch_up
@@ -338,10 +343,7 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
             return  # uncached and never edited: an embed update of an unedited message
         key = self.routing.key(payload.guild_id, payload.channel_id, message.author.id)
         edit = MessageEdited(key, str(message.id), message_text(message), attached)
-        error = await self._store(edit, f"the edit of message {message.id}")
-        if error is not None:  # history shows no edits: catch-up cannot bring it back
-            log.error("discord: the edit of message %s in %s lost: not stored (%s)", message.id,
-                      key.id, error)  # fmt: skip
+        await self._store_change(edit, f"the edit of message {message.id}")
 
     async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
         cached = payload.cached_message
@@ -364,12 +366,8 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
             return
         author_id = cached.author.id if cached is not None else None
         key = self.routing.key(guild_id, channel_id, author_id)
-        error = await self._store(
-            MessageDeleted(key, str(message_id)), f"the delete of {message_id}"
-        )
-        if error is not None:  # history shows no deletes: catch-up cannot bring it back
-            log.error("discord: the delete of message %s in %s lost: not stored (%s)", message_id,
-                      key.id, error)  # fmt: skip
+        delete = MessageDeleted(key, str(message_id))
+        await self._store_change(delete, f"the delete of message {message_id}")
 
     async def fetch_attachment(
         self, key: ConversationKey, attachment: Attachment, max_bytes: int
