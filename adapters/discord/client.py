@@ -125,9 +125,7 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
         ):
             self.client.event(handler)  # discord.py calls the client's `on_<event>` attributes
         self.tree = commands.command_tree(self.client, self.on_reset)
-        guard_parsers(
-            self.client._connection.parsers
-        )  # a bad event costs one line, not the process
+        guard_parsers(self.client._connection.parsers)  # a bad event costs a line, not the process
         self.history = History(self.client, lambda: self.routing, self.incoming)
         self.host: Host | None = None
         self.unstored = UnstoredMessages(
