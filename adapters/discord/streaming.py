@@ -37,7 +37,6 @@ from bot.core.pacing import Pacer
 log = logging.getLogger("burstbot.discord")
 
 
-NONCE_WINDOW = 120.0  # Discord dedupes a nonce for "a few minutes"; this stays inside that
 MESSAGES = "messages"  # the pacer's bucket: posts and edits, per channel
 CLOCK_MARGIN = 60.0  # seconds a history look-up starts before a draft's creation
 LOOKUP_LIMIT = 100
@@ -54,8 +53,8 @@ class DiscordDrafts(PacedDrafts):
     partial_channel: Callable[[ConversationKey], discord.PartialMessageable]
     mentions: discord.AllowedMentions
     bot_id: Callable[[], int | None]
-    nonce_window: float = NONCE_WINDOW
-    pacer: Pacer | None = None
+    nonce_window: float
+    pacer: Pacer
     showing: Showing = field(default_factory=Showing, init=False)
     """What each message we sent or edited shows now."""
 
@@ -63,8 +62,6 @@ class DiscordDrafts(PacedDrafts):
         """Whether a draft call may go now on the channel's budget (never waiting): an edit if
         a token is spare; a new draft's post if the channel can also take the final edit it
         will owe (else the reply is posted whole: one write instead of two or more)."""
-        if self.pacer is None:
-            return True
         if not posting:
             return self.pacer.try_take(MESSAGES, key.channel)
         if not self.pacer.admit(MESSAGES, key.channel):
@@ -76,13 +73,11 @@ class DiscordDrafts(PacedDrafts):
 
     def _settle(self, key: ConversationKey) -> None:
         """A draft's final edit was made (or the draft deleted): it owes the budget nothing."""
-        if self.pacer is not None:
-            self.pacer.settle(MESSAGES, key.channel)
+        self.pacer.settle(MESSAGES, key.channel)
 
     async def final_turn(self, key: ConversationKey) -> None:
         """A reply's post's turn on the channel's budget, ahead of every draft."""
-        if self.pacer is not None:
-            await self.pacer.take(MESSAGES, key.channel, final=True)
+        await self.pacer.take(MESSAGES, key.channel, final=True)
 
     async def post_draft(self, key: ConversationKey, draft: Draft, text: str) -> str:
         """Within the nonce window a post with the draft's key returns the message an earlier
@@ -112,7 +107,7 @@ class DiscordDrafts(PacedDrafts):
     async def edit_draft(self, key: ConversationKey, message_id: str, text: str) -> None:
         """The stream took this edit's token (`draft_turn`): given back if the edit would
         change nothing."""
-        if not await self._edit(key, message_id, draft_text(text)) and self.pacer is not None:
+        if not await self._edit(key, message_id, draft_text(text)):
             self.pacer.refund(MESSAGES, key.channel)
 
     async def delete_draft(self, key: ConversationKey, message_id: str) -> None:
@@ -162,8 +157,7 @@ class DiscordDrafts(PacedDrafts):
         try:
             edited = await call(message.edit(content=content, allowed_mentions=self.mentions))
         except RateLimited as exc:
-            if self.pacer is not None:
-                self.pacer.hold(MESSAGES, key.channel, exc.retry_after)  # for everyone there
+            self.pacer.hold(MESSAGES, key.channel, exc.retry_after)  # for everyone there
             raise
         except MessageGone:
             self.showing.forget(message_id)
