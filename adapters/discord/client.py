@@ -72,6 +72,7 @@ REMEMBERED_REPLIES = 1000
 INGEST_ATTEMPTS = 4
 INGEST_RETRY_SECONDS = 0.25  # then 1 s, 4 s: about 5 s in all before catch-up takes over
 _SHARD_CLOSE_CODES = {4010: "invalid shard", 4011: "sharding required"}
+RawDelete = discord.RawMessageDeleteEvent | discord.RawBulkMessageDeleteEvent
 
 
 def gateway_intents(typing: bool = True) -> discord.Intents:
@@ -344,28 +345,22 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
         await self._store_change(edit, f"the edit of message {message.id}")
 
     async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
-        cached = payload.cached_message
-        await self._deleted(payload.guild_id, payload.channel_id, payload.message_id, cached)
+        cached = [payload.cached_message] if payload.cached_message is not None else []
+        await self._deleted(payload, {payload.message_id}, cached)
 
     async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
-        cached = {m.id: m for m in payload.cached_messages}
-        for message_id in sorted(payload.message_ids):
-            cached_message = cached.get(message_id)
-            await self._deleted(payload.guild_id, payload.channel_id, message_id, cached_message)
+        await self._deleted(payload, payload.message_ids, payload.cached_messages)
 
     async def _deleted(
-        self,
-        guild_id: int | None,
-        channel_id: int,
-        message_id: int,
-        cached: discord.Message | None,
+        self, payload: RawDelete, message_ids: set[int], cached: list[discord.Message]
     ) -> None:
-        if self.host is None or not self.routing.serves(guild_id):
+        if self.host is None or not self.routing.serves(payload.guild_id):
             return
-        author_id = cached.author.id if cached is not None else None
-        key = self.routing.key(guild_id, channel_id, author_id)
-        delete = MessageDeleted(key, str(message_id))
-        await self._store_change(delete, f"the delete of message {message_id}")
+        authors = {m.id: m.author.id for m in cached}
+        for message_id in sorted(message_ids):
+            key = self.routing.key(payload.guild_id, payload.channel_id, authors.get(message_id))
+            delete = MessageDeleted(key, str(message_id))
+            await self._store_change(delete, f"the delete of message {message_id}")
 
     async def fetch_attachment(
         self, key: ConversationKey, attachment: Attachment, max_bytes: int
@@ -398,8 +393,7 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
 
     def _channel(self, key: ConversationKey) -> discord.abc.Messageable:
         """The cached channel, or a bare one by id (a DM after a restart, an uncached thread)."""
-        channel_id = int(key.channel)
-        cached = self.client.get_channel(channel_id)
+        cached = self.client.get_channel(int(key.channel))
         if isinstance(cached, discord.abc.Messageable):
             return cached
         return self._partial_channel(key)
