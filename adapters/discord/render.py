@@ -56,8 +56,7 @@ class DiscordRenderer(Renderer):
     def code_span(self, code: str) -> str:
         if not code.strip():
             return self.text(code)
-        fence = "``" if "`" in code else "`"
-        return f"{fence} {code} {fence}" if fence == "``" else f"`{code}`"
+        return f"`` {code} ``" if "`" in code else f"`{code}`"
 
     def code_block(self, code: str, language: str) -> list[str]:
         body = code.replace(FENCE, "``" + ZERO_WIDTH_SPACE + "`")
