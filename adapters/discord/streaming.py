@@ -17,10 +17,10 @@ the reply that finishes it posts the rest.
 
 from __future__ import annotations
 
-import datetime
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import discord
 
@@ -94,7 +94,8 @@ class DiscordDrafts(PacedDrafts):
         me, target = self.bot_id(), draft.reply_to
         if me is None or target is None:
             return None
-        after = discord.Object(discord.utils.time_snowflake(_utc(draft.created_at - CLOCK_MARGIN)))
+        since = max(0.0, draft.created_at - CLOCK_MARGIN)
+        after = discord.Object(discord.utils.time_snowflake(datetime.fromtimestamp(since, UTC)))
         channel = self.partial_channel(key)
         with delivery_errors():
             async for message in channel.history(limit=LOOKUP_LIMIT, after=after):
@@ -177,7 +178,3 @@ class DiscordDrafts(PacedDrafts):
             log.info("message %s: not read back (%s)", message_id, exc)
             return None
         return message.content
-
-
-def _utc(timestamp: float) -> datetime.datetime:
-    return datetime.datetime.fromtimestamp(max(0.0, timestamp), datetime.UTC)
