@@ -133,10 +133,9 @@ def _pieces(text: str, budget: int) -> list[str]:
 
 def _best_cut(text: str, budget: int) -> tuple[int, int]:
     """Where to cut and how many separator characters to drop there."""
-    window = text[: budget + 1]
     fallback: tuple[int, int] | None = None
     for separator in _SEPARATORS:
-        at = window.rfind(separator, 0, budget + 1)
+        at = text.rfind(separator, 0, budget + 1)
         if at >= budget // 2:
             return at, len(separator)
         if at > 0 and fallback is None:
