@@ -333,10 +333,8 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
         if self.host is None or message.author.bot or not self.routing.serves(payload.guild_id):
             return
         attached = files.attachments(message)
-        if before is not None and (before.content, files.attachments(before)) == (
-            message.content,
-            attached,
-        ):
+        now_shows = (message.content, attached)
+        if before is not None and (before.content, files.attachments(before)) == now_shows:
             return  # an embed unfurl or a pin, not an edit (a file removed is one)
         if before is None and message.edited_at is None:
             return  # uncached and never edited: an embed update of an unedited message
