@@ -71,10 +71,6 @@ class DiscordDrafts(PacedDrafts):
             return False
         return True
 
-    def _settle(self, key: ConversationKey) -> None:
-        """A draft's final edit was made (or the draft deleted): it owes the budget nothing."""
-        self.pacer.settle(MESSAGES, key.channel)
-
     async def final_turn(self, key: ConversationKey) -> None:
         """A reply's post's turn on the channel's budget, ahead of every draft."""
         await self.pacer.take(MESSAGES, key.channel, final=True)
@@ -119,7 +115,7 @@ class DiscordDrafts(PacedDrafts):
             if http_status(exc) != 404:  # gone already (the message or its channel): fine
                 raise
         self.showing.forget(message_id)
-        self._settle(key)
+        self.pacer.settle(MESSAGES, key.channel)  # a deleted draft owes no final edit
 
     async def finish(self, reply: Reply, text: str) -> str:
         """The reply's first part, shown by editing the draft it finishes (`post_reply`'s
@@ -135,7 +131,7 @@ class DiscordDrafts(PacedDrafts):
             if self.showing.unchanged(message_id, text, None) is None:
                 await self.final_turn(reply.key)
                 await self._edit(reply.key, message_id, text)
-            self._settle(reply.key)
+            self.pacer.settle(MESSAGES, reply.key.channel)  # the final edit is made: nothing owed
             if await self._shows(reply.key, message_id) not in (None, text):
                 log.warning("reply %s: a stale draft edit landed after the final text; restored",
                             reply.id)  # fmt: skip
@@ -162,7 +158,7 @@ class DiscordDrafts(PacedDrafts):
             raise
         except MessageGone:
             self.showing.forget(message_id)
-            self._settle(key)  # a deleted draft owes no final edit
+            self.pacer.settle(MESSAGES, key.channel)  # a deleted draft owes no final edit
             raise
         self.showing.note(message_id, content, None, edited.content)
         return True
