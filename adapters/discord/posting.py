@@ -2,10 +2,9 @@
 
 Parts go out in order; the first replies to the burst's last message (Discord posts it plainly if
 that message is gone; a refused reference, or a 403 for lacking Read Message History, is retried
-once without it). Each part's
-nonce is stable, so posting a part again after a crash returns the earlier message instead of a
-copy. `posted` (part index → message id) lets a retry after a partial failure skip what is done.
-A failed post is one of the core's delivery errors (calls.py).
+once without it). Each part's nonce is stable, so posting a part again after a crash returns the
+earlier message instead of a copy. `posted` (part index → message id) lets a retry after a
+partial failure skip what is done. A failed post is one of the core's delivery errors (calls.py).
 """
 
 from __future__ import annotations
