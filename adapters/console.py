@@ -16,7 +16,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TextIO
 from urllib.parse import unquote, urlsplit
 
 from bot.core.errors import BurstbotError, FetchError
@@ -71,19 +70,11 @@ def _read_local(url: str, max_bytes: int) -> bytes:
 class ConsoleFrontend(FileSource):
     platform = "console"
 
-    def __init__(
-        self,
-        user_name: str = "you",
-        stdin: TextIO | None = None,
-        stdout: TextIO | None = None,
-        indicator: TextIO | None = None,
-    ) -> None:
+    def __init__(self, user_name: str = "you") -> None:
         self.user_name = user_name
-        self.stdin = stdin or sys.stdin
-        self.stdout = stdout or sys.stdout
-        if indicator is None and sys.stderr.isatty():
-            indicator = sys.stderr
-        self.indicator = indicator
+        self.stdin = sys.stdin
+        self.stdout = sys.stdout
+        self.indicator = sys.stderr if sys.stderr.isatty() else None
         self._run_id = f"{time.time_ns():x}"
         self._printed: set[str] = set()
         self._task: asyncio.Task[None] | None = None

@@ -95,14 +95,11 @@ class Renderer(ABC):
     @abstractmethod
     def heading(self, level: int, inline: SyntaxTreeNode) -> str: ...
 
-    def bullet(self) -> str:
-        return "• "
+    bullet = "• "
 
     def paragraph_line(self, line: str) -> str:
         """A hook for escaping what would start a block at the beginning of a line."""
         return line
-
-    quote_prefix = "> "
 
     # blocks ----------------------------------------------------------------------------------
     def _blocks(self, nodes: Sequence[SyntaxTreeNode]) -> list[Line]:
@@ -133,9 +130,8 @@ class Renderer(ABC):
         if kind == "hr":
             return [Line(RULE)]
         if kind == "blockquote":
-            prefix = self.quote_prefix
             inner = self._blocks(node.children) or [Line("")]
-            return [Line(prefix + line.text if line.text else prefix.rstrip()) for line in inner]
+            return [Line("> " + line.text if line.text else ">") for line in inner]
         if kind in ("bullet_list", "ordered_list"):
             return self._list(node)
         if kind in ("fence", "code_block"):
@@ -151,7 +147,7 @@ class Renderer(ABC):
         start = int(node.attrs.get("start", 1))
         for index, item in enumerate(node.children):
             number = item.info or str(start + index)
-            marker = self.bullet() if node.type == "bullet_list" else f"{number}. "
+            marker = self.bullet if node.type == "bullet_list" else f"{number}. "
             lines = self._blocks(item.children) or [Line("")]
             if out and self._blank_before(item):
                 out.append(Line(""))

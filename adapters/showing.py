@@ -21,8 +21,7 @@ class Showing:
     waste (the platform's budget): a final edit is read back after it either way, and a message
     that shows something else is forgotten and edited."""
 
-    def __init__(self, size: int = SHOWING_SIZE) -> None:
-        self.size = size
+    def __init__(self) -> None:
         self._by_message: OrderedDict[str, tuple[frozenset[str], str, str]] = OrderedDict()
 
     def note(
@@ -31,7 +30,7 @@ class Showing:
         known = self._by_message.pop(message_id, None)
         label = repr(metadata) if metadata is not None else (known[1] if known else "")
         self._by_message[message_id] = (frozenset({sent, stored or sent}), label, stored or sent)
-        while len(self._by_message) > self.size:
+        while len(self._by_message) > SHOWING_SIZE:
             self._by_message.popitem(last=False)
 
     def unchanged(self, message_id: str, text: str, metadata: dict[str, Any] | None) -> str | None:

@@ -19,7 +19,6 @@ from discord.ext.test import factories as facts
 
 from adapters.discord import DiscordFrontend
 from adapters.discord.client import gateway_intents
-from adapters.discord.indicator import TypingKeeper
 from bot.app import App
 from bot.config import Config, DiscordConfig, parse_config
 from bot.core.events import ConversationKey
@@ -145,7 +144,6 @@ async def open_world(
     frontend = DiscordFrontend(
         config or DiscordConfig(enabled=True),
         clock=clock,
-        typing=TypingKeeper(clock),
         intents=intents,
     )
     client = frontend.client

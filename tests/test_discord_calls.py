@@ -199,6 +199,6 @@ async def test_a_failed_command_registration_is_one_warning_and_start_goes_on(
 ) -> None:
     async with fault.server() as url:
         rest_at(monkeypatch, url)
-        await commands.register_commands(front.client, front.client.tree)
+        await commands.register_commands(front.client, front.tree)
     [warning] = [r for r in caplog.records if "slash commands" in r.getMessage()]
     assert warning.levelno == logging.WARNING and fault.named in warning.getMessage()

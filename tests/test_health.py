@@ -152,9 +152,9 @@ async def test_discord_is_healthy_while_its_gateway_session_is_up(
     await front.start(app)
     try:
         assert front.health() == (True, "gateway connected")
-        front.on_disconnect()  # what discord.py reports when the connection drops
+        await front.on_disconnect()  # what discord.py reports when the connection drops
         assert front.health() == (False, "gateway reconnecting")
-        front.on_resumed()
+        await front.on_resumed()
         assert front.health() == (True, "gateway connected")
     finally:
         await front.stop()

@@ -24,7 +24,7 @@ UNGUARDED = frozenset({"READY"})
 def guard_parsers(parsers: dict[str, Callable[[Any], None]]) -> None:
     """Wrap each parser (in place) so that one that raises drops its event with a log line."""
     for event, parse in list(parsers.items()):
-        if event not in UNGUARDED and not getattr(parse, "guarded", False):
+        if event not in UNGUARDED:
             parsers[event] = _guarded(event, parse)
 
 
@@ -37,5 +37,4 @@ def _guarded(event: str, parse: Callable[[Any], None]) -> Callable[[Any], None]:
             log.warning("discord: a %s event could not be read (%s: %s); dropped", event,
                         type(exc).__name__, exc)  # fmt: skip
 
-    read.guarded = True  # type: ignore[attr-defined]
     return read

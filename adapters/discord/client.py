@@ -72,6 +72,7 @@ REMEMBERED_REPLIES = 1000
 INGEST_ATTEMPTS = 4
 INGEST_RETRY_SECONDS = 0.25  # then 1 s, 4 s: about 5 s in all before catch-up takes over
 _SHARD_CLOSE_CODES = {4010: "invalid shard", 4011: "sharding required"}
+RawDelete = discord.RawMessageDeleteEvent | discord.RawBulkMessageDeleteEvent
 
 
 def gateway_intents(typing: bool = True) -> discord.Intents:
@@ -86,52 +87,6 @@ def gateway_intents(typing: bool = True) -> discord.Intents:
     return intents
 
 
-class GatewayClient(discord.Client):
-    """discord.py's client with its event methods forwarded to the front end."""
-
-    def __init__(
-        self, frontend: DiscordFrontend, config: DiscordConfig, intents: discord.Intents
-    ) -> None:
-        # burstbot never joins voice: skip discord.py's start-up warnings about voice libraries.
-        discord.VoiceClient.warn_nacl = False
-        discord.VoiceClient.warn_dave = False
-        super().__init__(
-            intents=intents,
-            shard_id=config.shard_id,
-            shard_count=config.shard_count,
-            allowed_mentions=frontend.allowed_mentions,
-            # Long rate limits come back as RateLimited (→ retry later) instead of a long sleep.
-            max_ratelimit_timeout=30.0,
-        )
-        self.frontend = frontend
-        self.tree = commands.command_tree(self, frontend.on_reset)
-        guard_parsers(self._connection.parsers)  # a bad event costs one line, not the process
-
-    async def on_ready(self) -> None:
-        await self.frontend.on_ready()
-
-    async def on_disconnect(self) -> None:
-        self.frontend.on_disconnect()
-
-    async def on_resumed(self) -> None:
-        self.frontend.on_resumed()
-
-    async def on_message(self, message: discord.Message) -> None:
-        await self.frontend.on_message(message)
-
-    async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
-        await self.frontend.on_raw_message_edit(payload)
-
-    async def on_raw_typing(self, payload: discord.RawTypingEvent) -> None:
-        await self.frontend.on_raw_typing(payload)
-
-    async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
-        await self.frontend.on_raw_message_delete(payload)
-
-    async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
-        await self.frontend.on_raw_bulk_message_delete(payload)
-
-
 class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
     platform = "discord"
 
@@ -140,7 +95,6 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
         config: DiscordConfig,
         token: str = "",
         clock: Clock | None = None,
-        typing: TypingKeeper | None = None,
         intents: discord.Intents | None = None,
         unstored_limit: int = UNSTORED_LIMIT,
     ) -> None:
@@ -148,8 +102,31 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
         self.allowed_mentions = allowed_mentions(config.mention_author)
         self.max_parts = config.max_parts_per_reply
         self.clock = clock or SystemClock()
-        self.typing = typing or TypingKeeper(self.clock)
-        self.client = GatewayClient(self, config, intents or gateway_intents())
+        self.typing = TypingKeeper(self.clock)
+        # burstbot never joins voice: skip discord.py's start-up warnings about voice libraries.
+        discord.VoiceClient.warn_nacl = False
+        discord.VoiceClient.warn_dave = False
+        self.client = discord.Client(
+            intents=intents or gateway_intents(),
+            shard_id=config.shard_id,
+            shard_count=config.shard_count,
+            allowed_mentions=self.allowed_mentions,
+            # Long rate limits come back as RateLimited (→ retry later) instead of a long sleep.
+            max_ratelimit_timeout=30.0,
+        )
+        for handler in (
+            self.on_ready,
+            self.on_disconnect,
+            self.on_resumed,
+            self.on_message,
+            self.on_raw_message_edit,
+            self.on_raw_typing,
+            self.on_raw_message_delete,
+            self.on_raw_bulk_message_delete,
+        ):
+            self.client.event(handler)  # discord.py calls the client's `on_<event>` attributes
+        self.tree = commands.command_tree(self.client, self.on_reset)
+        guard_parsers(self.client._connection.parsers)  # a bad event costs a line, not the process
         self.history = History(self.client, lambda: self.routing, self.incoming)
         self.host: Host | None = None
         self.unstored = UnstoredMessages(
@@ -199,7 +176,7 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
         if self._connection.done():
             raise _connect_error(self._connection)
         self._connection.add_done_callback(self._connection_ended)
-        await commands.register_commands(self.client, self.client.tree)
+        await commands.register_commands(self.client, self.tree)
 
     async def stop(self) -> None:
         self._stopping = True
@@ -235,11 +212,11 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
         self._lost_at = None
         self._ready.set()
 
-    def on_disconnect(self) -> None:
+    async def on_disconnect(self) -> None:
         if self._lost_at is None:
             self._lost_at = self.clock.now()
 
-    def on_resumed(self) -> None:
+    async def on_resumed(self) -> None:
         self._lost_at = None  # Discord replays what the session missed
 
     def incoming(self, message: discord.Message) -> IncomingMessage | None:
@@ -303,6 +280,12 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
                 delay *= 4
         return error
 
+    async def _store_change(self, change: MessageEdited | MessageDeleted, what: str) -> None:
+        """History shows no edits or deletes: one never stored is lost, logged as such."""
+        error = await self._store(change, what)
+        if error is not None:
+            log.error("discord: %s in %s lost: not stored (%s)", what, change.key.id, error)
+
     # catch-up ---------------------------------------------------------------------------------
     def use_catch_up(self, catch_up: CatchUp) -> None:
         self._catch_up = catch_up
@@ -350,47 +333,32 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
         if self.host is None or message.author.bot or not self.routing.serves(payload.guild_id):
             return
         attached = files.attachments(message)
-        if before is not None and (before.content, files.attachments(before)) == (
-            message.content,
-            attached,
-        ):
+        now_shows = (message.content, attached)
+        if before is not None and (before.content, files.attachments(before)) == now_shows:
             return  # an embed unfurl or a pin, not an edit (a file removed is one)
         if before is None and message.edited_at is None:
             return  # uncached and never edited: an embed update of an unedited message
         key = self.routing.key(payload.guild_id, payload.channel_id, message.author.id)
         edit = MessageEdited(key, str(message.id), message_text(message), attached)
-        error = await self._store(edit, f"the edit of message {message.id}")
-        if error is not None:  # history shows no edits: catch-up cannot bring it back
-            log.error("discord: the edit of message %s in %s lost: not stored (%s)", message.id,
-                      key.id, error)  # fmt: skip
+        await self._store_change(edit, f"the edit of message {message.id}")
 
     async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
-        cached = payload.cached_message
-        await self._deleted(payload.guild_id, payload.channel_id, payload.message_id, cached)
+        cached = [payload.cached_message] if payload.cached_message is not None else []
+        await self._deleted(payload, {payload.message_id}, cached)
 
     async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
-        cached = {m.id: m for m in payload.cached_messages}
-        for message_id in sorted(payload.message_ids):
-            cached_message = cached.get(message_id)
-            await self._deleted(payload.guild_id, payload.channel_id, message_id, cached_message)
+        await self._deleted(payload, payload.message_ids, payload.cached_messages)
 
     async def _deleted(
-        self,
-        guild_id: int | None,
-        channel_id: int,
-        message_id: int,
-        cached: discord.Message | None,
+        self, payload: RawDelete, message_ids: set[int], cached: list[discord.Message]
     ) -> None:
-        if self.host is None or not self.routing.serves(guild_id):
+        if self.host is None or not self.routing.serves(payload.guild_id):
             return
-        author_id = cached.author.id if cached is not None else None
-        key = self.routing.key(guild_id, channel_id, author_id)
-        error = await self._store(
-            MessageDeleted(key, str(message_id)), f"the delete of {message_id}"
-        )
-        if error is not None:  # history shows no deletes: catch-up cannot bring it back
-            log.error("discord: the delete of message %s in %s lost: not stored (%s)", message_id,
-                      key.id, error)  # fmt: skip
+        authors = {m.id: m.author.id for m in cached}
+        for message_id in sorted(message_ids):
+            key = self.routing.key(payload.guild_id, payload.channel_id, authors.get(message_id))
+            delete = MessageDeleted(key, str(message_id))
+            await self._store_change(delete, f"the delete of message {message_id}")
 
     async def fetch_attachment(
         self, key: ConversationKey, attachment: Attachment, max_bytes: int
@@ -423,8 +391,7 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
 
     def _channel(self, key: ConversationKey) -> discord.abc.Messageable:
         """The cached channel, or a bare one by id (a DM after a restart, an uncached thread)."""
-        channel_id = int(key.channel)
-        cached = self.client.get_channel(channel_id)
+        cached = self.client.get_channel(int(key.channel))
         if isinstance(cached, discord.abc.Messageable):
             return cached
         return self._partial_channel(key)

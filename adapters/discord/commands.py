@@ -48,23 +48,19 @@ async def register_commands(client: discord.Client, tree: app_commands.CommandTr
     """Create or update our global commands that Discord lacks or describes differently."""
     try:
         with delivery_errors():
-            await _register_missing(client, tree)
+            known = {(c.name, c.description) for c in await tree.fetch_commands()}
+            application_id = client.application_id
+            if application_id is None:  # known from READY; fetch_commands has refused already
+                raise app_commands.MissingApplicationID
+            for command in tree.get_commands(type=discord.AppCommandType.chat_input):
+                if (command.name, command.description) in known:
+                    continue
+                payload: Any = command.to_dict(tree)  # the JSON Discord expects for a command
+                await client.http.upsert_global_command(application_id, payload)
+                log.info("discord: registered the /%s command", command.name)
     except (DeliveryError, discord.DiscordException) as exc:
         log.warning(
             "discord: could not register the slash commands (%s); /reset stays unavailable "
             "until the next start succeeds",
             exc,
         )
-
-
-async def _register_missing(client: discord.Client, tree: app_commands.CommandTree) -> None:
-    known = {(c.name, c.description) for c in await tree.fetch_commands()}
-    application_id = client.application_id
-    if application_id is None:  # known from READY; fetch_commands has refused already
-        raise app_commands.MissingApplicationID
-    for command in tree.get_commands(type=discord.AppCommandType.chat_input):
-        if (command.name, command.description) in known:
-            continue
-        payload: Any = command.to_dict(tree)  # the JSON Discord expects for a command
-        await client.http.upsert_global_command(application_id, payload)
-        log.info("discord: registered the /%s command", command.name)

@@ -2,7 +2,7 @@
 
 Discord shows a typing indicator for 10 seconds after each trigger, while waiting for the quiet
 window and the model can take longer. One task per conversation re-triggers it every
-`refresh_seconds` until the engine says the reply is posted. Before each re-trigger it asks whether
+`REFRESH_SECONDS` until the engine says the reply is posted. Before each re-trigger it asks whether
 the conversation is still busy, so a reply posted by another process (two processes on one shard
 both saw the burst) ends it too; `max_seconds` bounds it whatever happens.
 """
@@ -27,7 +27,6 @@ MAX_SECONDS = 300.0
 @dataclass(eq=False)
 class TypingKeeper:
     clock: Clock
-    refresh_seconds: float = REFRESH_SECONDS
     max_seconds: float = MAX_SECONDS
     _tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict, init=False)
     _working: int = field(default=0, init=False)  # tasks between a wake-up and their next sleep
@@ -92,4 +91,4 @@ class TypingKeeper:
                 async with self._changed:
                     self._changed.notify_all()
             first = False
-            await self.clock.sleep(min(self.refresh_seconds, give_up_at - self.clock.now()))
+            await self.clock.sleep(min(REFRESH_SECONDS, give_up_at - self.clock.now()))

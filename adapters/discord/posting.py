@@ -2,10 +2,9 @@
 
 Parts go out in order; the first replies to the burst's last message (Discord posts it plainly if
 that message is gone; a refused reference, or a 403 for lacking Read Message History, is retried
-once without it). Each part's
-nonce is stable, so posting a part again after a crash returns the earlier message instead of a
-copy. `posted` (part index → message id) lets a retry after a partial failure skip what is done.
-A failed post is one of the core's delivery errors (calls.py).
+once without it). Each part's nonce is stable, so posting a part again after a crash returns the
+earlier message instead of a copy. `posted` (part index → message id) lets a retry after a
+partial failure skip what is done. A failed post is one of the core's delivery errors (calls.py).
 """
 
 from __future__ import annotations
@@ -28,9 +27,9 @@ async def post_reply(
     reply: Reply,
     posted: dict[int, str],
     mentions: discord.AllowedMentions,
-    max_parts: int = 10,
-    first: Callable[[str], Awaitable[str]] | None = None,
-    turn: Callable[[], Awaitable[None]] | None = None,
+    max_parts: int,
+    first: Callable[[str], Awaitable[str]] | None,
+    turn: Callable[[], Awaitable[None]],
 ) -> list[str]:
     """Post every part not yet in `posted` (at most `max_parts`, the last one then saying the
     reply was truncated); return the message ids of all parts. `first` shows the first part
@@ -51,8 +50,7 @@ async def post_reply(
         target = reply.reply_to_message_id if index == 0 else None
         reference = reply_reference(target, reply.key.channel)
         nonce = nonce_for(reply.id, reply.key.id, index, text)
-        if turn is not None:
-            await turn()
+        await turn()
         message = await send_part(channel, text, nonce, reference, mentions)
         posted[index] = str(message.id)
         await reply.fence.posted(index, posted[index])
@@ -76,16 +74,15 @@ async def send_part(
     mentions: discord.AllowedMentions,
 ) -> discord.Message:
     with delivery_errors():
-        if reference is None:
-            return await channel.send(text, nonce=nonce, allowed_mentions=mentions)
-        try:
-            return await channel.send(
-                text, nonce=nonce, reference=reference, allowed_mentions=mentions
-            )
-        except discord.HTTPException as exc:
-            if not _reference_refused(exc):
-                raise
-        log.info("discord: the replied-to message is gone; posting without a reference")
+        if reference is not None:
+            try:
+                return await channel.send(
+                    text, nonce=nonce, reference=reference, allowed_mentions=mentions
+                )
+            except discord.HTTPException as exc:
+                if not _reference_refused(exc):
+                    raise
+            log.info("discord: the replied-to message is gone; posting without a reference")
         return await channel.send(text, nonce=nonce, allowed_mentions=mentions)
 
 

@@ -25,7 +25,7 @@ import re
 import discord
 from markdown_it.tree import SyntaxTreeNode
 
-from adapters.markdown import Renderer, defuse_broadcasts
+from adapters.markdown import ZERO_WIDTH_SPACE, Renderer, defuse_broadcasts
 
 MESSAGE_LIMIT = 2000
 NONCE_LENGTH = 25
@@ -33,8 +33,6 @@ FENCE = "```"
 _LONGEST_FENCE_OPENER = 100
 _SEPARATORS = ("\n\n", "\n", " ")
 
-
-ZERO_WIDTH_SPACE = "\u200b"
 _ALWAYS_ESCAPED = re.compile(r"([\\*~`<\[\]])")
 _UNDERSCORE = re.compile(r"(?<!\w)_|_(?!\w)")  # intraword `_` (snake_case) is not emphasis
 _BLOCK_START = re.compile(r"^(\s*(?:\d+)?)(#|>|(?<!\d)[-+]|(?<=\d)[.)])(?=\s)")
@@ -43,11 +41,8 @@ _BALANCED_PARENS = re.compile(r"(?:\([^()\s]*\)|[^()\s])*")
 
 
 class DiscordRenderer(Renderer):
-    bullet_marker = "- "
+    bullet = "- "
     formatted_link_labels = True
-
-    def bullet(self) -> str:
-        return self.bullet_marker
 
     def text(self, text: str) -> str:
         text = _ALWAYS_ESCAPED.sub(r"\\\1", text)
@@ -61,8 +56,7 @@ class DiscordRenderer(Renderer):
     def code_span(self, code: str) -> str:
         if not code.strip():
             return self.text(code)
-        fence = "``" if "`" in code else "`"
-        return f"{fence} {code} {fence}" if fence == "``" else f"`{code}`"
+        return f"`` {code} ``" if "`" in code else f"`{code}`"
 
     def code_block(self, code: str, language: str) -> list[str]:
         body = code.replace(FENCE, "``" + ZERO_WIDTH_SPACE + "`")
@@ -139,10 +133,9 @@ def _pieces(text: str, budget: int) -> list[str]:
 
 def _best_cut(text: str, budget: int) -> tuple[int, int]:
     """Where to cut and how many separator characters to drop there."""
-    window = text[: budget + 1]
     fallback: tuple[int, int] | None = None
     for separator in _SEPARATORS:
-        at = window.rfind(separator, 0, budget + 1)
+        at = text.rfind(separator, 0, budget + 1)
         if at >= budget // 2:
             return at, len(separator)
         if at > 0 and fallback is None:

@@ -87,10 +87,8 @@ def _replies_to(message: discord.Message, me: int) -> bool:
 
 
 def _snowflakes(values: list[str], setting: str) -> frozenset[int]:
-    ids: set[int] = set()
     for value in values:
         if not str(value).strip().isdigit():
             raise ConfigError(f"{setting}: {value!r} is not a Discord id (enable Developer Mode, "
                               "then right-click → Copy ID)")  # fmt: skip
-        ids.add(int(value))
-    return frozenset(ids)
+    return frozenset(int(value) for value in values)

@@ -17,10 +17,10 @@ the reply that finishes it posts the rest.
 
 from __future__ import annotations
 
-import datetime
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import discord
 
@@ -37,7 +37,6 @@ from bot.core.pacing import Pacer
 log = logging.getLogger("burstbot.discord")
 
 
-NONCE_WINDOW = 120.0  # Discord dedupes a nonce for "a few minutes"; this stays inside that
 MESSAGES = "messages"  # the pacer's bucket: posts and edits, per channel
 CLOCK_MARGIN = 60.0  # seconds a history look-up starts before a draft's creation
 LOOKUP_LIMIT = 100
@@ -54,8 +53,8 @@ class DiscordDrafts(PacedDrafts):
     partial_channel: Callable[[ConversationKey], discord.PartialMessageable]
     mentions: discord.AllowedMentions
     bot_id: Callable[[], int | None]
-    nonce_window: float = NONCE_WINDOW
-    pacer: Pacer | None = None
+    nonce_window: float
+    pacer: Pacer
     showing: Showing = field(default_factory=Showing, init=False)
     """What each message we sent or edited shows now."""
 
@@ -63,8 +62,6 @@ class DiscordDrafts(PacedDrafts):
         """Whether a draft call may go now on the channel's budget (never waiting): an edit if
         a token is spare; a new draft's post if the channel can also take the final edit it
         will owe (else the reply is posted whole: one write instead of two or more)."""
-        if self.pacer is None:
-            return True
         if not posting:
             return self.pacer.try_take(MESSAGES, key.channel)
         if not self.pacer.admit(MESSAGES, key.channel):
@@ -74,18 +71,9 @@ class DiscordDrafts(PacedDrafts):
             return False
         return True
 
-    def _settle(self, key: ConversationKey) -> None:
-        """A draft's final edit was made (or the draft deleted): it owes the budget nothing."""
-        if self.pacer is not None:
-            self.pacer.settle(MESSAGES, key.channel)
-
     async def final_turn(self, key: ConversationKey) -> None:
         """A reply's post's turn on the channel's budget, ahead of every draft."""
-        await self._take(key, final=True)
-
-    async def _take(self, key: ConversationKey, final: bool) -> None:
-        if self.pacer is not None:
-            await self.pacer.take(MESSAGES, key.channel, final)
+        await self.pacer.take(MESSAGES, key.channel, final=True)
 
     async def post_draft(self, key: ConversationKey, draft: Draft, text: str) -> str:
         """Within the nonce window a post with the draft's key returns the message an earlier
@@ -102,7 +90,8 @@ class DiscordDrafts(PacedDrafts):
         me, target = self.bot_id(), draft.reply_to
         if me is None or target is None:
             return None
-        after = discord.Object(discord.utils.time_snowflake(_utc(draft.created_at - CLOCK_MARGIN)))
+        since = max(0.0, draft.created_at - CLOCK_MARGIN)
+        after = discord.Object(discord.utils.time_snowflake(datetime.fromtimestamp(since, UTC)))
         channel = self.partial_channel(key)
         with delivery_errors():
             async for message in channel.history(limit=LOOKUP_LIMIT, after=after):
@@ -115,7 +104,7 @@ class DiscordDrafts(PacedDrafts):
     async def edit_draft(self, key: ConversationKey, message_id: str, text: str) -> None:
         """The stream took this edit's token (`draft_turn`): given back if the edit would
         change nothing."""
-        if not await self._edit(key, message_id, draft_text(text)) and self.pacer is not None:
+        if not await self._edit(key, message_id, draft_text(text)):
             self.pacer.refund(MESSAGES, key.channel)
 
     async def delete_draft(self, key: ConversationKey, message_id: str) -> None:
@@ -126,7 +115,7 @@ class DiscordDrafts(PacedDrafts):
             if http_status(exc) != 404:  # gone already (the message or its channel): fine
                 raise
         self.showing.forget(message_id)
-        self._settle(key)
+        self.pacer.settle(MESSAGES, key.channel)  # a deleted draft owes no final edit
 
     async def finish(self, reply: Reply, text: str) -> str:
         """The reply's first part, shown by editing the draft it finishes (`post_reply`'s
@@ -136,18 +125,18 @@ class DiscordDrafts(PacedDrafts):
         assert reply.draft is not None
         draft = reply.draft
         if draft.message_id is None:
-            await self._take(reply.key, final=True)
+            await self.final_turn(reply.key)
         message_id = draft.message_id or await self.post_draft(reply.key, draft, text)
         try:
             if self.showing.unchanged(message_id, text, None) is None:
-                await self._take(reply.key, final=True)
+                await self.final_turn(reply.key)
                 await self._edit(reply.key, message_id, text)
-            self._settle(reply.key)
+            self.pacer.settle(MESSAGES, reply.key.channel)  # the final edit is made: nothing owed
             if await self._shows(reply.key, message_id) not in (None, text):
                 log.warning("reply %s: a stale draft edit landed after the final text; restored",
                             reply.id)  # fmt: skip
                 self.showing.forget(message_id)  # it shows something else: edit it
-                await self._take(reply.key, final=True)
+                await self.final_turn(reply.key)
                 await self._edit(reply.key, message_id, text)
         except MessageGone:
             log.info("reply %s: its draft was deleted; posting the reply anew", reply.id)
@@ -165,12 +154,11 @@ class DiscordDrafts(PacedDrafts):
         try:
             edited = await call(message.edit(content=content, allowed_mentions=self.mentions))
         except RateLimited as exc:
-            if self.pacer is not None:
-                self.pacer.hold(MESSAGES, key.channel, exc.retry_after)  # for everyone there
+            self.pacer.hold(MESSAGES, key.channel, exc.retry_after)  # for everyone there
             raise
         except MessageGone:
             self.showing.forget(message_id)
-            self._settle(key)  # a deleted draft owes no final edit
+            self.pacer.settle(MESSAGES, key.channel)  # a deleted draft owes no final edit
             raise
         self.showing.note(message_id, content, None, edited.content)
         return True
@@ -186,7 +174,3 @@ class DiscordDrafts(PacedDrafts):
             log.info("message %s: not read back (%s)", message_id, exc)
             return None
         return message.content
-
-
-def _utc(timestamp: float) -> datetime.datetime:
-    return datetime.datetime.fromtimestamp(max(0.0, timestamp), datetime.UTC)

@@ -4,8 +4,8 @@ Discord never delivers an event twice, so a message the store cannot take (busy 
 or unreachable for minutes) must not be dropped:
 
 - once a message is held, later ones queue behind it: they are stored in arrival order;
-- the oldest is tried again with back-off doubling from `first_delay` up to `max_delay`, for as
-  long as the process runs, so a store that comes back after minutes gets every held message;
+- the oldest is tried again with back-off (doubling, 0.25 s up to 30 s) for as long as the
+  process runs, so a store that comes back after minutes gets every held message;
 - the queue is bounded (`limit` messages): one that does not fit goes to `overflow` (catch-up,
   which reads its conversation's history from Discord once the store answers);
 - one warning when holding starts and one when the queue is empty again, not one per attempt.
@@ -36,8 +36,6 @@ class UnstoredMessages:
     clock: Clock
     overflow: Callable[[IncomingMessage, float], None]
     limit: int = UNSTORED_LIMIT
-    first_delay: float = FIRST_DELAY_SECONDS
-    max_delay: float = MAX_DELAY_SECONDS
     _queue: deque[IncomingMessage] = field(default_factory=deque, init=False)
     _retrying: asyncio.Task[None] | None = field(default=None, init=False)
 
@@ -58,18 +56,18 @@ class UnstoredMessages:
             self._retrying = asyncio.ensure_future(self._store_unstored())
 
     async def _store_unstored(self) -> None:
-        delay, stored = self.first_delay, 0
+        delay, stored = FIRST_DELAY_SECONDS, 0
         try:
             while self._queue:
                 try:
                     await self.store(self._queue[0])
                 except StoreError:
                     await self.clock.sleep(delay)
-                    delay = min(delay * 2, self.max_delay)
+                    delay = min(delay * 2, MAX_DELAY_SECONDS)
                     continue
                 self._queue.popleft()
                 stored += 1
-                delay = self.first_delay
+                delay = FIRST_DELAY_SECONDS
             log.warning("discord: the store answers again; %d held message(s) stored", stored)
         finally:
             self._retrying = None
