@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from adapters.markdown import settle_partial
-from adapters.showing import Showing
+from adapters.showing import Showing, paced_turn
 from adapters.slack.calls import call, slack_code
 from adapters.slack.inbound import split_message_id
 from adapters.slack.mrkdwn import split_mrkdwn, to_mrkdwn
@@ -85,19 +85,10 @@ class SlackDrafts(PacedDrafts):
         return parts[0] if parts and parts[0].strip() else "…"
 
     async def draft_turn(self, key: ConversationKey, posting: bool) -> bool:
-        """Whether a draft call may go now (never waiting): an update if the workspace's
-        `chat.update` budget has a token to spare; a new draft's post if the channel's
-        `chat.postMessage` budget has one and the workspace's can still take the final update
-        it will owe (else the reply is posted whole, on the channel's budget)."""
-        pacer, team = self.outbound.pacer, self.outbound.identity.team_id
-        if not posting:
-            return pacer.try_take(UPDATE, team)
-        if not pacer.admit(UPDATE, team):
-            return False
-        if not pacer.try_take(POST, key.channel):
-            pacer.settle(UPDATE, team)
-            return False
-        return True
+        """Updates on the workspace's `chat.update` budget, posts on the channel's
+        `chat.postMessage` one (as is a reply posted whole)."""
+        update = (UPDATE, self.outbound.identity.team_id)
+        return paced_turn(self.outbound.pacer, posting, update, (POST, key.channel))
 
     async def post_draft(self, key: ConversationKey, draft: Draft, text: str) -> str:
         """The stream took this post's turn (`draft_turn`); a post from elsewhere takes its own."""
