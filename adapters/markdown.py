@@ -175,10 +175,7 @@ class Renderer(ABC):
                     text = plain_text(cell.children[0]) if cell.children else ""
                     cells.append((" ".join(text.split()), style.group(1) if style else "left"))
                 rows.append(cells)
-        widths = [0] * max(len(row) for row in rows)
-        for row in rows:
-            for i, (text, _) in enumerate(row):
-                widths[i] = max(widths[i], len(text))
+        widths = [max(len(text) for text, _ in column) for column in zip(*rows, strict=True)]
         lines = []
         for number, row in enumerate(rows):
             padded = []

@@ -213,15 +213,12 @@ class SlackFrontend(
             self._socket = None
 
     async def stop(self) -> None:
-        self._accepting = False
+        await self.stop_intake()
         for job in (self._catch_up, self._decider):
             if job is not None:
                 await job.stop()
         for workspace in [] if self.workspaces is None else self.workspaces.opened():
             await workspace.assistant.stop()
-        if self._socket is not None:
-            await self._socket.close_async()
-            self._socket = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
