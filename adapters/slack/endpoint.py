@@ -2,20 +2,12 @@
 
 Anyone on the network can reach this endpoint, so nothing parses a request before its signature
 is checked (Bolt parses the body and the timestamp header first, and answers junk with a 500 and
-a traceback). In order:
-
-1. the body is read as bytes (more than `MAX_BODY_BYTES` → 413);
-2. `X-Slack-Request-Timestamp` must be a plain number (else 400), `X-Slack-Signature` present and
-   the timestamp within five minutes (else 401); the signature is Slack's v0 HMAC-SHA256 of
-   `v0:{timestamp}:{body}` with the signing secret, compared in constant time (else 401);
-3. a signed request must be something this app handles: a JSON object (URL verification or an
-   `event_callback` whose event is an object), or a form for a slash command. Anything else was
-   signed by Slack but cannot be used; it gets a 200, so Slack does not retry it;
-4. Bolt dispatches it. The listeners check each event's fields (adapters/slack/inbound.py) and
-   ack a malformed one with a 200 as well; a store failure still answers 500, so Slack retries.
-
-Each refused or ignored request is one WARNING line naming the reason, never a traceback; that
-includes requests aiohttp itself refuses as malformed HTTP (`server_log`).
+a traceback): the body is read as bytes, then Slack's v0 HMAC-SHA256 of `v0:{timestamp}:{body}`
+is checked in constant time, within five minutes (`verify`). A signed request this app cannot
+use (`signed_problem`) gets a 200, so Slack does not retry it; only a store failure answers 500
+(docs/slack.md lists the statuses). Each refused or ignored request is one WARNING line naming
+the reason, never a traceback; that includes requests aiohttp itself refuses as malformed HTTP
+(`server_log`).
 """
 
 from __future__ import annotations

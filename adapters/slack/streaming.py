@@ -2,18 +2,10 @@
 
 The draft is posted with message `metadata` naming its key (as reply parts name their reply), so a
 post whose response was lost is found by reading the conversation back, from the draft's creation,
-before posting again. An update of a deleted message raises `MessageGone`. The
-engine spaces each conversation's updates by `streaming.interval_seconds`; a draft call goes only
-if the workspace's budget has a token to spare (`draft_turn`: `chat.update` per workspace,
-`chat.postMessage` per channel, `bot/core/pacing.py`, never waiting), a new draft only where the
-final update it owes fits, and a reply's final text goes ahead of every draft; a 429 becomes
-`RetryableDeliveryError` with the Retry-After, which holds that budget for everyone. An update to
-the text and metadata the message shows already is not sent (`Showing`).
-The reply that finishes a draft updates it to its first part and re-labels its metadata with the
-reply's id, so a re-delivery of that reply finds part 0 like any posted part (looking from the
-draft's creation, which may be older than the message the reply answers). Partial text is
-settled (`settle_partial`) and rendered like a reply; a draft shows at most the reply's first
-part.
+before posting again. The reply that finishes a draft updates it to its first part and re-labels
+its metadata with the reply's id, so a re-delivery of that reply finds part 0 like any posted part
+(looking from the draft's creation, which may be older than the message the reply answers). How
+draft calls share the workspace's budget is docs/streaming-limits.md's (`draft_turn`).
 
 `chat.update` is the path every workspace supports (threads, channels, DMs). In assistant threads
 (`native`) a draft is Slack's native stream instead while its text only grows: native_stream.py

@@ -3,10 +3,7 @@ workarounds, and the HTTP listener or the Socket Mode connection.
 
 Every Web API call shares one aiohttp session, and the session carries the call timeout: the SDK
 applies its own `timeout` only to sessions it makes itself, so a session without one would let a
-silent Slack hold a call for aiohttp's five minutes. The client has no retry handlers (see
-outbound.py). Bolt is built with `process_before_response=True` (events.py says why), without
-request verification (endpoint.py verified the raw body first), and is handed the start-up
-`auth.test` answer so it never asks again on an event (see `_authorized_by`).
+silent Slack hold a call for aiohttp's five minutes.
 """
 
 from __future__ import annotations
@@ -86,7 +83,7 @@ def bolt_app(
     bolt = AsyncApp(
         client=client,
         signing_secret=signing_secret,
-        process_before_response=True,
+        process_before_response=True,  # the ack only after the store write (events.py)
         request_verification_enabled=False,  # HTTP: endpoint.py verified the raw body first
         # Bolt's assistant helpers (say, set_status, ...) are not used here, and building them
         # fails on a malformed assistant event before our listener can ack it with a warning
