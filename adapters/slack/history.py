@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,9 +122,7 @@ class History:
         messages: list[Payload] = []
         cursor = ""
         for number in range(1, run.max_pages + 1):
-            read: Callable[[], Awaitable[dict[str, Any]]] = functools.partial(
-                self._call, method, **args, cursor=cursor or None
-            )
+            read = functools.partial(self._call, method, **args, cursor=cursor or None)
             page = await run.read(f"catch-up {key.id} page {number}", read)
             messages += page.get("messages") or []
             cursor = (page.get("response_metadata") or {}).get("next_cursor") or ""
