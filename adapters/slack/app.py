@@ -14,7 +14,6 @@ import logging
 import os
 import secrets
 import socket
-import time
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -25,7 +24,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import files, transport
 from adapters.slack.assistant import AssistantThreads
-from adapters.slack.events import RESET_COMMAND, SlackEvents
+from adapters.slack.events import SlackEvents
 from adapters.slack.history import History
 from adapters.slack.inbound import Identity
 from adapters.slack.install import StoreInstallations, StoreOAuthStates, oauth_flow
@@ -160,9 +159,8 @@ class SlackFrontend(
         events.listen(bolt)
         if self.config.mode == "http":
             self._runner = await transport.serve_http(
-                bolt, self.config, self._signing_secret, frozenset({RESET_COMMAND}),
-                lambda: self._accepting, time.time, flow,
-            )  # fmt: skip
+                bolt, self.config, self._signing_secret, lambda: self._accepting, flow
+            )
             self.http_port = int(self._runner.addresses[0][1])
         else:
             if flow is not None:

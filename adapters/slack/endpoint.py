@@ -16,6 +16,7 @@ import hashlib
 import hmac
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -26,6 +27,7 @@ from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
+from adapters.slack.events import RESET_COMMAND
 from adapters.slack.inbound import list_of_objects
 
 log = logging.getLogger("burstbot.slack")
@@ -85,7 +87,7 @@ def verify(
     return None
 
 
-def signed_problem(body: Any, commands: frozenset[str]) -> str | None:
+def signed_problem(body: Any) -> str | None:
     """Why a signed body, as Bolt parsed it, is not one this app can handle (None: dispatch)."""
     if not isinstance(body, dict):
         return "body is not a JSON object"
@@ -96,7 +98,7 @@ def signed_problem(body: Any, commands: frozenset[str]) -> str | None:
         return None
     if "command" in body:
         command = body.get("command")
-        return None if command in commands else "a slash command this app does not have"
+        return None if command == RESET_COMMAND else "a slash command this app does not have"
     if kind != "event_callback":
         return "neither an event, a slash command nor a URL check"
     for field in ("team_id", "api_app_id", "event_id", "enterprise_id"):
@@ -113,11 +115,7 @@ def signed_problem(body: Any, commands: frozenset[str]) -> str | None:
 
 
 def endpoint(
-    bolt: AsyncApp,
-    signing_secret: str,
-    commands: frozenset[str],
-    clock: Callable[[], float],
-    accepting: Callable[[], bool],
+    bolt: AsyncApp, signing_secret: str, accepting: Callable[[], bool]
 ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def handle(request: web.Request) -> web.StreamResponse:
         if not accepting():  # stopping: Slack retries the event elsewhere or later
@@ -126,7 +124,7 @@ def endpoint(
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return _refused(request, Rejection(413, "body too large"))
-        rejection = verify(request.headers, body, signing_secret, clock())
+        rejection = verify(request.headers, body, signing_secret, time.time())
         if rejection is not None:
             return _refused(request, rejection)
         try:
@@ -141,7 +139,7 @@ def endpoint(
             return _ignored("body is not valid JSON")
         except Exception as exc:
             return _ignored(f"Bolt could not read it ({type(exc).__name__})")
-        problem = signed_problem(bolt_request.body, commands)
+        problem = signed_problem(bolt_request.body)
         if problem is not None:
             return _ignored(problem)
         try:

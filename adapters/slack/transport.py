@@ -102,17 +102,13 @@ async def serve_http(
     bolt: AsyncApp,
     config: SlackConfig,
     signing_secret: str,
-    commands: frozenset[str],
     accepting: Callable[[], bool],
-    now: Callable[[], float],
     flow: AsyncOAuthFlow | None = None,
 ) -> web.AppRunner:
     """The events endpoint; the signature is verified over the raw body before Bolt sees it.
     With `install = "oauth"` also the install page and the OAuth redirect (install.py)."""
     server = web.Application(client_max_size=MAX_BODY_BYTES)
-    server.router.add_post(
-        config.http_path, endpoint(bolt, signing_secret, commands, now, accepting)
-    )
+    server.router.add_post(config.http_path, endpoint(bolt, signing_secret, accepting))
     if flow is not None:
         server.router.add_get(config.install_path, oauth_page(flow.handle_installation))
         server.router.add_get(config.redirect_path, oauth_page(flow.handle_callback))
