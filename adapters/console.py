@@ -3,8 +3,7 @@
 Lines typed quickly form one burst and get one reply. When stdin ends, pending input is answered at
 once (no need to wait for the quiet window) and the process is asked to stop. A line `/reset`
 clears the conversation's history for later prompts; a line `/attach PATH` sends a local file
-(read when the burst is answered, like a platform's). A store that fails ends the session with an
-error (`Host.frontend_failed`), so the process exits non-zero instead of hanging.
+(read when the burst is answered, like a platform's).
 """
 
 from __future__ import annotations
@@ -87,8 +86,8 @@ class ConsoleFrontend(FileSource):
             self._task.cancel()
 
     async def _serve(self, host: Host) -> None:
-        """A store that fails (locked, read-only) ends the terminal session: the process stops
-        cleanly and exits non-zero instead of waiting on a reader that is gone."""
+        """A store that fails (locked, read-only) ends the session (`Host.frontend_failed`): the
+        process exits non-zero instead of waiting on a reader that is gone."""
         try:
             await self._read(host)
         except BurstbotError as exc:

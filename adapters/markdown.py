@@ -2,16 +2,11 @@
 
 The model's output is untrusted (a prompt injection can make it write anything), so it is parsed
 with markdown-it-py (CommonMark, plus tables, strikethrough and bare-URL detection; raw HTML off)
-and rendered from the syntax tree, never patched with regular expressions. Every renderer keeps:
-
-- only `http(s)` and `mailto` targets become links. Any other target — `@U123`, `<@U456>`,
-  `!group`, a relative path — is shown as text after the label; `javascript:` and `data:` never
-  link (markdown-it refuses them, and they are not on the list anyway);
-- every `<` of the model's text is escaped, so no mention, broadcast or channel syntax survives,
-  and bare `@channel` / `@here` / `@everyone` get a zero-width space after the `@`;
-- link targets are taken whole from the parser, so `…/Python_(programming_language)` stays intact;
-- tables become code blocks with aligned columns (neither platform renders Markdown tables);
-- the source's layout is kept: blocks separated by a blank line in the source stay separated.
+and rendered from the syntax tree, never patched with regular expressions. Every renderer keeps
+the rules of docs/markdown.md: only `http(s)` and `mailto` targets link (any other is shown as
+text after the label), every `<` of the model's text is escaped and bare broadcasts get a
+zero-width space (no mention, broadcast or channel syntax survives), link targets are taken whole
+from the parser, tables become aligned code blocks, and blocks separated in the source stay so.
 
 A subclass supplies the platform's spelling of each construct (`SlackRenderer` in
 adapters/slack/mrkdwn.py, `DiscordRenderer` in adapters/discord/render.py).
@@ -175,10 +170,7 @@ class Renderer(ABC):
                     text = plain_text(cell.children[0]) if cell.children else ""
                     cells.append((" ".join(text.split()), style.group(1) if style else "left"))
                 rows.append(cells)
-        widths = [0] * max(len(row) for row in rows)
-        for row in rows:
-            for i, (text, _) in enumerate(row):
-                widths[i] = max(widths[i], len(text))
+        widths = [max(len(text) for text, _ in column) for column in zip(*rows, strict=True)]
         lines = []
         for number, row in enumerate(rows):
             padded = []

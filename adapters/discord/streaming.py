@@ -28,7 +28,7 @@ from adapters.discord.calls import call, delivery_errors, http_status
 from adapters.discord.posting import reply_reference, send_part
 from adapters.discord.render import nonce_for, split_message, to_discord
 from adapters.markdown import settle_partial
-from adapters.showing import Showing
+from adapters.showing import Showing, paced_turn
 from bot.core.errors import DeliveryError, MessageGone, PermanentDeliveryError, RateLimited
 from bot.core.events import ConversationKey, Draft, Reply
 from bot.core.frontend import PacedDrafts
@@ -59,17 +59,10 @@ class DiscordDrafts(PacedDrafts):
     """What each message we sent or edited shows now."""
 
     async def draft_turn(self, key: ConversationKey, posting: bool) -> bool:
-        """Whether a draft call may go now on the channel's budget (never waiting): an edit if
-        a token is spare; a new draft's post if the channel can also take the final edit it
-        will owe (else the reply is posted whole: one write instead of two or more)."""
-        if not posting:
-            return self.pacer.try_take(MESSAGES, key.channel)
-        if not self.pacer.admit(MESSAGES, key.channel):
-            return False
-        if not self.pacer.try_take(MESSAGES, key.channel):
-            self.pacer.settle(MESSAGES, key.channel)
-            return False
-        return True
+        """Posts and edits on the channel's one budget (a reply posted whole: one write instead
+        of two or more)."""
+        budget = (MESSAGES, key.channel)
+        return paced_turn(self.pacer, posting, budget, budget)
 
     async def final_turn(self, key: ConversationKey) -> None:
         """A reply's post's turn on the channel's budget, ahead of every draft."""

@@ -14,7 +14,6 @@ import logging
 import os
 import secrets
 import socket
-import time
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -25,7 +24,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import files, transport
 from adapters.slack.assistant import AssistantThreads
-from adapters.slack.events import RESET_COMMAND, SlackEvents
+from adapters.slack.events import SlackEvents
 from adapters.slack.history import History
 from adapters.slack.inbound import Identity
 from adapters.slack.install import StoreInstallations, StoreOAuthStates, oauth_flow
@@ -160,9 +159,8 @@ class SlackFrontend(
         events.listen(bolt)
         if self.config.mode == "http":
             self._runner = await transport.serve_http(
-                bolt, self.config, self._signing_secret, frozenset({RESET_COMMAND}),
-                lambda: self._accepting, time.time, flow,
-            )  # fmt: skip
+                bolt, self.config, self._signing_secret, lambda: self._accepting, flow
+            )
             self.http_port = int(self._runner.addresses[0][1])
         else:
             if flow is not None:
@@ -213,15 +211,12 @@ class SlackFrontend(
             self._socket = None
 
     async def stop(self) -> None:
-        self._accepting = False
+        await self.stop_intake()
         for job in (self._catch_up, self._decider):
             if job is not None:
                 await job.stop()
         for workspace in [] if self.workspaces is None else self.workspaces.opened():
             await workspace.assistant.stop()
-        if self._socket is not None:
-            await self._socket.close_async()
-            self._socket = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

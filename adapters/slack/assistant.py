@@ -1,23 +1,10 @@
-"""Slack's AI app surface: assistant threads (the app's side panel and split view).
+"""Slack's AI app surface: assistant threads (the app's side panel and split view), each a thread
+in the person's DM with the app; docs/slack-assistant.md says what happens there, and why.
 
-Each chat there is a thread in the person's DM with the app. What happens, and why:
-
-- `assistant_thread_started` is noted once per thread in the store (`NoteBook.add_note`), with
-  the channel the person is viewing, and only then acked (a Slack retry finds the note and does
-  nothing). Nothing is owed: no burst, no reply. After the ack, in the background: the suggested
-  prompts (the viewed channel's from `channel_prompts`, else the global ones) and the greeting,
-  each only if configured. They are a courtesy: a process that dies right after the ack leaves the
-  thread without them.
-- `assistant_thread_context_changed` replaces the noted channel.
-- Messages typed in the thread are ordinary DM-thread messages (inbound.py): one reply per
-  burst, streamed into one draft in the thread; the thinking indicator is
-  `assistant.threads.setStatus` (outbound.py), cleared when the reply is sent or the burst fails.
-- The title is set once per thread (the "title" note is the once): from the first message, or
-  from the first answer (`set_title`).
-- The system prompt names the viewed channel (`prompt_context`); with `channel_context` on, that
-  channel's recent messages are read into it too, only where the bot is a member.
-- A call Slack refuses for want of the `assistant:write` scope (or of the assistant feature) is
-  one warning line per method, then quiet.
+A thread's opening is noted once in the store (`NoteBook.add_note`) before the ack, so a Slack
+retry finds the note and does nothing; its prompts and greeting follow in the background, a
+courtesy that a process dying right after the ack skips. The "title" note makes the title once
+per thread. Messages typed there are ordinary DM-thread messages (inbound.py).
 """
 
 from __future__ import annotations

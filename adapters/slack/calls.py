@@ -13,10 +13,6 @@ the same thing on every path — a post, an update, a delete, a stream, a look-u
                                          → RetryableDeliveryError
 
 Only an error code in Slack's own JSON can be permanent: anything else is an outage, retried (G13).
-`read` raises the same as a `FetchError` (history and look-ups wait and read again); `check_token`
-turns a start-up check's failure into a `ConfigError` (Slack refused the token: one line, exit 2)
-or a `BurstbotError` (Slack could not be reached). `slack_code` is the code behind an error, for
-the few callers to whom one code means "done already" (a delete of a deleted message).
 """
 
 from __future__ import annotations

@@ -2,20 +2,12 @@
 
 Anyone on the network can reach this endpoint, so nothing parses a request before its signature
 is checked (Bolt parses the body and the timestamp header first, and answers junk with a 500 and
-a traceback). In order:
-
-1. the body is read as bytes (more than `MAX_BODY_BYTES` → 413);
-2. `X-Slack-Request-Timestamp` must be a plain number (else 400), `X-Slack-Signature` present and
-   the timestamp within five minutes (else 401); the signature is Slack's v0 HMAC-SHA256 of
-   `v0:{timestamp}:{body}` with the signing secret, compared in constant time (else 401);
-3. a signed request must be something this app handles: a JSON object (URL verification or an
-   `event_callback` whose event is an object), or a form for a slash command. Anything else was
-   signed by Slack but cannot be used; it gets a 200, so Slack does not retry it;
-4. Bolt dispatches it. The listeners check each event's fields (adapters/slack/inbound.py) and
-   ack a malformed one with a 200 as well; a store failure still answers 500, so Slack retries.
-
-Each refused or ignored request is one WARNING line naming the reason, never a traceback; that
-includes requests aiohttp itself refuses as malformed HTTP (`server_log`).
+a traceback): the body is read as bytes, then Slack's v0 HMAC-SHA256 of `v0:{timestamp}:{body}`
+is checked in constant time, within five minutes (`verify`). A signed request this app cannot
+use (`signed_problem`) gets a 200, so Slack does not retry it; only a store failure answers 500
+(docs/slack.md lists the statuses). Each refused or ignored request is one WARNING line naming
+the reason, never a traceback; that includes requests aiohttp itself refuses as malformed HTTP
+(`server_log`).
 """
 
 from __future__ import annotations
@@ -24,6 +16,7 @@ import hashlib
 import hmac
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -34,6 +27,7 @@ from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
+from adapters.slack.events import RESET_COMMAND
 from adapters.slack.inbound import list_of_objects
 
 log = logging.getLogger("burstbot.slack")
@@ -93,7 +87,7 @@ def verify(
     return None
 
 
-def signed_problem(body: Any, commands: frozenset[str]) -> str | None:
+def signed_problem(body: Any) -> str | None:
     """Why a signed body, as Bolt parsed it, is not one this app can handle (None: dispatch)."""
     if not isinstance(body, dict):
         return "body is not a JSON object"
@@ -104,7 +98,7 @@ def signed_problem(body: Any, commands: frozenset[str]) -> str | None:
         return None
     if "command" in body:
         command = body.get("command")
-        return None if command in commands else "a slash command this app does not have"
+        return None if command == RESET_COMMAND else "a slash command this app does not have"
     if kind != "event_callback":
         return "neither an event, a slash command nor a URL check"
     for field in ("team_id", "api_app_id", "event_id", "enterprise_id"):
@@ -121,11 +115,7 @@ def signed_problem(body: Any, commands: frozenset[str]) -> str | None:
 
 
 def endpoint(
-    bolt: AsyncApp,
-    signing_secret: str,
-    commands: frozenset[str],
-    clock: Callable[[], float],
-    accepting: Callable[[], bool],
+    bolt: AsyncApp, signing_secret: str, accepting: Callable[[], bool]
 ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def handle(request: web.Request) -> web.StreamResponse:
         if not accepting():  # stopping: Slack retries the event elsewhere or later
@@ -134,7 +124,7 @@ def endpoint(
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return _refused(request, Rejection(413, "body too large"))
-        rejection = verify(request.headers, body, signing_secret, clock())
+        rejection = verify(request.headers, body, signing_secret, time.time())
         if rejection is not None:
             return _refused(request, rejection)
         try:
@@ -149,7 +139,7 @@ def endpoint(
             return _ignored("body is not valid JSON")
         except Exception as exc:
             return _ignored(f"Bolt could not read it ({type(exc).__name__})")
-        problem = signed_problem(bolt_request.body, commands)
+        problem = signed_problem(bolt_request.body)
         if problem is not None:
             return _ignored(problem)
         try:

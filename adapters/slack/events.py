@@ -1,33 +1,16 @@
 """Slack events in: Bolt's listeners, each turning one event into the host's call.
 
-Ack ordering, the reason this file exists in this shape: Slack counts an event as delivered when
-it gets the ack (an HTTP 200 in HTTP mode, an envelope reply in Socket Mode). Bolt sends that ack
-when the listener returns, but only with `process_before_response=True`; otherwise it acks first
-and runs the listener afterwards. So the app is built with `process_before_response=True` in both
-modes (transport.py) and the listener returns only after `host.ingest(...)` has stored the
-message. If storing fails the listener raises, Bolt answers 500 (HTTP) or sends no ack (Socket
-Mode), and Slack delivers the event again; a store that cannot be reached is one warning line per
-event, not a traceback. Retries (`X-Slack-Retry-Num`) are handled like first deliveries — the
-store dedupes by message id — and so are the `app_mention`/`message` twins of one message. An
-event that can never be stored (no channel, a field of the wrong type) is acked with a warning
-instead: a retry would fail the same way. In HTTP mode, adapters/slack/endpoint.py checks the
-signature before Bolt parses anything.
-
-The `/reset` slash command works the same way: the ack is the command's answer, so it is sent
-after the reset is stored, as an ephemeral message only the person who typed it sees.
-
-A thread reply without a mention counts only in a thread we are part of. The store knows the
-threads it holds conversations for, and remembers what earlier lookups decided; a reply in a
-thread it does not know is held (stored, then acked) and decided in the background with a
-`conversations.replies` lookup (history.py), so nothing slow runs before the ack and a failed
-lookup (a 429) is retried instead of dropping the message.
-
-Catch-up (bot/core/catch_up.py, history.py) runs after start and after every Socket Mode
-reconnect (a new `hello`).
-
-Assistant threads (Slack's AI app surface) are assistant.py's: their events are plain Bolt event
-listeners acked after the store write like messages (Bolt's `Assistant` middleware is not used:
-it would answer thread messages in its own listeners, outside the burst pipeline).
+Slack counts an event as delivered when it gets the ack (an HTTP 200, or a Socket Mode envelope
+reply). Bolt sends that ack when the listener returns only with `process_before_response=True`
+(transport.py); otherwise it acks first. So a listener returns only after `host.ingest(...)` has
+stored the event: if storing fails it raises, Bolt answers 500 (HTTP) or sends no ack (Socket
+Mode), and Slack delivers the event again (one warning line, not a traceback). Retries and the
+`app_mention`/`message` twins of one message are handled like first deliveries: the store
+dedupes by message id. An event that can never be stored (no channel, a field of the wrong
+type) is acked with a warning instead: a retry would fail the same way. `/reset`'s ack is its
+answer (ephemeral), so it too is sent after the reset is stored. A thread reply in a thread the
+store does not know is held (stored, then acked) and decided in the background (history.py), so
+nothing slow runs before the ack.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Reading Slack's history: is a thread ours, and what was sent while no process listened.
+"""Reading Slack's history: is a thread ours, and what was sent while no process listened
+(docs/catch-up.md: what is read, in which order, at what cost).
 
 Both read pages (`cursor`) of `conversations.replies` (a thread, oldest first) or
 `conversations.history` (a channel's or DM's top-level messages, newest first). A failed read
@@ -6,18 +7,12 @@ becomes a `FetchError`: with Slack's `Retry-After` on a 429 (these methods are h
 rate-limited for many apps), permanent when Slack says it can never work (channel gone, not in
 the channel, missing scope). The caller (bot/core/catch_up.py) waits and reads again.
 
-Thread lookup: ours when one of its messages is ours (our bot id) or mentions us; every page is
-read (up to `LOOKUP_MAX_PAGES`), not just the first.
-
-Catch-up: the listened channels first (the messages since the window start, plus the threads
-under them that had replies since), then every DM and thread the store knows, most recently
-active first however long quiet, each read after its newest stored message — `oldest` is
-exclusive on Slack — and never before the window start. Slack offers no cheap "anything new?"
-per conversation, so each costs one request; the walk stops when the pass's request budget is
-spent (`run.exhausted`), leaving the least recently active ones for the next pass. Each message
-goes through the same rules as a live event (inbound.py). History carries no `channel_type` and
-no `user_profile`: the channel id tells a DM (`D…`), and `users.info` names the author (once per
-user and process; the id stands in when that fails).
+A thread is ours when one of its messages (on any page, up to `LOOKUP_MAX_PAGES`) is ours or
+mentions us. Catch-up reads each conversation after its newest stored message (`oldest` is
+exclusive on Slack), never before the window start, and puts each message through the rules of a
+live event (inbound.py). History carries no `channel_type` and no `user_profile`: the channel id
+tells a DM (`D…`), and `users.info` names the author (once per user and process; the id stands
+in when that fails).
 """
 
 from __future__ import annotations
@@ -25,7 +20,6 @@ from __future__ import annotations
 import functools
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,9 +122,7 @@ class History:
         messages: list[Payload] = []
         cursor = ""
         for number in range(1, run.max_pages + 1):
-            read: Callable[[], Awaitable[dict[str, Any]]] = functools.partial(
-                self._call, method, **args, cursor=cursor or None
-            )
+            read = functools.partial(self._call, method, **args, cursor=cursor or None)
             page = await run.read(f"catch-up {key.id} page {number}", read)
             messages += page.get("messages") or []
             cursor = (page.get("response_metadata") or {}).get("next_cursor") or ""

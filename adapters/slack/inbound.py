@@ -1,21 +1,11 @@
 """Slack event payloads → neutral events: what counts, which conversation, which message id.
 
-What counts (all decided here, from the payload alone, except "a thread we are part of"):
-
-- bot messages never count: a `bot_id`, a `bot_profile`, the `bot_message` subtype, or our user;
-- DMs (`channel_type` "im") always count; the conversation is the DM, or the thread if in one;
-- channels listed in `slack.listen_channels`: every message; the conversation is the channel
-  (thread "") for top-level messages, the thread for thread replies;
-- elsewhere a message that mentions the bot (`app_mention`, or its `message` twin) counts and the
-  conversation is its thread: `thread_ts`, or its own `ts` when it starts one;
-- elsewhere a thread reply without a mention counts only if the thread is one we are part of;
-  the front end decides that (`Placement.needs_thread_check`);
-- a message's `files` become its attachments (adapters/slack/files.py), downloaded later;
-- `message_changed` / `message_deleted` become `MessageEdited` / `MessageDeleted` (text and
-  files: adding or removing a file is an edit); other subtypes
-  (joins, topic changes, an assistant thread's root and its title changes, ...) are ignored;
-- the `/reset` slash command becomes `ResetConversation` for the channel or DM it was typed in
-  (a slash command names its channel but no thread, so the key's thread is always "").
+All of it is decided from the payload alone (`place`), except whether a thread reply without a
+mention is in a thread we are part of (`Placement.needs_thread_check`: the front end decides).
+Bot messages never count. A DM's or a listened channel's conversation is the DM or channel, or
+the thread of a thread reply; elsewhere a mention's is its thread (its own `ts` when it starts
+one). Edits and deletes become `MessageEdited` / `MessageDeleted` (adding or removing a file is
+an edit); other subtypes (joins, topic changes, an assistant thread's root, ...) are ignored.
 
 `app_mention` and `message` twins compute the same key and the same id (`"{channel}:{ts}"`), so
 the store keeps one of them. Slack `ts` values are unique per channel only, hence the channel.

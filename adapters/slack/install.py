@@ -1,11 +1,10 @@
 """`install = "oauth"`: "Add to Slack" for any number of workspaces, with our store behind Bolt.
 
 Bolt has the flow (`AsyncOAuthFlow`: the install page, the state parameter and its cookie, the
-code exchanged at `oauth.v2.access`, then `auth.test` for the bot id). This file gives it what it
-stores through: `StoreInstallations` (Bolt's `AsyncInstallationStore`) and `StoreOAuthStates`
-(its `AsyncOAuthStateStore`) on the store's `InstallationBook`, tokens encrypted on the way in
-(token_box.py); and the two pages a person sees at the end: which workspace the bot was
-installed in, or why it was not, in one line (the same line in the log).
+code exchanged at `oauth.v2.access`, then `auth.test` for the bot id); this file gives it our
+store to keep installations and states in, tokens encrypted on the way in (token_box.py), and the
+pages a person sees at the end: where the bot was installed, or why not, in one line (the same
+line in the log).
 
 A state is single use, expires after `STATE_SECONDS` and carries an HMAC with the state secret,
 so a forged one is refused before the store is asked. Org-wide (Enterprise Grid) installs are

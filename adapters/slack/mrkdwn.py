@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from markdown_it.tree import SyntaxTreeNode
 
-from adapters.markdown import Renderer, defuse_broadcasts
+from adapters.markdown import ZERO_WIDTH_SPACE, Renderer, defuse_broadcasts
 
 MAX_PART_CHARS = 3500
 """Slack truncates `text` at 40,000 characters and advises staying under 4,000."""
 
 FENCE = "```"
-ZERO_WIDTH_SPACE = "\u200b"
 
 
 def escape(text: str) -> str:

@@ -1,33 +1,11 @@
 """Slack's native streams (`chat.startStream` / `appendStream` / `stopStream`) for the drafts of
-assistant threads, kept to the one-visible-message-per-burst rules of every draft.
-
-What a native stream can and cannot do, and how each draft rule is kept:
-
-- A stream is started in a thread (`thread_ts`) with its first text and grows only by appending
-  (`appendStream` with the new suffix). So it is used while the text only grows: the settled
-  prefix of the model's markdown (the part a half-written link or an unclosed marker leaves
-  alone) is appended as it grows, and nothing is sent while a fix-up hides a suffix that was
-  already sent (it is sent once the text moves past it). Text that is not an extension of what
-  was sent (a new generation's, the waiting mark of a superseded one) stops the stream and the
-  message is edited by `chat.update` from then on: still the same one message.
-- A stream carries no metadata until it stops, so it cannot be found by the draft's key while it
-  runs. A draft whose `startStream` outcome is unknown is found by reading the thread from the
-  draft's creation: the bot's message there that carries no metadata at all (every other message
-  the bot posts in these threads is labelled, the greeting included). The engine's
-  `locate_draft` keeps its rule: absence counts only a lease TTL after the draft's creation.
-- Stopping labels the message with the draft's key (`stopStream` takes `metadata`), so a stopped
-  stream is found like any posted draft. The final text is never the stream's: the reply that
-  finishes the draft stops the stream (if it still runs) and updates the message to its first
-  part with the reply's label, then reads it back, as for every draft.
-- A stream this process did not start (a takeover after a crash, a draft found again) may still
-  be running: it is stopped before its message is edited or deleted; a message that is not
-  streaming answers `message_not_in_streaming_state`, which is not an error here.
-- Slack closes a stream by itself after some minutes; an append then answers
-  `message_not_in_streaming_state` and the draft goes on by `chat.update`.
-- A web search is a task (`task_update` chunk, shown as a timeline card): in progress with its
-  query, then complete with its first results as sources (or an error). The text the search line
-  would add is not sent, so a search never stops the stream: the answer goes on appending. The
-  task cards are the stream's; the final `chat.update` shows the answer with its sources.
+assistant threads, kept to the one-visible-message-per-burst rules of every draft; how each rule
+is kept is docs/slack-assistant.md's "Native streaming". In short: a stream only grows (by the
+settled prefix of the model's markdown; other text stops it, and the message is updated from
+then on), it carries no metadata until it stops (a running one is found as the bot's unlabelled
+message in the thread), stopping labels it with the draft's key, and the final text is never the
+stream's. `message_not_in_streaming_state` (a message not streaming, or no longer) is no
+error.
 """
 
 from __future__ import annotations

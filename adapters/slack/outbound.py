@@ -1,14 +1,12 @@
 """Neutral replies → Slack posts, idempotently; and the thinking indicator.
 
-Idempotency: every part of a reply is posted with message `metadata` naming the reply id and the
-part number. A first attempt posts straight away; any later attempt (a crash or a lost response
-between posting and recording) first reads the conversation with `include_all_metadata` and skips
-the parts already there. The Web API client has no retry handlers at all: a retry the client made
-on its own after a dropped connection could post a part twice behind that check's back. Every call
-goes through calls.py, one mapping of every failure; a 429 becomes `RateLimited(retry_after=…)`,
-so the engine's next attempt (which runs the check)
-honours `Retry-After`; the workspace's pacer (`bot/core/pacing.py`) holds that method's budget for
-every conversation meanwhile, and gives a reply's posts their turn ahead of streamed drafts.
+Every part of a reply is posted with message `metadata` naming the reply id and the part number.
+A first attempt posts straight away; any later attempt (a crash or a lost response between
+posting and recording) first reads the conversation with `include_all_metadata` and skips the
+parts already there. The Web API client has no retry handlers at all: a retry it made on its own
+after a dropped connection could post a part twice behind that check's back. A 429 holds that
+method's budget on the workspace's pacer for every conversation (docs/streaming-limits.md), and
+the engine's next attempt, which runs the check, waits its Retry-After.
 """
 
 from __future__ import annotations

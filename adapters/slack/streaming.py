@@ -2,18 +2,10 @@
 
 The draft is posted with message `metadata` naming its key (as reply parts name their reply), so a
 post whose response was lost is found by reading the conversation back, from the draft's creation,
-before posting again. An update of a deleted message raises `MessageGone`. The
-engine spaces each conversation's updates by `streaming.interval_seconds`; a draft call goes only
-if the workspace's budget has a token to spare (`draft_turn`: `chat.update` per workspace,
-`chat.postMessage` per channel, `bot/core/pacing.py`, never waiting), a new draft only where the
-final update it owes fits, and a reply's final text goes ahead of every draft; a 429 becomes
-`RetryableDeliveryError` with the Retry-After, which holds that budget for everyone. An update to
-the text and metadata the message shows already is not sent (`Showing`).
-The reply that finishes a draft updates it to its first part and re-labels its metadata with the
-reply's id, so a re-delivery of that reply finds part 0 like any posted part (looking from the
-draft's creation, which may be older than the message the reply answers). Partial text is
-settled (`settle_partial`) and rendered like a reply; a draft shows at most the reply's first
-part.
+before posting again. The reply that finishes a draft updates it to its first part and re-labels
+its metadata with the reply's id, so a re-delivery of that reply finds part 0 like any posted part
+(looking from the draft's creation, which may be older than the message the reply answers). How
+draft calls share the workspace's budget is docs/streaming-limits.md's (`draft_turn`).
 
 `chat.update` is the path every workspace supports (threads, channels, DMs). In assistant threads
 (`native`) a draft is Slack's native stream instead while its text only grows: native_stream.py
@@ -27,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from adapters.markdown import settle_partial
-from adapters.showing import Showing
+from adapters.showing import Showing, paced_turn
 from adapters.slack.calls import call, slack_code
 from adapters.slack.inbound import split_message_id
 from adapters.slack.mrkdwn import split_mrkdwn, to_mrkdwn
@@ -85,19 +77,10 @@ class SlackDrafts(PacedDrafts):
         return parts[0] if parts and parts[0].strip() else "…"
 
     async def draft_turn(self, key: ConversationKey, posting: bool) -> bool:
-        """Whether a draft call may go now (never waiting): an update if the workspace's
-        `chat.update` budget has a token to spare; a new draft's post if the channel's
-        `chat.postMessage` budget has one and the workspace's can still take the final update
-        it will owe (else the reply is posted whole, on the channel's budget)."""
-        pacer, team = self.outbound.pacer, self.outbound.identity.team_id
-        if not posting:
-            return pacer.try_take(UPDATE, team)
-        if not pacer.admit(UPDATE, team):
-            return False
-        if not pacer.try_take(POST, key.channel):
-            pacer.settle(UPDATE, team)
-            return False
-        return True
+        """Updates on the workspace's `chat.update` budget, posts on the channel's
+        `chat.postMessage` one (as is a reply posted whole)."""
+        update = (UPDATE, self.outbound.identity.team_id)
+        return paced_turn(self.outbound.pacer, posting, update, (POST, key.channel))
 
     async def post_draft(self, key: ConversationKey, draft: Draft, text: str) -> str:
         """The stream took this post's turn (`draft_turn`); a post from elsewhere takes its own."""

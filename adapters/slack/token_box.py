@@ -1,12 +1,10 @@
-"""Tokens encrypted at rest: what the store holds of a workspace's bot and refresh tokens.
+"""Tokens encrypted at rest (docs/slack.md, "Tokens at rest" and "Rotating the key").
 
 Fernet (`cryptography`): AES-128-CBC with an HMAC-SHA256 over it, so a token decrypted with the
-wrong key is refused, never read as garbage. The keys come from the environment variable
-`slack.token_key_env`, comma-separated, newest first: a token is encrypted with the first and
-read with whichever fits (`MultiFernet`), so a new key is added in front, the process restarted
-(start-up re-encrypts every stored token with it, see `Workspaces.open`) and the old key removed
-afterwards. No key, a malformed one, or one that fits no stored token: one line and exit 2; there
-is no plaintext fallback.
+wrong key is refused, never read as garbage. The keys are comma-separated, newest first: a token
+is encrypted with the first and read with whichever fits (`MultiFernet`); start-up re-encrypts
+every stored token with the first (`InstalledWorkspaces.check_key`). No key, a malformed one, or
+one that fits no stored token: one line and exit 2; there is no plaintext fallback.
 """
 
 from __future__ import annotations

@@ -3,10 +3,7 @@ workarounds, and the HTTP listener or the Socket Mode connection.
 
 Every Web API call shares one aiohttp session, and the session carries the call timeout: the SDK
 applies its own `timeout` only to sessions it makes itself, so a session without one would let a
-silent Slack hold a call for aiohttp's five minutes. The client has no retry handlers (see
-outbound.py). Bolt is built with `process_before_response=True` (events.py says why), without
-request verification (endpoint.py verified the raw body first), and is handed the start-up
-`auth.test` answer so it never asks again on an event (see `_authorized_by`).
+silent Slack hold a call for aiohttp's five minutes.
 """
 
 from __future__ import annotations
@@ -86,7 +83,7 @@ def bolt_app(
     bolt = AsyncApp(
         client=client,
         signing_secret=signing_secret,
-        process_before_response=True,
+        process_before_response=True,  # the ack only after the store write (events.py)
         request_verification_enabled=False,  # HTTP: endpoint.py verified the raw body first
         # Bolt's assistant helpers (say, set_status, ...) are not used here, and building them
         # fails on a malformed assistant event before our listener can ack it with a warning
@@ -105,17 +102,13 @@ async def serve_http(
     bolt: AsyncApp,
     config: SlackConfig,
     signing_secret: str,
-    commands: frozenset[str],
     accepting: Callable[[], bool],
-    now: Callable[[], float],
     flow: AsyncOAuthFlow | None = None,
 ) -> web.AppRunner:
     """The events endpoint; the signature is verified over the raw body before Bolt sees it.
     With `install = "oauth"` also the install page and the OAuth redirect (install.py)."""
     server = web.Application(client_max_size=MAX_BODY_BYTES)
-    server.router.add_post(
-        config.http_path, endpoint(bolt, signing_secret, commands, now, accepting)
-    )
+    server.router.add_post(config.http_path, endpoint(bolt, signing_secret, accepting))
     if flow is not None:
         server.router.add_get(config.install_path, oauth_page(flow.handle_installation))
         server.router.add_get(config.redirect_path, oauth_page(flow.handle_callback))

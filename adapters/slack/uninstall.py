@@ -1,12 +1,9 @@
-"""A workspace uninstalls the app, or revokes its bot token: what goes, at once.
+"""A workspace uninstalls the app, or revokes its bot token: what goes, at once (docs/slack.md,
+"What an uninstall does").
 
-Slack sends `tokens_revoked` and `app_uninstalled` (the manifest subscribes to both). Either way
-the workspace's installation (its encrypted tokens) is deleted from the store and its stack
-dropped from memory; its pending replies nobody is posting fail now with `NOT_INSTALLED` as the
-reason (a reply being posted fails on its own next call with the same reason), so no day of
-retries is spent against a dead token and `status` shows them. After `app_uninstalled`, with
-`slack.forget_on_uninstall` (the default), every stored conversation of the workspace is erased
-as `burstbot forget --conversation` erases one. One log line says what was done, with counts.
+Its pending replies nobody is posting fail now with `NOT_INSTALLED` as the reason (a reply being
+posted fails on its own next call with the same reason), so no day of retries is spent against a
+dead token and `status` shows them.
 """
 
 from __future__ import annotations

@@ -6,12 +6,10 @@ over one shared HTTP session and the shared pacer (whose budgets are per team al
 API call of a conversation goes through its workspace's stack, so it carries that workspace's
 token (G15).
 
-`SingleWorkspace` is `install = "token"`: the one token of `bot_token_env`, for every event.
-`InstalledWorkspaces` is `install = "oauth"`: the installations in the store (adapters/slack/
-install.py saves them), each opened on first use, its token decrypted (token_box.py) and kept in
-memory only. A token that is about to expire is refreshed with its refresh token by the one
-process whose claim in the store succeeds (`claim_token_refresh`); the others keep using the
-current token, still valid, and read the new one from the store on their next use after it.
+An installed workspace is opened on first use, its token decrypted (token_box.py) and kept in
+memory only. A token about to expire is refreshed by the one process whose claim in the store
+succeeds (`claim_token_refresh`); the others keep using the current token, still valid, and read
+the new one from the store on their next use after it.
 """
 
 from __future__ import annotations
