@@ -56,7 +56,7 @@ class Limit:
 
 @dataclass
 class Bucket:
-    """One rate limit: a token bucket with a queue of waiting drafts; finals go first."""
+    """One rate limit: a token bucket; finals wait their turn, drafts take a spare token or none."""
 
     clock: Clock
     limit: Limit
@@ -69,7 +69,6 @@ class Bucket:
     limited_at: float = field(init=False)  # the last 429, or the last step grown back since
     _owed: deque[float] = field(default_factory=deque)  # when each draft owing a final was posted
     _finals: deque[int] = field(default_factory=deque)
-    _drafts: deque[int] = field(default_factory=deque)
     _tickets: itertools.count[int] = field(default_factory=itertools.count)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -97,10 +96,10 @@ class Bucket:
         return len(self._owed)
 
     def _spare(self) -> float | None:
-        """The tokens there are now for a draft call, None while the bucket is held or a call
+        """The tokens there are now for a draft call, None while the bucket is held or a final
         waits (finals first)."""
         now = self.clock.monotonic()
-        if now < self.held_until or self._finals or self._drafts:
+        if now < self.held_until or self._finals:
             return None
         self._refill(now)
         return self.tokens
@@ -137,17 +136,16 @@ class Bucket:
         self.tokens = min(self.capacity, self.tokens + 1.0)
         self._notify()
 
-    async def take(self, final: bool = False) -> None:
-        """Wait for a call's turn on this limit (finals first, each queue in arrival order)."""
+    async def take(self) -> None:
+        """Wait for a final call's turn on this limit (in arrival order, ahead of any draft)."""
         ticket = next(self._tickets)
-        queue = self._finals if final else self._drafts
-        queue.append(ticket)
+        self._finals.append(ticket)
         try:
-            while (wait := self._wait(final, ticket)) > 0:
+            while (wait := self._wait(ticket)) > 0:
                 await self._sleep(wait)
             self.tokens -= 1.0
         finally:
-            queue.remove(ticket)
+            self._finals.remove(ticket)
             self._notify()
 
     def hold(self, retry_after: float) -> None:
@@ -166,24 +164,18 @@ class Bucket:
             self.refilled_at = self.limited_at = until
         self._notify()
 
-    def _wait(self, final: bool, ticket: int) -> float:
-        """Seconds until this caller may take a token (0: now); an estimate, re-checked on any
+    def _wait(self, ticket: int) -> float:
+        """Seconds until this final may take a token (0: now); an estimate, re-checked on any
         change of the bucket."""
         now = self.clock.monotonic()
         if now < self.held_until:
             return self.held_until - now
+        if self._finals[0] != ticket:
+            return math.inf  # woken when the final ahead has gone
         self._refill(now)
-        if final:
-            if self._finals[0] != ticket:
-                return math.inf  # woken when the final ahead has gone
-            need = 1.0
-        elif self._finals or self._drafts[0] != ticket:
-            return math.inf  # woken when the finals or the draft ahead have gone
-        else:
-            need = 1.0 + self.reserve
-        if self.tokens >= need:
+        if self.tokens >= 1.0:
             return 0.0
-        return (need - self.tokens) * 60.0 / self.per_minute + self.margin
+        return (1.0 - self.tokens) * 60.0 / self.per_minute + self.margin
 
     def _refill(self, now: float) -> None:
         self._grow(now)
@@ -246,14 +238,14 @@ class Pacer:
         now = self.clock.monotonic()
         for key, bucket in list(self._buckets.items()):
             bucket._refill(now)
-            idle = not (bucket._drafts or bucket._finals or bucket.owed)
+            idle = not (bucket._finals or bucket.owed)
             if idle and now >= bucket.held_until and bucket.tokens >= bucket.limit.capacity:
                 del self._buckets[key]
 
-    async def take(self, method: str, scope: str = "", final: bool = False) -> None:
+    async def take(self, method: str, scope: str = "") -> None:
         bucket = self.bucket(method, scope)
         if bucket is not None:
-            await bucket.take(final)
+            await bucket.take()
 
     def try_take(self, method: str, scope: str = "") -> bool:
         """A draft call's token if one is spare now (`Bucket.try_take`); True where not limited."""
