@@ -45,7 +45,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.core.clock import Clock, trusted_until
+from bot.core.clock import Clock, cancel_all, trusted_until
 from bot.core.draft_lookup import DraftPosts, locate_draft
 from bot.core.errors import ClaimLost, PermanentDeliveryError, RetryableDeliveryError, StoreError
 from bot.core.events import ConversationKey, Draft, Reply
@@ -183,8 +183,7 @@ class Outbox:
     async def _deliver(self, row: OutboxRow) -> None:
         stale = self._posting.get(row.id)
         if stale is not None:  # our own older delivery of this row outlived its claim: stop it
-            stale.cancel()
-            await asyncio.gather(stale, return_exceptions=True)
+            await cancel_all([stale])
         fence = ClaimFence(self.clock, self.settings.lease_ttl_seconds, self.store, row)
         key = ConversationKey.parse(row.conversation_id)
         post = asyncio.ensure_future(self._post(row, key, fence))

@@ -29,9 +29,10 @@ import asyncio
 import itertools
 import math
 from collections import deque
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
-from bot.core.clock import Clock
+from bot.core.clock import Clock, first_of
 
 MAX_IDLE_BUCKETS = 1_000  # past this many, refilled buckets are forgotten (channels come and go)
 BURST_SECONDS = 5.0  # a bucket holds this many seconds' worth of calls (Discord: 5 per 5 s)
@@ -196,15 +197,10 @@ class Bucket:
 
     async def _sleep(self, seconds: float) -> None:
         """Until `seconds` have passed or the bucket changed (a token taken, a hold, a leaver)."""
-        changed = self._changed
-        waits: set[asyncio.Future[object]] = {asyncio.ensure_future(changed.wait())}
+        waits: list[Awaitable[object]] = [self._changed.wait()]
         if math.isfinite(seconds):
-            waits.add(asyncio.ensure_future(self.clock.sleep(seconds)))
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waits:
-                waiter.cancel()
+            waits.append(self.clock.sleep(seconds))
+        await first_of(*waits)
 
     def _notify(self) -> None:
         self._changed.set()

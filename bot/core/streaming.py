@@ -47,10 +47,10 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from bot.core.burst import Burst
-from bot.core.clock import Clock, trusted_until
+from bot.core.clock import Clock, cancel_all, first_of, trusted_until
 from bot.core.draft_lookup import DraftPosts, locate_draft
 from bot.core.errors import BurstbotError, MessageGone, RetryableDeliveryError
 from bot.core.events import Draft
@@ -262,19 +262,14 @@ class DraftStream(Stream):
         task = asyncio.ensure_future(call)
         try:
             while True:
-                fence = asyncio.ensure_future(self.clock.sleep_until(self._fence_ends_at()))
-                try:
-                    await asyncio.wait({task, fence}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    fence.cancel()
+                await first_of(task, self.clock.sleep_until(self._fence_ends_at()))
                 if task.done():
                     return task.result()
                 if not self._fenced():
                     raise FenceEnded("the lease's fence ended during a draft call")
         finally:
             if not task.done():
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+                await cancel_all([task])
 
     async def _run(self) -> None:
         window = self.window
@@ -315,29 +310,20 @@ class DraftStream(Stream):
     async def _window_closed(self, closed: asyncio.Event) -> bool:
         """Wait for a speculation's window to close (G4: nothing shows before); False when the
         generation ended or the stream stopped first."""
-        opened = asyncio.ensure_future(closed.wait())
-        stopping = asyncio.ensure_future(self._stopping.wait())
-        waits: set[asyncio.Future[Any]] = {opened, stopping, self.generation}
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            opened.cancel()
-            stopping.cancel()
+        await first_of(closed.wait(), self._stopping.wait(), self.generation)
         return closed.is_set() and not (self._stopping.is_set() or self.generation.done())
 
     async def _pause_until(self, when: float, first_word: asyncio.Event | None = None) -> bool:
         """Sleep on the clock (or until the first word, while waiting for it); False once the
         generation ended or the stream is stopped."""
-        sleeper = asyncio.ensure_future(self.clock.sleep_until(when))
-        stopping = asyncio.ensure_future(self._stopping.wait())
-        waits: set[asyncio.Future[Any]] = {sleeper, stopping, self.generation}
+        waits: list[Awaitable[object]] = [
+            self.clock.sleep_until(when),
+            self._stopping.wait(),
+            self.generation,
+        ]
         if first_word is not None:
-            waits.add(asyncio.ensure_future(first_word.wait()))
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waits - {self.generation}:
-                waiter.cancel()
+            waits.append(first_word.wait())
+        await first_of(*waits)
         return not (self._stopping.is_set() or self.generation.done())
 
     async def _show(self, text: str) -> str | None:
