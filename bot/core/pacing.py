@@ -1,26 +1,17 @@
-"""A platform's rate limits shared by every conversation streaming at once (one process).
+"""A platform's rate limits shared by every conversation streaming at once (one process), so
+that finals do not wait behind drafts in 429 backoff (docs/streaming-limits.md). Each limit is a
+shared `Bucket` (a token bucket), and streaming yields to delivery instead of queueing:
 
-Slack limits `chat.update` per workspace (Tier 3, about 50 a minute, with bursts) and
-`chat.postMessage` about one a second per channel; Discord about five writes per five seconds per
-channel. Each conversation pacing itself alone spends that budget many times over when several
-stream at once, and a final edit then waits behind drafts in 429 backoff. So each limit is a
-`Bucket` (a token bucket), shared, and streaming yields to delivery instead of queueing:
+- **final text first**: a reply's final edit or post takes the next token ahead of any draft
+  (`take`); finals follow each other at the platform's rate, without a 429;
+- **a draft never waits**: it takes a token only if one is spare right now (`try_take`), beyond
+  the finals still owed and one kept for a final; otherwise it is skipped (the next carries the
+  newer text);
+- **a new draft only where its final fits** (`admit`): each posted draft owes one final edit;
+- **learned from the platform**: a bucket starts at the published rate and burst; a 429 holds it
+  for everyone and shrinks both, and quiet periods grow them back.
 
-- **final text first**: a reply's final edit or post takes the next token ahead of everything
-  else; finals follow each other at the platform's rate, without a 429;
-- **a draft never waits**: a draft call takes a token only if one is spare right now
-  (`try_take`), beyond the finals still owed and one token kept for a final; otherwise it is
-  skipped (the stream's next call carries the newer text), so a generation never waits for a
-  draft's budget and drafts get sparser as more conversations stream;
-- **a new draft only where its final fits** (`admit`): each posted draft owes the bucket one
-  final edit; when the finals owed fill the spare tokens no new draft is posted, and the reply is
-  posted whole when it finishes (on Slack a post is another budget: per channel);
-- **learned from the platform**: a bucket starts at the platform's published rate and burst; a
-  429 holds it for everyone for its Retry-After and halves its burst and slows its rate, and
-  each quiet period without a 429 grows them back toward the published values.
-
-The limits are per process: two processes serving one workspace each learn their share from
-the 429s (see docs/streaming-limits.md).
+The limits are per process: processes sharing a workspace each learn their share from the 429s.
 """
 
 from __future__ import annotations
