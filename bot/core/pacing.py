@@ -17,7 +17,6 @@ The limits are per process: processes sharing a workspace each learn their share
 from __future__ import annotations
 
 import asyncio
-import itertools
 import math
 from collections import deque
 from collections.abc import Awaitable
@@ -60,8 +59,7 @@ class Bucket:
     per_minute: float = field(init=False)  # the rate learned so far (at most the published)
     limited_at: float = field(init=False)  # the last 429, or the last step grown back since
     _owed: deque[float] = field(default_factory=deque)  # when each draft owing a final was posted
-    _finals: deque[int] = field(default_factory=deque)
-    _tickets: itertools.count[int] = field(default_factory=itertools.count)
+    _finals: deque[object] = field(default_factory=deque)  # the finals waiting, in order
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
@@ -130,7 +128,7 @@ class Bucket:
 
     async def take(self) -> None:
         """Wait for a final call's turn on this limit (in arrival order, ahead of any draft)."""
-        ticket = next(self._tickets)
+        ticket = object()
         self._finals.append(ticket)
         try:
             while (wait := self._wait(ticket)) > 0:
@@ -156,7 +154,7 @@ class Bucket:
             self.refilled_at = self.limited_at = until
         self._notify()
 
-    def _wait(self, ticket: int) -> float:
+    def _wait(self, ticket: object) -> float:
         """Seconds until this final may take a token (0: now); an estimate, re-checked on any
         change of the bucket."""
         now = self.clock.monotonic()
