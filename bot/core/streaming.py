@@ -95,10 +95,9 @@ class Drafts:
         burst: Burst,
         usage: GenerationProgress,
         generation: asyncio.Future[str],
-        window: Window | None = None,
+        window: Window,
     ) -> Stream:
-        """A stream of `generation`, showing nothing before its burst's `window` closes (None:
-        shown from the start)."""
+        """A stream of `generation`, showing nothing before its burst's `window` closes."""
         surface = self.surface(burst.key.platform)
         if surface is None or not self.settings.streams(burst.key):
             return NotStreamed()
@@ -163,7 +162,7 @@ class DraftStream(Stream):
         burst: Burst,
         usage: GenerationProgress,
         generation: asyncio.Future[str],
-        window: Window | None = None,
+        window: Window,
     ) -> None:
         self.drafts = drafts
         self.window = window
@@ -263,7 +262,7 @@ class DraftStream(Stream):
 
     async def _run(self) -> None:
         window = self.window
-        if window is not None and window.speculative:
+        if window.speculative:
             opened = await self._window_closed(window.closed)
             if not opened or window.finished_early:
                 return  # a generation done before the close is committed at once: no draft
