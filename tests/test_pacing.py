@@ -1,5 +1,6 @@
-"""The shared streaming budget (`bot/core/pacing.py`) on a fake clock: drafts take turns and leave a
-token for finals, a final never waits behind drafts, and a 429 holds everyone on that limit."""
+"""The shared streaming budget (`bot/core/pacing.py`) on a fake clock: drafts take only a spare
+token and leave one for finals, finals take turns ahead of drafts, and a 429 holds everyone on that
+limit."""
 
 from __future__ import annotations
 
@@ -12,34 +13,31 @@ PER_MINUTE = 60.0  # one token a second
 # buckets made here have no margin (a call a little after its token is due): exact times
 
 
-def taken(order: list[str], name: str, bucket: Bucket, final: bool = False) -> asyncio.Task[None]:
+def taken(order: list[str], name: str, bucket: Bucket) -> asyncio.Task[None]:
     async def take() -> None:
-        await bucket.take(final)
+        await bucket.take()
         order.append(name)
 
     return asyncio.ensure_future(take())
 
 
-async def test_drafts_take_turns_and_leave_the_last_token_for_a_final() -> None:
+async def test_drafts_leave_the_last_token_for_a_final_and_finals_go_first() -> None:
     clock = FakeClock()
     bucket = Bucket(clock, Limit(PER_MINUTE, burst=3), margin=0.0)
+    assert [bucket.try_take() for _ in range(3)] == [True, True, False]  # one kept for a final
     order: list[str] = []
-    tasks = [taken(order, f"draft{n}", bucket) for n in range(4)]
+    final = taken(order, "final", bucket)
     await settle()
-    assert order == ["draft0", "draft1"]  # three tokens, one kept for a final
-    final = taken(order, "final", bucket, final=True)
-    await settle()
-    assert order == ["draft0", "draft1", "final"]  # at once, ahead of the waiting drafts
-    second, third = (taken(order, name, bucket, final=True) for name in ("second", "third"))
+    assert order == ["final"]  # at once, on the token the drafts left
+    second, third = (taken(order, name, bucket) for name in ("second", "third"))
     await clock.advance(1.0)
-    assert order[3:] == ["second"]  # finals follow each other at the rate, drafts wait
+    assert order == ["final", "second"]  # finals follow each other at the rate
+    assert not bucket.try_take()  # no draft while a final waits
     await clock.advance(1.0)
-    assert order[3:] == ["second", "third"]
+    assert order == ["final", "second", "third"]
     await clock.advance(2.0)
-    assert order[5:] == ["draft2"]  # first come, first served, the last token kept
-    await clock.advance(1.0)
-    assert order[5:] == ["draft2", "draft3"]
-    await asyncio.gather(*tasks, final, second, third)
+    assert [bucket.try_take(), bucket.try_take()] == [True, False]  # the last token kept
+    await asyncio.gather(final, second, third)
 
 
 async def test_a_retry_after_holds_drafts_and_finals_alike() -> None:
@@ -49,29 +47,31 @@ async def test_a_retry_after_holds_drafts_and_finals_alike() -> None:
     order: list[str] = []
     bucket = pacer.bucket("chat.update", "T1")
     assert bucket is not None
-    draft, final = taken(order, "draft", bucket), taken(order, "final", bucket, final=True)
+    final = taken(order, "final", bucket)
     await clock.advance(2.9)
-    assert order == []
+    assert order == [] and not pacer.try_take("chat.update", "T1")
     await clock.advance(0.1)
     assert order == ["final"]  # when the hold ends the final goes first
-    await clock.advance(2.0)
-    assert order == ["final"]  # the 429 slowed the rate to 45 a minute: two tokens in 2.67 s
-    await clock.advance(0.72)  # and the margin after a token is due (0.05 s)
-    assert order == ["final", "draft"]
-    await asyncio.gather(draft, final)
+    second = taken(order, "second", bucket)
+    await settle()
+    await clock.advance(1.36)
+    assert order == ["final"]  # the 429 slowed the rate to 45 a minute: a token in 1.33 s
+    await clock.advance(0.03)  # and the margin after a token is due (0.05 s)
+    assert order == ["final", "second"]
+    await asyncio.gather(final, second)
     other = pacer.bucket("chat.update", "T2")
     assert other is not None and other is not bucket and other.held_until == 0.0
 
 
-async def test_a_draft_that_gives_up_its_turn_lets_the_next_one_go() -> None:
+async def test_a_final_that_gives_up_its_turn_lets_the_next_one_go() -> None:
     clock = FakeClock()
-    bucket = Bucket(clock, Limit(PER_MINUTE, burst=2), margin=0.0)
+    bucket = Bucket(clock, Limit(PER_MINUTE, burst=1), margin=0.0)
     order: list[str] = []
     first = taken(order, "first", bucket)
     await settle()
     waiting, behind = taken(order, "waiting", bucket), taken(order, "behind", bucket)
     await settle()
-    waiting.cancel()  # its stream stopped
+    waiting.cancel()  # its delivery stopped
     await clock.advance(1.0)
     assert order == ["first", "behind"]
     await asyncio.gather(first, behind)
@@ -87,7 +87,7 @@ def test_a_draft_call_without_a_spare_token_is_skipped_not_queued() -> None:
     clock = FakeClock()
     bucket = Bucket(clock, Limit(PER_MINUTE, burst=3), margin=0.0)
     assert [bucket.try_take() for _ in range(3)] == [True, True, False]  # one kept for a final
-    assert bucket.tokens == 1.0 and not bucket._drafts  # nobody waits
+    assert bucket.tokens == 1.0 and not bucket._finals  # nobody waits
 
 
 async def test_new_drafts_stop_where_the_finals_they_owe_fill_the_bucket() -> None:
@@ -97,7 +97,7 @@ async def test_new_drafts_stop_where_the_finals_they_owe_fill_the_bucket() -> No
     assert admitted == [True, True, True, True, False, False]  # 4 finals owed + 1 kept
     assert [bucket.try_take(), bucket.try_take()] == [True, False]  # only beyond the 4 owed
     for _ in range(4):  # the four finals go at once, without waiting for a refill
-        await asyncio.wait_for(bucket.take(final=True), 0.1)
+        await asyncio.wait_for(bucket.take(), 0.1)
         bucket.settle()
     assert bucket.owed == 0
     await clock.advance(2.0)

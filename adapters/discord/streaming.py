@@ -66,7 +66,7 @@ class DiscordDrafts(PacedDrafts):
 
     async def final_turn(self, key: ConversationKey) -> None:
         """A reply's post's turn on the channel's budget, ahead of every draft."""
-        await self.pacer.take(MESSAGES, key.channel, final=True)
+        await self.pacer.take(MESSAGES, key.channel)
 
     async def post_draft(self, key: ConversationKey, draft: Draft, text: str) -> str:
         """Within the nonce window a post with the draft's key returns the message an earlier

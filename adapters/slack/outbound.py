@@ -154,7 +154,7 @@ class Outbound:
         returns its platform id. It waits for its turn on the channel's budget, ahead of every
         draft, unless the caller has `taken` it (the stream's `draft_turn`)."""
         if not taken:
-            await self.pacer.take(POST, key.channel, final=True)
+            await self.pacer.take(POST, key.channel)
         response = await self.paced(
             POST,
             key.channel,

@@ -206,7 +206,7 @@ class SlackDrafts(PacedDrafts):
             return unchanged
         channel, ts = split_message_id(message_id)
         if not taken:
-            await self.outbound.pacer.take(UPDATE, team, final=True)
+            await self.outbound.pacer.take(UPDATE, team)
         what = f"message {message_id}: update"
         request = self.client.chat_update(channel=channel, ts=ts, text=text, metadata=metadata)
         try:

@@ -9,11 +9,6 @@
   fetched twice and later prompts show it again without a download (Discord CDN links expire).
 - History's files are never fetched: what was kept when their burst was answered is reused,
   newest first, as far as `llm.max_context_tokens` allows (`bot/core/prompt.py`).
-
-Token estimates (the context budget and the cost guards use them; the API reports the real
-figure): an image is width*height/750 tokens, at most 1,600 (Claude scales larger images down),
-and 1,600 when the platform gave no dimensions; a PDF is 3,000 tokens a page (text plus the page
-image), a page counted per started 100 KB; a text file is a token per four bytes.
 """
 
 from __future__ import annotations
@@ -50,8 +45,8 @@ TEXT_SUFFIXES = frozenset(
 )  # fmt: skip
 API_LIMITS: Mapping[Kind, int] = {"image": 5 * 1024 * 1024, "pdf": 32 * 1024 * 1024}
 NO_ROOM = "no room left in the context"
-IMAGE_TOKENS_MAX = 1_600
-PDF_TOKENS_PER_PAGE = 3_000
+IMAGE_TOKENS_MAX = 1_600  # also with no dimensions given: Claude scales larger images down
+PDF_TOKENS_PER_PAGE = 3_000  # text plus the page's image
 PDF_BYTES_PER_PAGE = 100_000
 
 
@@ -71,7 +66,8 @@ def kind_of(attachment: Attachment) -> Kind | None:
 
 
 def estimate_tokens(attachment: Attachment, size: int | None = None) -> int:
-    """Input tokens the file will cost (see the module docstring); 0 for a kind never sent."""
+    """Input tokens the file will cost, as the context budget and the cost guards count them
+    (docs/files.md; the API reports the real figure); 0 for a kind never sent."""
     kind, size = kind_of(attachment), attachment.size if size is None else size
     if kind == "image":
         pixels = attachment.width * attachment.height

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from bot.core.clock import Clock
+from bot.core.clock import Clock, cancel_all
 from bot.core.errors import FetchError
 from bot.core.settings import CatchUpSettings
 
@@ -69,8 +69,7 @@ class Background:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel_all([self._task])
             self._task = None
         self._idle.set()
 

@@ -1,24 +1,21 @@
-"""Catch-up after downtime (G11): what a front end did not see live, fetched in the background.
+"""Catch-up after downtime (G11, docs/catch-up.md): what a front end did not see live, fetched in
+the background.
 
 The platform side (which API, which pages, what counts) stays in the adapter (`CatchUpSource`).
 
 - `CatchUp`: one front end's catch-up passes, requested at start, after a reconnect that may have
-  lost events, and for a message whose ingest failed. A pass reads, for every conversation of the
-  platform however long it was quiet, the newest message stored before the cut-off, and hands the
-  front end a `CatchUpRun` listing them most recently active first: the front end fetches what
-  came after (a bounded number of pages, nothing older than `max_age`), applies its usual "what
-  counts" rules and ingests through `run.ingest`. `max_age` bounds the age of the messages
-  answered, never the conversation's earlier activity: a quiet conversation's new message is
-  found too. The store dedupes by message id, so a pass is safe to repeat, and one interrupted
-  half-way is simply run again.
+  lost events, and for a message whose ingest failed; run in the background (`Background`), one
+  at a time. A pass hands the front end a `CatchUpRun`: for every conversation of the platform,
+  however long it was quiet, the newest message stored before the cut-off, most recently active
+  first; the front end fetches what came after (nothing older than `max_age`) and ingests what
+  counts through `run.ingest`. The store dedupes by message id, so a pass is safe to repeat, and
+  one interrupted half-way is simply run again.
 - A pass spends at most `max_requests` platform calls (every attempt counts, a rate-limited one
-  too): the front end walks the conversations in the run's order, stops when `run.exhausted`,
-  and the ones left unchecked are logged. Long walks log their progress.
+  too): the front end stops when `run.exhausted`, and the ones left unchecked are logged.
 
 The cut-off is the moment the connection that may have missed events began (the process start, a
 reconnect, a failed ingest), not "now": a live message stored after the reconnect must not hide
-the ones sent during the gap before it. Passes run in the background (`Background`), one at a
-time.
+the ones sent during the gap before it.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Protocol
+from collections.abc import Awaitable, Iterable
+from typing import Any, Protocol
 
 
 class Clock(Protocol):
@@ -57,3 +58,23 @@ def trusted_until(clock: Clock, expires_at: float, ttl: float) -> float:
     store counts the expiry from the `now` passed before the call, so a slow call shortens the
     trust instead of starting it late."""
     return clock.monotonic() + (expires_at - clock.now()) - ttl / 3
+
+
+async def first_of(*waits: Awaitable[Any]) -> None:
+    """Until the first of `waits` is done. The waits it started (coroutines) are cancelled; the
+    futures and tasks passed in run on."""
+    futures = [asyncio.ensure_future(wait) for wait in waits]
+    try:
+        await asyncio.wait(futures, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for future, wait in zip(futures, waits, strict=True):
+            if future is not wait:
+                future.cancel()
+
+
+async def cancel_all(tasks: Iterable[asyncio.Future[Any]]) -> None:
+    """Cancel `tasks` and wait until each has ended, whatever its outcome."""
+    tasks = list(tasks)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -21,7 +21,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.core.clock import Clock
+from bot.core.clock import Clock, cancel_all
 from bot.core.errors import RetryableDeliveryError
 from bot.core.events import ConversationKey, Draft
 from bot.core.frontend import DraftSurface
@@ -57,10 +57,7 @@ class DraftPosts:
     async def cancel(self) -> None:
         """Stop every post still on its way (shutdown): its outcome stays unknown, for the
         look-up of whoever takes the draft over."""
-        posts = list(self._on_the_way.values())
-        for post in posts:
-            post.cancel()
-        await asyncio.gather(*posts, return_exceptions=True)
+        await cancel_all(self._on_the_way.values())
 
     async def outcome(self, draft_key: str) -> str | None:
         """The message this process's post of the draft made, awaited while it is on its way

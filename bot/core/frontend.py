@@ -9,12 +9,10 @@ Shutdown asks a front end twice: first to stop taking events (the `StopsIntake` 
 replies in flight are still being posted through it; then, once they are done or cancelled, to
 `stop` altogether.
 
-Optional abilities are declared, never guessed: each is a `Protocol` of its own (`Healthy`,
-`Drafting`, `StopsIntake`, `PromptContext`, `CatchUpSource`, `FileSource`; `PacedDrafts` for a
-draft surface) that a front end names among its bases. `check_abilities` runs once at wiring: a
-front end that declares an ability and lacks one of its methods, or defines an ability's methods
-without declaring it (a misspelt base), fails at start with one line. After that the core asks the
-declaration (`declares`), not the object's attributes.
+Optional abilities are declared, never guessed (docs/design.md#front-end-abilities): each is a
+`Protocol` of its own that a front end names among its bases, checked once at wiring
+(`check_abilities`); after that the core asks the declaration (`declares`), not the object's
+attributes.
 """
 
 from __future__ import annotations

@@ -17,21 +17,18 @@ Rules:
   never waits on a rate-limited edit. A draft whose post outcome is unknown is found first
   (`locate_draft`): this process's own post of it is awaited; otherwise the row waits while
   that post may still land unseen.
-- No silent give-up (G13): a transient failure (outage, 5xx, timeout, a page that is not the
-  platform's answer) is retried with exponential backoff and jitter, capped at
-  `delivery_backoff_max_seconds` so a reply goes out soon after the platform recovers, for
+- No silent give-up (G13, docs/delivery.md#when-the-platform-fails): a transient failure is
+  retried with jittered backoff, capped so a reply goes out soon after the platform recovers, for
   `delivery_give_up_hours` from the reply's first failure; a rate limit waits its Retry-After.
-  Only a permanent error, or the horizon running out, marks the row `failed`, with its reason; it
-  stays visible (status, explain, a gauge) until `burstbot retry` re-queues it.
+  Only a permanent error, or the horizon running out, marks the row `failed`, with its reason.
 - `attempts` counts failures only: a claim (a restart, a claim lost and taken again) and a rate
   limit are not attempts. Each failure is one warning line; only an adapter bug (an exception
   outside the error tree) logs a traceback.
 
-Two callers: the engine hands over the reply it has just committed (`deliver_committed`), which
-starts its delivery at once as a task of its own, so the worker frees its generation slot as soon
-as the commit is made: a final edit waiting for the platform's budget never holds a slot while
-other conversations queue for one; the scheduler's sweep (no `reply_id`) starts one task per
-claimed row, so a slow platform never holds up the loop.
+Each delivery is a task of its own: the reply the engine has just committed
+(`deliver_committed`), so the worker frees its generation slot at the commit and a final edit
+waiting for the platform's budget never holds one; and each row the scheduler's sweep claims, so
+a slow platform never holds up the loop.
 """
 
 from __future__ import annotations
@@ -45,7 +42,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot.core.clock import Clock, trusted_until
+from bot.core.clock import Clock, cancel_all, trusted_until
 from bot.core.draft_lookup import DraftPosts, locate_draft
 from bot.core.errors import ClaimLost, PermanentDeliveryError, RetryableDeliveryError, StoreError
 from bot.core.events import ConversationKey, Draft, Reply
@@ -183,8 +180,7 @@ class Outbox:
     async def _deliver(self, row: OutboxRow) -> None:
         stale = self._posting.get(row.id)
         if stale is not None:  # our own older delivery of this row outlived its claim: stop it
-            stale.cancel()
-            await asyncio.gather(stale, return_exceptions=True)
+            await cancel_all([stale])
         fence = ClaimFence(self.clock, self.settings.lease_ttl_seconds, self.store, row)
         key = ConversationKey.parse(row.conversation_id)
         post = asyncio.ensure_future(self._post(row, key, fence))

@@ -1,37 +1,28 @@
-"""A platform's rate limits shared by every conversation streaming at once (one process).
+"""A platform's rate limits shared by every conversation streaming at once (one process), so
+that finals do not wait behind drafts in 429 backoff (docs/streaming-limits.md). Each limit is a
+shared `Bucket` (a token bucket), and streaming yields to delivery instead of queueing:
 
-Slack limits `chat.update` per workspace (Tier 3, about 50 a minute, with bursts) and
-`chat.postMessage` about one a second per channel; Discord about five writes per five seconds per
-channel. Each conversation pacing itself alone spends that budget many times over when several
-stream at once, and a final edit then waits behind drafts in 429 backoff. So each limit is a
-`Bucket` (a token bucket), shared, and streaming yields to delivery instead of queueing:
+- **final text first**: a reply's final edit or post takes the next token ahead of any draft
+  (`take`); finals follow each other at the platform's rate, without a 429;
+- **a draft never waits**: it takes a token only if one is spare right now (`try_take`), beyond
+  the finals still owed and one kept for a final; otherwise it is skipped (the next carries the
+  newer text);
+- **a new draft only where its final fits** (`admit`): each posted draft owes one final edit;
+- **learned from the platform**: a bucket starts at the published rate and burst; a 429 holds it
+  for everyone and shrinks both, and quiet periods grow them back.
 
-- **final text first**: a reply's final edit or post takes the next token ahead of everything
-  else; finals follow each other at the platform's rate, without a 429;
-- **a draft never waits**: a draft call takes a token only if one is spare right now
-  (`try_take`), beyond the finals still owed and one token kept for a final; otherwise it is
-  skipped (the stream's next call carries the newer text), so a generation never waits for a
-  draft's budget and drafts get sparser as more conversations stream;
-- **a new draft only where its final fits** (`admit`): each posted draft owes the bucket one
-  final edit; when the finals owed fill the spare tokens no new draft is posted, and the reply is
-  posted whole when it finishes (on Slack a post is another budget: per channel);
-- **learned from the platform**: a bucket starts at the platform's published rate and burst; a
-  429 holds it for everyone for its Retry-After and halves its burst and slows its rate, and
-  each quiet period without a 429 grows them back toward the published values.
-
-The limits are per process: two processes serving one workspace each learn their share from
-the 429s (see docs/streaming-limits.md).
+The limits are per process: processes sharing a workspace each learn their share from the 429s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import math
 from collections import deque
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
-from bot.core.clock import Clock
+from bot.core.clock import Clock, first_of
 
 MAX_IDLE_BUCKETS = 1_000  # past this many, refilled buckets are forgotten (channels come and go)
 BURST_SECONDS = 5.0  # a bucket holds this many seconds' worth of calls (Discord: 5 per 5 s)
@@ -56,7 +47,7 @@ class Limit:
 
 @dataclass
 class Bucket:
-    """One rate limit: a token bucket with a queue of waiting drafts; finals go first."""
+    """One rate limit: a token bucket; finals wait their turn, drafts take a spare token or none."""
 
     clock: Clock
     limit: Limit
@@ -68,9 +59,7 @@ class Bucket:
     per_minute: float = field(init=False)  # the rate learned so far (at most the published)
     limited_at: float = field(init=False)  # the last 429, or the last step grown back since
     _owed: deque[float] = field(default_factory=deque)  # when each draft owing a final was posted
-    _finals: deque[int] = field(default_factory=deque)
-    _drafts: deque[int] = field(default_factory=deque)
-    _tickets: itertools.count[int] = field(default_factory=itertools.count)
+    _finals: deque[object] = field(default_factory=deque)  # the finals waiting, in order
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
@@ -97,10 +86,10 @@ class Bucket:
         return len(self._owed)
 
     def _spare(self) -> float | None:
-        """The tokens there are now for a draft call, None while the bucket is held or a call
+        """The tokens there are now for a draft call, None while the bucket is held or a final
         waits (finals first)."""
         now = self.clock.monotonic()
-        if now < self.held_until or self._finals or self._drafts:
+        if now < self.held_until or self._finals:
             return None
         self._refill(now)
         return self.tokens
@@ -137,17 +126,16 @@ class Bucket:
         self.tokens = min(self.capacity, self.tokens + 1.0)
         self._notify()
 
-    async def take(self, final: bool = False) -> None:
-        """Wait for a call's turn on this limit (finals first, each queue in arrival order)."""
-        ticket = next(self._tickets)
-        queue = self._finals if final else self._drafts
-        queue.append(ticket)
+    async def take(self) -> None:
+        """Wait for a final call's turn on this limit (in arrival order, ahead of any draft)."""
+        ticket = object()
+        self._finals.append(ticket)
         try:
-            while (wait := self._wait(final, ticket)) > 0:
+            while (wait := self._wait(ticket)) > 0:
                 await self._sleep(wait)
             self.tokens -= 1.0
         finally:
-            queue.remove(ticket)
+            self._finals.remove(ticket)
             self._notify()
 
     def hold(self, retry_after: float) -> None:
@@ -166,24 +154,18 @@ class Bucket:
             self.refilled_at = self.limited_at = until
         self._notify()
 
-    def _wait(self, final: bool, ticket: int) -> float:
-        """Seconds until this caller may take a token (0: now); an estimate, re-checked on any
+    def _wait(self, ticket: object) -> float:
+        """Seconds until this final may take a token (0: now); an estimate, re-checked on any
         change of the bucket."""
         now = self.clock.monotonic()
         if now < self.held_until:
             return self.held_until - now
+        if self._finals[0] != ticket:
+            return math.inf  # woken when the final ahead has gone
         self._refill(now)
-        if final:
-            if self._finals[0] != ticket:
-                return math.inf  # woken when the final ahead has gone
-            need = 1.0
-        elif self._finals or self._drafts[0] != ticket:
-            return math.inf  # woken when the finals or the draft ahead have gone
-        else:
-            need = 1.0 + self.reserve
-        if self.tokens >= need:
+        if self.tokens >= 1.0:
             return 0.0
-        return (need - self.tokens) * 60.0 / self.per_minute + self.margin
+        return (1.0 - self.tokens) * 60.0 / self.per_minute + self.margin
 
     def _refill(self, now: float) -> None:
         self._grow(now)
@@ -204,15 +186,10 @@ class Bucket:
 
     async def _sleep(self, seconds: float) -> None:
         """Until `seconds` have passed or the bucket changed (a token taken, a hold, a leaver)."""
-        changed = self._changed
-        waits: set[asyncio.Future[object]] = {asyncio.ensure_future(changed.wait())}
+        waits: list[Awaitable[object]] = [self._changed.wait()]
         if math.isfinite(seconds):
-            waits.add(asyncio.ensure_future(self.clock.sleep(seconds)))
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waits:
-                waiter.cancel()
+            waits.append(self.clock.sleep(seconds))
+        await first_of(*waits)
 
     def _notify(self) -> None:
         self._changed.set()
@@ -246,14 +223,14 @@ class Pacer:
         now = self.clock.monotonic()
         for key, bucket in list(self._buckets.items()):
             bucket._refill(now)
-            idle = not (bucket._drafts or bucket._finals or bucket.owed)
+            idle = not (bucket._finals or bucket.owed)
             if idle and now >= bucket.held_until and bucket.tokens >= bucket.limit.capacity:
                 del self._buckets[key]
 
-    async def take(self, method: str, scope: str = "", final: bool = False) -> None:
+    async def take(self, method: str, scope: str = "") -> None:
         bucket = self.bucket(method, scope)
         if bucket is not None:
-            await bucket.take(final)
+            await bucket.take()
 
     def try_take(self, method: str, scope: str = "") -> bool:
         """A draft call's token if one is spare now (`Bucket.try_take`); True where not limited."""

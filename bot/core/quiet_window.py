@@ -1,28 +1,15 @@
 """The quiet window of a burst: how long to wait after a message before judging its author done.
 
 Pure functions; the store feeds them what it knows and stamps the due time on its own clock (G12).
+Two things predict whether a person writes again soon, both fitted on two public chat corpora
+(the figures and what they buy: docs/quiet-window.md):
 
-Two things predict whether a person writes again soon, and both were fitted on two public chat
-corpora (Slack and Gitter developer communities, ~80,000 human messages, 5,300 people, 1 s
-stamps; the figures below are derived from them, nothing of the data is kept here):
-
-- **How the message ends** (`shape`). The chance the same person writes again within 10 s is about
-  3.6 % after a finished message (`? ! .`, an emoji), 5.6 % after a link or code, 8.3 % after a bare
-  word and 10.7 % after a dangling end (`,`, `...`, a conjunction); within 1.5 s it is 0.2 %, 0.4 %,
-  0.7 % and 1.3 %. The fixed 1.5 s window catches about 0.5 % of all messages' follow-ups, spending
-  1.5 s on every reply to do so. `SHAPE_WINDOW` spends the wait where follow-ups are likelier:
-  over the corpora's mix of endings (39 % finished, 46 % bare, 3 % dangling, 12 % other) it
-  catches 0.33 % of messages' follow-ups, two thirds of what 1.5 s fixed catches, while a
-  finished message closes at `min_quiet_seconds`; the person's rhythm (below) makes up the rest
-  for the people who do split.
-- **The person's own rhythm** (`Rhythm`): gaps between a person's consecutive messages under 10 s
-  ("follow-ups") are log-normal per person (within-person sd of log-gap ≈ 0.53; person medians
-  spread with sd ≈ 0.25 around ≈ 4.7 s), and people differ a lot in how often they split: the
-  per-person share of messages followed within 10 s has p10 0 %, p50 4–8 %, p90 14–25 %; 16–22 %
-  of frequent writers never split. So a person who splits often gets a window that holds their own
-  follow-ups (their log-gap mean + one sd), and one who never does closes sooner than a stranger.
-
-Everything is kept small: four numbers per person (`Rhythm`), updated at each of their messages.
+- **How the message ends** (`shape`): a dangling end is followed about three times as often as a
+  finished one. `SHAPE_WINDOW` spends the wait where follow-ups are likelier, and a finished
+  message closes at `min_quiet_seconds`.
+- **The person's own rhythm** (`Rhythm`: four numbers per person, updated at each of their
+  messages): a person who splits often gets a window that holds their own follow-ups (their
+  log-gap mean + one sd), and one who never does closes sooner than a stranger.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ import asyncio
 import logging
 import math
 
+from bot.core.clock import first_of
 from bot.core.engine import Engine
 from bot.core.errors import StoreError
 
@@ -86,13 +87,9 @@ class Scheduler:
             if engine.wakeup.is_set():
                 continue
             engine.signals.emit("asleep", until=wanted)
-            sleeper = asyncio.ensure_future(engine.clock.sleep_until(wanted))
-            waiter = asyncio.ensure_future(engine.wakeup.wait())
             try:
-                await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                await first_of(engine.clock.sleep_until(wanted), engine.wakeup.wait())
             finally:
-                sleeper.cancel()
-                waiter.cancel()
                 engine.sleeping_until = math.inf
 
     def _backoff(self) -> float:

@@ -6,15 +6,13 @@ Rules:
   quiet window closes (the timer's `start_at`; the store stamps both times with its one clock). It
   runs under the lease exactly as at the close, so newer input cancels it at once (the supersede
   path) and the re-armed timer starts the next one.
-- Nothing of it is visible before the close: its stream shows no draft until then (the text so
-  far becomes the first draft at once when the window closes), and the thinking indicator keeps
-  its timing relative to the close (it never looks at the start).
+- Nothing of it is visible before the close: no draft (the text so far becomes the first draft
+  when the window closes), and the thinking indicator keeps its timing relative to the close.
 - Nothing is committed before the close: a generation that finishes early holds its text until
-  then and only then makes the final check, so a message arriving in between supersedes it. A
-  burst answered without a model call (every message deleted, a cost guard's notice) holds too.
+  then and only then makes the final check. A burst answered without a model call holds too.
 - The close is read again from the store when it comes: a typing notice may have moved it later.
-- A model failure before the close counts no attempt and backs nothing off: the lease is released,
-  the timer is due at its close, and the real start happens then (`Engine._model_failed`).
+- A model failure before the close counts no attempt and backs nothing off: the generation starts
+  again at the close (`Engine._speculation_failed`).
 - No paid server tool (web search, fetch) runs before the close: a conversation whose model may
   use one does not speculate at all (`EngineSettings.timing_for`).
 """

@@ -1,44 +1,34 @@
-"""Streaming (G10): a generation's text shown as it grows, still one visible message per burst.
+"""Streaming (G10): a generation's text shown as it grows, still one visible message per burst
+(docs/delivery.md#streaming).
 
 Rules:
 
-- A stream follows one generation, so it starts only when a generation starts, and shows nothing
-  before the burst's window closes (a generation may start earlier: `speculation.py`); from then
-  on it shows the text so far (`usage.streamed`) in the conversation's draft: the first
-  call as soon as the model wrote a word (people see it start at once), then one platform call
-  at a time, the next no sooner than `streaming_interval_seconds` after the previous one ended
-  (longer after a Retry-After). A surface that shares the platform's budget among conversations
-  (`draft_turn`, `bot/core/pacing.py`) says whether a call may go now; one with no budget is
-  skipped, never waited for (the next carries the newer text), and a draft that could not be
-  posted is never recorded: the reply is posted whole. A generation never waits for a draft.
+- A stream follows one generation and shows nothing before the burst's window closes (G4; a
+  generation may start earlier: `speculation.py`); then it shows the text so far in the
+  conversation's draft: the first call as soon as the model wrote a word, then one platform call
+  at a time, `streaming_interval_seconds` after the previous one ended (longer after a
+  Retry-After). Where the platform's budget is shared (`draft_turn`, `pacing.py`) a call with no
+  budget is skipped, never waited for, and a draft that could not be posted is never recorded:
+  the reply is posted whole. A generation never waits for a draft.
 - The draft belongs to the conversation's pending burst, not to one generation. Its key, the time
   it was created and the message it answers are recorded, fenced by the lease, before its first
   post, which carries the key as its idempotency key; its message id is recorded right after.
-- A draft whose post outcome is unknown (a timeout, a lost response, a crash or shutdown between
-  post and record, a stream stopped while its post was on its way) is found before anything new
-  is posted (`locate_draft`, bot/core/draft_lookup.py): this process's own post of it awaited,
-  else by its key from its creation time, or, within the platform's nonce window, posted again
-  with the same key (the platform returns the earlier message). A post in flight does not show
-  in a read, so absence counts as proven only a lease TTL after the draft's creation; until then
-  nothing is posted.
+- A draft whose post outcome is unknown is found before anything new is posted (`locate_draft`);
+  until it is, nothing is posted.
 - Superseded and failed generations, and commits the final check discarded, leave the draft
   showing `WAITING`: the next generation streams into the same message. A burst that ends with
-  no reply (every message deleted, a guard's silent refusal) deletes it. The commit hands the
-  draft to the reply, whose delivery edits it to the final text (the outbox's claim, parts and
-  order), so a draft never shows text that is not the conversation's answer for long.
-- A draft a person deleted (`MessageGone` on an edit) is closed and replaced by a fresh post,
-  once per stream; the reply's delivery posts anew too if its draft is gone (the front end).
-- Every platform call of a stream ends with the lease's fence: it trusts the lease until a third
-  of the TTL before the expiry the database stamped (at acquire, then at each renewal), counted on
-  the monotonic clock (as `ClaimFence` trusts a claim), and a call still running then is
-  cancelled, so no library-level resend (discord.py sleeps out a 429 and sends again)
-  lands after another worker may have taken over. Stopping a stream cancels its call in flight
-  rather than wait for it while the lease is no longer renewed, except a draft's post when the
-  generation ended, was superseded or its commit is coming: that post runs on to its fence (a
-  task of `DraftPosts`), so whoever here uses the draft next (the reply's delivery, the next
-  generation) awaits its answer instead of a lease TTL.
+  no reply deletes it. The commit hands the draft to the reply, whose delivery edits it to the
+  final text, so a draft never shows text that is not the conversation's answer for long.
+- A draft a person deleted (`MessageGone` on an edit) is replaced by a fresh post, once per
+  stream; the reply's delivery posts anew too if its draft is gone.
+- Every platform call of a stream ends with the lease's fence (`trusted_until`, as `ClaimFence`
+  trusts a claim): a call still running then is cancelled, so no library-level resend (discord.py
+  sleeps out a 429 and sends again) lands after another worker may have taken over. Stopping a
+  stream cancels its call in flight, except a draft's post when the generation ended, was
+  superseded or its commit is coming: that post runs on to its fence (`DraftPosts`), so whoever
+  here uses the draft next awaits its answer instead of a lease TTL.
 - Streaming is a courtesy on top of delivery: a failing platform call stops the stream (logged),
-  never the burst; the reply is delivered through the outbox either way.
+  never the burst.
 """
 
 from __future__ import annotations
@@ -47,10 +37,10 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from bot.core.burst import Burst
-from bot.core.clock import Clock, trusted_until
+from bot.core.clock import Clock, cancel_all, first_of, trusted_until
 from bot.core.draft_lookup import DraftPosts, locate_draft
 from bot.core.errors import BurstbotError, MessageGone, RetryableDeliveryError
 from bot.core.events import Draft
@@ -105,10 +95,9 @@ class Drafts:
         burst: Burst,
         usage: GenerationProgress,
         generation: asyncio.Future[str],
-        window: Window | None = None,
+        window: Window,
     ) -> Stream:
-        """A stream of `generation`, showing nothing before its burst's `window` closes (None:
-        shown from the start)."""
+        """A stream of `generation`, showing nothing before its burst's `window` closes."""
         surface = self.surface(burst.key.platform)
         if surface is None or not self.settings.streams(burst.key):
             return NotStreamed()
@@ -173,7 +162,7 @@ class DraftStream(Stream):
         burst: Burst,
         usage: GenerationProgress,
         generation: asyncio.Future[str],
-        window: Window | None = None,
+        window: Window,
     ) -> None:
         self.drafts = drafts
         self.window = window
@@ -262,23 +251,18 @@ class DraftStream(Stream):
         task = asyncio.ensure_future(call)
         try:
             while True:
-                fence = asyncio.ensure_future(self.clock.sleep_until(self._fence_ends_at()))
-                try:
-                    await asyncio.wait({task, fence}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    fence.cancel()
+                await first_of(task, self.clock.sleep_until(self._fence_ends_at()))
                 if task.done():
                     return task.result()
                 if not self._fenced():
                     raise FenceEnded("the lease's fence ended during a draft call")
         finally:
             if not task.done():
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+                await cancel_all([task])
 
     async def _run(self) -> None:
         window = self.window
-        if window is not None and window.speculative:
+        if window.speculative:
             opened = await self._window_closed(window.closed)
             if not opened or window.finished_early:
                 return  # a generation done before the close is committed at once: no draft
@@ -315,29 +299,20 @@ class DraftStream(Stream):
     async def _window_closed(self, closed: asyncio.Event) -> bool:
         """Wait for a speculation's window to close (G4: nothing shows before); False when the
         generation ended or the stream stopped first."""
-        opened = asyncio.ensure_future(closed.wait())
-        stopping = asyncio.ensure_future(self._stopping.wait())
-        waits: set[asyncio.Future[Any]] = {opened, stopping, self.generation}
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            opened.cancel()
-            stopping.cancel()
+        await first_of(closed.wait(), self._stopping.wait(), self.generation)
         return closed.is_set() and not (self._stopping.is_set() or self.generation.done())
 
     async def _pause_until(self, when: float, first_word: asyncio.Event | None = None) -> bool:
         """Sleep on the clock (or until the first word, while waiting for it); False once the
         generation ended or the stream is stopped."""
-        sleeper = asyncio.ensure_future(self.clock.sleep_until(when))
-        stopping = asyncio.ensure_future(self._stopping.wait())
-        waits: set[asyncio.Future[Any]] = {sleeper, stopping, self.generation}
+        waits: list[Awaitable[object]] = [
+            self.clock.sleep_until(when),
+            self._stopping.wait(),
+            self.generation,
+        ]
         if first_word is not None:
-            waits.add(asyncio.ensure_future(first_word.wait()))
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waits - {self.generation}:
-                waiter.cancel()
+            waits.append(first_word.wait())
+        await first_of(*waits)
         return not (self._stopping.is_set() or self.generation.done())
 
     async def _show(self, text: str) -> str | None:

@@ -24,7 +24,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bot.core.clock import Clock, trusted_until
+from bot.core.clock import Clock, cancel_all, first_of, trusted_until
 from bot.core.settings import EngineSettings
 from bot.core.signals import Signals
 from bot.core.store import Lease, Store
@@ -69,15 +69,7 @@ class Supervisor:
         try:
             while not generation.done():
                 wait = min(next_renew, next_poll) - clock.monotonic()
-                sleeper = asyncio.ensure_future(clock.sleep(wait))
-                waiter = asyncio.ensure_future(bumped.wait())
-                try:
-                    await asyncio.wait(
-                        {generation, sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED
-                    )
-                finally:
-                    sleeper.cancel()
-                    waiter.cancel()
+                await first_of(generation, clock.sleep(wait), bumped.wait())
                 if generation.done():
                     break
                 ticked = clock.monotonic()
@@ -86,7 +78,7 @@ class Supervisor:
                     next_poll = ticked + self.settings.poll_seconds
                     in_time = clock.now() < deadline
                     if in_time and await self.store.current_version(cid) > lease.version:
-                        await _cancel(generation)
+                        await cancel_all([generation])
                         self.signals.emit("looked", conversation=cid, superseded=True)
                         return Supervision.SUPERSEDED
                     self.signals.emit("looked", conversation=cid, superseded=False)
@@ -95,7 +87,7 @@ class Supervisor:
                         cid, lease.token, lease.version, clock.now(), ttl
                     )
                     if expires_at is None:
-                        await _cancel(generation)
+                        await cancel_all([generation])
                         return Supervision.LEASE_LOST
                     next_renew = ticked + ttl / 3
                     on_renewed(expires_at)
@@ -103,10 +95,5 @@ class Supervisor:
         finally:
             # Whatever ends the watch (cancellation, a store error), no stream runs on unwatched.
             if not generation.done():
-                await _cancel(generation)
+                await cancel_all([generation])
             self._version_bumped.pop(cid, None)
-
-
-async def _cancel(task: asyncio.Task[str]) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)

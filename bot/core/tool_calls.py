@@ -40,6 +40,7 @@ from bot.core.actions import (
 from bot.core.burst import Burst
 from bot.core.errors import RetryableReplierError
 from bot.core.replier import GenerationProgress, escape_markdown
+from bot.core.store import Lease
 from bot.core.tools import OutcomeUnknown, ToolServers, ToolSpec, ToolUnavailable
 
 if TYPE_CHECKING:  # the Messages API's shapes, for the type checker: the core loads no SDK
@@ -63,17 +64,6 @@ DATA_NOTE = (
 
 
 @dataclass(frozen=True, slots=True)
-class BurstRef:
-    """Which burst the calls belong to, and the lease that fences their records."""
-
-    conversation_id: str
-    from_version: int
-    to_version: int
-    lease_token: int
-    user_id: str
-
-
-@dataclass(frozen=True, slots=True)
 class ToolAnswer:
     """What the model is given for one call."""
 
@@ -85,7 +75,8 @@ class ToolAnswer:
 class BurstTools:
     log: ActionLog
     servers: ToolServers
-    burst: BurstRef
+    lease: Lease  # the burst the calls belong to, and the fence of their records
+    user_id: str
     window_closed: asyncio.Event
     """Set when the burst's window has closed: a tool that is not read-only waits for it."""
     now: Callable[[], float] = time.time
@@ -104,8 +95,8 @@ class BurstTools:
         for spec in specs:  # a name two servers share is told apart by its server's
             twice = sum(s.name == spec.name for s in specs) > 1
             self.specs[(f"{spec.server}_{spec.name}" if twice else spec.name)[:64]] = spec
-        ref = self.burst
-        self.recorded = await self.log.actions(ref.conversation_id, ref.from_version)
+        lease = self.lease
+        self.recorded = await self.log.actions(lease.conversation_id, lease.answered_version)
         self.keys = {action.idempotency_key for action in self.recorded}
         for server in self.unavailable:
             self.emit("tool_unavailable", server=server)
@@ -150,8 +141,9 @@ class BurstTools:
         if spec is None:
             return ToolAnswer(f"no tool named {name!r} is available", is_error=True)
         shown = canonical_arguments(arguments)
-        ref = self.burst
-        key = idempotency_key(ref.conversation_id, ref.from_version, spec.server, spec.name, shown)
+        lease = self.lease
+        cid = lease.conversation_id
+        key = idempotency_key(cid, lease.answered_version, spec.server, spec.name, shown)
         if key not in self.keys and self.calls_left <= 0:
             return ToolAnswer("the tool call limit for this request is reached", is_error=True)
         self.keys.add(key)
@@ -160,17 +152,17 @@ class BurstTools:
             await self.window_closed.wait()  # rule 4: never before the window closes
         began = await self.log.begin_action(
             NewAction(
-                ref.conversation_id,
-                ref.lease_token,
-                ref.from_version,
-                ref.to_version,
+                cid,
+                lease.token,
+                lease.answered_version,
+                lease.version,
                 key,
                 spec.server,
                 spec.name,
                 shown,
                 spec.read_only,
                 tool_use_id,
-                ref.user_id,
+                self.user_id,
                 self.now(),
             )
         )
@@ -196,14 +188,14 @@ class BurstTools:
             raise
 
     async def _call(self, spec: ToolSpec, arguments: dict[str, Any], key: str) -> ToolAnswer:
-        ref, started = self.burst, time.monotonic()
+        cid, started = self.lease.conversation_id, time.monotonic()
         try:
             output = await self.servers.call(spec, arguments, key)
         except ToolUnavailable as exc:
             if spec.server not in self.unavailable:
                 self.unavailable.append(spec.server)
             text = f"the tool is unavailable ({exc}); it did not run"
-            await self.log.finish_action(ref.conversation_id, key, text, True, self.now())
+            await self.log.finish_action(cid, key, text, True, self.now())
             self._emitted(spec, "unavailable", started)
             return ToolAnswer(text, is_error=True)
         except OutcomeUnknown as exc:
@@ -211,7 +203,7 @@ class BurstTools:
             self._emitted(spec, "unknown", started)
             return ToolAnswer(MAY_HAVE_RUN, is_error=True)
         text = self._capped(spec.server, output.text)
-        await self.log.finish_action(ref.conversation_id, key, text, output.failed, self.now())
+        await self.log.finish_action(cid, key, text, output.failed, self.now())
         self._emitted(spec, "failed" if output.failed else "done", started)
         return ToolAnswer(text, is_error=output.failed)
 
@@ -307,10 +299,6 @@ class ToolBox:
         if window_closed is None:
             window_closed = asyncio.Event()
             window_closed.set()
-        lease = burst.lease
         user = burst.messages[-1].author_id if burst.messages else ""
-        ref = BurstRef(
-            lease.conversation_id, lease.answered_version, lease.version, lease.token, user
-        )
-        return BurstTools(self.log, self.servers, ref, window_closed, self.now, emit,
+        return BurstTools(self.log, self.servers, burst.lease, user, window_closed, self.now, emit,
                           max_result_chars=self.max_result_chars)  # fmt: skip
