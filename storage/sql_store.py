@@ -175,27 +175,23 @@ class SqlStore(
     async def acquire_lease(
         self, conversation_id: str, owner: str, now: float, ttl: float
     ) -> contract.Lease | None:
-        cid = conversation_id
-        params = {"cid": cid, "owner": owner, "now": now, "ttl": ttl}
+        params = {"cid": conversation_id, "owner": owner, "now": now, "ttl": ttl, "takeover": False}
         async with self._transaction() as db:
             row = await self._one("acquire_lease", params, db)
             taken_over = row is None
             if taken_over:
-                row = await self._one("take_over_lease", params, db)
+                row = await self._one("acquire_lease", {**params, "takeover": True}, db)
             if row is None:
                 return None
-            version = int(row["version"])
-            hold = {"cid": cid, "expires_at": row["lease_expires_at"], "version": version,
-                    "now": now}  # fmt: skip
-            timer = await self._one("hold_timer", hold, db)
-        return contract.Lease(
-            conversation_id=cid, owner=owner, token=int(row["lease_token"]), version=version,
-            answered_version=int(row["answered_version"]),
-            expires_at=float(row["expires_here"]),
-            deadline_at=float(timer[0]) if timer else None,
-            failed_attempts=int(row["failed_attempts"]), taken_over=taken_over,
-            closes_at=float(timer[1]) if timer else 0.0,
-        )  # fmt: skip
+            timer = await self._hold(db, conversation_id, row, int(row["version"]), now)
+        deadline, closes = (timer[0], timer[1]) if timer else (None, 0.0)
+        return codec.from_row(
+            contract.Lease, row, deadline_at=deadline, closes_at=closes, taken_over=taken_over
+        )
+
+    async def _hold(self, db: Conn, cid: str, lease: Row, version: int, now: float) -> Row | None:
+        hold = {"cid": cid, "expires_at": lease["lease_expires_at"], "version": version, "now": now}
+        return await self._one("hold_timer", hold, db)
 
     async def lease_expiry(self, conversation_id: str, now: float) -> float | None:
         return await self._value("lease_expiry", {"cid": conversation_id, "now": now})
@@ -203,16 +199,12 @@ class SqlStore(
     async def renew_lease(
         self, conversation_id: str, token: int, version: int, now: float, ttl: float
     ) -> float | None:
-        cid = conversation_id
-        params = {"cid": cid, "token": token, "now": now, "ttl": ttl}
+        params = {"cid": conversation_id, "token": token, "now": now, "ttl": ttl}
         async with self._transaction() as db:
             row = await self._one("renew_lease", params, db)
-            if row is None:
-                return None
-            hold = {"cid": cid, "expires_at": row["lease_expires_at"], "version": version,
-                    "now": now}  # fmt: skip
-            await self._rows("hold_timer", hold, db)
-        return float(row["expires_here"])
+            if row is not None:
+                await self._hold(db, conversation_id, row, version, now)
+        return None if row is None else float(row["expires_here"])
 
     async def window_closes_at(self, conversation_id: str, now: float) -> float | None:
         return await self._value("window_closes_at", {"cid": conversation_id, "now": now})

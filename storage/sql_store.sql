@@ -178,22 +178,17 @@ UPDATE debounce_timers SET due_at = GREATEST(due_at, CAST(:due_at AS FLOAT8) - :
 WHERE conversation_id = :cid AND COALESCE(start_at, due_at) <= CAST(:db_now AS FLOAT8);
 
 -- name: acquire_lease
--- Two compare-and-swaps tried in turn: a free lease, then (a takeover) one whose holder let it
+-- One compare-and-swap, tried in turn: a free lease, then (takeover) one whose holder let it
 -- expire without releasing it.
 UPDATE conversations
 SET lease_owner = :owner, lease_token = lease_token + 1,
     lease_expires_at = CAST(:db_now AS FLOAT8) + CAST(:ttl AS FLOAT8)
-WHERE id = :cid AND lease_owner IS NULL
-RETURNING lease_token, version, answered_version, lease_expires_at, failed_attempts,
-          lease_expires_at + :skew AS expires_here;
-
--- name: take_over_lease
-UPDATE conversations
-SET lease_owner = :owner, lease_token = lease_token + 1,
-    lease_expires_at = CAST(:db_now AS FLOAT8) + CAST(:ttl AS FLOAT8)
-WHERE id = :cid AND lease_owner IS NOT NULL AND lease_expires_at < CAST(:db_now AS FLOAT8)
-RETURNING lease_token, version, answered_version, lease_expires_at, failed_attempts,
-          lease_expires_at + :skew AS expires_here;
+WHERE id = :cid AND CASE WHEN CAST(:takeover AS BOOLEAN)
+    THEN lease_owner IS NOT NULL AND lease_expires_at < CAST(:db_now AS FLOAT8)
+    ELSE lease_owner IS NULL END
+RETURNING id AS conversation_id, lease_owner AS owner, lease_token AS token, version,
+          answered_version, failed_attempts, lease_expires_at,
+          lease_expires_at + :skew AS expires_at;
 
 -- name: hold_timer
 -- While a lease is held the timer waits for the lease's expiry (takeover after a crash), unless
