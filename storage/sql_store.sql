@@ -5,9 +5,10 @@
 -- Written to run on both: `:name` parameters (PostgreSQL gets $n, one per name); a CAST where
 -- PostgreSQL cannot tell a parameter's type from its context (arithmetic, IS NULL, a bare boolean),
 -- with type names SQLite reads too (FLOAT8 has REAL affinity, BOOLEAN numeric); `NOT deleted`;
--- LEAST/GREATEST, which SQLite runs as its multi-argument MIN/MAX; PostgreSQL's row locks
--- (`FOR UPDATE`, `FOR NO KEY UPDATE`, `SKIP LOCKED`), which SQLite leaves out: its transactions'
--- BEGIN IMMEDIATE already holds the write lock.
+-- LEAST/GREATEST, which SQLite runs as its multi-argument MIN/MAX; a list as
+-- `= ANY(CAST(:list AS TEXT[]))`, which SQLite reads from JSON text with json_each; PostgreSQL's
+-- row locks (`FOR UPDATE`, `FOR NO KEY UPDATE`, `SKIP LOCKED`), which SQLite leaves out: its
+-- transactions' BEGIN IMMEDIATE already holds the write lock.
 --
 -- One clock for the protocol (G12). `:db_now` is the database's clock: it stamps and is compared
 -- with every protocol time (debounce due and deadline, lease and claim expiry, a message's arrival,
@@ -232,6 +233,11 @@ UPDATE conversations SET lease_owner = NULL, lease_expires_at = NULL
 WHERE lease_owner = :owner
 RETURNING id;
 
+-- name: restore_owner_timers
+-- :cids are the conversations `release_owner_leases` just released (and locked).
+UPDATE debounce_timers SET due_at = LEAST(due_at, quiet_until, deadline_at)
+WHERE conversation_id = ANY(CAST(:cids AS TEXT[]));
+
 -- name: release_owner_claims
 UPDATE replies SET claim_owner = NULL, claim_expires_at = NULL
 WHERE claim_owner = :owner AND state = 'pending';
@@ -308,7 +314,7 @@ VALUES (:conversation_id, :lease_token, :from_version, :to_version, :started_at,
         :outcome, :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens, :error,
         :model, :user_id, :web_searches, :searches);
 
--- 6. deliver (claim_replies and next_outbox_at take a list: per dialect) -------------------------
+-- 6. deliver (claim_replies picks rows its own way in each dialect) -----------------------------
 
 -- name: claim_new_reply
 -- In the commit that inserted it, so nobody else can hold a claim on it yet: claimed unless an
@@ -322,6 +328,16 @@ WHERE id = :reply_id
                   WHERE e.conversation_id = replies.conversation_id AND e.state = 'pending'
                     AND e.id < replies.id)
 RETURNING *, claim_expires_at + :skew AS claim_expires_here;
+
+-- name: next_outbox_at
+-- Only the first pending reply of each conversation can be claimed next.
+SELECT MIN(CASE WHEN r.claim_owner IS NULL THEN r.next_attempt_at
+                ELSE GREATEST(r.next_attempt_at, r.claim_expires_at) END) + :skew
+FROM replies r
+WHERE r.state = 'pending' AND r.platform = ANY(CAST(:platforms AS TEXT[]))
+  AND NOT EXISTS (SELECT 1 FROM replies e
+                  WHERE e.conversation_id = r.conversation_id AND e.state = 'pending'
+                    AND e.id < r.id);
 
 -- name: renew_claim
 -- A delivery keeps its claim while it posts (every ttl/3), like a generation keeps its lease.

@@ -38,13 +38,15 @@ from storage.sqlite_thread import to_completion
 from storage.turns import ArrivalsFirst
 
 _ROW_LOCK = re.compile(r"\bFOR (NO KEY )?UPDATE( OF \w+)?( SKIP LOCKED)?")
+_IN_LIST = re.compile(r"= ANY\(CAST\((:\w+) AS TEXT\[\]\)\)")
 
 
 def _for_sqlite(sql: str) -> str:
-    """The shared statements' LEAST and GREATEST are SQLite's multi-argument MIN and MAX, and
-    their row locks go (`BEGIN IMMEDIATE` holds the write lock); the database's clock is the
-    host's, so `:db_now` is the caller's `:now` and `:skew` is 0."""
+    """The shared statements' LEAST and GREATEST are SQLite's multi-argument MIN and MAX, their
+    lists are JSON text, and their row locks go (`BEGIN IMMEDIATE` holds the write lock); the
+    database's clock is the host's, so `:db_now` is the caller's `:now` and `:skew` is 0."""
     sql = _ROW_LOCK.sub("", on_clock(sql, db_now=":now", skew="0.0"))
+    sql = _IN_LIST.sub(r"IN (SELECT value FROM json_each(\1))", sql)
     return re.sub(r"\bGREATEST\(", "MAX(", re.sub(r"\bLEAST\(", "MIN(", sql))
 
 
