@@ -89,9 +89,13 @@ def message_params(message: IncomingMessage, now: float) -> dict[str, Any]:
 
 
 def edit_params(event: MessageEdited) -> dict[str, Any]:
-    """`edit_message`: files replaced only when the edit names them (NULL keeps them)."""
+    """`change_message`: files replaced only when the edit names them (NULL keeps them)."""
     files = None if event.attachments is None else attachments_json(event.attachments)
-    return {"text": event.text, "attachments": files}
+    return {"text": event.text, "attachments": files, "deleted": False}
+
+
+DELETED: Params = {"text": None, "attachments": None, "deleted": True}
+"""`change_message` for a delete: the text and files stay as they were."""
 
 
 def held_from_row(r: Row) -> IncomingMessage:

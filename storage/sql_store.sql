@@ -68,15 +68,12 @@ ON CONFLICT (conversation_id) DO UPDATE SET
     armed_version = excluded.armed_version
 RETURNING due_at + :skew, start_at + :skew;
 
--- name: edit_message
--- An edit that names the message's files replaces them (NULL: the platform did not say; kept).
+-- name: change_message
+-- An edit (new text; files replaced when it names them, NULL: the platform did not say; kept), or
+-- a delete.
 UPDATE messages
-SET text = :text, edited_at = :db_now, attachments = COALESCE(CAST(:attachments AS TEXT), attachments)
-WHERE message_uid = :uid AND NOT deleted
-RETURNING seq;
-
--- name: delete_message
-UPDATE messages SET deleted = TRUE, edited_at = :db_now
+SET text = COALESCE(CAST(:text AS TEXT), text), deleted = CAST(:deleted AS BOOLEAN),
+    edited_at = :db_now, attachments = COALESCE(CAST(:attachments AS TEXT), attachments)
 WHERE message_uid = :uid AND NOT deleted
 RETURNING seq;
 
