@@ -108,9 +108,11 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
     def _connect_options(self) -> dict[str, Any]:
         """What the pool's connections and the wake-up connection are opened with."""
         schema = {"search_path": self.schema} if self.schema else {}
-        return {"timeout": self.limits.connect_seconds,
-                "command_timeout": self.limits.command_seconds,
-                "server_settings": {**self.limits.server_settings(), **schema}}  # fmt: skip
+        return {
+            "timeout": self.limits.connect_seconds,
+            "command_timeout": self.limits.command_seconds,
+            "server_settings": {**self.limits.server_settings(), **schema},
+        }
 
     async def open(self) -> None:
         """Connects once at start, so a wrong URL or an unreachable server fails here."""

@@ -57,9 +57,11 @@ class RetentionSteps(StoreSeam[Conn]):
     async def _forget_files(self, selected: str, params: Params) -> int:
         """Delete the kept files (and bytes no other file shares) of the messages `selected`
         reads, before their descriptions are erased with the text."""
-        uids = {attachment_uid(ConversationKey.parse(str(r[0])), a)
-                for r in await self._rows(selected, params)
-                for a in attachments_from_json(str(r[1]))}  # fmt: skip
+        uids = {
+            attachment_uid(ConversationKey.parse(str(r[0])), a)
+            for r in await self._rows(selected, params)
+            for a in attachments_from_json(str(r[1]))
+        }
         for uid in uids:
             await self._rows("forget_file", {"uid": uid})
         await self._rows("prune_blobs", {})

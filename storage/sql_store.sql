@@ -280,9 +280,8 @@ RETURNING version;
 INSERT INTO replies (conversation_id, platform, covers_from_version, covers_to_version,
                      seen_version, reply_to_message_id, text, kind, next_attempt_at, created_at,
                      input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
-VALUES (:cid, :platform, :covers_from, :version, :seen_version, :reply_to, :text, :kind, :db_now,
-        :db_now,
-        :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens)
+VALUES (:cid, :platform, :covers_from, :version, :seen_version, :reply_to_message_id, :text, :kind,
+        :db_now, :db_now, :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens)
 RETURNING *;
 
 -- name: restart_cap
