@@ -35,7 +35,7 @@ class RetentionSteps(StoreSeam[Conn]):
         tables = ("messages", "held", "generations", "actions")
         counts = await self._counts(tables, "forget_user", params)
         for row in fenced:  # due again only once the text is gone, or a prompt could still read it
-            await self._rows("restore_timer", {"cid": row[0]})  # no lease holds it any more
+            await self._rows("restore_timer", {"cids": self._array([row[0]])})  # no lease holds it
             await self._rows("forget_user_rearm", {"cid": row[0], "now": now})
         return {**counts, "files": files}
 

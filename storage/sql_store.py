@@ -213,7 +213,7 @@ class SqlStore(
                 "release_lease", {"cid": conversation_id, "token": token}, db
             )
             if released is not None:
-                await self._rows("restore_timer", {"cid": conversation_id}, db)
+                await self._rows("restore_timer", {"cids": self._array([conversation_id])}, db)
 
     async def drop_timer(self, conversation_id: str, version: int) -> None:
         await self._rows("drop_timer", {"cid": conversation_id, "version": version})
@@ -222,7 +222,7 @@ class SqlStore(
         async with self._transaction() as db:
             released = await self._rows("release_owner_leases", {"owner": owner}, db)
             cids = self._array([str(r[0]) for r in released])
-            await self._rows("restore_owner_timers", {"cids": cids}, db)
+            await self._rows("restore_timer", {"cids": cids}, db)
             await self._rows("release_owner_claims", {"owner": owner}, db)
             await self._hint(db, "released")
         return len(released)

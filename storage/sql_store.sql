@@ -217,23 +217,19 @@ WHERE id = :cid AND lease_token = :token AND lease_owner IS NOT NULL
 RETURNING id;
 
 -- name: restore_timer
--- Back to the natural schedule (quiet window, capped by the deadline) once no lease holds it.
+-- Back to the natural schedule (quiet window, capped by the deadline) once no lease holds them:
+-- the timers of :cids, conversations whose rows the caller changed first.
 UPDATE debounce_timers SET due_at = LEAST(due_at, quiet_until, deadline_at)
-WHERE conversation_id = :cid;
+WHERE conversation_id = ANY(CAST(:cids AS TEXT[]));
 
 -- name: drop_timer
 DELETE FROM debounce_timers WHERE conversation_id = :cid AND armed_version <= :version;
 
 -- name: release_owner_leases
--- Conversation rows first, then their timers (`restore_owner_timers`): the usual lock order.
+-- Conversation rows first, then their timers (`restore_timer`): the usual lock order.
 UPDATE conversations SET lease_owner = NULL, lease_expires_at = NULL
 WHERE lease_owner = :owner
 RETURNING id;
-
--- name: restore_owner_timers
--- :cids are the conversations `release_owner_leases` just released (and locked).
-UPDATE debounce_timers SET due_at = LEAST(due_at, quiet_until, deadline_at)
-WHERE conversation_id = ANY(CAST(:cids AS TEXT[]));
 
 -- name: release_owner_claims
 UPDATE replies SET claim_owner = NULL, claim_expires_at = NULL
@@ -726,10 +722,9 @@ RETURNING id;
 -- In the commit's transaction: the reply finishes the conversation's draft (its first part edits
 -- that message), and the conversation's next burst starts a draft of its own.
 UPDATE replies
-SET draft_key = (SELECT c.draft_key FROM conversations c WHERE c.id = :cid),
-    draft_message_id = (SELECT c.draft_message_id FROM conversations c WHERE c.id = :cid),
-    draft_created_at = (SELECT c.draft_created_at FROM conversations c WHERE c.id = :cid),
-    draft_reply_to = (SELECT c.draft_reply_to FROM conversations c WHERE c.id = :cid)
+SET (draft_key, draft_message_id, draft_created_at, draft_reply_to) =
+    (SELECT draft_key, draft_message_id, draft_created_at, draft_reply_to FROM conversations
+     WHERE id = :cid)
 WHERE id = :id
 RETURNING *;
 
