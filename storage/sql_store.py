@@ -439,13 +439,11 @@ class SqlStore(
     # fetched files (bot.core.attachments): what each file's one fetch gave, and its bytes, kept
     # once per SHA-256 however many messages share them ------------------------------------------
     async def attachment_file(self, uid: str) -> contract.StoredFile | None:
-        rows = await self._rows("attachment_file", {"uid": uid})
-        if not rows:
+        row = await self._one("attachment_file", {"uid": uid})
+        if row is None:
             return None
-        content = rows[0]["content"]
-        return contract.StoredFile(
-            rows[0]["sha256"], rows[0]["note"], None if content is None else bytes(content)
-        )
+        content = None if row["content"] is None else bytes(row["content"])
+        return contract.StoredFile(row["sha256"], row["note"], content)
 
     async def keep_attachment_file(self, uid: str, file: contract.StoredFile, now: float) -> None:
         """One transaction: the bytes (unless that hash is kept already), then the outcome."""

@@ -7,10 +7,8 @@ The steps are the shared SQL store's (storage/sql_store.py); SQLite supplies wha
   Every transaction starts with `BEGIN IMMEDIATE` (a deferred one fails with SQLITE_BUSY
   instead of waiting), and every statement runs on aiosqlite's thread to its end even if its
   caller is cancelled (storage/sqlite_thread.py), so the connection is never left mid-way;
-- WAL with a busy timeout (the switch to WAL retried within it): a second process on the same
-  file (an operator command, a `burstbot run` started by accident) waits for the write lock and
-  runs the same compare-and-swap statements, so no guarantee depends on there being one process.
-  Several processes that share the load belong on PostgreSQL (`--workers N` refuses SQLite);
+- WAL with a busy timeout (the switch to WAL retried within it): a second process on the file
+  waits for the write lock and runs the same compare-and-swap statements (docs/scaling.md);
 - numbered migrations tracked in `PRAGMA user_version`;
 - lists travel as JSON text, and the shared SQL's LEAST/GREATEST run as SQLite's MIN/MAX;
 - the protocol's clock (G12) is the host's: the caller's `now` is the database's.
