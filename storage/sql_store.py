@@ -208,11 +208,9 @@ class SqlStore(
         return await self._value("window_closes_at", {"cid": conversation_id, "now": now})
 
     async def release_lease(self, conversation_id: str, token: int) -> None:
+        params = {"cid": conversation_id, "token": token}
         async with self._transaction() as db:
-            released = await self._one(
-                "release_lease", {"cid": conversation_id, "token": token}, db
-            )
-            if released is not None:
+            if await self._one("release_lease", params, db) is not None:
                 await self._rows("restore_timer", {"cids": self._array([conversation_id])}, db)
 
     async def drop_timer(self, conversation_id: str, version: int) -> None:
@@ -269,8 +267,8 @@ class SqlStore(
                 )
                 row = await self._insert_reply(db, params)
                 await self._hint(db, f"outbox {row.platform}")
-            await self._rows("drop_timer", {"cid": cid, "version": version}, db)
             cap = {"cid": cid, "version": version, "now": now, "max_wait": timing.max_wait_seconds}
+            await self._rows("drop_timer", cap, db)
             await self._rows("restart_cap", cap, db)
             if generation is not None:
                 await self._rows("record_generation", codec.generation_params(generation), db)
@@ -463,12 +461,12 @@ class SqlStore(
 
     async def put_note(self, conversation_id: str, name: str, value: str, now: float) -> None:
         params = {"cid": conversation_id, "name": name, "value": value, "now": now}
-        await self._rows("put_note", params)
+        await self._rows("put_note", {**params, "replace": True})
 
     async def add_note(self, conversation_id: str, name: str, value: str, now: float) -> bool:
         """One conditional insert: of two deliveries of one event exactly one gets True."""
         params = {"cid": conversation_id, "name": name, "value": value, "now": now}
-        return await self._one("add_note", params) is not None
+        return await self._one("put_note", {**params, "replace": False}) is not None
 
     # cost-guard counters (bot.ops.guards) ----------------------------------------------------
     async def add_to_counter(

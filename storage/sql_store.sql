@@ -739,16 +739,12 @@ WHERE id = :cid;
 SELECT value FROM conversation_notes WHERE conversation_id = :cid AND name = :name;
 
 -- name: put_note
+-- Replaces a note, unless :replace is false (`add_note`): then only the first of two deliveries of
+-- one event inserts (and gets a row back).
 INSERT INTO conversation_notes (conversation_id, name, value, noted_at)
 VALUES (:cid, :name, :value, :db_now)
 ON CONFLICT (conversation_id, name) DO UPDATE SET value = excluded.value,
-    noted_at = excluded.noted_at;
-
--- name: add_note
--- Only the first of two deliveries of one event inserts (and gets a row back).
-INSERT INTO conversation_notes (conversation_id, name, value, noted_at)
-VALUES (:cid, :name, :value, :db_now)
-ON CONFLICT (conversation_id, name) DO NOTHING
+    noted_at = excluded.noted_at WHERE CAST(:replace AS BOOLEAN)
 RETURNING name;
 
 -- name: migration_1
