@@ -37,9 +37,8 @@ class ActionSteps(StoreSeam[Conn]):
     async def finish_action(
         self, conversation_id: str, idempotency_key: str, result: str, failed: bool, now: float
     ) -> bool:
-        params = {"cid": conversation_id, "key": idempotency_key, "result": result,
-                  "failed": failed, "now": now}  # fmt: skip
-        return await self._one("finish_action", params) is not None
+        params = {"cid": conversation_id, "key": idempotency_key, "result": result, "now": now}
+        return await self._one("finish_action", {**params, "failed": failed}) is not None
 
     async def actions(
         self, conversation_id: str, from_version: int | None = None

@@ -39,9 +39,8 @@ class InstallationSteps(StoreSeam[Conn]):
     async def claim_token_refresh(
         self, team_id: str, version: int, owner: str, seconds: float, now: float
     ) -> bool:
-        params = {"team": team_id, "version": version, "owner": owner, "seconds": seconds,
-                  "now": now}  # fmt: skip
-        return await self._one("claim_token_refresh", params) is not None
+        params = {"team": team_id, "version": version, "owner": owner, "now": now}
+        return await self._one("claim_token_refresh", {**params, "seconds": seconds}) is not None
 
     async def store_refreshed_token(
         self,
@@ -52,8 +51,8 @@ class InstallationSteps(StoreSeam[Conn]):
         refresh_token: str | None,
         expires_at: float | None,
     ) -> int | None:
-        params = {"team": team_id, "version": version, "owner": owner, "token": token,
-                  "refresh": refresh_token, "expires_at": expires_at}  # fmt: skip
+        fence = {"team": team_id, "version": version, "owner": owner}
+        params = {**fence, "token": token, "refresh": refresh_token, "expires_at": expires_at}
         row = await self._one("store_refreshed_token", params)
         return None if row is None else int(row[0])
 

@@ -6,22 +6,16 @@ The steps are the shared SQL store's (storage/sql_store.py); PostgreSQL supplies
   makes a concurrent writer wait and then re-check the condition; a read-then-write step locks the
   conversation row first, so steps on one conversation run one after the other. Due timers and
   outbox rows are picked with `FOR UPDATE SKIP LOCKED` (postgres.sql);
-- bounded waits: statement, acquire and connect timeouts, and a connection that stops answering
-  is thrown away with the rest of the pool (pool_limits.py), so a partition is a `StoreError`
-  within the limits, never a hang;
-- numbered migrations tracked in `burstbot_schema_version`, serialized by an advisory lock, so
-  processes starting together migrate once;
+- bounded waits (pool_limits.py), so a partition is a `StoreError` within the limits, never a hang;
+- numbered migrations tracked in `burstbot_schema_version`, serialized by an advisory lock;
 - `LISTEN/NOTIFY` as a hint only: `listen(hint)` hears other processes arm timers, queue replies
   and release leases, so their schedulers look at once instead of at the next poll;
-- the clock (G12): with `clock="database"` (production) every protocol time — debounce due and
-  deadline, lease and delivery-claim expiry, message arrival — is stamped and compared in the
-  statement with the database's `statement_timestamp()` (`:db_now`), and the caller's times cross
-  over by their distance from its `now` (`:skew`, see sql_store.sql), so hosts whose clocks
-  disagree still agree on when a burst is due and who holds it. The statement's timestamp, not
-  `now()`: a transaction's later statements (a commit that waited for a row lock) stamp the time
-  they run, not when the transaction began; and not `clock_timestamp()`: one statement reads one
-  instant, so the times it stamps agree with each other and with the skew it returns them by.
-  With `clock="caller"` every time is the caller's `now` (tests on a fake clock, like SQLite).
+- the clock (G12, see sql_store.sql): with `clock="database"` (production) `:db_now` is the
+  database's `statement_timestamp()`. Not `now()`: a transaction's later statements (a commit that
+  waited for a row lock) stamp the time they run, not when the transaction began; and not
+  `clock_timestamp()`: one statement reads one instant, so the times it stamps agree with each
+  other and with the skew it returns them by. With `clock="caller"` every time is the caller's
+  `now` (tests on a fake clock, like SQLite).
 """
 
 from __future__ import annotations
@@ -52,6 +46,8 @@ _CLOCKS = {
     "caller": (":now", "CAST(0 AS FLOAT8)"),
 }
 _DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+# The connection cannot be trusted with another statement (a server-side statement timeout or a
+# constraint violation leaves it usable).
 _LOST_CONNECTION = (
     OSError,  # TimeoutError too: the client's command or acquire timeout
     asyncpg.InterfaceError,
@@ -108,9 +104,11 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
     def _connect_options(self) -> dict[str, Any]:
         """What the pool's connections and the wake-up connection are opened with."""
         schema = {"search_path": self.schema} if self.schema else {}
-        return {"timeout": self.limits.connect_seconds,
-                "command_timeout": self.limits.command_seconds,
-                "server_settings": {**self.limits.server_settings(), **schema}}  # fmt: skip
+        return {
+            "timeout": self.limits.connect_seconds,
+            "command_timeout": self.limits.command_seconds,
+            "server_settings": {**self.limits.server_settings(), **schema},
+        }
 
     async def open(self) -> None:
         """Connects once at start, so a wrong URL or an unreachable server fails here."""
@@ -183,7 +181,7 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
             try:
                 yield conn
             except BaseException as exc:
-                if connection_lost(exc):
+                if isinstance(exc, _LOST_CONNECTION):
                     conn.terminate()
                     await pool.expire_connections()
                 raise
@@ -199,7 +197,7 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
                 try:
                     yield conn
                 except BaseException as exc:
-                    if not connection_lost(exc):
+                    if not isinstance(exc, _LOST_CONNECTION):
                         await transaction.rollback()
                     raise
                 await transaction.commit()
@@ -228,12 +226,6 @@ class PostgresStore(SqlStore[asyncpg.Connection]):
     async def _hint(self, db: asyncpg.Connection, payload: str) -> None:
         """NOTIFY, delivered when the transaction commits; polling stays the guarantee."""
         await self._rows("notify", {"payload": payload}, db)
-
-
-def connection_lost(exc: BaseException) -> bool:
-    """The connection cannot be trusted with another statement (a server-side statement timeout
-    or a constraint violation leaves it usable)."""
-    return isinstance(exc, _LOST_CONNECTION)
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,5 +1,5 @@
 -- PostgreSQL's own statements, by name: the schema's bookkeeping, wake-up hints and the
--- statements that differ from the shared ones in sql_store.sql (SKIP LOCKED in a CTE, arrays).
+-- statement that differs from the shared ones in sql_store.sql (SKIP LOCKED in a CTE).
 -- Times are DOUBLE PRECISION seconds since the epoch. `:name` parameters become $n; :db_now is the
 -- statement's timestamp and :skew the caller's clock minus it (see sql_store.sql; with
 -- clock="caller" the caller's `:now` and 0).
@@ -25,11 +25,6 @@ INSERT INTO burstbot_schema_version (version) VALUES (:version::integer);
 -- 'timer <due_at>', 'outbox <platform>' or 'released'.
 SELECT pg_notify('burstbot_wakeup', :payload::text);
 
--- name: restore_owner_timers
--- :cids are the conversations `release_owner_leases` just released (and locked).
-UPDATE debounce_timers SET due_at = LEAST(due_at, quiet_until, deadline_at)
-WHERE conversation_id = ANY(:cids::text[]);
-
 -- name: claim_replies
 -- The queue pattern: rows another worker is claiming right now are skipped, not waited for. The
 -- pick is a materialized CTE so it runs once (an IN-subquery may be re-run per row, and a re-run
@@ -52,13 +47,3 @@ SET claim_owner = :owner, claim_expires_at = :db_now::float8 + :ttl::float8,
 FROM picked
 WHERE replies.id = picked.id
 RETURNING replies.*, replies.claim_expires_at + :skew AS claim_expires_here;
-
--- name: next_outbox_at
--- Only the first pending reply of each conversation can be claimed next.
-SELECT MIN(CASE WHEN r.claim_owner IS NULL THEN r.next_attempt_at
-                ELSE GREATEST(r.next_attempt_at, r.claim_expires_at) END) + :skew
-FROM replies r
-WHERE r.state = 'pending' AND r.platform = ANY(:platforms::text[])
-  AND NOT EXISTS (SELECT 1 FROM replies e
-                  WHERE e.conversation_id = r.conversation_id AND e.state = 'pending'
-                    AND e.id < r.id);

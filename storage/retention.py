@@ -35,7 +35,7 @@ class RetentionSteps(StoreSeam[Conn]):
         tables = ("messages", "held", "generations", "actions")
         counts = await self._counts(tables, "forget_user", params)
         for row in fenced:  # due again only once the text is gone, or a prompt could still read it
-            await self._rows("restore_timer", {"cid": row[0]})  # no lease holds it any more
+            await self._rows("restore_timer", {"cids": self._array([row[0]])})  # no lease holds it
             await self._rows("forget_user_rearm", {"cid": row[0], "now": now})
         return {**counts, "files": files}
 
@@ -57,9 +57,11 @@ class RetentionSteps(StoreSeam[Conn]):
     async def _forget_files(self, selected: str, params: Params) -> int:
         """Delete the kept files (and bytes no other file shares) of the messages `selected`
         reads, before their descriptions are erased with the text."""
-        uids = {attachment_uid(ConversationKey.parse(str(r[0])), a)
-                for r in await self._rows(selected, params)
-                for a in attachments_from_json(str(r[1]))}  # fmt: skip
+        uids = {
+            attachment_uid(ConversationKey.parse(str(r[0])), a)
+            for r in await self._rows(selected, params)
+            for a in attachments_from_json(str(r[1]))
+        }
         for uid in uids:
             await self._rows("forget_file", {"uid": uid})
         await self._rows("prune_blobs", {})

@@ -14,11 +14,12 @@ the other writes it: the later write wins and one gap is not learned, which the 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict
 
 from bot.core.events import ConversationKey
 from bot.core.quiet_window import AuthorLast, Rhythm, Window, burst_window
 from bot.core.store import Timing
-from storage.rows import Params, Row
+from storage.rows import Params, Row, from_row
 
 RunStatement = Callable[[str, Params], Awaitable[Sequence[Row]]]
 
@@ -29,14 +30,12 @@ def author_prefix(key: ConversationKey) -> str:
 
 
 def _rhythm(row: Row) -> Rhythm | None:
-    if row["messages"] is None:
-        return None
-    return Rhythm(int(row["messages"]), int(row["follow_ups"]), float(row["mean_log_gap"]),
-                  float(row["var_log_gap"]))  # fmt: skip
+    return None if row["messages"] is None else from_row(Rhythm, row)
 
 
-async def learn(run: RunStatement, key: ConversationKey, author_id: str, seq: int,
-                now: float) -> None:  # fmt: skip
+async def learn(
+    run: RunStatement, key: ConversationKey, author_id: str, seq: int, now: float
+) -> None:
     """One more message of `author_id`, stored as `seq`: update their rhythm."""
     uid = author_prefix(key) + author_id
     params = {"cid": key.id, "seq": seq, "author_id": author_id, "author_uid": uid, "now": now}
@@ -44,14 +43,12 @@ async def learn(run: RunStatement, key: ConversationKey, author_id: str, seq: in
     before = Rhythm() if not found else _rhythm(found[0]) or Rhythm()
     gap = float(found[0]["since_last"]) if found and found[0]["consecutive"] else None
     after = before.learn(gap)
-    await run("save_author_rhythm", {**params, "messages": after.messages,
-                                     "follow_ups": after.follow_ups,
-                                     "mean_log_gap": after.mean_log_gap,
-                                     "var_log_gap": after.var_log_gap})  # fmt: skip
+    await run("save_author_rhythm", {**params, **asdict(after)})
 
 
-async def choose_window(run: RunStatement, key: ConversationKey, seq: int, now: float,
-                        timing: Timing, changed: bool = False) -> Window:  # fmt: skip
+async def choose_window(
+    run: RunStatement, key: ConversationKey, seq: int, now: float, timing: Timing, changed: bool
+) -> Window:
     """The window of the conversation's pending burst as of `seq`, noted on message `seq` for
     `explain`. `changed`: an edit or delete re-arms, and every author's window counts from now."""
     params = {"cid": key.id, "seq": seq, "author_prefix": author_prefix(key), "now": now}

@@ -44,8 +44,8 @@ def attachments_from_json(text: str) -> tuple[Attachment, ...]:
 
 
 def message_from_row(r: Row) -> contract.StoredMessage:
-    return from_row(contract.StoredMessage, r, deleted=bool(r["deleted"]),
-                   attachments=attachments_from_json(r["attachments"]))  # fmt: skip
+    attachments = attachments_from_json(r["attachments"])
+    return from_row(contract.StoredMessage, r, deleted=bool(r["deleted"]), attachments=attachments)
 
 
 def history_from_row(r: Row) -> contract.HistoryItem:
@@ -73,32 +73,36 @@ def outbox_from_row(r: Row, platform_message_ids: tuple[str, ...]) -> contract.O
 
 def generation_from_row(r: Row) -> contract.GenerationRecord:
     searches = tuple(contract.WebSearch(**s) for s in json.loads(r["searches"] or "[]"))
-    return from_row(contract.GenerationRecord, r, usage=from_row(contract.TokenUsage, r),
-                   searches=searches)  # fmt: skip
+    usage = from_row(contract.TokenUsage, r)
+    return from_row(contract.GenerationRecord, r, usage=usage, searches=searches)
 
 
 # Records to statement parameters (the same names in every dialect's statements) ----------------
 def message_params(message: IncomingMessage, now: float) -> dict[str, Any]:
-    """A new message as `insert_message` takes it, less its seq."""
+    """A new message as `insert_message` takes it, less its seq (its fields by name, the
+    attachments as JSON)."""
     key = message.key
-    return {"cid": key.id, "platform": key.platform, "now": now,
-            "uid": message_uid(key.platform, key.workspace, message.message_id),
-            "message_id": message.message_id, "author_id": message.author_id, "via": message.via,
-            "author_name": message.author_name, "text": message.text,
-            "attachments": attachments_json(message.attachments)}  # fmt: skip
+    uid = message_uid(key.platform, key.workspace, message.message_id)
+    params = {**asdict(message), "attachments": attachments_json(message.attachments)}
+    return {**params, "cid": key.id, "platform": key.platform, "uid": uid, "now": now}
 
 
 def edit_params(event: MessageEdited) -> dict[str, Any]:
-    """`edit_message`: files replaced only when the edit names them (NULL keeps them)."""
+    """`change_message`: files replaced only when the edit names them (NULL keeps them)."""
     files = None if event.attachments is None else attachments_json(event.attachments)
-    return {"text": event.text, "attachments": files}
+    return {"text": event.text, "attachments": files, "deleted": False}
+
+
+DELETED: Params = {"text": None, "attachments": None, "deleted": True}
+"""`change_message` for a delete: the text and files stay as they were."""
 
 
 def held_from_row(r: Row) -> IncomingMessage:
     """A held message comes back as it was held, marked as one that waited for its thread."""
-    return from_row(IncomingMessage, r, key=ConversationKey.parse(r["conversation_id"]),
-                   author_is_bot=False, is_dm=False, via="held",
-                   attachments=attachments_from_json(r["attachments"]))  # fmt: skip
+    key = ConversationKey.parse(r["conversation_id"])
+    attachments = attachments_from_json(r["attachments"])
+    held = {"author_is_bot": False, "is_dm": False, "via": "held"}
+    return from_row(IncomingMessage, r, key=key, attachments=attachments, **held)
 
 
 def reply_params(
@@ -109,14 +113,13 @@ def reply_params(
     seen_version: int,
     now: float,
 ) -> dict[str, Any]:
-    """`insert_reply`: covers from the prompt's answered version when the engine gave it."""
-    covers_from = (
-        answered_version if reply.covers_from_version is None else reply.covers_from_version
-    )
-    return {"cid": cid, "platform": cid.split("/", 1)[0], "covers_from": covers_from,
-            "version": version, "seen_version": seen_version, "now": now,
-            "reply_to": reply.reply_to_message_id, "text": reply.text, "kind": reply.kind,
-            **asdict(reply.usage)}  # fmt: skip
+    """`insert_reply`: the reply's fields and its usage's by name; it covers from the prompt's
+    answered version unless the engine gave another."""
+    covers = {"covers_from": answered_version, "version": version, "seen_version": seen_version}
+    if reply.covers_from_version is not None:
+        covers["covers_from"] = reply.covers_from_version
+    params = {**asdict(reply), **asdict(reply.usage), **covers, "cid": cid, "now": now}
+    return {**params, "platform": cid.split("/", 1)[0]}
 
 
 def generation_params(record: contract.GenerationRecord) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 from abc import abstractmethod
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import ClassVar, Literal
 
 from bot.core import store as contract
@@ -93,44 +93,41 @@ class SqlStore(
             if await self._one("insert_message", {**params, "seq": version}, db) is None:
                 await self._rows("undo_ingest", {}, db)
                 return IngestResult("duplicate", cid, version - 1)
-            return await self._arm(db, cid, version, now, timing, message.key, message.author_id)
+            return await self._arm(db, cid, version, now, timing, message.author_id)
 
-    async def _arm(self, db: Conn, cid: str, version: int, now: float, timing: Timing,
-                   key: ConversationKey, author_id: str | None) -> IngestResult:  # fmt: skip
+    async def _arm(
+        self, db: Conn, cid: str, version: int, now: float, timing: Timing, author_id: str | None
+    ) -> IngestResult:
         """The adaptive window first learns the new message's author (`author_id`; None: an edit
         or delete re-arms, and every author's window counts from now), then chooses the window."""
         if timing.adaptive:
-            run = functools.partial(self._rows, db=db)
+            run, key = functools.partial(self._rows, db=db), ConversationKey.parse(cid)
             if author_id is not None:
                 await rhythm.learn(run, key, author_id, version, now)
             changed = author_id is None
             window = await rhythm.choose_window(run, key, version, now, timing, changed)
             timing = replace(timing, quiet_seconds=window.seconds)
-        arm = {"cid": cid, "now": now, "quiet": timing.quiet_seconds,
-               "max_wait": timing.max_wait_seconds, "version": version,
-               "speculate_after": timing.speculate_after_seconds}  # fmt: skip
+        arm = {"cid": cid, "now": now, "version": version, "max_wait": timing.max_wait_seconds}
+        arm.update(quiet=timing.quiet_seconds, speculate_after=timing.speculate_after_seconds)
         armed = await self._one("arm_timer", arm, db)
         due_at = float(armed[0]) if armed else None
         start_at = float(armed[1]) if armed and armed[1] is not None else None
         await self._hint(db, f"timer {due_at if start_at is None else start_at}")
         return IngestResult("accepted", cid, version, due_at, start_at)
 
-    async def edit(self, event: MessageEdited, now: float, timing: Timing) -> IngestResult:
-        return await self._change(event, "edit_message", codec.edit_params(event), now, timing)
-
-    async def delete(self, event: MessageDeleted, now: float, timing: Timing) -> IngestResult:
-        return await self._change(event, "delete_message", {}, now, timing)
-
-    async def _change(self, event: MessageEdited | MessageDeleted, query: str, extra: Params,
-                      now: float, timing: Timing) -> IngestResult:  # fmt: skip
-        """A pending message's change is new input (bump, re-arm); an answered one's is history."""
+    async def _change(
+        self, event: MessageEdited | MessageDeleted, now: float, timing: Timing
+    ) -> IngestResult:
+        """An edit or a delete. A pending message's change is new input (bump, re-arm); an
+        answered one's is history."""
         uid = codec.message_uid(event.key.platform, event.key.workspace, event.message_id)
         async with self._transaction(arrival=True) as db:
             found = await self._one("find_message", {"uid": uid}, db)
             if found is None:
                 return IngestResult("unknown", "", 0)
             cid = str(found["conversation_id"])
-            changed = await self._one(query, {"uid": uid, "now": now, **extra}, db)
+            edit = codec.edit_params(event) if isinstance(event, MessageEdited) else codec.DELETED
+            changed = await self._one("change_message", {**edit, "uid": uid, "now": now}, db)
             pending = int(found["seq"]) > int(found["answered_version"])
             if changed is None or not pending:
                 version = await self._one("current_version", {"cid": cid}, db)
@@ -138,7 +135,9 @@ class SqlStore(
                 return IngestResult(status, cid, int(version[0]) if version else 0)
             bumped = await self._one("bump_version", {"cid": cid}, db)
             assert bumped is not None
-            return await self._arm(db, cid, int(bumped[0]), now, timing, event.key, None)
+            return await self._arm(db, cid, int(bumped[0]), now, timing, None)
+
+    edit = delete = _change
 
     async def flush(self, conversation_id: str, now: float) -> None:
         await self._rows("flush_timer", {"cid": conversation_id, "now": now})
@@ -166,8 +165,7 @@ class SqlStore(
         if len(rows) < limit:
             more = {"now": now, "limit": limit - len(rows)}
             rows = [*rows, *await self._rows("speculative_timers", more)]
-        return [contract.DueTimer(r[0], float(r[1]), float(r[2]), int(r[3]),
-                                  None if r[4] is None else float(r[4])) for r in rows]  # fmt: skip
+        return [contract.DueTimer(r[0], r[1], r[2], r[3], r[4]) for r in rows]
 
     async def postpone_timer(self, conversation_id: str, due_at: float, now: float) -> None:
         await self._rows("postpone_timer", {"cid": conversation_id, "due_at": due_at, "now": now})
@@ -175,27 +173,23 @@ class SqlStore(
     async def acquire_lease(
         self, conversation_id: str, owner: str, now: float, ttl: float
     ) -> contract.Lease | None:
-        cid = conversation_id
-        params = {"cid": cid, "owner": owner, "now": now, "ttl": ttl}
+        params = {"cid": conversation_id, "owner": owner, "now": now, "ttl": ttl, "takeover": False}
         async with self._transaction() as db:
             row = await self._one("acquire_lease", params, db)
             taken_over = row is None
             if taken_over:
-                row = await self._one("take_over_lease", params, db)
+                row = await self._one("acquire_lease", {**params, "takeover": True}, db)
             if row is None:
                 return None
-            version = int(row["version"])
-            hold = {"cid": cid, "expires_at": row["lease_expires_at"], "version": version,
-                    "now": now}  # fmt: skip
-            timer = await self._one("hold_timer", hold, db)
-        return contract.Lease(
-            conversation_id=cid, owner=owner, token=int(row["lease_token"]), version=version,
-            answered_version=int(row["answered_version"]),
-            expires_at=float(row["expires_here"]),
-            deadline_at=float(timer[0]) if timer else None,
-            failed_attempts=int(row["failed_attempts"]), taken_over=taken_over,
-            closes_at=float(timer[1]) if timer else 0.0,
-        )  # fmt: skip
+            timer = await self._hold(db, conversation_id, row, int(row["version"]), now)
+        deadline, closes = (timer[0], timer[1]) if timer else (None, 0.0)
+        return codec.from_row(
+            contract.Lease, row, deadline_at=deadline, closes_at=closes, taken_over=taken_over
+        )
+
+    async def _hold(self, db: Conn, cid: str, lease: Row, version: int, now: float) -> Row | None:
+        hold = {"cid": cid, "expires_at": lease["lease_expires_at"], "version": version, "now": now}
+        return await self._one("hold_timer", hold, db)
 
     async def lease_expiry(self, conversation_id: str, now: float) -> float | None:
         return await self._value("lease_expiry", {"cid": conversation_id, "now": now})
@@ -203,27 +197,21 @@ class SqlStore(
     async def renew_lease(
         self, conversation_id: str, token: int, version: int, now: float, ttl: float
     ) -> float | None:
-        cid = conversation_id
-        params = {"cid": cid, "token": token, "now": now, "ttl": ttl}
+        params = {"cid": conversation_id, "token": token, "now": now, "ttl": ttl}
         async with self._transaction() as db:
             row = await self._one("renew_lease", params, db)
-            if row is None:
-                return None
-            hold = {"cid": cid, "expires_at": row["lease_expires_at"], "version": version,
-                    "now": now}  # fmt: skip
-            await self._rows("hold_timer", hold, db)
-        return float(row["expires_here"])
+            if row is not None:
+                await self._hold(db, conversation_id, row, version, now)
+        return None if row is None else float(row["expires_here"])
 
     async def window_closes_at(self, conversation_id: str, now: float) -> float | None:
         return await self._value("window_closes_at", {"cid": conversation_id, "now": now})
 
     async def release_lease(self, conversation_id: str, token: int) -> None:
+        params = {"cid": conversation_id, "token": token}
         async with self._transaction() as db:
-            released = await self._one(
-                "release_lease", {"cid": conversation_id, "token": token}, db
-            )
-            if released is not None:
-                await self._rows("restore_timer", {"cid": conversation_id}, db)
+            if await self._one("release_lease", params, db) is not None:
+                await self._rows("restore_timer", {"cids": self._array([conversation_id])}, db)
 
     async def drop_timer(self, conversation_id: str, version: int) -> None:
         await self._rows("drop_timer", {"cid": conversation_id, "version": version})
@@ -232,7 +220,7 @@ class SqlStore(
         async with self._transaction() as db:
             released = await self._rows("release_owner_leases", {"owner": owner}, db)
             cids = self._array([str(r[0]) for r in released])
-            await self._rows("restore_owner_timers", {"cids": cids}, db)
+            await self._rows("restore_timer", {"cids": cids}, db)
             await self._rows("release_owner_claims", {"owner": owner}, db)
             await self._hint(db, "released")
         return len(released)
@@ -242,30 +230,34 @@ class SqlStore(
         row = await self._one("current_version", {"cid": conversation_id})
         return int(row[0]) if row else 0
 
-    async def pending_messages(self, conversation_id: str, after_version: int, upto_version: int,
-                               ) -> list[contract.StoredMessage]:  # fmt: skip
+    async def pending_messages(
+        self, conversation_id: str, after_version: int, upto_version: int
+    ) -> list[contract.StoredMessage]:
         params = {"cid": conversation_id, "after": after_version, "upto": upto_version}
         return [codec.message_from_row(r) for r in await self._rows("pending_messages", params)]
 
-    async def history(self, conversation_id: str, upto_version: int, limit: int,
-                      ) -> list[contract.HistoryItem]:  # fmt: skip
-        rows = await self._rows(
-            "history", {"cid": conversation_id, "upto": upto_version, "limit": limit}
-        )
+    async def history(
+        self, conversation_id: str, upto_version: int, limit: int
+    ) -> list[contract.HistoryItem]:
+        params = {"cid": conversation_id, "upto": upto_version, "limit": limit}
+        rows = await self._rows("history", params)
         return [codec.history_from_row(r) for r in reversed(rows)]
 
     # 5. final check + commit -----------------------------------------------------------------
-    async def commit(self, conversation_id: str, check: contract.FinalCheck, now: float,
-                     timing: Timing, reply: contract.NewReply | None,
-                     generation: contract.GenerationRecord | None = None,
-                     claim: contract.ClaimRequest | None = None,
-                     ) -> contract.CommitOutcome:  # fmt: skip
-        cid, token, version = conversation_id, check.token, check.version
+    async def commit(
+        self,
+        conversation_id: str,
+        check: contract.FinalCheck,
+        now: float,
+        timing: Timing,
+        reply: contract.NewReply | None,
+        generation: contract.GenerationRecord | None = None,
+        claim: contract.ClaimRequest | None = None,
+    ) -> contract.CommitOutcome:
+        cid, version = conversation_id, check.version
         async with self._transaction() as db:
             before = await self._one("lock_answered_version", {"cid": cid}, db)
-            final = {"cid": cid, "token": token, "version": version,
-                     "deadline_passed": check.deadline_passed}  # fmt: skip
-            checked = await self._one("final_check", final, db)
+            checked = await self._one("final_check", {"cid": cid, **asdict(check)}, db)
             if checked is None or before is None:
                 return contract.Discarded()
             row: OutboxRow | None = None
@@ -275,8 +267,8 @@ class SqlStore(
                 )
                 row = await self._insert_reply(db, params)
                 await self._hint(db, f"outbox {row.platform}")
-            await self._rows("drop_timer", {"cid": cid, "version": version}, db)
             cap = {"cid": cid, "version": version, "now": now, "max_wait": timing.max_wait_seconds}
+            await self._rows("drop_timer", cap, db)
             await self._rows("restart_cap", cap, db)
             if generation is not None:
                 await self._rows("record_generation", codec.generation_params(generation), db)
@@ -322,14 +314,17 @@ class SqlStore(
             await self._hint(db, f"outbox {params['platform']}")
         return self._outbox(row)
 
-    async def claim_replies(self, owner: str, now: float, ttl: float, platforms: Sequence[str],
-                            limit: int, reply_id: int | None = None,
-                            ) -> list[OutboxRow]:  # fmt: skip
-        rows = await self._rows(
-            "claim_replies",
-            {"owner": owner, "now": now, "ttl": ttl,
-             "platforms": self._array(platforms), "limit": limit, "reply_id": reply_id},
-        )  # fmt: skip
+    async def claim_replies(
+        self,
+        owner: str,
+        now: float,
+        ttl: float,
+        platforms: Sequence[str],
+        limit: int,
+        reply_id: int | None = None,
+    ) -> list[OutboxRow]:
+        params = {"owner": owner, "now": now, "ttl": ttl, "limit": limit, "reply_id": reply_id}
+        rows = await self._rows("claim_replies", {**params, "platforms": self._array(platforms)})
         return sorted((self._claimed(r) for r in rows), key=lambda r: r.id)
 
     def _claimed(self, r: Row) -> OutboxRow:
@@ -368,9 +363,7 @@ class SqlStore(
         return None if row is None else Draft(str(row[0]), row[1], row[2] or 0.0, row[3])
 
     async def record_draft(self, conversation_id: str, token: int, draft: Draft) -> bool:
-        params = {"cid": conversation_id, "token": token, "key": draft.key,
-                  "message_id": draft.message_id, "created_at": draft.created_at,
-                  "reply_to": draft.reply_to}  # fmt: skip
+        params = {"cid": conversation_id, "token": token, **asdict(draft)}
         return await self._one("record_draft", params) is not None
 
     async def drop_draft(self, conversation_id: str, token: int, key: str) -> bool:
@@ -405,9 +398,8 @@ class SqlStore(
         now: float,
         counts: bool = True,
     ) -> bool:
-        params = {"id": reply_id, "claim": claim_token, "at": next_attempt_at, "error": error,
-                  "now": now, "counts": counts}  # fmt: skip
-        return await self._one("mark_retry", params) is not None
+        params = {"id": reply_id, "claim": claim_token, "at": next_attempt_at, "error": error}
+        return await self._one("mark_retry", {**params, "now": now, "counts": counts}) is not None
 
     async def mark_failed(self, reply_id: int, claim_token: int, error: str) -> bool:
         params = {"id": reply_id, "claim": claim_token, "error": error}
@@ -445,13 +437,11 @@ class SqlStore(
     # fetched files (bot.core.attachments): what each file's one fetch gave, and its bytes, kept
     # once per SHA-256 however many messages share them ------------------------------------------
     async def attachment_file(self, uid: str) -> contract.StoredFile | None:
-        rows = await self._rows("attachment_file", {"uid": uid})
-        if not rows:
+        row = await self._one("attachment_file", {"uid": uid})
+        if row is None:
             return None
-        content = rows[0]["content"]
-        return contract.StoredFile(
-            rows[0]["sha256"], rows[0]["note"], None if content is None else bytes(content)
-        )
+        content = None if row["content"] is None else bytes(row["content"])
+        return contract.StoredFile(row["sha256"], row["note"], content)
 
     async def keep_attachment_file(self, uid: str, file: contract.StoredFile, now: float) -> None:
         """One transaction: the bytes (unless that hash is kept already), then the outcome."""
@@ -471,28 +461,32 @@ class SqlStore(
 
     async def put_note(self, conversation_id: str, name: str, value: str, now: float) -> None:
         params = {"cid": conversation_id, "name": name, "value": value, "now": now}
-        await self._rows("put_note", params)
+        await self._rows("put_note", {**params, "replace": True})
 
     async def add_note(self, conversation_id: str, name: str, value: str, now: float) -> bool:
         """One conditional insert: of two deliveries of one event exactly one gets True."""
         params = {"cid": conversation_id, "name": name, "value": value, "now": now}
-        return await self._one("add_note", params) is not None
+        return await self._one("put_note", {**params, "replace": False}) is not None
 
     # cost-guard counters (bot.ops.guards) ----------------------------------------------------
-    async def add_to_counter(self, scope: str, window_start: int, amount: int, expires_at: float,
-                             now: float) -> int:  # fmt: skip
+    async def add_to_counter(
+        self, scope: str, window_start: int, amount: int, expires_at: float, now: float
+    ) -> int:
+        count = {"scope": scope, "window_start": window_start, "amount": amount}
         async with self._transaction() as db:
             await self._rows("prune_counters", {"now": now}, db)
-            rows = await self._rows(
-                "add_to_counter",
-                {"scope": scope, "window_start": window_start, "amount": amount,
-                 "expires_at": expires_at},
-                db,
-            )  # fmt: skip
+            rows = await self._rows("add_to_counter", {**count, "expires_at": expires_at}, db)
         return int(rows[0][0])
 
-    async def add_once(self, key: str, scope: str, window_start: int, expires_at: float,
-                       key_expires_at: float, now: float) -> tuple[int, bool]:  # fmt: skip
+    async def add_once(
+        self,
+        key: str,
+        scope: str,
+        window_start: int,
+        expires_at: float,
+        key_expires_at: float,
+        now: float,
+    ) -> tuple[int, bool]:
         """One transaction, so a repeat waits for the first call and reads what it counted."""
         remembered = {"scope": f"once:{key}", "expires_at": key_expires_at, "window_start": 0}
         async with self._transaction() as db:
@@ -500,9 +494,8 @@ class SqlStore(
             if not await self._rows("claim_counter_key", remembered, db):
                 known = await self._one("read_counter", remembered, db)
                 return (int(known[0]) if known else 0), False
-            count = {"scope": scope, "window_start": window_start, "amount": 1,
-                     "expires_at": expires_at}  # fmt: skip
-            total = int((await self._rows("add_to_counter", count, db))[0][0])
+            count = {"scope": scope, "window_start": window_start, "expires_at": expires_at}
+            total = int((await self._rows("add_to_counter", {**count, "amount": 1}, db))[0][0])
             await self._rows("remember_counter_total", {**remembered, "amount": total}, db)
         return total, True
 
@@ -511,8 +504,9 @@ class SqlStore(
         return int(rows[0][0]) if rows else 0
 
     # operator inspection (burstbot status, explain) -----------------------------------------
-    async def list_conversations(self, active_only: bool = True, limit: int = 50,
-                                 ) -> list[ConversationSummary]:  # fmt: skip
+    async def list_conversations(
+        self, active_only: bool = True, limit: int = 50
+    ) -> list[ConversationSummary]:
         rows = await self._rows("list_conversations", {"active": active_only, "limit": limit})
         return [codec.summary_from_row(r) for r in rows]
 

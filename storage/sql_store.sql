@@ -5,9 +5,10 @@
 -- Written to run on both: `:name` parameters (PostgreSQL gets $n, one per name); a CAST where
 -- PostgreSQL cannot tell a parameter's type from its context (arithmetic, IS NULL, a bare boolean),
 -- with type names SQLite reads too (FLOAT8 has REAL affinity, BOOLEAN numeric); `NOT deleted`;
--- LEAST/GREATEST, which SQLite runs as its multi-argument MIN/MAX; PostgreSQL's row locks
--- (`FOR UPDATE`, `FOR NO KEY UPDATE`, `SKIP LOCKED`), which SQLite leaves out: its transactions'
--- BEGIN IMMEDIATE already holds the write lock.
+-- LEAST/GREATEST, which SQLite runs as its multi-argument MIN/MAX; a list as
+-- `= ANY(CAST(:list AS TEXT[]))`, which SQLite reads from JSON text with json_each; PostgreSQL's
+-- row locks (`FOR UPDATE`, `FOR NO KEY UPDATE`, `SKIP LOCKED`), which SQLite leaves out: its
+-- transactions' BEGIN IMMEDIATE already holds the write lock.
 --
 -- One clock for the protocol (G12). `:db_now` is the database's clock: it stamps and is compared
 -- with every protocol time (debounce due and deadline, lease and claim expiry, a message's arrival,
@@ -67,15 +68,12 @@ ON CONFLICT (conversation_id) DO UPDATE SET
     armed_version = excluded.armed_version
 RETURNING due_at + :skew, start_at + :skew;
 
--- name: edit_message
--- An edit that names the message's files replaces them (NULL: the platform did not say; kept).
+-- name: change_message
+-- An edit (new text; files replaced when it names them, NULL: the platform did not say; kept), or
+-- a delete.
 UPDATE messages
-SET text = :text, edited_at = :db_now, attachments = COALESCE(CAST(:attachments AS TEXT), attachments)
-WHERE message_uid = :uid AND NOT deleted
-RETURNING seq;
-
--- name: delete_message
-UPDATE messages SET deleted = TRUE, edited_at = :db_now
+SET text = COALESCE(CAST(:text AS TEXT), text), deleted = CAST(:deleted AS BOOLEAN),
+    edited_at = :db_now, attachments = COALESCE(CAST(:attachments AS TEXT), attachments)
 WHERE message_uid = :uid AND NOT deleted
 RETURNING seq;
 
@@ -178,22 +176,17 @@ UPDATE debounce_timers SET due_at = GREATEST(due_at, CAST(:due_at AS FLOAT8) - :
 WHERE conversation_id = :cid AND COALESCE(start_at, due_at) <= CAST(:db_now AS FLOAT8);
 
 -- name: acquire_lease
--- Two compare-and-swaps tried in turn: a free lease, then (a takeover) one whose holder let it
+-- One compare-and-swap, tried in turn: a free lease, then (takeover) one whose holder let it
 -- expire without releasing it.
 UPDATE conversations
 SET lease_owner = :owner, lease_token = lease_token + 1,
     lease_expires_at = CAST(:db_now AS FLOAT8) + CAST(:ttl AS FLOAT8)
-WHERE id = :cid AND lease_owner IS NULL
-RETURNING lease_token, version, answered_version, lease_expires_at, failed_attempts,
-          lease_expires_at + :skew AS expires_here;
-
--- name: take_over_lease
-UPDATE conversations
-SET lease_owner = :owner, lease_token = lease_token + 1,
-    lease_expires_at = CAST(:db_now AS FLOAT8) + CAST(:ttl AS FLOAT8)
-WHERE id = :cid AND lease_owner IS NOT NULL AND lease_expires_at < CAST(:db_now AS FLOAT8)
-RETURNING lease_token, version, answered_version, lease_expires_at, failed_attempts,
-          lease_expires_at + :skew AS expires_here;
+WHERE id = :cid AND CASE WHEN CAST(:takeover AS BOOLEAN)
+    THEN lease_owner IS NOT NULL AND lease_expires_at < CAST(:db_now AS FLOAT8)
+    ELSE lease_owner IS NULL END
+RETURNING id AS conversation_id, lease_owner AS owner, lease_token AS token, version,
+          answered_version, failed_attempts, lease_expires_at,
+          lease_expires_at + :skew AS expires_at;
 
 -- name: hold_timer
 -- While a lease is held the timer waits for the lease's expiry (takeover after a crash), unless
@@ -224,15 +217,16 @@ WHERE id = :cid AND lease_token = :token AND lease_owner IS NOT NULL
 RETURNING id;
 
 -- name: restore_timer
--- Back to the natural schedule (quiet window, capped by the deadline) once no lease holds it.
+-- Back to the natural schedule (quiet window, capped by the deadline) once no lease holds them:
+-- the timers of :cids, conversations whose rows the caller changed first.
 UPDATE debounce_timers SET due_at = LEAST(due_at, quiet_until, deadline_at)
-WHERE conversation_id = :cid;
+WHERE conversation_id = ANY(CAST(:cids AS TEXT[]));
 
 -- name: drop_timer
 DELETE FROM debounce_timers WHERE conversation_id = :cid AND armed_version <= :version;
 
 -- name: release_owner_leases
--- Conversation rows first, then their timers (`restore_owner_timers`): the usual lock order.
+-- Conversation rows first, then their timers (`restore_timer`): the usual lock order.
 UPDATE conversations SET lease_owner = NULL, lease_expires_at = NULL
 WHERE lease_owner = :owner
 RETURNING id;
@@ -282,9 +276,8 @@ RETURNING version;
 INSERT INTO replies (conversation_id, platform, covers_from_version, covers_to_version,
                      seen_version, reply_to_message_id, text, kind, next_attempt_at, created_at,
                      input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
-VALUES (:cid, :platform, :covers_from, :version, :seen_version, :reply_to, :text, :kind, :db_now,
-        :db_now,
-        :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens)
+VALUES (:cid, :platform, :covers_from, :version, :seen_version, :reply_to_message_id, :text, :kind,
+        :db_now, :db_now, :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens)
 RETURNING *;
 
 -- name: restart_cap
@@ -313,7 +306,7 @@ VALUES (:conversation_id, :lease_token, :from_version, :to_version, :started_at,
         :outcome, :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens, :error,
         :model, :user_id, :web_searches, :searches);
 
--- 6. deliver (claim_replies and next_outbox_at take a list: per dialect) -------------------------
+-- 6. deliver (claim_replies picks rows its own way in each dialect) -----------------------------
 
 -- name: claim_new_reply
 -- In the commit that inserted it, so nobody else can hold a claim on it yet: claimed unless an
@@ -327,6 +320,16 @@ WHERE id = :reply_id
                   WHERE e.conversation_id = replies.conversation_id AND e.state = 'pending'
                     AND e.id < replies.id)
 RETURNING *, claim_expires_at + :skew AS claim_expires_here;
+
+-- name: next_outbox_at
+-- Only the first pending reply of each conversation can be claimed next.
+SELECT MIN(CASE WHEN r.claim_owner IS NULL THEN r.next_attempt_at
+                ELSE GREATEST(r.next_attempt_at, r.claim_expires_at) END) + :skew
+FROM replies r
+WHERE r.state = 'pending' AND r.platform = ANY(CAST(:platforms AS TEXT[]))
+  AND NOT EXISTS (SELECT 1 FROM replies e
+                  WHERE e.conversation_id = r.conversation_id AND e.state = 'pending'
+                    AND e.id < r.id);
 
 -- name: renew_claim
 -- A delivery keeps its claim while it posts (every ttl/3), like a generation keeps its lease.
@@ -719,10 +722,9 @@ RETURNING id;
 -- In the commit's transaction: the reply finishes the conversation's draft (its first part edits
 -- that message), and the conversation's next burst starts a draft of its own.
 UPDATE replies
-SET draft_key = (SELECT c.draft_key FROM conversations c WHERE c.id = :cid),
-    draft_message_id = (SELECT c.draft_message_id FROM conversations c WHERE c.id = :cid),
-    draft_created_at = (SELECT c.draft_created_at FROM conversations c WHERE c.id = :cid),
-    draft_reply_to = (SELECT c.draft_reply_to FROM conversations c WHERE c.id = :cid)
+SET (draft_key, draft_message_id, draft_created_at, draft_reply_to) =
+    (SELECT draft_key, draft_message_id, draft_created_at, draft_reply_to FROM conversations
+     WHERE id = :cid)
 WHERE id = :id
 RETURNING *;
 
@@ -737,16 +739,12 @@ WHERE id = :cid;
 SELECT value FROM conversation_notes WHERE conversation_id = :cid AND name = :name;
 
 -- name: put_note
+-- Replaces a note, unless :replace is false (`add_note`): then only the first of two deliveries of
+-- one event inserts (and gets a row back).
 INSERT INTO conversation_notes (conversation_id, name, value, noted_at)
 VALUES (:cid, :name, :value, :db_now)
 ON CONFLICT (conversation_id, name) DO UPDATE SET value = excluded.value,
-    noted_at = excluded.noted_at;
-
--- name: add_note
--- Only the first of two deliveries of one event inserts (and gets a row back).
-INSERT INTO conversation_notes (conversation_id, name, value, noted_at)
-VALUES (:cid, :name, :value, :db_now)
-ON CONFLICT (conversation_id, name) DO NOTHING
+    noted_at = excluded.noted_at WHERE CAST(:replace AS BOOLEAN)
 RETURNING name;
 
 -- name: migration_1

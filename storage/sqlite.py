@@ -7,10 +7,8 @@ The steps are the shared SQL store's (storage/sql_store.py); SQLite supplies wha
   Every transaction starts with `BEGIN IMMEDIATE` (a deferred one fails with SQLITE_BUSY
   instead of waiting), and every statement runs on aiosqlite's thread to its end even if its
   caller is cancelled (storage/sqlite_thread.py), so the connection is never left mid-way;
-- WAL with a busy timeout (the switch to WAL retried within it): a second process on the same
-  file (an operator command, a `burstbot run` started by accident) waits for the write lock and
-  runs the same compare-and-swap statements, so no guarantee depends on there being one process.
-  Several processes that share the load belong on PostgreSQL (`--workers N` refuses SQLite);
+- WAL with a busy timeout (the switch to WAL retried within it): a second process on the file
+  waits for the write lock and runs the same compare-and-swap statements (docs/scaling.md);
 - numbered migrations tracked in `PRAGMA user_version`;
 - lists travel as JSON text, and the shared SQL's LEAST/GREATEST run as SQLite's MIN/MAX;
 - the protocol's clock (G12) is the host's: the caller's `now` is the database's.
@@ -38,13 +36,15 @@ from storage.sqlite_thread import to_completion
 from storage.turns import ArrivalsFirst
 
 _ROW_LOCK = re.compile(r"\bFOR (NO KEY )?UPDATE( OF \w+)?( SKIP LOCKED)?")
+_IN_LIST = re.compile(r"= ANY\(CAST\((:\w+) AS TEXT\[\]\)\)")
 
 
 def _for_sqlite(sql: str) -> str:
-    """The shared statements' LEAST and GREATEST are SQLite's multi-argument MIN and MAX, and
-    their row locks go (`BEGIN IMMEDIATE` holds the write lock); the database's clock is the
-    host's, so `:db_now` is the caller's `:now` and `:skew` is 0."""
+    """The shared statements' LEAST and GREATEST are SQLite's multi-argument MIN and MAX, their
+    lists are JSON text, and their row locks go (`BEGIN IMMEDIATE` holds the write lock); the
+    database's clock is the host's, so `:db_now` is the caller's `:now` and `:skew` is 0."""
     sql = _ROW_LOCK.sub("", on_clock(sql, db_now=":now", skew="0.0"))
+    sql = _IN_LIST.sub(r"IN (SELECT value FROM json_each(\1))", sql)
     return re.sub(r"\bGREATEST\(", "MAX(", re.sub(r"\bLEAST\(", "MIN(", sql))
 
 

@@ -1,11 +1,6 @@
--- SQLite's own statements, by name: those that differ from the shared ones in sql_store.sql (lists
--- travel as JSON text). Times are REAL seconds since the epoch, on the host's clock: `:now` is the
+-- SQLite's own statement: the one that differs from the shared ones in sql_store.sql (lists travel
+-- as JSON text). Times are REAL seconds since the epoch, on the host's clock: `:now` is the
 -- database's (sql_store.sql's `:db_now`).
-
--- name: restore_owner_timers
--- :cids is a JSON array of the conversations `release_owner_leases` just released.
-UPDATE debounce_timers SET due_at = MIN(due_at, quiet_until, deadline_at)
-WHERE conversation_id IN (SELECT value FROM json_each(:cids));
 
 -- name: claim_replies
 -- INDEXED BY: left alone, the planner walks every reply ever sent in id order to honour ORDER BY
@@ -25,13 +20,3 @@ WHERE id IN (
     ORDER BY r.id LIMIT :limit)
   AND state = 'pending' AND (claim_owner IS NULL OR claim_expires_at < :now)
 RETURNING *, claim_expires_at AS claim_expires_here;
-
--- name: next_outbox_at
--- Only the first pending reply of each conversation can be claimed next.
-SELECT MIN(CASE WHEN r.claim_owner IS NULL THEN r.next_attempt_at
-                ELSE MAX(r.next_attempt_at, r.claim_expires_at) END)
-FROM replies AS r
-WHERE r.state = 'pending' AND r.platform IN (SELECT value FROM json_each(:platforms))
-  AND NOT EXISTS (SELECT 1 FROM replies AS e
-                  WHERE e.conversation_id = r.conversation_id AND e.state = 'pending'
-                    AND e.id < r.id);

@@ -281,7 +281,9 @@ async def test_a_second_process_on_the_file_waits_for_the_write_lock_instead_of_
                     await asyncio.sleep(0.005)
             await asyncio.sleep(0.05)  # time for it to reach SQLite's busy handler
             mine = await first._one(
-                "acquire_lease", {"cid": cid, "owner": "first", "now": 1.0, "ttl": 30.0}, db
+                "acquire_lease",
+                {"cid": cid, "owner": "first", "now": 1.0, "ttl": 30.0, "takeover": False},
+                db,
             )
         assert mine is not None
         assert (await arrival).status == "accepted"

@@ -714,7 +714,7 @@ hidden byte G14_action_at_most_once;
 proctype Gen(byte w) {
 end:
   do
-  /* 2. Timer due: acquire_lease / take_over_lease. 3. Collect: V and answered_version come
+  /* 2. Timer due: acquire_lease (free, then a takeover). 3. Collect: V and answered_version come
      back from the same statement; pending = (answered, V]. */
   :: d_step { g_pc[w] == G_IDLE && timer && (lease_owner == 0 || lease_expired) ->
        lease_owner = w + 1;
