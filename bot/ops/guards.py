@@ -29,13 +29,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from bot.config import AttachmentsConfig, LimitsConfig
+from bot.config import DAY, AttachmentsConfig, LimitsConfig
 from bot.core.attachments import estimate_tokens
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.guard import Refusal
 from bot.core.store import Store, StoredMessage, TokenUsage
 
-DAY_SECONDS = 86_400.0
 REPEAT_MEMORY_SECONDS = 3_600.0  # well past Slack's last retry (5 minutes) and a gateway resume
 
 
@@ -149,7 +148,7 @@ class CostGuards:
         chars = sum(len(m.text) for m in burst)
         if sized and lim.max_burst_chars and chars > lim.max_burst_chars:
             return await self._refuse("burst_too_long", key.id, lim.size_notice, now)
-        day = int(now // DAY_SECONDS)
+        day = int(now // DAY)
         files = attachment_tokens(burst, self.attachments)
         for reason, scope, budget, subject in self._budgets(key, users):
             if _over(await self.counters.read_counter(scope, day), files, budget):
@@ -165,8 +164,8 @@ class CostGuards:
         tokens = spent_tokens(usage, self.limits.search_tokens)
         if not tokens:
             return
-        day = int(now // DAY_SECONDS)
-        expires = (day + 2) * DAY_SECONDS
+        day = int(now // DAY)
+        expires = (day + 2) * DAY
         for _, scope, _, _ in self._budgets(key, self._charged_users(key, burst)):
             await self.counters.add_to_counter(scope, day, tokens, expires, now)
 
@@ -199,7 +198,7 @@ class CostGuards:
     ) -> Refusal:
         """Claim this window's notice of its kind (size, rate or budget) for the subject."""
         if daily:
-            window, expires = int(now // DAY_SECONDS), (now // DAY_SECONDS + 2) * DAY_SECONDS
+            window, expires = int(now // DAY), (now // DAY + 2) * DAY
         else:
             window, expires = self._window(now)
         kind = "budget" if daily else ("rate" if reason == "rate_limited" else "size")
