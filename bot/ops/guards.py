@@ -56,16 +56,6 @@ def active_limits(limits: LimitsConfig) -> list[str]:
     ]
 
 
-def workspace_scope(key: ConversationKey) -> str:
-    """The workspace's (a Slack team's, a Discord guild's) daily token counter."""
-    return f"tokens:workspace:{key.platform}/{key.workspace}"
-
-
-def channel_scope(key: ConversationKey) -> str:
-    """The channel's daily token counter: every thread of a channel (or a DM) shares it."""
-    return f"tokens:channel:{key.platform}/{key.workspace}/{key.channel}"
-
-
 def spent_tokens(usage: TokenUsage, search_tokens: int = 0) -> int:
     """What a generation counts against the budgets: its tokens, and `search_tokens` a search."""
     return (
@@ -173,11 +163,12 @@ class CostGuards:
     def _budgets(self, key: ConversationKey, users: list[str]) -> list[tuple[str, str, int, str]]:
         """The daily budgets that are on, as (refusal reason, counter, budget, notice subject):
         only their counters are read and written (each is a write)."""
-        lim = self.limits
+        lim, where = self.limits, f"{key.platform}/{key.workspace}"  # a Slack team, a guild
+        channel = f"tokens:channel:{where}/{key.channel}"  # its threads (or a DM's) share it
         budgets = [
             ("global_budget", "tokens:global", lim.global_daily_tokens, key.id),
-            ("workspace_budget", workspace_scope(key), lim.workspace_daily_tokens, key.id),
-            ("channel_budget", channel_scope(key), lim.channel_daily_tokens, key.id),
+            ("workspace_budget", f"tokens:workspace:{where}", lim.workspace_daily_tokens, key.id),
+            ("channel_budget", channel, lim.channel_daily_tokens, key.id),
         ]
         budgets += [("user_budget", f"tokens:{u}", lim.user_daily_tokens, u) for u in users]
         return [budget for budget in budgets if budget[2]]
