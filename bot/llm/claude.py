@@ -69,11 +69,6 @@ Block = TextBlockParam | ImageBlockParam | DocumentBlockParam
 ImageMediaType = Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
 
 
-def estimate_output_tokens(streamed_chars: int) -> int:
-    """Until the API reports output tokens (at the end), about four characters a token."""
-    return streamed_chars // 4 + 1 if streamed_chars else 0
-
-
 def file_block(file: LoadedFile) -> Block:
     """A file the model reads: an image block, a PDF document, or a plain-text document."""
     assert file.content is not None
@@ -295,7 +290,10 @@ class ClaudeReplier(Closable):
                         streamed_chars += len(event.delta.text)
                     elif event.delta.type == "thinking_delta":  # billed as output, not shown
                         streamed_chars += len(event.delta.thinking)
-                    estimate = max(reported_output, estimate_output_tokens(streamed_chars))
+                    # until the API reports output tokens (at the end): four characters a token
+                    estimate = max(
+                        reported_output, streamed_chars // 4 + 1 if streamed_chars else 0
+                    )
                     usage.output_tokens += estimate - reported_output
                     reported_output = estimate
                 elif event.type == "message_delta":

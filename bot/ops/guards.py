@@ -81,11 +81,6 @@ def attachment_tokens(burst: Sequence[StoredMessage], attachments: AttachmentsCo
     )
 
 
-def _over(used: int, files: int, budget: int) -> bool:
-    """Spent already, or the burst's files alone would take the budget past its end."""
-    return used >= budget or used + files > budget
-
-
 class CostGuards:
     def __init__(
         self,
@@ -141,7 +136,8 @@ class CostGuards:
         day = int(now // DAY)
         files = attachment_tokens(burst, self.attachments)
         for reason, scope, budget, subject in self._budgets(key, users):
-            if _over(await self.counters.read_counter(scope, day), files, budget):
+            used = await self.counters.read_counter(scope, day)
+            if used >= budget or used + files > budget:  # spent, or the files alone overrun it
                 return await self._refuse(reason, subject, lim.budget_notice, now, daily=True)
         return None
 
