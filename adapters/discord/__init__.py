@@ -1,9 +1,4 @@
-"""The Discord front end (discord.py): `build_discord_frontend(config)` is all the app needs.
-
-Modules: `routing` (what counts, conversation keys), `client` (gateway events in, lifecycle),
-`posting` (replies out, error mapping), `render` (2000-character parts, nonces, mentions),
-`indicator` (the typing indicator past Discord's 10 seconds).
-"""
+"""The Discord front end (discord.py): `build_discord_frontend(config)` is all the app needs."""
 
 from __future__ import annotations
 
