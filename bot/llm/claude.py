@@ -14,11 +14,6 @@ its `tool_result` sent back in the next call of the chain).
   with dozens of replies streaming that work competes with the acks for the event loop.
 - The stable prefix (system prompt, then the end of the history) carries `cache_control`, so the
   next burst of the same conversation reads it from the prompt cache.
-- A prompt may carry its conversation's model and `max_tokens` (`[[channels]]`); unset ones fall
-  back to this replier's (`[llm]`).
-- A reply the model stopped at `max_tokens` ends with `cut_note`, so nobody mistakes it for a
-  whole answer.
-- SDK and transport exceptions are mapped here, at the edge, into `bot.core.errors`.
 """
 
 from __future__ import annotations

@@ -1,28 +1,25 @@
 """Cost guards: rate and size limits at arrival, token budgets before each model call.
 
-Where each check lives, and why:
-
-- at arrival (`check_message`, called by the app before storage): characters per message and the
+- At arrival (`check_message`, called by the app before storage): characters per message and the
   per-user message rate. A refused message is never stored, so it cannot start or grow a burst.
-- before the model call (`admit`, called by the engine with the whole burst): messages and
+- Before the model call (`admit`, called by the engine with the whole burst): messages and
   characters per burst, and the daily token budgets (global, per workspace, per channel, per
   user), which also refuse a burst whose files' estimated tokens would overrun what is left of
-  them. A refused burst is committed as answered with a short notice instead of a model reply,
-  so nothing stays pending.
-- after every model call (`charge`), finished or cancelled: its tokens count against the budgets,
-  and each web search it ran as `search_tokens` tokens (a search is billed on top of the tokens).
+  them. A refused burst is committed as answered with a short notice, so nothing stays pending.
+- After every model call (`charge`), finished or cancelled: its tokens, and each web search as
+  `search_tokens` tokens, count against the budgets.
 
-Counters live in the database (the store's counters), in fixed windows: the rate window for rate and
-size limits, the UTC day for budgets. Each notice is sent at most once per window and subject;
-later refusals in that window are silent (and still logged).
+Counters live in the store, in fixed windows: the rate window for rate and size limits, the UTC
+day for budgets. Each notice goes out at most once per window and subject; later refusals in that
+window are silent (and still logged).
 
 A platform may deliver one message more than once (Slack's `app_mention`/`message` twins, retries,
-two processes on one shard), to any process. The arrival check is decided once per message id:
+two processes on one shard), to any process, so the arrival check is decided once per message id:
 the first delivery counts and decides, in one transaction with remembering the outcome
-(`add_once`); a repeat, wherever it lands, reads that outcome back. It never counts against the
-rate and never sends a notice, and a refused message's repeat is refused too (the engine would
-otherwise store it). A lookup of stored messages could not do this: a refused message is never
-stored, and twins arrive together, before either is.
+(`add_once`); a repeat, wherever it lands, reads that outcome back, never counts against the rate
+nor sends a notice, and a refused message's repeat is refused too (else the engine would store
+it). A lookup of stored messages could not do this: a refused message is never stored, and twins
+arrive together, before either is.
 """
 
 from __future__ import annotations
