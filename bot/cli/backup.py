@@ -117,9 +117,7 @@ def pg_dump_lines(url: str, target: str) -> list[str]:
     """What to run to back up (and restore) a PostgreSQL store: the URL without its password,
     and burstbot's `search_path` (not a libpq parameter) as pg_dump's `--schema`."""
     parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host += f":{parts.port}"
+    host = parts.netloc.rpartition("@")[2]  # and port, as written
     netloc = f"{parts.username}@{host}" if parts.username else host
     query = parse_qsl(parts.query)
     schemas = [value for key, value in query if key == "search_path"]

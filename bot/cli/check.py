@@ -16,11 +16,8 @@ def display_url(url: str) -> str:
     parts = urlsplit(url)
     if parts.password is None:
         return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host += f":{parts.port}"
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    host = parts.netloc.rpartition("@")[2]  # and port, as written
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
 
 def _secret(name: str, env: Mapping[str, str], problems: list[str], setting: str) -> str:
