@@ -185,11 +185,9 @@ class ClaudeReplier(Closable):
             raise map_error(exc) from exc
 
     async def _reply(self, prompt: Prompt, usage: GenerationProgress) -> str:
-        """A turn paused by the API (`pause_turn`: its server-side tool loop ran long) is
-        continued by sending its content back as-is, up to `MAX_CONTINUATIONS` times, all inside
-        this one task: a newer burst cancels the whole chain. Each continuation may search only
-        what is left of the burst's budget; once it is spent (or the cap reached) a last call
-        without tools (`tool_choice` none) writes the answer from what was found."""
+        """A turn paused by the API (`pause_turn`) is continued, up to `MAX_CONTINUATIONS` times,
+        all inside this one task: a newer burst cancels the whole chain. The search budget and the
+        last call without tools: docs/web-search.md."""
         system, messages = to_messages(prompt)
         tools, trace, calls = prompt.tools, ToolTrace(usage), prompt.calls
         if calls is not None:
