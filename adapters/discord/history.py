@@ -46,10 +46,8 @@ class History:
     incoming: Incoming
 
     async def catch_up(self, run: CatchUpRun) -> None:
-        channels: dict[int, int] = {}  # channel id → newest message id stored (0: none), in order
-        if run.listened:
-            for channel_id in sorted(self.routing().listen_channels):
-                channels[channel_id] = 0
+        listened = sorted(self.routing().listen_channels) if run.listened else []
+        channels = dict.fromkeys(listened, 0)  # id → newest message id stored (0: none), in order
         guilds: dict[int, None] = {}
         for key, newest in run.points.items():
             if self._ours(key):
