@@ -173,10 +173,9 @@ async def explain_lines(
     for reply in replies:
         events += _reply_events(reply, redact)
     events.sort(key=lambda e: (e[0], e[1]))
-    lines = [f"conversation {printable(conversation_id)}"]
     start = events[0][0] if events else now
-    for at, _, text in events:
-        lines.append(f"  {_clock(at)} +{at - start:7.3f}s  {text}")
+    lines = [f"conversation {printable(conversation_id)}"]
+    lines += [f"  {_clock(at)} +{at - start:7.3f}s  {text}" for at, _, text in events]
     summary = f"now: version {state.version}, answered {state.answered_version}"
     if state.timer is not None:
         summary += (
