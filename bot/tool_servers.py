@@ -89,8 +89,7 @@ class McpServer:
             except Exception as exc:  # anyio groups wrap what the transport raised
                 mistake = _leaf(exc)
                 if isinstance(mistake, ConfigError) and not self._first_attempt.is_set():
-                    self._config_error = mistake
-                    self._first_attempt.set()
+                    self._config_error = mistake  # `start` raises it once `finally` sets the event
                     return
                 self._went_down(_reason(exc))
             finally:
