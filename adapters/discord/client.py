@@ -258,8 +258,7 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
         self._catch_up.request(failed_at, only=event.key)
 
     async def _store(self, event: Event, what: str) -> StoreError | None:
-        """Ingest, trying again with backoff while the store refuses (busy): Discord never
-        delivers an event twice. The last refusal, if every attempt failed."""
+        """Ingest with backoff while the store refuses (busy); the last refusal, if all failed."""
         assert self.host is not None
         delay = INGEST_RETRY_SECONDS
         for attempt in range(1, INGEST_ATTEMPTS + 1):

@@ -71,8 +71,6 @@ class DiscordDrafts(PacedDrafts):
         await self.pacer.take(MESSAGES, key.channel, final=True)
 
     async def post_draft(self, key: ConversationKey, draft: Draft, text: str) -> str:
-        """Within the nonce window a post with the draft's key returns the message an earlier
-        post made, whether or not its response arrived."""
         reference = reply_reference(draft.reply_to, key.channel)
         channel, shown = self.channel_for(key), draft_text(text)
         message = await send_part(channel, shown, draft.key, reference, self.mentions)
