@@ -1,8 +1,6 @@
-"""`burstbot workspaces`: the Slack workspaces installed through "Add to Slack", from the store.
-
-Each with its name and id, when it was installed, when its token expires (with token rotation),
-how many conversations the store holds for it and the model tokens its conversations used today
-(UTC). Tokens themselves are never shown; the store only holds them encrypted anyway.
+"""`burstbot workspaces`: the Slack workspaces installed through "Add to Slack", from the store,
+with the model tokens their conversations used today (UTC). Tokens themselves are never shown;
+the store only holds them encrypted anyway.
 """
 
 from __future__ import annotations
