@@ -25,6 +25,7 @@ arrive together, before either is.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from bot.config import DAY, AttachmentsConfig, LimitsConfig
 from bot.core.attachments import estimate_tokens
@@ -78,18 +79,12 @@ def attachment_tokens(burst: Sequence[StoredMessage], attachments: AttachmentsCo
     )
 
 
+@dataclass(eq=False)
 class CostGuards:
-    def __init__(
-        self,
-        limits: LimitsConfig,
-        counters: Store,
-        is_admin: Callable[[str, str], bool] = lambda platform, user: False,
-        attachments: AttachmentsConfig | None = None,
-    ) -> None:
-        self.limits = limits
-        self.counters = counters
-        self.is_admin = is_admin
-        self.attachments = attachments or AttachmentsConfig()
+    limits: LimitsConfig
+    counters: Store
+    is_admin: Callable[[str, str], bool]
+    attachments: AttachmentsConfig
 
     # arrival ---------------------------------------------------------------------------------
     async def check_message(self, message: IncomingMessage, now: float) -> Refusal | None:
