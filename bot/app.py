@@ -139,9 +139,7 @@ class App:
         return CostGuards(config.limits, self.store, access.is_admin, config.attachments)
 
     def reload(self) -> ReloadPlan | None:
-        """SIGHUP: re-read `config_path`. Live settings apply from the next burst or message;
-        changed restart-only ones are logged and keep their running value; a file that does not
-        load is refused with one line and the running config stays."""
+        """SIGHUP: re-read `config_path` and apply what can change live (`bot/ops/reload.py`)."""
         if self.config_path is None:
             log.warning("reload: started without a config file; nothing to re-read")
             return None

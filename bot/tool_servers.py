@@ -1,14 +1,12 @@
-"""MCP servers through the official `mcp` SDK: one session per server per process.
+"""MCP servers through the official `mcp` SDK: one session per server per process (docs/tools.md).
 
 - Each server has a runner task that owns its transport and session (the SDK's context managers
-  must open and close in one task): it connects (a stdio child process, or Streamable HTTP with
-  the bearer token from the environment), initializes, lists the tools, then holds the session
-  until a call finds it broken; it reconnects with capped, jittered backoff.
+  must open and close in one task): it connects, initializes, lists the tools, then holds the
+  session until a call finds it broken; it reconnects with capped, jittered backoff.
 - At start, an allowed tool the server does not list (or a token variable that is not set) is a
   config mistake (one line, exit 2); found on a later reconnect, it is a warning like an outage.
-  A server that cannot be reached is not a mistake: it gets one warning line, its tools are left
-  out of prompts (the answer says so), and the runner keeps trying; its recovery gets one info
-  line.
+  A server that cannot be reached is not a mistake: its tools are left out of prompts (the answer
+  says so) while the runner keeps trying.
 - A call that gets no answer (the connection broke, the timeout passed) is `OutcomeUnknown`:
   it may have run. A call that could not be sent is `ToolUnavailable`.
 - The bearer token is read from the environment when connecting and never logged.
@@ -91,8 +89,7 @@ class McpServer:
             except Exception as exc:  # anyio groups wrap what the transport raised
                 mistake = _leaf(exc)
                 if isinstance(mistake, ConfigError) and not self._first_attempt.is_set():
-                    self._config_error = mistake
-                    self._first_attempt.set()
+                    self._config_error = mistake  # `start` raises it once `finally` sets the event
                     return
                 self._went_down(_reason(exc))
             finally:

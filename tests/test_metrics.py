@@ -103,8 +103,8 @@ async def test_a_busy_port_is_a_config_error(
     from bot.core.errors import ConfigError
     from bot.ops.metrics import Metrics, MetricsServer
 
-    async def healthy() -> None:
-        return None
+    async def healthy() -> dict[str, object]:
+        return {"ok": True}
 
     first = MetricsServer(Metrics(), healthy, "127.0.0.1", 0)
     await first.start()

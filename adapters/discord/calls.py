@@ -10,10 +10,8 @@ post, an edit, a delete, a history read, a channel look-up, the log-in, a slash 
     connection refused or reset, a timeout, any other transport failure
                                            → RetryableDeliveryError
 
-Each becomes one line for the log: Discord's message, never a whole HTML page. `delivery_errors`
-maps what its block raises (a call, or an async iteration of history); `fetch_errors` maps the
-same as `FetchError` (catch-up waits and reads again); `call` awaits one request under it.
-discord.py itself waits out short 429s and retries 500/502/504 a few times before it raises.
+Each becomes one line for the log: Discord's message, never a whole HTML page. discord.py itself
+waits out short 429s and retries 500/502/504 a few times before it raises.
 """
 
 from __future__ import annotations

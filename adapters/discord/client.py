@@ -1,23 +1,18 @@
-"""The Discord front end on discord.py: gateway events in, replies out.
+"""The Discord front end on discord.py: gateway events in, replies out (`posting`, `streaming`).
 
-In: a message that counts (`routing.Routing`) becomes an `IncomingMessage` and is stored before
-its handler returns; content edits and deletes become `MessageEdited` / `MessageDeleted`. The same
-gateway event seen twice (a RESUME replay, two processes on one shard) is one stored message: the
-engine dedupes by message id. Discord never delivers an event again, so a message, edit or delete
-the store refuses (busy) is tried again a few times with backoff. A message that still fails is
-held in a bounded in-memory queue and stored once the store answers again (held.py); when that
-queue is full, catch-up (history.py) reads that conversation from just before the failure (an
-edit or delete that still fails is logged as lost: history does not show them). Catch-up
-also runs at start and after a reconnect that began a new session (READY again, not RESUMED:
-a resumed session replays what it missed). The `/reset` slash command (`commands`) becomes
-`ResetConversation` for the conversation its user is in there. Out: `posting.post_reply`. Startup
-problems a user must fix (bad token, Message Content intent off, bad shard settings) become one
-`ConfigError` line.
+Discord never delivers an event again, so nothing received may be dropped: a message, edit or
+delete the store refuses (busy) is tried again a few times with backoff; a message that still
+fails is held in memory until the store answers (`unstored`), and past that queue's bound
+catch-up (`history`) reads its conversation from just before the failure. An edit or delete that
+still fails is logged as lost: history does not show them. The same event seen twice (a RESUME
+replay, two processes on one shard) is one stored message: the engine dedupes by message id.
+Catch-up also runs at start and after a reconnect that began a new session (READY again, not
+RESUMED: a resumed session replays what it missed).
 
-A gateway connection that ends for good while running (discord.py gave up reconnecting) is
-reported to the host as a failure, so the process stops and exits non-zero. At shutdown there is
-no `stop_intake`: Discord never delivers an event again, so one refused would be lost, while one
-stored is answered by another process or after the restart; events are stored until `stop`.
+A gateway connection that ends for good (discord.py gave up reconnecting) is reported to the host
+as a failure, so the process exits non-zero; startup problems a user must fix become one
+`ConfigError` line. There is no `stop_intake`: an event refused at shutdown would be lost, while
+one stored is answered after the restart or by another process; events are stored until `stop`.
 """
 
 from __future__ import annotations
@@ -263,8 +258,7 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
         self._catch_up.request(failed_at, only=event.key)
 
     async def _store(self, event: Event, what: str) -> StoreError | None:
-        """Ingest, trying again with backoff while the store refuses (busy): Discord never
-        delivers an event twice. The last refusal, if every attempt failed."""
+        """Ingest with backoff while the store refuses (busy); the last refusal, if all failed."""
         assert self.host is not None
         delay = INGEST_RETRY_SECONDS
         for attempt in range(1, INGEST_ATTEMPTS + 1):

@@ -1,10 +1,7 @@
 """Slash commands: `/reset` forgets the conversation so far, so the next reply starts fresh.
 
-The command lives on discord.py's `CommandTree`; its callback is the front end's `on_reset`.
-Discord only offers a command it has been told about: after connecting, `register_commands`
-creates or updates `/reset` as a global command when the application lacks it (one request per
-start, none once it is there) and leaves every other command of the application alone. A failure
-there is logged, never fatal: messages still work.
+Discord only offers a command it has been told about: `register_commands` creates or updates
+`/reset` after connecting (docs/discord.md); a failure there is logged, never fatal.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
-"""Catch-up on Discord: what was sent while no process listened, read from channel history.
+"""Catch-up on Discord: what was sent while no process listened, read from channel history
+(what is read, what it costs and what it cannot see: docs/catch-up.md).
 
-Which channels: every channel holding a conversation the store knows, however long quiet (with
-`scope = "user"` one channel holds several, and the newest message stored in any of them marks
-how far the channel was seen), and, on a full pass, every listened channel; listened channels
-first, then the others most recently active first. Discord tells cheaply whether a channel has
-anything new: each channel object carries its `last_message_id`. One call per guild lists its
-channels (`GET /guilds/{id}/channels`) and one its active threads; a DM, or a channel neither
-list holds (an archived thread, a guild not in the cache), costs one `GET /channels/{id}`. Only a
-channel whose last message is newer than both the newest stored one and the window start is read:
-the messages after that point (`GET /channels/{id}/messages?after=`, pages of 100, oldest first),
-up to `max_pages` pages per channel and pass (a later pass goes on from where this one stopped).
-`max_age` bounds the messages, not the channel's earlier activity. Each message goes through the
-live rules (routing.py) and is ingested as caught up. The walk stops when the pass's request
-budget is spent (`run.exhausted`).
-
-The channel object lets the rules see a DM, a thread (who started it, its parent) or a text
-channel as they would live. With shards, a process catches up only its own guilds (and DMs on
-shard 0). A new DM from someone the bot never talked to, and a thread under a listened channel
-that is not a conversation yet, are not found: Discord offers bots no list of either.
+Each channel object carries its `last_message_id`, so a guild's channel and active-thread lists
+(two calls) tell which channels have anything new; a DM, or a channel neither list holds (an
+archived thread, a guild not in the cache), costs one `GET /channels/{id}`. With `scope = "user"`
+one channel holds several conversations: the newest message stored in any of them marks how far
+the channel was seen. A channel cut at `max_pages` goes on at the next pass. Messages go through
+the live rules (routing.py), which see the channel object as they would live. With shards, a
+process catches up only its own guilds (and DMs on shard 0).
 
 Errors: `RateLimited` (a wait longer than discord.py sits out itself) and 429/5xx/connection
 failures are worth another try (`FetchError` with `retry_after`); a 403 (no Read Message History)
@@ -56,10 +46,8 @@ class History:
     incoming: Incoming
 
     async def catch_up(self, run: CatchUpRun) -> None:
-        channels: dict[int, int] = {}  # channel id → newest message id stored (0: none), in order
-        if run.listened:
-            for channel_id in sorted(self.routing().listen_channels):
-                channels[channel_id] = 0
+        listened = sorted(self.routing().listen_channels) if run.listened else []
+        channels = dict.fromkeys(listened, 0)  # id → newest message id stored (0: none), in order
         guilds: dict[int, None] = {}
         for key, newest in run.points.items():
             if self._ours(key):

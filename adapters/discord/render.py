@@ -1,20 +1,11 @@
 """Turning one neutral reply into Discord posts: parts, nonces, allowed mentions.
 
-Discord refuses messages over 2000 characters, so a long reply becomes several posts. Cuts fall on
-paragraph, then line, then word boundaries; a cut inside a code fence closes the fence at the end
-of the part and reopens it (with its language) at the start of the next, so every part renders.
-
-Each part carries a nonce derived from the reply and the part: discord.py sends it with
-`enforce_nonce`, so Discord itself returns the earlier message instead of posting a second copy
-when a crashed worker's reply is delivered again.
-
-Before splitting, the model's Markdown is rendered for Discord by `to_discord` (the parser and the
-rules against pings are adapters/markdown.py's): Discord renders Markdown itself, so the output
-stays Markdown, but text is re-escaped so it shows as written, `<` is escaped (no `<@id>`,
-`<@&role>`, `<#channel>` or `<t:…>` syntax from the model), only http(s) and mailto targets become
-links (a masked link as `[label](<url>)`: no embed preview, so a list of sources does not turn
-into a wall of previews), and tables become code blocks. Allowed mentions block pings as well
-(`allowed_mentions`).
+Discord refuses messages over 2000 characters: cuts fall on paragraph, then line, then word
+boundaries, and a cut inside a code fence closes the fence and reopens it (with its language) in
+the next part, so every part renders. `to_discord` renders the model's Markdown for Discord (the
+rules: docs/markdown.md; the parser: adapters/markdown.py). Discord renders Markdown itself, so
+the output stays Markdown, re-escaped to show as written; a masked link's target goes in angle
+brackets (no embed preview), so a list of sources does not turn into a wall of previews.
 """
 
 from __future__ import annotations

@@ -4,15 +4,10 @@ The draft is sent with its key as nonce (discord.py sends `enforce_nonce`), so s
 after a lost response returns the message Discord already made instead of a copy — within
 Discord's nonce window of a few minutes (`nonce_window`, kept below it). Past the window the draft
 is looked up in the channel's history from its creation: our message answering the same message.
-An edit of a deleted message raises `MessageGone`. Edits are PATCHes of that message;
-discord.py waits out 429s by their rate-limit headers itself, the engine spaces each
-conversation's edits by `streaming.interval_seconds`, and every call takes a token of the
-channel's budget (`bot/core/pacing.py`; Discord allows about five posts and edits per five seconds
-in a channel): a reply's posts and final edit ahead of everything, a draft call only if a token is
-spare (`draft_turn`, never waiting), a new draft only where the final edit it owes fits. An edit
-to the text the message shows already is not sent (`Showing`). Partial text is settled
-(`settle_partial`) and rendered like a reply, and a draft shows at most the reply's first part:
-the reply that finishes it posts the rest.
+Every post and edit takes a token of the channel's budget (`bot/core/pacing.py`, the rules in
+docs/streaming-limits.md): a reply's posts and final edit ahead of everything, a draft call only
+if a token is spare. A draft shows at most the reply's first part, settled and rendered like a
+reply: the reply that finishes it posts the rest.
 """
 
 from __future__ import annotations
@@ -69,8 +64,6 @@ class DiscordDrafts(PacedDrafts):
         await self.pacer.take(MESSAGES, key.channel)
 
     async def post_draft(self, key: ConversationKey, draft: Draft, text: str) -> str:
-        """Within the nonce window a post with the draft's key returns the message an earlier
-        post made, whether or not its response arrived."""
         reference = reply_reference(draft.reply_to, key.channel)
         channel, shown = self.channel_for(key), draft_text(text)
         message = await send_part(channel, shown, draft.key, reference, self.mentions)

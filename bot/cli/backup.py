@@ -1,15 +1,10 @@
 """`burstbot backup PATH`: a consistent copy of the database, taken while the bot runs.
 
-SQLite in WAL mode is not safely copied with `cp`: the database file alone may miss committed
-transactions that still sit in the `-wal` file, and a copy taken during a checkpoint can be torn.
-SQLite's online backup API (through aiosqlite, the driver the store uses) copies every page of one
-read snapshot instead: the bot keeps writing meanwhile, and the copy holds exactly what was
-committed when it started. The copy is written beside the target and renamed into place once
-complete and checked, private to its owner (0600), in rollback-journal mode so that it is one
-self-contained file. A restore is a copy back, with the bot stopped (docs/operations.md).
-
-PostgreSQL has its own tool for this; the command prints the `pg_dump` line to run, with the
-password left out (libpq reads PGPASSWORD or ~/.pgpass).
+SQLite in WAL mode is not safely copied with `cp` (committed transactions may still sit in the
+`-wal` file, a copy taken during a checkpoint can be torn): SQLite's online backup API copies every
+page of one read snapshot while the bot keeps writing. The copy is written beside the target and
+renamed into place once complete and checked, 0600, in rollback-journal mode so that it is one
+self-contained file. PostgreSQL has its own tool: the command prints the `pg_dump` line to run.
 """
 
 from __future__ import annotations
@@ -122,9 +117,7 @@ def pg_dump_lines(url: str, target: str) -> list[str]:
     """What to run to back up (and restore) a PostgreSQL store: the URL without its password,
     and burstbot's `search_path` (not a libpq parameter) as pg_dump's `--schema`."""
     parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host += f":{parts.port}"
+    host = parts.netloc.rpartition("@")[2]  # and port, as written
     netloc = f"{parts.username}@{host}" if parts.username else host
     query = parse_qsl(parts.query)
     schemas = [value for key, value in query if key == "search_path"]

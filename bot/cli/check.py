@@ -16,11 +16,8 @@ def display_url(url: str) -> str:
     parts = urlsplit(url)
     if parts.password is None:
         return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host += f":{parts.port}"
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    host = parts.netloc.rpartition("@")[2]  # and port, as written
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
 
 def _secret(name: str, env: Mapping[str, str], problems: list[str], setting: str) -> str:
@@ -116,8 +113,7 @@ def service_checks(config: Config, service: bool) -> tuple[list[str], list[str]]
     With `service` (the unit runs `check-config --service` as the bot's user before each start)
     these are problems, so a service that could not start refuses at once with one line instead of
     restarting forever; without it, warnings, since an operator may check a service's file from
-    another account or directory. A Python under a home directory is a warning with `service`:
-    run by hand, it did start."""
+    another account or directory. A Python under a home directory stays a warning (see below)."""
     found: list[str] = []
     database = sqlite_path(config.storage.url)
     if database is not None and not os.path.isabs(database):

@@ -54,6 +54,7 @@ class DemoTyper:
         self.failure: BaseException | None = None
         self._task: asyncio.Task[None] | None = None
         self._printed: set[str] = set()
+        self.sent = 0  # messages typed so far
 
     def listen(self, name: str, fields: dict[str, object]) -> None:
         if fields.get("conversation") == DEMO_KEY.id and name in {"generating", "delivered"}:
@@ -77,26 +78,23 @@ class DemoTyper:
         while await asyncio.wait_for(self.events.get(), STEP_TIMEOUT) != name:
             pass
 
+    async def _send(self, host: Host, text: str) -> None:
+        self.sent += 1
+        self.say("you", text)
+        await host.ingest(IncomingMessage(DEMO_KEY, f"demo-{self.sent}", "demo-user", "you", text))
+
     async def _type(self, host: Host) -> None:
-        count = 0
         try:
             for quick, late in SCRIPT:
                 for text in quick:
-                    count += 1
-                    self.say("you", text)
-                    message = IncomingMessage(DEMO_KEY, f"demo-{count}", "demo-user", "you", text)
-                    await host.ingest(message)
+                    await self._send(host, text)
                     await asyncio.sleep(self.typing_gap)
                 if late:
                     await self._wait_for("generating")
                     await asyncio.sleep(0.15)  # let the offline model stream a few words
                     self.say("", "(the bot has started answering… and you keep typing)")
                     for text in late:
-                        count += 1
-                        self.say("you", text)
-                        await host.ingest(
-                            IncomingMessage(DEMO_KEY, f"demo-{count}", "demo-user", "you", text)
-                        )
+                        await self._send(host, text)
                 await self._wait_for("delivered")
         except BaseException as exc:
             self.failure = exc

@@ -1,12 +1,8 @@
 """`burstbot explain CONVERSATION`: one conversation's story, rebuilt from stored data.
 
-received → (burst) → lease → generation with tokens (and each web search it ran: query, results
-or error; and each tool action: tool, shortened arguments, outcome, duration, the generation's
-lease) → superseded / posted / failed, in time order. Every line comes from a row: messages,
-generations and the outbox. A message that came in through catch-up (sent while no process
-listened) or waited for its thread to be looked up says so.
-Stored text is shown through `printable` (no terminal escapes from chat users); with `redact`,
-message and reply text is replaced by its length.
+Every line comes from a row (messages, generations with their searches, tool actions, the outbox),
+in time order. Stored text is shown through `printable` (no terminal escapes from chat users);
+with `redact`, message and reply text is replaced by its length.
 """
 
 from __future__ import annotations
@@ -177,10 +173,9 @@ async def explain_lines(
     for reply in replies:
         events += _reply_events(reply, redact)
     events.sort(key=lambda e: (e[0], e[1]))
-    lines = [f"conversation {printable(conversation_id)}"]
     start = events[0][0] if events else now
-    for at, _, text in events:
-        lines.append(f"  {_clock(at)} +{at - start:7.3f}s  {text}")
+    lines = [f"conversation {printable(conversation_id)}"]
+    lines += [f"  {_clock(at)} +{at - start:7.3f}s  {text}" for at, _, text in events]
     summary = f"now: version {state.version}, answered {state.answered_version}"
     if state.timer is not None:
         summary += (

@@ -1,12 +1,6 @@
-"""How `burstbot run` runs: its event loop, and `--workers N` processes on one HTTP port.
-
-The loop is uvloop where it is installed (a dependency on Linux and macOS), else asyncio's own.
-
-`--workers N` starts N `burstbot run` processes that share the Slack HTTP port (SO_REUSEPORT:
-the kernel spreads connections over them) and a PostgreSQL store; every guarantee already holds
-across processes on one store. Only Slack's HTTP mode can be shared that way: Socket Mode,
-Discord and the terminal keep one connection per process, so a config with any of them is
-refused, and so is SQLite: its one writer at a time is for one process.
+"""How `burstbot run` runs: its event loop (uvloop where installed), and `--workers N` processes
+on one HTTP port (docs/scaling.md). Every guarantee already holds across processes on one store;
+only Slack's HTTP mode can share a port (SO_REUSEPORT), and SQLite's one writer is for one process.
 """
 
 from __future__ import annotations

@@ -45,8 +45,7 @@ def _row(item: ConversationSummary, now: float) -> list[str]:
     lease = "-"
     if state.lease_owner is not None:
         expires = state.lease_expires_at
-        expired = expires is not None and expires < now
-        verb = "expired" if expired else "expires"
+        verb = "expired" if expires is not None and expires < now else "expires"
         owner = printable(state.lease_owner)
         lease = f"{owner} #{state.lease_token}, {verb} {relative(expires, now)}"
     outbox = f"{item.outbox_pending} pending, {item.outbox_failed} failed"

@@ -1,8 +1,6 @@
-"""`burstbot workspaces`: the Slack workspaces installed through "Add to Slack", from the store.
-
-Each with its name and id, when it was installed, when its token expires (with token rotation),
-how many conversations the store holds for it and the model tokens its conversations used today
-(UTC). Tokens themselves are never shown; the store only holds them encrypted anyway.
+"""`burstbot workspaces`: the Slack workspaces installed through "Add to Slack", from the store,
+with the model tokens their conversations used today (UTC). Tokens themselves are never shown;
+the store only holds them encrypted anyway.
 """
 
 from __future__ import annotations
@@ -10,8 +8,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from bot.cli.status import in_workspace, relative
+from bot.config import DAY
 from bot.core.store import Store
-from bot.ops.guards import DAY_SECONDS, spent_tokens
+from bot.ops.guards import spent_tokens
 from bot.ops.inspection import render_table
 
 
@@ -19,7 +18,7 @@ async def workspace_lines(store: Store, now: float) -> list[str]:
     installed = await store.installations()
     if not installed:
         return ['no Slack workspace installed (slack.install = "oauth": see docs/slack.md)']
-    today = now // DAY_SECONDS * DAY_SECONDS
+    today = now // DAY * DAY
     generations = [g for g in await store.generations() if g.ended_at >= today]
     rows = []
     for record in installed:

@@ -1,14 +1,8 @@
 """Configuration: TOML validated by pydantic, secrets referenced by environment variable name.
 
-- `sections.py`: the bot's own sections (storage, debounce, engine, llm, limits, …), strict types
-  and bounds on every value;
-- `platforms.py`: the front ends' sections (`[slack]`, `[discord]`);
-- `tools.py`: Claude's tools and MCP servers;
-- `channels.py`: per-channel overrides and the checks that need them with the global keys;
-- `loading.py`: the whole `Config`, read from TOML into one-line `ConfigError`s, and secrets read
-  from the environment by name.
-
-The rest of the bot imports from `bot.config` itself.
+The bot's own sections are in `sections.py`, the front ends' in `platforms.py`, Claude's tools in
+`tools.py`, per-channel overrides in `channels.py`, the whole `Config` in `loading.py`; the rest
+of the bot imports from `bot.config` itself.
 """
 
 from bot.config.channels import ChannelConfig, ChannelToolsConfig

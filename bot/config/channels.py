@@ -52,6 +52,7 @@ def check_channels(
     """Each channel once, its windows consistent with the global ones it falls back to, and only
     MCP servers that `[[tools.mcp]]` defines."""
     seen: set[tuple[str, str]] = set()
+    known = {server.name for server in servers}
     for index, channel in enumerate(channels):
         where = f"channels.{index}"
         if (channel.platform, channel.channel) in seen:
@@ -65,11 +66,9 @@ def check_channels(
             d.max_wait_seconds if c.max_wait_seconds is None else c.max_wait_seconds,
             f"{where}: ",
         )
-    known = {server.name for server in servers}
-    for index, channel in enumerate(channels):
         for name in (channel.tools.mcp or []) if channel.tools else []:
             if name not in known:
                 raise ValueError(
-                    f"channels.{index}.tools.mcp: unknown server {name!r} "
-                    f"(define it in a [[tools.mcp]] entry)"
+                    f"{where}.tools.mcp: unknown server {name!r} "
+                    "(define it in a [[tools.mcp]] entry)"
                 )

@@ -14,11 +14,6 @@ its `tool_result` sent back in the next call of the chain).
   with dozens of replies streaming that work competes with the acks for the event loop.
 - The stable prefix (system prompt, then the end of the history) carries `cache_control`, so the
   next burst of the same conversation reads it from the prompt cache.
-- A prompt may carry its conversation's model and `max_tokens` (`[[channels]]`); unset ones fall
-  back to this replier's (`[llm]`).
-- A reply the model stopped at `max_tokens` ends with `cut_note`, so nobody mistakes it for a
-  whole answer.
-- SDK and transport exceptions are mapped here, at the edge, into `bot.core.errors`.
 """
 
 from __future__ import annotations
@@ -67,11 +62,6 @@ MAX_CONTINUATIONS = 3  # continuations of a turn the API paused (`pause_turn`) p
 Role = Literal["user", "assistant"]
 Block = TextBlockParam | ImageBlockParam | DocumentBlockParam
 ImageMediaType = Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
-
-
-def estimate_output_tokens(streamed_chars: int) -> int:
-    """Until the API reports output tokens (at the end), about four characters a token."""
-    return streamed_chars // 4 + 1 if streamed_chars else 0
 
 
 def file_block(file: LoadedFile) -> Block:
@@ -195,11 +185,9 @@ class ClaudeReplier(Closable):
             raise map_error(exc) from exc
 
     async def _reply(self, prompt: Prompt, usage: GenerationProgress) -> str:
-        """A turn paused by the API (`pause_turn`: its server-side tool loop ran long) is
-        continued by sending its content back as-is, up to `MAX_CONTINUATIONS` times, all inside
-        this one task: a newer burst cancels the whole chain. Each continuation may search only
-        what is left of the burst's budget; once it is spent (or the cap reached) a last call
-        without tools (`tool_choice` none) writes the answer from what was found."""
+        """A turn paused by the API (`pause_turn`) is continued, up to `MAX_CONTINUATIONS` times,
+        all inside this one task: a newer burst cancels the whole chain. The search budget and the
+        last call without tools: docs/web-search.md."""
         system, messages = to_messages(prompt)
         tools, trace, calls = prompt.tools, ToolTrace(usage), prompt.calls
         if calls is not None:
@@ -295,7 +283,10 @@ class ClaudeReplier(Closable):
                         streamed_chars += len(event.delta.text)
                     elif event.delta.type == "thinking_delta":  # billed as output, not shown
                         streamed_chars += len(event.delta.thinking)
-                    estimate = max(reported_output, estimate_output_tokens(streamed_chars))
+                    # until the API reports output tokens (at the end): four characters a token
+                    estimate = max(
+                        reported_output, streamed_chars // 4 + 1 if streamed_chars else 0
+                    )
                     usage.output_tokens += estimate - reported_output
                     reported_output = estimate
                 elif event.type == "message_delta":

@@ -38,9 +38,8 @@ class OfflineReplier:
         usage.model = "offline"
         usage.input_tokens += sum(len(t.text.split()) for t in prompt.history)
         usage.input_tokens += len(prompt.burst_text().split())
-        files = [f for t in prompt.history for f in t.files] + [
-            f for m in prompt.burst for f in m.files
-        ]
+        files = [f for t in prompt.history for f in t.files]
+        files += [f for m in prompt.burst for f in m.files]
         usage.input_tokens += sum(f.tokens for f in files if f.content is not None)
         for word in re.findall(r"\S+\s*", text):  # one token a word, streamed as it comes
             if self.token_delay:

@@ -1,14 +1,11 @@
 """Claude's server tools (web search, web fetch): the tool list a request carries, what a streamed
-response says about each search, and the sources its citations name.
+response says about each search, and the sources its citations name (docs/web-search.md).
 
 - The tools run on Anthropic's side inside one Messages call; a search's results arrive as a
   `web_search_tool_result` block (a list of results, or an error object: errors come with HTTP 200
   and never break the reply), and text built on them carries `citations_delta` events.
 - The tool list is sorted by name and built the same way every time, so a conversation's requests
   keep one cacheable prefix (tools come first in the prompt cache's order).
-- `web_search_20250305` is the search tool every model that searches accepts;
-  `web_fetch_20250910` fetches only URLs already in the conversation. Neither needs a beta header
-  in the SDK version burstbot pins.
 - Only the final text and a short list of its sources are kept: the result blocks (billed as input
   tokens) are never replayed into a later burst's prompt.
 """

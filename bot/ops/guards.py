@@ -1,41 +1,38 @@
 """Cost guards: rate and size limits at arrival, token budgets before each model call.
 
-Where each check lives, and why:
-
-- at arrival (`check_message`, called by the app before storage): characters per message and the
+- At arrival (`check_message`, called by the app before storage): characters per message and the
   per-user message rate. A refused message is never stored, so it cannot start or grow a burst.
-- before the model call (`admit`, called by the engine with the whole burst): messages and
+- Before the model call (`admit`, called by the engine with the whole burst): messages and
   characters per burst, and the daily token budgets (global, per workspace, per channel, per
   user), which also refuse a burst whose files' estimated tokens would overrun what is left of
-  them. A refused burst is committed as answered with a short notice instead of a model reply,
-  so nothing stays pending.
-- after every model call (`charge`), finished or cancelled: its tokens count against the budgets,
-  and each web search it ran as `search_tokens` tokens (a search is billed on top of the tokens).
+  them. A refused burst is committed as answered with a short notice, so nothing stays pending.
+- After every model call (`charge`), finished or cancelled: its tokens, and each web search as
+  `search_tokens` tokens, count against the budgets.
 
-Counters live in the database (the store's counters), in fixed windows: the rate window for rate and
-size limits, the UTC day for budgets. Each notice is sent at most once per window and subject;
-later refusals in that window are silent (and still logged).
+Counters live in the store, in fixed windows: the rate window for rate and size limits, the UTC
+day for budgets. Each notice goes out at most once per window and subject; later refusals in that
+window are silent (and still logged).
 
 A platform may deliver one message more than once (Slack's `app_mention`/`message` twins, retries,
-two processes on one shard), to any process. The arrival check is decided once per message id:
+two processes on one shard), to any process, so the arrival check is decided once per message id:
 the first delivery counts and decides, in one transaction with remembering the outcome
-(`add_once`); a repeat, wherever it lands, reads that outcome back. It never counts against the
-rate and never sends a notice, and a refused message's repeat is refused too (the engine would
-otherwise store it). A lookup of stored messages could not do this: a refused message is never
-stored, and twins arrive together, before either is.
+(`add_once`); a repeat, wherever it lands, reads that outcome back, never counts against the rate
+nor sends a notice, and a refused message's repeat is refused too (else the engine would store
+it). A lookup of stored messages could not do this: a refused message is never stored, and twins
+arrive together, before either is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from bot.config import AttachmentsConfig, LimitsConfig
+from bot.config import DAY, AttachmentsConfig, LimitsConfig
 from bot.core.attachments import estimate_tokens
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.guard import Refusal
 from bot.core.store import Store, StoredMessage, TokenUsage
 
-DAY_SECONDS = 86_400.0
 REPEAT_MEMORY_SECONDS = 3_600.0  # well past Slack's last retry (5 minutes) and a gateway resume
 
 
@@ -55,16 +52,6 @@ def active_limits(limits: LimitsConfig) -> list[str]:
         )
         if value
     ]
-
-
-def workspace_scope(key: ConversationKey) -> str:
-    """The workspace's (a Slack team's, a Discord guild's) daily token counter."""
-    return f"tokens:workspace:{key.platform}/{key.workspace}"
-
-
-def channel_scope(key: ConversationKey) -> str:
-    """The channel's daily token counter: every thread of a channel (or a DM) shares it."""
-    return f"tokens:channel:{key.platform}/{key.workspace}/{key.channel}"
 
 
 def spent_tokens(usage: TokenUsage, search_tokens: int = 0) -> int:
@@ -92,23 +79,12 @@ def attachment_tokens(burst: Sequence[StoredMessage], attachments: AttachmentsCo
     )
 
 
-def _over(used: int, files: int, budget: int) -> bool:
-    """Spent already, or the burst's files alone would take the budget past its end."""
-    return used >= budget or used + files > budget
-
-
+@dataclass(eq=False)
 class CostGuards:
-    def __init__(
-        self,
-        limits: LimitsConfig,
-        counters: Store,
-        is_admin: Callable[[str, str], bool] = lambda platform, user: False,
-        attachments: AttachmentsConfig | None = None,
-    ) -> None:
-        self.limits = limits
-        self.counters = counters
-        self.is_admin = is_admin
-        self.attachments = attachments or AttachmentsConfig()
+    limits: LimitsConfig
+    counters: Store
+    is_admin: Callable[[str, str], bool]
+    attachments: AttachmentsConfig
 
     # arrival ---------------------------------------------------------------------------------
     async def check_message(self, message: IncomingMessage, now: float) -> Refusal | None:
@@ -149,10 +125,11 @@ class CostGuards:
         chars = sum(len(m.text) for m in burst)
         if sized and lim.max_burst_chars and chars > lim.max_burst_chars:
             return await self._refuse("burst_too_long", key.id, lim.size_notice, now)
-        day = int(now // DAY_SECONDS)
+        day = int(now // DAY)
         files = attachment_tokens(burst, self.attachments)
         for reason, scope, budget, subject in self._budgets(key, users):
-            if _over(await self.counters.read_counter(scope, day), files, budget):
+            used = await self.counters.read_counter(scope, day)
+            if used >= budget or used + files > budget:  # spent, or the files alone overrun it
                 return await self._refuse(reason, subject, lim.budget_notice, now, daily=True)
         return None
 
@@ -165,8 +142,8 @@ class CostGuards:
         tokens = spent_tokens(usage, self.limits.search_tokens)
         if not tokens:
             return
-        day = int(now // DAY_SECONDS)
-        expires = (day + 2) * DAY_SECONDS
+        day = int(now // DAY)
+        expires = (day + 2) * DAY
         for _, scope, _, _ in self._budgets(key, self._charged_users(key, burst)):
             await self.counters.add_to_counter(scope, day, tokens, expires, now)
 
@@ -174,11 +151,12 @@ class CostGuards:
     def _budgets(self, key: ConversationKey, users: list[str]) -> list[tuple[str, str, int, str]]:
         """The daily budgets that are on, as (refusal reason, counter, budget, notice subject):
         only their counters are read and written (each is a write)."""
-        lim = self.limits
+        lim, where = self.limits, f"{key.platform}/{key.workspace}"  # a Slack team, a guild
+        channel = f"tokens:channel:{where}/{key.channel}"  # its threads (or a DM's) share it
         budgets = [
             ("global_budget", "tokens:global", lim.global_daily_tokens, key.id),
-            ("workspace_budget", workspace_scope(key), lim.workspace_daily_tokens, key.id),
-            ("channel_budget", channel_scope(key), lim.channel_daily_tokens, key.id),
+            ("workspace_budget", f"tokens:workspace:{where}", lim.workspace_daily_tokens, key.id),
+            ("channel_budget", channel, lim.channel_daily_tokens, key.id),
         ]
         budgets += [("user_budget", f"tokens:{u}", lim.user_daily_tokens, u) for u in users]
         return [budget for budget in budgets if budget[2]]
@@ -199,7 +177,7 @@ class CostGuards:
     ) -> Refusal:
         """Claim this window's notice of its kind (size, rate or budget) for the subject."""
         if daily:
-            window, expires = int(now // DAY_SECONDS), (now // DAY_SECONDS + 2) * DAY_SECONDS
+            window, expires = int(now // DAY), (now // DAY + 2) * DAY
         else:
             window, expires = self._window(now)
         kind = "budget" if daily else ("rate" if reason == "rate_limited" else "size")

@@ -1,10 +1,6 @@
-"""What `/healthz` and the gauges of `/metrics` report for one process.
-
-`/healthz` is 200 only while the store answers a query and every front end can receive (Slack's
-socket or HTTP listener, Discord's gateway session); the body names each part and its state, so
-a container healthcheck or a monitor sees which part failed. The gauges are read at scrape time:
-outbox depth, replies failed for good and the age of the oldest unanswered message come from the
-store (every process's work), generations in flight from this process.
+"""What `/healthz` and the gauges of `/metrics` report for one process (docs/metrics.md): healthy
+while the store answers a query and every front end can receive; the gauges are read at scrape
+time, from the store (every process's work) and from this process (generations in flight).
 """
 
 from __future__ import annotations

@@ -31,16 +31,11 @@ def configured_secrets(config: Config, environ: Mapping[str, str] | None = None)
     env = os.environ if environ is None else environ
     names = dict.fromkeys([*config.secret_env_names(), *DRIVER_SECRET_ENV])
     secrets = [env[name] for name in names if env.get(name, "").strip()]
-    password = url_password(config.storage.url)
-    return [*secrets, password, unquote(password)] if password else secrets
-
-
-def url_password(url: str) -> str:
-    """The password written into a storage URL (postgresql://user:pw@host/db), as written."""
-    try:
-        return urlsplit(url).password or ""  # not unquoted: `configured_secrets` adds that form
+    try:  # a password written into the storage URL: as written, and unquoted
+        password = urlsplit(config.storage.url).password or ""
     except ValueError:
-        return ""
+        password = ""
+    return [*secrets, password, unquote(password)] if password else secrets
 
 
 class SecretRedactor(logging.Filter):

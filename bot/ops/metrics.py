@@ -190,11 +190,10 @@ class Metrics:
         if searches:
             self.web_searches.labels(model).inc(searches)
         input, output, cache_read, cache_write = tokens
-        cost = None
         if any(tokens) or searches:
             cost = self.prices.cost(model, input, output, cache_read, cache_write, searches)
-        if cost is not None:
-            self.cost.labels(model).inc(cost)
+            if cost is not None:
+                self.cost.labels(model).inc(cost)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
@@ -207,11 +206,10 @@ def _number(value: object) -> float:
 @dataclass(eq=False, repr=False)
 class MetricsServer:
     """`/metrics` (Prometheus text format) and `/healthz`: `health` returns a report whose "ok"
-    decides 200 or 503 (anything else that returns counts as healthy; raising is 503); `refresh`
-    sets the gauges before each scrape."""
+    decides 200 or 503 (raising is 503); `refresh` sets the gauges before each scrape."""
 
     metrics: Metrics
-    health: Callable[[], Awaitable[object]]
+    health: Callable[[], Awaitable[dict[str, object]]]
     host: str
     port: int
     refresh: Callable[[], Awaitable[None]] | None = None
@@ -255,6 +253,4 @@ class MetricsServer:
             report = await asyncio.wait_for(self.health(), timeout=5.0)
         except Exception as exc:
             return web.json_response({"ok": False, "error": type(exc).__name__}, status=503)
-        if isinstance(report, dict) and "ok" in report:
-            return web.json_response(report, status=200 if report["ok"] else 503)
-        return web.json_response({"ok": True})
+        return web.json_response(report, status=200 if report["ok"] else 503)

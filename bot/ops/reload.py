@@ -1,12 +1,9 @@
 """Reloading the config of a running process (SIGHUP, `burstbot reload`).
 
-What a running process can take on at once is what it reads per burst or per message: debounce,
-prompts, models and their limits, access lists, cost guards, channel overrides, logging and Slack's
-assistant threads (`[slack.assistant]`, handed to the Slack front end). What it
-built at start cannot change under it: the store, the front ends and their ports or tokens, the
-metrics listener, leases and engine sizing, the model client (provider, key, endpoint, timeouts)
-and catch-up. A reload keeps the running values of those and names each changed one as needing a
-restart; a file that does not load is refused whole and the running config stays.
+What a process reads per burst or per message takes effect at once; what it built at start (the
+store, the front ends and their ports or tokens, the model client, catch-up: `RESTART_SECTIONS`,
+`RESTART_LLM_KEYS`) keeps its running value and is named as needing a restart
+(docs/configuration.md). A file that does not load is refused whole and the running config stays.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """`burstbot retry CONVERSATION|REPLY`: a reply whose delivery failed for good, posted again.
 
-Rules:
-
-- Only a `failed` reply is re-queued: pending again, due now, its failed attempts forgotten (the
-  give-up horizon starts anew), its last error kept for `explain`. A pending or sent reply is
-  left alone: the outbox owns it.
-- `REPLY` is a reply id as `status` and `explain` show it (`r12`, or `12`); a conversation id
-  re-queues every failed reply of that conversation, delivered in commit order.
-- A running `burstbot run` picks it up like any reply (woken at once on PostgreSQL, on its next
-  poll on SQLite); the reply's idempotency key still guards against a double post.
-- An id that names nothing, or nothing failed, is one line and no change.
+Only a `failed` reply is re-queued: pending again, due now, its failed attempts forgotten (the
+give-up horizon starts anew), its last error kept for `explain`; a pending or sent reply belongs
+to the outbox. A running `burstbot run` picks it up like any reply (woken at once on PostgreSQL,
+on its next poll on SQLite), and its idempotency key still guards against a double post.
 """
 
 from __future__ import annotations

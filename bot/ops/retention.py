@@ -1,17 +1,8 @@
-"""Retention and erasure: old stored text goes away by itself, a person's or a conversation's on
-request. Pending work is never touched: unanswered messages, replies still in the outbox and
-armed timers stay until the pipeline is done with them.
-
-- `[retention] max_age_days`: a running process deletes answered messages, settled replies and
-  generation records older than that, every `sweep_seconds` (several processes may sweep: the
-  deletes are idempotent). It must exceed catch-up's window, or catch-up would fetch a deleted
-  message again as new (the config refuses it). Off (0) by default.
-- `[retention] file_max_age_days` (30 by default): downloaded file bytes go sooner than text; a
-  later burst whose history shows an expired file fetches it again (or names it in a note).
-- `burstbot forget --user ID` / `--conversation ID`: erase in place. Messages keep their row and
-  platform id with empty text, name and author, so a redelivery is recognised and dropped
-  instead of stored again; a conversation's posted replies are emptied too, a reply still in the
-  outbox is posted first (then forget again). Both are logged.
+"""Retention and erasure (docs/configuration.md): old stored text goes away by itself, a person's
+or a conversation's on request. Pending work is never touched: unanswered messages, replies still
+in the outbox and armed timers stay until the pipeline is done with them. Several processes may
+sweep: the deletes are idempotent. An erased message keeps its row and platform id with empty
+text, name and author, so a redelivery is recognised and dropped instead of stored again.
 """
 
 from __future__ import annotations

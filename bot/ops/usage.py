@@ -1,15 +1,10 @@
 """What the model cost: tokens per model, user or channel from the stored generations, priced.
 
-Every generation (answered, superseded, discarded, failed) is stored with its token counts, the
-model that ran it and the user it answered, so the report counts what was paid for, including the
-work thrown away: `wasted` is the output of generations that were cancelled by newer input, lost
-their lease or failed the final check (as the `wasted` metric counts it).
-
-Prices are USD per million tokens: the built-in table below for current Claude models, which
-`[prices."model"]` entries in the config extend or replace. A model id matches the longest table
-entry it starts with (`claude-sonnet-5-5-20261001` is priced as `claude-sonnet-5-5`). A model
-that matches nothing is shown without a cost rather than guessed. Web searches are billed per
-search on top of the tokens ($10 per 1,000 unless a price entry's `web_search` says otherwise).
+Every generation (answered, superseded, discarded, failed) is stored with its tokens, so the
+report counts what was paid for, including the work thrown away (`wasted`, as the metric counts
+it). Prices are USD per million tokens (the built-in table below, extended or replaced by
+`[prices]`); a model id matches the longest entry it starts with, and a model that matches nothing
+is shown without a cost rather than guessed.
 """
 
 from __future__ import annotations
