@@ -15,6 +15,7 @@ from bot.core.attachments import (
     LoadedFile,
     StoredFile,
     estimate_tokens,
+    human_size,
     kind_of,
     readable,
 )
@@ -331,3 +332,18 @@ def test_a_long_text_file_in_the_burst_is_cut_to_the_context_and_images_stay() -
     )
     [cramped] = build_prompt("", [], burst, 1800, [files]).burst
     assert cramped.files[1].note == "about 100001 tokens, more than the context has left"
+
+
+@pytest.mark.parametrize(
+    ("size", "shown"),
+    [
+        (512, "512 bytes"),
+        (1536, "1.5 KB"),
+        (1000 * 1024, "1000 KB"),
+        (1023 * 1024, "1023 KB"),
+        (5 * 1024 * 1024, "5 MB"),
+        (3 * 1024**3, "3 GB"),
+    ],
+)
+def test_a_size_reads_as_plain_figures_never_an_exponent(size: int, shown: str) -> None:
+    assert human_size(size) == shown

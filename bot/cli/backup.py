@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import aiosqlite
 
+from bot.core.attachments import human_size
 from bot.core.errors import BurstbotError, StoreError
 
 
@@ -33,7 +34,7 @@ async def backup_sqlite(source: Path, target: Path, busy_timeout_ms: int = 10_00
     finally:
         _clean_up(partial)
     return (
-        f"backup: {source} -> {target} ({_size(size)}, schema version {version}, "
+        f"backup: {source} -> {target} ({human_size(size)}, schema version {version}, "
         f"{conversations} conversations, {messages} messages; integrity {check}; mode 0600)"
     )
 
@@ -103,14 +104,6 @@ def _sync(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _size(size: int) -> str:
-    for unit in ("bytes", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
-        size /= 1024  # type: ignore[assignment]
-    raise AssertionError("unreachable")
 
 
 def pg_dump_lines(url: str, target: str) -> list[str]:

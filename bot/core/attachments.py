@@ -82,7 +82,8 @@ def estimate_tokens(attachment: Attachment, size: int | None = None) -> int:
 def human_size(size: int) -> str:
     for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
         if size >= scale:
-            return f"{size / scale:.3g} {unit}"
+            value = size / scale  # three figures, but never an exponent (1000 to 1023)
+            return f"{value:.3g} {unit}" if value < 1000 else f"{value:.0f} {unit}"
     return f"{size} bytes"
 
 
