@@ -24,6 +24,7 @@ from adapters.slack.calls import call, slack_code
 from adapters.slack.inbound import PLATFORM, Identity, Payload
 from adapters.slack.outbound import STATUS_UNAVAILABLE
 from bot.config import SlackAssistantConfig
+from bot.core.clock import cancel_all
 from bot.core.errors import DeliveryError
 from bot.core.events import ConversationKey, IncomingMessage, Reply
 from bot.core.frontend import Host
@@ -277,9 +278,7 @@ class AssistantThreads:
             await asyncio.gather(*self._background, return_exceptions=True)
 
     async def stop(self) -> None:
-        for task in list(self._background):
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await cancel_all(self._background)
 
 
 def greeting_metadata(key: ConversationKey) -> dict[str, Any]:
