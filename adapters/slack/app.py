@@ -189,7 +189,7 @@ class SlackFrontend(
         )
         host = cast(Host, self._host)  # set by start, before any stack is built
         assistant = AssistantThreads(client, identity, host, self.config.assistant)
-        drafts = SlackDrafts(outbound, native=assistant.streams_natively)
+        drafts = SlackDrafts(outbound, native=assistant.is_assistant_thread)
         history = History(client, identity, self.listen_channels)
         return Workspace(identity, client, outbound, drafts, history, assistant)
 

@@ -24,6 +24,7 @@ from adapters.slack.calls import call, slack_code
 from adapters.slack.inbound import PLATFORM, Identity, Payload
 from adapters.slack.outbound import STATUS_UNAVAILABLE
 from bot.config import SlackAssistantConfig
+from bot.core.clock import cancel_all
 from bot.core.errors import DeliveryError
 from bot.core.events import ConversationKey, IncomingMessage, Reply
 from bot.core.frontend import Host
@@ -88,7 +89,7 @@ class AssistantThreads:
     _background: set[asyncio.Future[None]] = field(default_factory=set, init=False)
     _refused: set[str] = field(default_factory=set, init=False)  # no scope for it: warned once
     _names: dict[str, str] = field(default_factory=dict, init=False)
-    _native: set[str] = field(default_factory=set, init=False)  # threads that stream natively
+    _opened: set[str] = field(default_factory=set, init=False)  # known assistant threads
 
     # events (the ack follows the return) ------------------------------------------------------
     async def started(self, body: Payload) -> None:
@@ -147,16 +148,16 @@ class AssistantThreads:
                 metadata=greeting_metadata(thread.key),
             )
 
-    async def streams_natively(self, key: ConversationKey) -> bool:
-        """Whether the conversation's drafts are Slack's native streams: a thread opened from
-        the assistant surface (noted once, never un-noted: remembered)."""
+    async def is_assistant_thread(self, key: ConversationKey) -> bool:
+        """A thread opened from the assistant surface (noted once, never un-noted: remembered),
+        not merely a thread in a DM: its drafts are Slack's native streams, its title ours."""
         if not (self.config.enabled and is_dm_thread(key)):
             return False
-        if key.id in self._native:
+        if key.id in self._opened:
             return True
         if await self.host.notes.note(key.id, NOTE_THREAD) is None:
             return False
-        self._native.add(key.id)
+        self._opened.add(key.id)
         return True
 
     # the thread's title -----------------------------------------------------------------------
@@ -175,10 +176,8 @@ class AssistantThreads:
 
     async def _title_once(self, key: ConversationKey, text: str) -> None:
         title = short_title(text)
-        if not (self.config.enabled and title and is_dm_thread(key)):
+        if not (title and await self.is_assistant_thread(key)):
             return
-        if await self.host.notes.note(key.id, NOTE_THREAD) is None:
-            return  # a thread in a DM, not one opened from the assistant surface
         if await self.host.notes.add_note(key.id, NOTE_TITLE, title, time.time()):
             self._run(
                 self._call(
@@ -277,9 +276,7 @@ class AssistantThreads:
             await asyncio.gather(*self._background, return_exceptions=True)
 
     async def stop(self) -> None:
-        for task in list(self._background):
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await cancel_all(self._background)
 
 
 def greeting_metadata(key: ConversationKey) -> dict[str, Any]:

@@ -172,14 +172,8 @@ def burst_window(authors: Sequence[AuthorLast], low: float, high: float) -> Wind
     and never longer than `max_quiet_seconds` after the newest message (whose age is 0)."""
     if not authors:
         return Window(low, "no pending message")
-    best: tuple[float, AuthorLast, Window] | None = None
-    for author in authors:
-        window = author_window(author, low, high)
-        left = window.seconds - author.age
-        if best is None or left > best[0]:
-            best = (left, author, window)
-    assert best is not None
-    left, author, window = best
-    seconds = max(left, 0.0)
+    windows = ((author_window(author, low, high), author) for author in authors)
+    window, author = max(windows, key=lambda found: found[0].seconds - found[1].age)
+    seconds = max(window.seconds - author.age, 0.0)
     return Window(seconds, f"{window.seconds:.1f} s after {author.name}'s last message: "
                            f"{window.reason}")  # fmt: skip

@@ -288,17 +288,11 @@ class ToolBox:
     max_result_chars: dict[str, int] = field(default_factory=dict)
 
     def for_burst(
-        self,
-        burst: Burst,
-        emit: Callable[..., None],
-        window_closed: asyncio.Event | None = None,
+        self, burst: Burst, emit: Callable[..., None], window_closed: asyncio.Event
     ) -> BurstTools:
-        """The generation's tool calls. `window_closed` is set when the burst's window closes: a
-        generation started before the close (speculation) passes an unset event and sets it at
-        the close; a tool with an effect waits for it. None: the window has closed already."""
-        if window_closed is None:
-            window_closed = asyncio.Event()
-            window_closed.set()
+        """The generation's tool calls. `window_closed` is set when the burst's window closes (at
+        once, or at the close for a generation started before it): a tool with an effect waits
+        for it."""
         user = burst.messages[-1].author_id if burst.messages else ""
         return BurstTools(self.log, self.servers, burst.lease, user, window_closed, self.now, emit,
                           max_result_chars=self.max_result_chars)  # fmt: skip
