@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, cast
 from bot.arrival import Arrival
 from bot.config import Config, Reconfigurable, load_config
 from bot.core.catch_up import CatchUp
-from bot.core.clock import Clock, SystemClock
+from bot.core.clock import Clock, SystemClock, cancel_all, first_of
 from bot.core.engine import Engine
 from bot.core.errors import BurstbotError, ConfigError, StoreError
 from bot.core.events import ConversationKey, Event
@@ -278,12 +278,9 @@ class App:
             self.start_catch_up(started, connecting_at)
             log.info("burstbot running as %s", self.engine.owner)
             self.serving.set()
-            stop = asyncio.create_task(self._stop.wait())
-            await asyncio.wait({stop, scheduler}, return_when=asyncio.FIRST_COMPLETED)
-            stop.cancel()
+            await first_of(self._stop.wait(), scheduler)
         finally:
-            sweeper.cancel()
-            await asyncio.gather(sweeper, return_exceptions=True)
+            await cancel_all([sweeper])
             await self._shutdown(started, scheduler)
             for sig in handlers:
                 with contextlib.suppress(NotImplementedError, RuntimeError):

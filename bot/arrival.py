@@ -30,20 +30,23 @@ class Arrival:
     async def ingest(self, event: Event) -> IngestResult:
         """Access rules and arrival guards first (nothing refused is stored), then the engine."""
         if isinstance(event, ResetConversation):
-            return await self._reset(event)
+            return self._refused_access(event) or await self._reset(event)
         if isinstance(event, IncomingMessage) and not event.author_is_bot:
-            reason = self.access.refusal(event.key, event.author_id, event.is_dm)
-            if reason is not None:
-                log.info("conversation %s: message refused (%s)", event.key.id, reason)
-                self.signals.emit(
-                    "refused", conversation=event.key.id, stage="access", reason=reason
-                )
-                return IngestResult("ignored", event.key.id, 0)
-            if self.guards is not None:
+            refused = self._refused_access(event)
+            if refused is None and self.guards is not None:
                 refused = await self._guarded(event, self.guards)
-                if refused is not None:
-                    return refused
+            if refused is not None:
+                return refused
         return await self.engine.ingest(event)
+
+    def _refused_access(self, event: IncomingMessage | ResetConversation) -> IngestResult | None:
+        reason = self.access.refusal(event.key, event.author_id, event.is_dm)
+        if reason is None:
+            return None
+        what = "/reset" if isinstance(event, ResetConversation) else "message"
+        log.info("conversation %s: %s refused (%s)", event.key.id, what, reason)
+        self.signals.emit("refused", conversation=event.key.id, stage="access", reason=reason)
+        return IngestResult("ignored", event.key.id, 0)
 
     async def _guarded(self, event: IncomingMessage, guards: CostGuards) -> IngestResult | None:
         key = event.key
@@ -67,10 +70,6 @@ class Arrival:
 
     async def _reset(self, event: ResetConversation) -> IngestResult:
         cid = event.key.id
-        reason = self.access.refusal(event.key, event.author_id, event.is_dm)
-        if reason is not None:
-            self.signals.emit("refused", conversation=cid, stage="access", reason=reason)
-            return IngestResult("ignored", cid, 0)
         floor = await self.engine.store.reset_history(cid)
         log.info("conversation %s: history cleared by %s", cid, event.author_id or "a user")
         self.signals.emit("reset", conversation=cid, floor=floor)

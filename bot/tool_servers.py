@@ -30,6 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from bot.config import McpServerConfig, require_secret
+from bot.core.clock import cancel_all
 from bot.core.errors import ConfigError
 from bot.core.tools import (
     OutcomeUnknown,
@@ -77,8 +78,7 @@ class McpServer:
         self._closing = True
         self._broken.set()
         if self._runner is not None:
-            self._runner.cancel()
-            await asyncio.gather(self._runner, return_exceptions=True)
+            await cancel_all([self._runner])
 
     async def _run(self) -> None:
         delay = BACKOFF_SECONDS[0]

@@ -36,7 +36,7 @@ from adapters.discord.streaming import MESSAGES, DiscordDrafts
 from adapters.discord.unstored import UNSTORED_LIMIT, UnstoredMessages
 from bot.config import DiscordConfig
 from bot.core.catch_up import CatchUp, CatchUpRun
-from bot.core.clock import Clock, SystemClock
+from bot.core.clock import Clock, SystemClock, first_of
 from bot.core.errors import (
     BurstbotError,
     ConfigError,
@@ -165,9 +165,7 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
         except DeliveryError as exc:
             raise BurstbotError(f"discord: cannot reach Discord to log in ({exc})") from exc
         self._connection = asyncio.create_task(self.client.connect(reconnect=True))
-        ready = asyncio.create_task(self._ready.wait())
-        await asyncio.wait({self._connection, ready}, return_when=asyncio.FIRST_COMPLETED)
-        ready.cancel()
+        await first_of(self._connection, self._ready.wait())
         if self._connection.done():
             raise _connect_error(self._connection)
         self._connection.add_done_callback(self._connection_ended)

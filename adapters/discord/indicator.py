@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import discord
 
-from bot.core.clock import Clock
+from bot.core.clock import Clock, cancel_all
 
 log = logging.getLogger("burstbot.discord")
 
@@ -62,9 +62,7 @@ class TypingKeeper:
     async def close(self) -> None:
         tasks = list(self._tasks.values())
         self._tasks.clear()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_all(tasks)
 
     def _forget(self, conversation_id: str, task: asyncio.Task[None]) -> None:
         if self._tasks.get(conversation_id) is task:

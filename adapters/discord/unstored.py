@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from bot.core.clock import Clock
+from bot.core.clock import Clock, cancel_all
 from bot.core.errors import StoreError
 from bot.core.events import IncomingMessage
 
@@ -75,8 +75,7 @@ class UnstoredMessages:
     async def stop(self) -> None:
         """Shutdown: what is still held was never stored; catch-up at the next start reads it."""
         if self._retrying is not None:
-            self._retrying.cancel()
-            await asyncio.gather(self._retrying, return_exceptions=True)
+            await cancel_all([self._retrying])
         if self._queue:
             log.error("discord: %d held message(s) not stored at shutdown; catch-up at the next "
                       "start fetches them", len(self._queue))  # fmt: skip

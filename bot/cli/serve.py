@@ -14,6 +14,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from bot.config import Config
+from bot.core.clock import first_of
 
 log = logging.getLogger("burstbot")
 
@@ -71,7 +72,7 @@ def for_worker(config: Config, index: int) -> Config:
     )
 
 
-async def run_workers(config_path: str, workers: int, verbose: bool, pid_file: str = "") -> int:
+async def run_workers(config_path: str, workers: int, verbose: bool, pid_file: str) -> int:
     """Start `workers` processes of `burstbot run` and wait. SIGINT/SIGTERM is passed on to every
     worker (each shuts down cleanly), and SIGHUP too (each reloads); `pid_file` names this
     process. When one worker exits, the others are stopped too, so a supervisor restarts the
@@ -91,9 +92,7 @@ async def run_workers(config_path: str, workers: int, verbose: bool, pid_file: s
             loop.add_signal_handler(sig, stopping.set)
         loop.add_signal_handler(signal.SIGHUP, _pass_on, children, signal.SIGHUP)
         exits = [asyncio.ensure_future(child.wait()) for child in children]
-        asked = asyncio.ensure_future(stopping.wait())
-        await asyncio.wait([*exits, asked], return_when=asyncio.FIRST_COMPLETED)
-        asked.cancel()
+        await first_of(stopping.wait(), *exits)
         _pass_on(children, signal.SIGTERM)
         codes = await asyncio.gather(*exits)
         return next((code for code in codes if code != 0), 0)
