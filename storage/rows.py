@@ -33,6 +33,12 @@ def from_row(kind: type[R], r: Row, **computed: Any) -> R:
     return kind(**{name: r[name] for name in names}, **computed)
 
 
+def by_name(record: Any) -> dict[str, Any]:
+    """A record's fields by name, as they are: `from_row`'s inverse, without `asdict`'s deep copy
+    of nested records (ingest's hot path converts the attachments itself)."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
+
+
 def attachments_json(attachments: Sequence[Attachment]) -> str:
     return json.dumps([asdict(a) for a in attachments])
 
@@ -83,7 +89,7 @@ def message_params(message: IncomingMessage, now: float) -> dict[str, Any]:
     attachments as JSON)."""
     key = message.key
     uid = message_uid(key.platform, key.workspace, message.message_id)
-    params = {**asdict(message), "attachments": attachments_json(message.attachments)}
+    params = {**by_name(message), "attachments": attachments_json(message.attachments)}
     return {**params, "cid": key.id, "platform": key.platform, "uid": uid, "now": now}
 
 
@@ -118,7 +124,7 @@ def reply_params(
     covers = {"covers_from": answered_version, "version": version, "seen_version": seen_version}
     if reply.covers_from_version is not None:
         covers["covers_from"] = reply.covers_from_version
-    params = {**asdict(reply), **asdict(reply.usage), **covers, "cid": cid, "now": now}
+    params = {**by_name(reply), **by_name(reply.usage), **covers, "cid": cid, "now": now}
     return {**params, "platform": cid.split("/", 1)[0]}
 
 
