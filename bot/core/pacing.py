@@ -160,7 +160,7 @@ class Bucket:
         now = self.clock.monotonic()
         if now < self.held_until:
             return self.held_until - now
-        if self._finals[0] != ticket:
+        if self._finals[0] is not ticket:
             return math.inf  # woken when the final ahead has gone
         self._refill(now)
         if self.tokens >= 1.0:
