@@ -86,7 +86,7 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         self._db: aiosqlite.Connection | None = None
         self._lock = ArrivalsFirst()
         self._wal = False
-        self._checkpoint_owed = False  # an erase's checkpoint could not truncate the log yet
+        self._checkpoint_owed = False  # a checkpoint could not truncate the log yet
 
     async def open(self) -> None:
         """Connect, configure and migrate. On any failure the connection is closed again: its
@@ -179,15 +179,15 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         except (sqlite3.Error, ValueError, OverflowError) as exc:  # bad input too: a clear error
             raise StoreError(f"{name}: {exc}") from exc
 
-    async def _off_disk(self, erased: bool) -> None:
+    async def _off_disk(self) -> None:
         """`secure_delete` zeroes the freed bytes in the pages an erase writes, but those pages go
         to the write-ahead log, and the log keeps the pages as they were before, text and all,
         until a checkpoint copies it back and truncates it: the checkpoint runs here, in a turn
         of the lock, so never inside this connection's own transaction. Another connection's
         reader on an older snapshot holds it back; SQLite waits for it within the busy timeout.
         If the log still could not be truncated, a warning names it, and the next erase or
-        retention sweep tries again."""
-        if not self._wal or not (erased or self._checkpoint_owed):
+        retention sweep (hourly, in every process) tries again."""
+        if not self._wal:
             return
         async with self._lock.turn():
             try:
