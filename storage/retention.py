@@ -1,5 +1,7 @@
 """Retention and erasure on request (`bot/ops/retention.py`, `burstbot forget`). None of it
-touches pending work: unanswered messages, replies still in the outbox, armed timers."""
+touches pending work: unanswered messages, replies still in the outbox, armed timers. Each
+erase, and each sweep, ends with the backend's `_off_disk`, so erased text leaves its files
+(SQLite's write-ahead log) and not only its tables."""
 
 from __future__ import annotations
 
@@ -18,12 +20,14 @@ class RetentionSteps(StoreSeam[Conn]):
 
     async def prune(self, cutoff: float) -> dict[str, int]:
         """Delete answered messages, settled replies and generations older than `cutoff`."""
-        return await self._counts(PRUNED, "prune", {"cutoff": cutoff})
+        return await self._swept(await self._counts(PRUNED, "prune", {"cutoff": cutoff}))
 
     async def prune_files(self, cutoff: float) -> dict[str, int]:
         """Delete downloaded files older than `cutoff` (and bytes nothing refers to any more);
         the messages that carried them keep their descriptions."""
-        return await self._counts(("files", "blobs"), "prune", {"cutoff": cutoff})
+        return await self._swept(
+            await self._counts(("files", "blobs"), "prune", {"cutoff": cutoff})
+        )
 
     async def forget_user(self, user_id: str, platform: str | None, now: float) -> dict[str, int]:
         """Erase a person's messages (text, name, id) everywhere, or on one platform. An answer
@@ -37,6 +41,7 @@ class RetentionSteps(StoreSeam[Conn]):
         for row in fenced:  # due again only once the text is gone, or a prompt could still read it
             await self._rows("restore_timer", {"cids": self._array([row[0]])})  # no lease holds it
             await self._rows("forget_user_rearm", {"cid": row[0], "now": now})
+        await self._off_disk()
         return {**counts, "files": files}
 
     async def forget_conversation(self, conversation_id: str) -> dict[str, int]:
@@ -52,7 +57,15 @@ class RetentionSteps(StoreSeam[Conn]):
         counts = await self._counts(tables, "forget_conversation", params)
         await self._rows("forget_conversation_notes", params)  # the viewed channel, a title
         unsent = await self._rows("unsent_replies", params)
+        await self._off_disk()
         return {**counts, "files": files, "unsent_replies_kept": int(unsent[0][0])}
+
+    async def _swept(self, counts: dict[str, int]) -> dict[str, int]:
+        """A sweep's deletes off the disk too. One that deleted nothing still finishes what an
+        earlier erase could not, in this process or in another (`burstbot forget`, which has
+        exited since)."""
+        await self._off_disk()
+        return counts
 
     async def _forget_files(self, selected: str, params: Params) -> int:
         """Delete the kept files (and bytes no other file shares) of the messages `selected`

@@ -37,6 +37,12 @@ class StoreSeam(ABC, Generic[Conn]):
     async def listen(self, hint: Callable[[str], None]) -> None:
         """Nothing to hear unless the backend says otherwise (see `_hint`)."""
 
+    async def _off_disk(self) -> None:
+        """After an erase or a retention sweep, outside any transaction: make what was erased
+        (here, or by another process whose own attempt was held back) unreadable in the
+        backend's files. Nothing unless the backend says otherwise (PostgreSQL leaves it to
+        VACUUM: docs/operations.md)."""
+
     async def _one(self, name: str, params: Params, db: Conn | None = None) -> Row | None:
         rows = await self._rows(name, params, db)
         return rows[0] if rows else None

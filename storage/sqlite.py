@@ -9,6 +9,8 @@ The steps are the shared SQL store's (storage/sql_store.py); SQLite supplies wha
   caller is cancelled (storage/sqlite_thread.py), so the connection is never left mid-way;
 - WAL with a busy timeout (the switch to WAL retried within it): a second process on the file
   waits for the write lock and runs the same compare-and-swap statements (docs/scaling.md);
+- erased means gone from disk: `secure_delete` zeroes what a statement frees, and every erase
+  ends with a checkpoint that copies the write-ahead log back and truncates it (`_off_disk`);
 - numbered migrations tracked in `PRAGMA user_version`;
 - lists travel as JSON text, and the shared SQL's LEAST/GREATEST run as SQLite's MIN/MAX;
 - the protocol's clock (G12) is the host's: the caller's `now` is the database's.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import re
 import sqlite3
@@ -35,6 +38,7 @@ from storage.sql_store import SqlStore
 from storage.sqlite_thread import to_completion
 from storage.turns import ArrivalsFirst
 
+log = logging.getLogger("burstbot.storage")
 _ROW_LOCK = re.compile(r"\bFOR (NO KEY )?UPDATE( OF \w+)?( SKIP LOCKED)?")
 _IN_LIST = re.compile(r"= ANY\(CAST\((:\w+) AS TEXT\[\]\)\)")
 
@@ -81,6 +85,8 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         self.busy_timeout_ms = busy_timeout_ms
         self._db: aiosqlite.Connection | None = None
         self._lock = ArrivalsFirst()
+        self._wal = False
+        self._checkpoint_owed = False  # a checkpoint could not truncate the log yet
 
     async def open(self) -> None:
         """Connect, configure and migrate. On any failure the connection is closed again: its
@@ -98,6 +104,7 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
                 await self._switch_to_wal(self._db)
             await self._db.execute("PRAGMA synchronous = FULL")
             await self._db.execute("PRAGMA foreign_keys = ON")
+            await self._db.execute("PRAGMA secure_delete = ON")
             await self._migrate()
         except BaseException as exc:
             await self.close()
@@ -113,7 +120,8 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
         give_up = loop.time() + self.busy_timeout_ms / 1000
         while True:
             try:
-                await db.execute("PRAGMA journal_mode = WAL")
+                mode = await (await db.execute("PRAGMA journal_mode = WAL")).fetchone()
+                self._wal = mode is not None and str(mode[0]).lower() == "wal"
                 return
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or loop.time() >= give_up:
@@ -170,6 +178,33 @@ class SqliteStore(SqlStore[aiosqlite.Connection]):
                 return list(await to_completion(statement))
         except (sqlite3.Error, ValueError, OverflowError) as exc:  # bad input too: a clear error
             raise StoreError(f"{name}: {exc}") from exc
+
+    async def _off_disk(self) -> None:
+        """`secure_delete` zeroes the freed bytes in the pages an erase writes, but those pages go
+        to the write-ahead log, and the log keeps the pages as they were before, text and all,
+        until a checkpoint copies it back and truncates it: the checkpoint runs here, in a turn
+        of the lock, so never inside this connection's own transaction. Another connection's
+        reader on an older snapshot holds it back; SQLite waits for it within the busy timeout.
+        If the log still could not be truncated, a warning names it, and the next erase or
+        retention sweep (hourly, in every process) tries again."""
+        if not self._wal:
+            return
+        async with self._lock.turn():
+            try:
+                checkpoint = self._open_db().execute_fetchall("PRAGMA wal_checkpoint(TRUNCATE)")
+                [(busy, _, _)] = await to_completion(checkpoint)  # busy, log and copied frames
+                reason = "another connection is still reading an older snapshot" if busy else ""
+            except sqlite3.Error as exc:
+                reason = str(exc)
+        if reason:
+            log.warning(
+                "storage: erased text may still be readable in %s-wal: its checkpoint could not "
+                "truncate it (%s); the next erase or retention sweep tries again",
+                self.path, reason,
+            )  # fmt: skip
+        elif self._checkpoint_owed:
+            log.info("storage: %s-wal checkpointed: the erased text is off the disk", self.path)
+        self._checkpoint_owed = bool(reason)
 
     def _array(self, values: Sequence[str]) -> str:
         return json.dumps(list(values))

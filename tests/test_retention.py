@@ -12,10 +12,12 @@ import pytest
 from bot.config import parse_config
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, IncomingMessage
+from bot.ops.retention import forget
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier, check_invariants
 from testkit.clock import FakeClock
 from tests.apps import make_app, step
+from tests.on_disk import holding
 from tests.test_cli import burstbot
 
 KEY = ConversationKey("test", "w1", "c1")
@@ -150,3 +152,97 @@ def test_forget_from_the_command_line(tmp_path: Path) -> None:
     assert stored_text(tmp_path) == (["", ""], [""])
     neither = burstbot(["forget"], tmp_path)
     assert neither.returncode == 2
+
+
+def marked(n: int, author: str, marker: str, key: ConversationKey = KEY) -> IncomingMessage:
+    return IncomingMessage(key, f"m{n}", author, author, f"{author} writes {marker}")
+
+
+def named(n: int, author: str, name: str) -> IncomingMessage:
+    """The person's name is the marker: `forget --user` erases it, and the reply (the bot's own,
+    which quotes the text) does not repeat it."""
+    return IncomingMessage(KEY, f"m{n}", author, name, "a text the reply quotes")
+
+
+OTHER = ConversationKey("test", "w1", "c2")
+
+
+async def test_each_erase_leaves_none_of_its_text_on_disk_while_the_store_is_open(
+    tmp_path: Path, clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    """Read from the database file, its write-ahead log and its shared memory while the store
+    is open: a clean stop would fold the log back and hide what a crash leaves."""
+    path = tmp_path / "burstbot.db"
+    store = SqliteStore(str(path))
+    await store.open()
+    try:
+        app = make_app(store, clock, ScriptedReplier(), frontend)
+        await app.ingest(named(1, "alice", "alice-marker-40d1"))
+        await app.ingest(marked(2, "bob", "bob-marker-8a37"))
+        await app.ingest(marked(3, "carol", "carol-marker-c5e0", OTHER))
+        await step(app, clock)
+        assert holding(path, "alice-marker-40d1") != []  # stored, and the bytes are readable
+        await forget(store, clock.now(), "test:alice", None)
+        assert holding(path, "alice-marker-40d1") == []
+        assert holding(path, "bob-marker-8a37") != []  # bob's text, and the reply quoting it
+        await forget(store, clock.now(), None, KEY.id)
+        assert holding(path, "bob-marker-8a37") == []
+        assert holding(path, "carol-marker-c5e0") != []  # another conversation's text is kept
+        pruned = await store.prune(clock.now() + 1)  # everything answered, erased rows too
+        assert (pruned["messages"], pruned["replies"]) == (3, 2)
+        assert holding(path, "carol-marker-c5e0") == []  # a retention sweep's deletes too
+    finally:
+        await store.close()
+
+
+async def test_forget_on_the_command_line_leaves_no_text_on_disk_while_the_bot_runs(
+    tmp_path: Path, clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    """The running bot keeps its connection open, so the command's own exit never folds the
+    write-ahead log back: the erase itself has to."""
+    path = tmp_path / "burstbot.db"
+    store = SqliteStore(str(path))
+    await store.open()
+    try:
+        app = make_app(store, clock, ScriptedReplier(), frontend)
+        await app.ingest(marked(1, "alice", "alice-marker-40d1"))
+        await app.ingest(marked(2, "carol", "carol-marker-c5e0", OTHER))
+        await step(app, clock)
+        erased = await asyncio.to_thread(burstbot, ["forget", "--conversation", KEY.id], tmp_path)
+        assert erased.returncode == 0, erased.stderr
+        assert holding(path, "alice-marker-40d1") == []
+        assert holding(path, "carol-marker-c5e0") != []
+    finally:
+        await store.close()
+
+
+async def test_a_checkpoint_held_back_by_a_reader_is_named_and_done_at_the_next_sweep(
+    tmp_path: Path, clock: FakeClock, frontend: RecordingFrontend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another connection reading an older snapshot keeps the erased text in the log: the
+    erase says so, and the next sweep (which deletes nothing) truncates the log once it ends."""
+    path = tmp_path / "burstbot.db"
+    store = SqliteStore(str(path), busy_timeout_ms=50)
+    await store.open()
+    reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        app = make_app(store, clock, ScriptedReplier(), frontend)
+        await app.ingest(marked(1, "alice", "alice-marker-40d1"))
+        await step(app, clock)
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT count(*) FROM messages").fetchone() == (1,)  # a snapshot
+        with caplog.at_level(logging.INFO, "burstbot.storage"):
+            await store.forget_conversation(KEY.id)
+            assert holding(path, "alice-marker-40d1") == [path.name + "-wal"]
+            reader.execute("COMMIT")
+            assert await store.prune_files(0.0) == {"files": 0, "blobs": 0}
+        assert holding(path, "alice-marker-40d1") == []
+    finally:
+        reader.close()
+        await store.close()
+    assert [r.getMessage() for r in caplog.records if r.name == "burstbot.storage"] == [
+        f"storage: erased text may still be readable in {path}-wal: its checkpoint could not "
+        "truncate it (another connection is still reading an older snapshot); the next erase "
+        "or retention sweep tries again",
+        f"storage: {path}-wal checkpointed: the erased text is off the disk",
+    ]

@@ -18,6 +18,7 @@ from testkit.clock import FakeClock
 from testkit.fake_slack import Failure
 from testkit.fake_slack_grid import FakeSlackGrid
 from testkit.replier import ScriptedReplier
+from tests.on_disk import holding
 from tests.slack_oauth_harness import (
     CLIENT_ID,
     CLIENT_SECRET,
@@ -195,3 +196,25 @@ async def test_an_expiring_token_is_refreshed_once_by_one_of_two_processes(
                 assert grid.refreshes == {"T1": 1}
     finally:
         await grid.stop()
+
+
+@pytest.mark.usefixtures("oauth_env")
+async def test_an_uninstall_leaves_none_of_the_workspaces_text_on_disk_while_the_bot_runs(
+    grid: FakeSlackGrid, tmp_path: Path
+) -> None:
+    """Read from the database file, its write-ahead log and its shared memory while the store
+    is still open: a clean stop would fold the log back and hide what a crash leaves."""
+    db = tmp_path / "bot.db"
+    async with oauth_bot(grid, db=str(db)) as bot:
+        for team in ("T1", "T3"):
+            await install(bot.frontend, team)
+        await grid.say("T1", "D1", "acme keeps kept-marker-71c4")
+        await grid.say("T3", "D3", "initech says erased-marker-9e2b")
+        await bot.step(1.5)
+        assert answered(grid, "T3") == ["reply to: initech says erased-marker-9e2b"]
+        assert holding(db, "erased-marker-9e2b") != []  # stored, and the bytes are readable
+        assert await grid.uninstall("T3") == [200, 200]
+        t3 = ConversationKey("slack", "T3", "D3").id
+        assert [m.text for m in await bot.store.messages(t3)] == [""]  # erased, not yet closed
+        assert holding(db, "erased-marker-9e2b") == []
+        assert holding(db, "kept-marker-71c4") != []  # the other workspace's text is still there
