@@ -4,11 +4,11 @@ Anyone on the network can reach this endpoint, so nothing parses a request befor
 is checked (Bolt parses the body and the timestamp header first, and answers junk with a 500 and
 a traceback): the body is read as bytes, then slack_sdk's `SignatureVerifier` checks Slack's v0
 signature within five minutes (`verify`), behind guards for what the SDK would raise on (a
-timestamp that is not a number, a body that is not UTF-8, a signature that is not ASCII). A signed request this app cannot
-use (`signed_problem`) gets a 200, so Slack does not retry it; only a store failure answers 500
-(docs/slack.md lists the statuses). Each refused or ignored request is one WARNING line naming
-the reason, never a traceback; that includes requests aiohttp itself refuses as malformed HTTP
-(`server_log`).
+timestamp that is not a number, a body that is not UTF-8, a signature that is not ASCII). A
+signed request this app cannot use (`signed_problem`) gets a 200, so Slack does not retry it;
+only a store failure answers 500 (docs/slack.md lists the statuses). Each refused or ignored
+request is one WARNING line naming the reason, never a traceback; that includes requests aiohttp
+itself refuses as malformed HTTP (`server_log`).
 """
 
 from __future__ import annotations
