@@ -62,6 +62,8 @@ def unsigned_junk(now: int) -> list[tuple[str, bytes, dict[str, str], int]]:
          401),
         ("non-ASCII signature", b"{}",
          {"X-Slack-Request-Timestamp": fresh, "X-Slack-Signature": "v0=é"}, 401),
+        ("a body that is not UTF-8", b"\xff{}",
+         {"X-Slack-Request-Timestamp": fresh, "X-Slack-Signature": sign(b"\xff{}", fresh)}, 400),
         ("signature for another body", b'{"x": 1}',
          {"X-Slack-Request-Timestamp": fresh, "X-Slack-Signature": sign(b"{}", fresh)}, 401),
     ]  # fmt: skip
