@@ -73,7 +73,7 @@ def build_tools(config: Config, store: Store, clock: Clock) -> tuple[McpHub | No
         return None, None
     from bot.tool_servers import McpHub  # the SDK is loaded only when servers are set
 
-    hub = McpHub(servers)
+    hub = McpHub(servers, clock=clock)
     caps = {server.name: server.max_result_chars for server in servers}
     return hub, ToolBox(store, hub, clock.now, caps)
 

@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -30,7 +29,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from bot.config import McpServerConfig, require_secret
-from bot.core.clock import cancel_all
+from bot.core.backoff import Backoff
+from bot.core.clock import Clock, SystemClock, cancel_all
 from bot.core.errors import ConfigError
 from bot.core.tools import (
     OutcomeUnknown,
@@ -43,15 +43,21 @@ from bot.core.tools import (
 log = logging.getLogger("burstbot.tools")
 
 CONNECT_SECONDS = 20.0
-BACKOFF_SECONDS = (0.5, 30.0)  # first retry, cap
+RECONNECT_BACKOFF = Backoff(0.5, 30.0, jitter=0.5)  # spread: every process reconnects at once
 
 
 class McpServer:
     """One configured server and its one session."""
 
-    def __init__(self, config: McpServerConfig, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        config: McpServerConfig,
+        environ: Mapping[str, str] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         self.config = config
         self.environ = os.environ if environ is None else environ
+        self.clock = clock or SystemClock()
         self.specs: dict[str, ToolSpec] = {}
         self.session: ClientSession | None = None
         self._broken = asyncio.Event()
@@ -81,11 +87,11 @@ class McpServer:
             await cancel_all([self._runner])
 
     async def _run(self) -> None:
-        delay = BACKOFF_SECONDS[0]
+        failures = 0
         while not self._closing:
             try:
                 await self._serve_one_session()
-                delay = BACKOFF_SECONDS[0]
+                failures = 0
             except Exception as exc:  # anyio groups wrap what the transport raised
                 mistake = _leaf(exc)
                 if isinstance(mistake, ConfigError) and not self._first_attempt.is_set():
@@ -95,8 +101,8 @@ class McpServer:
             finally:
                 self.session = None
                 self._first_attempt.set()
-            await asyncio.sleep(delay * random.uniform(0.8, 1.2))
-            delay = min(delay * 2, BACKOFF_SECONDS[1])
+            failures += 1
+            await self.clock.sleep(RECONNECT_BACKOFF.delay(failures))
 
     async def _serve_one_session(self) -> None:
         async with contextlib.AsyncExitStack() as stack:
@@ -213,9 +219,12 @@ class McpHub:
     """Every configured server (`ToolServers`): started with the process, closed with it."""
 
     def __init__(
-        self, configs: Sequence[McpServerConfig], environ: Mapping[str, str] | None = None
+        self,
+        configs: Sequence[McpServerConfig],
+        environ: Mapping[str, str] | None = None,
+        clock: Clock | None = None,
     ) -> None:
-        self.servers = {config.name: McpServer(config, environ) for config in configs}
+        self.servers = {config.name: McpServer(config, environ, clock) for config in configs}
 
     async def start(self) -> None:
         await asyncio.gather(*(server.start() for server in self.servers.values()))

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from bot.core.engine import MODEL_BACKOFF_CAP_SECONDS
 from bot.core.errors import (
     PermanentDeliveryError,
     PermanentReplierError,
@@ -251,7 +252,7 @@ async def test_model_errors_retry_with_backoff_then_answer(
 ) -> None:
     replier = ScriptedReplier()
     replier.failures = [RetryableReplierError("429"), RetryableReplierError("529")]
-    engine = make_engine(store, clock, replier, frontend)
+    engine = make_engine(store, clock, replier, frontend, backoff_jitter=0.0)
     await engine.ingest(message(1))
     await tick(engine, clock, 1.5)
     assert await tick(engine, clock, 1.9) == 0  # first backoff is 2 s
@@ -261,6 +262,27 @@ async def test_model_errors_retry_with_backoff_then_answer(
     assert len(replier.calls) == 3 and frontend.texts() == ["reply to: text 1"]
     outcomes = [g.outcome for g in await store.generations(KEY.id)]
     assert outcomes == ["failed", "failed", "posted"]
+
+
+async def test_model_retries_back_off_no_longer_than_the_cap_however_many_attempts(
+    store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    replier = ScriptedReplier()
+    replier.failures = [RetryableReplierError("529 overloaded") for _ in range(14)]
+    engine = make_engine(
+        store, clock, replier, frontend, model_max_attempts=1000, backoff_jitter=0.0
+    )
+    await engine.ingest(message(1))
+    await tick(engine, clock, 1.5)
+    waits = []
+    for _ in range(14):  # each failure re-arms; the last retry answers
+        retry_at = await store.next_due_at(clock.now())
+        assert retry_at is not None
+        waits.append(retry_at - clock.now())
+        assert await tick(engine, clock, retry_at - clock.now()) == 1
+    cap = MODEL_BACKOFF_CAP_SECONDS
+    assert waits == [2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0] + [cap] * 6
+    assert frontend.texts() == ["reply to: text 1"] and len(replier.calls) == 15
 
 
 async def test_a_permanent_model_error_posts_the_failure_message_once(

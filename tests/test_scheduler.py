@@ -273,7 +273,9 @@ async def test_failing_rounds_back_off_exponentially_up_to_a_cap(
     frontend: RecordingFrontend,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    engine = make_engine(store, clock, ScriptedReplier(), frontend, poll_seconds=1.0)
+    engine = make_engine(
+        store, clock, ScriptedReplier(), frontend, poll_seconds=1.0, backoff_jitter=0.0
+    )
     rounds: list[float] = []
 
     async def store_down(*args: object, **kwargs: object) -> list[DueTimer]:

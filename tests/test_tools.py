@@ -450,6 +450,26 @@ async def test_a_bearer_token_never_reaches_the_log(
     assert not any(secret in line for line in lines)
 
 
+async def test_a_server_that_is_down_is_tried_again_with_backoff_on_the_injected_clock(
+    server: FakeAnthropic, clock: FakeClock
+) -> None:
+    from bot.tool_servers import RECONNECT_BACKOFF, McpHub
+
+    config = tool_config(server, http_server(1))  # nothing listens on port 1
+    hub = McpHub(config.tools.mcp, clock=clock)
+    await hub.start()
+    try:
+        for failures in (1, 2, 3):  # each failed connection waits on the fake clock, doubling
+            await until(clock.waiting)
+            [wake] = clock.waiting()
+            ceiling = RECONNECT_BACKOFF.ceiling(failures)
+            assert clock.now() + ceiling / 2 < wake <= clock.now() + ceiling  # jittered below it
+            await clock.advance(wake - clock.now())  # the next attempt runs, fails, waits again
+    finally:
+        await hub.close()
+    assert RECONNECT_BACKOFF.ceiling(3) == 2.0 and clock.waiting() == ()
+
+
 async def test_a_token_variable_that_is_not_set_is_one_config_line(server: FakeAnthropic) -> None:
     from bot.core.errors import ConfigError
     from bot.tool_servers import McpHub

@@ -35,6 +35,7 @@ from adapters.discord.routing import Routing, message_text
 from adapters.discord.streaming import MESSAGES, DiscordDrafts
 from adapters.discord.unstored import UNSTORED_LIMIT, UnstoredMessages
 from bot.config import DiscordConfig
+from bot.core.backoff import Backoff
 from bot.core.catch_up import CatchUp, CatchUpRun
 from bot.core.clock import Clock, SystemClock, first_of
 from bot.core.errors import (
@@ -65,7 +66,8 @@ INTENT_HELP = (
 )
 REMEMBERED_REPLIES = 1000
 INGEST_ATTEMPTS = 4
-INGEST_RETRY_SECONDS = 0.25  # then 1 s, 4 s: about 5 s in all before catch-up takes over
+INGEST_BACKOFF = Backoff(0.25, 4.0, factor=4.0)  # 0.25 s, 1 s, 4 s: about 5 s in all before
+# catch-up takes over; no jitter: a few retries of one event, no crowd to spread out
 _SHARD_CLOSE_CODES = {4010: "invalid shard", 4011: "sharding required"}
 RawDelete = discord.RawMessageDeleteEvent | discord.RawBulkMessageDeleteEvent
 
@@ -258,7 +260,6 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
     async def _store(self, event: Event, what: str) -> StoreError | None:
         """Ingest with backoff while the store refuses (busy); the last refusal, if all failed."""
         assert self.host is not None
-        delay = INGEST_RETRY_SECONDS
         for attempt in range(1, INGEST_ATTEMPTS + 1):
             try:
                 await self.host.ingest(event)
@@ -266,10 +267,10 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
             except StoreError as exc:
                 error = exc
             if attempt < INGEST_ATTEMPTS:
+                delay = INGEST_BACKOFF.delay(attempt)
                 log.warning("discord: cannot store %s (%s); trying again in %.2f s", what, error,
                             delay)  # fmt: skip
                 await self.clock.sleep(delay)
-                delay *= 4
         return error
 
     async def _store_change(self, change: MessageEdited | MessageDeleted, what: str) -> None:

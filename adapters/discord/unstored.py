@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from bot.core.backoff import Backoff
 from bot.core.clock import Clock, cancel_all
 from bot.core.errors import StoreError
 from bot.core.events import IncomingMessage
@@ -26,8 +27,7 @@ from bot.core.events import IncomingMessage
 log = logging.getLogger("burstbot.discord")
 
 UNSTORED_LIMIT = 1000
-FIRST_DELAY_SECONDS = 0.25
-MAX_DELAY_SECONDS = 30.0
+RETRY_BACKOFF = Backoff(0.25, 30.0)  # no jitter: one queue per process, no crowd to spread out
 
 
 @dataclass(eq=False)
@@ -56,18 +56,18 @@ class UnstoredMessages:
             self._retrying = asyncio.ensure_future(self._store_unstored())
 
     async def _store_unstored(self) -> None:
-        delay, stored = FIRST_DELAY_SECONDS, 0
+        failures, stored = 0, 0
         try:
             while self._queue:
                 try:
                     await self.store(self._queue[0])
                 except StoreError:
-                    await self.clock.sleep(delay)
-                    delay = min(delay * 2, MAX_DELAY_SECONDS)
+                    failures += 1
+                    await self.clock.sleep(RETRY_BACKOFF.delay(failures))
                     continue
                 self._queue.popleft()
                 stored += 1
-                delay = FIRST_DELAY_SECONDS
+                failures = 0
             log.warning("discord: the store answers again; %d held message(s) stored", stored)
         finally:
             self._retrying = None

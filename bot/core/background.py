@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from bot.core.backoff import Backoff
 from bot.core.clock import Clock, cancel_all
 from bot.core.errors import FetchError
 from bot.core.settings import CatchUpSettings
@@ -27,18 +28,24 @@ async def patiently(
 ) -> T:
     """One platform read, tried again after a rate limit (exactly its `Retry-After`) or a passing
     failure (backoff); a permanent failure, or the last attempt's, goes up."""
-    delay = settings.retry_seconds
     for attempt in range(1, settings.attempts + 1):
         try:
             return await read()
         except FetchError as exc:
             if exc.permanent or attempt == settings.attempts:
                 raise
-            wait = delay if exc.retry_after is None else exc.retry_after
+            wait = exc.retry_after
+            if wait is None:
+                wait = retry_backoff(settings).delay(attempt)
             log.info("%s: %s; trying again in %.1f s", what, exc, wait)
             await clock.sleep(wait)
-            delay = min(delay * 2, settings.max_retry_seconds)
     raise AssertionError("unreachable")
+
+
+def retry_backoff(settings: CatchUpSettings) -> Backoff:
+    """Doubling from `retry_seconds` up to `max_retry_seconds`, without jitter: a run is one per
+    front end and process, so there is no crowd of retries to spread out."""
+    return Backoff(settings.retry_seconds, settings.max_retry_seconds)
 
 
 @dataclass(eq=False)
@@ -74,15 +81,16 @@ class Background:
         self._idle.set()
 
     async def _loop(self) -> None:
-        delay = self.settings.retry_seconds
+        failures = 0
         while self._wanted:
             self._wanted = False
             try:
                 await self.work()
-                delay = self.settings.retry_seconds
+                failures = 0
             except Exception as exc:
+                failures += 1
+                delay = retry_backoff(self.settings).delay(failures)
                 log.warning("%s failed (%s); trying again in %.0f s", self.name, exc, delay)
                 self._wanted = True
                 await self.clock.sleep(delay)
-                delay = min(delay * 2, self.settings.max_retry_seconds)
         self._idle.set()

@@ -16,8 +16,9 @@ Rules (the pipeline of docs/design.md), which this file keeps and nothing else c
    V is still current unless the deadline passed); otherwise discard.
 6. Deliver from the outbox under a claim, with the reply id as idempotency key; retry with backoff.
    This step lives in `outbox.py`: the engine hands it each reply it commits, the scheduler sweeps.
-7. Model failures release and re-arm with backoff; after `max_attempts` (or a permanent error) the
-   failure message is posted and the burst counts as answered. No message is lost either way.
+7. Model failures release and re-arm with backoff (doubling, jittered, capped at
+   `MODEL_BACKOFF_CAP_SECONDS`); after `max_attempts` (or a permanent error) the failure message is
+   posted and the burst counts as answered. No message is lost either way.
 
 A `Burst` (burst.py) is what a worker collected under its lease; it builds the final check and the
 replies. Kept out of the transitions: the cost guards (`GuardStep`, guard.py: ask before a model
@@ -36,6 +37,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bot.core.attachments import AttachmentLoader
+from bot.core.backoff import Backoff
 from bot.core.burst import Burst, reply_text, spent
 from bot.core.clock import Clock
 from bot.core.errors import PermanentReplierError, ReplierError, StoreError
@@ -65,6 +67,15 @@ from bot.core.tool_calls import ToolBox
 log = logging.getLogger("burstbot.engine")
 
 HISTORY_LIMIT = 200
+MODEL_BACKOFF_CAP_SECONDS = 300.0  # `max_attempts` may be 1,000: a burst is retried at least this
+# often (or at its first delay, if longer) until it is answered
+
+
+def model_backoff(settings: EngineSettings) -> Backoff:
+    """The wait before a failed burst's next generation: doubling from `model_backoff_seconds`."""
+    first = settings.model_backoff_seconds
+    cap = max(first, MODEL_BACKOFF_CAP_SECONDS)
+    return Backoff(first, cap, jitter=settings.backoff_jitter)
 
 
 class Engine:
@@ -391,7 +402,7 @@ class Engine:
                 self._emit("apology", conversation=cid, reply_id=row.id)
                 await self.outbox.deliver_due(reply_id=row.id)
             return
-        retry_at = now + self.settings.model_backoff_seconds * 2 ** (attempts - 1)
+        retry_at = now + model_backoff(self.settings).delay(attempts)
         log.warning(
             "conversation %s: model failed (%s); retry %d at +%.1fs",
             cid, exc, attempts, retry_at - now,

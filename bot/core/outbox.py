@@ -37,11 +37,11 @@ import asyncio
 import contextlib
 import logging
 import math
-import random
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bot.core.backoff import Backoff
 from bot.core.clock import Clock, cancel_all, trusted_until
 from bot.core.draft_lookup import DraftPosts, locate_draft
 from bot.core.errors import ClaimLost, PermanentDeliveryError, RetryableDeliveryError, StoreError
@@ -291,7 +291,10 @@ class Outbox:
             return
         rate_limited = retry_after is not None  # the platform pacing us: not a failed attempt
         attempts = row.attempts + (0 if rate_limited else 1)
-        delay = retry_after if retry_after is not None else self._backoff(attempts)
+        settings = self.settings
+        backoff = Backoff(settings.delivery_backoff_seconds, settings.delivery_backoff_max_seconds,
+                          jitter=settings.backoff_jitter)  # fmt: skip
+        delay = retry_after if retry_after is not None else backoff.delay(attempts)
         if await self.store.mark_retry(
             row.id, row.claim_token, now + delay, str(exc), now, counts=not rate_limited
         ):
@@ -300,14 +303,6 @@ class Outbox:
                         "in %.0fs)", row.id, exc, delay, attempts, now - failing_since)  # fmt: skip
         else:
             self._claim_lost(row)
-
-    def _backoff(self, attempts: int) -> float:
-        """Doubling from `delivery_backoff_seconds`, capped; the upper half of that, at random,
-        so replies failing together do not all come back at once."""
-        settings = self.settings
-        doubled = settings.delivery_backoff_seconds * 2.0 ** min(attempts - 1, 32)
-        capped = min(settings.delivery_backoff_max_seconds, doubled)
-        return capped / 2 + random.uniform(0, capped / 2)
 
     async def _failed(self, row: OutboxRow, error: str) -> None:
         if not await self.store.mark_failed(row.id, row.claim_token, error):

@@ -16,8 +16,8 @@ milliseconds are served on time, not at the next floor.
 A store that cannot be reached (locked past its busy timeout, a database restarting, a network
 partition) is logged once when the outage starts and once when it ends, not with a traceback on
 every round. Failing rounds back off: the poll interval, doubled after each failure in a row up to
-`STORE_BACKOFF_CAP_SECONDS`; an in-process arrival still wakes the loop at once, and the first
-round that succeeds ends the back-off.
+`STORE_BACKOFF_CAP_SECONDS`, jittered (`backoff_jitter`); an in-process arrival still wakes the
+loop at once, and the first round that succeeds ends the back-off.
 
 Each time it goes to sleep it announces `asleep` (with `until`): a test on a fake clock waits for
 that, and knows nothing more happens before the clock reaches `until` or something wakes it.
@@ -29,6 +29,7 @@ import asyncio
 import logging
 import math
 
+from bot.core.backoff import Backoff
 from bot.core.clock import first_of
 from bot.core.engine import Engine
 from bot.core.errors import StoreError
@@ -93,11 +94,13 @@ class Scheduler:
                 engine.sleeping_until = math.inf
 
     def _backoff(self) -> float:
-        """The wait after this failing round: doubles with each failure in a row, capped."""
+        """The wait after this failing round: the poll interval, doubled with each failure in a
+        row up to the cap, jittered (processes that lost one database do not return together)."""
         self._failed_rounds += 1
-        poll = self.engine.settings.poll_seconds
-        doubled = poll * 2.0 ** min(self._failed_rounds - 1, 32)
-        return max(poll, min(doubled, STORE_BACKOFF_CAP_SECONDS))
+        settings = self.engine.settings
+        cap = max(settings.poll_seconds, STORE_BACKOFF_CAP_SECONDS)
+        backoff = Backoff(settings.poll_seconds, cap, jitter=settings.backoff_jitter)
+        return backoff.delay(self._failed_rounds)
 
     def _store_failed(self, exc: StoreError) -> None:
         if self._store_failing_since is None:

@@ -54,6 +54,8 @@ class EngineSettings:
     indicator_delay_seconds: float = 1.0
     model_max_attempts: int = 3
     model_backoff_seconds: float = 2.0
+    backoff_jitter: float = 0.5  # share of each model, delivery and store retry wait drawn at
+    # random, so retriers that failed together do not return together (0: exact waits)
     failure_message: str = "Sorry, I couldn't answer that just now."
     system_prompt: str = "You are a helpful assistant."
     max_context_tokens: int = 8000
