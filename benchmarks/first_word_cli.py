@@ -416,7 +416,7 @@ async def measure(
     platforms: list[str], n: int, spacing: float = SPACING_SECONDS, before: Path | None = None
 ) -> int:
     trials = []
-    runs = [(c, e, None) for c, e in CONFIGURATIONS]
+    runs: list[tuple[str, str, Path | None]] = [(c, e, None) for c, e in CONFIGURATIONS]
     if before is not None:
         runs.insert(1, ("defaults, before (the earlier checkout)", "", before))
     for name in platforms:
