@@ -28,7 +28,9 @@ from benchmarks.rhythm import table as rhythm_table
 from benchmarks.scale import run_scale
 from benchmarks.scale_postgres import run_scale_postgres
 from benchmarks.streamed import run_first_word, run_first_word_postgres, run_rate_limits
-from benchmarks.timelines import describe, generate, read
+from benchmarks.timelines import HABITS, describe, generate, read
+from benchmarks.window_fit import describe_fit, fit
+from bot.core.quiet_window import DEFAULT_MODEL
 
 WORKLOADS = (
     "bursts", "typing", "ingest", "scale", "flood", "felt", "caching", "limits", "idle", "rhythm",
@@ -123,11 +125,11 @@ def main(argv: list[str] | None = None) -> int:
         "--timing",
         nargs="+",
         metavar="PATH",
-        help="rhythm: chat exports to replay (Gitter text, Slack XML; files or directories), "
-        "besides the generated timeline",
+        help="rhythm: chat corpora to replay besides the generated timelines (Gitter or IRC "
+        "text, Slack XML; a file or directory each), each with the window fitted on the others",
     )
     parser.add_argument(
-        "--timing-limit", type=int, default=1000, help="rhythm: messages read from each file"
+        "--timing-limit", type=int, default=1000, help="rhythm: messages replayed of each corpus"
     )
     parser.add_argument("--runs", type=int, default=0, help="flood runs (default: the profile's)")
     parser.add_argument(
@@ -171,26 +173,45 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def felt_latency(profile: Profile, seed: int, timing: list[str], limit: int, out: Path) -> None:
-    """The rhythm workload: the generated timeline, then each `--timing` source; its section of
-    the report is replaced in place (the rest of an existing report stays)."""
-    timelines = [("generated", generate(profile.rhythm_people, profile.rhythm_messages, seed))]
-    if timing:
-        timelines.append((f"{len(timing)} export path(s), first {limit} messages a file",
-                          read(timing, limit)))  # fmt: skip
+    """The rhythm workload: the generated timelines (one per punctuation habit), then each
+    `--timing` corpus; its section of the report is replaced in place (the rest of an existing
+    report stays). The adaptive window's parameters are fitted on each other corpus (on all its
+    messages) for a corpus, on all the corpora for the generated timelines (the shipped defaults
+    when there are none): never on the timeline they are measured on."""
+    corpora = [(Path(path).name, read([path], 10**9)) for path in timing]
+    fitted = [(name, fit(timeline)) for name, timeline in corpora]
+    pooled = fit([s for _, timeline in corpora for s in timeline]) if corpora else DEFAULT_MODEL
+    everywhere = "all the corpora" if corpora else "the shipped defaults"
+    for name, model in [*fitted, *([(everywhere, pooled)] if corpora else [])]:
+        print(f"fitted on {name}: {describe_fit(model)}", file=sys.stderr)
+    cases = [
+        (
+            f"generated, {habit}",
+            generate(profile.rhythm_people, profile.rhythm_messages, seed, habit),
+            [(everywhere, pooled)],
+        )
+        for habit in HABITS
+    ]
+    for name, _ in corpora:
+        others = [(where, model) for where, model in fitted if where != name]
+        sample = read([path for path in timing if Path(path).name == name], limit)
+        cases.append((f"{name}, first {limit} messages", sample, others or [(everywhere, pooled)]))
     runs = []
-    for source, timeline in timelines:
+    for source, timeline, fits in cases:
         print(f"running: felt latency on {source} ...", file=sys.stderr, flush=True)
         run_ = asyncio.run(
             run_rhythm(source, describe(timeline), timeline, profile.rhythm_ttft_seconds,
                        profile.rhythm_token_seconds, profile.rhythm_tokens,
-                       profile.rhythm_speculate_after_seconds)
+                       profile.rhythm_speculate_after_seconds, fits)
         )  # fmt: skip
-        print("\n".join(rhythm_table(run_)))
+        print("\n".join(rhythm_table(run_)), flush=True)
         runs.append(run_)
     rhythm_plot(runs, out / "benchmarks-rhythm.png")
     path = out / "benchmarks.md"
     report = path.read_text(encoding="utf-8") if path.exists() else ""
-    path.write_text(splice(report, section(runs, "benchmarks-rhythm.png")), encoding="utf-8")
+    fits_text = [f"{name}: {describe_fit(model)}" for name, model in fitted]
+    path.write_text(splice(report, section(runs, "benchmarks-rhythm.png", fits_text)),
+                    encoding="utf-8")  # fmt: skip
 
 
 if __name__ == "__main__":

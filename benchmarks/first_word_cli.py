@@ -26,6 +26,10 @@ In each run:
   question: our messages visible there at the end (replies), model requests for it and per
   message, whether the posted reply's request held all four, its last message → first text, and
   each request's start (from the last message), outcome and tokens streamed.
+- Then a new person whose one message trails off ("... and") and who writes nothing more: its
+  message → first text. The earlier window model held such a message 3 s (a stranger's dangling
+  end); `--before PATH` runs the defaults once more on the checkout at PATH (the code before a
+  change, read only), so before and after are measured in one run.
 
 The targets: first visible text within 0.5 s of the model's first token (p50; read as the
 model's first token itself and as its time to first token after the message, 0.8 s + 0.5 s:
@@ -50,7 +54,7 @@ from typing import Protocol
 
 import aiohttp
 
-from benchmarks.busy_cli import SECRET, burstbot_run, config_text, free_port, run_command
+from benchmarks.busy_cli import HERE, SECRET, burstbot_run, config_text, free_port, run_command
 from benchmarks.ingest import percentile
 from benchmarks.streamed import Model, TimedSlack, tag_of, until
 from testkit.fake_anthropic import Plan, StreamRecord
@@ -63,6 +67,7 @@ SPACING_SECONDS = 0.5  # between two people's questions (the default)
 QUESTION = "how do I rotate the signing secret without downtime?"
 FAST = ("hey", "so I'm deploying the api", "and the migrate step fails", "what should I check?")
 FAST_GAP_SECONDS = 0.3
+DANGLING = "dangle I looked at the deploy logs and"
 TARGET_SECONDS = 0.5
 SETTLE_SECONDS = 1.5  # after the last final text: anything posted after it shows by then
 CONFIGURATIONS = (
@@ -207,6 +212,7 @@ class Trial:
     typer_last_to_text: float | None  # the fast typer's last message → first text shown
     typer_streams: list[tuple[float, str, int]]  # each request: start (from its last message),
     # outcome, tokens streamed
+    dangling_to_text: float | None  # the trailing-off message → first text shown
 
     @property
     def ok(self) -> bool:
@@ -252,8 +258,14 @@ async def healthy(port: int, process: asyncio.subprocess.Process, within: float 
 
 
 async def trial(
-    platform_name: str, configuration: str, extra: str, n: int, spacing: float = SPACING_SECONDS
+    platform_name: str,
+    configuration: str,
+    extra: str,
+    n: int,
+    spacing: float = SPACING_SECONDS,
+    root: Path | None = None,
 ) -> Trial:
+    """One `burstbot run` (of the checkout at `root`, else this one) driven through the runs."""
     platform = PLATFORMS[platform_name]()
     model = Model({}, Plan(first_delay=TTFT_SECONDS, delay=TOKEN_SECONDS, watch=True))
     await model.start()
@@ -263,7 +275,8 @@ async def trial(
     try:
         with tempfile.TemporaryDirectory(prefix="burstbot-first-word-") as directory:
             config = platform.config(directory, model, extra + metrics)
-            async with burstbot_run(config, platform.env, directory,
+            env = {**platform.env, "PYTHONDONTWRITEBYTECODE": "1"}
+            async with burstbot_run(config, env, directory, root or HERE,
                                     command=platform.command) as process:  # fmt: skip
                 await healthy(health, process)
                 return await _drive(platform, model, configuration, n, spacing)
@@ -301,6 +314,12 @@ async def _drive(
     await until(covered, 30, 0.05)
     await asyncio.sleep(SETTLE_SECONDS)
 
+    trailing = n + 1
+    dangling_sent = time.monotonic()
+    await platform.say(trailing, DANGLING)
+    await until(lambda: posted(model, platform, "dangle") is not None, 30, 0.05)
+    dangling_shown = platform.first_text_at(trailing)
+
     token_to_text, sent_to_text, sent_to_request, ttft = [], [], [], []
     for person, tag in enumerate(tags):
         found, shown = posted(model, platform, tag), platform.first_text_at(person)
@@ -329,6 +348,7 @@ async def _drive(
         typer_covered=covered() and answered_once(model, platform, typer, fast),
         typer_last_to_text=None if typer_shown is None else typer_shown - last,
         typer_streams=streams,
+        dangling_to_text=None if dangling_shown is None else dangling_shown - dangling_sent,
     )
 
 
@@ -358,7 +378,13 @@ def describe(t: Trial) -> list[str]:
         f"visible text {typer_text}",
         "    its requests (start from its last message, outcome, tokens streamed): "
         + ", ".join(f"{at:+.2f} s {outcome} {tokens}" for at, outcome, tokens in t.typer_streams),
+        f"  a new person's message that trails off (... and), nothing after: message -> first "
+        f"visible text {seconds(t.dangling_to_text)}",
     ]
+
+
+def seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
 
 
 def table(trials: list[Trial]) -> list[str]:
@@ -369,8 +395,8 @@ def table(trials: list[Trial]) -> list[str]:
         "| platform | configuration | answered once | first token -> text, p50 / p90 s "
         "| sent -> text, p50 / p90 s | fast typer: replies, requests (per message) "
         f"| token -> text p50 <= {TARGET_SECONDS} | sent -> text p50 <= "
-        f"{TTFT_SECONDS} + {TARGET_SECONDS} | fast typer ok |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"{TTFT_SECONDS} + {TARGET_SECONDS} | fast typer ok | trailing-off message -> text |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for t in trials:
         typer_ok = t.typer_replies == 1 and t.typer_covered and t.typer_requests <= len(FAST)
@@ -381,16 +407,21 @@ def table(trials: list[Trial]) -> list[str]:
             f"| {t.typer_replies}, {t.typer_requests} ({t.typer_requests / len(FAST):.2f}) "
             f"| {met(p(t.token_to_text, 0.5) <= TARGET_SECONDS)} "
             f"| {met(p(t.sent_to_text, 0.5) <= TTFT_SECONDS + TARGET_SECONDS)} "
-            f"| {met(typer_ok)} |"
+            f"| {met(typer_ok)} | {seconds(t.dangling_to_text)} |"
         )
     return lines
 
 
-async def measure(platforms: list[str], n: int, spacing: float = SPACING_SECONDS) -> int:
+async def measure(
+    platforms: list[str], n: int, spacing: float = SPACING_SECONDS, before: Path | None = None
+) -> int:
     trials = []
+    runs: list[tuple[str, str, Path | None]] = [(c, e, None) for c, e in CONFIGURATIONS]
+    if before is not None:
+        runs.insert(1, ("defaults, before (the earlier checkout)", "", before))
     for name in platforms:
-        for configuration, extra in CONFIGURATIONS:
-            found = await trial(name, configuration, extra, n, spacing)
+        for configuration, extra, root in runs:
+            found = await trial(name, configuration, extra, n, spacing, root)
             print(*describe(found), sep="\n", flush=True)
             trials.append(found)
     print(f"\nthe fake model: {TTFT_SECONDS} s to first token, then a word every "
@@ -408,9 +439,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conversations", type=int, default=20, help="new people (default 20)")
     parser.add_argument("--spacing", type=float, default=SPACING_SECONDS,
                         help="seconds between two people's questions (default 0.5)")  # fmt: skip
+    parser.add_argument(
+        "--before", type=Path, metavar="PATH", help="also run the defaults on the checkout at PATH"
+    )
     args = parser.parse_args(argv)
     platforms = ["slack", "discord"] if args.platform == "both" else [args.platform]
-    return asyncio.run(measure(platforms, args.conversations, args.spacing))
+    return asyncio.run(measure(platforms, args.conversations, args.spacing, args.before))
 
 
 if __name__ == "__main__":

@@ -1,13 +1,16 @@
 """Message timelines for the felt-latency benchmark: read from chat exports, or generated.
 
-Two export formats are read (`--timing PATH...`; a directory is searched for both):
+Three export formats are read (`--timing PATH...`; a directory is searched for all three):
 
 - Gitter text, one message a line: `[YYYY-MM-DD HH:MM:SS] <nick> text`; a line without that
   prefix continues the message above;
+- IRC text, one message a line: `channel YYYY-MM-DD [HH:MM:SS] <nick> text` (or `* nick action`);
+  other lines (a bot's output) are left out;
 - Slack XML (the disentangled-chat exports): `<message><ts>ISO time</ts><user>..</user>
   <text>..</text></message>`; the fraction of `ts` is a sequence counter, not time, and dropped.
 
-Each file is one channel; bots (names ending in `bot`, `-bot`) are left out. Nothing read is kept
+Each file is one channel; bots (names ending in `bot`, `-bot`, `-wm`, and `wikibugs`) are left
+out. Nothing read is kept
 beyond the run.
 
 Without files, `generate` draws timelines from a model fitted on two such corpora (Slack and
@@ -54,17 +57,24 @@ _GITTER = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] <([^>]+)> ?(.*)$")
 _XML = re.compile(
     r"<message[^>]*>\s*<ts>(.*?)</ts>\s*<user>(.*?)</user>\s*<text>(.*?)</text>\s*</message>", re.S
 )
-_BOT = re.compile(r"(?i)(^matrixbot$|^jsbot$|(?<!ro)bot$|-bot\b|\[bot\])")
+_IRC = re.compile(r"^\S+ (\d{4}-\d\d-\d\d) \[(\d\d:\d\d:\d\d)\] (?:<([^>]+)>|\* (\S+)) ?(.*)$")
+_IRC_OTHER = re.compile(r"^\S+ \d{4}-\d\d-\d\d \[")  # an IRC line of a bot's or the server's
+_BOT = re.compile(r"(?i)(^matrixbot$|^jsbot$|(?<!ro)bot$|-bot\b|\[bot\]|-wm$|^wikibugs$)")
 
 
-def _gitter(path: Path) -> list[tuple[float, str, str]]:
+def _stamp(day_and_time: str) -> float:
+    return datetime.strptime(day_and_time, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
+
+
+def _text_lines(path: Path) -> list[tuple[float, str, str]]:
+    """Gitter or IRC lines (told apart line by line)."""
     out: list[list[object]] = []
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        m = _GITTER.match(line)
-        if m:
-            at = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
-            out.append([at.timestamp(), m.group(2), m.group(3)])
-        elif out:
+        if m := _GITTER.match(line):
+            out.append([_stamp(m.group(1)), m.group(2), m.group(3)])
+        elif m := _IRC.match(line):
+            out.append([_stamp(f"{m.group(1)} {m.group(2)}"), m.group(3) or m.group(4), m.group(5)])
+        elif out and not _IRC_OTHER.match(line):
             out[-1][2] = f"{out[-1][2]}\n{line}"
     return [(float(str(t)), str(a), str(x)) for t, a, x in out]
 
@@ -82,7 +92,11 @@ def _files(paths: Sequence[str]) -> list[Path]:
     for name in paths:
         path = Path(name)
         if path.is_dir():
-            found += sorted(p for p in path.rglob("*") if p.suffix in (".txt", ".xml"))
+            found += sorted(
+                p
+                for p in path.rglob("*")
+                if p.suffix in (".txt", ".xml") and "LICENSE" not in p.name
+            )
         elif path.is_file():
             found.append(path)
         else:
@@ -92,12 +106,15 @@ def _files(paths: Sequence[str]) -> list[Path]:
 
 def read(paths: Sequence[str], limit: int) -> list[Said]:
     """Every file's human messages in time order, its channel named after the file; up to `limit`
-    messages from each file (its first ones), all files laid side by side from time 0."""
+    messages in all, the same share from each file (its first ones), all files laid side by side
+    from time 0."""
     said: list[Said] = []
-    for path in _files(paths):
-        rows = _slack_xml(path) if path.suffix == ".xml" else _gitter(path)
+    files = _files(paths)
+    each = math.ceil(limit / max(1, len(files)))
+    for path in files:
+        rows = _slack_xml(path) if path.suffix == ".xml" else _text_lines(path)
         rows = sorted(set(rows), key=lambda r: r[0])
-        human = [r for r in rows if not _BOT.search(r[1])][:limit]
+        human = [r for r in rows if not _BOT.search(r[1])][:each]
         if not human:
             continue
         start = human[0][0]
@@ -107,8 +124,18 @@ def read(paths: Sequence[str], limit: int) -> list[Said]:
 
 
 SPLIT_BY_SHAPE = {"finished": 0.55, "bare": 1.28, "dangling": 1.65, "other": 0.86}
-TEXTS = {"finished": "is it down?", "bare": "so I tried", "dangling": "and then,", "other": "`x`"}
+TEXTS = {"finished": "Is it down?", "bare": "So I tried", "dangling": "And then,", "other": "`x`"}
 MIX = (("finished", 0.40), ("bare", 0.45), ("dangling", 0.03), ("other", 0.12))
+HABITS = {
+    # how people write: the text each drawn ending is written as (their follow-ups do not change)
+    "mixed": TEXTS,
+    "no punctuation at all": {"finished": "is it down", "bare": "so I tried",
+                              "dangling": "and then", "other": "see x"},
+    "all lowercase": {k: v.lower() for k, v in TEXTS.items()},
+    "one thought per message": {k: "Is it down?" for k in TEXTS},
+}  # fmt: skip
+"""Punctuation habits of the generated timelines: the window must hold whichever people have.
+`one thought per message` also splits as rarely as after a finished message."""
 
 
 def _ending(rng: random.Random) -> str:
@@ -120,9 +147,12 @@ def _ending(rng: random.Random) -> str:
     return "other"
 
 
-def generate(people: int, messages: int, seed: int) -> list[Said]:
-    """`messages` messages from `people` people, each person in their own conversation."""
+def generate(people: int, messages: int, seed: int, habit: str = "mixed") -> list[Said]:
+    """`messages` messages from `people` people, each person in their own conversation, written
+    with one of `HABITS`."""
     rng = random.Random(seed)
+    texts = HABITS[habit]
+    whole = habit == "one thought per message"
     per_person = max(1, messages // people)
     said: list[Said] = []
     for p in range(people):
@@ -130,8 +160,8 @@ def generate(people: int, messages: int, seed: int) -> list[Said]:
         log_median = rng.gauss(1.55, 0.25)
         at = rng.expovariate(1 / 600.0)
         for _ in range(per_person):
-            kind = _ending(rng)
-            said.append(Said(at, f"dm{p}", f"p{p}", TEXTS[kind]))
+            kind = "finished" if whole else _ending(rng)
+            said.append(Said(at, f"dm{p}", f"p{p}", texts[kind]))
             if rng.random() < min(1.0, split * SPLIT_BY_SHAPE[kind]):
                 at += min(10.0, max(0.3, math.exp(rng.gauss(log_median, 0.53))))
             elif rng.random() < 0.45:

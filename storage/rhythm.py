@@ -61,7 +61,8 @@ async def choose_window(
         )
         for r in await run("burst_authors", params)
     ]
-    window = burst_window(authors, timing.min_quiet_seconds, timing.max_quiet_seconds)
+    low, high = timing.min_quiet_seconds, timing.max_quiet_seconds
+    window = burst_window(authors, low, high, timing.window_model)
     if not changed:
         await run("note_quiet_window", {"cid": key.id, "seq": seq, "reason": window.reason})
     return window

@@ -5,13 +5,16 @@ The replay is checked on hand-made timelines whose answers are known; speed is n
 from __future__ import annotations
 
 import asyncio
+import math
 from pathlib import Path
 
 import pytest
 
 from benchmarks.__main__ import main
 from benchmarks.rhythm import BEGIN, END, Policy, replay, splice
-from benchmarks.timelines import Said, episodes, generate, read
+from benchmarks.timelines import HABITS, Said, episodes, generate, read
+from benchmarks.window_fit import fit
+from bot.core.quiet_window import shape
 
 NO_WAIT = Policy("no wait", {"adaptive": False, "quiet_seconds": 0.0})
 FIXED = Policy("fixed", {"adaptive": False, "quiet_seconds": 1.5})
@@ -26,17 +29,26 @@ SLACK = """<root><message conversation_id="1"><ts>2024-01-01T10:00:00.000100</ts
 <message conversation_id="1"><ts>2024-01-01T10:00:03.000200</ts><user>Di</user>
 <text>thanks!</text></message></root>
 """
+IRC = """rust 2018-05-29 [21:20:37] <talchas> but I don't know
+rust 2018-05-29 [21:20:39] -eval- []
+rust 2018-05-29 [21:20:40] * talchas shrugs
+rust 2018-05-29 [21:20:48] <wikibugs> task closed
+"""
 
 
-def test_both_export_formats_are_read_in_time_order_without_bots(tmp_path: Path) -> None:
+def test_the_export_formats_are_read_in_time_order_without_bots(tmp_path: Path) -> None:
     (tmp_path / "room.txt").write_text(GITTER, encoding="utf-8")
     (tmp_path / "chan.xml").write_text(SLACK, encoding="utf-8")
+    (tmp_path / "rust.txt").write_text(IRC, encoding="utf-8")
+    (tmp_path / "LICENSE-data.txt").write_text("CC-BY-4.0\n", encoding="utf-8")
     said = read([str(tmp_path)], limit=100)
     assert [(s.at, s.channel, s.author, s.text) for s in said] == [
         (0.0, "chan", "Cy", "hello & welcome"),
         (0.0, "room", "ann", "so I tried the build\nand it failed"),
+        (0.0, "rust", "talchas", "but I don't know"),
         (2.0, "room", "ann", "any idea?"),
         (3.0, "chan", "Di", "thanks!"),
+        (3.0, "rust", "talchas", "shrugs"),
         (60.0, "room", "ben", "did you clear the cache?"),
     ]
     assert len(read([str(tmp_path / "room.txt")], limit=2)) == 2
@@ -50,9 +62,30 @@ def test_episodes_are_a_persons_runs_under_30_s() -> None:
     assert episodes(said) == [[0, 1], [2], [3]]
 
 
-def test_the_generator_is_seeded_and_sized() -> None:
+def test_the_generator_is_seeded_and_sized_and_writes_with_each_habit() -> None:
     assert generate(4, 40, seed=1) == generate(4, 40, seed=1)
     assert len(generate(4, 40, seed=1)) == 40
+    bare = generate(4, 400, seed=1, habit="no punctuation at all")
+    assert not any(s.text.rstrip()[-1] in ".?!," for s in bare)
+    assert all(s.text == s.text.lower() for s in generate(4, 40, seed=1, habit="all lowercase"))
+    whole = generate(4, 400, seed=1, habit="one thought per message")
+    assert {shape(s.text) for s in whole} == {"finished"}
+    assert set(HABITS) >= {"no punctuation at all", "all lowercase", "one thought per message"}
+
+
+def test_the_fit_counts_follow_ups_by_ending_and_their_gaps_within_a_person() -> None:
+    said = [
+        Said(0, "c", "a", "so,"), Said(2, "c", "a", "then"),  # a dangling end, followed 2 s on
+        Said(100, "c", "a", "so,"), Said(108, "c", "a", "ok."),  # followed 8 s on
+        Said(200, "c", "a", "so,"), Said(201, "c", "b", "hi"), Said(202, "c", "a", "x"),
+        Said(300, "c", "b", "done."), Said(330, "c", "b", "later."),  # 30 s: not a follow-up
+    ]  # fmt: skip
+    model = fit(said)
+    assert model.split_dangling == pytest.approx(2 / 3)  # the third had b in between
+    assert model.split_all == pytest.approx(2 / 9)
+    assert model.split_finished == 0.0
+    assert model.mean_log_gap == pytest.approx((math.log(2) + math.log(8)) / 2)
+    assert model.sd_log_gap == pytest.approx(math.log(4) / math.sqrt(2))
 
 
 async def test_replay_measures_what_each_policy_makes_a_person_wait() -> None:
@@ -64,7 +97,7 @@ async def test_replay_measures_what_each_policy_makes_a_person_wait() -> None:
     adaptive = await replay(Policy("a", {"adaptive": True}), lone, 0.8, 0.02, 10)
     assert quick.felt == pytest.approx([0.8] * 3)
     assert fixed.felt == pytest.approx([2.3] * 3)
-    assert adaptive.felt == pytest.approx([0.5 + 0.8] * 3)  # strangers, finished: the minimum
+    assert adaptive.felt == pytest.approx([0.5 + 0.8] * 3)  # strangers: the minimum
     assert (fixed.replies, fixed.requests, fixed.wasted_tokens) == (3, 3, 0)
 
 
@@ -97,11 +130,13 @@ def test_only_rhythm_writes_its_section_into_the_report(tmp_path: Path) -> None:
     report = (tmp_path / "benchmarks.md").read_text(encoding="utf-8")
     assert report.startswith("# Benchmarks\n\nearlier tables\n")
     body = report.split(BEGIN, 1)[1].split(END, 1)[0]
-    rows = [line for line in body.splitlines() if line.startswith("| ")][1:]
+    rows = [line for line in body.splitlines() if line.startswith("| ") and "policy" not in line]
     assert [r.split("|")[1].strip() for r in rows] == [
-        "no wait", "fixed 1.5 s", "fixed 1.5 s + speculation", "adaptive + speculation"
-    ]  # fmt: skip
-    assert body.count("**met**") + body.count("**not met**") == 5
+        "fixed 1.5 s", "fixed 1.5 s + speculation",
+        "adaptive + speculation, fitted on the shipped defaults",
+    ] * len(HABITS)  # fmt: skip
+    assert body.count("**met**") + body.count("**not met**") == 7 * len(HABITS)
+    assert "felt p99" in body and "waited > 3 s" in body
     assert (tmp_path / "benchmarks-rhythm.png").read_bytes().startswith(b"\x89PNG")
     again = splice(report, f"{BEGIN}\nnew\n{END}\n")
     assert again.count(BEGIN) == 1 and "\nnew\n" in again and "earlier tables" in again

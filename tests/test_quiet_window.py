@@ -7,12 +7,14 @@ import math
 import pytest
 
 from bot.core.quiet_window import (
+    DEFAULT_MODEL,
     FOLLOW_UP_SECONDS,
-    SHAPE_WINDOW,
     AuthorLast,
     Rhythm,
+    WindowModel,
     author_window,
     burst_window,
+    cheapest_window,
     shape,
 )
 
@@ -49,18 +51,37 @@ def test_shape_reads_how_a_message_ends(text: str, expected: str) -> None:
     assert shape(text) == expected
 
 
-def test_a_stranger_gets_the_window_of_the_messages_shape_inside_the_bounds() -> None:
-    finished = author_window(AuthorLast("bob", "is it down?", 0.0, None), *BOUNDS)
-    bare = author_window(AuthorLast("bob", "so I tried", 0.0, None), *BOUNDS)
-    dangling = author_window(AuthorLast("bob", "so I tried,", 0.0, None), *BOUNDS)
-    assert finished.seconds == LOW
-    assert bare.seconds == SHAPE_WINDOW["bare"]
-    assert dangling.seconds == SHAPE_WINDOW["dangling"]
-    assert finished.seconds < bare.seconds < dangling.seconds
-    assert "bob is new here" in finished.reason and "'?'" in finished.reason
+def test_a_strangers_follow_up_is_never_likely_soon_enough_to_wait_for() -> None:
+    """Even after a dangling end (followed within 10 s about one time in seven), the follow-up
+    would mostly come seconds later: a stranger closes at the minimum whatever the ending."""
+    for text in ("is it down?", "so I tried", "so I tried,", "wait...", "see https://x.y"):
+        window = author_window(AuthorLast("bob", text, 0.0, None), *BOUNDS)
+        assert window.seconds == LOW, text
+        assert window.reason.startswith("bob is new here: not likely enough soon enough"), text
+    assert "'?'" in author_window(AuthorLast("bob", "is it down?", 0.0, None), *BOUNDS).reason
     tight = (0.2, 2.0)
-    assert author_window(AuthorLast("bob", "so I tried,", 0.0, None), *tight).seconds == 2.0
-    assert author_window(AuthorLast("bob", "ok?", 0.0, None), *tight).seconds == 0.2
+    assert author_window(AuthorLast("bob", "so I tried,", 0.0, None), *tight).seconds == 0.2
+
+
+def test_a_fitted_model_where_dangling_ends_are_followed_quickly_holds_a_stranger() -> None:
+    """The fitted figures still decide: where a dangling end is followed half the time, about a
+    second later, a stranger's dangling message is held past that second; a finished one not."""
+    quick = WindowModel(split_finished=0.02, split_dangling=0.5, mean_log_gap=0.0, sd_log_gap=0.4)
+    dangling = author_window(AuthorLast("bob", "so I tried,", 0.0, None), *BOUNDS, quick)
+    finished = author_window(AuthorLast("bob", "so I tried.", 0.0, None), *BOUNDS, quick)
+    assert 1.5 < dangling.seconds < HIGH
+    assert "worth waiting for" in dangling.reason
+    assert finished.seconds == LOW
+
+
+def test_the_cheapest_window_grows_with_the_chance_and_the_nearness_of_a_follow_up() -> None:
+    near, far = math.log(1.5), math.log(6.0)
+    assert cheapest_window(0.0, near, 0.3, *BOUNDS) == LOW
+    assert cheapest_window(0.05, near, 0.3, *BOUNDS) == LOW  # rare: not worth any wait
+    likely = cheapest_window(0.6, near, 0.3, *BOUNDS)
+    assert 1.5 < likely < 3.0  # holds most of a 1.5 s follow-up, not the whole bound
+    assert cheapest_window(0.3, far, 0.3, *BOUNDS) == LOW  # likely but late: not worth it
+    assert cheapest_window(0.9, near, 0.3, 0.5, 1.0) == 1.0  # the bound holds
 
 
 def test_learning_follows_a_persons_follow_up_gaps_and_ignores_long_ones() -> None:
@@ -78,21 +99,32 @@ def test_learning_follows_a_persons_follow_up_gaps_and_ignores_long_ones() -> No
 
 def test_a_person_whose_follow_ups_come_2_5_s_apart_gets_a_window_that_holds_them() -> None:
     rhythm = learned(2.5, 2.5, 2.5)
-    for text in ("so I tried", "it fails.", "any idea?"):
+    for text in ("so I tried", "it fails,"):
         window = author_window(AuthorLast("alice", text, 0.0, rhythm), *BOUNDS)
         assert 2.5 < window.seconds <= HIGH, text
-        assert "alice's follow-ups come within" in window.reason
+        assert "alice writes again within 10 s after about" in window.reason
+        assert "s later: worth waiting for" in window.reason
+    # after a finished message their follow-up is rarer: not worth the wait
+    assert author_window(AuthorLast("alice", "any idea?", 0.0, rhythm), *BOUNDS).seconds == LOW
 
 
-def test_a_person_who_never_splits_closes_at_the_minimum_after_a_finished_message() -> None:
+def test_a_person_whose_occasional_follow_ups_come_late_closes_at_the_minimum() -> None:
+    """One follow-up in four messages, 4.5 s later: the old rule held such a person the whole
+    5 s bound after every message; the wait would cost more than the follow-ups it catches."""
+    rhythm = learned(*([4.5, None, None, None] * 3))
+    for text in ("so I tried", "is it down?"):
+        window = author_window(AuthorLast("erin", text, 0.0, rhythm), *BOUNDS)
+        assert window.seconds == LOW, text
+        assert "not likely enough soon enough" in window.reason
+
+
+def test_a_person_who_never_splits_closes_at_the_minimum() -> None:
     never = learned(*([None] * 20))
-    window = author_window(AuthorLast("carol", "is the build green?", 0.0, never), *BOUNDS)
-    assert window.seconds == LOW
-    assert "carol never writes again" in window.reason
-    # after an unfinished one too, sooner than a stranger's window
-    bare = author_window(AuthorLast("carol", "so the build", 0.0, never), *BOUNDS)
-    stranger = author_window(AuthorLast("dan", "so the build", 0.0, None), *BOUNDS)
-    assert LOW <= bare.seconds < stranger.seconds
+    for text in ("is the build green?", "so the build,"):
+        window = author_window(AuthorLast("carol", text, 0.0, never), *BOUNDS)
+        assert window.seconds == LOW
+        assert "carol writes again within 10 s after about" in window.reason
+        assert "not likely enough soon enough" in window.reason
 
 
 def test_the_burst_window_follows_whichever_author_may_still_be_writing() -> None:
@@ -111,10 +143,13 @@ def test_the_burst_window_follows_whichever_author_may_still_be_writing() -> Non
 
 
 def test_every_window_stays_inside_the_bounds() -> None:
-    rhythms = [None, learned(), learned(0.3, 0.3), learned(9.0, 9.0, 9.0), learned(*[None] * 50)]
+    rhythms = [None, learned(), learned(0.3, 0.3), learned(9.0, 9.0, 9.0), learned(*[None] * 50),
+               learned(*[1.0] * 40)]  # fmt: skip
     texts = ["ok.", "so", "and", "wait...", "https://x.y", ""]
     for low, high in (BOUNDS, (0.0, 0.0), (1.0, 1.0), (0.3, 20.0)):
         for rhythm in rhythms:
             for text in texts:
-                seconds = author_window(AuthorLast("p", text, 0.0, rhythm), low, high).seconds
-                assert low <= seconds <= high
+                for model in (DEFAULT_MODEL, WindowModel(split_dangling=1.0, mean_log_gap=0.0)):
+                    author = AuthorLast("p", text, 0.0, rhythm)
+                    seconds = author_window(author, low, high, model).seconds
+                    assert low <= seconds <= high

@@ -1,15 +1,21 @@
 """The quiet window of a burst: how long to wait after a message before judging its author done.
 
 Pure functions; the store feeds them what it knows and stamps the due time on its own clock (G12).
-Two things predict whether a person writes again soon, both fitted on two public chat corpora
-(the figures and what they buy: docs/quiet-window.md):
+The window is the one that costs least in expectation (the why and the figures:
+docs/quiet-window.md): every second of waiting costs one second to whoever waits, and a follow-up
+that comes after the window closed costs `MISSED_FOLLOW_UP_SECONDS` (a draft replaced by a longer
+answer, or a second reply to one thought). So the window stays at `min_quiet_seconds` unless the
+author's next message is likely enough *and soon enough* to pay for the wait, which takes two
+things known of them:
 
-- **How the message ends** (`shape`): a dangling end is followed about three times as often as a
-  finished one. `SHAPE_WINDOW` spends the wait where follow-ups are likelier, and a finished
-  message closes at `min_quiet_seconds`.
-- **The person's own rhythm** (`Rhythm`: four numbers per person, updated at each of their
-  messages): a person who splits often gets a window that holds their own follow-ups (their
-  log-gap mean + one sd), and one who never does closes sooner than a stranger.
+- **How likely a follow-up is** (`WindowModel`: the chance by how the message ends, fitted on chat
+  corpora; `Rhythm`: the person's own share of messages followed, learned as they chat, which
+  soon outweighs the fitted prior);
+- **When it would come** (their follow-ups' log-normal gap: the person's own, learned as they
+  chat, shrunk towards the fitted one while they have few).
+
+A stranger's follow-up is never likely enough soon enough to wait for (under any corpus's fit), so
+their window is the minimum; a person who reliably writes again a second or two later is held.
 """
 
 from __future__ import annotations
@@ -25,20 +31,40 @@ Shape = Literal["finished", "bare", "dangling", "other"]
 FOLLOW_UP_SECONDS = 10.0
 """A gap up to this long between a person's consecutive messages is a follow-up (one thought)."""
 
-POPULATION_SPLIT = {"finished": 0.036, "bare": 0.083, "dangling": 0.107, "other": 0.056}
-"""The corpora's chance of a follow-up within `FOLLOW_UP_SECONDS`, by how the message ends."""
-POPULATION_SPLIT_ALL = 0.065
-POPULATION_MEAN_LOG_GAP = 1.55  # follow-up gaps: median ≈ 4.7 s
-POPULATION_SD_LOG_GAP = 0.53  # within one person
+MISSED_FOLLOW_UP_SECONDS = 10.0
+"""What a follow-up that comes after the window closed costs, in seconds of waiting: its author
+sees a draft replaced by a longer answer, or two replies to one thought. Not fitted: a judgement
+of how much waiting a person would trade to be answered once, and the one knob of the model."""
 
-SHAPE_WINDOW: dict[Shape, float] = {"finished": 0.0, "other": 0.0, "bare": 1.0, "dangling": 3.0}
-"""A stranger's window by the message's shape (0 = `min_quiet_seconds`), before the bounds."""
-
-PRIOR_MESSAGES = 8.0  # messages' worth of the population's split chance a person starts with
-PRIOR_GAPS = 1.0  # follow-ups' worth of the population's gap a person starts with
-SPLITTER = 0.12  # a split chance from here on: the window holds the person's own follow-ups
+STEP_SECONDS = 0.1  # the windows compared
+PRIOR_MESSAGES = 8.0  # messages' worth of the fitted split chance a person starts with
+PRIOR_GAPS = 1.0  # follow-ups' worth of the fitted gap a person starts with
 EWMA_FLOOR = 0.1  # the weight of the newest gap once a person has ten or more follow-ups
 MIN_SD = 0.2
+MIN_GAP_SECONDS = 0.3  # shorter gaps are learned as this (one-second stamps say 0 s)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowModel:
+    """What the window assumes of a person it knows nothing of, fitted on chat corpora
+    (`benchmarks/window_fit.py`; the defaults: Slack, Gitter and IRC developer communities,
+    docs/quiet-window.md): the chance of a follow-up within `FOLLOW_UP_SECONDS` by how the message
+    ends, and the follow-ups' log-gap (mean, and its spread within one person)."""
+
+    split_finished: float = 0.046
+    split_bare: float = 0.102
+    split_dangling: float = 0.140
+    split_other: float = 0.057
+    split_all: float = 0.079
+    mean_log_gap: float = 1.52  # follow-up gaps: median ≈ 4.6 s
+    sd_log_gap: float = 0.69
+
+    def split(self, kind: Shape) -> float:
+        return {"finished": self.split_finished, "bare": self.split_bare,
+                "dangling": self.split_dangling, "other": self.split_other}[kind]  # fmt: skip
+
+
+DEFAULT_MODEL = WindowModel()
 
 # fmt: off
 _CONJUNCTIONS = frozenset({
@@ -61,15 +87,15 @@ class Rhythm:
 
     messages: int = 0
     follow_ups: int = 0
-    mean_log_gap: float = POPULATION_MEAN_LOG_GAP
-    var_log_gap: float = POPULATION_SD_LOG_GAP**2
+    mean_log_gap: float = DEFAULT_MODEL.mean_log_gap
+    var_log_gap: float = DEFAULT_MODEL.sd_log_gap**2
 
     def learn(self, gap: float | None) -> Rhythm:
         """One more message, `gap` seconds after the person's previous one in the same
         conversation with nobody between (None: no such previous message)."""
         if gap is None or gap > FOLLOW_UP_SECONDS:
             return Rhythm(self.messages + 1, self.follow_ups, self.mean_log_gap, self.var_log_gap)
-        x = math.log(max(gap, 0.05))
+        x = math.log(max(gap, MIN_GAP_SECONDS))
         n = self.follow_ups + 1
         if n == 1:
             return Rhythm(self.messages + 1, 1, x, 0.0)
@@ -79,18 +105,18 @@ class Rhythm:
         var = (1 - alpha) * (self.var_log_gap + alpha * delta * delta)
         return Rhythm(self.messages + 1, n, mean, var)
 
-    def split_chance(self) -> float:
-        """Chance this person writes again within `FOLLOW_UP_SECONDS` of a message (the
-        population's for a stranger, their own as they write more)."""
-        prior = PRIOR_MESSAGES * POPULATION_SPLIT_ALL
+    def split_chance(self, model: WindowModel) -> float:
+        """Chance this person writes again within `FOLLOW_UP_SECONDS` of a message (the fitted
+        one for a stranger, their own as they write more)."""
+        prior = PRIOR_MESSAGES * model.split_all
         return (self.follow_ups + prior) / (self.messages + PRIOR_MESSAGES)
 
-    def follow_up_within(self) -> float:
-        """Seconds within which most (mean + one sd of log-gap) of their follow-ups come."""
+    def log_gap(self, model: WindowModel) -> tuple[float, float]:
+        """Mean and spread of their follow-ups' log-gap (the fitted one while they have few)."""
         n = self.follow_ups
-        mean = (n * self.mean_log_gap + PRIOR_GAPS * POPULATION_MEAN_LOG_GAP) / (n + PRIOR_GAPS)
-        var = (n * self.var_log_gap + PRIOR_GAPS * POPULATION_SD_LOG_GAP**2) / (n + PRIOR_GAPS)
-        return math.exp(mean + max(math.sqrt(var), MIN_SD))
+        mean = (n * self.mean_log_gap + PRIOR_GAPS * model.mean_log_gap) / (n + PRIOR_GAPS)
+        var = (n * self.var_log_gap + PRIOR_GAPS * model.sd_log_gap**2) / (n + PRIOR_GAPS)
+        return mean, max(math.sqrt(var), MIN_SD)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,37 +168,63 @@ def _ending(text: str, kind: Shape) -> str:
     return "the message ended without punctuation"
 
 
-def author_window(author: AuthorLast, low: float, high: float) -> Window:
+def _lognormal_cdf(t: float, mean: float, sd: float) -> float:
+    return 0.5 * (1.0 + math.erf((math.log(t) - mean) / (sd * math.sqrt(2.0)))) if t > 0 else 0.0
+
+
+def cheapest_window(chance: float, mean: float, sd: float, low: float, high: float) -> float:
+    """The window in [low, high] of least expected cost, for a follow-up that comes with `chance`
+    within `FOLLOW_UP_SECONDS`, its gap log-normal (`mean`, `sd` of the log). Waiting from `low`
+    to `w` costs the seconds waited while no follow-up has come; a follow-up that comes in that
+    time saves `MISSED_FOLLOW_UP_SECONDS`. So the window grows past `low` only while the
+    follow-up's hazard (its density now, given none yet) times that saving exceeds one, summed
+    over the windows compared: a likely follow-up a little later still counts."""
+    horizon = _lognormal_cdf(FOLLOW_UP_SECONDS, mean, sd)
+
+    def caught(t: float) -> float:  # chance a follow-up has come by `t`
+        return chance * min(1.0, _lognormal_cdf(t, mean, sd) / horizon)
+
+    best, best_cost, cost = low, 0.0, 0.0
+    steps = math.ceil((high - low) / STEP_SECONDS - 1e-9) if high > low else 0
+    for k in range(steps):
+        start, end = low + k * STEP_SECONDS, min(high, low + (k + 1) * STEP_SECONDS)
+        waited = (end - start) * (1.0 - caught((start + end) / 2))
+        cost += waited - MISSED_FOLLOW_UP_SECONDS * (caught(end) - caught(start))
+        if cost < best_cost - 1e-9:
+            best, best_cost = round(end, 6), cost
+    return best
+
+
+def author_window(
+    author: AuthorLast, low: float, high: float, model: WindowModel = DEFAULT_MODEL
+) -> Window:
     """The window after one author's last message, counted from that message, between `low` and
     `high` (`min_quiet_seconds` and `max_quiet_seconds`)."""
     kind = shape(author.text)
-    base = max(low, SHAPE_WINDOW[kind])
     ending = _ending(author.text, kind)
-    if author.rhythm is None or author.rhythm.messages <= 1:
-        seconds = min(high, base)
-        return Window(seconds, f"{author.name} is new here; {ending}")
-    rhythm = author.rhythm
-    chance = min(1.0, rhythm.split_chance() * POPULATION_SPLIT[kind] / POPULATION_SPLIT_ALL)
-    if chance >= SPLITTER:
-        own = rhythm.follow_up_within()
-        seconds = min(high, max(base, own))
-        return Window(seconds, f"{author.name}'s follow-ups come within {own:.1f} s; {ending}")
-    # a rare splitter: the stranger's window shrinks with their split chance, down to the minimum
-    share = min(1.0, chance / POPULATION_SPLIT[kind])
-    seconds = min(high, low + (base - low) * share)
-    how = "never writes again" if rhythm.follow_ups == 0 else "rarely writes again"
-    return Window(
-        seconds, f"{author.name} {how} within {FOLLOW_UP_SECONDS:.0f} s ({rhythm.messages} "
-        f"messages); {ending}"
-    )  # fmt: skip
+    rhythm = author.rhythm or Rhythm()
+    # the person's split chance, scaled by how much likelier a follow-up is after this ending
+    chance = min(1.0, rhythm.split_chance(model) * model.split(kind) / model.split_all)
+    mean, sd = rhythm.log_gap(model)
+    seconds = cheapest_window(chance, mean, sd, low, high)
+    who = f"{author.name} is new here" if rhythm.messages <= 1 else (
+        f"{author.name} writes again within {FOLLOW_UP_SECONDS:.0f} s after about "
+        f"{chance:.0%} of such messages")  # fmt: skip
+    if seconds > low:
+        why = f"{who}, most often {math.exp(mean):.1f} s later: worth waiting for"
+    else:
+        why = f"{who}: not likely enough soon enough to wait for"
+    return Window(seconds, f"{why}; {ending}")
 
 
-def burst_window(authors: Sequence[AuthorLast], low: float, high: float) -> Window:
+def burst_window(
+    authors: Sequence[AuthorLast], low: float, high: float, model: WindowModel = DEFAULT_MODEL
+) -> Window:
     """The burst's window from now: it stays open while any of its authors may still be writing,
     and never longer than `max_quiet_seconds` after the newest message (whose age is 0)."""
     if not authors:
         return Window(low, "no pending message")
-    windows = ((author_window(author, low, high), author) for author in authors)
+    windows = ((author_window(author, low, high, model), author) for author in authors)
     window, author = max(windows, key=lambda found: found[0].seconds - found[1].age)
     seconds = max(window.seconds - author.age, 0.0)
     return Window(seconds, f"{window.seconds:.1f} s after {author.name}'s last message: "

@@ -9,6 +9,7 @@ from typing import Any
 
 from bot.core.attachments import AttachmentLimits
 from bot.core.events import ConversationKey
+from bot.core.quiet_window import DEFAULT_MODEL, WindowModel
 from bot.core.replier import Voice, WebTools
 from bot.core.store import Timing
 
@@ -44,6 +45,7 @@ class EngineSettings:
     max_quiet_seconds: float = 5.0
     speculate: bool = False  # `[debounce] speculate` (on by default there)
     speculate_after_seconds: float = 0.3
+    window_model: WindowModel = DEFAULT_MODEL  # fitted, not a setting (bot/core/quiet_window.py)
     lease_ttl_seconds: float = 30.0
     max_concurrent_generations: int = 8
     poll_seconds: float = 1.0
@@ -79,7 +81,7 @@ class EngineSettings:
     def timing(self) -> Timing:
         return Timing(self.quiet_seconds, self.max_wait_seconds, self.adaptive,
                       self.min_quiet_seconds, self.max_quiet_seconds,
-                      self._speculate_after())  # fmt: skip
+                      self._speculate_after(), self.window_model)  # fmt: skip
 
     def _speculate_after(self) -> float | None:
         """The early start's delay, or None: no speculation. Never where the model may run a paid

@@ -33,6 +33,7 @@ from bot.core.actions import ActionLog
 from bot.core.events import Attachment, Draft, IncomingMessage, MessageDeleted, MessageEdited
 from bot.core.installations import InstallationBook
 from bot.core.notes import NoteBook
+from bot.core.quiet_window import DEFAULT_MODEL, WindowModel
 
 IngestStatus = Literal["accepted", "duplicate", "history", "unknown", "ignored"]
 """accepted: stored and the version bumped; duplicate: already stored; history: an edit or delete of
@@ -61,6 +62,8 @@ class Timing:
     speculate_after_seconds: float | None = None
     """A generation may start this long after the arrival, before the window closes (the
     timer's `start_at`); None: it starts at the close."""
+    window_model: WindowModel = DEFAULT_MODEL
+    """What the adaptive window assumes of a stranger (fitted on chat corpora; not a setting)."""
 
 
 @dataclass(frozen=True, slots=True)
