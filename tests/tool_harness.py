@@ -99,7 +99,8 @@ async def tool_engine(
     owner: str = "w1",
 ) -> AsyncIterator[tuple[Engine, McpHub]]:
     hub = McpHub(config.tools.mcp)
-    await hub.start()
+    hub.start()
+    await hub.first_attempts()
     replier = claude_replier(config, KEY_ENV)
     settings = engine_settings(config)
     timing = {f: getattr(SETTINGS, f) for f in ("quiet_seconds", "max_wait_seconds",
