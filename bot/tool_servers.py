@@ -73,7 +73,7 @@ class McpServer:
         self._broken = asyncio.Event()
         self._first_attempt = asyncio.Event()
         self._closing = False
-        self._down_reported = False
+        self._reported: set[int] = set()  # the levels logged since the server was last up
         self._config_error: ConfigError | None = None
         self._runner: asyncio.Task[None] | None = None
 
@@ -142,9 +142,9 @@ class McpServer:
             self.specs = self._allowed({tool.name: tool for tool in listed})
             self._broken.clear()
             self.session = session
-            if self._down_reported:
+            if self._reported:
                 log.info("%s: connected again; its tools are back", self.label)
-            self._down_reported = False
+            self._reported.clear()
             self._first_attempt.set()
             await self._broken.wait()
 
@@ -190,10 +190,11 @@ class McpServer:
         return specs
 
     def _went_down(self, what: str, level: int = logging.WARNING) -> None:
-        """One line per outage, naming the server and where it runs."""
-        if not self._down_reported:
+        """One line per outage and level (a config mistake after an outage is still told),
+        naming the server and where it runs."""
+        if level not in self._reported:
             log.log(level, "%s: %s", self.label, what)
-        self._down_reported = True
+        self._reported.add(level)
 
     async def call(
         self, spec: ToolSpec, arguments: dict[str, Any], idempotency_key: str
