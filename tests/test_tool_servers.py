@@ -130,7 +130,7 @@ async def test_an_allowed_tool_the_server_does_not_list_at_its_first_connection_
     )
 
 
-async def test_a_later_connection_reconnects_on_the_injected_clock_and_logs_a_mistake_as_an_error(
+async def test_a_mistake_a_later_connection_finds_is_an_error_line_and_the_process_goes_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Down at the first attempt (a warning, no mistake yet); the reconnect waits for our clock;
