@@ -213,9 +213,21 @@ class App:
         """Stop everything cleanly; `run` then raises the first such error (the CLI exits 1, or 2
         for a configuration problem), so a supervisor sees a failure and restarts the process."""
         log.info("%s front end failed (%s); stopping", platform, error)
+        self._fail(error)
+
+    def _fail(self, error: BurstbotError) -> None:
         if self.failure is None:
             self.failure = error
         self.request_stop()
+
+    async def _check_tool_servers(self, hub: McpHub) -> None:
+        """A config mistake a server's first connection attempt finds (an allowed tool it does
+        not list) stops the process as a front end failing for good does (exit 2). Nothing else
+        waits for the servers: a slow one's tools arrive when it connects."""
+        try:
+            await hub.first_attempts()
+        except ConfigError as error:
+            self._fail(error)
 
     def start_catch_up(self, frontends: list[Frontend], before: float) -> None:
         """Front ends that can, fetch in the background what was sent while none of them listened
@@ -242,9 +254,9 @@ class App:
         """Serve until asked to stop (signal or a front end), then shut down cleanly; raise the
         error of a front end that failed for good, once everything has stopped."""
         await self.store.open()
-        try:  # an allowed tool the server does not list (exit 2), the metrics port taken
+        try:  # an MCP token variable that is not set (exit 2), the metrics port taken
             if self.mcp is not None:
-                await self.mcp.start()
+                self.mcp.start()
             await self.store.listen(self.hint)
             if self.config.metrics.enabled:
                 metrics = self.config.metrics
@@ -256,6 +268,8 @@ class App:
                 await server.start()
                 self.metrics_server = server
         except BaseException:
+            if self.mcp is not None:
+                await self.mcp.close()
             await self.store.close()
             raise
         loop = asyncio.get_running_loop()
@@ -269,6 +283,9 @@ class App:
                 loop.add_signal_handler(sig, handler)
         scheduler = asyncio.create_task(self.scheduler.run())
         sweeper = asyncio.create_task(self.retention.run())
+        watchers = [sweeper]
+        if self.mcp is not None:
+            watchers.append(asyncio.create_task(self._check_tool_servers(self.mcp)))
         started: list[Frontend] = []
         connecting_at = self.engine.clock.now()
         try:
@@ -280,7 +297,7 @@ class App:
             self.serving.set()
             await first_of(self._stop.wait(), scheduler)
         finally:
-            await cancel_all([sweeper])
+            await cancel_all(watchers)
             await self._shutdown(started, scheduler)
             for sig in handlers:
                 with contextlib.suppress(NotImplementedError, RuntimeError):

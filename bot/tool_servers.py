@@ -3,10 +3,14 @@
 - Each server has a runner task that owns its transport and session (the SDK's context managers
   must open and close in one task): it connects, initializes, lists the tools, then holds the
   session until a call finds it broken; it reconnects with capped, jittered backoff.
-- At start, an allowed tool the server does not list (or a token variable that is not set) is a
-  config mistake (one line, exit 2); found on a later reconnect, it is a warning like an outage.
-  A server that cannot be reached is not a mistake: its tools are left out of prompts (the answer
-  says so) while the runner keeps trying.
+- Starting never waits for a server: its tools arrive when it connects. A token variable that is
+  not set is a config mistake found at once (one line, exit 2); an allowed tool the server does
+  not list is one when the first connection attempt finds it (`first_attempts`: the app stops,
+  exit 2), an error line when a later one does. A server that cannot be reached is not a
+  mistake: its tools are left out of prompts (the answer says so) while the runner keeps trying.
+- A stdio server gets the SDK's few safe variables (HOME, PATH, ...) and exactly those its entry
+  names (`env`, `pass_env`): never burstbot's own secrets unless named one by one.
+- Every line about a server names it and its command or URL (without credentials or query).
 - A call that gets no answer (the connection broke, the timeout passed) is `OutcomeUnknown`:
   it may have run. A call that could not be sent is `ToolUnavailable`.
 - The bearer token is read from the environment when connecting and never logged.
@@ -21,6 +25,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx2
 from mcp.client.session import ClientSession
@@ -46,6 +51,10 @@ CONNECT_SECONDS = 20.0
 RECONNECT_BACKOFF = Backoff(0.5, 30.0, jitter=0.5)  # spread: every process reconnects at once
 
 
+class CannotStart(Exception):
+    """A stdio server's command could not be run (not found, not executable)."""
+
+
 class McpServer:
     """One configured server and its one session."""
 
@@ -58,12 +67,13 @@ class McpServer:
         self.config = config
         self.environ = os.environ if environ is None else environ
         self.clock = clock or SystemClock()
+        self.label = f"MCP server {config.name!r} ({_where(config)})"
         self.specs: dict[str, ToolSpec] = {}
         self.session: ClientSession | None = None
         self._broken = asyncio.Event()
         self._first_attempt = asyncio.Event()
         self._closing = False
-        self._down_reported = False
+        self._reported: set[int] = set()  # the levels logged since the server was last up
         self._config_error: ConfigError | None = None
         self._runner: asyncio.Task[None] | None = None
 
@@ -71,13 +81,27 @@ class McpServer:
     def up(self) -> bool:
         return self.session is not None and not self._broken.is_set()
 
-    async def start(self) -> None:
-        """Connect once (the config is checked against what the server lists); a server that is
-        down is retried in the background."""
+    def check_environment(self) -> None:
+        """What can be checked before connecting: a token variable that is not set is a config
+        mistake; a `pass_env` variable that is not set, a warning (the server may not need it)."""
+        config = self.config
+        if config.bearer_token_env:
+            setting = f"tools.mcp.{config.name}.bearer_token_env"
+            require_secret(config.bearer_token_env, setting, self.environ)
+        for name in config.pass_env:
+            if name not in self.environ:
+                log.warning("%s: pass_env names %s, which is not set; the server starts without it",
+                            self.label, name)  # fmt: skip
+
+    def start(self) -> None:
+        """Connect in the background: nothing waits for the server (see `first_attempt`)."""
         self._runner = asyncio.create_task(self._run(), name=f"mcp {self.config.name}")
+
+    async def first_attempt(self) -> None:
+        """Until the first connection attempt has ended, connected or not; raises the config
+        mistake it found (an allowed tool the server does not list)."""
         await self._first_attempt.wait()
         if self._config_error is not None:
-            await self.close()
             raise self._config_error
 
     async def close(self) -> None:
@@ -94,10 +118,14 @@ class McpServer:
                 failures = 0
             except Exception as exc:  # anyio groups wrap what the transport raised
                 mistake = _leaf(exc)
-                if isinstance(mistake, ConfigError) and not self._first_attempt.is_set():
-                    self._config_error = mistake  # `start` raises it once `finally` sets the event
-                    return
-                self._went_down(_reason(exc))
+                if isinstance(mistake, ConfigError):
+                    if not self._first_attempt.is_set():
+                        self._config_error = mistake  # `first_attempt` raises it
+                        return
+                    self._went_down(f"{mistake}; its tools are off until it lists them",
+                                    logging.ERROR)  # fmt: skip
+                else:
+                    self._went_down(f"{_reason(exc)}; its tools are off until it answers")
             finally:
                 self.session = None
                 self._first_attempt.set()
@@ -114,17 +142,22 @@ class McpServer:
             self.specs = self._allowed({tool.name: tool for tool in listed})
             self._broken.clear()
             self.session = session
-            if self._down_reported:
-                log.info("mcp server %s: connected again; its tools are back", self.config.name)
-            self._down_reported = False
+            if self._reported:
+                log.info("%s: connected again; its tools are back", self.label)
+            self._reported.clear()
             self._first_attempt.set()
             await self._broken.wait()
 
     async def _transport(self, stack: contextlib.AsyncExitStack) -> Any:
         config = self.config
         if config.command is not None:
-            params = StdioServerParameters(command=config.command, args=list(config.args))
-            return await stack.enter_async_context(stdio_client(params, errlog=sys.stderr))
+            passed = {name: self.environ[name] for name in config.pass_env if name in self.environ}
+            params = StdioServerParameters(command=config.command, args=list(config.args),
+                                           env={**passed, **config.env})  # fmt: skip
+            try:
+                return await stack.enter_async_context(stdio_client(params, errlog=sys.stderr))
+            except OSError as exc:  # raised by the spawn, before any stream exists
+                raise CannotStart(exc.strerror or str(exc)) from None
         assert config.url is not None
         headers: dict[str, str] = {}
         if config.bearer_token_env:
@@ -156,11 +189,12 @@ class McpServer:
                                    read_only, idempotency_argument(schema))  # fmt: skip
         return specs
 
-    def _went_down(self, reason: str) -> None:
-        if not self._down_reported:
-            log.warning("mcp server %s is unavailable (%s); its tools are off until it answers",
-                        self.config.name, reason)  # fmt: skip
-        self._down_reported = True
+    def _went_down(self, what: str, level: int = logging.WARNING) -> None:
+        """One line per outage and level (a config mistake after an outage is still told),
+        naming the server and where it runs."""
+        if level not in self._reported:
+            log.log(level, "%s: %s", self.label, what)
+        self._reported.add(level)
 
     async def call(
         self, spec: ToolSpec, arguments: dict[str, Any], idempotency_key: str
@@ -201,6 +235,17 @@ def _text_of(result: Any) -> str:
     return "\n".join(parts)
 
 
+def _where(config: McpServerConfig) -> str:
+    """A server's command, or its URL without credentials, query or fragment (tokens live there)."""
+    if config.command is not None:
+        return f"command {config.command!r}"
+    assert config.url is not None
+    url = urlsplit(config.url)
+    host = url.hostname or ""
+    port = f":{url.port}" if url.port is not None else ""
+    return f"{url.scheme}://{host}{port}{url.path}"
+
+
 def _leaf(exc: BaseException) -> BaseException:
     """The first exception inside (task) groups."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
@@ -211,8 +256,12 @@ def _leaf(exc: BaseException) -> BaseException:
 def _reason(exc: BaseException) -> str:
     """One short line for a failure (a group's first leaf), never a traceback."""
     exc = _leaf(exc)
+    if isinstance(exc, CannotStart):
+        return f"cannot start: {exc}"
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {CONNECT_SECONDS:g}s"
     text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text}"[:200] if text else type(exc).__name__
+    return "unavailable: " + (f"{type(exc).__name__}: {text}"[:200] if text else type(exc).__name__)
 
 
 class McpHub:
@@ -226,8 +275,18 @@ class McpHub:
     ) -> None:
         self.servers = {config.name: McpServer(config, environ, clock) for config in configs}
 
-    async def start(self) -> None:
-        await asyncio.gather(*(server.start() for server in self.servers.values()))
+    def start(self) -> None:
+        """Check every server's environment (a config mistake raises before any starts), then
+        connect them all in the background."""
+        for server in self.servers.values():
+            server.check_environment()
+        for server in self.servers.values():
+            server.start()
+
+    async def first_attempts(self) -> None:
+        """Until each server's first connection attempt has ended; raises the first config
+        mistake one found."""
+        await asyncio.gather(*(server.first_attempt() for server in self.servers.values()))
 
     async def close(self) -> None:
         await asyncio.gather(*(server.close() for server in self.servers.values()))

@@ -248,8 +248,9 @@ async def test_a_server_that_is_down_leaves_its_tools_out_and_the_answer_says_so
         "I cannot open tickets right now.\n\n_Some tools were unavailable for this answer "
         "(tracker)._"
     ]
-    warnings = [r.getMessage() for r in caplog.records if "mcp server tracker" in r.getMessage()]
-    assert len(warnings) == 1 and "unavailable" in warnings[0]
+    named = "MCP server 'tracker' (http://127.0.0.1:1/mcp): unavailable: "
+    warnings = [r.getMessage() for r in caplog.records if named in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].endswith("; its tools are off until it answers")
 
 
 async def test_an_allowed_tool_the_server_does_not_list_is_one_config_line(
@@ -260,8 +261,9 @@ async def test_an_allowed_tool_the_server_does_not_list_is_one_config_line(
 
     mcp = {**stdio_server(ledger, hold), "allowed_tools": ["create_ticket", "delete_ticket"]}
     hub = McpHub(tool_config(server, mcp).tools.mcp)
+    hub.start()
     with pytest.raises(ConfigError) as caught:
-        await hub.start()
+        await hub.first_attempts()
     assert str(caught.value) == (
         "tools.mcp.tracker.allowed_tools: the server lists no tool 'delete_ticket' "
         "(it lists: create_ticket, search_tickets)"
@@ -443,10 +445,12 @@ async def test_a_bearer_token_never_reaches_the_log(
     secret = "tok-5ecret-value"
     config = tool_config(server, http_server(1, token_env="TRACKER_TOKEN"))
     hub = McpHub(config.tools.mcp, {"TRACKER_TOKEN": secret})
-    await hub.start()  # nothing listens on port 1: one warning, the token not in it
+    hub.start()
+    await hub.first_attempts()  # nothing listens on port 1: one warning, the token not in it
     await hub.close()
     lines = [r.getMessage() for r in caplog.records]
-    assert any("mcp server tracker is unavailable" in line for line in lines)
+    assert any("MCP server 'tracker' (http://127.0.0.1:1/mcp): unavailable" in line
+               for line in lines)  # fmt: skip
     assert not any(secret in line for line in lines)
 
 
@@ -457,7 +461,7 @@ async def test_a_server_that_is_down_is_tried_again_with_backoff_on_the_injected
 
     config = tool_config(server, http_server(1))  # nothing listens on port 1
     hub = McpHub(config.tools.mcp, clock=clock)
-    await hub.start()
+    hub.start()
     try:
         for failures in (1, 2, 3):  # each failed connection waits on the fake clock, doubling
             await until(clock.waiting)
@@ -476,7 +480,7 @@ async def test_a_token_variable_that_is_not_set_is_one_config_line(server: FakeA
 
     config = tool_config(server, http_server(1, token_env="TRACKER_TOKEN"))
     with pytest.raises(ConfigError) as caught:
-        await McpHub(config.tools.mcp, {}).start()
+        McpHub(config.tools.mcp, {}).start()  # before anything connects
     assert str(caught.value) == (
         "tools.mcp.tracker.bearer_token_env: environment variable TRACKER_TOKEN is not set"
     )

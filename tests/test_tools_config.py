@@ -49,6 +49,21 @@ def config_with(
         ),
         ({**TRACKER, "token": "s3cret"}, None, "tools.mcp.0.token: unknown key"),
         (
+            {**TRACKER, "pass_env": ["TRACKER-TOKEN"]},
+            None,
+            "tools.mcp.0.pass_env: 'TRACKER-TOKEN' is not an environment variable name",
+        ),
+        (
+            {**TRACKER, "env": {"TRACKER_TOKEN": "a"}, "pass_env": ["TRACKER_TOKEN"]},
+            None,
+            "tools.mcp.0: 'TRACKER_TOKEN' is in both env and pass_env: keep one",
+        ),
+        (
+            {"name": "wiki", "url": "http://a", "allowed_tools": ["x"], "env": {"A": "1"}},
+            None,
+            "tools.mcp.0: env and pass_env are for a stdio server (a url one runs on its own)",
+        ),
+        (
             TRACKER,
             {"mcp": ["wiki"]},
             "channels.0.tools.mcp: unknown server 'wiki' (define it in a [[tools.mcp]] entry)",

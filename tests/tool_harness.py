@@ -50,9 +50,12 @@ def http_server(port: int, token_env: str | None = None) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def http_process(ledger: Path, hold: Path, slow: float = 0.0) -> AsyncIterator[int]:
-    """The ticket server as its own process on 127.0.0.1 (it outlives a killed bot)."""
-    port = free_port()
+async def http_process(
+    ledger: Path, hold: Path, slow: float = 0.0, port: int | None = None
+) -> AsyncIterator[int]:
+    """The ticket server as its own process on 127.0.0.1 (it outlives a killed bot), on `port`
+    or a free one."""
+    port = port or free_port()
     command = [sys.executable, str(SERVER_SCRIPT), "--ledger", str(ledger), "--hold", str(hold),
                "--http", str(port), "--slow", str(slow)]  # fmt: skip
     process = await asyncio.create_subprocess_exec(
@@ -99,7 +102,8 @@ async def tool_engine(
     owner: str = "w1",
 ) -> AsyncIterator[tuple[Engine, McpHub]]:
     hub = McpHub(config.tools.mcp)
-    await hub.start()
+    hub.start()
+    await hub.first_attempts()
     replier = claude_replier(config, KEY_ENV)
     settings = engine_settings(config)
     timing = {f: getattr(SETTINGS, f) for f in ("quiet_seconds", "max_wait_seconds",

@@ -7,6 +7,7 @@
   <ticket>`), flushed at once, so a test reads the server's own count even after a kill. The
   server does not dedupe: a second call with the same key makes a second ticket, so a repeat
   shows in the count.
+- With `--environ FILE`, it writes the environment it was given to FILE (JSON) as it starts.
 - While the `--hold` file exists, `create_ticket` waits before answering (a slow call); with
   `--slow S` each call first takes a random time up to S seconds.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 from pathlib import Path
@@ -78,7 +80,10 @@ def main() -> None:
     parser.add_argument("--hold", type=Path)
     parser.add_argument("--http", type=int, help="serve Streamable HTTP on 127.0.0.1:PORT")
     parser.add_argument("--slow", type=float, default=0.0, help="each call takes up to this long")
+    parser.add_argument("--environ", type=Path, help="write the environment given to this file")
     args = parser.parse_args()
+    if args.environ is not None:
+        args.environ.write_text(json.dumps(dict(os.environ)))
     server = build(args.ledger, args.hold, args.slow)
     if args.http is None:
         server.run()

@@ -15,6 +15,7 @@ DOMAIN = r"^[A-Za-z0-9*][A-Za-z0-9.*/_-]{0,252}$"
 
 SERVER_NAME = r"^[a-z][a-z0-9_-]{0,31}$"
 TOOL_NAME = r"^[A-Za-z0-9_-]{1,64}$"
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 MAX_TOOL_RESULT_CHARS = 20_000
 """A tool's result as the model reads it, by default: about 5,000 tokens, so one chatty tool
 cannot crowd out the conversation (the rest is cut with a note)."""
@@ -37,6 +38,11 @@ class McpServerConfig(Section):
     name: str = Field(pattern=SERVER_NAME)
     command: str | None = Field(default=None, min_length=1)
     args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    """Variables set for a stdio server, with their values."""
+    pass_env: list[str] = Field(default_factory=list)
+    """Variables of burstbot's environment a stdio server gets, by name: it gets none of the
+    others (only the SDK's few safe ones: HOME, LOGNAME, PATH, SHELL, TERM, USER)."""
     url: str | None = None
     bearer_token_env: str | None = Field(default=None, min_length=1)
     """The environment variable holding the bearer token sent to an HTTP server."""
@@ -63,13 +69,36 @@ class McpServerConfig(Section):
                 raise ValueError(f"{name!r} is not a tool name")
         return names
 
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
+        _variable_names(list(env))
+        return env
+
+    @field_validator("pass_env")
+    @classmethod
+    def _pass_env_names(cls, names: list[str]) -> list[str]:
+        return _variable_names(names)
+
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerConfig:
         if (self.command is None) == (self.url is None):
             raise ValueError("set either command (a stdio server) or url (Streamable HTTP)")
         if self.bearer_token_env and self.url is None:
             raise ValueError("bearer_token_env is for a url server (a stdio server gets none)")
+        if (self.env or self.pass_env) and self.url is not None:
+            raise ValueError("env and pass_env are for a stdio server (a url one runs on its own)")
+        for name in self.pass_env:
+            if name in self.env:
+                raise ValueError(f"{name!r} is in both env and pass_env: keep one")
         return self
+
+
+def _variable_names(names: list[str]) -> list[str]:
+    for name in names:
+        if not re.fullmatch(ENV_NAME, name):
+            raise ValueError(f"{name!r} is not an environment variable name")
+    return names
 
 
 class ToolsConfig(Section):
