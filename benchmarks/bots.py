@@ -20,13 +20,12 @@ from typing import Protocol
 
 from benchmarks.tally import PLATFORM
 from bot.core.clock import SystemClock
-from bot.core.engine import Engine
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.replier import BurstMessage, GenerationProgress, Prompt
-from bot.core.scheduler import Scheduler
 from bot.core.settings import EngineSettings
 from bot.core.store import Lease
 from bot.core.supervisor import Supervision, Supervisor
+from bot.wiring import build_serving
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, StreamingModel
 
@@ -75,14 +74,15 @@ class BurstbotBot:
         self.settings = settings
         self.path = os.path.join(directory, f"{self.name}.db")
         self.store = SqliteStore(self.path)
-        self.engine = Engine(
+        serving = build_serving(
             self.store, model, SystemClock(), settings, "bench", {PLATFORM: self.platform}
         )
+        self.engine = serving.engine
         if self.supervisor_class is not None:
             self.engine.supervisor = self.supervisor_class(
                 self.store, self.engine.clock, settings, self.engine.signals
             )
-        self.scheduler = Scheduler(self.engine)
+        self.scheduler = serving.scheduler
         self._loop: asyncio.Task[None] | None = None
 
     async def start(self) -> None:

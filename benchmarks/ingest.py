@@ -25,6 +25,7 @@ from bot.core.clock import SystemClock
 from bot.core.engine import Engine
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.settings import EngineSettings
+from bot.wiring import build_serving
 from storage.rows import message_uid
 from storage.sqlite import Q, SqliteStore
 from testkit import StreamingModel
@@ -127,11 +128,12 @@ async def raw_sqlite(profile: Profile, directory: str) -> IngestRow:
     )
 
 
-async def _engine(profile: Profile, path: str) -> Engine:
+async def _engine(profile: Profile, path: str) -> tuple[Engine, SqliteStore]:
     store = SqliteStore(path)
     await store.open()
     settings = EngineSettings(profile.quiet_seconds, profile.max_wait_seconds)
-    return Engine(store, StreamingModel(1, 0.0), SystemClock(), settings, "bench")
+    serving = build_serving(store, StreamingModel(1, 0.0), SystemClock(), settings, "bench")
+    return serving.engine, store
 
 
 async def _ingest_one(engine: Engine, message: IncomingMessage, latencies: list[float]) -> None:
@@ -144,7 +146,7 @@ async def _ingest_one(engine: Engine, message: IncomingMessage, latencies: list[
 
 async def burstbot_flood(profile: Profile, directory: str) -> IngestRow:
     """Closed loop: every sender sends its next message as soon as the last one is acked."""
-    engine = await _engine(profile, os.path.join(directory, "ingest-flood.db"))
+    engine, store = await _engine(profile, os.path.join(directory, "ingest-flood.db"))
     latencies: list[float] = []
 
     async def sender(i: int) -> None:
@@ -154,7 +156,7 @@ async def burstbot_flood(profile: Profile, directory: str) -> IngestRow:
     started = time.perf_counter()
     await asyncio.gather(*(sender(i) for i in range(profile.senders)))
     seconds = time.perf_counter() - started
-    await engine.store.close()
+    await store.close()
     return IngestRow(
         f"burstbot flood, {profile.senders} senders each awaiting its ack",
         len(latencies),
@@ -167,7 +169,7 @@ async def burstbot_flood(profile: Profile, directory: str) -> IngestRow:
 async def burstbot_at_rate(profile: Profile, directory: str, rate: float) -> IngestRow:
     """Open loop: messages arrive at `rate` per second (Poisson), spread over the senders'
     conversations, whether or not earlier ones were acked yet."""
-    engine = await _engine(profile, os.path.join(directory, "ingest-rate.db"))
+    engine, store = await _engine(profile, os.path.join(directory, "ingest-rate.db"))
     total = profile.senders * profile.messages_per_sender
     rng = random.Random(3)
     latencies: list[float] = []
@@ -184,7 +186,7 @@ async def burstbot_at_rate(profile: Profile, directory: str, rate: float) -> Ing
         task.add_done_callback(inflight.discard)
     await asyncio.gather(*inflight)
     seconds = time.perf_counter() - started
-    await engine.store.close()
+    await store.close()
     return IngestRow(
         f"burstbot at the floor's rate ({rate:.0f}/s offered)",
         len(latencies),

@@ -43,11 +43,11 @@ from typing import Any
 
 from benchmarks.tally import PLATFORM, answer_of
 from benchmarks.timelines import Said, episodes
-from bot.core.engine import Engine
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.quiet_window import WindowModel
 from bot.core.replier import GenerationProgress, Prompt
 from bot.core.settings import EngineSettings
+from bot.wiring import build_serving
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend
 from testkit.clock import FakeClock
@@ -234,7 +234,7 @@ async def replay(policy: Policy, timeline: Sequence[Said], ttft: float, pace: fl
     settings = dataclasses.replace(
         EngineSettings(max_wait_seconds=8.0, max_concurrent_generations=10_000), **overrides
     )
-    engine = Engine(store, model, clock, settings, "bench", {PLATFORM: platform})
+    engine = build_serving(store, model, clock, settings, "bench", {PLATFORM: platform}).engine
     wall = time.monotonic()
     last: dict[str, tuple[float, float | None]] = {}  # conversation → (last arrival, due)
     closes: dict[int, float] = {}  # message → when the window it armed closes (its due time)

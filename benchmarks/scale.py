@@ -36,9 +36,8 @@ from benchmarks.profiles import Profile
 from benchmarks.tally import PLATFORM
 from bot.cli.serve import run_event_loop
 from bot.core.clock import SystemClock
-from bot.core.engine import Engine
-from bot.core.scheduler import Scheduler
 from bot.core.settings import EngineSettings
+from bot.wiring import build_serving
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, StreamingModel
 
@@ -197,10 +196,13 @@ async def serve(path: str, firing: int, window: float, within: float) -> dict[st
     await store.open()
     model = StreamingModel(tokens=20, token_latency=0.0)
     platform = RecordingFrontend(PLATFORM)
-    engine = Engine(store, model, SystemClock(), EngineSettings(), "scale", {PLATFORM: platform})
+    serving = build_serving(
+        store, model, SystemClock(), EngineSettings(), "scale", {PLATFORM: platform}
+    )
+    engine = serving.engine
     due = _make_due(path, firing, window, start=time.time() + 0.5)
     loop_late = plain_timers(due.values())
-    scheduler = Scheduler(engine)
+    scheduler = serving.scheduler
     loop = asyncio.create_task(scheduler.run())
     give_up = time.monotonic() + window + within
     while len(platform.posts) < firing and time.monotonic() < give_up:  # noqa: ASYNC110

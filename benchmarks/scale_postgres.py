@@ -28,9 +28,8 @@ from benchmarks.scale import ROOT, channel_name, peak_rss_mb, plain_timers
 from benchmarks.tally import PLATFORM
 from bot.cli.serve import run_event_loop
 from bot.core.clock import SystemClock
-from bot.core.engine import Engine
-from bot.core.scheduler import Scheduler
 from bot.core.settings import EngineSettings
+from bot.wiring import build_serving
 from testkit import RecordingFrontend, StreamingModel
 
 PROCESSES = 2
@@ -231,7 +230,10 @@ async def serve(dsn: str, schema: str, name: str, within: float) -> dict[str, An
     await store.open()
     model = StreamingModel(tokens=20, token_latency=0.0)
     platform = RecordingFrontend(PLATFORM)
-    engine = Engine(store, model, SystemClock(), EngineSettings(), name, {PLATFORM: platform})
+    serving = build_serving(
+        store, model, SystemClock(), EngineSettings(), name, {PLATFORM: platform}
+    )
+    engine = serving.engine
     print("ready", flush=True)
     line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
     if not line:  # the parent gave up before the due times were set
@@ -239,7 +241,7 @@ async def serve(dsn: str, schema: str, name: str, within: float) -> dict[str, An
         raise SystemExit("scale_postgres: no due times arrived; stopping")
     due: dict[str, float] = json.loads(line)
     loop_late = plain_timers(due.values())
-    scheduler = Scheduler(engine)
+    scheduler = serving.scheduler
     running = asyncio.create_task(scheduler.run())
     last_due = max(due.values())
     conn = await asyncpg.connect(dsn, server_settings={"search_path": schema})

@@ -47,8 +47,8 @@ from benchmarks.profiles import Profile
 from bot.app import App
 from bot.config import DiscordConfig, parse_config
 from bot.core.clock import SystemClock
-from bot.core.store import Store
 from bot.wiring import build_store, claude_replier
+from storage.sql_store import SqlStore
 from testkit.fake_anthropic import FakeAnthropic, Plan, RecordedRequest, StreamRecord
 from testkit.fake_discord import FakeDiscord, frontend_for
 from testkit.fake_slack import EventSender, FakeSlackApi, dm
@@ -115,7 +115,7 @@ FELT_UPDATES_PER_MINUTE = 100_000.0
 @asynccontextmanager
 async def burstbot(
     directory: str, name: str, slack: FakeSlackApi, model: FakeAnthropic, quiet: float,
-    conversations: int, store: Store | None = None, **slack_settings: Any,
+    conversations: int, store: SqlStore[Any] | None = None, **slack_settings: Any,
 ) -> AsyncIterator[tuple[App, EventSender]]:  # fmt: skip
     """One burstbot serving Slack HTTP mode in this process, until the block ends (on SQLite
     unless another `store` is given)."""
@@ -219,7 +219,7 @@ async def run_first_word_postgres(profile: Profile, directory: str, dsn: str) ->
 
 
 async def run_first_word(
-    profile: Profile, directory: str, store: Store | None = None, store_name: str = "SQLite"
+    profile: Profile, directory: str, store: SqlStore[Any] | None = None, store_name: str = "SQLite"
 ) -> tuple[FirstWordRow, CancelRow]:
     n, quiet = profile.felt_conversations, profile.felt_quiet_seconds
     tags = [f"c{i}" for i in range(n)]

@@ -9,7 +9,7 @@ import logging
 import signal
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from bot.arrival import Arrival
 from bot.config import Config, Reconfigurable, load_config
@@ -34,7 +34,7 @@ from bot.core.notes import NoteBook
 from bot.core.replier import Closable, Replier
 from bot.core.scheduler import Scheduler
 from bot.core.signals import Listener, Signals
-from bot.core.store import IngestResult, Store
+from bot.core.store import IngestResult
 from bot.core.threads import ThreadBook
 from bot.core.tool_calls import ToolBox
 from bot.core.typing_window import author_typing
@@ -46,10 +46,11 @@ from bot.ops.metrics import Metrics, MetricsServer
 from bot.ops.reload import ReloadPlan, plan_reload
 from bot.ops.retention import Retention
 from bot.ops.usage import PriceTable
-from bot.wiring import catch_up_settings, engine_settings, make_owner
+from bot.wiring import build_serving, catch_up_settings, engine_settings, make_owner
 
 if TYPE_CHECKING:
     from bot.tool_servers import McpHub
+    from storage.sql_store import SqlStore
 
 log = logging.getLogger("burstbot")
 PROMPT_CONTEXT_SECONDS = 10.0  # a front end's look-ups for the prompt (a channel's messages)
@@ -65,7 +66,9 @@ def check_wiring(frontends: list[Frontend], replier: Replier) -> None:
     check_abilities(replier, "replier", (Closable,))
 
 
-def build_tools(config: Config, store: Store, clock: Clock) -> tuple[McpHub | None, ToolBox | None]:
+def build_tools(
+    config: Config, store: SqlStore[Any], clock: Clock
+) -> tuple[McpHub | None, ToolBox | None]:
     """The MCP servers of `[[tools.mcp]]` (started with the process) and the engine's view of
     them; none without servers."""
     servers = config.tools.mcp
@@ -84,7 +87,7 @@ class App:
     def __init__(
         self,
         config: Config,
-        store: Store,
+        store: SqlStore[Any],
         replier: Replier,
         frontends: list[Frontend],
         clock: Clock | None = None,
@@ -98,29 +101,26 @@ class App:
         self.frontends = frontends
         self.by_platform = {f.platform: f for f in frontends}
         guards = self._cost_guards(config, access := AccessPolicy(config.access))
-        clock = clock or SystemClock()
+        self.clock = clock = clock or SystemClock()
+        self.owner = owner = owner or make_owner(config)
+        self.replier = replier
         self.mcp, tools = build_tools(config, store, clock)
-        self.engine = Engine(
-            store,
-            replier,
-            clock,
-            engine_settings(config),
-            owner or make_owner(config),
-            self.by_platform,
-            guard=guards,
-            tools=tools,
-        )
-        self.scheduler = Scheduler(self.engine)
+        serving = build_serving(store, replier, clock, engine_settings(config), owner,
+                                self.by_platform, guard=guards, tools=tools)  # fmt: skip
+        self.engine: Engine = serving.engine
+        self.scheduler: Scheduler = serving.scheduler
+        self.wakeup = serving.wakeup
         self.signals = Signals()  # the app's own events: `refused` at arrival, `reset`, ...
-        self.arrival = Arrival(self.engine, self.by_platform, access, guards, self.signals)
+        self.arrival = Arrival(self.engine, self.by_platform, access, guards, self.signals, store,
+                               clock, self.wakeup)  # fmt: skip
         self.catch_up_settings = catch_up_settings(config)
-        self.threads = ThreadBook(store, self.engine.clock, self.ingest, self.catch_up_settings)
+        self.threads = ThreadBook(store, clock, self.ingest, self.catch_up_settings)
         self.notes: NoteBook = store
         self.installations: InstallationBook = store
         self.engine.prompts.context = self._prompt_context
         self.catch_ups: list[CatchUp] = []
         self.metrics = Metrics(PriceTable(config.prices))
-        self.retention = Retention(store, self.engine.clock, lambda: self.config.retention)
+        self.retention = Retention(store, clock, lambda: self.config.retention)
         self.metrics_server: MetricsServer | None = None
         self.subscribe(self.metrics.observe)
         self._stop = asyncio.Event()
@@ -201,8 +201,7 @@ class App:
         debounce = self.config.debounce
         if not debounce.typing_aware:
             return
-        engine = self.engine
-        due = await author_typing(self.store, engine.clock, debounce.typing_seconds, key, author_id)
+        due = await author_typing(self.store, self.clock, debounce.typing_seconds, key, author_id)
         if due is not None:
             self.signals.emit("typing", conversation=key.id, due_at=due)
 
@@ -234,7 +233,7 @@ class App:
         (`before`: when they began connecting); each keeps its runner for its reconnects."""
         if not self.catch_up_settings.enabled:
             return
-        clock, settings = self.engine.clock, self.catch_up_settings
+        clock, settings = self.clock, self.catch_up_settings
         for frontend in frontends:
             if (source := catch_up_source(frontend)) is not None:
                 memory = self.threads.memory
@@ -246,8 +245,8 @@ class App:
 
     def hint(self, payload: str) -> None:
         """Another process armed a timer, queued a reply or released leases (bot/core/hints.py)."""
-        if wanted(payload, self.engine.sleeping_until, self.by_platform):
-            self.engine.wakeup.set()
+        if wanted(payload, self.wakeup.sleeping_until, self.by_platform):
+            self.wakeup.wake()
 
     # lifecycle -------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -260,7 +259,7 @@ class App:
             await self.store.listen(self.hint)
             if self.config.metrics.enabled:
                 metrics = self.config.metrics
-                health = Health(self.store, self.frontends, self.metrics, self.engine.clock,
+                health = Health(self.store, self.frontends, self.metrics, self.clock,
                                 lambda: self.engine.busy)  # fmt: skip
                 server = MetricsServer(
                     self.metrics, health.report, metrics.host, metrics.port, health.refresh
@@ -287,13 +286,13 @@ class App:
         if self.mcp is not None:
             watchers.append(asyncio.create_task(self._check_tool_servers(self.mcp)))
         started: list[Frontend] = []
-        connecting_at = self.engine.clock.now()
+        connecting_at = self.clock.now()
         try:
             for frontend in self.frontends:
                 await frontend.start(self)
                 started.append(frontend)
             self.start_catch_up(started, connecting_at)
-            log.info("burstbot running as %s", self.engine.owner)
+            log.info("burstbot running as %s", self.owner)
             self.serving.set()
             await first_of(self._stop.wait(), scheduler)
         finally:
@@ -336,7 +335,7 @@ class App:
         if self.mcp is not None:
             await self.mcp.close()
         await self.store.close()
-        replier = self.engine.replier
+        replier = self.replier
         if declares(replier, Closable):
             try:
                 await cast(Closable, replier).aclose()

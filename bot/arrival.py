@@ -1,6 +1,6 @@
 """What the composition root decides at arrival, before the engine: access rules, the arrival
 guards (size, rate) with their notices, and `/reset`. Nothing refused is stored; a refusal's
-notice is an outbox row (`Store.queue_notice`), so it is durable, posted once and in order, by
+notice is an outbox row (`SqlStore.queue_notice`), so it is durable, posted once and in order, by
 whichever process delivers the conversation's replies."""
 
 from __future__ import annotations
@@ -8,13 +8,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from bot.core.clock import Clock
 from bot.core.engine import Engine
 from bot.core.events import Event, IncomingMessage, ResetConversation
 from bot.core.signals import Signals
 from bot.core.store import IngestResult
+from bot.core.wakeup import Wakeup
 from bot.ops.access import AccessPolicy
 from bot.ops.guards import CostGuards
+
+if TYPE_CHECKING:
+    from storage.sql_store import SqlStore
 
 log = logging.getLogger("burstbot")
 
@@ -26,6 +32,9 @@ class Arrival:
     access: AccessPolicy
     guards: CostGuards | None  # None: no limit is on
     signals: Signals
+    store: SqlStore[Any]  # a refusal's notice, `/reset`'s history floor
+    clock: Clock
+    wakeup: Wakeup  # the scheduler's sweep posts a notice
 
     async def ingest(self, event: Event) -> IngestResult:
         """Access rules and arrival guards first (nothing refused is stored), then the engine."""
@@ -50,7 +59,7 @@ class Arrival:
 
     async def _guarded(self, event: IncomingMessage, guards: CostGuards) -> IngestResult | None:
         key = event.key
-        refusal = await guards.check_message(event, self.engine.clock.now())
+        refusal = await guards.check_message(event, self.clock.now())
         if refusal is None:
             return None
         if refusal.repeat:
@@ -63,14 +72,14 @@ class Arrival:
                     refusal.reason, already)  # fmt: skip
         self.signals.emit("refused", conversation=key.id, stage="guard", reason=refusal.reason)
         if refusal.notice is not None and key.platform in self.platforms:
-            now = self.engine.clock.now()
-            await self.engine.store.queue_notice(key.id, refusal.notice, event.message_id, now)
-            self.engine.wakeup.set()  # the scheduler's sweep posts it
+            now = self.clock.now()
+            await self.store.queue_notice(key.id, refusal.notice, event.message_id, now)
+            self.wakeup.wake()
         return IngestResult("ignored", key.id, 0)
 
     async def _reset(self, event: ResetConversation) -> IngestResult:
         cid = event.key.id
-        floor = await self.engine.store.reset_history(cid)
+        floor = await self.store.reset_history(cid)
         log.info("conversation %s: history cleared by %s", cid, event.author_id or "a user")
         self.signals.emit("reset", conversation=cid, floor=floor)
         return IngestResult("history", cid, floor or 0)

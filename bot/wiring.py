@@ -1,4 +1,5 @@
-"""The composition root's builders: config → store, replier, front ends and the core's settings.
+"""The composition root's builders: config → store, replier, front ends and the core's settings;
+the serving core (engine, outbox, indicator, drafts, scheduler) wired from them.
 
 Only here (and in `bot/app.py`, which uses these) does the config model meet the core: the core
 gets plain `bot/core/settings.py` values, never the config with its Slack and Discord sections.
@@ -10,19 +11,30 @@ import os
 import secrets
 import socket
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from bot.config import ChannelConfig, ChannelToolsConfig, Config, ToolsConfig, require_secret
 from bot.core.attachments import AttachmentLimits
+from bot.core.clock import Clock
+from bot.core.engine import Engine
 from bot.core.errors import ConfigError
 from bot.core.frontend import Frontend
+from bot.core.guard import Guard
+from bot.core.indicator import Indicator
+from bot.core.outbox import Outbox
 from bot.core.replier import Replier, WebTools
+from bot.core.scheduler import Scheduler
 from bot.core.settings import CatchUpSettings, ChannelSettings, EngineSettings
-from bot.core.store import Store
+from bot.core.signals import Signals
+from bot.core.streaming import Drafts
+from bot.core.tool_calls import ToolBox
+from bot.core.wakeup import Wakeup
 from bot.llm.offline import OfflineReplier
 
 if TYPE_CHECKING:
     from bot.llm.claude import ClaudeReplier
+    from storage.sql_store import SqlStore
 
 
 def make_owner(config: Config) -> str:
@@ -83,7 +95,7 @@ def build_frontends(config: Config) -> list[Frontend]:
     return frontends
 
 
-def build_store(config: Config) -> Store:
+def build_store(config: Config) -> SqlStore[Any]:
     from storage import open_store
     from storage.pool_limits import PoolLimits
 
@@ -155,3 +167,53 @@ def catch_up_settings(config: Config) -> CatchUpSettings:
         section.max_pages,
         max_requests=section.max_requests,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """One process's serving core, wired once so that no part reaches through another: the
+    engine, the scheduler that drives it, and what both hand work to."""
+
+    engine: Engine
+    scheduler: Scheduler
+    outbox: Outbox
+    indicator: Indicator
+    wakeup: Wakeup
+
+
+def build_serving(
+    store: SqlStore[Any],
+    replier: Replier,
+    clock: Clock,
+    settings: EngineSettings,
+    owner: str,
+    frontends: Mapping[str, Frontend] | None = None,
+    guard: Guard | None = None,
+    tools: ToolBox | None = None,
+) -> Serving:
+    """Each part gets the store as the small protocol it uses (`bot/core/store.py`). The outbox
+    keeps `settings` as given; the drafts read the engine's at each use (a reload replaces
+    them)."""
+    served = dict(frontends or {})
+    signals, wakeup = Signals(), Wakeup()
+    indicator = Indicator(served, clock, store, settings.indicator_delay_seconds)
+    outbox = Outbox(store, clock, settings, owner, served, indicator, signals, wakeup.wake)
+    drafts = Drafts(
+        store, clock, lambda: engine.settings, served, outbox.waiting, outbox.draft_posts
+    )
+    engine = Engine(
+        store,
+        replier,
+        clock,
+        settings,
+        owner,
+        served,
+        guard,
+        tools,
+        outbox=outbox,
+        indicator=indicator,
+        drafts=drafts,
+        wakeup=wakeup,
+        signals=signals,
+    )
+    return Serving(engine, Scheduler(engine, store, outbox, wakeup), outbox, indicator, wakeup)

@@ -1,12 +1,16 @@
-"""Store implementations of `bot.core.store.Store`; `open_store(url)` picks one by scheme."""
+"""The SQL store (`storage.sql_store.SqlStore`, every protocol of `bot.core.store`) on SQLite or
+PostgreSQL; `open_store(url)` picks one by scheme."""
 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Any
 
 from bot.core.errors import ConfigError
-from bot.core.store import Store
 from storage.pool_limits import PoolLimits
+
+if TYPE_CHECKING:
+    from storage.sql_store import SqlStore
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,29}")
 
@@ -16,7 +20,7 @@ def open_store(
     pool_size: int = 10,
     busy_timeout_seconds: float = 10.0,
     limits: PoolLimits | None = None,
-) -> Store:
+) -> SqlStore[Any]:
     """Build (not yet open) the store named by `url`: sqlite:///path, sqlite://:memory:,
     postgresql:// (with `limits` on its waits)."""
     if url.startswith("sqlite://"):

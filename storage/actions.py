@@ -47,4 +47,5 @@ class ActionSteps(StoreSeam[Conn]):
         return [_action(r) for r in await self._rows("actions", params)]
 
     async def actions_since(self, since: float) -> list[ActionRecord]:
+        """Every conversation's actions begun since `since` (usage reports)."""
         return [_action(r) for r in await self._rows("actions_since", {"since": since})]

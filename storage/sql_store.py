@@ -18,7 +18,7 @@ Rules every step keeps:
 - `lease_token` only ever increases: renew, release, commit and failure are conditional on it;
 - a transaction that changes a conversation locks its row first, before its timer or outbox;
 - protocol times are the database's (`:db_now`), and cross to and from the caller's clock by
-  their distance from the caller's `now` (`:skew`; see sql_store.sql and the Store protocol).
+  their distance from the caller's `now` (`:skew`; see sql_store.sql and bot/core/store.py).
 """
 
 from __future__ import annotations
@@ -53,6 +53,13 @@ class SqlStore(
 
     # the rest of the seam (see the module docstring) ----------------------------------------
     @abstractmethod
+    async def open(self) -> None:
+        """Connect and run pending migrations."""
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    @abstractmethod
     async def _schema_in_use(self, db: Conn) -> int: ...
 
     @abstractmethod
@@ -76,6 +83,7 @@ class SqlStore(
 
     @property
     def schema_version(self) -> int:
+        """The migration this burstbot brings the database to."""
         return len(self.MIGRATIONS)
 
     # 1. arrival ------------------------------------------------------------------------------
@@ -407,6 +415,8 @@ class SqlStore(
 
     # /reset ----------------------------------------------------------------------------------
     async def reset_history(self, conversation_id: str) -> int | None:
+        """Raise the history floor to the current version, so later prompts leave out every
+        earlier turn (messages stay stored). Returns the floor, None if no such conversation."""
         rows = await self._rows("reset_history", {"cid": conversation_id})
         return int(rows[0][0]) if rows else None
 
@@ -472,6 +482,7 @@ class SqlStore(
     async def add_to_counter(
         self, scope: str, window_start: int, amount: int, expires_at: float, now: float
     ) -> int:
+        """Atomically add to a windowed counter and return its new total (expired rows pruned)."""
         count = {"scope": scope, "window_start": window_start, "amount": amount}
         async with self._transaction() as db:
             await self._rows("prune_counters", {"now": now}, db)
@@ -487,7 +498,10 @@ class SqlStore(
         key_expires_at: float,
         now: float,
     ) -> tuple[int, bool]:
-        """One transaction, so a repeat waits for the first call and reads what it counted."""
+        """Add 1 to a windowed counter once per `key` and remember the new total until
+        `key_expires_at`: returns (that total, True) for the first call and (the same total,
+        False) for every later one, which adds nothing, even when calls race. One transaction,
+        so a repeat waits for the first call and reads what it counted."""
         remembered = {"scope": f"once:{key}", "expires_at": key_expires_at, "window_start": 0}
         async with self._transaction() as db:
             await self._rows("prune_counters", {"now": now}, db)
@@ -507,10 +521,13 @@ class SqlStore(
     async def list_conversations(
         self, active_only: bool = True, limit: int = 50
     ) -> list[ConversationSummary]:
+        """Newest activity first; `active_only` keeps conversations with pending input, a timer,
+        a lease, or outbox rows pending or failed."""
         rows = await self._rows("list_conversations", {"active": active_only, "limit": limit})
         return [codec.summary_from_row(r) for r in rows]
 
     async def messages(self, conversation_id: str) -> list[contract.StoredMessage]:
+        """Every stored message of a conversation in order, deleted ones included."""
         rows = await self._rows("all_messages", {"cid": conversation_id})
         return [codec.message_from_row(r) for r in rows]
 

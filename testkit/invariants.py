@@ -9,9 +9,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
-from bot.core.store import OutboxRow, Store
+from bot.core.store import OutboxRow
 from testkit.frontend import RecordingFrontend, split_evenly
+
+if TYPE_CHECKING:
+    from storage.sql_store import SqlStore
 
 EPSILON = 1e-6  # fake clocks land exactly on deadlines
 
@@ -21,7 +25,7 @@ class InvariantViolation(AssertionError):
 
 
 async def check_invariants(
-    store: Store,
+    store: SqlStore[Any],
     conversation_ids: Sequence[str],
     *,
     quiescent: bool = True,

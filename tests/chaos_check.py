@@ -57,7 +57,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bot.core.store import GenerationRecord, OutboxRow, Store
+from bot.core.store import GenerationRecord, OutboxRow
+from storage.sql_store import SqlStore
 
 if TYPE_CHECKING:
     from tests.chaos_run import FakePlatform, Run
@@ -162,7 +163,7 @@ def busiest(samples: list[tuple[float, float, float]], window: float) -> list[fl
 
 
 async def check(
-    store: Store,
+    store: SqlStore,
     channels: list[str],
     run: Run,
     platform: FakePlatform,

@@ -45,8 +45,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from bot.core.store import Store
 from storage import open_store
+from storage.sql_store import SqlStore
 from testkit.serving import serve_locally
 
 
@@ -262,7 +262,7 @@ class Run:
     db_url: str
     platform_url: str
     rng: random.Random
-    store: Store
+    store: SqlStore
     workers: dict[int, Worker] = field(default_factory=dict)
     kills: list[tuple[float, str, dict[str, float]]] = field(default_factory=list)
     taken_over: dict[tuple[float, str], float] = field(default_factory=dict)  # see watch_takeover
@@ -599,7 +599,7 @@ async def watch_lag(run: Run) -> None:
         run.lags.append((time.time(), time.monotonic() - started - 0.05))
 
 
-async def quiesce(store: Store, channels: list[str], within: float) -> None:
+async def quiesce(store: SqlStore, channels: list[str], within: float) -> None:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         settled = True

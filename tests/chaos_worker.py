@@ -30,8 +30,8 @@ from bot.core.errors import PermanentDeliveryError, RetryableDeliveryError, Retr
 from bot.core.events import ConversationKey, Draft, IncomingMessage, Reply
 from bot.core.frontend import Drafting, Host
 from bot.core.replier import GenerationProgress, Prompt
-from bot.core.store import Store
 from bot.wiring import build_store
+from storage.sql_store import SqlStore
 from storage.sqlite import SqliteStore
 from tests.chaos_run import SLACK, mode_of, split_text
 
@@ -221,7 +221,7 @@ def config_for(settings: dict[str, Any]) -> Config:
     )  # fmt: skip
 
 
-def store_for(config: Config, settings: dict[str, Any]) -> Store:
+def store_for(config: Config, settings: dict[str, Any]) -> SqlStore:
     """The App's store; on SQLite with a busy timeout shorter than the parent's longer locks."""
     url = config.storage.url
     if url.startswith("sqlite:///"):

@@ -17,6 +17,7 @@ from bot.core.engine import Engine
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.settings import EngineSettings
 from bot.ops.logs import HANDLER_NAME as LOG_HANDLER_NAME
+from bot.wiring import Serving, build_serving
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier
 from testkit.clock import FakeClock
@@ -111,6 +112,20 @@ def frontend() -> RecordingFrontend:
     return RecordingFrontend()
 
 
+def make_serving(
+    store: SqliteStore,
+    clock: FakeClock,
+    replier: ScriptedReplier,
+    frontend: RecordingFrontend | None,
+    owner: str = "w1",
+    **overrides: object,
+) -> Serving:
+    """An engine with its scheduler, outbox and indicator, wired as the app wires them."""
+    settings = replace(SETTINGS, **overrides)  # type: ignore[arg-type]
+    frontends = {frontend.platform: frontend} if frontend is not None else {}
+    return build_serving(store, replier, clock, settings, owner, frontends)
+
+
 def make_engine(
     store: SqliteStore,
     clock: FakeClock,
@@ -119,9 +134,7 @@ def make_engine(
     owner: str = "w1",
     **overrides: object,
 ) -> Engine:
-    settings = replace(SETTINGS, **overrides)  # type: ignore[arg-type]
-    frontends = {frontend.platform: frontend} if frontend is not None else {}
-    return Engine(store, replier, clock, settings, owner, frontends)
+    return make_serving(store, clock, replier, frontend, owner, **overrides).engine
 
 
 @pytest.fixture

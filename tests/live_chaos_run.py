@@ -37,8 +37,8 @@ from typing import Any
 import aiohttp
 
 from bot.core.events import ConversationKey
-from bot.core.store import Store
 from storage import open_store
+from storage.sql_store import SqlStore
 from testkit.fake_slack import TEAM, EventSender, dm
 from tests.live_chaos_platforms import (
     ChaoticDiscord,
@@ -140,7 +140,7 @@ class Run:
     db_url: str
     directory: Path
     rng: random.Random
-    store: Store
+    store: SqlStore
     slack: ChaoticSlack
     discord: ChaoticDiscord
     model: ChaoticModel

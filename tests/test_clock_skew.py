@@ -17,8 +17,7 @@ from dataclasses import replace
 import pytest
 
 from bot.core.clock import Clock, SystemClock
-from bot.core.engine import Engine
-from bot.core.scheduler import Scheduler
+from bot.wiring import build_serving
 from storage.postgres import PostgresStore
 from testkit import RecordingFrontend, ScriptedReplier, check_invariants
 from testkit.clock import OffsetClock
@@ -38,11 +37,12 @@ class Process:
         delivered: asyncio.Event,
     ) -> None:  # fmt: skip
         self.store = store
-        self.engine = Engine(
+        serving = build_serving(
             store, ScriptedReplier(), clock, TIMING, owner, {platform.platform: platform}
         )
+        self.engine = serving.engine
         self.engine.subscribe(lambda name, _: delivered.set() if name == "delivered" else None)
-        self.scheduler = Scheduler(self.engine)
+        self.scheduler = serving.scheduler
         self.task = asyncio.create_task(self.scheduler.run())
 
     async def stop(self) -> None:

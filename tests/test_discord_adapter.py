@@ -13,9 +13,8 @@ from discord.ext.test import factories as facts
 from adapters.discord.render import MESSAGE_LIMIT, nonce_for
 from adapters.markdown import TRUNCATED_NOTE
 from bot.config import DiscordConfig
-from bot.core.engine import Engine
 from bot.core.events import Reply
-from bot.wiring import engine_settings
+from bot.wiring import build_serving, engine_settings
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier, check_invariants
 from testkit.clock import FakeClock
@@ -291,8 +290,8 @@ async def test_typing_stops_when_another_process_posted_the_reply(
     # Two processes on one shard both see the burst; the other one answers (slowly) and posts it.
     other_platform = RecordingFrontend("discord")
     slow = ScriptedReplier(hold=True)
-    other = Engine(store, slow, clock, engine_settings(engine_config()),
-                   "w2", {"discord": other_platform})  # fmt: skip
+    other = build_serving(store, slow, clock, engine_settings(engine_config()),
+                          "w2", {"discord": other_platform}).engine  # fmt: skip
     await world.say(world.listened, world.alice, "who answers?")
     await world.advance(1.5)
     await other.run_due()

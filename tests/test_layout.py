@@ -8,8 +8,8 @@
 - One way between the two core layers: `bot/llm` (the model clients) imports `bot/core` (the
   replier protocol it implements, prompts, errors), never the reverse.
 - Adapters translate; they never reach into storage, operations, the CLI or the composition root.
-- Storage implements the core's `Store` and imports nothing else of the bot; a backend module
-  never imports another backend.
+- Storage implements the core's store protocols and imports nothing else of the bot; a backend
+  module never imports another backend.
 - Only `bot/cli/main.py` (the entry point) and the composition root itself import `bot.app`.
 - The core and the stores load no platform or model SDK when they run (a type-only import is
   fine): the engine on SQLite with a test model starts in a fraction of the memory.
@@ -152,3 +152,132 @@ def test_the_walk_sees_imports(tmp_path: Path, source: str, expected: set[str]) 
     probe.write_text(source, encoding="utf-8")
     assert expected <= imports_of(probe, package="bot.core")
     assert offenders([probe], ("storage", "adapters"), package="bot.core") != []
+
+
+# the store, split by who uses it ------------------------------------------------------------
+STORE_USERS = {  # (module of bot/core, class or function, parameter or field) → its protocol
+    ("engine", "Engine", "store"): "BurstStore",
+    ("scheduler", "Scheduler", "timers"): "BurstStore",
+    ("supervisor", "Supervisor", "store"): "BurstStore",
+    ("speculation", "Window", "store"): "BurstStore",
+    ("typing_window", "author_typing", "store"): "BurstStore",
+    ("attachments", "AttachmentLoader", "store"): "FileStore",
+    ("outbox", "Outbox", "store"): "OutboxStore",
+    ("outbox", "ClaimFence", "store"): "OutboxStore",
+    ("indicator", "Indicator", "store"): "IndicatorMarks",
+    ("streaming", "Drafts", "store"): "DraftStore",
+    ("threads", "ThreadBook", "memory"): "FrontendMemory",
+    ("catch_up", "CatchUp", "memory"): "FrontendMemory",
+}
+ENGINE_PARTS = ("outbox", "wakeup", "sleeping_until", "store", "indicator", "drafts")
+
+
+def annotations_in(path: Path) -> dict[tuple[str, str], str]:
+    """(class or function, parameter or field) → its annotation, for every class's fields and
+    `__init__` parameters and every module-level function's parameters."""
+    found: dict[tuple[str, str], str] = {}
+
+    def parameters(owner: str, function: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        for arg in [*function.args.args, *function.args.kwonlyargs]:
+            if arg.annotation is not None:
+                found[(owner, arg.arg)] = ast.unparse(arg.annotation)
+
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    found[(node.name, item.target.id)] = ast.unparse(item.annotation)
+                elif isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                    parameters(node.name, item)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            parameters(node.name, node)
+    return found
+
+
+def store_protocols() -> dict[str, set[str]]:
+    """Each protocol of bot/core/store.py → the methods it declares itself."""
+    tree = ast.parse((ROOT / "bot/core/store.py").read_text(encoding="utf-8"))
+    return {
+        node.name: {
+            item.name
+            for item in node.body
+            if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
+        }
+        for node in tree.body
+        if isinstance(node, ast.ClassDef)
+        and any(ast.unparse(base) == "Protocol" for base in node.bases)
+    }
+
+
+def called_methods(path: Path) -> set[str]:
+    return {
+        node.func.attr
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+    }
+
+
+def test_each_part_of_the_core_takes_the_store_protocol_it_uses() -> None:
+    wrong = []
+    for (module, owner, name), protocol in STORE_USERS.items():
+        annotated = annotations_in(ROOT / "bot/core" / f"{module}.py").get((owner, name))
+        if annotated != protocol:
+            wrong.append(f"{module}.{owner} {name}: {annotated}, not {protocol}")
+    assert wrong == []
+
+
+def test_a_store_protocol_is_as_wide_as_its_users_need() -> None:
+    """Every protocol has its users listed above, and each of its methods is called by one of
+    them: a method no part of the core calls belongs to the SQL store alone (operations, the
+    command line), and one protocol of every method has no user that needs it all."""
+    protocols = store_protocols()
+    assert set(protocols) == set(STORE_USERS.values())
+    unused = []
+    for protocol, methods in sorted(protocols.items()):
+        users = {m for (m, _, _), p in STORE_USERS.items() if p == protocol}
+        called = set().union(*(called_methods(ROOT / "bot/core" / f"{m}.py") for m in users))
+        unused += [f"{protocol}.{method}" for method in sorted(methods - called)]
+    assert unused == []
+
+
+def test_no_part_of_the_core_names_the_sql_store() -> None:
+    """Operations and the command line work on the SQL store itself; the core, the model
+    clients and the adapters only ever see a small protocol."""
+    named = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in modules("bot/core", "bot/llm", "adapters")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if (isinstance(node, ast.Name) and node.id == "SqlStore")
+        or (isinstance(node, ast.Attribute) and node.attr == "SqlStore")
+    ]
+    assert named == []
+
+
+def reads_through_the_engine(source: str) -> list[tuple[int, str]]:
+    """`engine.<part>` or `<anything>.engine.<part>` for the parts the composition root hands
+    out itself (the outbox, the scheduler's alarm, the store, the indicator, the drafts)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in ENGINE_PARTS:
+            base = node.value
+            if (isinstance(base, ast.Name) and base.id == "engine") or (
+                isinstance(base, ast.Attribute) and base.attr == "engine"
+            ):
+                found.append((node.lineno, ast.unparse(node)))
+    return sorted(found)
+
+
+def test_nothing_reaches_through_the_engine_for_its_parts() -> None:
+    outside = [p for p in modules("bot", "adapters", "storage") if p != ROOT / "bot/core/engine.py"]
+    reads = [
+        f"{path.relative_to(ROOT)}:{line} {read}"
+        for path in outside
+        for line, read in reads_through_the_engine(path.read_text(encoding="utf-8"))
+    ]
+    assert reads == []
+
+
+def test_the_engine_walk_sees_reads() -> None:
+    """The checker itself can fail: direct and nested reads are found, a method call is not."""
+    source = "engine.outbox.deliver_due()\nself.engine.wakeup.set()\nengine.flush(key)\n"
+    assert reads_through_the_engine(source) == [(1, "engine.outbox"), (2, "self.engine.wakeup")]

@@ -353,14 +353,14 @@ async def test_a_hint_wakes_the_scheduler_only_when_it_matters() -> None:
     from testkit import RecordingFrontend
 
     app = App(Config(), SqliteStore(":memory:"), OfflineReplier(), [RecordingFrontend("test")])
-    engine = app.engine
-    engine.sleeping_until = 100.0
+    wakeup = app.wakeup
+    wakeup.sleeping_until = 100.0
     cases = [("timer 50.0", True), ("timer 150.0", False), ("timer x", False),
              ("outbox test", True), ("outbox slack", False), ("released", True)]  # fmt: skip
     for payload, wakes in cases:
-        engine.wakeup.clear()
+        wakeup.event.clear()
         app.hint(payload)
-        assert engine.wakeup.is_set() == wakes, payload
+        assert wakeup.event.is_set() == wakes, payload
 
 
 def test_an_unsupported_url_is_named_without_its_password() -> None:

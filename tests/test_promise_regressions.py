@@ -7,11 +7,10 @@ import asyncio
 from bot.core.errors import RetryableDeliveryError, StoreError
 from bot.core.events import ConversationKey, Reply
 from bot.core.frontend import Host
-from bot.core.scheduler import Scheduler
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier
 from testkit.clock import FakeClock
-from tests.conftest import KEY, SETTINGS, make_engine, message
+from tests.conftest import KEY, SETTINGS, make_engine, make_serving, message
 
 
 async def test_a_store_error_while_watching_cancels_the_stream(
@@ -42,8 +41,8 @@ async def test_input_after_the_deadline_during_a_generation_does_not_spin_the_sc
     """The newer message's timer is due at once (its deadline passed), but this process holds
     the conversation: waking for it again and again would burn a core until the generation ends."""
     replier = ScriptedReplier(hold=True)
-    engine = make_engine(store, clock, replier, frontend)
-    scheduler = Scheduler(engine)
+    serving = make_serving(store, clock, replier, frontend)
+    engine, scheduler = serving.engine, serving.scheduler
     await engine.ingest(message(1, "one"))
     await clock.advance(8.0)  # the deadline
     await engine.run_due()

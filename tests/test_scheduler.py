@@ -18,7 +18,7 @@ from bot.core.store import DueTimer, Lease, OutboxRow, Timing
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier
 from testkit.clock import FakeClock
-from tests.conftest import KEY, make_engine, message
+from tests.conftest import KEY, make_serving, message
 from tests.heard import Heard
 
 
@@ -56,9 +56,10 @@ async def sleep_through_rounds(heard: Heard, clock: FakeClock, rounds: int, sinc
 async def running(
     store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend, heard: Heard
 ) -> AsyncIterator[tuple[Engine, Scheduler]]:
-    engine = make_engine(store, clock, ScriptedReplier(), frontend, poll_seconds=60.0)
+    serving = make_serving(store, clock, ScriptedReplier(), frontend, poll_seconds=60.0)
+    engine = serving.engine
     engine.subscribe(heard)
-    scheduler = Scheduler(engine)
+    scheduler = serving.scheduler
     task = asyncio.create_task(scheduler.run())
     yield engine, scheduler
     scheduler.stop()
@@ -105,14 +106,14 @@ async def test_timers_armed_by_another_process_are_found_by_polling(
     frontend: RecordingFrontend,
     heard: Heard,
 ) -> None:
-    engine, _ = running
+    _, scheduler = running
     poll_ends = clock.now() + 60.0
     await asleep_until(heard, poll_ends)
     # written straight to the store, as another process would: no in-process wake-up
     await store.ingest(message(1), clock.now(), Timing(1.5, 8.0))
     await clock.advance(30.0)
     assert frontend.posts == []  # still sleeping: nothing told this process
-    assert engine.sleeping_until == poll_ends and heard.count("asleep") == 1
+    assert scheduler.wakeup.sleeping_until == poll_ends and heard.count("asleep") == 1
     await clock.advance(30.0)  # the poll interval
     await eventually(lambda: len(frontend.posts) == 1)
     assert frontend.posts[0].key == KEY
@@ -125,7 +126,8 @@ async def test_a_store_outage_is_logged_once_when_it_starts_and_once_when_it_end
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    engine = make_engine(store, clock, ScriptedReplier(), frontend, poll_seconds=1.0)
+    serving = make_serving(store, clock, ScriptedReplier(), frontend, poll_seconds=1.0)
+    engine = serving.engine
     failed_rounds = 0
 
     async def store_down(now: float, skip: object = ()) -> float | None:
@@ -136,7 +138,7 @@ async def test_a_store_outage_is_logged_once_when_it_starts_and_once_when_it_end
     monkeypatch.setattr(store, "next_due_at", store_down)
     heard = Heard()
     engine.subscribe(heard)
-    scheduler = Scheduler(engine)
+    scheduler = serving.scheduler
     task = asyncio.create_task(scheduler.run())
     with caplog.at_level(logging.WARNING, logger="burstbot.scheduler"):
         since = await sleep_through_rounds(heard, clock, 4)
@@ -157,8 +159,9 @@ async def test_a_store_outage_is_logged_once_when_it_starts_and_once_when_it_end
 async def test_a_timer_due_a_few_milliseconds_later_is_slept_to_exactly(
     store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
 ) -> None:
-    engine = make_engine(store, clock, ScriptedReplier(), frontend, poll_seconds=60.0)
-    scheduler = Scheduler(engine)
+    serving = make_serving(store, clock, ScriptedReplier(), frontend, poll_seconds=60.0)
+    engine = serving.engine
+    scheduler = serving.scheduler
     other = ConversationKey(KEY.platform, KEY.workspace, "other", "")
     await engine.ingest(message(1))
     await clock.advance(0.01)
@@ -177,8 +180,9 @@ async def scheduled(
     """An engine and a scheduler (not running: the test calls `tick`) on a store of the test's."""
     await store.open()
     try:
-        engine = make_engine(store, clock, ScriptedReplier(), frontend, poll_seconds=60.0)
-        yield engine, Scheduler(engine)
+        serving = make_serving(store, clock, ScriptedReplier(), frontend, poll_seconds=60.0)
+        engine = serving.engine
+        yield engine, serving.scheduler
         await engine.shutdown()
     finally:
         await store.close()
@@ -273,9 +277,10 @@ async def test_failing_rounds_back_off_exponentially_up_to_a_cap(
     frontend: RecordingFrontend,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    engine = make_engine(
+    serving = make_serving(
         store, clock, ScriptedReplier(), frontend, poll_seconds=1.0, backoff_jitter=0.0
     )
+    engine = serving.engine
     rounds: list[float] = []
 
     async def store_down(*args: object, **kwargs: object) -> list[DueTimer]:
@@ -285,7 +290,7 @@ async def test_failing_rounds_back_off_exponentially_up_to_a_cap(
     monkeypatch.setattr(store, "due_timers", store_down)
     heard = Heard()
     engine.subscribe(heard)
-    scheduler = Scheduler(engine)
+    scheduler = serving.scheduler
     task = asyncio.create_task(scheduler.run())
     await sleep_through_rounds(heard, clock, 7)
     await eventually(lambda: len(rounds) == 8)

@@ -18,7 +18,7 @@ from bot.config import Config, parse_config
 from bot.core.engine import Engine
 from bot.core.tool_calls import ToolBox
 from bot.tool_servers import McpHub
-from bot.wiring import claude_replier, engine_settings
+from bot.wiring import build_serving, claude_replier, engine_settings
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend
 from testkit.clock import FakeClock
@@ -110,8 +110,8 @@ async def tool_engine(
               "lease_ttl_seconds", "poll_seconds", "model_backoff_seconds")}  # fmt: skip
     settings = replace(settings, **timing)
     tools = box(store, hub, clock.now, {"tracker": 20_000})
-    engine = Engine(store, replier, clock, settings, owner, {frontend.platform: frontend},
-                    tools=tools)  # fmt: skip
+    engine = build_serving(store, replier, clock, settings, owner,
+                           {frontend.platform: frontend}, tools=tools).engine  # fmt: skip
     try:
         yield engine, hub
     finally:

@@ -16,11 +16,10 @@ import sys
 from typing import Any
 
 from bot.core.clock import SystemClock
-from bot.core.engine import Engine
 from bot.core.events import IncomingMessage
 from bot.core.tool_calls import ToolBox
 from bot.tool_servers import McpHub
-from bot.wiring import claude_replier, engine_settings
+from bot.wiring import build_serving, claude_replier, engine_settings
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend
 from testkit.fake_anthropic import FakeAnthropic
@@ -51,7 +50,7 @@ async def serve(settings: dict[str, Any]) -> None:
     replier = claude_replier(config, KEY_ENV)
     served = {frontend.platform: frontend}
     tools = ToolBox(store, hub, clock.now)
-    engine = Engine(store, replier, clock, tuned, owner, served, tools=tools)
+    engine = build_serving(store, replier, clock, tuned, owner, served, tools=tools).engine
     if not settings.get("serve_only"):
         await engine.ingest(IncomingMessage(KEY, "m1", "u1", "alice", ASKED))
     stop = asyncio.Event()

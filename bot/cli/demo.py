@@ -13,16 +13,18 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from bot.cli.explain import explain_lines
 from bot.config import Config, parse_config
 from bot.core.events import ConversationKey, IncomingMessage, Reply
 from bot.core.frontend import Frontend, Host
 from bot.core.replier import Replier
-from bot.core.store import Store
 from bot.llm.offline import OfflineReplier
 from bot.wiring import build_store
+
+if TYPE_CHECKING:
+    from storage.sql_store import SqlStore
 
 DEMO_KEY = ConversationKey("console", "demo", "terminal")
 SCRIPT: list[tuple[list[str], list[str]]] = [
@@ -125,7 +127,7 @@ def demo_config(database: Path, quiet: float) -> Config:
 
 
 async def run_demo(
-    build_app: Callable[[Config, Store, Replier, list[Frontend]], DemoApp],
+    build_app: Callable[[Config, SqlStore[Any], Replier, list[Frontend]], DemoApp],
     quiet: float = 0.6,
     out: TextIO | None = None,
     keep: Path | None = None,

@@ -8,6 +8,7 @@ with `redact`, message and reply text is replaced by its length.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from bot.core.actions import ActionRecord
 from bot.core.events import ConversationKey
@@ -15,11 +16,13 @@ from bot.core.store import (
     UNFINISHED,
     GenerationRecord,
     OutboxRow,
-    Store,
     StoredMessage,
     WebSearch,
 )
 from bot.ops.inspection import printable
+
+if TYPE_CHECKING:
+    from storage.sql_store import SqlStore
 
 PREVIEW = 60
 Event = tuple[float, int, str]  # when, order among events at the same time, the line
@@ -153,7 +156,7 @@ def _reply_events(r: OutboxRow, redact: bool) -> list[Event]:
 
 
 async def explain_lines(
-    inspector: Store, conversation_id: str, now: float, redact: bool = False
+    inspector: SqlStore[Any], conversation_id: str, now: float, redact: bool = False
 ) -> list[str] | None:
     state = await inspector.conversation_state(conversation_id)
     if state is None:

@@ -11,17 +11,17 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bot import __version__
 from bot.cli.serve import for_worker, run_event_loop, run_workers, workers_refusal
 from bot.config import Config, default_config, load_config
 from bot.core.errors import BurstbotError, ConfigError
-from bot.core.store import Store
 from bot.ops.logs import configure_logging
 
 if TYPE_CHECKING:
     from bot.app import App
+    from storage.sql_store import SqlStore
 
 EXIT_USAGE = 2
 T = TypeVar("T")
@@ -188,7 +188,7 @@ def _reload(config: Config, path: str | None, pid: int | None) -> int:
     return 0
 
 
-async def _close_quietly(store: Store) -> None:
+async def _close_quietly(store: SqlStore[Any]) -> None:
     """Close the store whatever happened before; a failure to close is logged, not raised, so
     the error that stopped the command is the one reported."""
     try:
@@ -205,7 +205,7 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
 
     if command != "migrate":
         _existing_database(config)
-    store: Store = build_store(config)
+    store: SqlStore[Any] = build_store(config)
     try:
         await store.open()
         if command == "migrate":

@@ -5,10 +5,15 @@ Ids and owner names are shown through `printable`: they come from platforms and 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from bot.config.sections import DAY, HOUR
 from bot.core.events import ConversationKey
-from bot.core.store import ConversationSummary, Store
+from bot.core.store import ConversationSummary
 from bot.ops.inspection import printable, render_table
+
+if TYPE_CHECKING:
+    from storage.sql_store import SqlStore
 
 
 def relative(at: float | None, now: float) -> str:
@@ -60,7 +65,7 @@ def _row(item: ConversationSummary, now: float) -> list[str]:
     ]
 
 
-async def _installation_lines(store: Store, workspace: str) -> list[str]:
+async def _installation_lines(store: SqlStore[Any], workspace: str) -> list[str]:
     """With "Add to Slack" installs, whether the workspace is installed: an uninstalled one's
     unsent replies failed with `workspace_not_installed`, which the outbox column shows."""
     installed = {record.team_id: record for record in await store.installations()}
@@ -73,7 +78,7 @@ async def _installation_lines(store: Store, workspace: str) -> list[str]:
 
 
 async def status_lines(
-    inspector: Store,
+    inspector: SqlStore[Any],
     now: float,
     show_all: bool = False,
     limit: int = 10,

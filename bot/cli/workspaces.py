@@ -6,15 +6,18 @@ the store only holds them encrypted anyway.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from bot.cli.status import in_workspace, relative
 from bot.config import DAY
-from bot.core.store import Store
 from bot.ops.guards import spent_tokens
 from bot.ops.inspection import render_table
 
+if TYPE_CHECKING:
+    from storage.sql_store import SqlStore
 
-async def workspace_lines(store: Store, now: float) -> list[str]:
+
+async def workspace_lines(store: SqlStore[Any], now: float) -> list[str]:
     installed = await store.installations()
     if not installed:
         return ['no Slack workspace installed (slack.install = "oauth": see docs/slack.md)']

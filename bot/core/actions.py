@@ -90,10 +90,6 @@ class ActionLog(Protocol):
         """The conversation's actions in the order they began (one burst's with `from_version`)."""
         ...
 
-    async def actions_since(self, since: float) -> list[ActionRecord]:
-        """Every conversation's actions begun since `since` (usage reports)."""
-        ...
-
 
 def canonical_arguments(arguments: dict[str, Any]) -> str:
     return json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -24,7 +24,7 @@ from typing import Literal
 from bot.core.clock import Clock
 from bot.core.events import Attachment, ConversationKey
 from bot.core.frontend import file_source
-from bot.core.store import HistoryItem, Store, StoredFile, StoredMessage
+from bot.core.store import FileStore, HistoryItem, StoredFile, StoredMessage
 
 log = logging.getLogger("burstbot.attachments")
 
@@ -172,7 +172,7 @@ def _image_type(content: bytes) -> str | None:
 class AttachmentLoader:
     """Turns stored attachment descriptions into prompt files, fetching each file at most once."""
 
-    store: Store
+    store: FileStore
     sources: Mapping[str, object]
     read_limits: Callable[[], AttachmentLimits]  # read at each use: a reload replaces them
     clock: Clock

@@ -30,7 +30,7 @@ from bot.core.background import Background, patiently
 from bot.core.clock import Clock
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.settings import CatchUpSettings
-from bot.core.store import Store
+from bot.core.store import FrontendMemory
 from bot.core.threads import Ingest
 
 log = logging.getLogger("burstbot.catch_up")
@@ -121,7 +121,7 @@ class CatchUp:
 
     platform: str
     fetch: Callable[[CatchUpRun], Awaitable[None]]  # the front end's `CatchUpSource.catch_up`
-    memory: Store
+    memory: FrontendMemory
     ingest: Ingest
     clock: Clock
     settings: CatchUpSettings

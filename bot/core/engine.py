@@ -52,17 +52,18 @@ from bot.core.settings import EngineSettings
 from bot.core.signals import Listener, Signals
 from bot.core.speculation import Window
 from bot.core.store import (
+    BurstStore,
     Committed,
     Discarded,
     DueTimer,
     GenerationOutcome,
     IngestResult,
     Lease,
-    Store,
 )
 from bot.core.streaming import Drafts, Stream
 from bot.core.supervisor import Supervision, Supervisor
 from bot.core.tool_calls import ToolBox
+from bot.core.wakeup import Wakeup
 
 log = logging.getLogger("burstbot.engine")
 
@@ -79,11 +80,15 @@ def model_backoff(settings: EngineSettings) -> Backoff:
 
 
 class Engine:
-    """Owns the transitions; the scheduler (scheduler.py) decides when to call `run_due`."""
+    """Owns the transitions; the scheduler (scheduler.py) decides when to call `run_due`.
+
+    What it hands work to is built by the composition root and passed in: delivery (`outbox`),
+    the thinking indicator, the streamed drafts, the scheduler's alarm (`wakeup`) and the named
+    events (`signals`, shared with the outbox)."""
 
     def __init__(
         self,
-        store: Store,
+        store: BurstStore,
         replier: Replier,
         clock: Clock,
         settings: EngineSettings,
@@ -91,6 +96,12 @@ class Engine:
         frontends: Mapping[str, Frontend] | None = None,
         guard: Guard | None = None,
         tools: ToolBox | None = None,
+        *,
+        outbox: Outbox,
+        indicator: Indicator,
+        drafts: Drafts,
+        wakeup: Wakeup,
+        signals: Signals,
     ) -> None:
         self.store = store
         self.tools = tools
@@ -99,26 +110,16 @@ class Engine:
         self.settings = settings
         self.owner = owner
         self.guard = GuardStep(guard)
-        self.signals = Signals()
+        self.signals = signals
         self._emit = self.signals.emit
         served = dict(frontends or {})
-        self.indicator = Indicator(served, clock, store, settings.indicator_delay_seconds)
-        self.wakeup = asyncio.Event()
-        self.outbox = Outbox(
-            store, clock, settings, owner, served, self.indicator, self.signals, self.wakeup.set
-        )
+        self.indicator = indicator
+        self._wakeup = wakeup
+        self.outbox = outbox
         self.supervisor = Supervisor(store, clock, settings, self.signals)
         files = AttachmentLoader(store, served, lambda: self.settings.attachments, clock)
         self.prompts = PromptStep(lambda: self.settings, files)
-        self.drafts = Drafts(
-            store,
-            clock,
-            lambda: self.settings,
-            served,
-            self.outbox.waiting,
-            self.outbox.draft_posts,
-        )
-        self.sleeping_until = math.inf
+        self.drafts = drafts
         self._workers: dict[str, asyncio.Task[bool]] = {}
         self._committing: set[str] = set()  # workers committing or delivering an outcome
         self._closing = False
@@ -153,14 +154,14 @@ class Engine:
         if result.status == "accepted":
             self.supervisor.newer_input(result.conversation_id)
             due = result.due_at if result.start_at is None else result.start_at
-            if due is not None and due < self.sleeping_until:
-                self.wakeup.set()
+            if due is not None:
+                self._wakeup.wake_before(due)
             self.indicator.show(event.key, result.due_at, result.version, event.message_id)
         return result
 
     async def flush(self, key: ConversationKey) -> None:
         await self.store.flush(key.id, self.clock.now())
-        self.wakeup.set()
+        self._wakeup.wake()
 
     async def is_settled(self, key: ConversationKey) -> bool:
         state = await self.store.conversation_state(key.id)
@@ -197,7 +198,7 @@ class Engine:
         self._workers.pop(conversation_id, None)
         self._committing.discard(conversation_id)
         if task.cancelled() or task.exception() is not None or task.result():
-            self.wakeup.set()
+            self._wakeup.wake()
 
     async def _work(self, timer: DueTimer) -> bool:
         cid = timer.conversation_id

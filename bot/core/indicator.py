@@ -9,7 +9,7 @@ Rules:
    while the indicator is on change nothing on the platform.
 3. Recorded in the store before it is shown (`record_indicator`, refused once the burst is
    answered or while another process shows one), and taken down by whoever deletes the record:
-   the process that marks the reply sent (`Store.mark_sent` takes it in the same transaction), so
+   the process that marks the reply sent (`mark_sent` takes it in the same transaction), so
    an indicator turned on by a process killed since still goes off. While on, the process that
    turned it on asks every `recheck` seconds whether the conversation was answered elsewhere.
 4. Ordered per conversation: each platform call waits for the conversation's previous one to
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from bot.core.clock import Clock
 from bot.core.events import ConversationKey
 from bot.core.frontend import Frontend
-from bot.core.store import Store
+from bot.core.store import IndicatorMarks
 
 log = logging.getLogger("burstbot.indicator")
 Call = asyncio.Future[None]
@@ -51,7 +51,7 @@ class Indicator:
 
     frontends: Mapping[str, Frontend]
     clock: Clock
-    store: Store
+    store: IndicatorMarks
     delay: float = 1.0
     recheck: float = 10.0
     running: set[asyncio.Task[None]] = field(default_factory=set, init=False)  # calls in flight

@@ -1,4 +1,4 @@
-"""Workspaces installed through OAuth: the part of the `Store` a front end is handed for them.
+"""Workspaces installed through OAuth: the part of the store a front end is handed for them.
 
 A front end that serves several workspaces of one platform (Slack's "Add to Slack") keeps each
 workspace's installation here: who the bot is there and its token, which the front end encrypts

@@ -11,7 +11,7 @@ from typing import Protocol
 
 
 class NoteBook(Protocol):
-    """The part of the `Store` a front end is handed (the host's `notes`)."""
+    """The part of the store a front end is handed (the host's `notes`)."""
 
     async def note(self, conversation_id: str, name: str) -> str | None: ...
 

@@ -50,7 +50,7 @@ from bot.core.frontend import Frontend, drafts_of
 from bot.core.indicator import Indicator
 from bot.core.settings import EngineSettings
 from bot.core.signals import Signals
-from bot.core.store import ClaimRequest, Committed, OutboxRow, Store
+from bot.core.store import ClaimRequest, Committed, OutboxRow, OutboxStore
 
 log = logging.getLogger("burstbot.outbox")
 
@@ -68,7 +68,7 @@ class ClaimFence:
     A row without a claim expiry is not trusted at all.
     """
 
-    def __init__(self, clock: Clock, ttl: float, store: Store, row: OutboxRow) -> None:
+    def __init__(self, clock: Clock, ttl: float, store: OutboxStore, row: OutboxRow) -> None:
         self.clock = clock
         self.ttl = ttl
         self.store = store
@@ -106,7 +106,7 @@ class ClaimFence:
 class Outbox:
     """Claims due rows for the platforms this process serves, posts them and records the outcome."""
 
-    store: Store
+    store: OutboxStore
     clock: Clock
     settings: EngineSettings
     owner: str

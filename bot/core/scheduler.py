@@ -33,6 +33,9 @@ from bot.core.backoff import Backoff
 from bot.core.clock import first_of
 from bot.core.engine import Engine
 from bot.core.errors import StoreError
+from bot.core.outbox import Outbox
+from bot.core.store import BurstStore
+from bot.core.wakeup import Wakeup
 
 log = logging.getLogger("burstbot.scheduler")
 FLOOR_SECONDS = 0.05
@@ -40,29 +43,35 @@ STORE_BACKOFF_CAP_SECONDS = 15.0
 
 
 class Scheduler:
-    def __init__(self, engine: Engine) -> None:
+    """Drives `engine` and sweeps `outbox`; `timers` is the store's index of armed timers, and
+    `wakeup` the alarm it sleeps on (all four handed over by the composition root)."""
+
+    def __init__(self, engine: Engine, timers: BurstStore, outbox: Outbox, wakeup: Wakeup) -> None:
         self.engine = engine
+        self.timers = timers
+        self.outbox = outbox
+        self.wakeup = wakeup
         self._stopping = asyncio.Event()
         self._store_failing_since: float | None = None
         self._failed_rounds = 0
 
     def stop(self) -> None:
         self._stopping.set()
-        self.engine.wakeup.set()
+        self.wakeup.wake()
 
     async def tick(self) -> float:
         """Start workers for due timers, sweep the outbox; return when the next round is wanted."""
-        engine, store = self.engine, self.engine.store
+        engine, outbox = self.engine, self.outbox
         started = engine.clock.now()
-        engine.wakeup.clear()
+        self.wakeup.event.clear()
         await engine.run_due()
-        next_outbox = await engine.outbox.next_due_at()  # a read: the sweep's claim is a write
+        next_outbox = await outbox.next_due_at()  # a read: the sweep's claim is a write
         if next_outbox is not None and next_outbox <= engine.clock.now():
-            await engine.outbox.deliver_due()
-            next_outbox = await engine.outbox.next_due_at()
+            await outbox.deliver_due()
+            next_outbox = await outbox.next_due_at()
         now = engine.clock.now()
         wanted = now + engine.settings.poll_seconds
-        next_due = await store.next_due_at(now, skip=engine.serving)
+        next_due = await self.timers.next_due_at(now, skip=engine.serving)
         if next_due is not None and engine.busy < engine.settings.max_concurrent_generations:
             wanted = min(wanted, next_due)
         if next_outbox is not None:
@@ -72,7 +81,7 @@ class Scheduler:
         return max(wanted, started + FLOOR_SECONDS)
 
     async def run(self) -> None:
-        engine = self.engine
+        engine, wakeup = self.engine, self.wakeup
         while not self._stopping.is_set():
             try:
                 wanted = await self.tick()
@@ -84,14 +93,14 @@ class Scheduler:
             except Exception:
                 log.exception("scheduler round failed; retrying with back-off")
                 wanted = engine.clock.now() + self._backoff()
-            engine.sleeping_until = wanted
-            if engine.wakeup.is_set():
+            wakeup.sleeping_until = wanted
+            if wakeup.event.is_set():
                 continue
             engine.signals.emit("asleep", until=wanted)
             try:
-                await first_of(engine.clock.sleep_until(wanted), engine.wakeup.wait())
+                await first_of(engine.clock.sleep_until(wanted), wakeup.event.wait())
             finally:
-                engine.sleeping_until = math.inf
+                wakeup.sleeping_until = math.inf
 
     def _backoff(self) -> float:
         """The wait after this failing round: the poll interval, doubled with each failure in a

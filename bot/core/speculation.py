@@ -27,7 +27,7 @@ from typing import TypeVar
 
 from bot.core.clock import Clock
 from bot.core.errors import StoreError
-from bot.core.store import Store
+from bot.core.store import BurstStore
 
 log = logging.getLogger("burstbot.engine")
 T = TypeVar("T")
@@ -39,7 +39,7 @@ class Window:
 
     def __init__(
         self,
-        store: Store,
+        store: BurstStore,
         clock: Clock,
         conversation_id: str,
         closes_at: float,

@@ -1,10 +1,17 @@
-"""The storage contract: one `Store` protocol, everything the bot needs from a database.
+"""The storage contract, split by who uses it: one small protocol per consumer of the core.
+
+`BurstStore` is the burst protocol's (the engine and the scheduler), `OutboxStore` delivery's,
+`IndicatorMarks` and `DraftStore` the thinking indicator's and the streamed draft's,
+`FrontendMemory` the threads' and catch-up's; front ends are handed their notes (`NoteBook`)
+and installations (`InstallationBook`), tool calls their `ActionLog`. Each consumer's
+constructor takes only the protocol it uses. Operations and the command line (status, explain,
+retention, erasure, re-queue, usage, the cost guards' counters) are outside the core and work
+on the SQL store itself (`storage.sql_store.SqlStore`), which implements every protocol here.
 
 Implementations live in `storage/` (one SQL store; SQLite on aiosqlite, PostgreSQL on asyncpg)
 and must pass one contract suite (`tests/contract/`). The records they take and return are plain
 frozen values defined here, so that storage depends on the core and never the other way; times
-in them are the caller's (see below). Front ends are handed only the notes part (`NoteBook`).
-Rules every implementation keeps:
+in them are the caller's (see below). Rules every implementation keeps:
 
 - every compare-and-swap is one conditional statement (`UPDATE ... WHERE ... RETURNING`) and the
   caller reads the returned rows, never a row count;
@@ -25,14 +32,11 @@ Rules every implementation keeps:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from bot.core.actions import ActionLog
 from bot.core.events import Attachment, Draft, IncomingMessage, MessageDeleted, MessageEdited
-from bot.core.installations import InstallationBook
-from bot.core.notes import NoteBook
 from bot.core.quiet_window import DEFAULT_MODEL, WindowModel
 
 IngestStatus = Literal["accepted", "duplicate", "history", "unknown", "ignored"]
@@ -297,26 +301,24 @@ class StoredFile:
     content: bytes | None = None
 
 
-class Store(NoteBook, ActionLog, InstallationBook, Protocol):
-    # lifecycle -----------------------------------------------------------------------------
-    async def open(self) -> None:
-        """Connect and run pending migrations."""
+class FileStore(Protocol):
+    """Fetched files (`bot.core.attachments`): what a burst's prompt step remembers of each."""
+
+    async def attachment_file(self, uid: str) -> StoredFile | None:
+        """What is remembered of the file `uid` (platform/workspace/file id); None: never tried."""
         ...
 
-    async def close(self) -> None: ...
-
-    async def listen(self, hint: Callable[[str], None]) -> None:
-        """Call `hint(payload)` when another process arms a timer, queues a reply or releases its
-        leases (best effort: polling stays the guarantee; a store that hears nothing does
-        nothing)."""
+    async def keep_attachment_file(self, uid: str, file: StoredFile, now: float) -> None:
+        """Remember a fetch's outcome (the first one wins); bytes are stored once per hash."""
         ...
 
-    @property
-    def schema_version(self) -> int:
-        """The migration this burstbot brings the database to."""
-        ...
 
-    # 1. arrival ------------------------------------------------------------------------------
+class BurstStore(FileStore, Protocol):
+    """The burst protocol (the engine, its supervisor and speculation window, the scheduler's
+    timer index, a typing notice): arrival, timers, leases, collect, the final check and commit,
+    model failures and every generation's record."""
+
+    # 1. arrival -------------------------------------------------------------------------------
     async def ingest(self, message: IncomingMessage, now: float, timing: Timing) -> IngestResult:
         """Insert (duplicate id → stop), bump the version, arm the timer: one transaction."""
         ...
@@ -339,7 +341,7 @@ class Store(NoteBook, ActionLog, InstallationBook, Protocol):
         nothing matched."""
         ...
 
-    # 2. timers and leases --------------------------------------------------------------------
+    # 2. timers and leases ---------------------------------------------------------------------
     async def next_due_at(self, now: float, skip: Sequence[str] = ()) -> float | None:
         """Earliest time any armed timer is due (its `start_at` if it has one, else `due_at`; an
         index lookup), leaving out the conversations in `skip` (the ones this process is serving:
@@ -383,8 +385,10 @@ class Store(NoteBook, ActionLog, InstallationBook, Protocol):
         """Shutdown: release every lease and outbox claim this owner holds; returns leases freed."""
         ...
 
-    # 3. collect ------------------------------------------------------------------------------
+    # 3. collect -------------------------------------------------------------------------------
     async def current_version(self, conversation_id: str) -> int: ...
+
+    async def conversation_state(self, conversation_id: str) -> ConversationState | None: ...
 
     async def pending_messages(
         self, conversation_id: str, after_version: int, upto_version: int
@@ -399,13 +403,7 @@ class Store(NoteBook, ActionLog, InstallationBook, Protocol):
         first; only turns after the conversation's history floor (see `reset_history`)."""
         ...
 
-    async def reset_history(self, conversation_id: str) -> int | None:
-        """`/reset`: raise the history floor to the current version, so later prompts leave out
-        every earlier turn (messages stay stored). Returns the floor, None if no such
-        conversation."""
-        ...
-
-    # 5. final check + commit -----------------------------------------------------------------
+    # 5. final check + commit ------------------------------------------------------------------
     async def commit(
         self,
         conversation_id: str,
@@ -431,14 +429,10 @@ class Store(NoteBook, ActionLog, InstallationBook, Protocol):
 
     async def record_generation(self, record: GenerationRecord) -> None: ...
 
-    # 6. deliver ------------------------------------------------------------------------------
-    async def queue_notice(
-        self, conversation_id: str, text: str, reply_to_message_id: str, now: float
-    ) -> OutboxRow:
-        """A notice outside any burst (a message refused at arrival, which is not stored): an
-        outbox row of kind `notice`, delivered like any reply (durable, posted once, in order),
-        covering no message (`notice_slot`)."""
-        ...
+
+class OutboxStore(Protocol):
+    """Step 6, delivery (`bot.core.outbox`): claims on the outbox's rows, fenced by each row's
+    claim token, and their outcomes."""
 
     async def claim_replies(
         self,
@@ -494,7 +488,15 @@ class Store(NoteBook, ActionLog, InstallationBook, Protocol):
         an operator re-queues it (`burstbot retry`)."""
         ...
 
-    # the thinking indicator: recorded, so whoever posts the reply takes it down -------------
+    async def replies(self, conversation_id: str | None = None) -> list[OutboxRow]:
+        """The outbox's rows, of one conversation or of all (is one still to be posted?)."""
+        ...
+
+
+class IndicatorMarks(Protocol):
+    """The thinking indicator (`bot.core.indicator`): recorded, so whoever posts the reply takes
+    it down."""
+
     async def record_indicator(self, conversation_id: str, at: str, version: int) -> bool:
         """Record the indicator as shown at message `at`: True (show it now) unless the
         conversation is answered up to `version` or an indicator is recorded already."""
@@ -504,7 +506,12 @@ class Store(NoteBook, ActionLog, InstallationBook, Protocol):
         """Delete the recorded indicator; the message it was shown at, if one was recorded."""
         ...
 
-    # streaming: the conversation's draft (fenced by the lease token) -----------------------
+    async def conversation_state(self, conversation_id: str) -> ConversationState | None: ...
+
+
+class DraftStore(Protocol):
+    """Streaming (`bot.core.streaming`): the conversation's draft, fenced by the lease token."""
+
     async def draft(self, conversation_id: str) -> Draft | None:
         """The draft a generation of this conversation streams into, if one was started."""
         ...
@@ -521,7 +528,12 @@ class Store(NoteBook, ActionLog, InstallationBook, Protocol):
         token."""
         ...
 
-    # what front ends remember (bot.core.catch_up) ------------------------------------------
+
+class FrontendMemory(Protocol):
+    """What front ends remember (`bot.core.threads`, `bot.core.catch_up`): which threads are
+    ours, the messages held until their thread is decided, and where catch-up resumes. Notes and
+    installations are the front ends' own small contracts (`NoteBook`, `InstallationBook`)."""
+
     async def thread_status(self, conversation_id: str) -> bool | None:
         """True: a conversation of ours, or a lookup said so; False: a lookup said it is not;
         None: never decided."""
@@ -547,72 +559,3 @@ class Store(NoteBook, ActionLog, InstallationBook, Protocol):
         `before` (None: none stored before then), most recently active first. Arrival times are
         the database's: `before` crosses over by its distance from `now`."""
         ...
-
-    # fetched files (bot.core.attachments) ------------------------------------------------------
-    async def attachment_file(self, uid: str) -> StoredFile | None:
-        """What is remembered of the file `uid` (platform/workspace/file id); None: never tried."""
-        ...
-
-    async def keep_attachment_file(self, uid: str, file: StoredFile, now: float) -> None:
-        """Remember a fetch's outcome (the first one wins); bytes are stored once per hash."""
-        ...
-
-    # cost-guard counters (bot.ops.guards) ------------------------------------------------------
-    async def add_to_counter(
-        self, scope: str, window_start: int, amount: int, expires_at: float, now: float
-    ) -> int:
-        """Atomically add to a windowed counter and return its new total (expired rows pruned)."""
-        ...
-
-    async def add_once(
-        self,
-        key: str,
-        scope: str,
-        window_start: int,
-        expires_at: float,
-        key_expires_at: float,
-        now: float,
-    ) -> tuple[int, bool]:
-        """Add 1 to a windowed counter once per `key` and remember the new total until
-        `key_expires_at`: returns (that total, True) for the first call and (the same total,
-        False) for every later one, which adds nothing, even when calls race."""
-        ...
-
-    async def read_counter(self, scope: str, window_start: int) -> int: ...
-
-    # upkeep: retention, erasure, re-queue, backlog (bot.ops) ----------------------------------
-    async def prune(self, cutoff: float) -> dict[str, int]: ...
-
-    async def prune_files(self, cutoff: float) -> dict[str, int]: ...
-
-    async def forget_user(
-        self, user_id: str, platform: str | None, now: float
-    ) -> dict[str, int]: ...
-
-    async def forget_conversation(self, conversation_id: str) -> dict[str, int]: ...
-
-    async def requeue_failed(
-        self, reply_id: int | None, conversation_id: str | None, now: float
-    ) -> list[int]: ...
-
-    async def reply_state(self, reply_id: int) -> str | None: ...
-
-    async def backlog(self) -> Backlog: ...
-
-    # inspection (tests, status, explain) -----------------------------------------------------
-    async def list_conversations(
-        self, active_only: bool = True, limit: int = 50
-    ) -> list[ConversationSummary]:
-        """Newest activity first; `active_only` keeps conversations with pending input, a timer,
-        a lease, or outbox rows pending or failed."""
-        ...
-
-    async def messages(self, conversation_id: str) -> list[StoredMessage]:
-        """Every stored message of a conversation in order, deleted ones included."""
-        ...
-
-    async def conversation_state(self, conversation_id: str) -> ConversationState | None: ...
-
-    async def replies(self, conversation_id: str | None = None) -> list[OutboxRow]: ...
-
-    async def generations(self, conversation_id: str | None = None) -> list[GenerationRecord]: ...

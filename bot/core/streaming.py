@@ -48,7 +48,7 @@ from bot.core.frontend import DraftSurface, Frontend, draft_turn, drafts_of, pac
 from bot.core.replier import GenerationProgress, same_draft
 from bot.core.settings import EngineSettings
 from bot.core.speculation import Window
-from bot.core.store import Store
+from bot.core.store import DraftStore
 from bot.core.supervisor import Supervision
 
 log = logging.getLogger("burstbot.streaming")
@@ -68,7 +68,7 @@ class Drafts:
 
     def __init__(
         self,
-        store: Store,
+        store: DraftStore,
         clock: Clock,
         settings: Callable[[], EngineSettings],
         frontends: Mapping[str, Frontend],

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from bot.core.clock import Clock, cancel_all, first_of, trusted_until
 from bot.core.settings import EngineSettings
 from bot.core.signals import Signals
-from bot.core.store import Lease, Store
+from bot.core.store import BurstStore, Lease
 
 
 class Supervision(enum.Enum):
@@ -40,7 +40,7 @@ class Supervision(enum.Enum):
 
 @dataclass(eq=False)
 class Supervisor:
-    store: Store
+    store: BurstStore
     clock: Clock
     settings: EngineSettings
     signals: Signals

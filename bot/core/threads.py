@@ -21,7 +21,7 @@ from bot.core.clock import Clock
 from bot.core.errors import FetchError
 from bot.core.events import ConversationKey, Event, IncomingMessage
 from bot.core.settings import CatchUpSettings
-from bot.core.store import IngestResult, Store
+from bot.core.store import FrontendMemory, IngestResult
 
 log = logging.getLogger("burstbot.threads")
 
@@ -34,7 +34,7 @@ HELD_BATCH = 200
 class ThreadBook:
     """Which threads are ours (the store's answer), and messages held until a lookup decides."""
 
-    memory: Store
+    memory: FrontendMemory
     clock: Clock
     ingest: Ingest
     settings: CatchUpSettings

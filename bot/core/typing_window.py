@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from bot.core.clock import Clock
 from bot.core.events import ConversationKey
-from bot.core.store import Store
+from bot.core.store import BurstStore
 
 
 async def author_typing(
-    store: Store, clock: Clock, typing_seconds: float, key: ConversationKey, author_id: str
+    store: BurstStore, clock: Clock, typing_seconds: float, key: ConversationKey, author_id: str
 ) -> float | None:
     """The due time of the conversation's timer after the notice, None if it has none to stretch."""
     now = clock.now()

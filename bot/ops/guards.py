@@ -26,12 +26,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from bot.config import DAY, AttachmentsConfig, LimitsConfig
 from bot.core.attachments import estimate_tokens
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.guard import Refusal
-from bot.core.store import Store, StoredMessage, TokenUsage
+from bot.core.store import StoredMessage, TokenUsage
+
+if TYPE_CHECKING:
+    from storage.sql_store import SqlStore
 
 REPEAT_MEMORY_SECONDS = 3_600.0  # well past Slack's last retry (5 minutes) and a gateway resume
 
@@ -82,7 +86,7 @@ def attachment_tokens(burst: Sequence[StoredMessage], attachments: AttachmentsCo
 @dataclass(eq=False)
 class CostGuards:
     limits: LimitsConfig
-    counters: Store
+    counters: SqlStore[Any]
     is_admin: Callable[[str, str], bool]
     attachments: AttachmentsConfig
 

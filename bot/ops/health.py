@@ -8,18 +8,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from bot.core.clock import Clock
 from bot.core.frontend import Frontend, frontend_health
-from bot.core.store import Store
 from bot.ops.metrics import Metrics
+
+if TYPE_CHECKING:
+    from storage.sql_store import SqlStore
 
 STORE_CHECK_SECONDS = 4.0
 
 
 @dataclass(eq=False)
 class Health:
-    store: Store
+    store: SqlStore[Any]
     frontends: Sequence[Frontend]
     metrics: Metrics
     clock: Clock

@@ -9,9 +9,12 @@ on its next poll on SQLite), and its idempotency key still guards against a doub
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Any
 
 from bot.core.errors import BurstbotError
-from bot.core.store import Store
+
+if TYPE_CHECKING:
+    from storage.sql_store import SqlStore
 
 REPLY_ID = re.compile(r"r?(\d+)")
 
@@ -22,7 +25,7 @@ def reply_id_of(target: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-async def requeue_reply(store: Store, reply_id: int, now: float) -> str:
+async def requeue_reply(store: SqlStore[Any], reply_id: int, now: float) -> str:
     if await store.requeue_failed(reply_id, None, now):
         return f"re-queued r{reply_id}: a running burstbot posts it now"
     state = await store.reply_state(reply_id)
@@ -31,7 +34,7 @@ async def requeue_reply(store: Store, reply_id: int, now: float) -> str:
     raise BurstbotError(f"reply r{reply_id} is {state}, not failed: nothing to retry")
 
 
-async def requeue_conversation(store: Store, conversation_id: str, now: float) -> str:
+async def requeue_conversation(store: SqlStore[Any], conversation_id: str, now: float) -> str:
     requeued = await store.requeue_failed(None, conversation_id, now)
     if requeued:
         ids = ", ".join(f"r{reply_id}" for reply_id in requeued)

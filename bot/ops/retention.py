@@ -10,12 +10,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from bot.config import DAY, RetentionConfig
 from bot.core.clock import Clock
 from bot.core.errors import ConfigError
 from bot.core.installations import forget_workspace
-from bot.core.store import Store
+
+if TYPE_CHECKING:
+    from storage.sql_store import SqlStore
 
 log = logging.getLogger("burstbot.retention")
 
@@ -28,7 +31,7 @@ def summary(counts: dict[str, int]) -> str:
 class Retention:
     """The sweeper of a running process; it reads the settings at every sweep (reloadable)."""
 
-    store: Store
+    store: SqlStore[Any]
     clock: Clock
     settings: Callable[[], RetentionConfig]
     sweeps: int = field(default=0, init=False)  # sweeps finished (tests wait on it)
@@ -67,7 +70,7 @@ class Retention:
 
 
 async def forget(
-    store: Store,
+    store: SqlStore[Any],
     now: float,
     user: str | None,
     conversation: str | None,

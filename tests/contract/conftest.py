@@ -1,4 +1,4 @@
-"""Backends for the store contract suite: every `Store` implementation runs the same tests.
+"""Backends for the store contract suite: every `SqlStore` backend runs the same tests.
 
 A backend opens any number of stores on one shared database (separate connections), so races
 between owners are real races between connections. Add a backend by adding a param here.
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from bot.core.store import Store
+from storage.sql_store import SqlStore
 from storage.sqlite import SqliteStore
 from tests import pg
 
-StoreFactory = Callable[[], Awaitable[Store]]
+StoreFactory = Callable[[], Awaitable[SqlStore]]
 
 
 class Backend:
@@ -23,9 +23,9 @@ class Backend:
         self.name = name
         self._factory = factory
         self.shared = shared  # False: every "new" store is the same single connection
-        self._opened: list[Store] = []
+        self._opened: list[SqlStore] = []
 
-    async def new_store(self) -> Store:
+    async def new_store(self) -> SqlStore:
         store = await self._factory()
         self._opened.append(store)
         return store
@@ -36,9 +36,9 @@ class Backend:
 
 
 def _sqlite_memory() -> Backend:
-    single: list[Store] = []
+    single: list[SqlStore] = []
 
-    async def factory() -> Store:
+    async def factory() -> SqlStore:
         if not single:
             store = SqliteStore(":memory:")
             await store.open()
@@ -49,7 +49,7 @@ def _sqlite_memory() -> Backend:
 
 
 def _sqlite_file(path: Path) -> Backend:
-    async def factory() -> Store:
+    async def factory() -> SqlStore:
         store = SqliteStore(str(path))
         await store.open()
         return store
@@ -61,7 +61,7 @@ def _postgres(schema: str) -> Backend:
     """Each store is its own pool on a fresh schema; the caller's clock, like SQLite."""
     from storage.postgres import PostgresStore
 
-    async def factory() -> Store:
+    async def factory() -> SqlStore:
         store = PostgresStore(pg.dsn(), pool_size=4, clock="caller", schema=schema)
         await store.open()
         return store
@@ -86,5 +86,5 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
 
 
 @pytest.fixture
-async def store(backend: Backend) -> Store:
+async def store(backend: Backend) -> SqlStore:
     return await backend.new_store()

@@ -9,7 +9,8 @@ from dataclasses import replace
 
 from bot.core.actions import ActionLog, NewAction, canonical_arguments, idempotency_key
 from bot.core.events import ConversationKey, IncomingMessage
-from bot.core.store import Store, Timing
+from bot.core.store import Timing
+from storage.sql_store import SqlStore
 
 T = Timing(quiet_seconds=2.0, max_wait_seconds=10.0)
 KEY = ConversationKey("test", "w", "c1")
@@ -17,7 +18,7 @@ CID = KEY.id
 NOW = 1_000.0
 
 
-def log_of(store: Store) -> ActionLog:
+def log_of(store: SqlStore) -> ActionLog:
     assert isinstance(store, ActionLog)
     return store
 
@@ -29,14 +30,14 @@ def new_action(token: int, to_version: int = 1, title: str = "printer on fire") 
                      False, "toolu_1", "u1", NOW)  # fmt: skip
 
 
-async def leased(store: Store, owner: str = "o1", now: float = NOW) -> int:
+async def leased(store: SqlStore, owner: str = "o1", now: float = NOW) -> int:
     lease = await store.acquire_lease(CID, owner, now, 30.0)
     assert lease is not None
     return lease.token
 
 
 async def test_a_call_is_recorded_once_and_a_later_generation_gets_the_record(
-    store: Store,
+    store: SqlStore,
 ) -> None:
     log = log_of(store)
     await store.ingest(IncomingMessage(KEY, "m1", "u1", "alice", "open a ticket"), NOW, T)
@@ -53,7 +54,7 @@ async def test_a_call_is_recorded_once_and_a_later_generation_gets_the_record(
     assert await log.actions(CID, 5) == []
 
 
-async def test_a_stale_lease_records_nothing(store: Store) -> None:
+async def test_a_stale_lease_records_nothing(store: SqlStore) -> None:
     log = log_of(store)
     await store.ingest(IncomingMessage(KEY, "m1", "u1", "alice", "open a ticket"), NOW, T)
     stale = await leased(store)
@@ -62,7 +63,7 @@ async def test_a_stale_lease_records_nothing(store: Store) -> None:
     assert await log.actions(CID) == []
 
 
-async def test_of_two_racing_begins_exactly_one_creates(store: Store) -> None:
+async def test_of_two_racing_begins_exactly_one_creates(store: SqlStore) -> None:
     log = log_of(store)
     await store.ingest(IncomingMessage(KEY, "m1", "u1", "alice", "open a ticket"), NOW, T)
     token = await leased(store)
@@ -74,7 +75,7 @@ async def test_of_two_racing_begins_exactly_one_creates(store: Store) -> None:
     assert len(await log.actions(CID)) == 1
 
 
-async def test_a_result_is_written_once(store: Store) -> None:
+async def test_a_result_is_written_once(store: SqlStore) -> None:
     log = log_of(store)
     await store.ingest(IncomingMessage(KEY, "m1", "u1", "alice", "open a ticket"), NOW, T)
     began = await log.begin_action(new_action(await leased(store)))
@@ -86,7 +87,7 @@ async def test_a_result_is_written_once(store: Store) -> None:
     assert (record.state, record.result, record.duration) == ("done", "created OPS-1", 2.0)
 
 
-async def test_forget_erases_arguments_and_results_but_keeps_the_call(store: Store) -> None:
+async def test_forget_erases_arguments_and_results_but_keeps_the_call(store: SqlStore) -> None:
     log = log_of(store)
     await store.ingest(IncomingMessage(KEY, "m1", "u1", "alice", "open a ticket"), NOW, T)
     token = await leased(store)
@@ -101,7 +102,7 @@ async def test_forget_erases_arguments_and_results_but_keeps_the_call(store: Sto
     assert again is not None and not again.created
 
 
-async def test_forget_user_erases_their_actions(store: Store) -> None:
+async def test_forget_user_erases_their_actions(store: SqlStore) -> None:
     log = log_of(store)
     await store.ingest(IncomingMessage(KEY, "m1", "u1", "alice", "open a ticket"), NOW, T)
     assert await log.begin_action(new_action(await leased(store))) is not None

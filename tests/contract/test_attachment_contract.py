@@ -7,7 +7,8 @@ import asyncio
 import hashlib
 
 from bot.core.events import Attachment, ConversationKey, IncomingMessage, MessageEdited
-from bot.core.store import FinalCheck, Store, StoredFile, Timing
+from bot.core.store import FinalCheck, StoredFile, Timing
+from storage.sql_store import SqlStore
 from tests.contract.conftest import Backend
 
 T = Timing(quiet_seconds=2.0, max_wait_seconds=10.0)
@@ -22,14 +23,14 @@ def msg(n: int, *attachments: Attachment, text: str = "look") -> IncomingMessage
     return IncomingMessage(DM, f"D1:{n}", "U1", "alice", text, attachments=attachments)
 
 
-async def test_attachments_are_stored_with_their_message(store: Store) -> None:
+async def test_attachments_are_stored_with_their_message(store: SqlStore) -> None:
     await store.ingest(msg(1, SHOT, LOG), NOW, T)
     await store.ingest(msg(2), NOW, T)
     pending = await store.pending_messages(DM.id, 0, 2)
     assert [m.attachments for m in pending] == [(SHOT, LOG), ()]
 
 
-async def test_concurrent_arrivals_keep_each_messages_own_files(store: Store) -> None:
+async def test_concurrent_arrivals_keep_each_messages_own_files(store: SqlStore) -> None:
     """SQLite applies concurrent ingests as one batch: each message keeps its own files."""
     await asyncio.gather(*(store.ingest(msg(n, SHOT if n % 2 else LOG), NOW, T) for n in range(6)))
     pending = await store.pending_messages(DM.id, 0, 6)
@@ -39,7 +40,7 @@ async def test_concurrent_arrivals_keep_each_messages_own_files(store: Store) ->
 
 
 async def test_an_edit_naming_files_replaces_them_and_one_that_does_not_keeps_them(
-    store: Store,
+    store: SqlStore,
 ) -> None:
     await store.ingest(msg(1, SHOT), NOW, T)
     added = await store.edit(MessageEdited(DM, "D1:1", "look", (SHOT, LOG)), NOW + 1, T)
@@ -54,7 +55,7 @@ async def test_an_edit_naming_files_replaces_them_and_one_that_does_not_keeps_th
     assert message.attachments == ()
 
 
-async def test_history_carries_each_turns_files(store: Store) -> None:
+async def test_history_carries_each_turns_files(store: SqlStore) -> None:
     await store.ingest(msg(1, SHOT), NOW, T)
     lease = await store.acquire_lease(DM.id, "w1", NOW + 3, 30.0)
     assert lease is not None
@@ -67,13 +68,13 @@ async def test_history_carries_each_turns_files(store: Store) -> None:
     ]
 
 
-async def test_a_held_message_keeps_its_files(store: Store) -> None:
+async def test_a_held_message_keeps_its_files(store: SqlStore) -> None:
     await store.hold(msg(1, SHOT, LOG), NOW)
     [held] = await store.held("slack", 10)
     assert held.attachments == (SHOT, LOG)
 
 
-async def test_a_fetch_is_remembered_with_its_exact_bytes(store: Store) -> None:
+async def test_a_fetch_is_remembered_with_its_exact_bytes(store: SqlStore) -> None:
     kept = store
     assert await kept.attachment_file("slack/T1/F1") is None
     digest = hashlib.sha256(BYTES).hexdigest()
@@ -81,7 +82,7 @@ async def test_a_fetch_is_remembered_with_its_exact_bytes(store: Store) -> None:
     assert await kept.attachment_file("slack/T1/F1") == StoredFile(digest, None, BYTES)
 
 
-async def test_the_first_outcome_wins_and_equal_bytes_are_shared(store: Store) -> None:
+async def test_the_first_outcome_wins_and_equal_bytes_are_shared(store: SqlStore) -> None:
     kept = store
     digest = hashlib.sha256(BYTES).hexdigest()
     await kept.keep_attachment_file("slack/T1/F1", StoredFile(None, "HTTP 404"), NOW)

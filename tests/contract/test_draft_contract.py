@@ -4,7 +4,8 @@ reply that finishes it. Run against every backend (see conftest)."""
 from __future__ import annotations
 
 from bot.core.events import ConversationKey, IncomingMessage
-from bot.core.store import Committed, Draft, FinalCheck, NewReply, Store, Timing
+from bot.core.store import Committed, Draft, FinalCheck, NewReply, Timing
+from storage.sql_store import SqlStore
 
 T = Timing(quiet_seconds=2.0, max_wait_seconds=10.0)
 KEY = ConversationKey("test", "w", "c1")
@@ -16,7 +17,7 @@ def msg(n: int) -> IncomingMessage:
     return IncomingMessage(KEY, f"m{n}", "u1", "alice", f"text {n}")
 
 
-async def test_a_draft_is_recorded_key_first_then_its_message_id(store: Store) -> None:
+async def test_a_draft_is_recorded_key_first_then_its_message_id(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     lease = await store.acquire_lease(CID, "o1", NOW, 30.0)
     assert lease is not None
@@ -30,7 +31,7 @@ async def test_a_draft_is_recorded_key_first_then_its_message_id(store: Store) -
     assert await store.draft(CID) == Draft("dkey1", "m-100")
 
 
-async def test_only_the_lease_holder_changes_the_draft(store: Store) -> None:
+async def test_only_the_lease_holder_changes_the_draft(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     lease = await store.acquire_lease(CID, "o1", NOW, 30.0)
     assert lease is not None
@@ -47,7 +48,7 @@ async def test_only_the_lease_holder_changes_the_draft(store: Store) -> None:
     assert await store.draft(CID) is None
 
 
-async def test_the_draft_outlives_a_released_lease_and_a_takeover(store: Store) -> None:
+async def test_the_draft_outlives_a_released_lease_and_a_takeover(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     first = await store.acquire_lease(CID, "o1", NOW, 30.0)
     assert first is not None
@@ -61,7 +62,7 @@ async def test_the_draft_outlives_a_released_lease_and_a_takeover(store: Store) 
     assert await store.draft(CID) == Draft("dkey1", "m-1")
 
 
-async def test_the_committed_reply_takes_the_draft_over(store: Store) -> None:
+async def test_the_committed_reply_takes_the_draft_over(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     lease = await store.acquire_lease(CID, "o1", NOW, 30.0)
     assert lease is not None
@@ -77,7 +78,9 @@ async def test_the_committed_reply_takes_the_draft_over(store: Store) -> None:
     assert [r.draft for r in claimed] == [Draft("dkey1", "m-1")]
 
 
-async def test_a_draft_whose_post_was_never_recorded_goes_to_the_reply_by_key(store: Store) -> None:
+async def test_a_draft_whose_post_was_never_recorded_goes_to_the_reply_by_key(
+    store: SqlStore,
+) -> None:
     await store.ingest(msg(1), NOW, T)
     lease = await store.acquire_lease(CID, "o1", NOW, 30.0)
     assert lease is not None
@@ -88,7 +91,7 @@ async def test_a_draft_whose_post_was_never_recorded_goes_to_the_reply_by_key(st
     assert outcome.reply.draft == Draft("dkey1", None)
 
 
-async def test_a_discarded_commit_leaves_the_draft_with_the_conversation(store: Store) -> None:
+async def test_a_discarded_commit_leaves_the_draft_with_the_conversation(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     lease = await store.acquire_lease(CID, "o1", NOW, 30.0)
     assert lease is not None
@@ -100,7 +103,7 @@ async def test_a_discarded_commit_leaves_the_draft_with_the_conversation(store: 
     assert await store.draft(CID) == Draft("dkey1", "m-1")
 
 
-async def test_a_reply_without_a_draft_has_none(store: Store) -> None:
+async def test_a_reply_without_a_draft_has_none(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     lease = await store.acquire_lease(CID, "o1", NOW, 30.0)
     assert lease is not None

@@ -10,7 +10,8 @@ from dataclasses import replace
 
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.installations import InstallationRecord, forget_workspace
-from bot.core.store import Committed, FinalCheck, NewReply, Store, Timing
+from bot.core.store import Committed, FinalCheck, NewReply, Timing
+from storage.sql_store import SqlStore
 from tests.contract.conftest import Backend
 
 NOW = 1_000.0
@@ -22,7 +23,7 @@ T1 = InstallationRecord(
 )  # fmt: skip
 
 
-async def test_an_install_is_kept_replaced_by_a_reinstall_and_deleted(store: Store) -> None:
+async def test_an_install_is_kept_replaced_by_a_reinstall_and_deleted(store: SqlStore) -> None:
     assert await store.installation("T1") is None
     await store.save_installation(T1, NOW)
     await store.save_installation(replace(T1, team_id="T2", team_name="Globex"), NOW + 1)
@@ -55,14 +56,14 @@ async def test_one_of_two_claimants_refreshes_and_a_stale_version_changes_nothin
     assert await a.claim_token_refresh("T1", 2, "a", 30, NOW)
 
 
-async def test_an_expired_refresh_claim_can_be_taken_over(store: Store) -> None:
+async def test_an_expired_refresh_claim_can_be_taken_over(store: SqlStore) -> None:
     await store.save_installation(T1, NOW)
     assert await store.claim_token_refresh("T1", 1, "a", 30, NOW)
     assert not await store.claim_token_refresh("T1", 1, "b", 30, NOW + 10)
     assert await store.claim_token_refresh("T1", 1, "b", 30, NOW + 31)
 
 
-async def test_an_oauth_state_is_used_once_and_not_after_it_expires(store: Store) -> None:
+async def test_an_oauth_state_is_used_once_and_not_after_it_expires(store: SqlStore) -> None:
     await store.add_oauth_state("s1", NOW + 600)
     await store.add_oauth_state("s2", NOW + 600)
     assert await store.consume_oauth_state("s1", NOW)
@@ -72,7 +73,7 @@ async def test_an_oauth_state_is_used_once_and_not_after_it_expires(store: Store
 
 
 async def test_a_workspace_s_replies_fail_and_its_conversations_are_erased_alone(
-    store: Store,
+    store: SqlStore,
 ) -> None:
     t1, t3 = (ConversationKey("slack", team, "D1") for team in ("T1", "T3"))
     for n, key in enumerate((t1, t3)):

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from bot.core.events import ConversationKey, IncomingMessage
-from bot.core.store import Store, Timing
+from bot.core.store import Timing
+from storage.sql_store import SqlStore
 
 T = Timing(quiet_seconds=2.0, max_wait_seconds=10.0)
 DM = ConversationKey("slack", "T1", "D1")
@@ -19,7 +20,7 @@ def msg(n: int, key: ConversationKey = DM, via: str = "") -> IncomingMessage:
 
 
 async def test_a_thread_is_ours_once_we_hold_its_conversation_or_a_lookup_said_so(
-    store: Store,
+    store: SqlStore,
 ) -> None:
     other = ConversationKey("slack", "T1", "C1", "1700000000.000009")
     assert await store.thread_status(THREAD.id) is None
@@ -31,7 +32,7 @@ async def test_a_thread_is_ours_once_we_hold_its_conversation_or_a_lookup_said_s
     assert await store.thread_status(THREAD.id) is True
 
 
-async def test_held_messages_are_kept_once_in_order_until_unheld(store: Store) -> None:
+async def test_held_messages_are_kept_once_in_order_until_unheld(store: SqlStore) -> None:
     first, second = msg(1, THREAD), msg(2, THREAD)
     await store.hold(first, NOW)
     await store.hold(second, NOW + 1)
@@ -46,7 +47,7 @@ async def test_held_messages_are_kept_once_in_order_until_unheld(store: Store) -
 
 
 async def test_catch_up_points_name_every_conversation_most_recently_active_first(
-    store: Store,
+    store: SqlStore,
 ) -> None:
     quiet = ConversationKey("slack", "T1", "D9")
     await store.ingest(msg(1, quiet), NOW - 100_000, T)  # quiet for longer than any window
@@ -59,7 +60,7 @@ async def test_catch_up_points_name_every_conversation_most_recently_active_firs
     assert list(points.items()) == [(THREAD.id, None), (DM.id, "D1:2"), (quiet.id, "D9:1")]
 
 
-async def test_each_message_remembers_how_it_arrived(store: Store) -> None:
+async def test_each_message_remembers_how_it_arrived(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     await store.ingest(msg(2, via="catch-up"), NOW, T)
     await store.ingest(msg(3, via="held"), NOW, T)

@@ -1,11 +1,12 @@
-"""A refusal's notice is an outbox row (`Store.queue_notice`) on every store: claimed and marked
+"""A refusal's notice is an outbox row (`SqlStore.queue_notice`) on every store: claimed and marked
 like any reply, in order behind the conversation's earlier replies, covering no message, never in
 history, never taking the pending burst's draft. Run against every backend (see conftest)."""
 
 from __future__ import annotations
 
 from bot.core.events import ConversationKey, Draft, IncomingMessage
-from bot.core.store import Committed, FinalCheck, NewReply, Store, Timing, notice_slot
+from bot.core.store import Committed, FinalCheck, NewReply, Timing, notice_slot
+from storage.sql_store import SqlStore
 
 T = Timing(quiet_seconds=2.0, max_wait_seconds=10.0)
 KEY = ConversationKey("test", "w", "c1")
@@ -16,7 +17,7 @@ def msg(n: int) -> IncomingMessage:
     return IncomingMessage(KEY, f"m{n}", "u1", "alice", f"text {n}")
 
 
-async def test_a_notice_is_delivered_like_a_reply_and_covers_nothing(store: Store) -> None:
+async def test_a_notice_is_delivered_like_a_reply_and_covers_nothing(store: SqlStore) -> None:
     notice = await store.queue_notice(KEY.id, "too long", "m0", NOW)  # a new conversation
     assert (notice.kind, notice.state, notice.platform, notice.reply_to_message_id) == (
         "notice", "pending", "test", "m0"
@@ -31,7 +32,7 @@ async def test_a_notice_is_delivered_like_a_reply_and_covers_nothing(store: Stor
 
 
 async def test_a_notice_waits_behind_earlier_replies_and_leaves_the_draft_alone(
-    store: Store,
+    store: SqlStore,
 ) -> None:
     await store.ingest(msg(1), NOW, T)
     lease = await store.acquire_lease(KEY.id, "o1", NOW, 30.0)
@@ -53,7 +54,7 @@ async def test_a_notice_waits_behind_earlier_replies_and_leaves_the_draft_alone(
     assert [h.text for h in await store.history(KEY.id, 2, 10)] == ["text 1", "ok", "text 2"]
 
 
-async def test_a_notice_sent_leaves_the_pending_bursts_indicator_up(store: Store) -> None:
+async def test_a_notice_sent_leaves_the_pending_bursts_indicator_up(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     assert await store.record_indicator(KEY.id, "m1", 1)
     await store.queue_notice(KEY.id, "slow down", "m2", NOW)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted
-from bot.core.store import Committed, FinalCheck, NewReply, OutboxRow, Store, Timing
+from bot.core.store import Committed, FinalCheck, NewReply, OutboxRow, Timing
+from storage.sql_store import SqlStore
 from tests.contract.conftest import Backend
 
 T = Timing(quiet_seconds=2.0, max_wait_seconds=10.0)
@@ -19,7 +20,7 @@ def msg(n: int, text: str, key: ConversationKey = KEY) -> IncomingMessage:
     return IncomingMessage(key, f"m{n}", "u1", "alice", text)
 
 
-async def answer(store: Store, now: float, text: str) -> None:
+async def answer(store: SqlStore, now: float, text: str) -> None:
     lease = await store.acquire_lease(CID, "o1", now, 30.0)
     assert lease is not None
     outcome = await store.commit(
@@ -30,7 +31,7 @@ async def answer(store: Store, now: float, text: str) -> None:
     assert isinstance(row, OutboxRow)
 
 
-async def test_reset_history_leaves_earlier_turns_out_of_history(store: Store) -> None:
+async def test_reset_history_leaves_earlier_turns_out_of_history(store: SqlStore) -> None:
     await store.ingest(msg(1, "my number is 42"), NOW, T)
     await answer(store, NOW + 3, "noted")
     assert await store.reset_history(CID) == 1
@@ -46,7 +47,7 @@ async def test_reset_history_leaves_earlier_turns_out_of_history(store: Store) -
     assert await store.reset_history("test/w/unknown/") is None
 
 
-async def test_counters_add_atomically_per_window_and_expire(store: Store) -> None:
+async def test_counters_add_atomically_per_window_and_expire(store: SqlStore) -> None:
     assert await store.add_to_counter("rate:u", 7, 1, expires_at=100.0, now=10.0) == 1
     assert await store.add_to_counter("rate:u", 7, 2, expires_at=100.0, now=10.0) == 3
     assert await store.add_to_counter("rate:u", 8, 1, expires_at=200.0, now=10.0) == 1
@@ -73,7 +74,7 @@ async def test_a_key_adds_to_a_counter_once_and_repeats_its_total(backend: Backe
     assert await counters[0].add_once("m0", "rate:u", 9, 900.0, 1000.0, now=600.0) == (1, True)
 
 
-async def test_inspection_lists_active_conversations_and_every_message(store: Store) -> None:
+async def test_inspection_lists_active_conversations_and_every_message(store: SqlStore) -> None:
     quiet = ConversationKey("test", "w", "quiet")
     await store.ingest(IncomingMessage(quiet, "q1", "u1", "bob", "answered"), NOW, T)
     lease = await store.acquire_lease(quiet.id, "o1", NOW + 3, 30.0)

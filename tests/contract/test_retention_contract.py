@@ -13,12 +13,12 @@ from bot.core.store import (
     FinalCheck,
     GenerationRecord,
     NewReply,
-    Store,
     StoredFile,
     Timing,
     TokenUsage,
     WebSearch,
 )
+from storage.sql_store import SqlStore
 
 T = Timing(quiet_seconds=1.0, max_wait_seconds=8.0)
 KEY = ConversationKey("test", "w", "c1")
@@ -31,7 +31,7 @@ def said(n: int, author: str = "u1", key: ConversationKey = KEY) -> IncomingMess
     return IncomingMessage(key, f"{key.channel}-m{n}", author, f"name-{author}", f"text {n}")
 
 
-async def answer(store: Store, now: float, text: str, key: ConversationKey = KEY) -> None:
+async def answer(store: SqlStore, now: float, text: str, key: ConversationKey = KEY) -> None:
     lease = await store.acquire_lease(key.id, "o1", now, 30.0)
     assert lease is not None
     check = FinalCheck(lease.token, lease.version, False)
@@ -42,12 +42,12 @@ async def answer(store: Store, now: float, text: str, key: ConversationKey = KEY
     await store.record_generation(record)
 
 
-async def mark_sent(store: Store, now: float) -> None:
+async def mark_sent(store: SqlStore, now: float) -> None:
     for row in await store.claim_replies("o1", now, 30.0, [KEY.platform], 10):
         assert await store.mark_sent(row.id, row.claim_token, ["p1"], now)
 
 
-async def test_retention_deletes_old_answered_text_and_keeps_pending_work(store: Store) -> None:
+async def test_retention_deletes_old_answered_text_and_keeps_pending_work(store: SqlStore) -> None:
     await store.ingest(said(1), OLD, T)
     await answer(store, OLD + 2, "old answer, posted")
     await mark_sent(store, OLD + 3)
@@ -71,7 +71,7 @@ async def test_retention_deletes_old_answered_text_and_keeps_pending_work(store:
     ]
 
 
-async def test_forget_user_erases_their_text_everywhere_and_only_theirs(store: Store) -> None:
+async def test_forget_user_erases_their_text_everywhere_and_only_theirs(store: SqlStore) -> None:
     await store.ingest(said(1, "u1"), OLD, T)
     await store.ingest(said(2, "u2"), OLD + 0.5, T)
     await answer(store, OLD + 2, "answer")
@@ -89,7 +89,7 @@ async def test_forget_user_erases_their_text_everywhere_and_only_theirs(store: S
     assert (await store.ingest(said(1, "u1"), NOW, T)).status == "duplicate"
 
 
-async def test_forget_user_on_one_platform_leaves_the_others(store: Store) -> None:
+async def test_forget_user_on_one_platform_leaves_the_others(store: SqlStore) -> None:
     await store.ingest(said(1, "u1"), OLD, T)
     await store.ingest(said(2, "u1", OTHER), OLD, T)
     assert (await store.forget_user("u1", "other", OLD + 1))["messages"] == 1
@@ -97,7 +97,7 @@ async def test_forget_user_on_one_platform_leaves_the_others(store: Store) -> No
     assert kept.text == "text 1"
 
 
-async def test_forget_conversation_erases_messages_and_posted_replies(store: Store) -> None:
+async def test_forget_conversation_erases_messages_and_posted_replies(store: SqlStore) -> None:
     await store.ingest(said(1), OLD, T)
     await answer(store, OLD + 2, "posted answer")
     await mark_sent(store, OLD + 3)
@@ -116,7 +116,7 @@ async def test_forget_conversation_erases_messages_and_posted_replies(store: Sto
     assert untouched.text == "text 3"
 
 
-async def test_forget_fences_out_an_answer_still_being_generated(store: Store) -> None:
+async def test_forget_fences_out_an_answer_still_being_generated(store: SqlStore) -> None:
     """An answer generated while its conversation is erased (an uninstall, `burstbot forget`) is
     not stored afterwards: the erase takes the fence from its lease, and what it answered is
     gone, so nothing is generated for it again."""
@@ -134,7 +134,7 @@ async def test_forget_fences_out_an_answer_still_being_generated(store: Store) -
 
 
 async def test_forget_user_fences_out_an_answer_being_generated_where_they_spoke(
-    store: Store,
+    store: SqlStore,
 ) -> None:
     """An answer generated while one of its authors is erased may quote them: the erase takes the
     fence from its lease, and the others' input is answered again, without the erased text. A
@@ -161,7 +161,7 @@ async def test_forget_user_fences_out_an_answer_being_generated_where_they_spoke
     assert isinstance(kept, Committed)
 
 
-async def test_forget_user_whose_burst_was_alone_leaves_nothing_to_answer(store: Store) -> None:
+async def test_forget_user_whose_burst_was_alone_leaves_nothing_to_answer(store: SqlStore) -> None:
     await store.ingest(said(1, "u1"), OLD, T)
     lease = await store.acquire_lease(KEY.id, "o1", OLD + 2, 30.0)
     assert lease is not None
@@ -175,7 +175,7 @@ SHOT = Attachment("F1", "shot.png", "image/png", 4, "https://files.example/F1")
 PDF = Attachment("F2", "report.pdf", "application/pdf", 4, "https://files.example/F2")
 
 
-async def keep(store: Store, key: ConversationKey, attachment: Attachment, content: bytes,
+async def keep(store: SqlStore, key: ConversationKey, attachment: Attachment, content: bytes,
                now: float) -> str:  # fmt: skip
     uid = attachment_uid(key, attachment)
     file = StoredFile(hashlib.sha256(content).hexdigest(), None, content)
@@ -183,7 +183,7 @@ async def keep(store: Store, key: ConversationKey, attachment: Attachment, conte
     return uid
 
 
-async def test_forget_user_erases_their_files_and_the_bytes_only_they_had(store: Store) -> None:
+async def test_forget_user_erases_their_files_and_the_bytes_only_they_had(store: SqlStore) -> None:
     await store.ingest(IncomingMessage(KEY, "m1", "u1", "alice", "look", attachments=(SHOT,)),
                        OLD, T)  # fmt: skip
     await store.ingest(IncomingMessage(KEY, "m2", "u2", "bob", "mine", attachments=(PDF,)), OLD, T)
@@ -197,7 +197,7 @@ async def test_forget_user_erases_their_files_and_the_bytes_only_they_had(store:
     assert (erased.attachments, kept.attachments) == ((), (PDF,))
 
 
-async def test_forget_conversation_erases_its_files(store: Store) -> None:
+async def test_forget_conversation_erases_its_files(store: SqlStore) -> None:
     await store.ingest(IncomingMessage(KEY, "m1", "u1", "alice", "", attachments=(SHOT,)), OLD, T)
     shot = await keep(store, KEY, SHOT, b"\x89PNG", OLD + 1)
     counts = await store.forget_conversation(KEY.id)
@@ -207,7 +207,7 @@ async def test_forget_conversation_erases_its_files(store: Store) -> None:
     assert erased.attachments == ()
 
 
-async def test_retention_deletes_old_files_and_bytes_nothing_refers_to(store: Store) -> None:
+async def test_retention_deletes_old_files_and_bytes_nothing_refers_to(store: SqlStore) -> None:
     old = await keep(store, KEY, SHOT, b"old bytes", OLD)
     new = await keep(store, KEY, PDF, b"new bytes", NOW)
     counts = await store.prune(NOW - 30 * DAY)
@@ -217,7 +217,7 @@ async def test_retention_deletes_old_files_and_bytes_nothing_refers_to(store: St
 
 
 async def test_file_retention_deletes_old_files_and_keeps_the_text_that_carried_them(
-    store: Store,
+    store: SqlStore,
 ) -> None:
     await store.ingest(IncomingMessage(KEY, "m1", "u1", "alice", "look", attachments=(SHOT,)),
                        OLD, T)  # fmt: skip

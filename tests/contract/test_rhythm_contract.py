@@ -10,7 +10,8 @@ import pytest
 
 from bot.core.events import ConversationKey, IncomingMessage, MessageEdited
 from bot.core.quiet_window import AuthorLast, Rhythm, WindowModel, author_window
-from bot.core.store import Committed, FinalCheck, NewReply, Store, Timing
+from bot.core.store import Committed, FinalCheck, NewReply, Timing
+from storage.sql_store import SqlStore
 
 ADAPTIVE = Timing(quiet_seconds=1.5, max_wait_seconds=8.0, adaptive=True,
                   min_quiet_seconds=0.5, max_quiet_seconds=5.0)  # fmt: skip
@@ -35,13 +36,13 @@ def said(n: int, text: str, author: str = "u1", key: ConversationKey = KEY) -> I
     return IncomingMessage(key, f"{key.channel}-m{n}", author, f"name-{author}", text)
 
 
-async def due(store: Store, key: ConversationKey = KEY) -> float:
+async def due(store: SqlStore, key: ConversationKey = KEY) -> float:
     state = await store.conversation_state(key.id)
     assert state is not None and state.timer is not None
     return state.timer.due_at
 
 
-async def answer(store: Store, key: ConversationKey, now: float) -> None:
+async def answer(store: SqlStore, key: ConversationKey, now: float) -> None:
     lease = await store.acquire_lease(key.id, "w1", now, 30.0)
     assert lease is not None
     check = FinalCheck(lease.token, lease.version, False)
@@ -49,7 +50,7 @@ async def answer(store: Store, key: ConversationKey, now: float) -> None:
     assert isinstance(done, Committed)
 
 
-async def test_a_stranger_gets_the_fitted_window_and_the_reason_is_stored(store: Store) -> None:
+async def test_a_stranger_gets_the_fitted_window_and_the_reason_is_stored(store: SqlStore) -> None:
     result = await store.ingest(said(1, "is it down?"), NOW, FITTED)
     assert result.due_at == pytest.approx(NOW + 0.5)
     await store.ingest(said(2, "so I tried", author="u2"), NOW + 0.2, FITTED)
@@ -60,7 +61,7 @@ async def test_a_stranger_gets_the_fitted_window_and_the_reason_is_stored(store:
     assert second.quiet_reason is not None and "without punctuation" in second.quiet_reason
 
 
-async def test_follow_ups_2_s_apart_are_learned_and_hold_the_next_window(store: Store) -> None:
+async def test_follow_ups_2_s_apart_are_learned_and_hold_the_next_window(store: SqlStore) -> None:
     t = NOW
     for n in range(5):  # five messages 2 s apart, answered between bursts
         await store.ingest(said(n, f"part {n}"), t, ADAPTIVE)
@@ -75,7 +76,7 @@ async def test_follow_ups_2_s_apart_are_learned_and_hold_the_next_window(store: 
 
 
 async def test_gaps_with_someone_else_between_or_elsewhere_are_not_follow_ups(
-    store: Store,
+    store: SqlStore,
 ) -> None:
     t = NOW
     for n in range(6):  # u1 alternates with u2, and also writes in another conversation
@@ -89,14 +90,14 @@ async def test_gaps_with_someone_else_between_or_elsewhere_are_not_follow_ups(
     assert "not likely enough soon enough" in last.quiet_reason
 
 
-async def test_an_edit_rearms_from_the_burst_authors_windows(store: Store) -> None:
+async def test_an_edit_rearms_from_the_burst_authors_windows(store: SqlStore) -> None:
     await store.ingest(said(1, "is it down?"), NOW, FITTED)
     edit = MessageEdited(KEY, "c1-m1", "so it is down,")
     result = await store.edit(edit, NOW + 0.3, FITTED)
     assert result.due_at == pytest.approx(NOW + 0.3 + stranger("so it is down,"))
 
 
-async def test_adaptive_off_is_the_fixed_window_and_learns_nothing(store: Store) -> None:
+async def test_adaptive_off_is_the_fixed_window_and_learns_nothing(store: SqlStore) -> None:
     for n in range(4):
         result = await store.ingest(said(n, f"part {n}"), NOW + 2.5 * n, FIXED)
         assert result.due_at == pytest.approx(NOW + 2.5 * n + 1.5)
@@ -107,13 +108,13 @@ async def test_adaptive_off_is_the_fixed_window_and_learns_nothing(store: Store)
     assert last.quiet_reason is not None and "name-u1 is new here" in last.quiet_reason
 
 
-async def test_the_window_never_passes_the_deadline(store: Store) -> None:
+async def test_the_window_never_passes_the_deadline(store: SqlStore) -> None:
     short = Timing(1.5, 2.0, True, 0.5, 5.0, window_model=WindowModel(split_dangling=1.0))
     await store.ingest(said(1, "so,"), NOW, short)
     assert await due(store) == pytest.approx(NOW + 2.0)
 
 
-async def test_concurrent_arrivals_each_get_their_own_window(store: Store) -> None:
+async def test_concurrent_arrivals_each_get_their_own_window(store: SqlStore) -> None:
     """On SQLite concurrent ingests share one group-commit transaction: each stranger's message
     still gets the window of its own shape, and a conversation's timer its burst's window."""
     keys = [ConversationKey("test", "w", f"g{n}") for n in range(6)]

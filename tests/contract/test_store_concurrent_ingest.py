@@ -9,7 +9,8 @@ import pytest
 
 from bot.core.errors import StoreError
 from bot.core.events import ConversationKey, IncomingMessage
-from bot.core.store import IngestResult, Store, Timing
+from bot.core.store import IngestResult, Timing
+from storage.sql_store import SqlStore
 from tests.contract.conftest import Backend
 
 T = Timing(quiet_seconds=2.0, max_wait_seconds=10.0)
@@ -26,7 +27,7 @@ def keys(count: int) -> list[ConversationKey]:
 
 
 async def test_concurrent_ingests_across_conversations_each_get_their_own_seq(
-    store: Store,
+    store: SqlStore,
 ) -> None:
     convs = keys(5)
     messages = [msg(key, f"{i}-{n}") for n in range(10) for i, key in enumerate(convs)]
@@ -44,7 +45,7 @@ async def test_concurrent_ingests_across_conversations_each_get_their_own_seq(
         assert (state.version, state.timer.armed_version) == (10, 10)
 
 
-async def test_copies_of_one_id_in_one_burst_of_calls_are_stored_once(store: Store) -> None:
+async def test_copies_of_one_id_in_one_burst_of_calls_are_stored_once(store: SqlStore) -> None:
     (key,) = keys(1)
     await store.ingest(msg(key, 0), NOW, T)
     calls = [
@@ -69,7 +70,7 @@ async def test_copies_of_one_id_in_one_burst_of_calls_are_stored_once(store: Sto
     assert all(r.version >= 1 for r in results if r.status == "duplicate")
 
 
-async def test_a_message_the_store_cannot_take_fails_alone(store: Store) -> None:
+async def test_a_message_the_store_cannot_take_fails_alone(store: SqlStore) -> None:
     good, other = keys(2)
     calls = [msg(good, 1), msg(other, 9), msg(good, 2, "bad \ud800 text"), msg(good, 3)]
     results = await asyncio.gather(

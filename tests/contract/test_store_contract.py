@@ -1,4 +1,5 @@
-"""The store contract: what every `Store` must do, run against every backend (see conftest)."""
+"""The store contract: what the SQL store (`SqlStore`, every protocol of `bot.core.store`) must
+do, run against every backend (see conftest)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from bot.core.store import (
     FinalCheck,
     NewReply,
     OutboxRow,
-    Store,
     Timing,
     TokenUsage,
 )
+from storage.sql_store import SqlStore
 from tests.contract.conftest import Backend
 
 T = Timing(quiet_seconds=2.0, max_wait_seconds=10.0)
@@ -30,7 +31,9 @@ def msg(n: int, text: str = "hi", key: ConversationKey = KEY) -> IncomingMessage
     return IncomingMessage(key, f"m{n}", "u1", "alice", text)
 
 
-async def answer(store: Store, owner: str = "o1", now: float = NOW, text: str = "ok") -> OutboxRow:
+async def answer(
+    store: SqlStore, owner: str = "o1", now: float = NOW, text: str = "ok"
+) -> OutboxRow:
     lease = await store.acquire_lease(CID, owner, now, 30.0)
     assert lease is not None
     outcome = await store.commit(
@@ -43,7 +46,7 @@ async def answer(store: Store, owner: str = "o1", now: float = NOW, text: str = 
 
 
 # 1. arrival ----------------------------------------------------------------------------------
-async def test_ingest_stores_once_and_bumps_version_once(store: Store) -> None:
+async def test_ingest_stores_once_and_bumps_version_once(store: SqlStore) -> None:
     first = await store.ingest(msg(1), NOW, T)
     again = await store.ingest(msg(1), NOW + 1, T)
     assert (first.status, first.version, first.conversation_id) == ("accepted", 1, CID)
@@ -51,20 +54,20 @@ async def test_ingest_stores_once_and_bumps_version_once(store: Store) -> None:
     assert [m.text for m in await store.pending_messages(CID, 0, 10)] == ["hi"]
 
 
-async def test_same_text_twice_is_two_messages(store: Store) -> None:
+async def test_same_text_twice_is_two_messages(store: SqlStore) -> None:
     await store.ingest(msg(1, "yes"), NOW, T)
     result = await store.ingest(msg(2, "yes"), NOW, T)
     assert result.version == 2
     assert [m.text for m in await store.pending_messages(CID, 0, 2)] == ["yes", "yes"]
 
 
-async def test_message_ids_are_scoped_to_platform_and_workspace(store: Store) -> None:
+async def test_message_ids_are_scoped_to_platform_and_workspace(store: SqlStore) -> None:
     other = ConversationKey("test", "w2", "c1")
     await store.ingest(msg(1), NOW, T)
     assert (await store.ingest(msg(1, key=other), NOW, T)).status == "accepted"
 
 
-async def test_timer_waits_for_quiet_but_never_past_the_deadline(store: Store) -> None:
+async def test_timer_waits_for_quiet_but_never_past_the_deadline(store: SqlStore) -> None:
     assert (await store.ingest(msg(1), NOW, T)).due_at == NOW + 2
     assert (await store.ingest(msg(2), NOW + 1.5, T)).due_at == NOW + 3.5
     assert (await store.ingest(msg(3), NOW + 9.0, T)).due_at == NOW + 10  # capped
@@ -76,7 +79,7 @@ async def test_timer_waits_for_quiet_but_never_past_the_deadline(store: Store) -
     assert [t.conversation_id for t in await store.due_timers(NOW + 10, 10)] == [CID]
 
 
-async def test_due_timers_come_earliest_first(store: Store) -> None:
+async def test_due_timers_come_earliest_first(store: SqlStore) -> None:
     keys = [ConversationKey("test", "w", f"c{i}") for i in range(3)]
     for i, key in enumerate(reversed(keys)):
         await store.ingest(msg(i, key=key), NOW + i, T)
@@ -84,7 +87,7 @@ async def test_due_timers_come_earliest_first(store: Store) -> None:
     assert [t.conversation_id for t in due] == [keys[2].id, keys[1].id]
 
 
-async def test_edit_of_pending_message_bumps_and_rearms(store: Store) -> None:
+async def test_edit_of_pending_message_bumps_and_rearms(store: SqlStore) -> None:
     await store.ingest(msg(1, "helo"), NOW, T)
     result = await store.edit(MessageEdited(KEY, "m1", "hello"), NOW + 1, T)
     assert (result.status, result.version, result.due_at) == ("accepted", 2, NOW + 3)
@@ -92,7 +95,7 @@ async def test_edit_of_pending_message_bumps_and_rearms(store: Store) -> None:
     assert (m.text, m.edited_at) == ("hello", NOW + 1)
 
 
-async def test_edit_of_answered_message_only_updates_history(store: Store) -> None:
+async def test_edit_of_answered_message_only_updates_history(store: SqlStore) -> None:
     await store.ingest(msg(1, "helo"), NOW, T)
     await answer(store)
     result = await store.edit(MessageEdited(KEY, "m1", "hello"), NOW + 1, T)
@@ -102,7 +105,7 @@ async def test_edit_of_answered_message_only_updates_history(store: Store) -> No
     assert [h.text for h in await store.history(CID, 1, 10)] == ["hello", "ok"]
 
 
-async def test_delete_of_pending_message_drops_it_from_the_burst(store: Store) -> None:
+async def test_delete_of_pending_message_drops_it_from_the_burst(store: SqlStore) -> None:
     await store.ingest(msg(1, "a"), NOW, T)
     await store.ingest(msg(2, "b"), NOW, T)
     result = await store.delete(MessageDeleted(KEY, "m1"), NOW + 1, T)
@@ -112,19 +115,19 @@ async def test_delete_of_pending_message_drops_it_from_the_burst(store: Store) -
     assert again.status == "duplicate" and again.version == 3
 
 
-async def test_edit_or_delete_of_unknown_message(store: Store) -> None:
+async def test_edit_or_delete_of_unknown_message(store: SqlStore) -> None:
     assert (await store.edit(MessageEdited(KEY, "nope", "x"), NOW, T)).status == "unknown"
     assert (await store.delete(MessageDeleted(KEY, "nope"), NOW, T)).status == "unknown"
 
 
-async def test_flush_makes_the_timer_due_now(store: Store) -> None:
+async def test_flush_makes_the_timer_due_now(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     await store.flush(CID, NOW + 0.1)
     assert [t.due_at for t in await store.due_timers(NOW + 0.1, 5)] == [NOW + 0.1]
 
 
 # 2. leases -----------------------------------------------------------------------------------
-async def test_lease_is_exclusive_until_expiry_and_the_token_only_grows(store: Store) -> None:
+async def test_lease_is_exclusive_until_expiry_and_the_token_only_grows(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     first = await store.acquire_lease(CID, "a", NOW, 30.0)
     assert first is not None and (first.version, first.answered_version) == (1, 0)
@@ -139,7 +142,7 @@ async def test_lease_is_exclusive_until_expiry_and_the_token_only_grows(store: S
     assert again is not None and not again.taken_over  # released, not abandoned
 
 
-async def test_held_lease_pushes_the_timer_to_its_expiry_until_new_input(store: Store) -> None:
+async def test_held_lease_pushes_the_timer_to_its_expiry_until_new_input(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     lease = await store.acquire_lease(CID, "a", NOW + 2, 30.0)
     assert lease is not None
@@ -149,7 +152,7 @@ async def test_held_lease_pushes_the_timer_to_its_expiry_until_new_input(store: 
     assert await store.next_due_at(NOW) == NOW + 5
 
 
-async def test_renew_extends_and_fails_for_a_stale_token(store: Store) -> None:
+async def test_renew_extends_and_fails_for_a_stale_token(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     old = await store.acquire_lease(CID, "a", NOW, 30.0)
     assert old is not None
@@ -160,7 +163,7 @@ async def test_renew_extends_and_fails_for_a_stale_token(store: Store) -> None:
     assert await store.renew_lease(CID, old.token, old.version, NOW + 42, 30.0) is None
 
 
-async def test_release_frees_the_lease_and_restores_the_timer(store: Store) -> None:
+async def test_release_frees_the_lease_and_restores_the_timer(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     lease = await store.acquire_lease(CID, "a", NOW + 2, 30.0)
     assert lease is not None
@@ -172,7 +175,7 @@ async def test_release_frees_the_lease_and_restores_the_timer(store: Store) -> N
     assert await store.acquire_lease(CID, "b", NOW + 3, 30.0) is not None
 
 
-async def test_postpone_only_moves_a_timer_that_is_due(store: Store) -> None:
+async def test_postpone_only_moves_a_timer_that_is_due(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     await store.postpone_timer(CID, NOW + 50, NOW + 1)  # not due yet: unchanged
     assert await store.next_due_at(NOW) == NOW + 2
@@ -180,7 +183,7 @@ async def test_postpone_only_moves_a_timer_that_is_due(store: Store) -> None:
     assert await store.next_due_at(NOW) == NOW + 50
 
 
-async def test_release_owner_frees_its_leases_and_claims(store: Store) -> None:
+async def test_release_owner_frees_its_leases_and_claims(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     row = await answer(store, owner="a")
     await store.ingest(msg(2), NOW + 1, T)
@@ -212,7 +215,7 @@ async def test_concurrent_duplicate_ingest_stores_once(backend: Backend) -> None
 
 
 # 5. commit -----------------------------------------------------------------------------------
-async def test_commit_answers_the_burst_and_drops_the_covered_timer(store: Store) -> None:
+async def test_commit_answers_the_burst_and_drops_the_covered_timer(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     await store.ingest(msg(2), NOW, T)
     row = await answer(store, text="both")
@@ -223,7 +226,7 @@ async def test_commit_answers_the_burst_and_drops_the_covered_timer(store: Store
 
 
 async def test_commit_is_refused_when_newer_input_arrived_unless_deadline_passed(
-    store: Store,
+    store: SqlStore,
 ) -> None:
     await store.ingest(msg(1), NOW, T)
     lease = await store.acquire_lease(CID, "a", NOW + 2, 30.0)
@@ -240,7 +243,7 @@ async def test_commit_is_refused_when_newer_input_arrived_unless_deadline_passed
     assert row.seen_version == 2
 
 
-async def test_a_reply_for_an_older_version_keeps_the_newer_timer(store: Store) -> None:
+async def test_a_reply_for_an_older_version_keeps_the_newer_timer(store: SqlStore) -> None:
     """The seed's second bug: writing the reply erased the countdown of the next burst."""
     await store.ingest(msg(1), NOW, T)
     lease = await store.acquire_lease(CID, "a", NOW + 10, 30.0)
@@ -260,7 +263,7 @@ async def test_a_reply_for_an_older_version_keeps_the_newer_timer(store: Store) 
     assert (state.answered_version, state.version) == (1, 2)
 
 
-async def test_a_stale_token_cannot_commit(store: Store) -> None:
+async def test_a_stale_token_cannot_commit(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     old = await store.acquire_lease(CID, "a", NOW, 30.0)
     new = await store.acquire_lease(CID, "b", NOW + 31, 30.0)
@@ -276,7 +279,7 @@ async def test_a_stale_token_cannot_commit(store: Store) -> None:
     assert [r.text for r in await store.replies(CID)] == ["new"]
 
 
-async def test_one_version_is_answered_once(store: Store) -> None:
+async def test_one_version_is_answered_once(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     lease = await store.acquire_lease(CID, "a", NOW, 30.0)
     assert lease is not None
@@ -290,7 +293,7 @@ async def test_one_version_is_answered_once(store: Store) -> None:
     assert len(await store.replies(CID)) == 1
 
 
-async def test_commit_without_reply_marks_answered(store: Store) -> None:
+async def test_commit_without_reply_marks_answered(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     await store.delete(MessageDeleted(KEY, "m1"), NOW, T)
     lease = await store.acquire_lease(CID, "a", NOW + 3, 30.0)
@@ -303,7 +306,7 @@ async def test_commit_without_reply_marks_answered(store: Store) -> None:
     assert await store.replies(CID) == []
 
 
-async def test_failure_counts_attempts_and_rearms(store: Store) -> None:
+async def test_failure_counts_attempts_and_rearms(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     lease = await store.acquire_lease(CID, "a", NOW + 2, 30.0)
     assert lease is not None
@@ -317,7 +320,7 @@ async def test_failure_counts_attempts_and_rearms(store: Store) -> None:
     assert state is not None and state.failed_attempts == 0
 
 
-async def test_history_interleaves_messages_and_replies(store: Store) -> None:
+async def test_history_interleaves_messages_and_replies(store: SqlStore) -> None:
     await store.ingest(msg(1, "q1"), NOW, T)
     await answer(store, text="a1")
     await store.ingest(msg(2, "q2"), NOW + 1, T)
@@ -331,7 +334,7 @@ async def test_history_interleaves_messages_and_replies(store: Store) -> None:
     assert [h.text for h in await store.history(CID, 1, 10)] == ["q1", "a1"]
 
 
-async def test_generation_records_are_kept(store: Store) -> None:
+async def test_generation_records_are_kept(store: SqlStore) -> None:
     from bot.core.store import GenerationRecord
 
     record = GenerationRecord(CID, 1, 0, 3, NOW, NOW + 2, "superseded", TokenUsage(10, 7, 0, 0))
@@ -341,7 +344,9 @@ async def test_generation_records_are_kept(store: Store) -> None:
     assert await store.generations(CID) == [record, priced]
 
 
-async def test_the_commit_writes_the_generation_record_only_when_it_commits(store: Store) -> None:
+async def test_the_commit_writes_the_generation_record_only_when_it_commits(
+    store: SqlStore,
+) -> None:
     from bot.core.store import GenerationRecord
 
     await store.ingest(msg(1), NOW, T)
@@ -359,7 +364,7 @@ async def test_the_commit_writes_the_generation_record_only_when_it_commits(stor
 
 
 # 6. outbox -----------------------------------------------------------------------------------
-async def test_claims_are_exclusive_until_they_expire(store: Store) -> None:
+async def test_claims_are_exclusive_until_they_expire(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     row = await answer(store)
     [mine] = await store.claim_replies("a", NOW, 30.0, ["test"], 10)
@@ -371,7 +376,7 @@ async def test_claims_are_exclusive_until_they_expire(store: Store) -> None:
     assert theirs.attempts == 0  # a claim taken over (a restart, a stall) is not a failed attempt
 
 
-async def test_a_commit_can_claim_its_reply_for_delivery(store: Store) -> None:
+async def test_a_commit_can_claim_its_reply_for_delivery(store: SqlStore) -> None:
     from bot.core.store import ClaimRequest
 
     await store.ingest(msg(1), NOW, T)
@@ -403,7 +408,7 @@ async def test_a_commit_can_claim_its_reply_for_delivery(store: Store) -> None:
     assert isinstance(third, Committed) and not third.claimed
 
 
-async def test_sent_rows_are_never_claimed_again(store: Store) -> None:
+async def test_sent_rows_are_never_claimed_again(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     row = await answer(store)
     [claimed] = await store.claim_replies("a", NOW, 30.0, ["test"], 10)
@@ -414,7 +419,7 @@ async def test_sent_rows_are_never_claimed_again(store: Store) -> None:
     assert await store.next_outbox_at(["test"], NOW) is None
 
 
-async def test_retry_waits_and_failed_is_final(store: Store) -> None:
+async def test_retry_waits_and_failed_is_final(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     row = await answer(store)
     [claimed] = await store.claim_replies("a", NOW, 30.0, ["test"], 10)
@@ -431,7 +436,7 @@ async def test_retry_waits_and_failed_is_final(store: Store) -> None:
     assert await store.claim_replies("a", NOW + 100, 30.0, ["test"], 10) == []
 
 
-async def test_a_rate_limit_is_no_attempt_but_starts_the_horizon(store: Store) -> None:
+async def test_a_rate_limit_is_no_attempt_but_starts_the_horizon(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     row = await answer(store)
     [claimed] = await store.claim_replies("a", NOW + 1, 30.0, ["test"], 10)
@@ -443,7 +448,7 @@ async def test_a_rate_limit_is_no_attempt_but_starts_the_horizon(store: Store) -
     assert (third.attempts, third.failing_since) == (1, NOW + 1)  # from the first failure
 
 
-async def test_a_failed_reply_is_requeued_by_hand(store: Store) -> None:
+async def test_a_failed_reply_is_requeued_by_hand(store: SqlStore) -> None:
     from storage.requeue import RequeueSteps
 
     assert isinstance(store, RequeueSteps)
@@ -467,7 +472,7 @@ async def test_a_failed_reply_is_requeued_by_hand(store: Store) -> None:
 
 
 @pytest.mark.parametrize("rows", [3])
-async def test_claim_by_id_takes_only_that_row(store: Store, rows: int) -> None:
+async def test_claim_by_id_takes_only_that_row(store: SqlStore, rows: int) -> None:
     made = []
     for i in range(rows):  # one reply in each of three conversations
         key = ConversationKey("test", "w1", f"c{i}")
@@ -483,14 +488,14 @@ async def test_claim_by_id_takes_only_that_row(store: Store, rows: int) -> None:
     assert len(await store.claim_replies("b", NOW + 100, 30.0, ["test"], 10)) == 2
 
 
-async def answer_next(store: Store, n: int, now: float) -> OutboxRow:
+async def answer_next(store: SqlStore, n: int, now: float) -> OutboxRow:
     """One more burst of one message in CID, answered at `now`."""
     await store.ingest(msg(n), now, T)
     return await answer(store, now=now + 1, text=f"reply {n}")
 
 
 async def test_a_conversations_replies_are_claimed_one_at_a_time_in_commit_order(
-    store: Store,
+    store: SqlStore,
 ) -> None:
     """G9: a later reply waits while an earlier one of its conversation is pending, even when the
     earlier one is held back (Retry-After) or claimed elsewhere; other conversations do not wait."""
@@ -518,7 +523,7 @@ async def test_a_conversations_replies_are_claimed_one_at_a_time_in_commit_order
     assert then.id == second.id
 
 
-async def test_a_claim_is_fenced_by_its_token_and_renewals_keep_it(store: Store) -> None:
+async def test_a_claim_is_fenced_by_its_token_and_renewals_keep_it(store: SqlStore) -> None:
     row = await answer_next(store, 1, NOW - 1)  # committed at NOW
     [first] = await store.claim_replies("a", NOW, 30.0, ["test"], 10)
     assert first.claim_expires_at == NOW + 30
@@ -536,7 +541,7 @@ async def test_a_claim_is_fenced_by_its_token_and_renewals_keep_it(store: Store)
     assert not await store.renew_claim(row.id, second.claim_token, NOW + 59, 30.0)
 
 
-async def test_next_due_at_skips_the_conversations_a_process_serves(store: Store) -> None:
+async def test_next_due_at_skips_the_conversations_a_process_serves(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     other = ConversationKey("test", "w1", "elsewhere")
     await store.ingest(msg(2, key=other), NOW + 5, T)

@@ -5,7 +5,8 @@ touches nothing else."""
 from __future__ import annotations
 
 from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted
-from bot.core.store import Committed, FinalCheck, NewReply, Store, Timing
+from bot.core.store import Committed, FinalCheck, NewReply, Timing
+from storage.sql_store import SqlStore
 
 T = Timing(quiet_seconds=1.0, max_wait_seconds=8.0)
 KEY = ConversationKey("test", "w", "c1")
@@ -16,13 +17,13 @@ def said(n: int, author: str = "u1") -> IncomingMessage:
     return IncomingMessage(KEY, f"m{n}", author, author, f"text {n}")
 
 
-async def due(store: Store) -> float | None:
+async def due(store: SqlStore) -> float | None:
     state = await store.conversation_state(KEY.id)
     return None if state is None or state.timer is None else state.timer.due_at
 
 
 async def test_an_author_typing_stretches_the_quiet_window_up_to_the_deadline(
-    store: Store,
+    store: SqlStore,
 ) -> None:
     await store.ingest(said(1), NOW, T)
     assert await due(store) == NOW + 1.0
@@ -37,7 +38,9 @@ async def test_an_author_typing_stretches_the_quiet_window_up_to_the_deadline(
     assert await due(store) == NOW + 7.0
 
 
-async def test_typing_changes_nothing_without_pending_input_from_its_author(store: Store) -> None:
+async def test_typing_changes_nothing_without_pending_input_from_its_author(
+    store: SqlStore,
+) -> None:
     typing = store
     assert await typing.extend_quiet(KEY.id, "u1", NOW + 5.0, NOW) is None
     assert await store.conversation_state(KEY.id) is None  # nothing created
@@ -48,7 +51,7 @@ async def test_typing_changes_nothing_without_pending_input_from_its_author(stor
     assert await due(store) == NOW + 1.5
 
 
-async def test_typing_after_the_burst_was_answered_changes_nothing(store: Store) -> None:
+async def test_typing_after_the_burst_was_answered_changes_nothing(store: SqlStore) -> None:
     await store.ingest(said(1), NOW, T)
     lease = await store.acquire_lease(KEY.id, "o1", NOW + 1.0, 30.0)
     assert lease is not None
