@@ -13,11 +13,16 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from bot.config import ChannelConfig, ChannelToolsConfig, Config, ToolsConfig, require_secret
-from bot.core.attachments import AttachmentLimits
 from bot.core.errors import ConfigError
 from bot.core.frontend import Frontend
-from bot.core.replier import Replier, WebTools
-from bot.core.settings import CatchUpSettings, ChannelSettings, EngineSettings
+from bot.core.replier import Replier
+from bot.core.settings import (
+    AttachmentLimits,
+    CatchUpSettings,
+    ChannelSettings,
+    EngineSettings,
+    WebTools,
+)
 from bot.core.store import Store
 from bot.llm.offline import OfflineReplier
 

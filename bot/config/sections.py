@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from bot.core.attachments import MAX_ATTACHMENT_BYTES, MAX_REQUEST_FILE_BYTES
+from bot.core.settings import MAX_ATTACHMENT_BYTES, MAX_REQUEST_FILE_BYTES
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
 DEFAULT_SYSTEM_PROMPT = (

@@ -7,10 +7,54 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bot.core.attachments import AttachmentLimits
 from bot.core.events import ConversationKey
-from bot.core.replier import Voice, WebTools
 from bot.core.store import Timing
+
+MAX_REQUEST_FILE_BYTES = 24 * 1024 * 1024
+"""Files one model request may carry: base64 makes them a third larger, and Claude takes 32 MB."""
+MAX_ATTACHMENT_BYTES = 5 * 1024 * 1024
+"""Per file, by default: Claude's limit for one image (PDFs may be larger)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttachmentLimits:
+    """Files on messages sent to the model (`[attachments]`); the rest become one-line notes."""
+
+    enabled: bool = True
+    max_bytes: int = MAX_ATTACHMENT_BYTES
+    max_per_message: int = 5
+    max_total_bytes: int = 4 * MAX_ATTACHMENT_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class WebTools:
+    """The server tools a conversation's model may use (`[tools]`, per channel)."""
+
+    web_search: bool = False
+    max_uses: int = 3  # searches per burst, across continuations
+    allowed_domains: tuple[str, ...] = ()
+    blocked_domains: tuple[str, ...] = ()
+    web_fetch: bool = False
+    mcp: tuple[str, ...] = ()  # the MCP servers (`[[tools.mcp]]` names) the channel enabled
+    max_tool_calls: int = 8  # MCP tool calls per burst, across its generations
+
+    @property
+    def any(self) -> bool:
+        return self.web_search or self.web_fetch
+
+
+NO_TOOLS = WebTools()
+
+
+@dataclass(frozen=True, slots=True)
+class Voice:
+    """How a conversation is answered: its system prompt and model settings (per channel).
+    None leaves a setting to the replier's own default."""
+
+    system: str
+    model: str | None = None
+    max_tokens: int | None = None
+    tools: WebTools = NO_TOOLS
 
 
 @dataclass(frozen=True, slots=True)
