@@ -33,12 +33,11 @@ from pathlib import Path
 
 from benchmarks.ingest import percentile
 from benchmarks.profiles import Profile
-from benchmarks.tally import PLATFORM
+from benchmarks.tally import FIXED_WINDOW, PLATFORM
 from bot.cli.serve import run_event_loop
 from bot.core.clock import SystemClock
 from bot.core.engine import Engine
 from bot.core.scheduler import Scheduler
-from bot.core.settings import EngineSettings
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, StreamingModel
 
@@ -197,7 +196,7 @@ async def serve(path: str, firing: int, window: float, within: float) -> dict[st
     await store.open()
     model = StreamingModel(tokens=20, token_latency=0.0)
     platform = RecordingFrontend(PLATFORM)
-    engine = Engine(store, model, SystemClock(), EngineSettings(), "scale", {PLATFORM: platform})
+    engine = Engine(store, model, SystemClock(), FIXED_WINDOW, "scale", {PLATFORM: platform})
     due = _make_due(path, firing, window, start=time.time() + 0.5)
     loop_late = plain_timers(due.values())
     scheduler = Scheduler(engine)

@@ -106,16 +106,18 @@ def web_tools(base: ToolsConfig, over: ChannelToolsConfig) -> WebTools:
     """Server tools: each key of a channel's `tools` table, else the global `[tools]`; MCP
     servers only from the channel's own `mcp` list (a channel or DM not listed gets none). A
     channel that sets either domain list sets both (the two are exclusive)."""
-    allowed, blocked = over.web_search_allowed_domains, over.web_search_blocked_domains
-    if allowed is None and blocked is None:
-        allowed, blocked = base.web_search_allowed_domains, base.web_search_blocked_domains
+    own = over.model_dump(exclude_none=True)
+    domains = ("web_search_allowed_domains", "web_search_blocked_domains")
+    if any(key in own for key in domains):
+        own = {key: [] for key in domains} | own
+    keys = base.model_dump(exclude={"mcp"}) | own
     return WebTools(
-        base.web_search if over.web_search is None else over.web_search,
-        over.web_search_max_uses or base.web_search_max_uses,
-        tuple(allowed or ()),
-        tuple(blocked or ()),
-        base.web_fetch if over.web_fetch is None else over.web_fetch,
-        tuple(over.mcp or ()),
+        keys["web_search"],
+        keys["web_search_max_uses"],
+        tuple(keys["web_search_allowed_domains"]),
+        tuple(keys["web_search_blocked_domains"]),
+        keys["web_fetch"],
+        tuple(own.get("mcp", ())),
         base.max_tool_calls,
     )
 
@@ -146,7 +148,7 @@ def engine_settings(config: Config) -> EngineSettings:
 def channel_settings(channel: ChannelConfig, tools: ToolsConfig) -> ChannelSettings:
     """The keys a channel sets (an unset key is None: the global value), by the names the core's
     settings give them."""
-    own = channel.model_dump(exclude_none=True, exclude={"platform", "channel", "temperature"})
+    own = channel.overrides()
     if channel.tools is not None:
         own["tools"] = web_tools(tools, channel.tools)
     return ChannelSettings(channel.platform, channel.channel, own)

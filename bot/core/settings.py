@@ -79,14 +79,23 @@ class CatchUpSettings:
     progress_every: int = 100  # conversations checked between two progress lines
 
 
+DEFAULT_SYSTEM_PROMPT = (
+    "You are burstbot, a helpful assistant in a team chat. People often send one thought as "
+    "several quick messages; answer the whole burst once, briefly and in plain Markdown."
+)
+
+
 @dataclass(frozen=True, slots=True)
 class EngineSettings:
+    """Every default here is the documented one: the config model takes its defaults from these
+    fields (bot/config/sections.py), so a key's default is declared once."""
+
     quiet_seconds: float = 1.5
     max_wait_seconds: float = 8.0
-    adaptive: bool = False  # `[debounce] adaptive` (on by default there)
+    adaptive: bool = True
     min_quiet_seconds: float = 0.5
     max_quiet_seconds: float = 5.0
-    speculate: bool = False  # `[debounce] speculate` (on by default there)
+    speculate: bool = True
     speculate_after_seconds: float = 0.3
     lease_ttl_seconds: float = 30.0
     max_concurrent_generations: int = 8
@@ -98,15 +107,14 @@ class EngineSettings:
     indicator_delay_seconds: float = 1.0
     model_max_attempts: int = 3
     model_backoff_seconds: float = 2.0
-    failure_message: str = "Sorry, I couldn't answer that just now."
-    system_prompt: str = "You are a helpful assistant."
+    failure_message: str = "Sorry, I couldn't answer that just now. Please try again in a moment."
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
     max_context_tokens: int = 8000
-    streaming: bool = False  # `[streaming] enabled` (on by default there); needs a front end
-    # that can draft (see `bot.core.streaming`)
+    streaming: bool = True  # needs a front end that can draft (see `bot.core.streaming`)
     streaming_interval_seconds: float = 1.0
     channels: tuple[ChannelSettings, ...] = ()
     attachments: AttachmentLimits = field(default_factory=AttachmentLimits)
-    model: str | None = None  # None: the replier's own
+    model: str | None = None  # None: the replier's own (`[llm] model` and `max_tokens`)
     max_tokens: int | None = None
     tools: WebTools = field(default_factory=WebTools)
 
