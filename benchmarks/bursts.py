@@ -9,7 +9,7 @@ import asyncio
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from benchmarks.bots import (
     Bot,
@@ -19,7 +19,7 @@ from benchmarks.bots import (
     SleepDebounceBot,
 )
 from benchmarks.profiles import Profile
-from benchmarks.tally import PLATFORM, Tally, tally
+from benchmarks.tally import FIXED_WINDOW, PLATFORM, Tally, tally
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.settings import EngineSettings
 from testkit import StreamingModel
@@ -47,8 +47,10 @@ class BurstRow:
 
 
 def engine_settings(profile: Profile) -> EngineSettings:
-    """Product defaults, short debounce windows, and enough slots for every conversation."""
-    return EngineSettings(
+    """Product defaults (a fixed window), short debounce windows, and enough slots for every
+    conversation."""
+    return replace(
+        FIXED_WINDOW,
         quiet_seconds=profile.quiet_seconds,
         max_wait_seconds=profile.max_wait_seconds,
         max_concurrent_generations=256,

@@ -17,14 +17,13 @@ import os
 import random
 import sqlite3
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from benchmarks.profiles import Profile
-from benchmarks.tally import PLATFORM
+from benchmarks.tally import FIXED_WINDOW, PLATFORM
 from bot.core.clock import SystemClock
 from bot.core.engine import Engine
 from bot.core.events import ConversationKey, IncomingMessage
-from bot.core.settings import EngineSettings
 from bot.wiring import build_serving
 from storage.rows import message_uid
 from storage.sqlite import Q, SqliteStore
@@ -79,7 +78,8 @@ async def raw_sqlite(profile: Profile, directory: str) -> IngestRow:
         "foreign_keys = ON",
     ):
         db.execute(f"PRAGMA {pragma}")
-    settings = EngineSettings(profile.quiet_seconds, profile.max_wait_seconds)
+    settings = replace(FIXED_WINDOW, quiet_seconds=profile.quiet_seconds,
+                       max_wait_seconds=profile.max_wait_seconds)  # fmt: skip
     latencies: list[float] = []
     started = time.perf_counter()
     for n in range(profile.messages_per_sender):
@@ -131,7 +131,8 @@ async def raw_sqlite(profile: Profile, directory: str) -> IngestRow:
 async def _engine(profile: Profile, path: str) -> tuple[Engine, SqliteStore]:
     store = SqliteStore(path)
     await store.open()
-    settings = EngineSettings(profile.quiet_seconds, profile.max_wait_seconds)
+    settings = replace(FIXED_WINDOW, quiet_seconds=profile.quiet_seconds,
+                       max_wait_seconds=profile.max_wait_seconds)  # fmt: skip
     serving = build_serving(store, StreamingModel(1, 0.0), SystemClock(), settings, "bench")
     return serving.engine, store
 

@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.tally import PLATFORM, answer_of
+from benchmarks.tally import FIXED_WINDOW, PLATFORM, answer_of
 from benchmarks.timelines import Said, episodes
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.quiet_window import WindowModel
@@ -232,7 +232,7 @@ async def replay(policy: Policy, timeline: Sequence[Said], ttft: float, pace: fl
     if policy.speculate_after is not None and real:
         overrides |= {"speculate": True, "speculate_after_seconds": policy.speculate_after}
     settings = dataclasses.replace(
-        EngineSettings(max_wait_seconds=8.0, max_concurrent_generations=10_000), **overrides
+        FIXED_WINDOW, max_wait_seconds=8.0, max_concurrent_generations=10_000, **overrides
     )
     engine = build_serving(store, model, clock, settings, "bench", {PLATFORM: platform}).engine
     wall = time.monotonic()

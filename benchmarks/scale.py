@@ -33,10 +33,9 @@ from pathlib import Path
 
 from benchmarks.ingest import percentile
 from benchmarks.profiles import Profile
-from benchmarks.tally import PLATFORM
+from benchmarks.tally import FIXED_WINDOW, PLATFORM
 from bot.cli.serve import run_event_loop
 from bot.core.clock import SystemClock
-from bot.core.settings import EngineSettings
 from bot.wiring import build_serving
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, StreamingModel
@@ -197,7 +196,7 @@ async def serve(path: str, firing: int, window: float, within: float) -> dict[st
     model = StreamingModel(tokens=20, token_latency=0.0)
     platform = RecordingFrontend(PLATFORM)
     serving = build_serving(
-        store, model, SystemClock(), EngineSettings(), "scale", {PLATFORM: platform}
+        store, model, SystemClock(), FIXED_WINDOW, "scale", {PLATFORM: platform}
     )
     engine = serving.engine
     due = _make_due(path, firing, window, start=time.time() + 0.5)

@@ -25,10 +25,9 @@ from benchmarks.ingest import percentile
 from benchmarks.postgres import scratch_schema
 from benchmarks.profiles import Profile
 from benchmarks.scale import ROOT, channel_name, peak_rss_mb, plain_timers
-from benchmarks.tally import PLATFORM
+from benchmarks.tally import FIXED_WINDOW, PLATFORM
 from bot.cli.serve import run_event_loop
 from bot.core.clock import SystemClock
-from bot.core.settings import EngineSettings
 from bot.wiring import build_serving
 from testkit import RecordingFrontend, StreamingModel
 
@@ -230,9 +229,7 @@ async def serve(dsn: str, schema: str, name: str, within: float) -> dict[str, An
     await store.open()
     model = StreamingModel(tokens=20, token_latency=0.0)
     platform = RecordingFrontend(PLATFORM)
-    serving = build_serving(
-        store, model, SystemClock(), EngineSettings(), name, {PLATFORM: platform}
-    )
+    serving = build_serving(store, model, SystemClock(), FIXED_WINDOW, name, {PLATFORM: platform})
     engine = serving.engine
     print("ready", flush=True)
     line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bot.core.settings import EngineSettings
 from testkit import RecordingFrontend, StreamingModel
 
 PLATFORM = "bench"  # the platform name of every benchmark conversation
+FIXED_WINDOW = EngineSettings(adaptive=False, speculate=False, streaming=False)
+"""The product's defaults with a fixed quiet window, no early start and whole replies: what the
+benchmarks measure unless they set these themselves."""
 
 
 @dataclass(frozen=True)

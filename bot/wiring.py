@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bot.config import ChannelConfig, ChannelToolsConfig, Config, ToolsConfig, require_secret
-from bot.core.attachments import AttachmentLimits
 from bot.core.clock import Clock
 from bot.core.engine import Engine
 from bot.core.errors import ConfigError
@@ -23,9 +22,15 @@ from bot.core.frontend import Frontend
 from bot.core.guard import Guard
 from bot.core.indicator import Indicator
 from bot.core.outbox import Outbox
-from bot.core.replier import Replier, WebTools
+from bot.core.replier import Replier
 from bot.core.scheduler import Scheduler
-from bot.core.settings import CatchUpSettings, ChannelSettings, EngineSettings
+from bot.core.settings import (
+    AttachmentLimits,
+    CatchUpSettings,
+    ChannelSettings,
+    EngineSettings,
+    WebTools,
+)
 from bot.core.signals import Signals
 from bot.core.streaming import Drafts
 from bot.core.tool_calls import ToolBox
@@ -113,16 +118,18 @@ def web_tools(base: ToolsConfig, over: ChannelToolsConfig) -> WebTools:
     """Server tools: each key of a channel's `tools` table, else the global `[tools]`; MCP
     servers only from the channel's own `mcp` list (a channel or DM not listed gets none). A
     channel that sets either domain list sets both (the two are exclusive)."""
-    allowed, blocked = over.web_search_allowed_domains, over.web_search_blocked_domains
-    if allowed is None and blocked is None:
-        allowed, blocked = base.web_search_allowed_domains, base.web_search_blocked_domains
+    own = over.model_dump(exclude_none=True)
+    domains = ("web_search_allowed_domains", "web_search_blocked_domains")
+    if any(key in own for key in domains):
+        own = {key: [] for key in domains} | own
+    keys = base.model_dump(exclude={"mcp"}) | own
     return WebTools(
-        base.web_search if over.web_search is None else over.web_search,
-        over.web_search_max_uses or base.web_search_max_uses,
-        tuple(allowed or ()),
-        tuple(blocked or ()),
-        base.web_fetch if over.web_fetch is None else over.web_fetch,
-        tuple(over.mcp or ()),
+        keys["web_search"],
+        keys["web_search_max_uses"],
+        tuple(keys["web_search_allowed_domains"]),
+        tuple(keys["web_search_blocked_domains"]),
+        keys["web_fetch"],
+        tuple(own.get("mcp", ())),
         base.max_tool_calls,
     )
 
@@ -153,7 +160,7 @@ def engine_settings(config: Config) -> EngineSettings:
 def channel_settings(channel: ChannelConfig, tools: ToolsConfig) -> ChannelSettings:
     """The keys a channel sets (an unset key is None: the global value), by the names the core's
     settings give them."""
-    own = channel.model_dump(exclude_none=True, exclude={"platform", "channel", "temperature"})
+    own = channel.overrides()
     if channel.tools is not None:
         own["tools"] = web_tools(tools, channel.tools)
     return ChannelSettings(channel.platform, channel.channel, own)

@@ -42,6 +42,10 @@ SETTINGS = EngineSettings(
     poll_seconds=1.0,
     model_backoff_seconds=2.0,
     failure_message="sorry, try again",
+    adaptive=False,  # a fixed window and no early start: tests that want them say so
+    speculate=False,
+    streaming=False,
+    system_prompt="You are a helpful assistant.",
 )
 KEY = ConversationKey("test", "w1", "c1")
 

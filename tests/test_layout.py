@@ -15,11 +15,15 @@
   fine): the engine on SQLite with a test model starts in a fraction of the memory.
 - The test kit stays outside the product: no product module imports `testkit` or `tests`, the
   wheel holds neither, and benchmarks (and the kit itself) never import `tests`.
+- No import circle inside `bot/`, type-only imports included: shared contracts and values live in
+  modules that import none of their users, so each module can be read (and loaded) after the ones
+  it names.
 """
 
 from __future__ import annotations
 
 import ast
+import graphlib
 import subprocess
 import sys
 import tomllib
@@ -133,6 +137,43 @@ def test_the_test_kit_stays_outside_the_product() -> None:
     shipped = find_packages(str(ROOT), **config["tool"]["setuptools"]["packages"]["find"])
     assert "bot" in shipped
     assert [p for p in shipped if p.split(".")[0] in ("testkit", "tests", "benchmarks")] == []
+
+
+def module_graph(folder: str) -> dict[str, set[str]]:
+    """Each module of `folder` (a package by its own name) → the modules of `folder` it imports."""
+    paths = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in modules(folder)}  # fmt: skip
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        found = imports_of(path, name if path.name == "__init__.py" else None)
+        graph[name] = {module for module in found if module in paths and module != name}
+    return graph
+
+
+def import_circle(graph: dict[str, set[str]]) -> list[str]:
+    """One circle of imports (its modules in order, the first repeated last), or [] if none."""
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as circle:
+        return list(circle.args[1])
+    return []
+
+
+def test_no_import_circle_in_the_bot() -> None:
+    assert import_circle(module_graph("bot")) == []
+
+
+def test_the_circle_check_sees_type_only_imports(tmp_path: Path) -> None:
+    """The checker itself can fail: an import made only for the type checker closes a circle."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("if TYPE_CHECKING:\n    from bot.core import engine\n", encoding="utf-8")
+    graph = {"bot.core.engine": {"bot.core.replier"}, "bot.core.replier": set[str]()}
+    assert import_circle(graph) == []
+    graph["bot.core.replier"] = imports_of(probe, package="bot.core") & set(graph)
+    assert import_circle(graph) in (
+        ["bot.core.engine", "bot.core.replier", "bot.core.engine"],
+        ["bot.core.replier", "bot.core.engine", "bot.core.replier"],
+    )
 
 
 @pytest.mark.parametrize(

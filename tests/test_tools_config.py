@@ -8,7 +8,7 @@ import pytest
 from bot.config import Config, parse_config
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey
-from bot.core.replier import WebTools
+from bot.core.settings import WebTools
 from bot.wiring import engine_settings
 
 TRACKER = {"name": "tracker", "command": "tracker-mcp", "allowed_tools": ["create_ticket"]}

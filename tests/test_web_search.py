@@ -12,7 +12,8 @@ import pytest
 from bot.config import parse_config
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, IncomingMessage
-from bot.core.replier import BurstMessage, GenerationProgress, Prompt, WebSearch, WebTools
+from bot.core.replier import BurstMessage, GenerationProgress, Prompt, WebSearch
+from bot.core.settings import WebTools
 from bot.core.store import GenerationRecord, TokenUsage
 from bot.llm.claude import ClaudeReplier
 from bot.ops.metrics import Metrics

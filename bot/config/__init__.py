@@ -6,10 +6,16 @@ of the bot imports from `bot.config` itself.
 """
 
 from bot.config.channels import ChannelConfig, ChannelToolsConfig
-from bot.config.loading import Config, default_config, load_config, parse_config, require_secret
+from bot.config.loading import (
+    Config,
+    Reconfigurable,
+    default_config,
+    load_config,
+    parse_config,
+    require_secret,
+)
 from bot.config.platforms import (
     DiscordConfig,
-    Reconfigurable,
     SlackAssistantConfig,
     SlackConfig,
     SuggestedPrompt,

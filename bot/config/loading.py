@@ -10,6 +10,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Protocol
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -90,6 +91,13 @@ class Config(Section):
                  slack.signing_secret_env, discord.token_env, *self.logging.redact_env,
                  *(server.bearer_token_env or "" for server in self.tools.mcp)]  # fmt: skip
         return list(dict.fromkeys(name for name in names if name))
+
+
+class Reconfigurable(Protocol):
+    """A front end whose own section is partly live: a reload hands it the new config (a
+    front-end ability, declared and checked at wiring as those in `bot/core/frontend.py`)."""
+
+    def reconfigure(self, config: Config) -> None: ...
 
 
 def parse_config(data: dict[str, object]) -> Config:

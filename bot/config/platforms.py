@@ -1,16 +1,12 @@
-"""The front ends' sections (`[slack]`, `[slack.assistant]`, `[discord]`) and the ability of a
-front end whose section is partly live on reload."""
+"""The front ends' sections (`[slack]`, `[slack.assistant]`, `[discord]`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from bot.config.sections import Section
-
-if TYPE_CHECKING:
-    from bot.config.loading import Config
 
 MAX_PARTS_PER_REPLY = 10
 """Posts one reply may become: 35,000 characters on Slack, 20,000 on Discord (about 9,000 and
@@ -110,10 +106,3 @@ class DiscordConfig(Section):
         if self.shard_count is not None and (self.shard_id or 0) >= self.shard_count:
             raise ValueError("shard_id must be less than shard_count")
         return self
-
-
-class Reconfigurable(Protocol):
-    """A front end whose own section is partly live: a reload hands it the new config (a
-    front-end ability, declared and checked at wiring as those in `bot/core/frontend.py`)."""
-
-    def reconfigure(self, config: Config) -> None: ...

@@ -1,5 +1,9 @@
 """The TOML model's sections for the bot itself: storage, timing, the model, guards, operations.
 
+A key that the core also reads takes its default from the core's settings (`CORE`,
+`bot/core/settings.py`), so each default is declared once; `[[channels]]` overrides are built
+from these sections' fields (`bot/config/channels.py`).
+
 Every section is strict (`Section`): a value must already have its type (`"yes"` is not a boolean,
 `"0.5"` not a number; an integer is a fine number of seconds), numbers are finite and every one has
 bounds, so a typo like `1e308` seconds is refused instead of breaking the scheduler. The storage URL
@@ -14,13 +18,20 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from bot.core.attachments import MAX_ATTACHMENT_BYTES, MAX_REQUEST_FILE_BYTES
+from bot.core.settings import (
+    MAX_REQUEST_FILE_BYTES,
+    AttachmentLimits,
+    CatchUpSettings,
+    EngineSettings,
+    WebTools,
+)
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
-DEFAULT_SYSTEM_PROMPT = (
-    "You are burstbot, a helpful assistant in a team chat. People often send one thought as "
-    "several quick messages; answer the whole burst once, briefly and in plain Markdown."
-)
+CORE = EngineSettings()
+"""The core's defaults, which the sections below take as theirs."""
+CORE_CATCH_UP = CatchUpSettings()
+CORE_FILES = AttachmentLimits()
+CORE_TOOLS = WebTools()
 
 
 HOUR = 3600.0
@@ -78,20 +89,20 @@ class StorageConfig(Section):
 
 
 class DebounceConfig(Section):
-    quiet_seconds: float = Field(default=1.5, ge=0, le=HOUR)
-    max_wait_seconds: float = Field(default=8.0, gt=0, le=DAY)
+    quiet_seconds: float = Field(default=CORE.quiet_seconds, ge=0, le=HOUR)
+    max_wait_seconds: float = Field(default=CORE.max_wait_seconds, gt=0, le=DAY)
     typing_aware: bool = True
     """Discord: wait while an author of the pending burst is typing (never past the deadline)."""
     typing_seconds: float = Field(default=10.0, gt=0, le=HOUR)
     """How long one typing notice keeps the burst open (Discord shows one for 10 seconds)."""
-    adaptive: bool = True
+    adaptive: bool = CORE.adaptive
     """Each burst's window from its authors' rhythm and the last message's shape (between the two
     bounds below); false: `quiet_seconds` for every burst."""
-    min_quiet_seconds: float = Field(default=0.5, ge=0, le=HOUR)
-    max_quiet_seconds: float = Field(default=5.0, ge=0, le=HOUR)
-    speculate: bool = True
+    min_quiet_seconds: float = Field(default=CORE.min_quiet_seconds, ge=0, le=HOUR)
+    max_quiet_seconds: float = Field(default=CORE.max_quiet_seconds, ge=0, le=HOUR)
+    speculate: bool = CORE.speculate
     """Start generating before the window closes (nothing shows or commits before the close)."""
-    speculate_after_seconds: float = Field(default=0.3, ge=0, le=HOUR)
+    speculate_after_seconds: float = Field(default=CORE.speculate_after_seconds, ge=0, le=HOUR)
     """The silence after a burst's last message before a speculative generation may start."""
 
     @model_validator(mode="after")
@@ -109,21 +120,25 @@ def check_windows(quiet: float, low: float, high: float, cap: float, where: str 
 
 
 class LeaseConfig(Section):
-    ttl_seconds: float = Field(default=30.0, gt=0, le=HOUR)
+    ttl_seconds: float = Field(default=CORE.lease_ttl_seconds, gt=0, le=HOUR)
 
 
 class EngineConfig(Section):
-    max_concurrent_generations: int = Field(default=8, ge=1, le=10_000)
-    poll_seconds: float = Field(default=1.0, gt=0, le=HOUR)
-    busy_retry_seconds: float = Field(default=1.0, gt=0, le=HOUR)
+    max_concurrent_generations: int = Field(
+        default=CORE.max_concurrent_generations, ge=1, le=10_000
+    )
+    poll_seconds: float = Field(default=CORE.poll_seconds, gt=0, le=HOUR)
+    busy_retry_seconds: float = Field(default=CORE.busy_retry_seconds, gt=0, le=HOUR)
     delivery_max_attempts: int | None = Field(default=None, ge=1, le=1000)
     """Deprecated and ignored (see `deprecations`): delivery retries for a horizon instead."""
-    delivery_backoff_seconds: float = Field(default=1.0, gt=0, le=HOUR)
-    delivery_backoff_max_seconds: float = Field(default=30.0, gt=0, le=HOUR)
+    delivery_backoff_seconds: float = Field(default=CORE.delivery_backoff_seconds, gt=0, le=HOUR)
+    delivery_backoff_max_seconds: float = Field(
+        default=CORE.delivery_backoff_max_seconds, gt=0, le=HOUR
+    )
     """The longest wait between two attempts: how soon a reply goes out after a recovery."""
-    delivery_give_up_hours: float = Field(default=24.0, gt=0, le=24 * 365)
+    delivery_give_up_hours: float = Field(default=CORE.delivery_give_up_hours, gt=0, le=24 * 365)
     """A reply whose delivery keeps failing (transiently) since this long is marked failed."""
-    indicator_delay_seconds: float = Field(default=1.0, ge=0, le=HOUR)
+    indicator_delay_seconds: float = Field(default=CORE.indicator_delay_seconds, ge=0, le=HOUR)
     owner: str = ""
     pid_file: str = ""
     """Where `burstbot run` writes its process id for `burstbot reload` ("": nowhere)."""
@@ -145,18 +160,18 @@ NoSampling = Annotated[float | None, AfterValidator(no_sampling)]
 
 class LlmConfig(Section):
     provider: Literal["anthropic", "offline"] = "anthropic"
-    model: str = DEFAULT_MODEL
+    model: str = Field(default=DEFAULT_MODEL, min_length=1)
     api_key_env: str = "ANTHROPIC_API_KEY"
     base_url: str = ""
     max_tokens: int = Field(default=1024, ge=1, le=1_000_000)
     temperature: NoSampling = None
-    system_prompt: str = DEFAULT_SYSTEM_PROMPT
-    max_context_tokens: int = Field(default=8000, ge=100, le=100_000_000)
+    system_prompt: str = CORE.system_prompt
+    max_context_tokens: int = Field(default=CORE.max_context_tokens, ge=100, le=100_000_000)
     timeout_seconds: float = Field(default=60.0, gt=0, le=DAY)
     max_retries: int = Field(default=2, ge=0, le=100)
-    max_attempts: int = Field(default=3, ge=1, le=1000)
-    retry_backoff_seconds: float = Field(default=2.0, ge=0, le=HOUR)
-    failure_message: str = "Sorry, I couldn't answer that just now. Please try again in a moment."
+    max_attempts: int = Field(default=CORE.model_max_attempts, ge=1, le=1000)
+    retry_backoff_seconds: float = Field(default=CORE.model_backoff_seconds, ge=0, le=HOUR)
+    failure_message: str = CORE.failure_message
     cut_note: str = "_(This answer was cut short: it reached its length limit.)_"
     """Ends a reply the model stopped at `max_tokens` ("" adds nothing)."""
 
@@ -164,8 +179,8 @@ class LlmConfig(Section):
 class StreamingConfig(Section):
     """Replies appear as the model writes them: one message per burst, edited as it grows."""
 
-    enabled: bool = True
-    interval_seconds: float = Field(default=1.0, ge=0.05, le=HOUR)
+    enabled: bool = CORE.streaming
+    interval_seconds: float = Field(default=CORE.streaming_interval_seconds, ge=0.05, le=HOUR)
 
 
 class ConsoleConfig(Section):
@@ -176,10 +191,10 @@ class ConsoleConfig(Section):
 class CatchUpConfig(Section):
     """Fetching what was sent while no process listened (start, reconnects)."""
 
-    enabled: bool = True
-    max_age_hours: float = Field(default=24.0, gt=0)
-    max_pages: int = Field(default=10, ge=1)
-    max_requests: int = Field(default=1000, ge=1)
+    enabled: bool = CORE_CATCH_UP.enabled
+    max_age_hours: float = Field(default=CORE_CATCH_UP.max_age_seconds / HOUR, gt=0)
+    max_pages: int = Field(default=CORE_CATCH_UP.max_pages, ge=1)
+    max_requests: int = Field(default=CORE_CATCH_UP.max_requests, ge=1)
 
 
 class RetentionConfig(Section):
@@ -242,10 +257,12 @@ class AttachmentsConfig(Section):
     Claude takes images up to 5 MB each and requests up to 32 MB, which base64 fills with 24 MB
     of files: `max_bytes` applies on top of the per-kind limits, `max_total_bytes` to a request."""
 
-    enabled: bool = True
-    max_bytes: int = Field(default=MAX_ATTACHMENT_BYTES, ge=1, le=MAX_REQUEST_FILE_BYTES)
-    max_per_message: int = Field(default=5, ge=0, le=100)
-    max_total_bytes: int = Field(default=4 * MAX_ATTACHMENT_BYTES, ge=1, le=MAX_REQUEST_FILE_BYTES)
+    enabled: bool = CORE_FILES.enabled
+    max_bytes: int = Field(default=CORE_FILES.max_bytes, ge=1, le=MAX_REQUEST_FILE_BYTES)
+    max_per_message: int = Field(default=CORE_FILES.max_per_message, ge=0, le=100)
+    max_total_bytes: int = Field(
+        default=CORE_FILES.max_total_bytes, ge=1, le=MAX_REQUEST_FILE_BYTES
+    )
 
 
 class PriceConfig(Section):

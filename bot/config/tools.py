@@ -8,7 +8,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from bot.config.sections import HOUR, Section
+from bot.config.sections import CORE_TOOLS, HOUR, Section
 
 DOMAIN = r"^[A-Za-z0-9*][A-Za-z0-9.*/_-]{0,252}$"
 """A domain as the web search tool takes it (`example.com`, `docs.example.com/api`)."""
@@ -105,14 +105,14 @@ class ToolsConfig(Section):
     """Claude's tools (`[tools]`): web search and fetch, run and billed by Anthropic; and the
     MCP servers (`[[tools.mcp]]`) that channels enable by name."""
 
-    web_search: bool = False
-    web_search_max_uses: int = Field(default=3, ge=1, le=1000)
+    web_search: bool = CORE_TOOLS.web_search
+    web_search_max_uses: int = Field(default=CORE_TOOLS.max_uses, ge=1, le=1000)
     """Searches per burst, counted across the continuations of one reply."""
     web_search_allowed_domains: Domains = Field(default_factory=list)
     web_search_blocked_domains: Domains = Field(default_factory=list)
-    web_fetch: bool = False
+    web_fetch: bool = CORE_TOOLS.web_fetch
     mcp: list[McpServerConfig] = Field(default_factory=list)
-    max_tool_calls: int = Field(default=8, ge=1, le=100)
+    max_tool_calls: int = Field(default=CORE_TOOLS.max_tool_calls, ge=1, le=100)
     """MCP tool calls per burst, across its generations."""
 
     @model_validator(mode="after")

@@ -24,6 +24,7 @@ from typing import Literal
 from bot.core.clock import Clock
 from bot.core.events import Attachment, ConversationKey
 from bot.core.frontend import file_source
+from bot.core.settings import AttachmentLimits
 from bot.core.store import FileStore, HistoryItem, StoredFile, StoredMessage
 
 log = logging.getLogger("burstbot.attachments")
@@ -85,22 +86,6 @@ def human_size(size: int) -> str:
             value = size / scale  # three figures, but never an exponent (1000 to 1023)
             return f"{value:.3g} {unit}" if value < 1000 else f"{value:.0f} {unit}"
     return f"{size} bytes"
-
-
-MAX_REQUEST_FILE_BYTES = 24 * 1024 * 1024
-"""Files one model request may carry: base64 makes them a third larger, and Claude takes 32 MB."""
-MAX_ATTACHMENT_BYTES = 5 * 1024 * 1024
-"""Per file, by default: Claude's limit for one image (PDFs may be larger)."""
-
-
-@dataclass(frozen=True, slots=True)
-class AttachmentLimits:
-    """Files on messages sent to the model (`[attachments]`); the rest become one-line notes."""
-
-    enabled: bool = True
-    max_bytes: int = MAX_ATTACHMENT_BYTES
-    max_per_message: int = 5
-    max_total_bytes: int = 4 * MAX_ATTACHMENT_BYTES
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from bot.core.errors import ReplierError, RetryableReplierError
 from bot.core.events import ConversationKey
-from bot.core.replier import GenerationProgress
+from bot.core.progress import GenerationProgress
 from bot.core.store import (
     FinalCheck,
     GenerationOutcome,

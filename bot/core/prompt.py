@@ -11,16 +11,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from bot.core.attachments import (
-    MAX_REQUEST_FILE_BYTES,
-    NO_ROOM,
-    AttachmentLoader,
-    LoadedFile,
-    human_size,
-)
+from bot.core.attachments import NO_ROOM, AttachmentLoader, LoadedFile, human_size
 from bot.core.events import ConversationKey
-from bot.core.replier import BurstMessage, GenerationProgress, Prompt, Replier, Turn, Voice
-from bot.core.settings import EngineSettings
+from bot.core.replier import BurstMessage, GenerationProgress, Prompt, Replier, Turn
+from bot.core.settings import MAX_REQUEST_FILE_BYTES, EngineSettings, Voice
 from bot.core.store import HistoryItem, StoredMessage
 from bot.core.tool_calls import BurstTools
 

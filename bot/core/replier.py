@@ -8,25 +8,20 @@ Failures are raised as `RetryableReplierError` or `PermanentReplierError` (`bot/
 
 from __future__ import annotations
 
-import asyncio
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from bot.core.attachments import LoadedFile
+from bot.core.progress import DraftText as DraftText  # the contract's streaming side, re-exported
+from bot.core.progress import GenerationProgress as GenerationProgress
+from bot.core.progress import SearchStep as SearchStep
+from bot.core.progress import escape_markdown as escape_markdown
+from bot.core.progress import same_draft as same_draft
+from bot.core.settings import NO_TOOLS, WebTools
 from bot.core.store import WebSearch as WebSearch  # reported as the store keeps them
 
 if TYPE_CHECKING:
     from bot.core.tool_calls import BurstTools
-
-
-_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]<>()#+!|~])")
-
-
-def escape_markdown(text: str) -> str:
-    """Text shown as is inside Markdown (a source's title, a search query, a tool's name): one
-    line, every character that could start formatting or a link escaped."""
-    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", " ".join(text.split()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,37 +53,6 @@ class Turn:
 
 
 @dataclass(frozen=True, slots=True)
-class WebTools:
-    """The server tools a conversation's model may use (`[tools]`, per channel)."""
-
-    web_search: bool = False
-    max_uses: int = 3  # searches per burst, across continuations
-    allowed_domains: tuple[str, ...] = ()
-    blocked_domains: tuple[str, ...] = ()
-    web_fetch: bool = False
-    mcp: tuple[str, ...] = ()  # the MCP servers (`[[tools.mcp]]` names) the channel enabled
-    max_tool_calls: int = 8  # MCP tool calls per burst, across its generations
-
-    @property
-    def any(self) -> bool:
-        return self.web_search or self.web_fetch
-
-
-NO_TOOLS = WebTools()
-
-
-@dataclass(frozen=True, slots=True)
-class Voice:
-    """How a conversation is answered: its system prompt and model settings (per channel).
-    None leaves a setting to the replier's own default."""
-
-    system: str
-    model: str | None = None
-    max_tokens: int | None = None
-    tools: WebTools = NO_TOOLS
-
-
-@dataclass(frozen=True, slots=True)
 class Prompt:
     system: str
     history: tuple[Turn, ...]
@@ -101,93 +65,6 @@ class Prompt:
     def burst_text(self) -> str:
         """The final user turn: every message of the burst, each labelled with its author."""
         return "\n".join(m.line() for m in self.burst)
-
-
-class StreamedText(list[str]):
-    """The text a replier streamed so far, in pieces (repliers `append` each); `arrived` is set
-    by each new piece, so a draft goes out at the first word instead of at the next pacing tick."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.arrived = asyncio.Event()
-
-    def append(self, piece: str) -> None:
-        super().append(piece)
-        if piece.strip():
-            self.arrived.set()
-
-
-@dataclass(frozen=True, slots=True)
-class SearchStep:
-    """One web search as a draft shows it: a surface that renders the model's work itself
-    (Slack's task chunks) shows each step; the others show the activity line."""
-
-    id: str  # the search's tool use id: the same step from start to result
-    query: str = ""
-    state: Literal["running", "done", "failed"] = "running"
-    sources: tuple[tuple[str, str], ...] = ()  # (url, title) of its first results
-    error: str = ""  # the error code of a failed search
-
-
-class DraftText(str):
-    """The text so far as a draft shows it (the text, then the activity line), which also carries
-    its parts for a surface that renders the work itself: `body` is the text alone and `steps`
-    the searches so far. Two draft texts are the same only with the same steps."""
-
-    body: str
-    steps: tuple[SearchStep, ...]
-
-    def __new__(cls, shown: str, body: str, steps: tuple[SearchStep, ...] = ()) -> DraftText:
-        text = super().__new__(cls, shown)
-        text.body, text.steps = body, steps
-        return text
-
-
-def same_draft(a: str, b: str) -> bool:
-    """Whether showing `a` again after `b` would change nothing (text and steps alike)."""
-    return a == b and getattr(a, "steps", ()) == getattr(b, "steps", ())
-
-
-@dataclass(slots=True)
-class GenerationProgress:
-    """Token counts and the text so far, updated by the replier as the stream goes (the text is
-    what a streamed draft shows; a replier that does not add to it is simply not streamed).
-    `activity` is one line the draft shows after the text while the model works without
-    writing (a web search), gone once the text goes on; `steps` are the searches it names, kept
-    for surfaces that show each one (`DraftText`)."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    model: str = ""  # the model that answered, as the replier knows it (usage reports)
-    streamed: StreamedText = field(default_factory=StreamedText)
-    web_searches: int = 0  # billed searches, as the API reports them (`server_tool_use`)
-    tool_calls: int = 0  # MCP tool calls asked for (made, or given from the burst's record)
-    searches: list[WebSearch] = field(default_factory=list)
-    activity: str = ""
-    steps: list[SearchStep] = field(default_factory=list)
-
-    def show_activity(self, line: str) -> None:
-        """Set the activity line; a new one is something to show at once, like a first word."""
-        self.activity = line
-        if line:
-            self.streamed.arrived.set()
-
-    def step(self, step: SearchStep) -> None:
-        """Add a search step, or replace the one with its id (its query known, its result in)."""
-        at = next((i for i, s in enumerate(self.steps) if s.id == step.id), None)
-        if at is None:
-            self.steps.append(step)
-        else:
-            self.steps[at] = step
-
-    def text_so_far(self) -> DraftText:
-        text = "".join(self.streamed)
-        shown = text
-        if self.activity:
-            shown = f"{text.rstrip()}\n\n{self.activity}" if text.strip() else self.activity
-        return DraftText(shown, text, tuple(self.steps))
 
 
 class Replier(Protocol):

@@ -7,11 +7,55 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bot.core.attachments import AttachmentLimits
 from bot.core.events import ConversationKey
 from bot.core.quiet_window import DEFAULT_MODEL, WindowModel
-from bot.core.replier import Voice, WebTools
 from bot.core.store import Timing
+
+MAX_REQUEST_FILE_BYTES = 24 * 1024 * 1024
+"""Files one model request may carry: base64 makes them a third larger, and Claude takes 32 MB."""
+MAX_ATTACHMENT_BYTES = 5 * 1024 * 1024
+"""Per file, by default: Claude's limit for one image (PDFs may be larger)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttachmentLimits:
+    """Files on messages sent to the model (`[attachments]`); the rest become one-line notes."""
+
+    enabled: bool = True
+    max_bytes: int = MAX_ATTACHMENT_BYTES
+    max_per_message: int = 5
+    max_total_bytes: int = 4 * MAX_ATTACHMENT_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class WebTools:
+    """The server tools a conversation's model may use (`[tools]`, per channel)."""
+
+    web_search: bool = False
+    max_uses: int = 3  # searches per burst, across continuations
+    allowed_domains: tuple[str, ...] = ()
+    blocked_domains: tuple[str, ...] = ()
+    web_fetch: bool = False
+    mcp: tuple[str, ...] = ()  # the MCP servers (`[[tools.mcp]]` names) the channel enabled
+    max_tool_calls: int = 8  # MCP tool calls per burst, across its generations
+
+    @property
+    def any(self) -> bool:
+        return self.web_search or self.web_fetch
+
+
+NO_TOOLS = WebTools()
+
+
+@dataclass(frozen=True, slots=True)
+class Voice:
+    """How a conversation is answered: its system prompt and model settings (per channel).
+    None leaves a setting to the replier's own default."""
+
+    system: str
+    model: str | None = None
+    max_tokens: int | None = None
+    tools: WebTools = NO_TOOLS
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,14 +80,23 @@ class CatchUpSettings:
     progress_every: int = 100  # conversations checked between two progress lines
 
 
+DEFAULT_SYSTEM_PROMPT = (
+    "You are burstbot, a helpful assistant in a team chat. People often send one thought as "
+    "several quick messages; answer the whole burst once, briefly and in plain Markdown."
+)
+
+
 @dataclass(frozen=True, slots=True)
 class EngineSettings:
+    """Every default here is the documented one: the config model takes its defaults from these
+    fields (bot/config/sections.py), so a key's default is declared once."""
+
     quiet_seconds: float = 1.5
     max_wait_seconds: float = 8.0
-    adaptive: bool = False  # `[debounce] adaptive` (on by default there)
+    adaptive: bool = True
     min_quiet_seconds: float = 0.5
     max_quiet_seconds: float = 5.0
-    speculate: bool = False  # `[debounce] speculate` (on by default there)
+    speculate: bool = True
     speculate_after_seconds: float = 0.3
     window_model: WindowModel = DEFAULT_MODEL  # fitted, not a setting (bot/core/quiet_window.py)
     lease_ttl_seconds: float = 30.0
@@ -58,15 +111,14 @@ class EngineSettings:
     model_backoff_seconds: float = 2.0
     backoff_jitter: float = 0.5  # share of each model, delivery and store retry wait drawn at
     # random, so retriers that failed together do not return together (0: exact waits)
-    failure_message: str = "Sorry, I couldn't answer that just now."
-    system_prompt: str = "You are a helpful assistant."
+    failure_message: str = "Sorry, I couldn't answer that just now. Please try again in a moment."
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
     max_context_tokens: int = 8000
-    streaming: bool = False  # `[streaming] enabled` (on by default there); needs a front end
-    # that can draft (see `bot.core.streaming`)
+    streaming: bool = True  # needs a front end that can draft (see `bot.core.streaming`)
     streaming_interval_seconds: float = 1.0
     channels: tuple[ChannelSettings, ...] = ()
     attachments: AttachmentLimits = field(default_factory=AttachmentLimits)
-    model: str | None = None  # None: the replier's own
+    model: str | None = None  # None: the replier's own (`[llm] model` and `max_tokens`)
     max_tokens: int | None = None
     tools: WebTools = field(default_factory=WebTools)
 

@@ -39,7 +39,7 @@ from bot.core.actions import (
 )
 from bot.core.burst import Burst
 from bot.core.errors import RetryableReplierError
-from bot.core.replier import GenerationProgress, escape_markdown
+from bot.core.progress import GenerationProgress, escape_markdown
 from bot.core.store import Lease
 from bot.core.tools import OutcomeUnknown, ToolServers, ToolSpec, ToolUnavailable
 

@@ -25,7 +25,8 @@ from anthropic.types import (
     WebSearchTool20250305Param,
 )
 
-from bot.core.replier import GenerationProgress, SearchStep, WebSearch, WebTools, escape_markdown
+from bot.core.replier import GenerationProgress, SearchStep, WebSearch, escape_markdown
+from bot.core.settings import WebTools
 from bot.core.store import UNFINISHED
 
 MAX_SOURCES = 5
