@@ -17,8 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
 
 from bot.core.events import ConversationKey
-from bot.core.quiet_window import AuthorLast, Rhythm, Window, burst_window
-from bot.core.store import Timing
+from bot.core.quiet_window import AdaptiveWindow, AuthorLast, Rhythm, Window, burst_window
 from storage.rows import Params, Row, from_row
 
 RunStatement = Callable[[str, Params], Awaitable[Sequence[Row]]]
@@ -47,7 +46,12 @@ async def learn(
 
 
 async def choose_window(
-    run: RunStatement, key: ConversationKey, seq: int, now: float, timing: Timing, changed: bool
+    run: RunStatement,
+    key: ConversationKey,
+    seq: int,
+    now: float,
+    adaptive: AdaptiveWindow,
+    changed: bool,
 ) -> Window:
     """The window of the conversation's pending burst as of `seq`, noted on message `seq` for
     `explain`. `changed`: an edit or delete re-arms, and every author's window counts from now."""
@@ -61,8 +65,8 @@ async def choose_window(
         )
         for r in await run("burst_authors", params)
     ]
-    low, high = timing.min_quiet_seconds, timing.max_quiet_seconds
-    window = burst_window(authors, low, high, timing.window_model)
+    low, high = adaptive.min_quiet_seconds, adaptive.max_quiet_seconds
+    window = burst_window(authors, low, high, adaptive.model)
     if not changed:
         await run("note_quiet_window", {"cid": key.id, "seq": seq, "reason": window.reason})
     return window

@@ -108,12 +108,12 @@ class SqlStore(
     ) -> IngestResult:
         """The adaptive window first learns the new message's author (`author_id`; None: an edit
         or delete re-arms, and every author's window counts from now), then chooses the window."""
-        if timing.adaptive:
+        if timing.adaptive is not None:
             run, key = functools.partial(self._rows, db=db), ConversationKey.parse(cid)
             if author_id is not None:
                 await rhythm.learn(run, key, author_id, version, now)
             changed = author_id is None
-            window = await rhythm.choose_window(run, key, version, now, timing, changed)
+            window = await rhythm.choose_window(run, key, version, now, timing.adaptive, changed)
             timing = replace(timing, quiet_seconds=window.seconds)
         arm = {"cid": cid, "now": now, "version": version, "max_wait": timing.max_wait_seconds}
         arm.update(quiet=timing.quiet_seconds, speculate_after=timing.speculate_after_seconds)

@@ -8,6 +8,7 @@ from bot.cli.explain import explain_lines
 from bot.config import parse_config
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.quiet_window import AdaptiveWindow
 from bot.core.store import Timing
 from bot.wiring import engine_settings
 from storage.sqlite import SqliteStore
@@ -161,10 +162,11 @@ def test_the_config_keys_resolve_per_channel_and_refuse_crossed_bounds() -> None
     assert config.debounce.adaptive is True  # the default
     settings = engine_settings(config)
     assert settings.timing_for(ConversationKey("slack", "T", "C0")) == Timing(
-        1.5, 8.0, True, 0.5, 5.0, speculate_after_seconds=0.3
+        1.5, 8.0, AdaptiveWindow(0.5, 5.0), speculate_after_seconds=0.3
     )
-    assert settings.timing_for(ConversationKey("slack", "T", "C1")).adaptive is False
-    assert settings.timing_for(ConversationKey("slack", "T", "C2")).min_quiet_seconds == 0.2
+    assert settings.timing_for(ConversationKey("slack", "T", "C1")).adaptive is None
+    c2 = settings.timing_for(ConversationKey("slack", "T", "C2")).adaptive
+    assert c2 is not None and c2.min_quiet_seconds == 0.2
     with pytest.raises(ConfigError, match=r"^debounce: min_quiet_seconds must not exceed"):
         parse_config({"debounce": {"min_quiet_seconds": 3.0, "max_quiet_seconds": 2.0}})
     with pytest.raises(ConfigError, match=r"^channels\.0: min_quiet_seconds must not exceed"):

@@ -66,6 +66,17 @@ class WindowModel:
 
 DEFAULT_MODEL = WindowModel()
 
+
+@dataclass(frozen=True, slots=True)
+class AdaptiveWindow:
+    """An adaptive window's bounds (`[debounce] min_quiet_seconds`, `max_quiet_seconds`) and what it
+    assumes of a stranger; a `Timing` without one waits its fixed `quiet_seconds`."""
+
+    min_quiet_seconds: float
+    max_quiet_seconds: float
+    model: WindowModel = DEFAULT_MODEL
+
+
 # fmt: off
 _CONJUNCTIONS = frozenset({
     "and", "but", "or", "because", "cause", "cuz", "coz", "bc", "nor", "if", "when", "while",

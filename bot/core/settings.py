@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bot.core.events import ConversationKey
-from bot.core.quiet_window import DEFAULT_MODEL, WindowModel
+from bot.core.quiet_window import DEFAULT_MODEL, AdaptiveWindow, WindowModel
 from bot.core.store import Timing
 
 MAX_REQUEST_FILE_BYTES = 24 * 1024 * 1024
@@ -131,9 +131,9 @@ class EngineSettings:
 
     @property
     def timing(self) -> Timing:
-        return Timing(self.quiet_seconds, self.max_wait_seconds, self.adaptive,
-                      self.min_quiet_seconds, self.max_quiet_seconds,
-                      self._speculate_after(), self.window_model)  # fmt: skip
+        adaptive = AdaptiveWindow(self.min_quiet_seconds, self.max_quiet_seconds, self.window_model)
+        return Timing(self.quiet_seconds, self.max_wait_seconds,
+                      adaptive if self.adaptive else None, self._speculate_after())  # fmt: skip
 
     def _speculate_after(self) -> float | None:
         """The early start's delay, or None: no speculation. Never where the model may run a paid

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from bot.core.events import Attachment, Draft, IncomingMessage, MessageDeleted, MessageEdited
-from bot.core.quiet_window import DEFAULT_MODEL, WindowModel
+from bot.core.quiet_window import AdaptiveWindow
 
 IngestStatus = Literal["accepted", "duplicate", "history", "unknown", "ignored"]
 """accepted: stored and the version bumped; duplicate: already stored; history: an edit or delete of
@@ -60,14 +60,11 @@ class Timing:
 
     quiet_seconds: float
     max_wait_seconds: float
-    adaptive: bool = False  # the window from the authors' rhythm (bot/core/quiet_window.py)
-    min_quiet_seconds: float = 0.5
-    max_quiet_seconds: float = 5.0
+    adaptive: AdaptiveWindow | None = None
+    """The window from the authors' rhythm (bot/core/quiet_window.py); None: `quiet_seconds`."""
     speculate_after_seconds: float | None = None
     """A generation may start this long after the arrival, before the window closes (the
     timer's `start_at`); None: it starts at the close."""
-    window_model: WindowModel = DEFAULT_MODEL
-    """What the adaptive window assumes of a stranger (fitted on chat corpora; not a setting)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,16 +9,15 @@ import dataclasses
 import pytest
 
 from bot.core.events import ConversationKey, IncomingMessage, MessageEdited
-from bot.core.quiet_window import AuthorLast, Rhythm, WindowModel, author_window
+from bot.core.quiet_window import AdaptiveWindow, AuthorLast, Rhythm, WindowModel, author_window
 from bot.core.store import Committed, FinalCheck, NewReply, Timing
 from storage.sql_store import SqlStore
 
-ADAPTIVE = Timing(quiet_seconds=1.5, max_wait_seconds=8.0, adaptive=True,
-                  min_quiet_seconds=0.5, max_quiet_seconds=5.0)  # fmt: skip
+ADAPTIVE = Timing(quiet_seconds=1.5, max_wait_seconds=8.0, adaptive=AdaptiveWindow(0.5, 5.0))
 QUICK = WindowModel(split_bare=0.3, split_dangling=0.5, mean_log_gap=0.0, sd_log_gap=0.4)
 """A community where unfinished messages are followed often, a second later: strangers' windows
 then differ by how the message ends."""
-FITTED = dataclasses.replace(ADAPTIVE, window_model=QUICK)
+FITTED = dataclasses.replace(ADAPTIVE, adaptive=AdaptiveWindow(0.5, 5.0, QUICK))
 
 
 def stranger(text: str) -> float:
@@ -70,7 +69,7 @@ async def test_follow_ups_2_s_apart_are_learned_and_hold_the_next_window(store: 
     t += 60.0
     await store.ingest(said(10, "new question"), t, ADAPTIVE)
     held = await due(store) - t
-    assert 2.0 < held <= ADAPTIVE.max_quiet_seconds
+    assert 2.0 < held <= 5.0  # ADAPTIVE's max_quiet_seconds
     *_, last = await store.messages(KEY.id)
     assert last.quiet_reason is not None and "worth waiting for" in last.quiet_reason
 
@@ -109,7 +108,7 @@ async def test_adaptive_off_is_the_fixed_window_and_learns_nothing(store: SqlSto
 
 
 async def test_the_window_never_passes_the_deadline(store: SqlStore) -> None:
-    short = Timing(1.5, 2.0, True, 0.5, 5.0, window_model=WindowModel(split_dangling=1.0))
+    short = Timing(1.5, 2.0, AdaptiveWindow(0.5, 5.0, WindowModel(split_dangling=1.0)))
     await store.ingest(said(1, "so,"), NOW, short)
     assert await due(store) == pytest.approx(NOW + 2.0)
 
