@@ -184,3 +184,12 @@ async def test_explain_shows_a_stored_error_without_the_secret_it_quotes(tmp_pat
     )
     assert result.returncode == 0, result.stderr
     assert f"invalid_auth for {REDACTED}" in result.stdout and secret not in result.stdout
+
+
+def test_a_slot_keeps_its_newest_two_values_so_rotation_leaves_a_bounded_set() -> None:
+    """A workspace's token refreshed for months: its registry slot holds the current token and
+    the one before it (still valid until it expires), not every token it ever had."""
+    first, second, third = (marker(f"rotated-{n}") for n in (1, 2, 3))
+    for token in (first, second, third):
+        remember_secret(token, "slack T9 bot token")
+    assert redact(f"{first} {second} {third}") == f"{first} {REDACTED} {REDACTED}"
