@@ -19,6 +19,8 @@ OAuth as Slack runs it:
   and comes with a refresh token; `grant_type=refresh_token` with the workspace's current refresh
   token issues a new pair (counted in `refreshes`), an old or unknown one is
   `invalid_refresh_token`. An access token stays valid until it expires, then `token_expired`.
+  `token_format` and `refresh_format` shape the tokens issued (a test gives each a marker to look
+  for in the logs).
 
 `say(team, channel, text)` is a person writing in a workspace (history, then one signed event
 to the bot); `uninstall(team)` revokes the workspace's tokens and sends `tokens_revoked` and
@@ -86,8 +88,11 @@ class FakeSlackGrid:
         client_secret: str = "client-secret",
         token_lifetime: float | None = None,
         clock: Callable[[], float] = time.time,
+        token_format: str = "xoxb-{team}-{serial}",
+        refresh_format: str = "xoxe-1-{team}-{serial}",
     ) -> None:
         self.client_id, self.client_secret = client_id, client_secret
+        self.token_format, self.refresh_format = token_format, refresh_format
         self.token_lifetime = token_lifetime
         self.clock = clock
         self.workspaces: dict[str, GridWorkspace] = {}
@@ -226,14 +231,14 @@ class FakeSlackGrid:
 
     def _issue(self, workspace: GridWorkspace) -> dict[str, Any]:
         serial = next(self._serial)
-        token = f"xoxb-{workspace.team}-{serial}"
+        token = self.token_format.format(team=workspace.team, serial=serial)
         lifetime = self.token_lifetime
         workspace.tokens[token] = None if lifetime is None else self.clock() + lifetime
         workspace.token = token
         self._by_token[token] = workspace
         if lifetime is None:
             return {"access_token": token}
-        workspace.refresh_token = f"xoxe-1-{workspace.team}-{serial}"
+        workspace.refresh_token = self.refresh_format.format(team=workspace.team, serial=serial)
         return {"access_token": token, "refresh_token": workspace.refresh_token,
                 "expires_in": int(lifetime)}  # fmt: skip
 

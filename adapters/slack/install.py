@@ -38,7 +38,7 @@ from slack_sdk.oauth.installation_store.models.installation import Installation
 from slack_sdk.oauth.state_store.async_state_store import AsyncOAuthStateStore
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.token_box import TokenBox
+from adapters.slack.token_box import TokenBox, remember_tokens
 from bot.config import SlackConfig
 from bot.core.clock import Clock
 from bot.core.installations import InstallationBook, InstallationRecord
@@ -93,6 +93,7 @@ class StoreInstallations(AsyncInstallationStore):
             raise BoltError("the install carried no bot token")
         expires = installation.bot_token_expires_at
         refresh = installation.bot_refresh_token
+        remember_tokens(installation.team_id, installation.bot_token, refresh)
         record = InstallationRecord(
             team_id=installation.team_id, enterprise_id=installation.enterprise_id or "",
             team_name=installation.team_name or installation.team_id,
@@ -130,10 +131,12 @@ class StoreInstallations(AsyncInstallationStore):
         if record is None:
             return None
         refresh = None if record.refresh_token is None else self.box.open(record.refresh_token)
+        bot_token = self.box.open(record.bot_token)
+        remember_tokens(record.team_id, bot_token, refresh)
         return Installation(
             app_id=record.app_id, enterprise_id=record.enterprise_id or None,
             team_id=record.team_id, team_name=record.team_name,
-            bot_token=self.box.open(record.bot_token), bot_id=record.bot_id,
+            bot_token=bot_token, bot_id=record.bot_id,
             bot_user_id=record.bot_user_id, bot_scopes=record.bot_scopes,
             bot_refresh_token=refresh,
             bot_token_expires_at=None if record.expires_at is None else int(record.expires_at),

@@ -15,11 +15,22 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 from bot.config import require_secret
 from bot.core.errors import ConfigError
+from bot.core.secrets import remember_secret
+
+
+def remember_tokens(team: str, bot_token: str | None, refresh_token: str | None = None) -> None:
+    """A workspace's tokens are redacted from the moment the process holds them in plain text
+    (decrypted, installed, refreshed); each kind keeps one slot per workspace, so years of
+    rotation leave only each workspace's newest tokens in the registry."""
+    remember_secret(bot_token, f"slack {team} bot token")
+    remember_secret(refresh_token, f"slack {team} refresh token")
 
 
 class TokenBox:
     def __init__(self, keys: str, setting: str = "slack.token_key_env") -> None:
         self.setting = setting
+        for key in keys.split(","):
+            remember_secret(key)  # each key alone: a log line may show one of the list
         try:
             fernets = [Fernet(key.strip().encode()) for key in keys.split(",") if key.strip()]
         except (ValueError, binascii.Error) as exc:

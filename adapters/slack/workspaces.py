@@ -30,7 +30,7 @@ from adapters.slack.history import History
 from adapters.slack.inbound import Identity
 from adapters.slack.outbound import Outbound
 from adapters.slack.streaming import SlackDrafts
-from adapters.slack.token_box import TokenBox
+from adapters.slack.token_box import TokenBox, remember_tokens
 from bot.core.clock import Clock
 from bot.core.errors import DeliveryError
 from bot.core.events import ConversationKey, Draft
@@ -159,6 +159,7 @@ class InstalledWorkspaces:
 
     def _opened(self, record: InstallationRecord, workspace: Workspace | None) -> Workspace:
         token = self.box.open(record.bot_token)
+        remember_tokens(record.team_id, token)
         if workspace is None:
             identity = Identity(record.team_id, record.bot_user_id, record.bot_id)
             client = AsyncWebClient(
@@ -191,6 +192,8 @@ class InstalledWorkspaces:
         )
         if not won:
             return
+        refresh_token = self.box.open(record.refresh_token)
+        remember_tokens(team, None, refresh_token)
         try:
             answer = await call(
                 "oauth.v2.access (refresh)",
@@ -198,13 +201,14 @@ class InstalledWorkspaces:
                     client_id=self.client_id,
                     client_secret=self.client_secret,
                     grant_type="refresh_token",
-                    refresh_token=self.box.open(record.refresh_token),
+                    refresh_token=refresh_token,
                 ),
             )
         except DeliveryError as exc:
             log.warning("slack: workspace %s: token not refreshed (%s); retried", team, exc)
             return
         token, refresh = str(answer["access_token"]), answer.get("refresh_token")
+        remember_tokens(team, token, None if refresh is None else str(refresh))
         expires_in = answer.get("expires_in")
         expires_at = None if expires_in is None else self.clock.now() + float(expires_in)
         version = await self.book.store_refreshed_token(

@@ -11,12 +11,13 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from bot import __version__
 from bot.cli.serve import for_worker, run_event_loop, run_workers, workers_refusal
 from bot.config import Config, default_config, load_config
 from bot.core.errors import BurstbotError, ConfigError
+from bot.core.secrets import redact
 from bot.ops.logs import configure_logging
 
 if TYPE_CHECKING:
@@ -253,7 +254,7 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
                       file=sys.stderr)  # fmt: skip
                 return 1
             lines = found
-        print("\n".join(printable(line) for line in lines))
+        _show(*(printable(line) for line in lines))
         return 0
     finally:
         await _close_quietly(store)
@@ -306,11 +307,11 @@ def _check(config: Config, path: str | None, service: bool) -> int:
     unattended, warnings = service_checks(config, service)
     problems += unattended
     for problem in problems:
-        print(f"burstbot: config error: {problem}", file=sys.stderr)
-    print(f"{path or '(no config file: defaults)'}: {'INVALID' if problems else 'OK'}")
-    print("\n".join(f"  {line}" for line in summary))
+        _show(f"burstbot: config error: {problem}", to=sys.stderr)
+    _show(f"{path or '(no config file: defaults)'}: {'INVALID' if problems else 'OK'}")
+    _show(*(f"  {line}" for line in summary))
     for warning in warnings:
-        print(f"  warning: {warning}")
+        _show(f"  warning: {warning}")
     return EXIT_USAGE if problems else 0
 
 
@@ -349,14 +350,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             return asyncio.run(_with_store(config, args.command, args))
     except ConfigError as exc:
-        print(f"burstbot: config error: {exc}", file=sys.stderr)
+        _show(f"burstbot: config error: {exc}", to=sys.stderr)
         return EXIT_USAGE
     except BurstbotError as exc:
-        print(f"burstbot: {exc}", file=sys.stderr)
+        _show(f"burstbot: {exc}", to=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 0
     return 0
+
+
+def _show(*lines: str, to: TextIO | None = None) -> None:
+    """Print lines for the operator with every known secret redacted: an error's text may quote
+    what a platform or the database said, a stored error what a server answered."""
+    print(redact("\n".join(lines)), file=to or sys.stdout)
 
 
 def _default_banner(config: Config) -> str:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from bot.config.channels import ChannelConfig, check_channels
 from bot.config.platforms import DiscordConfig, SlackConfig
@@ -36,6 +36,10 @@ from bot.config.sections import (
 )
 from bot.config.tools import ToolsConfig
 from bot.core.errors import ConfigError
+from bot.core.secrets import remember_secret
+
+ENV_SUFFIX = "_env"
+"""A field whose name ends so holds the name of an environment variable holding a secret."""
 
 
 class Config(Section):
@@ -85,12 +89,29 @@ class Config(Section):
         ]
 
     def secret_env_names(self) -> list[str]:
-        """Every environment variable this config reads a secret from (for log redaction)."""
-        slack, discord = self.slack, self.discord
-        names = [self.llm.api_key_env, slack.bot_token_env, slack.app_token_env,
-                 slack.signing_secret_env, discord.token_env, *self.logging.redact_env,
-                 *(server.bearer_token_env or "" for server in self.tools.mcp)]  # fmt: skip
-        return list(dict.fromkeys(name for name in names if name))
+        """Every environment variable this config reads a secret from: the value of each field
+        named `*_env`, in any section, list (`[[tools.mcp]]`, `[[channels]]`) or table. Derived
+        from the model, so a new secret setting is redacted from the logs without a list to keep
+        (bot/ops/logs.py)."""
+        return list(dict.fromkeys(_env_names(self)))
+
+
+def _env_names(value: object) -> Iterator[str]:
+    if isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            field = getattr(value, name)
+            if not name.endswith(ENV_SUFFIX):
+                yield from _env_names(field)
+            elif isinstance(field, str):
+                yield field
+            elif isinstance(field, list | tuple):
+                yield from (str(item) for item in field)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _env_names(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _env_names(item)
 
 
 class Reconfigurable(Protocol):
@@ -134,9 +155,11 @@ def default_config() -> Config:
 
 
 def require_secret(env_name: str, setting: str, environ: Mapping[str, str] | None = None) -> str:
-    """Read a secret from the environment or fail with one line naming the variable."""
+    """Read a secret from the environment or fail with one line naming the variable; from now
+    on the value is redacted wherever this process writes text (bot/core/secrets.py)."""
     env = os.environ if environ is None else environ
     value = env.get(env_name, "")
     if not value.strip():
         raise ConfigError(f"{setting}: environment variable {env_name} is not set")
+    remember_secret(value)
     return value

@@ -1,9 +1,21 @@
-"""Logging setup: plain or JSON lines on stderr, with every configured secret redacted.
+"""Logging setup: plain or JSON lines on stderr, with every secret the process knows redacted.
 
 The redaction filter sits on the handler, so it sees every record that reaches the output,
-whichever library logged it: the formatted message, the exception text and the stack. The
-secrets are the values of every `*_env` variable the config names, of `PGPASSWORD` (the
-PostgreSQL driver reads it by itself), and a password written into the storage URL.
+whichever library logged it: the formatted message, the exception text and the stack. It asks
+the process-wide registry (bot/core/secrets.py) on every record, so what it hides grows as the
+process learns secrets:
+
+- at start, the value of every variable a `*_env` setting names (found by walking the config
+  model: `Config.secret_env_names`, `logging.redact_env` included), of `PGPASSWORD` (the
+  PostgreSQL driver reads it by itself), and a password written into the storage URL;
+- while running, each secret as it is read or received: every `require_secret` value, each key
+  of the token key list, each Slack workspace's token as it is decrypted, installed or
+  refreshed, an MCP server's bearer token;
+- whatever is logged before the code receiving it can remember it (slack_sdk's DEBUG line with
+  an `oauth.v2.access` answer): the value of any quoted `…token`, `…secret` or `…password` key,
+  and any text shaped like a Slack token (`xoxb-…`, `xapp-…`, `xoxe-…`).
+
+A value shorter than four characters is never redacted (it would hide ordinary words).
 """
 
 from __future__ import annotations
@@ -12,15 +24,16 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TextIO
 from urllib.parse import unquote, urlsplit
 
 from bot.config import Config
+from bot.core.secrets import REDACTED, redact, remember_secret
 
-REDACTED = "[redacted]"
-MIN_SECRET_LENGTH = 4  # shorter values would redact ordinary words
+__all__ = ["REDACTED", "SecretRedactor", "configure_logging", "configured_secrets"]
+
 PLAIN_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 HANDLER_NAME = "burstbot"
 DRIVER_SECRET_ENV = ("PGPASSWORD",)
@@ -39,27 +52,17 @@ def configured_secrets(config: Config, environ: Mapping[str, str] | None = None)
 
 
 class SecretRedactor(logging.Filter):
-    def __init__(self, secrets: Iterable[str]) -> None:
-        super().__init__()
-        values = {s.strip() for s in secrets if len(s.strip()) >= MIN_SECRET_LENGTH}
-        self.secrets = sorted(values, key=len, reverse=True)
-
-    def redact(self, text: str) -> str:
-        for secret in self.secrets:
-            text = text.replace(secret, REDACTED)
-        return text
+    """Every secret known when the record is written, not when the filter was made."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not self.secrets:
-            return True
-        record.msg = self.redact(record.getMessage())
+        record.msg = redact(record.getMessage())
         record.args = None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
-            record.exc_text = self.redact(record.exc_text)
+            record.exc_text = redact(record.exc_text)
         if record.stack_info:
-            record.stack_info = self.redact(record.stack_info)
+            record.stack_info = redact(record.stack_info)
         return True
 
 
@@ -92,7 +95,9 @@ def configure_logging(
         root.removeHandler(old)
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.set_name(HANDLER_NAME)
-    handler.addFilter(SecretRedactor(configured_secrets(config, environ)))
+    for secret in configured_secrets(config, environ):
+        remember_secret(secret)
+    handler.addFilter(SecretRedactor())
     if config.logging.format == "json":
         handler.setFormatter(JsonFormatter())
     else:
