@@ -9,10 +9,12 @@ from itertools import count
 
 from bot.cli.explain import explain_lines
 from bot.core.clicks import Click
-from bot.core.events import ConversationKey
+from bot.core.events import ConversationKey, Draft
+from bot.core.store import Timing
 from storage.sqlite import SqliteStore
-from testkit import ScriptedReplier, check_invariants
+from testkit import RecordingFrontend, ScriptedReplier, check_invariants
 from testkit.clock import FakeClock
+from tests.apps import make_app
 from tests.clock_steps import step
 from tests.conftest import KEY, SETTINGS, message
 from tests.heard import Heard
@@ -195,3 +197,17 @@ async def test_explain_says_who_stopped_the_answer_and_when(
     stamp = datetime.fromtimestamp(clicked_at, UTC).strftime("%H:%M:%S.%f")[:-3]
     assert any(f"stopped by alice at {stamp}" in line for line in lines), lines
     assert any("generated v1: stopped by alice, stream cancelled" in line for line in lines), lines
+
+
+async def test_the_app_lets_an_admin_from_the_config_stop_anyones_answer(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    frontend = RecordingFrontend()
+    app = make_app(store, clock, ScriptedReplier(), frontend, access={"admin_ids": ["test:u7"]})
+    await store.ingest(message(1), clock.now(), Timing(1.5, 8.0))
+    lease = await store.acquire_lease(KEY.id, "elsewhere", clock.now() + 2, 30.0)
+    assert lease is not None
+    assert await store.record_draft(KEY.id, lease.token, Draft("dkey", "m-1"))
+    stranger = await app.click(await stop_click(store, "u9", "mallory"))
+    assert stranger.outcome == "refused"
+    assert (await app.click(await stop_click(store, "u7", "root"))).acted
