@@ -51,13 +51,7 @@ def report(db: str, size: str, counts: dict[str, Any]) -> None:
         print(example, file=sys.stderr)
 
 
-# In parallel workers these runs go one at a time (on one worker): their checks allow for a
-# CPU-starved machine, not for several of these runs starving each other.
-ONE_AT_A_TIME = pytest.mark.xdist_group("live_chaos_runs")
-
-
 @pytest.mark.slow
-@ONE_AT_A_TIME
 async def test_live_processes_on_sqlite_show_one_message_per_burst(tmp_path: Path) -> None:
     counts = await run_live_chaos("ci", f"sqlite:///{tmp_path / 'chaos.db'}", tmp_path)
     report("sqlite", "ci", counts)
@@ -65,7 +59,6 @@ async def test_live_processes_on_sqlite_show_one_message_per_burst(tmp_path: Pat
 
 
 @pytest.mark.slow
-@ONE_AT_A_TIME
 async def test_live_processes_on_postgres_show_one_message_per_burst(tmp_path: Path) -> None:
     pg.dsn()  # skips with the reason when no PostgreSQL is reachable
     schema = await pg.create_schema("burstbot_live_chaos")
