@@ -54,6 +54,7 @@ async def start_worker(settings: dict[str, Any], name: str) -> asyncio.subproces
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("chaos")
 async def test_three_processes_with_crashes_never_make_a_call_twice(tmp_path: Path) -> None:
     rng = random.Random(39)
     ledger, hold, db = tmp_path / "ledger.txt", tmp_path / "hold", tmp_path / "bot.db"
