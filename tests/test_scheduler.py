@@ -22,8 +22,9 @@ from tests.conftest import KEY, make_serving, message
 from tests.heard import Heard
 
 
-async def eventually(condition: Callable[[], bool], within: float = 5.0) -> None:
-    """Bounded wait for real I/O (the store's thread) to finish; never a debounce wait."""
+async def eventually(condition: Callable[[], bool], within: float = 30.0) -> None:
+    """Bounded wait for real I/O (the store's thread) to finish; never a debounce wait. The bound
+    only catches a hang: on a machine loaded by parallel workers a few hops took over 5 s."""
     for _ in range(int(within / 0.01)):
         if condition():
             return
