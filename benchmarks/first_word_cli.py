@@ -30,13 +30,13 @@ In each run:
   message → first text. The earlier window model held such a message 3 s (a stranger's dangling
   end); `--before PATH` runs the defaults once more on the checkout at PATH (the code before a
   change, read only), so before and after are measured in one run.
-- And a person whose rhythm the bot has learned: from the start of the fast typer's run they write
-  three bursts in a DM of their own, each two messages 4.5 s apart and answered, more than 10 s
-  between bursts (so each burst's first message is no follow-up), then, more than 10 s after the
-  last, one message without punctuation and nothing after: its message → first text. The earlier
-  model took their follow-ups (half their messages, 4.5 s later) for a reason to hold them their
-  log-gap's mean plus one spread, the whole 5 s bound; the least-expected-cost window does not
-  find a 4.5 s wait worth it at their chance.
+- Last, a person whose rhythm the bot has learned, alone (no other reply shares the workspace's
+  draft budget): three bursts in a DM of their own, each two messages 4.5 s apart and answered,
+  more than 10 s between bursts (so each burst's first message is no follow-up), then, more than
+  10 s after the last, one message without punctuation and nothing after: its message → first
+  text. The earlier model took their follow-ups (half their messages, 4.5 s later) for a reason
+  to hold them their log-gap's mean plus one spread, the whole 5 s bound; the least-expected-cost
+  window does not find a 4.5 s wait worth it at their chance.
 
 The targets: first visible text within 0.5 s of the model's first token (p50; read as the
 model's first token itself and as its time to first token after the message, 0.8 s + 0.5 s:
@@ -311,7 +311,6 @@ async def _drive(
 
     await asyncio.gather(*(ask(i) for i in range(n)))
     await until(lambda: all(posted(model, platform, t) for t in tags), 30 + n, 0.05)
-    learned = asyncio.create_task(teach(platform, n + 2))
 
     typer, fast = n, "fast"
     first = time.monotonic()
@@ -333,7 +332,8 @@ async def _drive(
     await platform.say(trailing, DANGLING)
     await until(lambda: posted(model, platform, "dangle") is not None, 30, 0.05)
     dangling_shown = platform.first_text_at(trailing)
-    taught_to_text = await learned
+    await asyncio.sleep(SETTLE_SECONDS)
+    taught_to_text = await teach(platform, n + 2)
 
     token_to_text, sent_to_text, sent_to_request, ttft = [], [], [], []
     for person, tag in enumerate(tags):
