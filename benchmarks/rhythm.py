@@ -52,6 +52,7 @@ from bot.wiring import build_serving
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend
 from testkit.clock import FakeClock
+from testkit.engine import shut_down
 
 START = 1_000_000.0
 
@@ -312,7 +313,7 @@ async def replay(policy: Policy, timeline: Sequence[Said], ttft: float, pace: fl
         closes[i] = result.due_at if result.due_at is not None else at
         await settle()
     await run_until(clock.now() + 120.0)
-    await engine.shutdown()
+    await shut_down(engine)
     await store.close()
 
     arrivals = [START + s.at for s in timeline]

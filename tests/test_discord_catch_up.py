@@ -29,6 +29,7 @@ from bot.core.events import ConversationKey
 from storage.sqlite import SqliteStore
 from testkit import ScriptedReplier, check_invariants
 from testkit.clock import FakeClock
+from testkit.engine import shut_down
 from testkit.fake_discord import BOT_ID, Failure, FakeDiscord, Json, frontend_for, snowflake_at
 from tests.discord_harness import engine_config
 
@@ -104,7 +105,7 @@ async def running(
         yield Bot(app, frontend, store, clock, replier)
     finally:
         await frontend.stop()
-        await app.engine.shutdown()
+        await shut_down(app.engine)
         await store.close()
 
 
