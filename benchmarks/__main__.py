@@ -22,8 +22,8 @@ from benchmarks.ingest import run_ingest
 from benchmarks.postgres import DSN_ENV, chosen_dsn
 from benchmarks.profiles import FULL, QUICK, Profile
 from benchmarks.report import Results, markdown, plot, text
+from benchmarks.rhythm import POLICY_KINDS, run_rhythm, section, splice
 from benchmarks.rhythm import plot as rhythm_plot
-from benchmarks.rhythm import run_rhythm, section, splice
 from benchmarks.rhythm import table as rhythm_table
 from benchmarks.scale import run_scale
 from benchmarks.scale_postgres import run_scale_postgres
@@ -131,6 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timing-limit", type=int, default=1000, help="rhythm: messages replayed of each corpus"
     )
+    parser.add_argument(
+        "--policies",
+        default=",".join(POLICY_KINDS),
+        help=f"rhythm: comma-separated policies of {', '.join(POLICY_KINDS)} (default: all; the "
+        "fixed 1.5 s window, the goals' yardstick, always runs)",
+    )
     parser.add_argument("--runs", type=int, default=0, help="flood runs (default: the profile's)")
     parser.add_argument(
         "--timers", type=int, default=0, help="armed timers of the scale runs (default: profile's)"
@@ -155,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     only = frozenset(w for w in args.only.split(",") if w)
     if unknown := only - set(WORKLOADS):
         parser.error(f"unknown workload(s): {', '.join(sorted(unknown))}")
+    kinds = tuple(k for k in args.policies.split(",") if k)
+    if unknown_policies := set(kinds) - set(POLICY_KINDS):
+        parser.error(f"unknown policies: {', '.join(sorted(unknown_policies))}")
     scratch = args.quick or bool(only)
     out = Path(args.out or (tempfile.mkdtemp(prefix="burstbot-report-") if scratch else "docs"))
     out.mkdir(parents=True, exist_ok=True)
@@ -167,12 +176,19 @@ def main(argv: list[str] | None = None) -> int:
         report = markdown(results, preamble(profile), "benchmarks.png") + "\n" + closing
         (out / "benchmarks.md").write_text(report)
     if not only or "rhythm" in only:
-        felt_latency(profile, args.seed, args.timing or [], args.timing_limit, out)
+        felt_latency(profile, args.seed, args.timing or [], args.timing_limit, out, kinds)
     print(f"\nreport: {out / 'benchmarks.md'}")
     return 0
 
 
-def felt_latency(profile: Profile, seed: int, timing: list[str], limit: int, out: Path) -> None:
+def felt_latency(
+    profile: Profile,
+    seed: int,
+    timing: list[str],
+    limit: int,
+    out: Path,
+    kinds: tuple[str, ...] = POLICY_KINDS,
+) -> None:
     """The rhythm workload: the generated timelines (one per punctuation habit), then each
     `--timing` corpus; its section of the report is replaced in place (the rest of an existing
     report stays). The adaptive window's parameters are fitted on each other corpus (on all its
@@ -202,7 +218,7 @@ def felt_latency(profile: Profile, seed: int, timing: list[str], limit: int, out
         run_ = asyncio.run(
             run_rhythm(source, describe(timeline), timeline, profile.rhythm_ttft_seconds,
                        profile.rhythm_token_seconds, profile.rhythm_tokens,
-                       profile.rhythm_speculate_after_seconds, fits)
+                       profile.rhythm_speculate_after_seconds, fits, kinds)
         )  # fmt: skip
         print("\n".join(rhythm_table(run_)), flush=True)
         runs.append(run_)

@@ -28,6 +28,7 @@ from bot.core.supervisor import Supervision, Supervisor
 from bot.wiring import build_serving
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, StreamingModel
+from testkit.engine import shut_down
 
 WASTED_OUTCOMES = ("superseded", "discarded", "lease_lost", "failed")
 
@@ -102,7 +103,7 @@ class BurstbotBot:
         self.scheduler.stop()
         if self._loop is not None:
             await self._loop
-        await self.engine.shutdown()
+        await shut_down(self.engine)
         await self.store.close()
 
     async def wasted_per_store(self) -> int | None:

@@ -30,6 +30,13 @@ In each run:
   message → first text. The earlier window model held such a message 3 s (a stranger's dangling
   end); `--before PATH` runs the defaults once more on the checkout at PATH (the code before a
   change, read only), so before and after are measured in one run.
+- Last, a person whose rhythm the bot has learned, alone (no other reply shares the workspace's
+  draft budget): three bursts in a DM of their own, each two messages 4.5 s apart and answered,
+  more than 10 s between bursts (so each burst's first message is no follow-up), then, more than
+  10 s after the last, one message without punctuation and nothing after: its message → first
+  text. The earlier model took their follow-ups (half their messages, 4.5 s later) for a reason
+  to hold them their log-gap's mean plus one spread, the whole 5 s bound; the least-expected-cost
+  window does not find a 4.5 s wait worth it at their chance.
 
 The targets: first visible text within 0.5 s of the model's first token (p50; read as the
 model's first token itself and as its time to first token after the message, 0.8 s + 0.5 s:
@@ -68,6 +75,11 @@ QUESTION = "how do I rotate the signing secret without downtime?"
 FAST = ("hey", "so I'm deploying the api", "and the migrate step fails", "what should I check?")
 FAST_GAP_SECONDS = 0.3
 DANGLING = "dangle I looked at the deploy logs and"
+TEACHING = ("teach so I ran the migration", "it printed nothing")  # one burst, TAUGHT_GAP apart
+TEACHING_BURSTS = 3
+TAUGHT_GAP_SECONDS = 4.5  # within a teaching burst: a follow-up
+PAUSE_SECONDS = 11.0  # between bursts: more than FOLLOW_UP_SECONDS, so no follow-up
+TAUGHT = "taught it still prints nothing"  # the measured message: no punctuation
 TARGET_SECONDS = 0.5
 SETTLE_SECONDS = 1.5  # after the last final text: anything posted after it shows by then
 CONFIGURATIONS = (
@@ -96,8 +108,8 @@ class Platform(Protocol):
 
     async def say(self, person: int, text: str) -> None: ...
 
-    def first_text_at(self, person: int) -> float | None:
-        """When the bot first showed any text in the person's DM."""
+    def first_text_at(self, person: int, after: float = 0.0) -> float | None:
+        """When the bot first showed any text in the person's DM (at `after` or later)."""
 
     def shown_at(self, text: str) -> float | None:
         """When any message of the bot's first showed exactly `text`."""
@@ -137,9 +149,9 @@ class Slack:
         if status != 200:
             raise RuntimeError(f"the event for {channel} was answered {status}")
 
-    def first_text_at(self, person: int) -> float | None:
-        return next((at for at, text in self.fake.shown.get(f"D{person}", []) if text.strip()),
-                    None)  # fmt: skip
+    def first_text_at(self, person: int, after: float = 0.0) -> float | None:
+        shown = self.fake.shown.get(f"D{person}", [])
+        return next((at for at, text in shown if text.strip() and at >= after), None)
 
     def shown_at(self, text: str) -> float | None:
         times = [at for shown in self.fake.shown.values() for at, t in shown if t == text]
@@ -176,10 +188,10 @@ class Discord:
             self.fake.add_channel(channel, "dm", recipient=author)
         await self.fake.dispatch("MESSAGE_CREATE", self.fake.message(channel, author, text))
 
-    def first_text_at(self, person: int) -> float | None:
+    def first_text_at(self, person: int, after: float = 0.0) -> float | None:
         channel = str(DM_BASE + person)
-        times = [c["at"] for c in self.fake.created
-                 if c["channel_id"] == channel and c["content"].strip()]  # fmt: skip
+        created = (c for c in self.fake.created if c["channel_id"] == channel)
+        times = [c["at"] for c in created if c["content"].strip() and c["at"] >= after]
         return min(times, default=None)
 
     def shown_at(self, text: str) -> float | None:
@@ -213,6 +225,7 @@ class Trial:
     typer_streams: list[tuple[float, str, int]]  # each request: start (from its last message),
     # outcome, tokens streamed
     dangling_to_text: float | None  # the trailing-off message → first text shown
+    taught_to_text: float | None  # the learned person's message → first text shown
 
     @property
     def ok(self) -> bool:
@@ -319,6 +332,8 @@ async def _drive(
     await platform.say(trailing, DANGLING)
     await until(lambda: posted(model, platform, "dangle") is not None, 30, 0.05)
     dangling_shown = platform.first_text_at(trailing)
+    await asyncio.sleep(SETTLE_SECONDS)
+    taught_to_text = await teach(platform, n + 2)
 
     token_to_text, sent_to_text, sent_to_request, ttft = [], [], [], []
     for person, tag in enumerate(tags):
@@ -349,7 +364,25 @@ async def _drive(
         typer_last_to_text=None if typer_shown is None else typer_shown - last,
         typer_streams=streams,
         dangling_to_text=None if dangling_shown is None else dangling_shown - dangling_sent,
+        taught_to_text=taught_to_text,
     )
+
+
+async def teach(platform: Platform, person: int) -> float | None:
+    """`TEACHING_BURSTS` bursts of `TEACHING` from `person`, then `TAUGHT`: seconds from it to
+    the first text shown after it (None: none within 30 s)."""
+    start = time.monotonic()
+    for burst in range(TEACHING_BURSTS):  # at a steady pace, however long each send takes
+        for k, text in enumerate(TEACHING):
+            at = start + burst * (TAUGHT_GAP_SECONDS + PAUSE_SECONDS) + k * TAUGHT_GAP_SECONDS
+            await asyncio.sleep(at - time.monotonic())
+            await platform.say(person, text)
+    await asyncio.sleep(PAUSE_SECONDS)
+    sent = time.monotonic()
+    await platform.say(person, TAUGHT)
+    await until(lambda: platform.first_text_at(person, after=sent) is not None, 30, 0.02)
+    shown = platform.first_text_at(person, after=sent)
+    return None if shown is None else shown - sent
 
 
 def p(values: list[float], q: float) -> float:
@@ -380,6 +413,9 @@ def describe(t: Trial) -> list[str]:
         + ", ".join(f"{at:+.2f} s {outcome} {tokens}" for at, outcome, tokens in t.typer_streams),
         f"  a new person's message that trails off (... and), nothing after: message -> first "
         f"visible text {seconds(t.dangling_to_text)}",
+        f"  a person whose follow-ups came {TAUGHT_GAP_SECONDS:g} s later ({TEACHING_BURSTS} "
+        f"bursts of {len(TEACHING)}), then one message without punctuation, nothing after: "
+        f"message -> first visible text {seconds(t.taught_to_text)}",
     ]
 
 
@@ -395,8 +431,9 @@ def table(trials: list[Trial]) -> list[str]:
         "| platform | configuration | answered once | first token -> text, p50 / p90 s "
         "| sent -> text, p50 / p90 s | fast typer: replies, requests (per message) "
         f"| token -> text p50 <= {TARGET_SECONDS} | sent -> text p50 <= "
-        f"{TTFT_SECONDS} + {TARGET_SECONDS} | fast typer ok | trailing-off message -> text |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"{TTFT_SECONDS} + {TARGET_SECONDS} | fast typer ok | trailing-off message -> text "
+        "| learned person's message -> text |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for t in trials:
         typer_ok = t.typer_replies == 1 and t.typer_covered and t.typer_requests <= len(FAST)
@@ -407,7 +444,7 @@ def table(trials: list[Trial]) -> list[str]:
             f"| {t.typer_replies}, {t.typer_requests} ({t.typer_requests / len(FAST):.2f}) "
             f"| {met(p(t.token_to_text, 0.5) <= TARGET_SECONDS)} "
             f"| {met(p(t.sent_to_text, 0.5) <= TTFT_SECONDS + TARGET_SECONDS)} "
-            f"| {met(typer_ok)} | {seconds(t.dangling_to_text)} |"
+            f"| {met(typer_ok)} | {seconds(t.dangling_to_text)} | {seconds(t.taught_to_text)} |"
         )
     return lines
 

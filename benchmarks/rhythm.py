@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ from bot.wiring import build_serving
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend
 from testkit.clock import FakeClock
+from testkit.engine import shut_down
 
 START = 1_000_000.0
 
@@ -66,22 +68,32 @@ FIXED = "fixed 1.5 s"
 ADAPTIVE = "adaptive + speculation"
 
 
-def policies(speculate_after: float, fits: Sequence[tuple[str, WindowModel]]) -> list[Policy]:
-    """The fixed window with and without speculation, and the adaptive one with each fit
-    (`fits`: where its parameters were fitted, and them)."""
+POLICY_KINDS = ("fixed", "fixed+speculation", "adaptive")
+"""The policies `--policies` can choose (the fixed 1.5 s window, the goals' yardstick, always
+runs)."""
+
+
+def policies(
+    speculate_after: float,
+    fits: Sequence[tuple[str, WindowModel]],
+    kinds: Sequence[str] = POLICY_KINDS,
+) -> list[Policy]:
+    """The fixed window, with speculation if `kinds` has it, and the adaptive one with each fit
+    (`fits`: where its parameters were fitted, and them) if `kinds` has it."""
     fixed = {"adaptive": False, "quiet_seconds": 1.5}
     return [
         Policy(FIXED, fixed),
-        Policy(f"{FIXED} + speculation", fixed, speculate_after),
+        *([Policy(f"{FIXED} + speculation", fixed, speculate_after)]
+          if "fixed+speculation" in kinds else []),
         *(
             Policy(
                 f"{ADAPTIVE}, fitted on {where}",
                 {"adaptive": True, "window_model": model},
                 speculate_after,
             )
-            for where, model in fits
+            for where, model in (fits if "adaptive" in kinds else ())
         ),
-    ]
+    ]  # fmt: skip
 
 
 def speculates_for_real() -> bool:
@@ -163,6 +175,14 @@ async def quiesce(counted: Counted) -> None:
             calm = 0
 
 
+@dataclass(frozen=True)
+class Supersede:
+    """What cancelled a visible generation: the message that arrived while its words showed."""
+
+    same_author: bool  # the author of the burst's last message wrote again (else someone else)
+    gap: float  # seconds from the burst's last message to the one that cancelled it
+
+
 @dataclass
 class PolicyResult:
     policy: str
@@ -178,6 +198,7 @@ class PolicyResult:
     output_tokens: int = 0
     wasted_tokens: int = 0
     seconds: float = 0.0
+    superseded_by: list[Supersede] = field(default_factory=list)
 
     def pct(self, q: float) -> float:
         if not self.felt:
@@ -200,6 +221,19 @@ class PolicyResult:
     @property
     def supersedes_per_100(self) -> float:
         return 100 * self.visible_supersedes / max(1, self.messages)
+
+    def supersedes_by_cause(self) -> str:
+        """How many visible supersedes the same author caused and how many someone else, and
+        the gaps (whole seconds: exports stamp to the second) after which they came."""
+        if not self.superseded_by:
+            return "none"
+        same = sum(s.same_author for s in self.superseded_by)
+        gaps: dict[int, int] = {}
+        for s in self.superseded_by:
+            gaps[math.floor(s.gap)] = gaps.get(math.floor(s.gap), 0) + 1
+        spread = ", ".join(f"{g}-{g + 1} s: {n}" for g, n in sorted(gaps.items()))
+        return (f"{len(self.superseded_by)}: same author {same}, another person "
+                f"{len(self.superseded_by) - same}; after {spread}")  # fmt: skip
 
     @property
     def requests_per_message(self) -> float:
@@ -279,7 +313,7 @@ async def replay(policy: Policy, timeline: Sequence[Said], ttft: float, pace: fl
         closes[i] = result.due_at if result.due_at is not None else at
         await settle()
     await run_until(clock.now() + 120.0)
-    await engine.shutdown()
+    await shut_down(engine)
     await store.close()
 
     arrivals = [START + s.at for s in timeline]
@@ -309,10 +343,22 @@ async def replay(policy: Policy, timeline: Sequence[Said], ttft: float, pace: fl
             cancelled, shown = call.cancelled_at, visible_at(call, closes)
             if cancelled is not None and shown is not None and shown < cancelled:
                 out.visible_supersedes += 1
+                out.superseded_by.append(supersede(timeline, call.covers, cancelled - START))
     out.requests = len(model.calls) + spec_wasted_requests
     out.output_tokens += spec_wasted_tokens
     out.wasted_tokens += spec_wasted_tokens
     return out
+
+
+def supersede(timeline: Sequence[Said], covers: Sequence[int], at: float) -> Supersede:
+    """The cause of a generation (of `covers`) cancelled at `at`: the newest message of its
+    conversation by then."""
+    last = timeline[max(covers)]
+    newer = [
+        s for s in timeline[max(covers) + 1 :] if s.channel == last.channel and s.at <= at + 1e-6
+    ]
+    cause = newer[-1] if newer else last
+    return Supersede(cause.author == last.author, cause.at - last.at)
 
 
 @dataclass
@@ -353,9 +399,10 @@ class RhythmRun:
 
 async def run_rhythm(source: str, described: str, timeline: Sequence[Said], ttft: float,
                      pace: float, tokens: int, speculate_after: float,
-                     fits: Sequence[tuple[str, WindowModel]]) -> RhythmRun:  # fmt: skip
+                     fits: Sequence[tuple[str, WindowModel]],
+                     kinds: Sequence[str] = POLICY_KINDS) -> RhythmRun:  # fmt: skip
     results = []
-    for policy in policies(speculate_after, fits):
+    for policy in policies(speculate_after, fits, kinds):
         results.append(await replay(policy, timeline, ttft, pace, tokens))
     return RhythmRun(source, described, ttft, pace, tokens, speculate_after, results)
 
@@ -379,6 +426,8 @@ def table(run: RhythmRun) -> list[str]:
             f"{r.supersedes_per_100:.2f} | {r.requests_per_message:.3f} | "
             f"{100 * r.wasted_share:.1f} % | {'real' if r.real else 'speculation modeled'} |"
         )
+    lines += ["", "Visible supersedes by cause:", ""]
+    lines += [f"- {r.policy}: {r.supersedes_by_cause()}" for r in run.results]
     for ours in run.adaptive():
         lines += ["", f"Goals ({ours.policy}, against fixed 1.5 s, same run):", ""]
         for goal, met, figures in run.goals(ours):

@@ -39,6 +39,7 @@ from bot.core.clock import SystemClock
 from bot.wiring import build_serving
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, StreamingModel
+from testkit.engine import shut_down
 
 ROOT = str(Path(__file__).resolve().parent.parent)  # the child imports `benchmarks` from here
 LATE_P99_GOAL_MS = 10.0
@@ -208,7 +209,7 @@ async def serve(path: str, firing: int, window: float, within: float) -> dict[st
         await asyncio.sleep(0.05)
     scheduler.stop()
     await loop
-    await engine.shutdown()
+    await shut_down(engine)
     still_armed = await _count_timers(store)
     await store.close()
     late = sorted(

@@ -30,6 +30,7 @@ from bot.cli.serve import run_event_loop
 from bot.core.clock import SystemClock
 from bot.wiring import build_serving
 from testkit import RecordingFrontend, StreamingModel
+from testkit.engine import shut_down
 
 PROCESSES = 2
 RATES = (100, 250)  # due per second: the two rates the scale goal names
@@ -253,7 +254,7 @@ async def serve(dsn: str, schema: str, name: str, within: float) -> dict[str, An
     await conn.close()
     scheduler.stop()
     await running
-    await engine.shutdown()
+    await shut_down(engine)
     await store.close()
     calls = [
         (f"{PLATFORM}/w/{call.covers[0].rsplit('-', 1)[0]}/", call.started_at)

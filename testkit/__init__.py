@@ -5,6 +5,7 @@
   `StreamingModel` (streams tokens on the real clock, for benchmarks).
 - `testkit.frontend`: `RecordingFrontend`, a front end that records every raw post and edit.
 - `testkit.invariants`: `check_invariants`, G1–G3, G9 and G10 over a store and a recording.
+- `testkit.engine`: `shut_down`, an engine stopped the way `burstbot run` stops it.
 - `testkit.clock`: `FakeClock` (moves only when a test advances it), `OffsetClock` (a host set
   wrong) and `settle` (let every ready task run).
 - `testkit.fake_slack`, `testkit.fake_discord`, `testkit.fake_anthropic`: the platforms' and the

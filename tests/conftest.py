@@ -35,6 +35,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.outcome = "failed"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Slow tests first: the workers hand tests out in this order, so the minute-long runs start
+    at once, side by side, and the short tests fill the gaps instead of waiting behind them."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 SETTINGS = EngineSettings(
     quiet_seconds=1.5,
     max_wait_seconds=8.0,

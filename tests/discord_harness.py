@@ -25,6 +25,7 @@ from bot.core.events import ConversationKey
 from bot.core.replier import Replier
 from storage.sqlite import SqliteStore
 from testkit.clock import FakeClock
+from testkit.engine import shut_down
 
 Payload = dict[str, Any]
 
@@ -167,6 +168,6 @@ async def open_world(
 
 async def close_world(world: DiscordWorld) -> None:
     await world.frontend.typing.close()
-    await world.app.engine.shutdown()
+    await shut_down(world.app.engine)
     callbacks.remove_callback("send_typing")
     await dpytest.empty_queue()

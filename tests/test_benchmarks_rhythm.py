@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.__main__ import main
-from benchmarks.rhythm import BEGIN, END, Policy, replay, splice
+from benchmarks.rhythm import BEGIN, END, Policy, Supersede, replay, splice
 from benchmarks.timelines import HABITS, Said, episodes, generate, read
 from benchmarks.window_fit import fit
 from bot.core.quiet_window import shape
@@ -116,12 +116,35 @@ async def test_replay_counts_a_visible_supersede_and_its_wasted_tokens() -> None
     assert quick.wasted_tokens == 11  # tokens at 0.8, 0.9, ... 1.8 s
     assert quick.multi_episodes == 1 and quick.multi_answered == 0
     assert quick.felt == pytest.approx([0.8])
+    assert quick.superseded_by == [Supersede(same_author=True, gap=pytest.approx(1.8))]
+    assert quick.supersedes_by_cause() == "1: same author 1, another person 0; after 1-2 s: 1"
     modeled = await replay(Policy("s", {"adaptive": False, "quiet_seconds": 1.5}, 0.3),
                            [Said(0.0, "dm", "p", "so"), Said(1.4, "dm", "p", "it is down")],
                            0.8, 0.1, 50)  # fmt: skip
     assert modeled.requests == 2 and modeled.visible_supersedes == 0  # cancelled unseen
     assert modeled.wasted_tokens == 4  # speculation from 0.3 s: tokens at 1.1 ... 1.4 s
     assert modeled.felt == pytest.approx([1.5])  # shown at the close: the first token was ready
+
+
+async def test_a_supersede_by_someone_else_is_told_from_the_authors_own() -> None:
+    # another person writes in the same conversation 1.5 s into the first reply's stream
+    said = [Said(0.0, "ch", "p", "is it down?"), Said(2.3, "ch", "q", "same here")]
+    quick = await replay(NO_WAIT, said, 0.8, 0.1, 50)
+    assert quick.superseded_by == [Supersede(same_author=False, gap=pytest.approx(2.3))]
+    assert quick.supersedes_by_cause() == "1: same author 0, another person 1; after 2-3 s: 1"
+
+
+def test_policies_chooses_what_is_replayed_beside_the_fixed_window(tmp_path: Path) -> None:
+    arguments = ["--quick", "--only", "rhythm", "--policies", "adaptive", "--out", str(tmp_path)]
+    assert main(arguments) == 0
+    body = (tmp_path / "benchmarks.md").read_text(encoding="utf-8").split(BEGIN, 1)[1]
+    rows = [line for line in body.splitlines() if line.startswith("| ") and "policy" not in line]
+    assert [r.split("|")[1].strip() for r in rows] == [
+        "fixed 1.5 s", "adaptive + speculation, fitted on the shipped defaults",
+    ] * len(HABITS)  # fmt: skip
+    assert body.count("Visible supersedes by cause:") == len(HABITS)
+    with pytest.raises(SystemExit):
+        main(["--quick", "--only", "rhythm", "--policies", "adaptive,sometimes"])
 
 
 def test_only_rhythm_writes_its_section_into_the_report(tmp_path: Path) -> None:

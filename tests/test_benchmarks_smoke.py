@@ -10,6 +10,8 @@ import math
 import re
 from pathlib import Path
 
+import pytest
+
 from benchmarks.__main__ import main
 from benchmarks.flood import PHASES
 from benchmarks.profiles import QUICK
@@ -26,6 +28,7 @@ def rows(report: str, section: str) -> list[list[str]]:
     return [[cell.strip() for cell in line.strip("|").split("|")] for line in table[2:]]
 
 
+@pytest.mark.slow
 def test_quick_run_writes_a_report_with_every_row(tmp_path: Path) -> None:
     assert main(["--quick", "--out", str(tmp_path), "--db-dir", str(tmp_path)]) == 0
 
@@ -103,6 +106,7 @@ def test_quick_run_writes_a_report_with_every_row(tmp_path: Path) -> None:
     assert all(r[3] in ("yes", "**no**") for r in targets)
 
 
+@pytest.mark.slow
 def test_postgres_rows_when_a_server_is_given(tmp_path: Path) -> None:
     """With `--postgres-dsn` the first word and the two-process scale run on PostgreSQL too, each
     in a schema of its own that is dropped afterwards."""

@@ -69,6 +69,7 @@ def postgres_url(schema: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("chaos")
 async def test_processes_on_one_sqlite_file_keep_the_guarantees(tmp_path: Path) -> None:
     """Issue item: >=3 processes, >=20 conversations, SIGKILL while generating, takeover in time."""
     counts = await run_chaos("ci", f"sqlite:///{tmp_path / 'chaos.db'}")
@@ -78,6 +79,7 @@ async def test_processes_on_one_sqlite_file_keep_the_guarantees(tmp_path: Path) 
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("chaos")
 async def test_streaming_processes_keep_one_message_per_burst(tmp_path: Path) -> None:
     """Issue 15: with streaming on, SIGKILLs mid-stream and takeovers still end with one message
     per burst: no raw duplicate, no draft left that no reply finished."""
@@ -89,6 +91,7 @@ async def test_streaming_processes_keep_one_message_per_burst(tmp_path: Path) ->
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("chaos")
 async def test_processes_on_postgres_keep_the_guarantees() -> None:
     pg.dsn()  # skips with the reason when no PostgreSQL is reachable
     schema = await pg.create_schema("burstbot_chaos")

@@ -21,6 +21,7 @@ from bot.wiring import build_serving
 from storage.postgres import PostgresStore
 from testkit import RecordingFrontend, ScriptedReplier, check_invariants
 from testkit.clock import OffsetClock
+from testkit.engine import shut_down
 from tests import pg
 from tests.conftest import KEY, SETTINGS, message
 
@@ -48,7 +49,7 @@ class Process:
     async def stop(self) -> None:
         self.scheduler.stop()
         await self.task
-        await self.engine.shutdown()
+        await shut_down(self.engine)
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from bot.core.events import ConversationKey
 from storage.sqlite import SqliteStore
 from testkit import ScriptedReplier
 from testkit.clock import FakeClock
+from testkit.engine import shut_down
 from testkit.fake_discord import FakeDiscord, frontend_for
 from tests.discord_harness import engine_config
 from tests.test_discord_wire import ALICE, DM_ID, eventually
@@ -34,7 +35,7 @@ async def running(
     app = App(engine_config(), store, replier, [front], clock=clock, owner="w1")
     await front.start(app)
     yield app, replier
-    await app.engine.shutdown()
+    await shut_down(app.engine)
     await front.stop()
 
 

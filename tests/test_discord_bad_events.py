@@ -26,6 +26,7 @@ from bot.core.events import ConversationKey
 from storage.sqlite import SqliteStore
 from testkit import ScriptedReplier
 from testkit.clock import FakeClock
+from testkit.engine import shut_down
 from testkit.fake_discord import FakeDiscord, frontend_for
 from tests.discord_harness import engine_config
 
@@ -124,4 +125,4 @@ async def test_events_discord_py_cannot_read_are_dropped_with_a_line_and_the_bot
     assert dropped_types.count("GUILD_MEMBER_ADD") == 2  # the docs' own member example
     assert {"MESSAGE_CREATE", "MESSAGE_UPDATE", "MESSAGE_DELETE"} <= set(dropped_types)
     assert "Supa Hot" not in caplog.text  # an event's content is never logged
-    await app.engine.shutdown()
+    await shut_down(app.engine)

@@ -29,6 +29,7 @@ from bot.core.events import ConversationKey
 from storage.sqlite import SqliteStore
 from testkit import ScriptedReplier, check_invariants
 from testkit.clock import FakeClock
+from testkit.engine import shut_down
 from testkit.fake_discord import BOT_ID, Failure, FakeDiscord, Json, frontend_for, snowflake_at
 from tests.discord_harness import engine_config
 
@@ -104,14 +105,15 @@ async def running(
         yield Bot(app, frontend, store, clock, replier)
     finally:
         await frontend.stop()
-        await app.engine.shutdown()
+        await shut_down(app.engine)
         await store.close()
 
 
 async def until(condition: Callable[[], Any], clock: FakeClock | None = None) -> None:
     """Bounded wait for real I/O; with a clock, time moves a quarter second at a time meanwhile
-    (a sleeper that registers late never misses its wake-up)."""
-    deadline = time.monotonic() + 10
+    (a sleeper that registers late never misses its wake-up). The bound only catches a hang: on
+    a machine loaded by parallel workers the rate-limited catch-up took over 10 s."""
+    deadline = time.monotonic() + 30
     while True:
         done = condition()
         if inspect.isawaitable(done):

@@ -18,6 +18,7 @@ from bot.core.events import ConversationKey, IncomingMessage
 from storage.sqlite import SqliteStore
 from testkit import ScriptedReplier
 from testkit.clock import FakeClock
+from testkit.engine import shut_down
 from testkit.fake_discord import APP_ID, FakeDiscord, frontend_for
 from tests.discord_harness import close_world, engine_config, open_world
 from tests.test_discord_wire import ALICE, CHANNEL_ID, DM_ID, GUILD_ID, fake, frontend
@@ -37,7 +38,7 @@ async def started(
               clock=clock, owner="w1")  # fmt: skip
     await frontend.start(app)
     yield app
-    await app.engine.shutdown()
+    await shut_down(app.engine)
 
 
 async def say(app: App, key: ConversationKey, n: int, text: str, author: dict[str, Any]) -> None:
@@ -110,7 +111,7 @@ async def test_with_scope_user_reset_clears_only_the_callers_conversation(
         assert await history(store, alices) == []
         assert await history(store, bobs) == ["bob here", "reply to: bob here"]
     finally:
-        await app.engine.shutdown()
+        await shut_down(app.engine)
         await front.stop()
 
 
@@ -142,7 +143,7 @@ async def test_a_registration_failure_is_logged_and_not_fatal(
         assert "could not register the slash commands" in caplog.text
         assert fake.commands == {}
     finally:
-        await app.engine.shutdown()
+        await shut_down(app.engine)
 
 
 async def test_with_dm_policy_off_a_dm_gets_no_reply_but_the_server_does(
@@ -172,4 +173,4 @@ async def test_with_dm_policy_off_reset_in_a_dm_is_refused(
         assert (await reset(fake, ALICE, DM_ID, None))["data"]["content"] == RESET_REFUSED
         assert (await reset(fake, ALICE, CHANNEL_ID, GUILD_ID))["data"]["content"] == RESET_DONE
     finally:
-        await app.engine.shutdown()
+        await shut_down(app.engine)

@@ -19,6 +19,7 @@ from bot.core.events import ConversationKey
 from storage.sqlite import SqliteStore
 from testkit import ScriptedReplier, check_invariants
 from testkit.clock import FakeClock
+from testkit.engine import shut_down
 from testkit.fake_discord import MESSAGE_LIMIT, Failure, FakeDiscord, frontend_for
 from tests.clock_steps import step
 
@@ -107,7 +108,7 @@ async def test_three_lines_grow_one_message_that_ends_with_the_answer(
     [row] = await store.replies(KEY.id)
     assert row.state == "sent" and row.platform_message_ids == (draft["id"],)
     await check_invariants(store, [KEY.id])
-    await app.engine.shutdown()
+    await shut_down(app.engine)
 
 
 async def test_typing_again_while_it_grows_restarts_the_same_message(
@@ -134,7 +135,7 @@ async def test_typing_again_while_it_grows_restarts_the_same_message(
     assert fake.shown(DM_ID) == ["It is noon, to answer both."]
     assert len(fake.created) == 1
     await check_invariants(store, [KEY.id])
-    await app.engine.shutdown()
+    await shut_down(app.engine)
 
 
 async def test_a_50000_character_answer_ends_as_parts_below_the_limit(
@@ -166,7 +167,7 @@ async def test_a_50000_character_answer_ends_as_parts_below_the_limit(
     [row] = await store.replies(KEY.id)
     assert row.platform_message_ids[0] == fake.created[0]["id"]  # the draft is the first part
     assert len(fake.created) == len(shown)
-    await app.engine.shutdown()
+    await shut_down(app.engine)
 
 
 async def test_a_final_edit_that_landed_though_it_failed_leaves_one_message(
@@ -192,7 +193,7 @@ async def test_a_final_edit_that_landed_though_it_failed_leaves_one_message(
     [row] = await store.replies(KEY.id)
     assert row.state == "sent" and fake.shown(DM_ID) == ["Hello there!"]
     assert [c[0] for c in fake.calls].count("POST") == 1
-    await app.engine.shutdown()
+    await shut_down(app.engine)
 
 
 async def test_a_rate_limited_edit_is_waited_out(
@@ -216,7 +217,7 @@ async def test_a_rate_limited_edit_is_waited_out(
     await app.engine.idle()
     assert fake.shown(DM_ID) == ["Hello there!"] and len(fake.created) == 1
     assert fake.edit_failures == []  # the 429 was served, and waited out
-    await app.engine.shutdown()
+    await shut_down(app.engine)
 
 
 async def test_streaming_off_sends_the_answer_once_complete(
@@ -232,7 +233,7 @@ async def test_streaming_off_sends_the_answer_once_complete(
     await app.engine.idle()
     # the fake records every call: a draft posted on the way would be a second POST
     assert [c[0] for c in fake.calls] == ["POST"] and fake.shown(DM_ID) == ["whole"]
-    await app.engine.shutdown()
+    await shut_down(app.engine)
 
 
 async def test_a_final_edit_to_the_text_the_draft_shows_already_is_not_sent(
@@ -260,4 +261,4 @@ async def test_a_final_edit_to_the_text_the_draft_shows_already_is_not_sent(
     [row] = await store.replies(KEY.id)
     assert row.state == "sent" and row.platform_message_ids == (fake.created[0]["id"],)
     await check_invariants(store, [KEY.id])
-    await app.engine.shutdown()
+    await shut_down(app.engine)

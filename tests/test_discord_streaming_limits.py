@@ -17,6 +17,7 @@ from bot.config import DiscordConfig, parse_config
 from storage.sqlite import SqliteStore
 from testkit import ReplierCall, ScriptedReplier
 from testkit.clock import FakeClock
+from testkit.engine import shut_down
 from testkit.fake_discord import FakeDiscord, frontend_for
 from tests.clock_steps import step
 
@@ -82,5 +83,5 @@ async def test_people_streaming_in_one_channel_share_its_budget_and_finals_go_fi
         assert len(fake.edits) > 2 * len(PEOPLE)  # the drafts grew, sharing the budget
     finally:
         await frontend.stop()
-        await app.engine.shutdown()
+        await shut_down(app.engine)
         await store.close()

@@ -19,6 +19,7 @@ from bot.core.events import ConversationKey
 from storage.sqlite import SqliteStore
 from testkit import ScriptedReplier, check_invariants
 from testkit.clock import FakeClock
+from testkit.engine import shut_down
 from testkit.fake_discord import FakeDiscord, frontend_for
 from tests.test_discord_wire import ALICE, DM_ID, eventually
 
@@ -92,7 +93,7 @@ async def typing_between_two_messages(
         await check_invariants(store, [DM_KEY.id])
         return [m["request"]["content"] for m in fake.created]
     finally:
-        await app.engine.shutdown()
+        await shut_down(app.engine)
         await front.stop()
 
 
@@ -133,7 +134,7 @@ async def test_typing_never_holds_a_burst_past_its_deadline(
         await fake.wait_for(lambda: len(fake.created) == 1)
         assert clock.now() - start == 8.0
     finally:
-        await app.engine.shutdown()
+        await shut_down(app.engine)
         await front.stop()
 
 
@@ -161,5 +162,5 @@ async def test_a_typing_notice_stores_nothing_without_pending_input_from_its_aut
         await stored_version(store, 3)
         assert "typing" not in seen
     finally:
-        await app.engine.shutdown()
+        await shut_down(app.engine)
         await front.stop()

@@ -32,6 +32,7 @@ from bot.core.frontend import StopsIntake
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier
 from testkit.clock import FakeClock
+from testkit.engine import shut_down
 from testkit.fake_discord import PASS, Failure, FakeDiscord, frontend_for
 from tests.discord_harness import engine_config
 from tests.test_cli import ROOT, burstbot
@@ -105,7 +106,7 @@ async def test_a_dm_over_the_gateway_is_answered_once_with_the_right_post(
     await app.engine.indicator.idle()
     await frontend.typing.idle()
     assert DM_ID not in fake.typing  # answered within the indicator delay: no typing at all
-    await app.engine.shutdown()
+    await shut_down(app.engine)
 
 
 async def test_parts_carry_stable_nonces_so_a_repost_after_a_crash_is_deduped(

@@ -24,6 +24,7 @@ from bot.core.streaming import WAITING
 from storage.sqlite import SqliteStore
 from testkit import Fault, RecordingFrontend, ReplierCall, ScriptedReplier, check_invariants
 from testkit.clock import FakeClock
+from testkit.engine import shut_down
 from testkit.fake_discord import FakeDiscord
 from testkit.fake_slack import Failure, FakeSlackApi, dm
 from tests.clock_steps import step
@@ -212,7 +213,7 @@ async def test_discord_a_draft_deleted_while_it_grows_is_posted_anew_once(
     assert fake.shown(DM_ID) == ["Once upon a time."]
     assert len(fake.created) == 2
     await check_invariants(store, [KEY.id])
-    await app.engine.shutdown()
+    await shut_down(app.engine)
 
 
 async def test_discord_a_draft_deleted_before_the_final_edit_still_gets_the_answer(
@@ -226,7 +227,7 @@ async def test_discord_a_draft_deleted_before_the_final_edit_still_gets_the_answ
     [row] = await store.replies(KEY.id)
     assert row.state == "sent" and row.platform_message_ids == (fake.created[1]["id"],)
     await check_invariants(store, [KEY.id])
-    await app.engine.shutdown()
+    await shut_down(app.engine)
 
 
 async def test_discord_a_draft_deleted_after_it_showed_the_whole_answer_is_posted_anew(
@@ -250,7 +251,7 @@ async def test_discord_a_draft_deleted_after_it_showed_the_whole_answer_is_poste
     [row] = await store.replies(KEY.id)
     assert row.state == "sent" and row.platform_message_ids == (fake.created[1]["id"],)
     await check_invariants(store, [KEY.id])
-    await app.engine.shutdown()
+    await shut_down(app.engine)
 
 
 # the core's rules -------------------------------------------------------------------------------
@@ -387,7 +388,7 @@ async def test_discord_a_stale_edit_landing_after_the_final_text_is_undone(
     await app.engine.idle()
     assert fake.shown(DM_ID) == ["Hello there."]
     assert [c[2] for c in fake.calls if c[0] == "PATCH"][-2:] == ["Hello there."] * 2
-    await app.engine.shutdown()
+    await shut_down(app.engine)
 
 
 async def test_a_found_draft_finished_as_part_0_is_not_posted_again_when_part_1_is_retried(

@@ -19,6 +19,7 @@ from bot.core.events import IncomingMessage, MessageDeleted, MessageEdited, Repl
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier, check_invariants
 from testkit.clock import FakeClock
+from testkit.engine import shut_down
 from tests.conftest import KEY, make_engine, message
 from tests.heard import Heard
 
@@ -396,7 +397,7 @@ async def test_shutdown_releases_leases_so_another_process_need_not_wait(
     await clock.advance(1.5)
     await engine.run_due()
     call = await replier.next_call(0)
-    await engine.shutdown()
+    await shut_down(engine)
     assert call.cancelled
     state = await store.conversation_state(KEY.id)
     assert state is not None and state.lease_owner is None and state.timer is not None
@@ -467,4 +468,4 @@ async def test_an_indicator_that_cannot_be_called_never_fails_the_delivery(
     [reply] = await store.replies(KEY.id)
     assert reply.state == "sent"
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
-    await engine.shutdown()
+    await shut_down(engine)

@@ -19,6 +19,7 @@ from bot.config import parse_config
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier, check_invariants
 from testkit.clock import FakeClock, settle
+from testkit.engine import shut_down
 from testkit.fake_slack import EventSender, FakeSlackApi, dm
 from tests.conftest import KEY, message
 from tests.slack_harness import DM_KEY, SECRET, TOKEN, api, slack_config, ts
@@ -50,13 +51,13 @@ async def test_two_processes_with_one_configured_owner_keep_each_others_leases(
     await clock.advance(1.5)
     await b.engine.run_due()
     call = await replier.next_call(0)
-    await a.engine.shutdown()
+    await shut_down(a.engine)
     state = await store.conversation_state(KEY.id)
     assert state is not None and state.lease_owner == b.engine.owner
     call.finish()
     await b.engine.idle()
     assert platform.texts() == ["reply to: text 1"]
-    await b.engine.shutdown()
+    await shut_down(b.engine)
 
 
 # shutdown: stop intake, finish (or hand over) the replies in flight, then stop -----------------

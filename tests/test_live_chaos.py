@@ -52,6 +52,7 @@ def report(db: str, size: str, counts: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("chaos")
 async def test_live_processes_on_sqlite_show_one_message_per_burst(tmp_path: Path) -> None:
     counts = await run_live_chaos("ci", f"sqlite:///{tmp_path / 'chaos.db'}", tmp_path)
     report("sqlite", "ci", counts)
@@ -59,6 +60,7 @@ async def test_live_processes_on_sqlite_show_one_message_per_burst(tmp_path: Pat
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("chaos")
 async def test_live_processes_on_postgres_show_one_message_per_burst(tmp_path: Path) -> None:
     pg.dsn()  # skips with the reason when no PostgreSQL is reachable
     schema = await pg.create_schema("burstbot_live_chaos")

@@ -120,7 +120,7 @@ class Deployment:
                 sys.executable, "-m", "bot", "run", "--config", str(toml), env=self.env,
                 stderr=log)  # fmt: skip
         async with aiohttp.ClientSession() as http:
-            for _ in range(200):
+            for _ in range(600):  # a hang only: a fresh checkout compiles at first start
                 try:
                     async with http.get(f"{self.url(n)}/slack/install") as page:
                         if page.status == 200:

@@ -14,6 +14,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -335,7 +336,7 @@ class BurstMachine(RuleBasedStateMachine):
                     assert gen.started_at + EPSILON >= earliest, (gen, burst)
 
 
-TestBurstMachine = BurstMachine.TestCase
+TestBurstMachine = pytest.mark.slow(BurstMachine.TestCase)
 TestBurstMachine.settings = settings(
     max_examples=100,
     stateful_step_count=30,

@@ -54,6 +54,7 @@ async def start_worker(settings: dict[str, Any], name: str) -> asyncio.subproces
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("chaos")
 async def test_three_processes_with_crashes_never_make_a_call_twice(tmp_path: Path) -> None:
     rng = random.Random(39)
     ledger, hold, db = tmp_path / "ledger.txt", tmp_path / "hold", tmp_path / "bot.db"
@@ -69,7 +70,10 @@ async def test_three_processes_with_crashes_never_make_a_call_twice(tmp_path: Pa
             settings = {"db": str(db), "api_url": server.base_url, "serve_only": True,
                         "mcp_url": mcp_url, "channels": list(CHANNELS)}  # fmt: skip
             names = ["w1", "w2", "w3"]
-            workers = {name: await start_worker(settings, name) for name in names}
+            started = await asyncio.gather(*(start_worker(settings, name) for name in names))
+            workers = dict(zip(names, started, strict=True))
+            # a killed worker comes back while people keep typing, as under a supervisor
+            restarts: dict[str, asyncio.Task[asyncio.subprocess.Process]] = {}
             clock = SystemClock()
             for n in range(40):
                 key = rng.choice(keys)
@@ -78,10 +82,14 @@ async def test_three_processes_with_crashes_never_make_a_call_twice(tmp_path: Pa
                 await asyncio.sleep(rng.uniform(0.05, 0.6))
                 if rng.random() < 0.12:
                     victim = rng.choice(names)
+                    if victim in restarts:  # still starting: it is killed once it serves
+                        workers[victim] = await restarts.pop(victim)
                     workers[victim].kill()  # SIGKILL, mid-call or not
                     await workers[victim].wait()
                     kills += 1
-                    workers[victim] = await start_worker(settings, victim)
+                    restarts[victim] = asyncio.create_task(start_worker(settings, victim))
+            for name, restart in restarts.items():
+                workers[name] = await restart
             async with asyncio.timeout(180):
                 while True:
                     states = [await store.conversation_state(k.id) for k in keys]

@@ -23,6 +23,7 @@ from bot.wiring import claude_replier
 from storage.sqlite import SqliteStore
 from testkit import check_invariants
 from testkit.clock import FakeClock
+from testkit.engine import shut_down
 from testkit.fake_anthropic import FakeAnthropic, Plan, Search
 from testkit.fake_discord import FakeDiscord, frontend_for
 from testkit.fake_slack import TEAM, EventSender, FakeSlackApi, assistant_event, dm
@@ -290,7 +291,7 @@ async def discord_app(
     try:
         yield app, frontend
     finally:
-        await app.engine.shutdown()
+        await shut_down(app.engine)
         await frontend.stop()
         await replier.aclose()
 

@@ -22,6 +22,7 @@ from bot.tool_servers import McpHub
 from bot.wiring import build_serving, claude_replier, engine_settings
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend
+from testkit.engine import shut_down
 from testkit.fake_anthropic import FakeAnthropic
 from tests.conftest import KEY
 from tests.tool_harness import KEY_ENV, tool_config
@@ -61,7 +62,7 @@ async def serve(settings: dict[str, Any]) -> None:
         await engine.outbox.deliver_due()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 0.05)
-    await engine.shutdown(5.0)
+    await shut_down(engine, 5.0)
     await hub.close()
     await store.close()
 

@@ -19,7 +19,6 @@ from markdown_it.tree import SyntaxTreeNode
 from adapters.markdown import ZERO_WIDTH_SPACE, Renderer, defuse_broadcasts
 
 MESSAGE_LIMIT = 2000
-NONCE_LENGTH = 25
 FENCE = "```"
 _LONGEST_FENCE_OPENER = 100
 _SEPARATORS = ("\n\n", "\n", " ")

@@ -529,10 +529,3 @@ class Engine:
         released = await self.store.release_owner(self.owner)
         if released:
             log.info("released %d lease(s) on shutdown", released)
-
-    async def shutdown(self, grace: float = 0.0) -> None:
-        """Stop taking work, cancel generations, let deliveries finish within `grace`, release
-        our leases and claims; timers and the outbox stay in the database."""
-        self.stop_taking_work()
-        await self.finish(grace)
-        await self.release()
