@@ -24,6 +24,13 @@ that `lands` takes effect first (the bot sees the failure, as when the response 
 seconds (a token bucket): a call over it gets Discord's 429 (`retry_after` in the body), counted in
 `rate_limited`. `calls`
 lists what the bot did (POST, PATCH, DELETE), `shown` what its messages in a channel say now.
+
+Message components (buttons) are kept as the bot sets them: a post's `components`, and an edit's
+when it names them (an edit that leaves them out keeps them, as on Discord). `click` makes the
+INTERACTION_CREATE of a button press on a message (its `custom_id`, the message as it shows now,
+the presser); `dispatch` delivers it, again for a replay: the fake dedupes nothing for the bot.
+Interaction callbacks are recorded in `callbacks` (type, data, flags); like Discord, an interaction
+takes one response, and a second is refused (400, code 40060) and recorded as `refused`.
 """
 
 from __future__ import annotations

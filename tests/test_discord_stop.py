@@ -66,14 +66,14 @@ async def app(
     await shut_down(started.engine)
 
 
-async def streaming(fake: FakeDiscord, app: App, store: SqliteStore, clock: FakeClock) -> tuple[
-    ReplierCall, Json
-]:  # fmt: skip
+async def streaming(
+    fake: FakeDiscord, app: App, store: SqliteStore, clock: FakeClock, key: ConversationKey = KEY
+) -> tuple[ReplierCall, Json]:
     """Alice asks in the listened channel; the answer streams into a draft: (call, draft)."""
     await fake.dispatch("MESSAGE_CREATE", fake.message(CHANNEL, ALICE, "what is the plan?",
                                                        guild_id=str(GUILD)))  # fmt: skip
     async with asyncio.timeout(5.0):
-        while await store.conversation_state(KEY.id) is None:  # noqa: ASYNC110
+        while await store.conversation_state(key.id) is None:  # noqa: ASYNC110
             await asyncio.sleep(0.005)
     await clock.advance(1.5)
     await app.engine.run_due()
@@ -202,3 +202,28 @@ async def test_a_click_the_store_cannot_take_is_answered_with_an_error_and_can_b
     [callback] = await press(fake, fake.click(draft["id"], custom_id, ALICE))  # pressed again
     assert callback["type"] == DEFERRED_UPDATE
     await until(lambda: call.cancelled)
+
+
+async def test_with_scope_user_the_button_names_whose_conversation_it_stops(
+    fake: FakeDiscord, store: SqliteStore, clock: FakeClock
+) -> None:
+    """Each person has a conversation of their own in the channel: Bob's press on Alice's answer
+    is refused (her conversation's, not an unknown one of his), and hers stops it."""
+    config = DiscordConfig(enabled=True, listen_channels=[str(CHANNEL)], scope="user")
+    front = frontend_for(fake, clock, config)
+    app = App(streaming_config(), store, ScriptedReplier(hold=True), [front], clock=clock,
+              owner="w1")  # fmt: skip
+    alices = ConversationKey("discord", str(GUILD), str(CHANNEL), ALICE["id"])
+    try:
+        await front.start(app)
+        call, draft = await streaming(fake, app, store, clock, alices)
+        custom_id = stop_button(draft)["custom_id"]
+        [refused] = await press(fake, fake.click(draft["id"], custom_id, BOB))
+        assert refused["data"]["content"] == NOTICES["refused"]
+        [applied] = await press(fake, fake.click(draft["id"], custom_id, ALICE))
+        assert applied["type"] == DEFERRED_UPDATE
+        await until(lambda: call.cancelled)
+        assert [c.outcome for c in await store.clicks(alices.id)] == ["refused", "stopped"]
+    finally:
+        await shut_down(app.engine)
+        await front.stop()
