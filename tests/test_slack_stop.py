@@ -177,3 +177,22 @@ async def test_a_press_of_a_button_this_app_does_not_have_is_ignored(
         assert await bot.sender.interact(payload) == 200
         assert "an action this app does not have" in caplog.text
         assert await bot.store.clicks(DM_KEY.id) == [] and not call.cancelled
+
+
+async def test_each_draft_edit_keeps_the_button_under_the_new_text(api: FakeSlackApi) -> None:
+    """`chat.update` keeps a message's blocks when it is sent none: an edit of the text alone
+    would leave the old text showing. A draft taken over (its button's value not known to the
+    process editing it) gets the value from the message's metadata."""
+    async with running_bot(api, replier=ScriptedReplier(hold=True)) as bot:
+        await deliver(bot, api, "http", dm(ts(1), "what is the plan?"))
+        call = await streaming_draft(bot, api, "http", DM_KEY)
+        pressed_before = api.click(the_message(api), "U1")["actions"][0]["value"]
+        bot.frontend.only.drafts._stops.clear()  # as a process that took the draft over
+        call.stream(2, " to ship")
+        await step(bot.clock, INTERVAL)
+        await until(lambda: the_message(api).visible == "The plan is to ship")
+        [button] = the_message(api).buttons()
+        assert button["value"] == pressed_before  # the same draft, read back from its label
+        await press(bot, api, "http", api.click(the_message(api), "U1"))
+        await answered(bot)
+        assert the_message(api).visible == "The plan is to ship\n\n_(stopped by alice)_"
