@@ -125,8 +125,10 @@ class SlackDrafts(PacedDrafts):
         value = self._stops.get(message_id)
         if value is not None:
             return value
-        message = await self._read_back(key, message_id)
-        payload = ((message or {}).get("metadata") or {}).get("event_payload") or {}
+        message = await self._read_back(key, message_id, quiet=False)
+        if message is None:
+            raise MessageGone(f"draft {message_id}: not found")
+        payload = (message.get("metadata") or {}).get("event_payload") or {}
         if not isinstance(payload.get("reply_id"), str):
             raise RetryableDeliveryError(f"draft {message_id}: cannot tell which draft it is")
         value = stop_value(payload["reply_id"], key)
@@ -266,8 +268,11 @@ class SlackDrafts(PacedDrafts):
             (self._buttoned.add if blocks else self._buttoned.discard)(message_id)
         return stored
 
-    async def _read_back(self, key: ConversationKey, message_id: str) -> Mapping[str, Any] | None:
-        """A message of ours as it shows now, with its metadata (None: cannot be read back)."""
+    async def _read_back(
+        self, key: ConversationKey, message_id: str, quiet: bool = True
+    ) -> Mapping[str, Any] | None:
+        """A message of ours as it shows now, with its metadata (None: not there, or, `quiet`,
+        it cannot be read back; not `quiet`, a failed read raises)."""
         channel, ts = split_message_id(message_id)
         what = f"message {message_id}: reading it back"
         window: dict[str, Any] = {"oldest": ts, "latest": ts, "inclusive": True, "limit": 1}
@@ -276,5 +281,7 @@ class SlackDrafts(PacedDrafts):
                 if message.get("ts") == ts:
                     return message
         except DeliveryError as exc:
+            if not quiet:
+                raise
             log.info("%s failed (%s)", what, exc)
         return None
