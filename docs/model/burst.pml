@@ -9,7 +9,8 @@
  * twice); NW worker processes, each with a generation side (Gen) and a delivery side (Del) that
  * crash and restart together; a Chaos process that crashes workers, lets leases and claims
  * expire, cuts a deliverer off from the database, lands or loses orphaned draft posts and plays
- * a person who deletes a draft; a platform that counts every post it receives.
+ * a person who deletes a draft; a platform that counts every post it receives; with -DSTOP, a
+ * Person who presses Stop on a draft (two clicks, the first delivered twice).
  *
  * Each database statement is one atomic step mirroring a named query in storage/*.sql. A
  * compare-and-swap that would match no row changes nothing, so it is a step only when it matches
