@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 from bot.arrival import Arrival
 from bot.config import Config, Reconfigurable, load_config
 from bot.core.catch_up import CatchUp
+from bot.core.clicks import Click, ClickAnswer
 from bot.core.clock import Clock, SystemClock, cancel_all, first_of
 from bot.core.engine import Engine
 from bot.core.errors import BurstbotError, ConfigError, StoreError
@@ -176,6 +177,11 @@ class App:
     # Host ------------------------------------------------------------------------------------
     async def ingest(self, event: Event) -> IngestResult:
         return await self.arrival.ingest(event)
+
+    async def click(self, click: Click) -> ClickAnswer:
+        """A button press (G16): decided by the engine; `[access] admin_ids` may stop anyone's."""
+        admin = self.arrival.access.is_admin(click.key.platform, click.clicker_id)
+        return await self.engine.click(click, admin)
 
     async def flush(self, key: ConversationKey) -> None:
         await self.engine.flush(key)

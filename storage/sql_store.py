@@ -36,6 +36,7 @@ from bot.core.store import ConversationSummary, IngestResult, OutboxRow, Timing
 from storage import rhythm
 from storage import rows as codec
 from storage.actions import ActionSteps
+from storage.clicks import ClickSteps
 from storage.installations import InstallationSteps
 from storage.requeue import RequeueSteps
 from storage.retention import RetentionSteps
@@ -47,6 +48,7 @@ class SqlStore(
     RetentionSteps[Conn],
     RequeueSteps[Conn],
     ActionSteps[Conn],
+    ClickSteps[Conn],
     InstallationSteps[Conn],
 ):
     MIGRATIONS: ClassVar[Sequence[str]]

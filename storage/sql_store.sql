@@ -186,7 +186,8 @@ WHERE id = :cid AND CASE WHEN CAST(:takeover AS BOOLEAN)
     ELSE lease_owner IS NULL END
 RETURNING id AS conversation_id, lease_owner AS owner, lease_token AS token, version,
           answered_version, failed_attempts, lease_expires_at,
-          lease_expires_at + :skew AS expires_at;
+          lease_expires_at + :skew AS expires_at,
+          CASE WHEN stop_version > answered_version THEN stop_version END AS stop_version;
 
 -- name: hold_timer
 -- While a lease is held the timer waits for the lease's expiry (takeover after a crash), unless
@@ -266,10 +267,14 @@ ORDER BY version DESC, ord DESC LIMIT :limit;
 SELECT answered_version FROM conversations WHERE id = :cid FOR NO KEY UPDATE;
 
 -- name: final_check
+-- A decided stop (clicks below) wins over the generation's own answer: only the stopped answer,
+-- covering up to the stop's version, commits while the stop is pending.
 UPDATE conversations
 SET answered_version = :version, lease_owner = NULL, lease_expires_at = NULL, failed_attempts = 0
 WHERE id = :cid AND lease_token = :token AND answered_version < :version
   AND (version = :version OR CAST(:deadline_passed AS BOOLEAN))
+  AND CASE WHEN CAST(:stopping AS BOOLEAN) THEN stop_version = :version
+           ELSE COALESCE(stop_version, 0) <= answered_version END
 RETURNING version;
 
 -- name: insert_reply
@@ -1013,6 +1018,72 @@ CREATE TABLE oauth_states (
     state             TEXT PRIMARY KEY,
     expires_at        FLOAT8 NOT NULL
 );
+
+-- name: migration_17
+-- Clicks (stop now, votes and approvals later): one row per platform click id, what it named and
+-- how it was decided, and a conversation's decided stop of its pending burst (`stop_version`).
+CREATE TABLE clicks (
+    click_id          TEXT PRIMARY KEY,
+    conversation_id   TEXT NOT NULL,
+    kind              TEXT NOT NULL,
+    target            TEXT NOT NULL,
+    clicker_id        TEXT NOT NULL,
+    clicker_name      TEXT NOT NULL,
+    clicked_at        FLOAT8 NOT NULL,
+    outcome           TEXT,
+    version           BIGINT
+);
+CREATE INDEX clicks_conversation ON clicks(conversation_id, clicked_at);
+ALTER TABLE conversations ADD COLUMN stop_version BIGINT;
+
+-- clicks (storage/clicks.py) ---------------------------------------------------------------------
+
+-- name: insert_click
+-- Stored once per platform click id: a second delivery inserts nothing (and returns no row).
+INSERT INTO clicks (click_id, conversation_id, kind, target, clicker_id, clicker_name, clicked_at)
+VALUES (:click_id, :cid, :kind, :target, :clicker_id, :clicker_name, :now)
+ON CONFLICT (click_id) DO NOTHING
+RETURNING click_id;
+
+-- name: decide_stop
+-- The stop's compare-and-swap: it applies only while the clicked draft is still the
+-- conversation's, its burst is unanswered and not stopped already, and the clicker wrote part of
+-- the burst (or is an admin). A stop is input: the version moves (the supersede path cancels
+-- the generation) and the stop covers everything pending up to it.
+UPDATE conversations SET version = version + 1, stop_version = version + 1
+WHERE id = :cid AND answered_version < version AND draft_key = :target
+  AND COALESCE(stop_version, 0) <= answered_version
+  AND (CAST(:admin AS BOOLEAN) OR EXISTS (
+      SELECT 1 FROM messages m
+      WHERE m.conversation_id = :cid AND m.seq > answered_version AND m.author_id = :clicker_id
+        AND NOT m.deleted))
+RETURNING version;
+
+-- name: arm_stop_timer
+-- A stopped burst is served at once (its window closed), by this process's worker or, when none
+-- generates it, by whichever worker takes the lease next.
+INSERT INTO debounce_timers AS t (conversation_id, due_at, deadline_at, quiet_until, armed_version)
+VALUES (:cid, :db_now, :db_now, :db_now, :version)
+ON CONFLICT (conversation_id) DO UPDATE
+SET due_at = LEAST(t.due_at, excluded.due_at), quiet_until = excluded.quiet_until,
+    armed_version = excluded.armed_version, start_at = NULL;
+
+-- name: stop_state
+-- Why a stop did not apply (read after its compare-and-swap failed, for the clicker's notice).
+SELECT version, answered_version, stop_version, draft_key FROM conversations WHERE id = :cid;
+
+-- name: decide_click
+UPDATE clicks SET outcome = :outcome, version = :version WHERE click_id = :click_id;
+
+-- name: pending_stop
+SELECT k.version, k.clicker_id, k.clicker_name, k.clicked_at
+FROM conversations c
+JOIN clicks k ON k.conversation_id = c.id AND k.kind = 'stop' AND k.outcome = 'stopped'
+             AND k.version = c.stop_version
+WHERE c.id = :cid AND c.stop_version > c.answered_version;
+
+-- name: clicks
+SELECT * FROM clicks WHERE conversation_id = :cid ORDER BY clicked_at, click_id;
 
 -- installations (storage/installations.py) --------------------------------------------------------
 

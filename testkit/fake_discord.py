@@ -24,6 +24,13 @@ that `lands` takes effect first (the bot sees the failure, as when the response 
 seconds (a token bucket): a call over it gets Discord's 429 (`retry_after` in the body), counted in
 `rate_limited`. `calls`
 lists what the bot did (POST, PATCH, DELETE), `shown` what its messages in a channel say now.
+
+Message components (buttons) are kept as the bot sets them: a post's `components`, and an edit's
+when it names them (an edit that leaves them out keeps them, as on Discord). `click` makes the
+INTERACTION_CREATE of a button press on a message (its `custom_id`, the message as it shows now,
+the presser); `dispatch` delivers it, again for a replay: the fake dedupes nothing for the bot.
+Interaction callbacks are recorded in `callbacks` (type, data, flags); like Discord, an interaction
+takes one response, and a second is refused (400, code 40060) and recorded as `refused`.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,6 +104,8 @@ class FakeDiscord:
         self.commands_status = 200  # e.g. 403: the command endpoints refuse
         self.command_posts: list[Json] = []
         self.callbacks: list[Json] = []  # interaction responses, with "interaction_id"
+        self.before_callback: Callable[[Json], Awaitable[None]] | None = None  # sees each first
+        self._acknowledged: set[str] = set()  # interactions answered (Discord takes one answer)
         self.channels: dict[int, Json] = {}  # what GET /channels/{id} returns
         self.guilds: list[int] = []  # sent after READY (GUILD_CREATE) with their channels
         self.history: dict[int, list[Json]] = {}  # each channel's messages, oldest first
@@ -248,6 +257,8 @@ class FakeDiscord:
         nonce = body.get("nonce")
         message = self.message(channel_id, self.bot_user, body.get("content", ""))
         message["nonce"] = nonce
+        if "components" in body:
+            message["components"] = body["components"]
         if "message_reference" in body:
             message["message_reference"] = body["message_reference"]
         self.created.append({**message, "request": body, "at": time.monotonic()})
@@ -292,10 +303,12 @@ class FakeDiscord:
         content = str(body.get("content", message["content"]))
         if len(content) > MESSAGE_LIMIT:
             return _too_long()
-        if content == message["content"]:
+        components = body.get("components", message.get("components", []))  # left out: kept
+        if content == message["content"] and components == message.get("components", []):
             self.redundant_edits += 1  # taken, as Discord does; it changed nothing
-        message.update(content=content, edited_timestamp=_now())
-        self.edits.append({"id": message["id"], "content": content, "at": time.monotonic()})
+        message.update(content=content, edited_timestamp=_now(), components=components)
+        self.edits.append({"id": message["id"], "content": content, "components": components,
+                           "at": time.monotonic()})  # fmt: skip
         self.calls.append(("PATCH", message["id"], content))
         answer = dict(message)
         if self.after_edit is not None:
@@ -336,11 +349,20 @@ class FakeDiscord:
         return _json(self.commands[body["name"]], status=200 if known else 201)
 
     async def _callback(self, request: web.Request) -> web.Response:
-        """An interaction response (no bot token: the interaction token in the path is the key)."""
+        """An interaction response (no bot token: the interaction token in the path is the key).
+        Like Discord, an interaction takes one response: a second is refused (40060), recorded
+        with `refused`. `before_callback` sees each response before it is taken."""
         body: Json = await request.json()
         interaction_id = request.match_info["id"]
-        self.callbacks.append({**body, "interaction_id": interaction_id,
+        if self.before_callback is not None:
+            await self.before_callback(body)
+        refused = interaction_id in self._acknowledged
+        self._acknowledged.add(interaction_id)
+        self.callbacks.append({**body, "interaction_id": interaction_id, "refused": refused,
                                "token": request.match_info["token"]})  # fmt: skip
+        if refused:
+            return _json({"message": "Interaction has already been acknowledged.",
+                          "code": 40060}, status=400)  # fmt: skip
         flags = (body.get("data") or {}).get("flags", 0)
         return _json({"interaction": {"id": interaction_id, "type": 2,
                                       "response_message_id": str(next(self._ids)),
@@ -349,9 +371,28 @@ class FakeDiscord:
 
     def interaction(self, name: str, channel_id: int, user: Json, guild_id: int | None) -> Json:
         """An INTERACTION_CREATE payload for a slash command with no options."""
+        command = {"id": "1", "name": name, "type": 1}
+        return self._interaction(2, command, channel_id, user, guild_id)
+
+    def click(self, message_id: str, custom_id: str, user: Json) -> Json:
+        """An INTERACTION_CREATE payload for a press of a button (`custom_id`) on one of the bot's
+        messages, by `user`: the message as it shows now (its components included), as Discord
+        sends it. Delivering the same payload again is a gateway replay (the same id)."""
+        message = next(m for history in self.history.values() for m in history
+                       if m["id"] == message_id)  # fmt: skip
+        channel_id = int(message["channel_id"])
+        guild_id = self.channels.get(channel_id, {}).get("guild_id")
+        pressed = {"custom_id": custom_id, "component_type": 2}
+        data = self._interaction(3, pressed, channel_id, user, int(guild_id) if guild_id else None)
+        data["message"] = dict(message)
+        return data
+
+    def _interaction(
+        self, kind: int, inner: Json, channel_id: int, user: Json, guild_id: int | None
+    ) -> Json:
         data: Json = {
-            "id": str(next(self._ids)), "application_id": str(APP_ID), "type": 2,
-            "data": {"id": "1", "name": name, "type": 1}, "token": f"itoken-{next(self._ids)}",
+            "id": str(next(self._ids)), "application_id": str(APP_ID), "type": kind,
+            "data": inner, "token": f"itoken-{next(self._ids)}",
             "version": 1, "channel_id": str(channel_id), "locale": "en-US",
             "app_permissions": "0", "entitlements": [], "attachment_size_limit": 10_485_760,
             "authorizing_integration_owners": {"0": str(guild_id or "0")},

@@ -26,6 +26,16 @@ on only the new token is accepted (`--token` sets the first one).
 Bots' messages can be updated (`chat.update`: the bot's own message, text within Slack's limit,
 metadata replaced when given) and deleted (`chat.delete`), as on Slack.
 
+Block Kit: `chat.postMessage` and `chat.update` take `blocks` (sections, actions with buttons,
+context, divider), checked against Slack's limits (`invalid_blocks` otherwise); an update without
+`blocks` keeps the message's blocks, `blocks=[]` removes them, as on Slack. A message with blocks
+shows its blocks (`PostedMessage.visible`), its `text` is the notification fallback.
+`click(message, user)` builds the `block_actions` payload Slack sends when someone presses a
+button of a message; `EventSender.interact` delivers it over HTTP (a signed form, `payload=`),
+`push_interactive` over Socket Mode (an `interactive` envelope). Each delivery is sent as asked:
+a second one of the same click is Slack redelivering it, never deduped here.
+`chat.postEphemeral` records what one person alone was shown (`ephemerals`).
+
 Native streams: `chat.startStream` (a thread reply: `thread_ts` required, `markdown_text` within
 12,000 characters) posts a message that shows in `conversations.replies` at once, without
 metadata; `chat.appendStream` appends to it, `chat.stopStream` appends its `markdown_text` if any,
@@ -84,6 +94,11 @@ MAX_STREAM_CHARS = 12_000  # a stream's markdown_text, per call
 TASK_STATUSES = frozenset({"pending", "in_progress", "complete", "error"})
 TASK_TEXT_CHARS = 256  # a task's details and output
 TASK_KEYS = frozenset({"type", "id", "title", "status", "details", "output", "sources"})
+MAX_BLOCKS = 50
+SECTION_TEXT_CHARS = 3000
+BUTTON_TEXT_CHARS = 75
+BUTTON_VALUE_CHARS = 2000
+ACTION_ID_CHARS = 255
 SLACK_LIMITS = {
     "chat.update": (50.0, 20.0, "workspace"),
     "chat.postMessage": (60.0, 5.0, "channel"),
@@ -122,6 +137,7 @@ class PostedMessage:
 
     subtype: str | None = None
     streaming: bool = False  # a native stream not stopped yet
+    blocks: list[dict[str, Any]] | None = None  # Block Kit: shown instead of `text`
     tasks: dict[str, dict[str, Any]] = field(default_factory=dict)  # a stream's task cards, by id
 
     @property
@@ -140,7 +156,20 @@ class PostedMessage:
             out["thread_ts"] = self.thread_ts
         if with_metadata and self.metadata:
             out["metadata"] = self.metadata
+        if self.blocks:
+            out["blocks"] = self.blocks
         return out
+
+    @property
+    def visible(self) -> str:
+        """What people see: the sections' text where the message has blocks, else its text."""
+        if not self.blocks:
+            return self.text
+        return "\n".join(b["text"]["text"] for b in self.blocks if b.get("type") == "section")
+
+    def buttons(self) -> list[dict[str, Any]]:
+        """The buttons the message shows."""
+        return [e for b in self.blocks or [] if b.get("type") == "actions" for e in b["elements"]]
 
 
 async def api_arguments(request: web.Request) -> dict[str, Any]:
@@ -187,6 +216,50 @@ def stream_chunks(args: dict[str, Any]) -> tuple[str, list[dict[str, Any]]] | No
         ):
             return None
     return text, tasks
+
+
+def blocks_argument(args: dict[str, Any]) -> list[dict[str, Any]] | str | None:
+    """A call's `blocks` (None: not given), or "invalid_blocks" where Slack would refuse them."""
+    blocks = args.get("blocks")
+    if blocks is None:
+        return None
+    if isinstance(blocks, str):
+        try:
+            blocks = json.loads(blocks)
+        except json.JSONDecodeError:
+            return "invalid_blocks"
+    if not isinstance(blocks, list) or len(blocks) > MAX_BLOCKS:
+        return "invalid_blocks"
+    return blocks if all(isinstance(b, dict) and valid_block(b) for b in blocks) else (
+        "invalid_blocks")  # fmt: skip
+
+
+def valid_block(block: dict[str, Any]) -> bool:
+    kind = block.get("type")
+    if kind == "divider":
+        return True
+    if kind == "section":
+        text = block.get("text")
+        return (isinstance(text, dict) and text.get("type") in ("mrkdwn", "plain_text")
+                and isinstance(text.get("text"), str)
+                and 0 < len(text["text"]) <= SECTION_TEXT_CHARS)  # fmt: skip
+    if kind in ("actions", "context"):
+        elements = block.get("elements")
+        if not (isinstance(elements, list) and 0 < len(elements) <= 25):
+            return False
+        return kind == "context" or all(valid_button(e) for e in elements)
+    return False
+
+
+def valid_button(element: Any) -> bool:
+    if not isinstance(element, dict) or element.get("type") != "button":
+        return False
+    text, value = element.get("text"), element.get("value", "")
+    return (isinstance(text, dict) and text.get("type") == "plain_text"
+            and 0 < len(str(text.get("text", ""))) <= BUTTON_TEXT_CHARS
+            and isinstance(element.get("action_id"), str)
+            and 0 < len(element["action_id"]) <= ACTION_ID_CHARS
+            and isinstance(value, str) and len(value) <= BUTTON_VALUE_CHARS)  # fmt: skip
 
 
 def valid_task(chunk: dict[str, Any]) -> bool:
@@ -237,6 +310,9 @@ class FakeSlackApi:
         self.chat_log: list[dict[str, Any]] = []  # chat.* calls that took effect: method, ts,
         # text (and a stream's chunks)
         self.deleted: list[str] = []
+        self.ephemerals: list[dict[str, str]] = []  # chat.postEphemeral, as it was asked
+        self.ephemeral_posted = asyncio.Event()
+        self._actions = itertools.count(1)
         self.failures: dict[str, list[Failure | None]] = {}  # None: let one call through
         self.outage: Failure | None = None  # while set, every Web API call gets this answer
         self.holds: dict[str, asyncio.Event] = {}
@@ -504,13 +580,16 @@ class FakeSlackApi:
     def _chat_postMessage(self, args: dict[str, Any]) -> dict[str, Any]:
         if len(str(args.get("text", ""))) > MAX_TEXT_CHARS:
             return {"error": "msg_too_long"}
+        blocks = blocks_argument(args)
+        if isinstance(blocks, str):
+            return {"error": blocks}
         metadata = args.get("metadata")
         if isinstance(metadata, str):
             metadata = json.loads(metadata)
         ts = self._next_ts()
         message = PostedMessage(
             str(args["channel"]), ts, str(args.get("text", "")), args.get("thread_ts"), metadata,
-            self.bot_user, self.bot_id,
+            self.bot_user, self.bot_id, blocks=blocks or None,
         )  # fmt: skip
         self.messages.append(message)
         self.chat_log.append({"method": "chat.postMessage", "ts": ts, "text": message.text})
@@ -537,14 +616,20 @@ class FakeSlackApi:
         text = str(args.get("text", ""))
         if len(text) > MAX_TEXT_CHARS:
             return {"error": "msg_too_long"}
+        blocks = blocks_argument(args)
+        if isinstance(blocks, str):
+            return {"error": blocks}
         metadata = args.get("metadata")
         if isinstance(metadata, str):
             metadata = json.loads(metadata)
-        if text == message.text and (not metadata or metadata == message.metadata):
+        if (text == message.text and (not metadata or metadata == message.metadata)
+                and (blocks is None or (blocks or None) == message.blocks)):  # fmt: skip
             self.redundant_updates += 1  # taken, as Slack does; it changed nothing
         message.text = text
         if metadata:
             message.metadata = metadata
+        if blocks is not None:  # not given: the message keeps its blocks
+            message.blocks = blocks or None
         self.updates.append((message.ts, text, time.monotonic()))
         self.chat_log.append({"method": "chat.update", "ts": message.ts, "text": text})
         return {"channel": message.channel, "ts": message.ts, "text": text}
@@ -617,6 +702,53 @@ class FakeSlackApi:
             message.metadata = metadata
         self._log_stream("chat.stopStream", message.ts, text, args)
         return {"channel": message.channel, "ts": message.ts, "message": message.as_api(True)}
+
+    def _chat_postEphemeral(self, args: dict[str, Any]) -> dict[str, Any]:
+        """A message only `user` sees, in the channel (or thread); it is not kept in history."""
+        if not args.get("channel") or not args.get("user") or not args.get("text"):
+            return {"error": "invalid_arguments"}
+        self.ephemerals.append({"channel": str(args["channel"]), "user": str(args["user"]),
+                                "text": str(args["text"]),
+                                "thread_ts": str(args.get("thread_ts") or "")})  # fmt: skip
+        self.ephemeral_posted.set()
+        return {"message_ts": self._next_ts()}
+
+    def click(
+        self, message: PostedMessage, user: str = "U1", action_id: str | None = None
+    ) -> dict[str, Any]:
+        """The `block_actions` payload of `user` pressing the message's button (`action_id`, or
+        its only one), as Slack sends it; each call is a new press (its own `action_ts`)."""
+        buttons = [b for b in message.buttons() if action_id in (None, b["action_id"])]
+        assert len(buttons) == 1, f"no single button to press on {message.ts}: {buttons}"
+        button, n = buttons[0], next(self._actions)
+        name = self.users.get(user, user)
+        container = {"type": "message", "message_ts": message.ts, "channel_id": message.channel,
+                     "is_ephemeral": False}  # fmt: skip
+        if message.thread_ts:
+            container["thread_ts"] = message.thread_ts
+        return {
+            "type": "block_actions", "token": "legacy", "api_app_id": "A0001",
+            "user": {"id": user, "username": name.lower(), "name": name.lower(),
+                     "team_id": self.team},
+            "container": container, "trigger_id": f"{n}.{int(time.time())}.abc{n}",
+            "team": {"id": self.team, "domain": self.team_name.lower()},
+            "enterprise": None, "is_enterprise_install": False,
+            "channel": {"id": message.channel, "name": "directmessage"},
+            "message": message.as_api(False), "state": {"values": {}},
+            "response_url": f"https://hooks.slack.invalid/actions/{self.team}/{n}/x",
+            "actions": [{"type": "button", "action_id": button["action_id"],
+                         "block_id": f"b{n}", "text": button["text"],
+                         "value": button.get("value", ""), "action_ts": f"{time.time():.6f}"}],
+        }  # fmt: skip
+
+    async def push_interactive(self, payload: dict[str, Any]) -> str:
+        """Send an interaction (`click`'s payload) over the newest Socket Mode connection."""
+        envelope_id = f"env-{next(self._envelopes)}"
+        await self.sockets[-1].send_json(
+            {"envelope_id": envelope_id, "type": "interactive",
+             "accepts_response_payload": False, "payload": payload}
+        )  # fmt: skip
+        return envelope_id
 
     def _chat_delete(self, args: dict[str, Any]) -> dict[str, Any]:
         message = self._own_message(args)
@@ -827,6 +959,23 @@ class EventSender:
         if retry_num is not None:
             headers["X-Slack-Retry-Num"] = str(retry_num)
             headers["X-Slack-Retry-Reason"] = "http_timeout"
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(self.url, data=body, headers=headers) as response,
+        ):
+            await response.read()
+            return response.status
+
+    async def interact(self, payload: dict[str, Any]) -> int:
+        """A signed interaction request (a form with the JSON `payload`, as Slack sends a button
+        press); the status the bot answered."""
+        body = urlencode({"payload": json.dumps(payload)})
+        stamp = str(int(time.time()))
+        headers = {
+            "Content-Type": "application/x-www-form-urlencoded",
+            "X-Slack-Request-Timestamp": stamp,
+            "X-Slack-Signature": str(self.verifier.generate_signature(timestamp=stamp, body=body)),
+        }
         async with (
             aiohttp.ClientSession() as session,
             session.post(self.url, data=body, headers=headers) as response,

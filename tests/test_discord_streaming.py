@@ -236,11 +236,11 @@ async def test_streaming_off_sends_the_answer_once_complete(
     await shut_down(app.engine)
 
 
-async def test_a_final_edit_to_the_text_the_draft_shows_already_is_not_sent(
+async def test_a_final_edit_to_the_text_the_draft_shows_already_only_removes_the_button(
     fake: FakeDiscord, frontend: DiscordFrontend, store: SqliteStore, clock: FakeClock
 ) -> None:
-    """The stream's last edit showed the whole answer: the reply's final edit would change
-    nothing, so it is not sent (the read-back still checks the message)."""
+    """The stream's last edit showed the whole answer: the reply's final edit changes only the
+    buttons (the draft's Stop goes), never nothing (the read-back still checks the message)."""
     app, replier = await streaming_app(frontend, store, clock)
     await say(fake, store, "hi")
     call = await started(app, clock, replier, 0)
@@ -257,7 +257,8 @@ async def test_a_final_edit_to_the_text_the_draft_shows_already_is_not_sent(
     await app.engine.idle()
     assert fake.shown(DM_ID) == ["Hello there."]
     assert fake.redundant_edits == 0
-    assert [c[0] for c in fake.calls] == ["POST", "PATCH"]
+    assert [c[0] for c in fake.calls] == ["POST", "PATCH", "PATCH"]
+    assert fake.edits[-1]["components"] == [] and fake.edits[-1]["content"] == "Hello there."
     [row] = await store.replies(KEY.id)
     assert row.state == "sent" and row.platform_message_ids == (fake.created[0]["id"],)
     await check_invariants(store, [KEY.id])

@@ -280,6 +280,7 @@ def test_manifest_subscribes_to_what_the_adapter_reads_with_the_scopes_it_needs(
     commands = [c["command"] for c in manifest["features"]["slash_commands"]]
     assert commands == [RESET_COMMAND]  # the one command the adapter listens for
     assert manifest["settings"]["socket_mode_enabled"] is True
+    assert manifest["settings"]["interactivity"]["is_enabled"] is True  # the Stop button
     assert manifest["features"]["bot_user"]["display_name"]
 
 

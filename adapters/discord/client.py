@@ -31,12 +31,14 @@ from adapters.discord.history import History
 from adapters.discord.indicator import TypingKeeper
 from adapters.discord.posting import post_reply
 from adapters.discord.render import allowed_mentions
-from adapters.discord.routing import Routing, message_text
+from adapters.discord.routing import DM_WORKSPACE, PLATFORM, Routing, message_text
+from adapters.discord.stop import answer_click, stop_target
 from adapters.discord.streaming import MESSAGES, DiscordDrafts
 from adapters.discord.unstored import UNSTORED_LIMIT, UnstoredMessages
 from bot.config import DiscordConfig
 from bot.core.backoff import Backoff
 from bot.core.catch_up import CatchUp, CatchUpRun
+from bot.core.clicks import Click
 from bot.core.clock import Clock, SystemClock, first_of
 from bot.core.errors import (
     BurstbotError,
@@ -120,6 +122,7 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
             self.on_raw_typing,
             self.on_raw_message_delete,
             self.on_raw_bulk_message_delete,
+            self.on_interaction,
         ):
             self.client.event(handler)  # discord.py calls the client's `on_<event>` attributes
         self.tree = commands.command_tree(self.client, self.on_reset)
@@ -307,6 +310,19 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
             log.exception("discord: /reset of %s failed", key.id)
             return commands.RESET_FAILED
         return commands.RESET_DONE if result.status == "history" else commands.RESET_REFUSED
+
+    async def on_interaction(self, interaction: discord.Interaction) -> None:
+        """A press of a draft's Stop button (slash commands go to the command tree): stored and
+        decided by its interaction id before Discord is answered (stop.py)."""
+        target, channel_id = stop_target(interaction), interaction.channel_id
+        if target is None or self.host is None or channel_id is None:
+            return
+        draft_key, thread = target
+        workspace = DM_WORKSPACE if interaction.guild_id is None else str(interaction.guild_id)
+        key = ConversationKey(PLATFORM, workspace, str(channel_id), thread)
+        user = interaction.user
+        click = Click(str(interaction.id), key, "stop", draft_key, str(user.id), user.display_name)
+        await answer_click(interaction, click, self.host.click)
 
     async def on_raw_typing(self, payload: discord.RawTypingEvent) -> None:
         """Someone started typing: a notice for the host, never stored (a failure is logged)."""

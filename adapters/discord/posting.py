@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import discord
 
@@ -72,18 +73,21 @@ async def send_part(
     nonce: str,
     reference: discord.MessageReference | None,
     mentions: discord.AllowedMentions,
+    view: discord.ui.View | None = None,
 ) -> discord.Message:
+    """One message (`view`: its buttons, e.g. a draft's Stop)."""
+    buttons: dict[str, Any] = {} if view is None else {"view": view}
     with delivery_errors():
         if reference is not None:
             try:
                 return await channel.send(
-                    text, nonce=nonce, reference=reference, allowed_mentions=mentions
+                    text, nonce=nonce, reference=reference, allowed_mentions=mentions, **buttons
                 )
             except discord.HTTPException as exc:
                 if not _reference_refused(exc):
                     raise
             log.info("discord: the replied-to message is gone; posting without a reference")
-        return await channel.send(text, nonce=nonce, allowed_mentions=mentions)
+        return await channel.send(text, nonce=nonce, allowed_mentions=mentions, **buttons)
 
 
 def _reference_refused(exc: discord.HTTPException) -> bool:

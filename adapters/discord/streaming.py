@@ -7,7 +7,8 @@ is looked up in the channel's history from its creation: our message answering t
 Every post and edit takes a token of the channel's budget (`bot/core/pacing.py`, the rules in
 docs/streaming-limits.md): a reply's posts and final edit ahead of everything, a draft call only
 if a token is spare. A draft shows at most the reply's first part, settled and rendered like a
-reply: the reply that finishes it posts the rest.
+reply: the reply that finishes it posts the rest. A draft carries the Stop button (`stop.py`)
+until the reply's final edit removes it (that edit is sent even when the text is the same).
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import discord
 
 from adapters.discord.calls import call, delivery_errors, http_status
 from adapters.discord.posting import reply_reference, send_part
 from adapters.discord.render import nonce_for, split_message, to_discord
+from adapters.discord.stop import StopButton
 from adapters.markdown import settle_partial
 from adapters.showing import Showing, paced_turn
 from bot.core.errors import DeliveryError, MessageGone, PermanentDeliveryError, RateLimited
@@ -33,6 +36,8 @@ log = logging.getLogger("burstbot.discord")
 
 
 MESSAGES = "messages"  # the pacer's bucket: posts and edits, per channel
+WITH_STOP: dict[str, Any] = {"buttons": "stop"}  # what `showing` notes: a draft's buttons
+NO_BUTTONS: dict[str, Any] = {"buttons": "none"}  # after the final edit
 CLOCK_MARGIN = 60.0  # seconds a history look-up starts before a draft's creation
 LOOKUP_LIMIT = 100
 
@@ -65,9 +70,9 @@ class DiscordDrafts(PacedDrafts):
 
     async def post_draft(self, key: ConversationKey, draft: Draft, text: str) -> str:
         reference = reply_reference(draft.reply_to, key.channel)
-        channel, shown = self.channel_for(key), draft_text(text)
-        message = await send_part(channel, shown, draft.key, reference, self.mentions)
-        self.showing.note(str(message.id), shown, None, message.content)
+        channel, shown, stop = self.channel_for(key), draft_text(text), StopButton(key, draft.key)
+        message = await send_part(channel, shown, draft.key, reference, self.mentions, stop)
+        self.showing.note(str(message.id), shown, WITH_STOP, message.content)
         return str(message.id)
 
     async def find_draft(self, key: ConversationKey, draft: Draft) -> str | None:
@@ -114,16 +119,16 @@ class DiscordDrafts(PacedDrafts):
             await self.final_turn(reply.key)
         message_id = draft.message_id or await self.post_draft(reply.key, draft, text)
         try:
-            if self.showing.unchanged(message_id, text, None) is None:
+            if self.showing.unchanged(message_id, text, NO_BUTTONS) is None:
                 await self.final_turn(reply.key)
-                await self._edit(reply.key, message_id, text)
+                await self._edit(reply.key, message_id, text, final=True)
             self.pacer.settle(MESSAGES, reply.key.channel)  # the final edit is made: nothing owed
             if await self._shows(reply.key, message_id) not in (None, text):
                 log.warning("reply %s: a stale draft edit landed after the final text; restored",
                             reply.id)  # fmt: skip
                 self.showing.forget(message_id)  # it shows something else: edit it
                 await self.final_turn(reply.key)
-                await self._edit(reply.key, message_id, text)
+                await self._edit(reply.key, message_id, text, final=True)
         except MessageGone:
             log.info("reply %s: its draft was deleted; posting the reply anew", reply.id)
             reference = reply_reference(reply.reply_to_message_id, reply.key.channel)
@@ -132,13 +137,20 @@ class DiscordDrafts(PacedDrafts):
             return str((await send_part(channel, text, nonce, reference, self.mentions)).id)
         return message_id
 
-    async def _edit(self, key: ConversationKey, message_id: str, content: str) -> bool:
-        """Edit one message of ours; False (nothing sent) when it shows `content` already."""
-        if self.showing.unchanged(message_id, content, None) is not None:
+    async def _edit(
+        self, key: ConversationKey, message_id: str, content: str, final: bool = False
+    ) -> bool:
+        """Edit one message of ours; False (nothing sent) when it shows `content` already (and,
+        for the `final` edit, no button: the final edit removes the Stop button)."""
+        buttons = NO_BUTTONS if final else None
+        if self.showing.unchanged(message_id, content, buttons) is not None:
             return False
         message = self.partial_channel(key).get_partial_message(int(message_id))
+        view: dict[str, Any] = {"view": None} if final else {}  # left out: the buttons stay
         try:
-            edited = await call(message.edit(content=content, allowed_mentions=self.mentions))
+            edited = await call(
+                message.edit(content=content, allowed_mentions=self.mentions, **view)
+            )
         except RateLimited as exc:
             self.pacer.hold(MESSAGES, key.channel, exc.retry_after)  # for everyone there
             raise
@@ -146,7 +158,7 @@ class DiscordDrafts(PacedDrafts):
             self.showing.forget(message_id)
             self.pacer.settle(MESSAGES, key.channel)  # a deleted draft owes no final edit
             raise
-        self.showing.note(message_id, content, None, edited.content)
+        self.showing.note(message_id, content, buttons, edited.content)
         return True
 
     async def _shows(self, key: ConversationKey, message_id: str) -> str | None:

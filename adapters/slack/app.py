@@ -3,8 +3,9 @@
 What each part does: transport.py starts the Web API client, checks the tokens and connects
 (an HTTP listener or Socket Mode); events.py turns Bolt's events into the host's calls (and says
 why each is acked only after it is stored); outbound.py and streaming.py post replies and drafts;
-history.py reads what was missed; assistant.py runs Slack's assistant threads. Every Web API call
-goes through calls.py, one mapping of every failure into the core's errors.
+stop_button.py puts the Stop button on drafts and takes its clicks; history.py reads what was
+missed; assistant.py runs Slack's assistant threads. Every Web API call goes through calls.py,
+one mapping of every failure into the core's errors.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from adapters.slack.history import History
 from adapters.slack.inbound import Identity
 from adapters.slack.install import StoreInstallations, StoreOAuthStates, oauth_flow
 from adapters.slack.outbound import Outbound, slack_pacer
+from adapters.slack.stop_button import StopButtons
 from adapters.slack.streaming import SlackDrafts
 from adapters.slack.token_box import TokenBox
 from adapters.slack.uninstall import Uninstalls
@@ -102,6 +104,7 @@ class SlackFrontend(
         self.http_port: int | None = None
         self._accepting = True
         self.drafts: WorkspaceDrafts | None = None  # streaming, once started
+        self.stop_buttons: StopButtons | None = None
 
     @property
     def only(self) -> Workspace:
@@ -157,6 +160,8 @@ class SlackFrontend(
         events = SlackEvents(host, self.workspaces, self.listen_channels, uninstalls,
                              lambda: self._catch_up)  # fmt: skip
         events.listen(bolt)
+        self.stop_buttons = StopButtons(host)
+        self.stop_buttons.listen(bolt)
         if self.config.mode == "http":
             self._runner = await transport.serve_http(
                 bolt, self.config, self._signing_secret, lambda: self._accepting, flow
@@ -215,6 +220,8 @@ class SlackFrontend(
         for job in (self._catch_up, self._decider):
             if job is not None:
                 await job.stop()
+        if self.stop_buttons is not None:
+            await self.stop_buttons.idle()  # notices to clickers on their way
         for workspace in [] if self.workspaces is None else self.workspaces.opened():
             await workspace.assistant.stop()
         if self._runner is not None:

@@ -29,6 +29,7 @@ from slack_sdk.signature import Clock, SignatureVerifier
 
 from adapters.slack.events import RESET_COMMAND
 from adapters.slack.inbound import list_of_objects
+from adapters.slack.stop_button import STOP_ACTION
 
 log = logging.getLogger("burstbot.slack")
 
@@ -114,8 +115,10 @@ def signed_problem(body: Any) -> str | None:
     if "command" in body:
         command = body.get("command")
         return None if command == RESET_COMMAND else "a slash command this app does not have"
+    if kind == "block_actions":
+        return _actions_problem(body)
     if kind != "event_callback":
-        return "neither an event, a slash command nor a URL check"
+        return "neither an event, an action, a slash command nor a URL check"
     for field in ("team_id", "api_app_id", "event_id", "enterprise_id"):
         if body.get(field) is not None and not isinstance(body[field], str):
             return f"{field} is not a string"
@@ -126,6 +129,19 @@ def signed_problem(body: Any) -> str | None:
         return "event is not an object"
     if event.get("type") not in HANDLED_EVENTS:
         return "an event type this app does not subscribe to"
+    return None
+
+
+def _actions_problem(body: dict[str, Any]) -> str | None:
+    """Why a signed `block_actions` payload is not a press of a button this app has."""
+    for field in ("team", "user", "container"):
+        if not isinstance(body.get(field), dict):
+            return f"{field} is not an object"
+    actions = body.get("actions")
+    if not (isinstance(actions, list) and actions and list_of_objects(actions)):
+        return "actions is not a list of objects"
+    if not any(action.get("action_id") == STOP_ACTION for action in actions):
+        return "an action this app does not have"
     return None
 
 

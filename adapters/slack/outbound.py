@@ -149,10 +149,12 @@ class Outbound:
         metadata: dict[str, Any],
         what: str,
         taken: bool = False,
+        blocks: list[dict[str, Any]] | None = None,
     ) -> str:
         """One `chat.postMessage` of ours (labelled by `metadata`, so a lost response is found);
         returns its platform id. It waits for its turn on the channel's budget, ahead of every
-        draft, unless the caller has `taken` it (the stream's `draft_turn`)."""
+        draft, unless the caller has `taken` it (the stream's `draft_turn`). With `blocks` (a
+        draft's, with its Stop button) `text` is the notification fallback."""
         if not taken:
             await self.pacer.take(POST, key.channel)
         response = await self.paced(
@@ -167,6 +169,7 @@ class Outbound:
                 unfurl_links=False,
                 unfurl_media=False,
                 metadata=metadata,
+                blocks=blocks,
             ),
         )
         return f"{key.channel}:{response['ts']}"

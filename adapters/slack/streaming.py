@@ -7,15 +7,18 @@ its metadata with the reply's id, so a re-delivery of that reply finds part 0 li
 (looking from the draft's creation, which may be older than the message the reply answers). How
 draft calls share the workspace's budget is docs/streaming-limits.md's (`draft_turn`).
 
-`chat.update` is the path every workspace supports (threads, channels, DMs). In assistant threads
-(`native`) a draft is Slack's native stream instead while its text only grows: native_stream.py
-says how each of the rules above is kept there.
+`chat.update` is the path every workspace supports (threads, channels, DMs). Such a draft shows
+a Stop button under its text, and the reply that finishes it removes the button (stop_button.py).
+In assistant threads (`native`) a draft is Slack's native stream instead while its text only
+grows: native_stream.py says how each of the rules above is kept there (no button: stopping an
+assistant thread's answer is Slack's own control there).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from adapters.markdown import settle_partial
@@ -32,7 +35,8 @@ from adapters.slack.outbound import (
     conversation,
     part_metadata,
 )
-from bot.core.errors import DeliveryError, MessageGone
+from adapters.slack.stop_button import draft_blocks, shows_stop, stop_value
+from bot.core.errors import DeliveryError, MessageGone, RetryableDeliveryError
 from bot.core.events import ConversationKey, Draft, Reply
 from bot.core.frontend import PacedDrafts
 from bot.core.replier import DraftText, SearchStep
@@ -40,6 +44,7 @@ from bot.core.replier import DraftText, SearchStep
 log = logging.getLogger("burstbot.slack")
 
 GONE = frozenset({"message_not_found", "cant_delete_message"})  # a delete with nothing to do
+REMEMBERED_DRAFTS = 1_000  # drafts whose Stop button value a process remembers
 
 
 def native_parts(text: str) -> tuple[str, tuple[SearchStep, ...]]:
@@ -65,6 +70,8 @@ class SlackDrafts(PacedDrafts):
         self._labels: dict[str, str] = {}  # a native draft's message id → the draft's key
         self.showing = Showing()  # what each message we posted or updated shows now
         self.native_refused = ""  # Slack's reason, once it refused to start a stream
+        self._stops: OrderedDict[str, str] = OrderedDict()  # a draft message → its button's value
+        self._buttoned: set[str] = set()  # messages our last post or update gave the button
 
     async def native(self, key: ConversationKey) -> bool:
         if self.native_refused or self._native is None or not key.thread:
@@ -98,10 +105,35 @@ class SlackDrafts(PacedDrafts):
 
     async def _post(self, key: ConversationKey, draft: Draft, text: str, taken: bool = True) -> str:
         metadata, shown = part_metadata(draft.key, 0, key), self.draft_text(text)
-        what = f"draft {draft.key}"
-        message_id = await self.outbound.post(key, shown, metadata, what, taken)
+        what, value = f"draft {draft.key}", stop_value(draft.key, key)
+        blocks = draft_blocks(shown, value)
+        message_id = await self.outbound.post(key, shown, metadata, what, taken, blocks)
         self.showing.note(message_id, shown, metadata)
+        self._remember_stop(message_id, value)
+        self._buttoned.add(message_id)
         return message_id
+
+    def _remember_stop(self, message_id: str, value: str) -> None:
+        self._stops[message_id] = value
+        self._stops.move_to_end(message_id)
+        while len(self._stops) > REMEMBERED_DRAFTS:
+            self._stops.popitem(last=False)
+
+    async def _stop_value(self, key: ConversationKey, message_id: str) -> str:
+        """The Stop button's value for a draft message: known here since its post, or read
+        from its metadata (a draft another process posted: its label is the draft's key)."""
+        value = self._stops.get(message_id)
+        if value is not None:
+            return value
+        message = await self._read_back(key, message_id, quiet=False)
+        if message is None:
+            raise MessageGone(f"draft {message_id}: not found")
+        payload = (message.get("metadata") or {}).get("event_payload") or {}
+        if not isinstance(payload.get("reply_id"), str):
+            raise RetryableDeliveryError(f"draft {message_id}: cannot tell which draft it is")
+        value = stop_value(payload["reply_id"], key)
+        self._remember_stop(message_id, value)
+        return value
 
     async def find_draft(self, key: ConversationKey, draft: Draft) -> str | None:
         """The draft's message, if a post of it shows: read back by its metadata from its
@@ -133,7 +165,9 @@ class SlackDrafts(PacedDrafts):
             metadata = None if label is None else part_metadata(label, 0, key)
             await self._update(message_id, self.draft_text(text), metadata)
             return
-        await self._update(message_id, self.draft_text(text))
+        shown = self.draft_text(text)
+        blocks = draft_blocks(shown, await self._stop_value(key, message_id))
+        await self._update(message_id, shown, blocks=blocks)
 
     async def _stop(self, key: ConversationKey, message_id: str) -> None:
         """Stop the message's native stream if it may run, labelled with its draft's key."""
@@ -152,7 +186,8 @@ class SlackDrafts(PacedDrafts):
         try:
             await call(f"message {message_id}: delete", self.client.chat_delete(channel=channel,
                                                                                 ts=ts))  # fmt: skip
-            self._labels.pop(message_id, None)
+            self._forget(message_id)
+            self._buttoned.discard(message_id)
             self._settle()
         except DeliveryError as exc:
             if slack_code(exc) not in GONE:
@@ -171,18 +206,25 @@ class SlackDrafts(PacedDrafts):
             if draft.message_id is not None and await self.native(reply.key):
                 self._labels.setdefault(message_id, draft.key)
                 await self._stop(reply.key, message_id)
-            self._labels.pop(message_id, None)
-            stored = await self._update(message_id, text, metadata, taken=False)
+            self._forget(message_id)
+            stored = await self._update(message_id, text, metadata, taken=False, blocks=[])
             self._settle()
-            if await self._shows(reply.key, message_id) not in (None, stored):
+            message = await self._read_back(reply.key, message_id)
+            if message is not None and (message.get("text") != stored or shows_stop(message)):
                 log.warning("reply %s: a stale draft edit landed after the final text; restored",
                             reply.id)  # fmt: skip
                 self.showing.forget(message_id)  # it shows something else: update it
-                await self._update(message_id, text, metadata, taken=False)
+                self._buttoned.add(message_id)
+                await self._update(message_id, text, metadata, taken=False, blocks=[])
         except MessageGone:
             log.info("reply %s: its draft was deleted; posting the reply anew", reply.id)
             return await self.outbound.post(reply.key, text, metadata, f"reply {reply.id} part 0")
         return message_id
+
+    def _forget(self, message_id: str) -> None:
+        """The draft message is finished or deleted: no more edits of it as a draft."""
+        self._labels.pop(message_id, None)
+        self._stops.pop(message_id, None)
 
     def _settle(self) -> None:
         """A draft's final update was made (or the draft deleted): it owes the budget nothing."""
@@ -194,12 +236,15 @@ class SlackDrafts(PacedDrafts):
         text: str,
         metadata: dict[str, Any] | None = None,
         taken: bool = True,
+        blocks: list[dict[str, Any]] | None = None,
     ) -> str:
         """Update one message of ours (after its turn on the budget, unless `taken` already: the
         stream's `draft_turn`); returns its text as Slack stored it. An update that would change
-        nothing (the text and metadata it shows since our last call) is not sent."""
+        nothing (the text, metadata and Stop button it shows since our last call) is not sent.
+        `blocks`: a draft's (with the button), [] to remove them, None to leave them."""
         team = self.outbound.identity.team_id
-        unchanged = self.showing.unchanged(message_id, text, metadata)
+        button_changes = blocks is not None and (message_id in self._buttoned) != bool(blocks)
+        unchanged = None if button_changes else self.showing.unchanged(message_id, text, metadata)
         if unchanged is not None:
             if taken:  # the stream took a token for it: give it back
                 self.outbound.pacer.refund(UPDATE, team)
@@ -208,7 +253,9 @@ class SlackDrafts(PacedDrafts):
         if not taken:
             await self.outbound.pacer.take(UPDATE, team)
         what = f"message {message_id}: update"
-        request = self.client.chat_update(channel=channel, ts=ts, text=text, metadata=metadata)
+        request = self.client.chat_update(
+            channel=channel, ts=ts, text=text, metadata=metadata, blocks=blocks
+        )
         try:
             response = await self.outbound.paced(UPDATE, team, what, request)
         except MessageGone:
@@ -217,17 +264,24 @@ class SlackDrafts(PacedDrafts):
             raise
         stored = str(response.get("text", text))
         self.showing.note(message_id, text, metadata, stored)
+        if blocks is not None:
+            (self._buttoned.add if blocks else self._buttoned.discard)(message_id)
         return stored
 
-    async def _shows(self, key: ConversationKey, message_id: str) -> str | None:
-        """The text a message of ours shows now (None when it cannot be read back)."""
+    async def _read_back(
+        self, key: ConversationKey, message_id: str, quiet: bool = True
+    ) -> Mapping[str, Any] | None:
+        """A message of ours as it shows now, with its metadata (None: not there, or, `quiet`,
+        it cannot be read back; not `quiet`, a failed read raises)."""
         channel, ts = split_message_id(message_id)
         what = f"message {message_id}: reading it back"
         window: dict[str, Any] = {"oldest": ts, "latest": ts, "inclusive": True, "limit": 1}
         try:
             async for message in conversation(self.client, what, channel, key.thread, 1, **window):
                 if message.get("ts") == ts:
-                    return str(message.get("text", ""))
+                    return message
         except DeliveryError as exc:
+            if not quiet:
+                raise
             log.info("%s failed (%s)", what, exc)
         return None

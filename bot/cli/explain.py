@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from bot.core.actions import ActionRecord
+from bot.core.clicks import ClickRecord
 from bot.core.events import ConversationKey
 from bot.core.store import (
     UNFINISHED,
@@ -92,6 +93,7 @@ def _generation_events(
         "failed": f"model failed: {printable(g.error or '')} ({tokens})",
         "lease_lost": f"lease lost; reply dropped ({tokens})",
         "skipped": f"no model call: {printable(g.error or '')}",
+        "stopped": f"{printable(g.error or 'stopped')}, stream cancelled ({tokens})",
     }.get(outcome, outcome)
     seconds = g.ended_at - g.started_at
     searches = [(g.started_at, 1, _search_line(search, redact)) for search in g.searches]
@@ -128,6 +130,14 @@ def _window_event(g: GenerationRecord, messages: list[StoredMessage]) -> list[Ev
     waited = g.started_at - last.created_at
     reason = printable(last.quiet_reason)
     return [(g.started_at, 1, f"window    {reason} (closed {waited:.1f} s after the burst's end)")]
+
+
+def _click_line(c: ClickRecord) -> str:
+    """A click and its decision: `stopped by NAME at …` when it stopped the burst."""
+    who = printable(c.clicker_name)
+    if c.outcome == "stopped":
+        return f"clicked   {c.kind}: stopped by {who} at {_clock(c.clicked_at)} (v{c.version})"
+    return f"clicked   {c.kind} by {who}: {printable(c.outcome or 'undecided')}, nothing changed"
 
 
 def _reply_events(r: OutboxRow, redact: bool) -> list[Event]:
@@ -173,6 +183,8 @@ async def explain_lines(
         events += _window_event(generation, messages)
     for action in await inspector.actions(conversation_id):
         events.append((action.started_at, 1, _action_line(action, redact)))
+    for click in await inspector.clicks(conversation_id):
+        events.append((click.clicked_at, 1, _click_line(click)))
     for reply in replies:
         events += _reply_events(reply, redact)
     events.sort(key=lambda e: (e[0], e[1]))

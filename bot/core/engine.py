@@ -19,6 +19,11 @@ Rules (the pipeline of docs/design.md), which this file keeps and nothing else c
 7. Model failures release and re-arm with backoff (doubling, jittered, capped at
    `MODEL_BACKOFF_CAP_SECONDS`); after `max_attempts` (or a permanent error) the failure message is
    posted and the burst counts as answered. No message is lost either way.
+8. Clicks (clicks.py): a stop is stored and decided in one transaction before the platform is
+   answered; a decided stop moves the version, so the watch cancels the stream, and the worker
+   (or, when none generates the burst, whichever takes the lease next) commits the stopped
+   answer: the text shown so far and who stopped it, covering the burst; nothing of it is
+   generated again.
 
 A `Burst` (burst.py) is what a worker collected under its lease; it builds the final check and the
 replies. Kept out of the transitions: the cost guards (`GuardStep`, guard.py: ask before a model
@@ -39,6 +44,7 @@ from typing import Any
 from bot.core.attachments import AttachmentLoader
 from bot.core.backoff import Backoff
 from bot.core.burst import Burst, reply_text, spent
+from bot.core.clicks import Click, ClickAnswer, stopped_text
 from bot.core.clock import Clock
 from bot.core.errors import PermanentReplierError, ReplierError, StoreError
 from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEvent
@@ -56,6 +62,7 @@ from bot.core.store import (
     Committed,
     Discarded,
     DueTimer,
+    FinalCheck,
     GenerationOutcome,
     IngestResult,
     Lease,
@@ -159,6 +166,17 @@ class Engine:
             self.indicator.show(event.key, result.due_at, result.version, event.message_id)
         return result
 
+    async def click(self, click: Click, admin: bool) -> ClickAnswer:
+        """A stop click, stored and decided before the front end answers the platform (G16);
+        `admin`: the clicker is one of `[access] admin_ids`."""
+        outcome = await self.store.stop(click, admin, self.clock.now())
+        cid = click.key.id
+        self._emit("clicked", conversation=cid, kind=click.kind, outcome=outcome)
+        if outcome == "stopped":
+            self.supervisor.newer_input(cid)  # this process's generation is cancelled at once
+            self._wakeup.wake()  # a burst no worker generates is served now
+        return ClickAnswer(outcome)
+
     async def flush(self, key: ConversationKey) -> None:
         await self.store.flush(key.id, self.clock.now())
         self._wakeup.wake()
@@ -251,6 +269,9 @@ class Engine:
         key = ConversationKey.parse(cid)
         pending = await self.store.pending_messages(cid, lease.answered_version, lease.version)
         burst = Burst(lease, key, self.settings.timing_for(key), tuple(pending), self.clock.now())
+        if lease.stop_version is not None:  # stopped while no generation of it ran here
+            await self._stopped(burst, GenerationProgress())
+            return
         if not burst.messages:
             if await self._until_close(lease):
                 await self._all_deleted(burst)
@@ -341,6 +362,9 @@ class Engine:
             await window.stop()
         await stream.stop(outcome)
         await self.guard.charge(burst.key, burst.messages, spent(usage), self.clock.now())
+        if outcome is Supervision.STOPPED:
+            await self._stopped(burst, usage)
+            return
         if outcome is Supervision.SUPERSEDED:
             await self._record(burst, "superseded", usage)
             self._emit("superseded", conversation=cid, wasted=usage.output_tokens,
@@ -380,6 +404,32 @@ class Engine:
         self.signals.generation(posted)  # recorded by the commit
         self._emit("committed", conversation=cid, reply_id=row.id, version=lease.version,
                    latency=now - burst.messages[-1].created_at)  # fmt: skip
+        await self.outbox.deliver_committed(done)
+
+    async def _stopped(self, burst: Burst, usage: GenerationProgress) -> None:
+        """A person stopped the burst: it is answered by what was shown so far and who stopped
+        it, through the draft's final edit; the commit covers everything the stop covered."""
+        lease, cid = burst.lease, burst.lease.conversation_id
+        self._committing.add(cid)
+        stop = await self.store.pending_stop(cid)
+        now = self.clock.now()
+        if stop is None:  # answered meanwhile by another worker
+            await self.store.release_lease(cid, lease.token)
+            return
+        text = stopped_text("".join(usage.streamed), stop.clicker_name)
+        reply = burst.answer(text, usage)
+        record = burst.record("stopped", usage, now, f"stopped by {stop.clicker_name}")
+        check = FinalCheck(lease.token, stop.version, deadline_passed=True, stopping=True)
+        done = await self.store.commit(
+            cid, check, now, burst.timing, reply, record, self.outbox.claim
+        )
+        if not isinstance(done, Committed) or done.reply is None:
+            await self._record(burst, "discarded", usage)
+            await self.store.release_lease(cid, lease.token)
+            return
+        self.signals.generation(record)
+        log.info("conversation %s: stopped by %s", cid, stop.clicker_name)
+        self._emit("stopped", conversation=cid, reply_id=done.reply.id, by=stop.clicker_id)
         await self.outbox.deliver_committed(done)
 
     # 7. model failures ----------------------------------------------------------------------------

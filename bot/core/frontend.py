@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from bot.core.clicks import Click, ClickAnswer
 from bot.core.errors import BurstbotError, ConfigError
 from bot.core.events import Attachment, ConversationKey, Draft, Event, Reply
 from bot.core.installations import InstallationBook
@@ -40,6 +41,11 @@ class Host(Protocol):
 
     async def ingest(self, event: Event) -> IngestResult:
         """Store the event durably (milliseconds) and return; ack the platform only after this."""
+        ...
+
+    async def click(self, click: Click) -> ClickAnswer:
+        """Store and decide a button press (G16) in one step; answer the platform only after
+        this, telling the clicker alone `ClickAnswer.notice` if there is one."""
         ...
 
     async def flush(self, key: ConversationKey) -> None:

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from bot.core.clicks import ClickStore
 from bot.core.events import Attachment, Draft, IncomingMessage, MessageDeleted, MessageEdited
 from bot.core.quiet_window import AdaptiveWindow
 
@@ -88,6 +89,7 @@ class Lease:
     failed_attempts: int
     taken_over: bool = False  # the previous holder let it expire without releasing it
     closes_at: float = 0.0  # the burst's window closes then: a lease taken before it speculates
+    stop_version: int | None = None  # a click stopped the pending burst (bot/core/clicks.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,11 +162,13 @@ def notice_slot(message_id: str) -> int:
 @dataclass(frozen=True, slots=True)
 class FinalCheck:
     """Step 5's condition: the lease's fencing `token` still holds and `version` (V, the burst's
-    snapshot) is still current, unless the burst's deadline has passed."""
+    snapshot) is still current, unless the burst's deadline has passed. A burst with a decided stop
+    is answered only by its stopped answer (`stopping`, with the stop's version)."""
 
     token: int
     version: int
     deadline_passed: bool
+    stopping: bool = False
 
 
 OutboxState = Literal["pending", "sent", "failed"]
@@ -242,7 +246,9 @@ class Discarded:
 
 CommitOutcome = Committed | Discarded
 
-GenerationOutcome = Literal["posted", "superseded", "discarded", "failed", "lease_lost", "skipped"]
+GenerationOutcome = Literal[
+    "posted", "superseded", "discarded", "failed", "lease_lost", "skipped", "stopped"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,10 +316,10 @@ class FileStore(Protocol):
         ...
 
 
-class BurstStore(FileStore, Protocol):
+class BurstStore(FileStore, ClickStore, Protocol):
     """The burst protocol (the engine, its supervisor and speculation window, the scheduler's
-    timer index, a typing notice): arrival, timers, leases, collect, the final check and commit,
-    model failures and every generation's record."""
+    timer index, a typing notice): arrival and clicks, timers, leases, collect, the final check
+    and commit, model failures and every generation's record."""
 
     # 1. arrival -------------------------------------------------------------------------------
     async def ingest(self, message: IncomingMessage, now: float, timing: Timing) -> IngestResult:

@@ -11,6 +11,8 @@ Rules:
 - Watch the version: this process's ingest says so at once, and a poll every `poll_seconds` sees
   input that other processes stored. Newer input before the burst's deadline cancels the stream at
   once, so nobody pays for tokens nobody will read; past the deadline the generation runs on (G4).
+- A decided stop (a click, bot/core/clicks.py) moves the version too, and cancels the stream
+  whether or not the deadline has passed: the watch ends `STOPPED`.
 - Each look announces `looked` (with `superseded`), so a test can wait for the decision instead of
   sleeping and hoping it was made.
 
@@ -36,6 +38,7 @@ class Supervision(enum.Enum):
     DONE = "done"
     SUPERSEDED = "superseded"  # newer input before the deadline: the stream was cancelled
     LEASE_LOST = "lease_lost"  # a renewal failed: the stream was cancelled
+    STOPPED = "stopped"  # a person stopped the burst: the stream was cancelled
 
 
 @dataclass(eq=False)
@@ -51,6 +54,15 @@ class Supervisor:
         bumped = self._version_bumped.get(conversation_id)
         if bumped is not None:
             bumped.set()
+
+    async def _newer(self, cid: str, version: int, in_time: bool) -> Supervision | None:
+        """What newer input means for a generation of `version`: nothing, a supersede (before
+        the deadline) or a stop (at any time)."""
+        if await self.store.current_version(cid) <= version:
+            return None
+        if await self.store.pending_stop(cid) is not None:
+            return Supervision.STOPPED
+        return Supervision.SUPERSEDED if in_time else None
 
     async def watch(
         self,
@@ -76,12 +88,11 @@ class Supervisor:
                 if bumped.is_set() or ticked >= next_poll:
                     bumped.clear()
                     next_poll = ticked + self.settings.poll_seconds
-                    in_time = clock.now() < deadline
-                    if in_time and await self.store.current_version(cid) > lease.version:
+                    ended = await self._newer(cid, lease.version, clock.now() < deadline)
+                    self.signals.emit("looked", conversation=cid, superseded=ended is not None)
+                    if ended is not None:
                         await cancel_all([generation])
-                        self.signals.emit("looked", conversation=cid, superseded=True)
-                        return Supervision.SUPERSEDED
-                    self.signals.emit("looked", conversation=cid, superseded=False)
+                        return ended
                 if ticked >= next_renew:
                     expires_at = await self.store.renew_lease(
                         cid, lease.token, lease.version, clock.now(), ttl

@@ -1,14 +1,16 @@
 /*
  * The burst protocol of burstbot as a Promela model for Spin: ingest, the debounce timer, the
- * lease, the final check and commit, the outbox claim and delivery, shutdown, and (with
- * -DSTREAMING) the streamed draft, on Discord (-DDISCORD) with its nonce window.
+ * lease, the final check and commit, the outbox claim and delivery, shutdown, (with
+ * -DSTREAMING) the streamed draft, on Discord (-DDISCORD) with its nonce window, and (with
+ * -DSTREAMING -DSTOP) a person's Stop click on the draft.
  * docs/model/README.md says what is modelled, what is not, and how to run and read it.
  *
  * World: one conversation; a user who sends up to NMSG messages (the platform may deliver one
  * twice); NW worker processes, each with a generation side (Gen) and a delivery side (Del) that
  * crash and restart together; a Chaos process that crashes workers, lets leases and claims
  * expire, cuts a deliverer off from the database, lands or loses orphaned draft posts and plays
- * a person who deletes a draft; a platform that counts every post it receives.
+ * a person who deletes a draft; a platform that counts every post it receives; with -DSTOP, a
+ * Person who presses Stop on a draft (two clicks, the first delivered twice).
  *
  * Each database statement is one atomic step mirroring a named query in storage/*.sql. A
  * compare-and-swap that would match no row changes nothing, so it is a step only when it matches
@@ -63,6 +65,13 @@
  * With -DSTREAMING -DSPECULATE (a generation may start before its burst's window closes):
  *   MUTANT_EARLY_COMMIT  a generation done before the close commits at once                 G4
  *   MUTANT_EARLY_DRAFT   a speculation shows its draft before the close                     G4
+ * With -DSTREAMING -DSTOP (Stop clicks; see the STOP block):
+ *   MUTANT_STOP_WITHOUT_CAS     the stop's decision is not conditional on the burst being    G16
+ *                       unanswered and not stopped already: a second click stops it again
+ *   MUTANT_COMMIT_IGNORES_STOP  the final check without the `stopping` rule: a generation's  G16
+ *                       own answer commits over a decided stop
+ *   MUTANT_CLICK_NOT_DEDUPED    the click id is not unique: a second delivery is stored and  G16
+ *                       decided again
  */
 
 #ifndef NMSG
@@ -83,6 +92,15 @@
 #define NW       2   /* worker processes (the Gen/Del/crash steps are written out for two) */
 #define NPART    2   /* parts of a reply */
 #define NKEY     6   /* draft keys 1 .. NKEY - 1 (more would be a model bound, asserted) */
+#if defined(STOP)
+#if !defined(STREAMING) || defined(SPECULATE) || defined(DISCORD) || defined(ACTIONS)
+#error "the click world (-DSTOP) is built on the world with drafts (-DSTREAMING) alone"
+#endif
+#define NCLICK   2   /* Stop clicks (distinct platform click ids); each stops at most once */
+#define NVER     (NMSG + NCLICK)   /* a decided stop raises the version like a message */
+#else
+#define NVER     NMSG
+#endif
 
 #if !defined(ONLY) || ONLY == 1
 #define CHECK_G1 assert(G1_no_message_covered_twice)
@@ -111,6 +129,13 @@
 #else
 #define CHECK_G14 skip
 #endif
+#if !defined(ONLY) || ONLY == 16
+#define CHECK_G16_ONE assert(G16_one_decision)
+#define CHECK_G16_END assert(G16_stop_ends_burst)
+#else
+#define CHECK_G16_ONE skip
+#define CHECK_G16_END skip
+#endif
 
 /* reply states */
 #define PENDING 1
@@ -123,6 +148,8 @@
 #define G_GEN     2   /* generating */
 #define G_RELEASE 3   /* release the lease */
 #define G_SKIP    4   /* refused silently (guard) or all deleted: commit without a reply */
+#define G_STOPPED 5   /* a stop is pending (seen at the lease or by the watch): pending_stop */
+#define G_STOP_COMMIT 6  /* the stopped answer: final check (stopping) + commit */
 
 /* Gen draft state (STREAMING) */
 #define DR_NONE   0   /* the generation has not touched the draft yet */
@@ -174,7 +201,7 @@ bool r_expired[NMSG];    /* claim_expires_at < now */
 /* the platform, raw: posts received per (row, part) (a reply's final edit of its draft counts
    as its part 1, once); per message, the row whose post first covered it */
 byte posts[NMSG * NPART];
-byte covered_by[NMSG + 1];
+byte covered_by[NVER + 1];
 
 /* worker-local state, lost on a crash (global so that a crash can reset it) */
 byte g_pc[NW], g_tok[NW], g_V[NW], g_ans[NW];
@@ -213,6 +240,21 @@ byte g_rep[NW];          /* its draft post is a re-post of the key: 1 the only o
 byte deletes;
 #endif
 
+#if defined(STOP)
+/* Stop clicks: conversations.stop_version, and the clicks table by click id (index c: click
+   c + 1). A click names the draft it was pressed on (its target); its rows (1, or with the
+   mutant one per delivery), the outcome decided and the stop's version. */
+#define CL_STOPPED 1
+#define CL_NOT     2   /* ended, already stopped (the clicker is told; nothing changes) */
+byte stop_v;             /* 0 = NULL */
+byte cl_target[NCLICK];  /* 0: not clicked yet */
+byte cl_rows[NCLICK];
+byte cl_outcome[NCLICK]; /* 0: not decided */
+byte cl_version[NCLICK];
+/* ghost: a stop was decided while answered_version was a (the burst after a was stopped) */
+byte stop_of[NVER + 1];  /* the stop's version, 0: none */
+#endif
+
 /* fault budgets */
 byte crashes, stalls;
 
@@ -224,6 +266,9 @@ hidden byte G9_replies_in_commit_order;
 hidden byte G10_one_visible_message_per_burst;
 hidden byte G10_no_stray_draft;
 hidden byte G4_nothing_before_close;
+hidden byte G16_one_decision;
+hidden byte G16_stop_ends_burst;
+hidden byte h_stopping;  /* the commit is the stopped answer (FinalCheck.stopping) */
 hidden byte model_bound_draft_keys;
 
 /* G2: from some point on, every accepted message is answered and every reply is sent or
@@ -273,6 +318,26 @@ ltl G2_every_message_covered { <> [] settled }
 #define CURRENT(w) true
 #else
 #define CURRENT(w) (version == g_V[w] || h_dl)
+#endif
+
+/* the final check's `stopping` rule: while a stop is pending only the stopped answer, covering
+   up to the stop's version, commits; otherwise no stop may be pending */
+#if defined(STOP) && defined(MUTANT_COMMIT_IGNORES_STOP)
+#define STOP_RULE(w) true
+#elif defined(STOP)
+#define STOP_RULE(w) (h_stopping -> stop_v == g_V[w] : stop_v <= answered)
+#else
+#define STOP_RULE(w) true
+#endif
+
+/* G16 at every commit (a reply, or a burst answered without one): a burst with a decided stop
+   is answered by its stopped answer alone, covering up to the stop */
+#if defined(STOP)
+#define g16_commit_check(w) \
+  G16_stop_ends_burst = (h_stopping -> stop_of[answered] == g_V[w] : stop_of[answered] == 0); \
+  CHECK_G16_END
+#else
+#define g16_commit_check(w) skip
 #endif
 
 #if defined(MUTANT_CLAIM_TOKEN) || defined(MUTANT_OLD_DELIVERY)
@@ -574,6 +639,12 @@ proctype Quiet() {
     printf("quiet: every draft checked\n");
     CHECK_G10_QUIET;
     h_k = 0
+#if defined(STOP)
+    ;
+    /* G16: a decided stop has ended its burst, answered */
+    G16_stop_ends_burst = (stop_of[answered] == 0);
+    CHECK_G16_END
+#endif
   }
 }
 
@@ -584,6 +655,90 @@ proctype Quiet() {
 #define is_edit(w) false
 #define reachable(w) true
 #define drafts_ready(r) true
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * 1b. Stop clicks (STOP). A person presses Stop on a draft that shows; the platform delivers
+ * the click, and may deliver it again (a retry, or to the other process). Each delivery is the
+ * store's one transaction (storage/clicks.py): insert_click (a stored click id inserts nothing:
+ * a duplicate), decide_stop (one conditional UPDATE: the clicked draft is still the
+ * conversation's, its burst unanswered and not stopped already; it raises the version and sets
+ * stop_version to it), arm_stop_timer (due now, armed at the stop's version), decide_click.
+ * Who may stop (an author of the burst, or an admin) is not modelled: every click may.
+ */
+#if defined(STOP)
+#if defined(MUTANT_STOP_WITHOUT_CAS)
+#define STOP_CAS(c) (c_dkey == cl_target[c])
+#else
+#define STOP_CAS(c) (answered < version && c_dkey == cl_target[c] && stop_v <= answered)
+#endif
+#if defined(MUTANT_CLICK_NOT_DEDUPED)
+#define STORED_ALREADY(c) false
+#else
+#define STORED_ALREADY(c) (cl_rows[c] > 0)
+#endif
+
+/* pending_stop: a decided stop not answered yet, joined with its click */
+#define pending_stop() \
+  (stop_v > answered && \
+   ((cl_outcome[0] == CL_STOPPED && cl_version[0] == stop_v) || \
+    (cl_outcome[1] == CL_STOPPED && cl_version[1] == stop_v)))
+
+inline click_tx(c) {
+  if
+  :: STORED_ALREADY(c) ->
+     printf("click %d delivered again: duplicate, nothing changes\n", c + 1)
+  :: else ->
+     cl_rows[c]++;
+     if
+     :: STOP_CAS(c) ->
+        /* G16: a burst is stopped at most once */
+        G16_one_decision = (stop_of[answered] == 0);
+        CHECK_G16_ONE;
+        version++;
+        stop_v = version;
+        stop_of[answered] = version;
+        timer = true;
+        armed = version;
+        h_i = CL_STOPPED;
+        h_s = version;
+        printf("click %d stops burst (%d, %d]: version %d, timer armed\n",
+               c + 1, answered, version - 1, version)
+     :: else ->
+        h_i = CL_NOT;
+        h_s = 0;
+        printf("click %d on draft %d changes nothing (ended or stopped already)\n",
+               c + 1, cl_target[c])
+     fi;
+     /* decide_click. G16: a click is decided once (a second delivery changes nothing) */
+     G16_one_decision = (cl_outcome[c] == 0);
+     CHECK_G16_ONE;
+     cl_outcome[c] = h_i;
+     cl_version[c] = h_s;
+     h_i = 0;
+     h_s = 0
+  fi
+}
+
+/* a press on draft k while it shows, delivered at once (a delivery that comes later is a later
+   press on the same draft; click 2 after click 1: another person, or a second press) */
+#define PRESS(c, k) \
+  :: d_step { cl_target[c] == 0 && ((c) == 0 || cl_target[0] != 0) && (k) <= nkeys && \
+              k_state[k] == K_SHOWN -> \
+       cl_target[c] = k; \
+       printf("person: presses Stop on draft %d (click %d)\n", k, (c) + 1); \
+       click_tx(c) }
+
+proctype Person() {
+  bool again;   /* click 1 was delivered again */
+end:
+  do
+  PRESS(0, 1) PRESS(0, 2) PRESS(0, 3) PRESS(0, 4) PRESS(0, 5)
+  PRESS(1, 1) PRESS(1, 2) PRESS(1, 3) PRESS(1, 4) PRESS(1, 5)
+  /* click 1 delivered again (a retry, or to the other process), at any later point */
+  :: d_step { cl_target[0] != 0 && !again -> again = true; click_tx(0) }
+  od
+}
 #endif
 
 /* ---------------------------------------------------------------------------------------------
@@ -614,8 +769,9 @@ inline commit(w) {
   :: else -> break
   od;
   if
-  :: FENCE(w) && answered < g_V[w] && CURRENT(w) && !h_r ->
+  :: FENCE(w) && answered < g_V[w] && CURRENT(w) && STOP_RULE(w) && !h_r ->
      g4_check();
+     g16_commit_check(w);
      h_r = nrows;
      nrows++;
      npending++;
@@ -650,7 +806,7 @@ inline commit(w) {
      g_pc[w] = G_RELEASE;
      stream_stop(w)
   fi;
-  h_dl = 0; h_r = 0; h_s = 0
+  h_dl = 0; h_r = 0; h_s = 0; h_stopping = 0
 }
 
 #if defined(STREAMING)
@@ -658,8 +814,9 @@ inline commit(w) {
    without a reply, and the draft record closed (its message was deleted before) */
 inline skip_commit(w) {
   if
-  :: FENCE(w) && answered < g_V[w] && CURRENT(w) ->
+  :: FENCE(w) && answered < g_V[w] && CURRENT(w) && STOP_RULE(w) ->
      g4_check();
+     g16_commit_check(w);
      answered = g_V[w];
      lease_owner = 0;
      lease_expired = false;
@@ -726,8 +883,22 @@ end:
        printf("%c: lease token %d, burst (%d, %d]\n", 65 + w, lease_token, answered, version);
        if
        :: g_V[w] <= g_ans[w] -> g_pc[w] = G_NOTHING
+#if defined(STOP)
+       /* the lease returns a pending stop (stop_version > answered_version): the burst is
+          answered as stopped, with no model call */
+       :: g_V[w] > g_ans[w] && stop_v > answered ->
+          printf("%c: the lease sees the stop of version %d\n", 65 + w, stop_v);
+          g_pc[w] = G_STOPPED
+#endif
        :: else -> g_pc[w] = G_GEN
-       fi }
+       fi
+#if defined(STOP)
+       ;
+       /* G16: nothing of a stopped burst is generated again */
+       G16_stop_ends_burst = !(g_pc[w] == G_GEN && stop_of[answered] != 0);
+       CHECK_G16_END
+#endif
+     }
   /* nothing pending: drop_timer (armed_version <= V), then release */
   :: d_step { g_pc[w] == G_NOTHING ->
        if
@@ -745,8 +916,34 @@ end:
           printf("%c: lease renewal failed: generation aborted\n", 65 + w);
           gen_reset(w)
        fi }
+#if defined(STOP)
+  /* the watch: newer input that is a decided stop (pending_stop) ends the generation as
+     stopped and cancels its stream, whether or not the deadline has passed */
+  :: d_step { g_pc[w] == G_GEN && version > g_V[w] && pending_stop() ->
+       printf("%c: version %d > %d is a stop: generation cancelled\n", 65 + w, version, g_V[w]);
+       g_pc[w] = G_STOPPED;
+       stream_stop(w) }
+  /* the stopped answer (Engine._stopped): pending_stop again (none: answered meanwhile, release),
+     then the final check with `stopping` and the stop's version, the deadline passed, and the
+     commit: the text shown so far covers the burst up to the stop, through the draft */
+  :: d_step { g_pc[w] == G_STOPPED ->
+       if
+       :: pending_stop() -> g_V[w] = stop_v; g_pc[w] = G_STOP_COMMIT
+       :: else ->
+          printf("%c: no pending stop: releases\n", 65 + w);
+          g_pc[w] = G_RELEASE
+       fi }
+  :: d_step { g_pc[w] == G_STOP_COMMIT ->
+       printf("%c: commits the stopped answer up to version %d\n", 65 + w, g_V[w]);
+       h_dl = 1;
+       h_stopping = 1;
+       commit(w) }
+#define SUPERSEDE(w) (version > g_V[w] && !pending_stop())
+#else
+#define SUPERSEDE(w) (version > g_V[w])
+#endif
   /* newer input before the deadline: cancel, then release */
-  :: d_step { g_pc[w] == G_GEN && version > g_V[w] ->
+  :: d_step { g_pc[w] == G_GEN && SUPERSEDE(w) ->
        printf("%c: version %d > %d: generation cancelled\n", 65 + w, version, g_V[w]);
        g_pc[w] = G_RELEASE;
        stream_stop(w) }
@@ -1300,6 +1497,9 @@ init {
     run Chaos();
 #if defined(SPECULATE)
     run Time();
+#endif
+#if defined(STOP)
+    run Person();
 #endif
 #if defined(STREAMING)
     run Quiet()

@@ -1,0 +1,158 @@
+"""The Stop button on a streamed draft (docs/controls.md): Block Kit out, a click in.
+
+Out: a draft posted with `chat.postMessage` and edited with `chat.update` shows its text as
+`section` blocks and, under them, one `actions` block with the Stop button, whose value names
+the draft and its conversation (what the store decides a stop against); `text` stays the
+notification fallback. `chat.update` keeps a message's blocks when it is sent none, so every
+draft edit sends both, and the reply that finishes the draft sends `blocks=[]`: the answer's
+final text shows without the button. Native streams (assistant threads) carry no button.
+
+In: a click arrives as a `block_actions` payload (HTTP: a signed `payload=` form; Socket Mode:
+an `interactive` envelope) and is handed to the host, which stores and decides it in one
+transaction, before Bolt acks (`process_before_response`, transport.py). Its id is Slack's
+`action_ts` with the `trigger_id`: the same on a redelivery, so a click counts once. If it cannot
+be stored the listener answers 500 (HTTP) or sends no ack (Socket Mode): Slack never retries an
+interaction, and shows the clicker that it failed. A refused or late click is told to the
+clicker alone (`chat.postEphemeral`), after the ack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.response import BoltResponse
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.slack.calls import call
+from adapters.slack.inbound import Payload
+from adapters.slack.mrkdwn import split_mrkdwn
+from bot.core.clicks import Click
+from bot.core.errors import BurstbotError, StoreError
+from bot.core.events import ConversationKey
+from bot.core.frontend import Host
+
+log = logging.getLogger("burstbot.slack")
+
+STOP_ACTION = "burstbot_stop"
+STOP_LABEL = "Stop"
+SECTION_CHARS = 3000  # Slack's limit on a section's text
+MAX_VALUE_CHARS = 2000  # ... on a button's value
+
+
+def stop_value(draft_key: str, key: ConversationKey) -> str:
+    """What the button carries back: the draft it stops and that draft's conversation."""
+    return json.dumps({"draft": draft_key, "conversation": key.id}, separators=(",", ":"))
+
+
+def draft_blocks(shown: str, value: str) -> list[dict[str, Any]]:
+    """A draft's blocks: its text (in sections of Slack's size), then the Stop button."""
+    sections: list[dict[str, Any]] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": part}, "expand": True}
+        for part in split_mrkdwn(shown, SECTION_CHARS)
+        if part.strip()
+    ]
+    button = {"type": "button", "action_id": STOP_ACTION, "value": value,
+              "text": {"type": "plain_text", "text": STOP_LABEL}}  # fmt: skip
+    return [*sections, {"type": "actions", "elements": [button]}]
+
+
+def shows_stop(message: Mapping[str, Any]) -> bool:
+    """Whether a message (as the Web API reads it back) still shows the Stop button."""
+    for block in message.get("blocks") or []:
+        for element in block.get("elements") or [] if isinstance(block, Mapping) else []:
+            if isinstance(element, Mapping) and element.get("action_id") == STOP_ACTION:
+                return True
+    return False
+
+
+@dataclass(frozen=True)
+class StopPress:
+    """A Stop click as the payload gives it: the click, and where to tell the clicker."""
+
+    click: Click
+    channel: str
+    thread: str
+
+
+def stop_press(body: Payload) -> StopPress | None:
+    """The Stop click of a `block_actions` payload; None when it is not one we can act on."""
+    actions = body.get("actions")
+    user, team, container = body.get("user"), body.get("team"), body.get("container")
+    if not (isinstance(actions, list) and isinstance(user, Mapping) and isinstance(team, Mapping)):
+        return None
+    action = next((a for a in actions if isinstance(a, Mapping)
+                   and a.get("action_id") == STOP_ACTION), None)  # fmt: skip
+    if action is None or not isinstance(container, Mapping):
+        return None
+    try:
+        value = json.loads(str(action.get("value", "")))
+        key = ConversationKey.parse(str(value["conversation"]))
+        draft = str(value["draft"])
+    except (ValueError, TypeError, KeyError):
+        return None
+    clicker, action_ts = str(user.get("id") or ""), str(action.get("action_ts") or "")
+    channel = str(container.get("channel_id") or "")
+    if not (clicker and action_ts and draft) or key.platform != "slack" or key.channel != channel:
+        return None  # a value pointing at another conversation than the button's own
+    if key.workspace != str(team.get("id") or ""):
+        return None
+    name = str(user.get("name") or user.get("username") or clicker)
+    click_id = f"slack:{key.workspace}:{action_ts}:{body.get('trigger_id') or clicker}"
+    thread = str(container.get("thread_ts") or key.thread)
+    return StopPress(Click(click_id, key, "stop", draft, clicker, name), channel, thread)
+
+
+@dataclass(eq=False)
+class StopButtons:
+    """The listener of the Stop button."""
+
+    host: Host
+    _telling: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+
+    def listen(self, bolt: AsyncApp) -> None:
+        bolt.action(STOP_ACTION)(self._on_stop)
+
+    async def _on_stop(
+        self, ack: AsyncAck, body: Payload, client: AsyncWebClient
+    ) -> BoltResponse | None:
+        """Bolt answers Slack when this returns: only after the click is stored."""
+        press = stop_press(body)
+        if press is None:
+            log.warning("slack: ignored a Stop click that names no draft of this channel")
+            await ack()
+            return None
+        try:
+            answer = await self.host.click(press.click)
+        except StoreError as exc:
+            log.warning("slack: a Stop click was not stored (%s); not acknowledged, so Slack "
+                        "shows its clicker that it failed", exc)  # fmt: skip
+            return BoltResponse(status=500, body="")
+        await ack()
+        if answer.notice is not None:
+            task = asyncio.create_task(self._tell(client, press, answer.notice))
+            self._telling.add(task)
+            task.add_done_callback(self._telling.discard)
+        return None
+
+    async def _tell(self, client: AsyncWebClient, press: StopPress, notice: str) -> None:
+        """The clicker alone sees why nothing happened (best effort: the click is decided)."""
+        request = client.chat_postEphemeral(
+            channel=press.channel, user=press.click.clicker_id, text=notice,
+            thread_ts=press.thread or None,
+        )  # fmt: skip
+        try:
+            await call("chat.postEphemeral", request)
+        except BurstbotError as exc:
+            log.info("slack: the clicker was not told why nothing stopped (%s)", exc)
+
+    async def idle(self) -> None:
+        """Wait for the notices on their way (shutdown, tests)."""
+        while self._telling:
+            await asyncio.wait(set(self._telling))
