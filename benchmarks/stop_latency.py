@@ -1,16 +1,17 @@
 """`python -m benchmarks.stop_latency`: a Stop click acknowledged → the model stream closed, beside
 a newer message acknowledged → the model stream closed (the supersede path), in one run.
 
-The real `Engine` + `Scheduler` + store (a SQLite file, and PostgreSQL in a schema of its own when a
-server is given) on the system clock, with a streaming front end that drafts (`RecordingFrontend`)
-and an in-process model that writes a word every `--word-seconds` for far longer than a sample
-lasts. Each conversation gets one message; once its answer streams and the draft is on the
-platform, either a Stop click on that draft goes in through `Engine.click` (what the Slack and
-Discord adapters call; they acknowledge the platform as soon as it returns), or a second message
-goes in through `Engine.ingest` (what they call for a message; they acknowledge after it). The
-clock starts when that call returns and stops when the model's stream task is cancelled (its
-`CancelledError` is the stream closing). Stop and supersede samples alternate, so both see the
-same load. Real time, not a test: nothing here is asserted beyond each click having acted.
+The real `Engine` + `Scheduler` + store (a SQLite file, and PostgreSQL in a schema of its own when
+a server is given) on the system clock, with a streaming front end that drafts
+(`RecordingFrontend`) and an in-process model that writes a word every `--word-seconds` for far
+longer than a sample lasts (a conversation's later call answers at once). Each conversation gets
+one message; once its answer streams and the draft is on the platform, either a Stop click on that
+draft goes in through `Engine.click` (what the Slack and Discord adapters call; they acknowledge
+the platform as soon as it returns), or a second message goes in through `Engine.ingest` (what
+they call for a message; they acknowledge after it). The clock starts when that call returns and
+stops when the model's stream task is cancelled (its `CancelledError` is the stream closing). Stop
+and supersede samples alternate, so both see the same load. Real time, not a test: nothing here is
+asserted beyond each click having acted.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ class Stream:
 
 class EndlessModel:
     """A `Replier` that streams a word every `word_seconds` for `words` words; the conversation's
-    tag is the first word of the burst's first message. Notes when a first call is cancelled."""
+    tag is the first word of the burst's first message. Notes when a first call is cancelled; a
+    later call (the burst after a supersede) answers at once: no stream outlives its sample."""
 
     def __init__(self, word_seconds: float, words: int) -> None:
         self.word_seconds, self.words = word_seconds, words
@@ -72,8 +74,9 @@ class EndlessModel:
 
     async def generate(self, prompt: Prompt, usage: GenerationProgress) -> str:
         stream = self.first_call(prompt.burst[0].text.split()[0])
-        if stream.called:
-            stream = Stream()  # a later burst of the conversation: not measured
+        if stream.called:  # the newer burst after a supersede: not measured, answered at once
+            usage.output_tokens += 1
+            return "done"
         stream.called = True
         try:
             for n in range(self.words):
@@ -175,13 +178,11 @@ async def measure(
 
 
 async def settle(engine: Engine, keys: Sequence[ConversationKey], within: float = 120.0) -> None:
-    """Let the stopped answers finish and the superseding bursts start before shutting down
-    (bounded; what is still streaming then is cancelled by the shutdown)."""
+    """Let every conversation's answer (stopped, or the newer burst's) finish before shutting
+    down (bounded)."""
     deadline = time.monotonic() + within
     for key in keys:
-        while time.monotonic() < deadline and not await engine.is_settled(key):
-            if key.channel.startswith("supersede"):
-                break  # its newer burst streams on for as long as the model writes
+        while time.monotonic() < deadline and not await engine.is_settled(key):  # noqa: ASYNC110
             await asyncio.sleep(0.01)
 
 
