@@ -966,10 +966,10 @@ class EventSender:
             await response.read()
             return response.status
 
-    async def interact(self, payload: dict[str, Any]) -> int:
-        """A signed interaction request (a form with the JSON `payload`, as Slack sends a button
-        press); the status the bot answered."""
-        body = urlencode({"payload": json.dumps(payload)})
+    async def _post_form(self, fields: dict[str, str]) -> tuple[int, str]:
+        """A signed form-encoded request, as Slack sends interactions and slash commands; the
+        status the bot answered and its body."""
+        body = urlencode(fields)
         stamp = str(int(time.time()))
         headers = {
             "Content-Type": "application/x-www-form-urlencoded",
@@ -980,8 +980,13 @@ class EventSender:
             aiohttp.ClientSession() as session,
             session.post(self.url, data=body, headers=headers) as response,
         ):
-            await response.read()
-            return response.status
+            return response.status, await response.text()
+
+    async def interact(self, payload: dict[str, Any]) -> int:
+        """A signed interaction request (a form with the JSON `payload`, as Slack sends a button
+        press); the status the bot answered."""
+        status, _ = await self._post_form({"payload": json.dumps(payload)})
+        return status
 
     def command_form(
         self, command: str, channel: str, user: str = "U1", text: str = ""
@@ -1000,19 +1005,8 @@ class EventSender:
         self, command: str, channel: str, user: str = "U1", text: str = ""
     ) -> tuple[int, dict[str, Any]]:
         """A signed slash-command request (form-encoded, like Slack's); the status and JSON body."""
-        body = urlencode(self.command_form(command, channel, user, text))
-        stamp = str(int(time.time()))
-        headers = {
-            "Content-Type": "application/x-www-form-urlencoded",
-            "X-Slack-Request-Timestamp": stamp,
-            "X-Slack-Signature": str(self.verifier.generate_signature(timestamp=stamp, body=body)),
-        }
-        async with (
-            aiohttp.ClientSession() as session,
-            session.post(self.url, data=body, headers=headers) as response,
-        ):
-            text_body = await response.text()
-            return response.status, json.loads(text_body) if text_body else {}
+        status, text_body = await self._post_form(self.command_form(command, channel, user, text))
+        return status, json.loads(text_body) if text_body else {}
 
 
 def event_callback(
