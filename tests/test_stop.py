@@ -9,10 +9,11 @@ from itertools import count
 
 from bot.cli.explain import explain_lines
 from bot.core.clicks import Click
+from bot.core.engine import Engine
 from bot.core.events import ConversationKey, Draft
 from bot.core.store import Timing
 from storage.sqlite import SqliteStore
-from testkit import RecordingFrontend, ScriptedReplier, check_invariants
+from testkit import RecordingFrontend, ReplierCall, ScriptedReplier, check_invariants
 from testkit.clock import FakeClock
 from tests.apps import make_app
 from tests.clock_steps import step
@@ -45,6 +46,17 @@ async def stop_click(
     return Click(click_id or f"click-{next(_ids)}", key, "stop", draft.key, clicker_id, name)
 
 
+async def drafting(
+    store: SqliteStore, clock: FakeClock, shown: str, replier: ScriptedReplier | None = None
+) -> tuple[RecordingFrontend, Engine, ReplierCall]:
+    """One message's answer streaming `shown` into a posted draft: (front end, engine, call)."""
+    frontend = streaming_frontend(clock)
+    engine, call = await one_message_generating(store, clock, frontend, replier)
+    call.stream(2, shown)
+    await drafted(store, frontend)
+    return frontend, engine, call
+
+
 async def test_a_stop_mid_stream_ends_the_burst_with_what_was_shown(
     store: SqliteStore, clock: FakeClock
 ) -> None:
@@ -72,11 +84,8 @@ async def test_a_stop_mid_stream_ends_the_burst_with_what_was_shown(
 async def test_a_message_after_the_stop_starts_a_new_burst(
     store: SqliteStore, clock: FakeClock
 ) -> None:
-    frontend = streaming_frontend(clock)
     replier = ScriptedReplier(hold=True)
-    engine, call = await one_message_generating(store, clock, frontend, replier)
-    call.stream(2, "Well")
-    await drafted(store, frontend)
+    frontend, engine, _ = await drafting(store, clock, "Well", replier)
     await engine.click(await stop_click(store), admin=False)
     await answered(engine, clock)
     await engine.ingest(message(2, "try again, shorter"))
@@ -91,10 +100,7 @@ async def test_a_message_after_the_stop_starts_a_new_burst(
 async def test_the_same_click_delivered_twice_acts_once(
     store: SqliteStore, clock: FakeClock
 ) -> None:
-    frontend = streaming_frontend(clock)
-    engine, call = await one_message_generating(store, clock, frontend)
-    call.stream(2, "Hmm")
-    await drafted(store, frontend)
+    frontend, engine, _ = await drafting(store, clock, "Hmm")
     click = await stop_click(store, click_id="A1")
     first, again = await engine.click(click, admin=False), await engine.click(click, admin=False)
     assert (first.outcome, again.outcome) == ("stopped", "duplicate")
@@ -108,10 +114,7 @@ async def test_the_same_click_delivered_twice_acts_once(
 async def test_a_second_persons_stop_is_refused_and_an_admins_is_not(
     store: SqliteStore, clock: FakeClock
 ) -> None:
-    frontend = streaming_frontend(clock)
-    engine, call = await one_message_generating(store, clock, frontend)
-    call.stream(2, "Going")
-    await drafted(store, frontend)
+    frontend, engine, call = await drafting(store, clock, "Going")
     refused = await engine.click(await stop_click(store, "u9", "mallory"), admin=False)
     assert refused.outcome == "refused" and refused.notice is not None
     assert await store.current_version(KEY.id) == 1 and not call.cancelled
@@ -124,10 +127,7 @@ async def test_a_second_persons_stop_is_refused_and_an_admins_is_not(
 async def test_a_stop_of_an_answer_that_ended_changes_nothing(
     store: SqliteStore, clock: FakeClock
 ) -> None:
-    frontend = streaming_frontend(clock)
-    engine, call = await one_message_generating(store, clock, frontend)
-    call.stream(2, "Done")
-    await drafted(store, frontend)
+    frontend, engine, call = await drafting(store, clock, "Done")
     late = await stop_click(store)  # pressed on the draft; delivered after the answer ended
     call.finish("Done, fully.")
     await answered(engine, clock)
@@ -143,11 +143,8 @@ async def test_a_stop_while_the_worker_is_gone_is_answered_by_the_next_without_a
 ) -> None:
     """The generating process died; the stop is decided all the same, and the worker that takes
     the lease over answers the burst as stopped: nothing of it is generated again."""
-    frontend = streaming_frontend(clock)
     replier = ScriptedReplier(hold=True)
-    engine, call = await one_message_generating(store, clock, frontend, replier)
-    call.stream(2, "Half")
-    await drafted(store, frontend)
+    frontend, engine, _ = await drafting(store, clock, "Half", replier)
     await kill_9(engine, store)
     other = streaming_engine(store, clock, replier, frontend, owner="w2")
     assert (await other.click(await stop_click(store), admin=False)).acted
@@ -185,10 +182,7 @@ async def test_a_stop_past_the_deadline_still_cancels_the_stream(
 async def test_explain_says_who_stopped_the_answer_and_when(
     store: SqliteStore, clock: FakeClock
 ) -> None:
-    frontend = streaming_frontend(clock)
-    engine, call = await one_message_generating(store, clock, frontend)
-    call.stream(2, "Let me")
-    await drafted(store, frontend)
+    _, engine, _ = await drafting(store, clock, "Let me")
     clicked_at = clock.now()
     await engine.click(await stop_click(store, name="alice"), admin=False)
     await answered(engine, clock)
