@@ -154,6 +154,18 @@ def test_slack_tokens_and_secret_fields_are_redacted_before_anyone_remembers_the
     )
 
 
+def test_a_discord_interaction_token_in_a_logged_url_is_redacted() -> None:
+    """discord.py's DEBUG line for the answer to a button press carries the interaction's token."""
+    line = (
+        "POST https://discord.com/api/v10/interactions/1234/aW50ZXJhY3Rpb24.x_y-z/callback "
+        "with None has returned 204; GET /webhooks/99/abc.DEF-1/messages/@original"
+    )
+    assert redact(line) == (
+        "POST https://discord.com/api/v10/interactions/1234/[redacted]/callback "
+        "with None has returned 204; GET /webhooks/99/[redacted]/messages/@original"
+    )
+
+
 def test_every_env_field_of_the_model_is_a_secret_without_a_list_to_keep() -> None:
     names = every_secret_config(1).secret_env_names()
     assert {"SLACK_CLIENT_SECRET", "SLACK_STATE_SECRET", "BURSTBOT_TOKEN_KEY", "TRACKER_TOKEN",

@@ -29,6 +29,9 @@ SECRET_FIELD = re.compile(
 """A quoted key naming a secret, with its quoted value (a JSON object or a Python dict's repr)."""
 SLACK_TOKEN = re.compile(r"\b(?:xox[a-z]|xapp)(?:\.xox[a-z])?-[A-Za-z0-9-]+")
 """Slack's token shapes: bot, user, app-level, configuration and rotating (refresh) tokens."""
+TOKEN_IN_PATH = re.compile(r"(/(?:interactions|webhooks)/\d+/)[A-Za-z0-9_.-]+")
+"""A Discord interaction's or webhook's token in a URL path (discord.py logs each request's URL
+at DEBUG): whoever holds it can answer the interaction or post through the webhook."""
 
 _lock = threading.Lock()
 _lasting: set[str] = set()
@@ -59,9 +62,11 @@ def remember_secret(value: str | None, slot: str | None = None) -> None:
 
 
 def redact(text: str) -> str:
-    """`text` with every remembered secret, secret field and Slack token replaced."""
+    """`text` with every remembered secret, secret field, token in a URL path and Slack token
+    replaced."""
     for secret in _ordered:
         if secret in text:
             text = text.replace(secret, REDACTED)
     text = SECRET_FIELD.sub(rf"\g<key>\g<v>{REDACTED}\g<v>", text)
+    text = TOKEN_IN_PATH.sub(rf"\g<1>{REDACTED}", text)
     return SLACK_TOKEN.sub(REDACTED, text)
