@@ -112,23 +112,37 @@ class Deployment:
         self.env = {**os.environ, **ENV, **env}
 
     async def start(self, n: int) -> None:
+        """Start worker `n` and wait until it serves. The port was free when picked, but another
+        test's server (the suite runs in parallel workers) may take it before this process binds
+        it: then the process exits saying so, and it is started again on a new port."""
+        for _ in range(3):
+            if await self._serving(n):
+                return
+            if "address already in use" not in self.logs():
+                break
+            self.ports[n] = free_port()
+        raise AssertionError(f"no burstbot on port {self.ports[n]}\n{self.logs()}")
+
+    async def _serving(self, n: int) -> bool:
         owner = f"w{n}"
         toml = config(self.tmp_path / f"{owner}.toml", postgres_url(self.schema), self.grid.url,
                       self.model.base_url, self.ports[n], owner)  # fmt: skip
         with open(self.tmp_path / f"{owner}.log", "a") as log:  # noqa: ASYNC230
-            self.workers[owner] = await asyncio.create_subprocess_exec(
+            process = self.workers[owner] = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "bot", "run", "--config", str(toml), env=self.env,
                 stderr=log)  # fmt: skip
         async with aiohttp.ClientSession() as http:
             for _ in range(600):  # a hang only: a fresh checkout compiles at first start
+                if process.returncode is not None:
+                    return False
                 try:
                     async with http.get(f"{self.url(n)}/slack/install") as page:
                         if page.status == 200:
-                            return
+                            return True
                 except aiohttp.ClientError:
                     pass
                 await asyncio.sleep(0.1)
-        raise AssertionError(f"no burstbot on port {self.ports[n]}\n{self.logs()}")
+        return False
 
     def url(self, n: int) -> str:
         return f"http://127.0.0.1:{self.ports[n]}"
