@@ -39,6 +39,7 @@ from bot.core.store import IngestResult
 from bot.core.threads import ThreadBook
 from bot.core.tool_calls import ToolBox
 from bot.core.typing_window import author_typing
+from bot.core.votes import Vote, VoteAnswer
 from bot.ops.access import AccessPolicy
 from bot.ops.guards import CostGuards, active_limits
 from bot.ops.health import Health
@@ -182,6 +183,10 @@ class App:
         """A button press (G16): decided by the engine; `[access] admin_ids` may stop anyone's."""
         admin = self.arrival.access.is_admin(click.key.platform, click.clicker_id)
         return await self.engine.click(click, admin)
+
+    async def vote(self, vote: Vote) -> VoteAnswer:
+        """A 👍/👎 press (G16): anyone who sees the answer may vote."""
+        return await self.engine.vote(vote)
 
     async def flush(self, key: ConversationKey) -> None:
         await self.engine.flush(key)

@@ -149,6 +149,7 @@ def engine_settings(config: Config) -> EngineSettings:
         max_context_tokens=llm.max_context_tokens,
         streaming=config.streaming.enabled,
         streaming_interval_seconds=config.streaming.interval_seconds,
+        feedback=config.feedback.enabled,
         channels=tuple(channel_settings(c, config.tools) for c in config.channels),
         attachments=AttachmentLimits(**config.attachments.model_dump()),  # its keys, same names
         model=llm.model,

@@ -74,7 +74,8 @@ def state_from_row(conversation_id: str, r: Row) -> contract.ConversationState:
 
 def outbox_from_row(r: Row, platform_message_ids: tuple[str, ...]) -> contract.OutboxRow:
     """`platform_message_ids` is decoded by the caller (JSON text in SQLite, an array in PG)."""
-    return from_row(contract.OutboxRow, r, platform_message_ids=platform_message_ids)
+    return from_row(contract.OutboxRow, r, platform_message_ids=platform_message_ids,
+                    feedback=bool(r["feedback"]))  # fmt: skip
 
 
 def generation_from_row(r: Row) -> contract.GenerationRecord:

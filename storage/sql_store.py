@@ -42,6 +42,7 @@ from storage.requeue import RequeueSteps
 from storage.retention import RetentionSteps
 from storage.rows import Params, Row
 from storage.seam import Conn
+from storage.votes import VoteSteps
 
 
 class SqlStore(
@@ -49,6 +50,7 @@ class SqlStore(
     RequeueSteps[Conn],
     ActionSteps[Conn],
     ClickSteps[Conn],
+    VoteSteps[Conn],
     InstallationSteps[Conn],
 ):
     MIGRATIONS: ClassVar[Sequence[str]]

@@ -280,9 +280,11 @@ RETURNING version;
 -- name: insert_reply
 INSERT INTO replies (conversation_id, platform, covers_from_version, covers_to_version,
                      seen_version, reply_to_message_id, text, kind, next_attempt_at, created_at,
-                     input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)
+                     input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, feedback,
+                     model)
 VALUES (:cid, :platform, :covers_from, :version, :seen_version, :reply_to_message_id, :text, :kind,
-        :db_now, :db_now, :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens)
+        :db_now, :db_now, :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens,
+        CAST(:feedback AS BOOLEAN), :model)
 RETURNING *;
 
 -- name: restart_cap
@@ -1036,6 +1038,26 @@ CREATE TABLE clicks (
 CREATE INDEX clicks_conversation ON clicks(conversation_id, clicked_at);
 ALTER TABLE conversations ADD COLUMN stop_version BIGINT;
 
+-- name: migration_18
+-- Votes (👍/👎 on answers, bot/core/votes.py): whether an answer carries the buttons and which
+-- model wrote it, and one vote per person per answer with the platform's time of the press it
+-- came from (a newer press replaces it, an older one does not).
+ALTER TABLE replies ADD COLUMN feedback BOOLEAN NOT NULL DEFAULT FALSE;
+ALTER TABLE replies ADD COLUMN model TEXT NOT NULL DEFAULT '';
+CREATE TABLE votes (
+    reply_id          BIGINT NOT NULL,
+    voter_id          TEXT NOT NULL,
+    conversation_id   TEXT NOT NULL,
+    voter_name        TEXT NOT NULL,
+    value             TEXT NOT NULL,
+    voted_at          FLOAT8 NOT NULL,
+    click_id          TEXT NOT NULL,
+    model             TEXT NOT NULL,
+    PRIMARY KEY (reply_id, voter_id)
+);
+CREATE INDEX votes_conversation ON votes(conversation_id, voted_at);
+CREATE INDEX votes_time ON votes(voted_at);
+
 -- clicks (storage/clicks.py) ---------------------------------------------------------------------
 
 -- name: insert_click
@@ -1084,6 +1106,39 @@ WHERE c.id = :cid AND c.stop_version > c.answered_version;
 
 -- name: clicks
 SELECT * FROM clicks WHERE conversation_id = :cid ORDER BY clicked_at, click_id;
+
+-- votes (storage/votes.py) ------------------------------------------------------------------------
+
+-- name: cast_vote
+-- The vote's compare-and-swap: only an answer of this conversation that carries the buttons takes
+-- it; a person's first vote inserts, a later press replaces it only when it is newer (the
+-- platform's time of the press, then the click id), so a late delivery of an older press changes
+-- nothing. No row back: not cast.
+INSERT INTO votes AS v (reply_id, voter_id, conversation_id, voter_name, value, voted_at,
+                       click_id, model)
+SELECT r.id, CAST(:clicker_id AS TEXT), r.conversation_id, CAST(:clicker_name AS TEXT),
+       CAST(:value AS TEXT), CAST(:pressed_at AS FLOAT8), CAST(:click_id AS TEXT), r.model
+FROM replies r
+WHERE r.id = :reply_id AND r.conversation_id = :cid AND r.feedback
+ON CONFLICT (reply_id, voter_id) DO UPDATE
+SET value = excluded.value, voted_at = excluded.voted_at, click_id = excluded.click_id,
+    voter_name = excluded.voter_name
+WHERE v.voted_at < excluded.voted_at
+   OR (v.voted_at = excluded.voted_at AND v.click_id < excluded.click_id)
+RETURNING value;
+
+-- name: votable_reply
+-- Why a vote was not cast: its answer takes votes (an older press), or it does not.
+SELECT id FROM replies WHERE id = :reply_id AND conversation_id = :cid AND feedback;
+
+-- name: votes
+SELECT * FROM votes
+WHERE (CAST(:cid AS TEXT) IS NULL OR conversation_id = :cid) AND voted_at >= :since
+ORDER BY voted_at, reply_id, voter_id;
+
+-- name: vote_totals
+-- The votes as they stand, per model and value (the metrics' gauge, every process's).
+SELECT model, value, COUNT(*) AS votes FROM votes GROUP BY model, value ORDER BY model, value;
 
 -- installations (storage/installations.py) --------------------------------------------------------
 

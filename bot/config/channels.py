@@ -2,7 +2,8 @@
 the checks that need both (a channel's windows, the MCP servers it names).
 
 A channel's keys are not declared here: each is its global section's field (same name, type and
-bounds; `streaming` is `[streaming] enabled`), made optional, so a new setting is one field."""
+bounds; `streaming` is `[streaming] enabled`, `feedback` is `[feedback] enabled`), made optional,
+so a new setting is one field."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import create_model, model_validator
 
-from bot.config.sections import DebounceConfig, LlmConfig, Section, StreamingConfig, check_windows
+from bot.config.sections import (
+    DebounceConfig,
+    FeedbackConfig,
+    LlmConfig,
+    Section,
+    StreamingConfig,
+    check_windows,
+)
 from bot.config.tools import McpServerConfig, ToolsConfig, exclusive_domains
 
 LOCAL_ONLY = {"typing_aware", "typing_seconds"}
@@ -36,6 +44,7 @@ CHANNEL_KEYS = {
     ),
     **optional_fields(LlmConfig, "system_prompt", "model", "max_tokens", "temperature"),
     **optional_fields(StreamingConfig, streaming="enabled"),
+    **optional_fields(FeedbackConfig, feedback="enabled"),
 }
 CHANNEL_TOOL_KEYS = optional_fields(
     ToolsConfig, "web_search", "web_search_max_uses", "web_search_allowed_domains",

@@ -23,6 +23,7 @@ from bot.config.sections import (
     ConsoleConfig,
     DebounceConfig,
     EngineConfig,
+    FeedbackConfig,
     LeaseConfig,
     LimitsConfig,
     LlmConfig,
@@ -59,6 +60,7 @@ class Config(Section):
     limits: LimitsConfig = LimitsConfig()
     attachments: AttachmentsConfig = AttachmentsConfig()
     streaming: StreamingConfig = StreamingConfig()
+    feedback: FeedbackConfig = FeedbackConfig()
     tools: ToolsConfig = ToolsConfig()
     channels: list[ChannelConfig] = Field(default_factory=list)
     prices: dict[str, PriceConfig] = Field(default_factory=dict)

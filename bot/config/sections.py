@@ -183,6 +183,12 @@ class StreamingConfig(Section):
     interval_seconds: float = Field(default=CORE.streaming_interval_seconds, ge=0.05, le=HOUR)
 
 
+class FeedbackConfig(Section):
+    """👍/👎 buttons on answers (docs/controls.md#feedback)."""
+
+    enabled: bool = CORE.feedback
+
+
 class ConsoleConfig(Section):
     enabled: bool = True
     user_name: str = "you"

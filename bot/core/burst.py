@@ -50,9 +50,11 @@ class Burst:
         saw whatever arrived since; the newer input forms the next burst."""
         return FinalCheck(self.lease.token, self.lease.version, deadline_passed=True)
 
-    def answer(self, text: str, usage: GenerationProgress) -> NewReply:
+    def answer(self, text: str, usage: GenerationProgress, feedback: bool = False) -> NewReply:
+        """The burst's answer; `feedback`: it carries the 👍/👎 buttons."""
         reply_to = self.messages[-1].message_id
-        return NewReply(text, "answer", reply_to, spent(usage), self.lease.answered_version)
+        covers = self.lease.answered_version
+        return NewReply(text, "answer", reply_to, spent(usage), covers, feedback, usage.model)
 
     def apology(self, text: str) -> NewReply:
         reply_to = self.messages[-1].message_id

@@ -24,7 +24,7 @@ from typing import Literal, Protocol
 
 from bot.core.events import ConversationKey
 
-ClickKind = Literal["stop"]
+ClickKind = Literal["stop", "vote"]  # votes: bot/core/votes.py
 ClickOutcome = Literal["stopped", "duplicate", "ended", "already_stopped", "refused"]
 
 NOTICES: dict[ClickOutcome, str] = {

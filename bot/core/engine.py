@@ -23,7 +23,7 @@ Rules (the pipeline of docs/design.md), which this file keeps and nothing else c
    answered; a decided stop moves the version, so the watch cancels the stream, and the worker
    (or, when none generates the burst, whichever takes the lease next) commits the stopped
    answer: the text shown so far and who stopped it, covering the burst; nothing of it is
-   generated again.
+   generated again. A vote (votes.py) is stored and decided the same way; it changes no burst.
 
 A `Burst` (burst.py) is what a worker collected under its lease; it builds the final check and the
 replies. Kept out of the transitions: the cost guards (`GuardStep`, guard.py: ask before a model
@@ -70,6 +70,7 @@ from bot.core.store import (
 from bot.core.streaming import Drafts, Stream
 from bot.core.supervisor import Supervision, Supervisor
 from bot.core.tool_calls import ToolBox
+from bot.core.votes import Vote, VoteAnswer
 from bot.core.wakeup import Wakeup
 
 log = logging.getLogger("burstbot.engine")
@@ -176,6 +177,12 @@ class Engine:
             self.supervisor.newer_input(cid)  # this process's generation is cancelled at once
             self._wakeup.wake()  # a burst no worker generates is served now
         return ClickAnswer(outcome)
+
+    async def vote(self, vote: Vote) -> VoteAnswer:
+        """A 👍/👎 press, stored and decided before the front end answers the platform (G16)."""
+        outcome = await self.store.vote(vote, self.clock.now())
+        self._emit("voted", conversation=vote.click.key.id, outcome=outcome, value=vote.value)
+        return VoteAnswer(outcome)
 
     async def flush(self, key: ConversationKey) -> None:
         await self.store.flush(key.id, self.clock.now())
@@ -392,7 +399,11 @@ class Engine:
         lease, cid = burst.lease, burst.lease.conversation_id
         self._committing.add(cid)
         now = self.clock.now()
-        reply, posted = burst.answer(text, usage), burst.record("posted", usage, now, None)
+        feedback = self.settings.feedback_for(burst.key)  # a stopped answer has no buttons
+        reply, posted = (
+            burst.answer(text, usage, feedback),
+            burst.record("posted", usage, now, None),
+        )
         check, claim = burst.final_check(now), self.outbox.claim  # delivery's claim, in the commit
         done = await self.store.commit(cid, check, now, burst.timing, reply, posted, claim)
         if not isinstance(done, Committed) or (row := done.reply) is None:

@@ -167,3 +167,5 @@ class Reply:
     draft: Draft | None = None
     """The streamed draft this reply finishes: its first part is an edit of that message (found
     by `draft.key` if its id was never recorded), not a new post."""
+    feedback: bool = False
+    """An answer that carries the 👍/👎 buttons (bot/core/votes.py): on its last part, once."""

@@ -25,6 +25,7 @@ from bot.core.events import Attachment, ConversationKey, Draft, Event, Reply
 from bot.core.installations import InstallationBook
 from bot.core.notes import NoteBook
 from bot.core.store import IngestResult
+from bot.core.votes import Vote, VoteAnswer
 
 if TYPE_CHECKING:  # catch-up and threads name front-end types too
     from bot.core.catch_up import CatchUp, CatchUpRun
@@ -46,6 +47,11 @@ class Host(Protocol):
     async def click(self, click: Click) -> ClickAnswer:
         """Store and decide a button press (G16) in one step; answer the platform only after
         this, telling the clicker alone `ClickAnswer.notice` if there is one."""
+        ...
+
+    async def vote(self, vote: Vote) -> VoteAnswer:
+        """Store and decide a 👍/👎 press (G16, bot/core/votes.py) in one step; answer the
+        platform only after this."""
         ...
 
     async def flush(self, key: ConversationKey) -> None:

@@ -232,6 +232,7 @@ class Outbox:
             already_posted=row.platform_message_ids,  # parts a failed attempt got out
             fence=fence,
             draft=await self._draft_of(row, key),
+            feedback=row.feedback,
         )
         return await self.frontends[row.platform].deliver(reply)
 

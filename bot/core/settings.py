@@ -116,6 +116,7 @@ class EngineSettings:
     max_context_tokens: int = 8000
     streaming: bool = True  # needs a front end that can draft (see `bot.core.streaming`)
     streaming_interval_seconds: float = 1.0
+    feedback: bool = True  # answers carry 👍/👎 buttons (bot/core/votes.py)
     channels: tuple[ChannelSettings, ...] = ()
     attachments: AttachmentLimits = field(default_factory=AttachmentLimits)
     model: str | None = None  # None: the replier's own (`[llm] model` and `max_tokens`)
@@ -151,6 +152,10 @@ class EngineSettings:
         """System prompt, model, max_tokens and tools: the channel's, else the global ones."""
         own = self.for_conversation(key)
         return Voice(own.system_prompt, own.model, own.max_tokens, own.tools)
+
+    def feedback_for(self, key: ConversationKey) -> bool:
+        """👍/👎 buttons on answers: the channel's `[[channels]]` override, else global."""
+        return self.for_conversation(key).feedback
 
     def streams(self, key: ConversationKey) -> bool:
         """Streaming for one conversation: its channel's `[[channels]]` override, else global."""

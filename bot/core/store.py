@@ -39,6 +39,7 @@ from typing import Literal, Protocol
 from bot.core.clicks import ClickStore
 from bot.core.events import Attachment, Draft, IncomingMessage, MessageDeleted, MessageEdited
 from bot.core.quiet_window import AdaptiveWindow
+from bot.core.votes import VoteStore
 
 IngestStatus = Literal["accepted", "duplicate", "history", "unknown", "ignored"]
 """accepted: stored and the version bumped; duplicate: already stored; history: an edit or delete of
@@ -151,6 +152,8 @@ class NewReply:
     reply_to_message_id: str | None = None
     usage: TokenUsage = field(default_factory=TokenUsage)
     covers_from_version: int | None = None
+    feedback: bool = False  # it carries the 👍/👎 buttons (bot/core/votes.py)
+    model: str = ""  # the model that wrote it (votes are counted per model)
 
 
 def notice_slot(message_id: str) -> int:
@@ -198,6 +201,7 @@ class OutboxRow:
     draft_message_id: str | None = None  # None with a key: posted, but its id was never recorded
     draft_created_at: float | None = None
     draft_reply_to: str | None = None
+    feedback: bool = False  # it carries the 👍/👎 buttons (bot/core/votes.py)
     failing_since: float | None = None  # its first failure: the give-up horizon runs from here
 
     @property
@@ -316,7 +320,7 @@ class FileStore(Protocol):
         ...
 
 
-class BurstStore(FileStore, ClickStore, Protocol):
+class BurstStore(FileStore, ClickStore, VoteStore, Protocol):
     """The burst protocol (the engine, its supervisor and speculation window, the scheduler's
     timer index, a typing notice): arrival and clicks, timers, leases, collect, the final check
     and commit, model failures and every generation's record."""
