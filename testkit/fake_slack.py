@@ -31,8 +31,10 @@ context, divider), checked against Slack's limits (`invalid_blocks` otherwise); 
 `blocks` keeps the message's blocks, `blocks=[]` removes them, as on Slack. A message with blocks
 shows its blocks (`PostedMessage.visible`), its `text` is the notification fallback.
 `click(message, user)` builds the `block_actions` payload Slack sends when someone presses a
-button of a message; `EventSender.interact` delivers it over HTTP (a signed form, `payload=`),
-`push_interactive` over Socket Mode (an `interactive` envelope). Each delivery is sent as asked:
+button of a message, `feedback(message, user, positive)` the one of a press of a message's
+`feedback_buttons` (in a `context_actions` block, checked as Slack documents it);
+`EventSender.interact` delivers it over HTTP (a signed form, `payload=`), `push_interactive` over
+Socket Mode (an `interactive` envelope). Each delivery is sent as asked:
 a second one of the same click is Slack redelivering it, never deduped here.
 `chat.postEphemeral` records what one person alone was shown (`ephemerals`).
 
@@ -99,6 +101,8 @@ SECTION_TEXT_CHARS = 3000
 BUTTON_TEXT_CHARS = 75
 BUTTON_VALUE_CHARS = 2000
 ACTION_ID_CHARS = 255
+CONTEXT_ACTIONS = 5  # elements of a `context_actions` block
+ACCESSIBILITY_LABEL_CHARS = 75
 SLACK_LIMITS = {
     "chat.update": (50.0, 20.0, "workspace"),
     "chat.postMessage": (60.0, 5.0, "channel"),
@@ -170,6 +174,11 @@ class PostedMessage:
     def buttons(self) -> list[dict[str, Any]]:
         """The buttons the message shows."""
         return [e for b in self.blocks or [] if b.get("type") == "actions" for e in b["elements"]]
+
+    def feedback_buttons(self) -> list[dict[str, Any]]:
+        """The `feedback_buttons` elements the message shows (👍/👎)."""
+        return [e for b in self.blocks or [] if b.get("type") == "context_actions"
+                for e in b["elements"] if e.get("type") == "feedback_buttons"]  # fmt: skip
 
 
 async def api_arguments(request: web.Request) -> dict[str, Any]:
@@ -248,7 +257,37 @@ def valid_block(block: dict[str, Any]) -> bool:
         if not (isinstance(elements, list) and 0 < len(elements) <= 25):
             return False
         return kind == "context" or all(valid_button(e) for e in elements)
+    if kind == "context_actions":
+        elements = block.get("elements")
+        if not (isinstance(elements, list) and 0 < len(elements) <= CONTEXT_ACTIONS):
+            return False
+        return all(valid_feedback_buttons(e) for e in elements)
     return False
+
+
+def valid_feedback_buttons(element: Any) -> bool:
+    """A `feedback_buttons` element: an optional `action_id`, and a positive and a negative
+    button, each with a plain text and a value (and an optional accessibility label)."""
+    if not isinstance(element, dict) or element.get("type") != "feedback_buttons":
+        return False
+    if set(element) - {"type", "action_id", "positive_button", "negative_button"}:
+        return False
+    action_id = element.get("action_id", "x")
+    if not (isinstance(action_id, str) and 0 < len(action_id) <= ACTION_ID_CHARS):
+        return False
+    for name in ("positive_button", "negative_button"):
+        button = element.get(name)
+        if not isinstance(button, dict) or set(button) - {"text", "value", "accessibility_label"}:
+            return False
+        text, value = button.get("text"), button.get("value")
+        label = button.get("accessibility_label", "")
+        if not (isinstance(label, str) and len(label) <= ACCESSIBILITY_LABEL_CHARS):
+            return False
+        if not (isinstance(text, dict) and text.get("type") == "plain_text"
+                and 0 < len(str(text.get("text", ""))) <= BUTTON_TEXT_CHARS
+                and isinstance(value, str) and 0 < len(value) <= BUTTON_VALUE_CHARS):  # fmt: skip
+            return False
+    return True
 
 
 def valid_button(element: Any) -> bool:
@@ -720,7 +759,27 @@ class FakeSlackApi:
         its only one), as Slack sends it; each call is a new press (its own `action_ts`)."""
         buttons = [b for b in message.buttons() if action_id in (None, b["action_id"])]
         assert len(buttons) == 1, f"no single button to press on {message.ts}: {buttons}"
-        button, n = buttons[0], next(self._actions)
+        button = buttons[0]
+        action = {"type": "button", "action_id": button["action_id"], "text": button["text"],
+                  "value": button.get("value", "")}  # fmt: skip
+        return self._block_actions(message, user, action)
+
+    def feedback(
+        self, message: PostedMessage, user: str = "U1", positive: bool = True
+    ) -> dict[str, Any]:
+        """The `block_actions` payload of `user` pressing the message's 👍 (`positive`) or 👎 of
+        its `feedback_buttons`, as Slack sends it: the action names the element, its value is the
+        pressed button's; each call is a new press (its own `action_ts`)."""
+        [element] = message.feedback_buttons()
+        pressed = element["positive_button" if positive else "negative_button"]
+        action = {"type": "feedback_buttons", "action_id": element.get("action_id", ""),
+                  "value": pressed["value"]}  # fmt: skip
+        return self._block_actions(message, user, action)
+
+    def _block_actions(
+        self, message: PostedMessage, user: str, action: dict[str, Any]
+    ) -> dict[str, Any]:
+        n = next(self._actions)
         name = self.users.get(user, user)
         container = {"type": "message", "message_ts": message.ts, "channel_id": message.channel,
                      "is_ephemeral": False}  # fmt: skip
@@ -736,9 +795,7 @@ class FakeSlackApi:
             "channel": {"id": message.channel, "name": "directmessage"},
             "message": message.as_api(False), "state": {"values": {}},
             "response_url": f"https://hooks.slack.invalid/actions/{self.team}/{n}/x",
-            "actions": [{"type": "button", "action_id": button["action_id"],
-                         "block_id": f"b{n}", "text": button["text"],
-                         "value": button.get("value", ""), "action_ts": f"{time.time():.6f}"}],
+            "actions": [{**action, "block_id": f"b{n}", "action_ts": f"{time.time():.6f}"}],
         }  # fmt: skip
 
     async def push_interactive(self, payload: dict[str, Any]) -> str:

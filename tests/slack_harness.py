@@ -29,10 +29,13 @@ def slack_config(
     access: dict[str, Any] | None = None,
     limits: dict[str, Any] | None = None,
     catch_up_section: dict[str, Any] | None = None,
+    sections: dict[str, Any] | None = None,
     **slack: Any,
 ) -> Config:
+    """`sections`: more of the config's top-level sections (`feedback`, `channels`, ...)."""
     return parse_config(
         {
+            **(sections or {}),
             "access": access or {},
             "limits": limits or {},
             "catch_up": catch_up_section or {},
@@ -101,9 +104,10 @@ async def running_bot(
     limits: dict[str, Any] | None = None,
     catch_up: bool = False,
     catch_up_section: dict[str, Any] | None = None,
+    sections: dict[str, Any] | None = None,
     **slack: Any,
 ) -> AsyncIterator[Bot]:
-    config = slack_config(api, access, limits, catch_up_section, **slack)
+    config = slack_config(api, access, limits, catch_up_section, sections, **slack)
     clock = clock or FakeClock()
     replier = replier or ScriptedReplier()
     store = SqliteStore(db)

@@ -240,7 +240,8 @@ async def test_a_final_edit_to_the_text_the_draft_shows_already_only_removes_the
     fake: FakeDiscord, frontend: DiscordFrontend, store: SqliteStore, clock: FakeClock
 ) -> None:
     """The stream's last edit showed the whole answer: the reply's final edit changes only the
-    buttons (the draft's Stop goes), never nothing (the read-back still checks the message)."""
+    buttons (the draft's Stop goes, the answer's 👍/👎 come), never nothing (the read-back still
+    checks the message)."""
     app, replier = await streaming_app(frontend, store, clock)
     await say(fake, store, "hi")
     call = await started(app, clock, replier, 0)
@@ -258,7 +259,9 @@ async def test_a_final_edit_to_the_text_the_draft_shows_already_only_removes_the
     assert fake.shown(DM_ID) == ["Hello there."]
     assert fake.redundant_edits == 0
     assert [c[0] for c in fake.calls] == ["POST", "PATCH", "PATCH"]
-    assert fake.edits[-1]["components"] == [] and fake.edits[-1]["content"] == "Hello there."
+    [buttons] = fake.edits[-1]["components"]
+    assert [button["emoji"]["name"] for button in buttons["components"]] == ["👍", "👎"]
+    assert fake.edits[-1]["content"] == "Hello there."
     [row] = await store.replies(KEY.id)
     assert row.state == "sent" and row.platform_message_ids == (fake.created[0]["id"],)
     await check_invariants(store, [KEY.id])

@@ -4,6 +4,7 @@ clock, a real SQLite store and a recording front end."""
 
 from __future__ import annotations
 
+from bot.cli.explain import explain_lines
 from bot.core.clicks import Click
 from bot.core.engine import Engine
 from bot.core.errors import RetryableReplierError
@@ -97,3 +98,26 @@ async def test_a_vote_is_decided_before_the_answer_and_heard_once(
     assert [v.value for v in await store.votes(KEY.id)] == ["down"]
     assert heard.count("voted") == 4
     assert (await engine.vote(press("r999", "up", 12.0))).notice == "That answer cannot be rated."
+
+
+async def test_explain_shows_the_buttons_each_press_and_the_votes_standing(
+    store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend
+) -> None:
+    engine = make_engine(store, clock, ScriptedReplier(), frontend)
+    row = await answer_of(engine, clock, store, KEY)
+    reply = f"r{row.id}"
+    await engine.vote(press(reply, "up", 10.0, voter="u1"))
+    await engine.vote(press(reply, "down", 11.0, voter="u1"))
+    await engine.vote(press(reply, "up", 10.5, voter="u1", n="-late"))
+    await engine.vote(press(reply, "up", 10.0, voter="u2"))
+    lines = await explain_lines(store, KEY.id, clock.now())
+    assert lines is not None
+    assert any(f"reply {reply} [👍/👎] committed" in line for line in lines), lines
+    votes = [line[line.index("clicked") :] for line in lines if "clicked   vote" in line]
+    assert sorted(votes) == sorted([
+        f"clicked   vote 👍 on {reply} by u1: counted",
+        f"clicked   vote 👎 on {reply} by u1: counted",
+        f"clicked   vote 👍 on {reply} by u1: older than the vote standing, nothing changed",
+        f"clicked   vote 👍 on {reply} by u2: counted",
+    ])  # fmt: skip
+    assert lines[-1] == f"votes: {reply} 👍 1 👎 1"

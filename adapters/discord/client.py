@@ -27,6 +27,7 @@ import discord
 from adapters.discord import commands, files
 from adapters.discord.bad_events import guard_parsers
 from adapters.discord.calls import call
+from adapters.discord.feedback import answer_vote, pressed_vote, vote_button
 from adapters.discord.history import History
 from adapters.discord.indicator import TypingKeeper
 from adapters.discord.posting import post_reply
@@ -59,6 +60,7 @@ from bot.core.events import (
 )
 from bot.core.frontend import CatchUpSource, Drafting, FileSource, Healthy, Host
 from bot.core.pacing import Limit, Pacer
+from bot.core.votes import VoteValue
 
 log = logging.getLogger("burstbot.discord")
 
@@ -313,7 +315,11 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
 
     async def on_interaction(self, interaction: discord.Interaction) -> None:
         """A press of a draft's Stop button (slash commands go to the command tree): stored and
-        decided by its interaction id before Discord is answered (stop.py)."""
+        decided by its interaction id before Discord is answered (stop.py); an answer's 👍/👎
+        likewise (feedback.py)."""
+        if (voted := vote_button(interaction)) is not None:
+            await self._vote(interaction, *voted)
+            return
         target, channel_id = stop_target(interaction), interaction.channel_id
         if target is None or self.host is None or channel_id is None:
             return
@@ -323,6 +329,17 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
         user = interaction.user
         click = Click(str(interaction.id), key, "stop", draft_key, str(user.id), user.display_name)
         await answer_click(interaction, click, self.host.click)
+
+    async def _vote(
+        self, interaction: discord.Interaction, reply_id: str, value: VoteValue, thread: str
+    ) -> None:
+        channel_id = interaction.channel_id
+        if self.host is None or channel_id is None:
+            return
+        workspace = DM_WORKSPACE if interaction.guild_id is None else str(interaction.guild_id)
+        key = ConversationKey(PLATFORM, workspace, str(channel_id), thread)
+        vote = pressed_vote(interaction, key, reply_id, value)
+        await answer_vote(interaction, vote, self.host.vote)
 
     async def on_raw_typing(self, payload: discord.RawTypingEvent) -> None:
         """Someone started typing: a notice for the host, never stored (a failure is logged)."""

@@ -16,6 +16,7 @@ from typing import Any
 import discord
 
 from adapters.discord.calls import UNKNOWN_MESSAGE, delivery_errors
+from adapters.discord.feedback import FeedbackButtons
 from adapters.discord.render import MESSAGE_LIMIT, nonce_for, split_message, to_discord
 from adapters.markdown import cap_parts
 from bot.core.events import Reply
@@ -29,13 +30,14 @@ async def post_reply(
     posted: dict[int, str],
     mentions: discord.AllowedMentions,
     max_parts: int,
-    first: Callable[[str], Awaitable[str]] | None,
+    first: Callable[[str, bool], Awaitable[str]] | None,
     turn: Callable[[], Awaitable[None]],
 ) -> list[str]:
     """Post every part not yet in `posted` (at most `max_parts`, the last one then saying the
     reply was truncated); return the message ids of all parts. `first` shows the first part
-    instead of a new post (the streamed draft this reply finishes, edited); `turn` waits for
-    each post's turn on the channel's budget (a final's: ahead of drafts)."""
+    instead of a new post (the streamed draft this reply finishes, edited; told whether it
+    carries the 👍/👎 buttons); `turn` waits for each post's turn on the channel's budget (a
+    final's: ahead of drafts). An answer with `feedback` has the buttons on its last part."""
     parts = split_message(to_discord(reply.text))
     if len(parts) > max_parts:
         log.info("reply %s: %d parts, posting the first %d", reply.id, len(parts), max_parts)
@@ -44,15 +46,17 @@ async def post_reply(
         if index in posted:
             continue
         reply.fence.check()  # a delivery whose claim was taken stops before its next part
+        buttons = reply.feedback and index == len(parts) - 1
         if index == 0 and first is not None:
-            posted[index] = await first(text)
+            posted[index] = await first(text, buttons)
             await reply.fence.posted(index, posted[index])
             continue
         target = reply.reply_to_message_id if index == 0 else None
         reference = reply_reference(target, reply.key.channel)
         nonce = nonce_for(reply.id, reply.key.id, index, text)
         await turn()
-        message = await send_part(channel, text, nonce, reference, mentions)
+        view = FeedbackButtons(reply) if buttons else None
+        message = await send_part(channel, text, nonce, reference, mentions, view)
         posted[index] = str(message.id)
         await reply.fence.posted(index, posted[index])
     return [posted[index] for index in range(len(parts))]
@@ -75,7 +79,7 @@ async def send_part(
     mentions: discord.AllowedMentions,
     view: discord.ui.View | None = None,
 ) -> discord.Message:
-    """One message (`view`: its buttons, e.g. a draft's Stop)."""
+    """One message (`view`: its buttons, e.g. a draft's Stop, an answer's 👍/👎)."""
     buttons: dict[str, Any] = {} if view is None else {"view": view}
     with delivery_errors():
         if reference is not None:

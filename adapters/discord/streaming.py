@@ -8,7 +8,8 @@ Every post and edit takes a token of the channel's budget (`bot/core/pacing.py`,
 docs/streaming-limits.md): a reply's posts and final edit ahead of everything, a draft call only
 if a token is spare. A draft shows at most the reply's first part, settled and rendered like a
 reply: the reply that finishes it posts the rest. A draft carries the Stop button (`stop.py`)
-until the reply's final edit removes it (that edit is sent even when the text is the same).
+until the reply's final edit removes it (that edit is sent even when the text is the same), and
+puts the answer's 👍/👎 buttons in its place where that part is its last (`feedback.py`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import discord
 
 from adapters.discord.calls import call, delivery_errors, http_status
+from adapters.discord.feedback import FeedbackButtons
 from adapters.discord.posting import reply_reference, send_part
 from adapters.discord.render import nonce_for, split_message, to_discord
 from adapters.discord.stop import StopButton
@@ -38,6 +40,7 @@ log = logging.getLogger("burstbot.discord")
 MESSAGES = "messages"  # the pacer's bucket: posts and edits, per channel
 WITH_STOP: dict[str, Any] = {"buttons": "stop"}  # what `showing` notes: a draft's buttons
 NO_BUTTONS: dict[str, Any] = {"buttons": "none"}  # after the final edit
+WITH_FEEDBACK: dict[str, Any] = {"buttons": "feedback"}  # an answer's last part: 👍/👎
 CLOCK_MARGIN = 60.0  # seconds a history look-up starts before a draft's creation
 LOOKUP_LIMIT = 100
 
@@ -108,45 +111,55 @@ class DiscordDrafts(PacedDrafts):
         self.showing.forget(message_id)
         self.pacer.settle(MESSAGES, key.channel)  # a deleted draft owes no final edit
 
-    async def finish(self, reply: Reply, text: str) -> str:
+    async def finish(self, reply: Reply, text: str, buttons: bool = False) -> str:
         """The reply's first part, shown by editing the draft it finishes (`post_reply`'s
         `first`; sent first if the outbox found it never landed), then read back: a late edit of
         a generation that lost its lease may have overwritten it. A draft a person deleted is
-        replaced by a fresh post of the part (the reply's own nonce)."""
+        replaced by a fresh post of the part (the reply's own nonce). The Stop button goes; with
+        `buttons` (the answer's last part) the 👍/👎 buttons come (feedback.py)."""
         assert reply.draft is not None
         draft = reply.draft
+        feedback = FeedbackButtons(reply) if buttons else None
+        shows = WITH_FEEDBACK if buttons else NO_BUTTONS
         if draft.message_id is None:
             await self.final_turn(reply.key)
         message_id = draft.message_id or await self.post_draft(reply.key, draft, text)
         try:
-            if self.showing.unchanged(message_id, text, NO_BUTTONS) is None:
+            if self.showing.unchanged(message_id, text, shows) is None:
                 await self.final_turn(reply.key)
-                await self._edit(reply.key, message_id, text, final=True)
+                await self._edit(reply.key, message_id, text, final=True, feedback=feedback)
             self.pacer.settle(MESSAGES, reply.key.channel)  # the final edit is made: nothing owed
             if await self._shows(reply.key, message_id) not in (None, text):
                 log.warning("reply %s: a stale draft edit landed after the final text; restored",
                             reply.id)  # fmt: skip
                 self.showing.forget(message_id)  # it shows something else: edit it
                 await self.final_turn(reply.key)
-                await self._edit(reply.key, message_id, text, final=True)
+                await self._edit(reply.key, message_id, text, final=True, feedback=feedback)
         except MessageGone:
             log.info("reply %s: its draft was deleted; posting the reply anew", reply.id)
             reference = reply_reference(reply.reply_to_message_id, reply.key.channel)
             nonce = nonce_for(reply.id, reply.key.id, 0, text)
             channel = self.channel_for(reply.key)
-            return str((await send_part(channel, text, nonce, reference, self.mentions)).id)
+            sent = await send_part(channel, text, nonce, reference, self.mentions, feedback)
+            return str(sent.id)
         return message_id
 
     async def _edit(
-        self, key: ConversationKey, message_id: str, content: str, final: bool = False
+        self,
+        key: ConversationKey,
+        message_id: str,
+        content: str,
+        final: bool = False,
+        feedback: discord.ui.View | None = None,
     ) -> bool:
         """Edit one message of ours; False (nothing sent) when it shows `content` already (and,
-        for the `final` edit, no button: the final edit removes the Stop button)."""
-        buttons = NO_BUTTONS if final else None
+        for the `final` edit, its buttons: the final edit removes the Stop button, and puts the
+        answer's `feedback` buttons in its place)."""
+        buttons = (NO_BUTTONS if feedback is None else WITH_FEEDBACK) if final else None
         if self.showing.unchanged(message_id, content, buttons) is not None:
             return False
         message = self.partial_channel(key).get_partial_message(int(message_id))
-        view: dict[str, Any] = {"view": None} if final else {}  # left out: the buttons stay
+        view: dict[str, Any] = {"view": feedback} if final else {}  # left out: the buttons stay
         try:
             edited = await call(
                 message.edit(content=content, allowed_mentions=self.mentions, **view)

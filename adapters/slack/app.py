@@ -26,6 +26,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.slack import files, transport
 from adapters.slack.assistant import AssistantThreads
 from adapters.slack.events import SlackEvents
+from adapters.slack.feedback import FeedbackButtons
 from adapters.slack.history import History
 from adapters.slack.inbound import Identity
 from adapters.slack.install import StoreInstallations, StoreOAuthStates, oauth_flow
@@ -105,6 +106,7 @@ class SlackFrontend(
         self._accepting = True
         self.drafts: WorkspaceDrafts | None = None  # streaming, once started
         self.stop_buttons: StopButtons | None = None
+        self.feedback_buttons: FeedbackButtons | None = None
 
     @property
     def only(self) -> Workspace:
@@ -162,6 +164,8 @@ class SlackFrontend(
         events.listen(bolt)
         self.stop_buttons = StopButtons(host)
         self.stop_buttons.listen(bolt)
+        self.feedback_buttons = FeedbackButtons(host)
+        self.feedback_buttons.listen(bolt)
         if self.config.mode == "http":
             self._runner = await transport.serve_http(
                 bolt, self.config, self._signing_secret, lambda: self._accepting, flow
@@ -222,6 +226,8 @@ class SlackFrontend(
                 await job.stop()
         if self.stop_buttons is not None:
             await self.stop_buttons.idle()  # notices to clickers on their way
+        if self.feedback_buttons is not None:
+            await self.feedback_buttons.idle()
         for workspace in [] if self.workspaces is None else self.workspaces.opened():
             await workspace.assistant.stop()
         if self._runner is not None:

@@ -20,6 +20,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.markdown import cap_parts
 from adapters.slack.calls import call, slack_code, slack_status
+from adapters.slack.feedback import feedback_blocks
 from adapters.slack.inbound import Identity, split_message_id
 from adapters.slack.mrkdwn import MAX_PART_CHARS, split_mrkdwn, to_mrkdwn
 from bot.config import SlackConfig
@@ -117,10 +118,11 @@ class Outbound:
 
     # posting ----------------------------------------------------------------------------------
     async def deliver(
-        self, reply: Reply, first: Callable[[str], Awaitable[str]] | None = None
+        self, reply: Reply, first: Callable[[str, bool], Awaitable[str]] | None = None
     ) -> list[str]:
         """Post the parts not already there; `first` shows part 0 instead of a new post (the
-        streamed draft this reply finishes, updated)."""
+        streamed draft this reply finishes, updated; told whether it carries the 👍/👎 buttons).
+        An answer with `feedback` has the buttons on its last part (feedback.py)."""
         parts = split_mrkdwn(to_mrkdwn(reply.text)) or ["…"]
         if len(parts) > self.max_parts:
             log.info("reply %s: %d parts, posting the first %d", reply.id, len(parts),
@@ -133,12 +135,15 @@ class Outbound:
                 ids.append(posted[index])
                 continue
             reply.fence.check()  # a delivery whose claim was taken stops before its next part
+            buttons = reply.feedback and index == len(parts) - 1
             if index == 0 and first is not None:
-                ids.append(await first(text))
+                ids.append(await first(text, buttons))
                 await reply.fence.posted(index, ids[-1])
                 continue
             metadata = part_metadata(reply.id, index, reply.key)
-            ids.append(await self.post(reply.key, text, metadata, f"reply {reply.id} part {index}"))
+            blocks = feedback_blocks(text, reply.id, reply.key) if buttons else None
+            what = f"reply {reply.id} part {index}"
+            ids.append(await self.post(reply.key, text, metadata, what, blocks=blocks))
             await reply.fence.posted(index, ids[-1])
         return ids
 
@@ -154,7 +159,8 @@ class Outbound:
         """One `chat.postMessage` of ours (labelled by `metadata`, so a lost response is found);
         returns its platform id. It waits for its turn on the channel's budget, ahead of every
         draft, unless the caller has `taken` it (the stream's `draft_turn`). With `blocks` (a
-        draft's, with its Stop button) `text` is the notification fallback."""
+        draft's, with its Stop button; an answer's last part, with its 👍/👎 buttons) `text` is
+        the notification fallback."""
         if not taken:
             await self.pacer.take(POST, key.channel)
         response = await self.paced(

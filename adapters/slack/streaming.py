@@ -24,6 +24,7 @@ from typing import Any
 from adapters.markdown import settle_partial
 from adapters.showing import Showing, paced_turn
 from adapters.slack.calls import call, slack_code
+from adapters.slack.feedback import feedback_blocks, shows_feedback
 from adapters.slack.inbound import split_message_id
 from adapters.slack.mrkdwn import split_mrkdwn, to_mrkdwn
 from adapters.slack.native_stream import NativeStreams, StreamsUnavailable
@@ -193,13 +194,15 @@ class SlackDrafts(PacedDrafts):
             if slack_code(exc) not in GONE:
                 raise
 
-    async def finish(self, reply: Reply, text: str) -> str:
+    async def finish(self, reply: Reply, text: str, buttons: bool = False) -> str:
         """The reply's first part, shown by updating the draft it finishes (posted first if the
         outbox found that it never landed), then read back: a late edit of a generation that
         lost its lease may have overwritten it. A draft a person deleted is replaced by a fresh
-        post of the part, labelled with the reply's id like any part (found on a retry)."""
+        post of the part, labelled with the reply's id like any part (found on a retry). The
+        Stop button goes; with `buttons` (the answer's last part) the 👍/👎 buttons come."""
         assert reply.draft is not None
         draft, metadata = reply.draft, part_metadata(reply.id, 0, reply.key)
+        blocks = feedback_blocks(text, reply.id, reply.key) if buttons else []
         message_id = draft.message_id or await self._post(reply.key, draft, text, taken=False)
         try:
             # the final text is the update's, not the stream's: a stream still running stops
@@ -207,18 +210,25 @@ class SlackDrafts(PacedDrafts):
                 self._labels.setdefault(message_id, draft.key)
                 await self._stop(reply.key, message_id)
             self._forget(message_id)
-            stored = await self._update(message_id, text, metadata, taken=False, blocks=[])
+            if blocks:
+                self._buttoned.discard(message_id)  # its blocks change: the update is sent
+            stored = await self._update(message_id, text, metadata, taken=False, blocks=blocks)
             self._settle()
             message = await self._read_back(reply.key, message_id)
-            if message is not None and (message.get("text") != stored or shows_stop(message)):
+            if message is not None and (
+                message.get("text") != stored
+                or shows_stop(message)
+                or shows_feedback(message) != bool(blocks)
+            ):
                 log.warning("reply %s: a stale draft edit landed after the final text; restored",
                             reply.id)  # fmt: skip
                 self.showing.forget(message_id)  # it shows something else: update it
-                self._buttoned.add(message_id)
-                await self._update(message_id, text, metadata, taken=False, blocks=[])
+                (self._buttoned.discard if blocks else self._buttoned.add)(message_id)
+                await self._update(message_id, text, metadata, taken=False, blocks=blocks)
         except MessageGone:
             log.info("reply %s: its draft was deleted; posting the reply anew", reply.id)
-            return await self.outbound.post(reply.key, text, metadata, f"reply {reply.id} part 0")
+            what = f"reply {reply.id} part 0"
+            return await self.outbound.post(reply.key, text, metadata, what, blocks=blocks or None)
         return message_id
 
     def _forget(self, message_id: str) -> None:

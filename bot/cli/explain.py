@@ -1,8 +1,8 @@
 """`burstbot explain CONVERSATION`: one conversation's story, rebuilt from stored data.
 
-Every line comes from a row (messages, generations with their searches, tool actions, the outbox),
-in time order. Stored text is shown through `printable` (no terminal escapes from chat users);
-with `redact`, message and reply text is replaced by its length.
+Every line comes from a row (messages, generations with their searches, tool actions, clicks and
+votes, the outbox), in time order. Stored text is shown through `printable` (no terminal escapes
+from chat users); with `redact`, message and reply text is replaced by its length.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from bot.core.store import (
     StoredMessage,
     WebSearch,
 )
+from bot.core.votes import THUMBS, VOTE_VALUES, VoteRecord, tally
 from bot.ops.inspection import printable
 
 if TYPE_CHECKING:
@@ -140,11 +141,41 @@ def _click_line(c: ClickRecord) -> str:
     return f"clicked   {c.kind} by {who}: {printable(c.outcome or 'undecided')}, nothing changed"
 
 
+def _vote_line(c: ClickRecord) -> str:
+    """A 👍/👎 press and its decision."""
+    reply_id, _, value = c.target.partition(":")
+    thumb = THUMBS.get(value, "?") if value in VOTE_VALUES else printable(value)
+    outcome = {
+        "voted": "counted",
+        "duplicate": "a repeat delivery, counted once",
+        "outdated": "older than the vote standing, nothing changed",
+        "not_votable": "that answer takes no votes, nothing changed",
+    }.get(c.outcome or "", printable(c.outcome or "undecided"))
+    return (
+        f"clicked   vote {thumb} on {printable(reply_id)} by {printable(c.clicker_name)}: {outcome}"
+    )
+
+
+def _votes_line(votes: list[VoteRecord]) -> list[str]:
+    """The votes standing, per answer (one per person: their newest press)."""
+    by_reply: dict[int, list[VoteRecord]] = {}
+    for vote in votes:
+        by_reply.setdefault(vote.reply_id, []).append(vote)
+    if not by_reply:
+        return []
+    counts = []
+    for reply, standing in sorted(by_reply.items()):
+        up, down = tally(standing)
+        counts.append(f"r{reply} 👍 {up} 👎 {down}")
+    return ["votes: " + ", ".join(counts)]
+
+
 def _reply_events(r: OutboxRow, redact: bool) -> list[Event]:
     covers = _versions(r.covers_from_version, r.covers_to_version)
     if r.kind == "notice":  # a refused message's: it covers none
         covers = f"nothing (answers {printable(r.reply_to_message_id or '-')})"
     kind = "" if r.kind == "answer" else f" [{r.kind}]"
+    kind += " [👍/👎]" if r.feedback else ""
     seen = "" if r.seen_version == r.covers_to_version else f" (deadline: v{r.seen_version} seen)"
     text = f"reply r{r.id}{kind} committed, covers {covers}{seen}: {_preview(r.text, redact)}"
     committed = (r.created_at, 3, text)
@@ -184,7 +215,8 @@ async def explain_lines(
     for action in await inspector.actions(conversation_id):
         events.append((action.started_at, 1, _action_line(action, redact)))
     for click in await inspector.clicks(conversation_id):
-        events.append((click.clicked_at, 1, _click_line(click)))
+        line = _vote_line(click) if click.kind == "vote" else _click_line(click)
+        events.append((click.clicked_at, 1, line))
     for reply in replies:
         events += _reply_events(reply, redact)
     events.sort(key=lambda e: (e[0], e[1]))
@@ -202,4 +234,5 @@ async def explain_lines(
     if state.failed_attempts:
         summary += f"; {state.failed_attempts} failed model attempt(s)"
     lines.append(summary)
+    lines += _votes_line(await inspector.votes(conversation_id))
     return lines

@@ -1,0 +1,169 @@
+"""👍/👎 on Slack answers (docs/controls.md#feedback): Block Kit out, a vote in.
+
+Out: an answer that carries the buttons (`Reply.feedback`) shows its last part as `section`
+blocks and, under them, a `context_actions` block with Slack's `feedback_buttons` element; each
+button's value names the answer (its reply id), its conversation and the vote. Posted with the
+part (`chat.postMessage`), or with the update that finishes a streamed draft when that part is
+the last: the buttons are on the answer once, whichever way it reached Slack. `text` stays the
+notification fallback.
+
+In: a press arrives as a `block_actions` payload (HTTP: a signed `payload=` form; Socket Mode: an
+`interactive` envelope) and is handed to the host, which stores and decides it in one transaction,
+before Bolt acks (`process_before_response`, transport.py). Its id is Slack's `action_ts` with the
+`trigger_id` (the same on a redelivery, so a press counts once) and `action_ts` is its time (a
+newer press replaces the person's vote, an older one does not). If it cannot be stored the
+listener answers 500 (HTTP) or sends no ack (Socket Mode), and Slack shows the clicker that it
+failed. A counted vote is acknowledged only (Slack's feedback buttons show the press); a press on
+an answer that takes no votes is told to the clicker alone (`chat.postEphemeral`), after the ack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.response import BoltResponse
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.slack.calls import call
+from adapters.slack.inbound import Payload
+from adapters.slack.mrkdwn import split_mrkdwn
+from bot.core.clicks import Click
+from bot.core.errors import BurstbotError, StoreError
+from bot.core.events import ConversationKey
+from bot.core.frontend import Host
+from bot.core.votes import THUMBS, Vote, VoteValue, vote_target, vote_value
+
+log = logging.getLogger("burstbot.slack")
+
+FEEDBACK_ACTION = "burstbot_feedback"
+SECTION_CHARS = 3000  # Slack's limit on a section's text
+LABELS: dict[VoteValue, str] = {"up": "Good answer", "down": "Bad answer"}  # screen readers
+
+
+def feedback_value(reply_id: str, key: ConversationKey, value: VoteValue) -> str:
+    """What a button carries back: the answer, its conversation and the vote."""
+    named = {"reply": reply_id, "conversation": key.id, "vote": value}
+    return json.dumps(named, separators=(",", ":"))
+
+
+def feedback_blocks(text: str, reply_id: str, key: ConversationKey) -> list[dict[str, Any]]:
+    """An answer's last part with the buttons: its text (in sections of Slack's size), then the
+    `context_actions` block with the `feedback_buttons` element."""
+    sections: list[dict[str, Any]] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": part}, "expand": True}
+        for part in split_mrkdwn(text, SECTION_CHARS)
+        if part.strip()
+    ]
+
+    def button(value: VoteValue) -> dict[str, Any]:
+        return {"text": {"type": "plain_text", "text": THUMBS[value]},
+                "value": feedback_value(reply_id, key, value),
+                "accessibility_label": LABELS[value]}  # fmt: skip
+
+    element = {"type": "feedback_buttons", "action_id": FEEDBACK_ACTION,
+               "positive_button": button("up"), "negative_button": button("down")}  # fmt: skip
+    return [*sections, {"type": "context_actions", "elements": [element]}]
+
+
+def shows_feedback(message: Mapping[str, Any]) -> bool:
+    """Whether a message (as the Web API reads it back) shows the 👍/👎 buttons."""
+    for block in message.get("blocks") or []:
+        for element in block.get("elements") or [] if isinstance(block, Mapping) else []:
+            if isinstance(element, Mapping) and element.get("action_id") == FEEDBACK_ACTION:
+                return True
+    return False
+
+
+@dataclass(frozen=True)
+class VotePress:
+    """A 👍/👎 press as the payload gives it: the vote, and where to tell the clicker."""
+
+    vote: Vote
+    channel: str
+    thread: str
+
+
+def vote_press(body: Payload) -> VotePress | None:
+    """The vote of a `block_actions` payload; None when it is not one we can act on."""
+    actions = body.get("actions")
+    user, team, container = body.get("user"), body.get("team"), body.get("container")
+    if not (isinstance(actions, list) and isinstance(user, Mapping) and isinstance(team, Mapping)):
+        return None
+    action = next((a for a in actions if isinstance(a, Mapping)
+                   and a.get("action_id") == FEEDBACK_ACTION), None)  # fmt: skip
+    if action is None or not isinstance(container, Mapping):
+        return None
+    try:
+        named = json.loads(str(action.get("value", "")))
+        key = ConversationKey.parse(str(named["conversation"]))
+        reply_id, value = str(named["reply"]), vote_value(str(named["vote"]))
+        pressed_at = float(str(action.get("action_ts")))
+    except (ValueError, TypeError, KeyError):
+        return None
+    clicker, action_ts = str(user.get("id") or ""), str(action.get("action_ts") or "")
+    channel = str(container.get("channel_id") or "")
+    if not (clicker and reply_id and value) or key.platform != "slack" or key.channel != channel:
+        return None  # a value pointing at another conversation than the button's own
+    if key.workspace != str(team.get("id") or ""):
+        return None
+    name = str(user.get("name") or user.get("username") or clicker)
+    click_id = f"slack:{key.workspace}:{action_ts}:{body.get('trigger_id') or clicker}"
+    click = Click(click_id, key, "vote", vote_target(reply_id, value), clicker, name)
+    thread = str(container.get("thread_ts") or key.thread)
+    return VotePress(Vote(click, reply_id, value, pressed_at), channel, thread)
+
+
+@dataclass(eq=False)
+class FeedbackButtons:
+    """The listener of the 👍/👎 buttons."""
+
+    host: Host
+    _telling: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+
+    def listen(self, bolt: AsyncApp) -> None:
+        bolt.action(FEEDBACK_ACTION)(self._on_vote)
+
+    async def _on_vote(
+        self, ack: AsyncAck, body: Payload, client: AsyncWebClient
+    ) -> BoltResponse | None:
+        """Bolt answers Slack when this returns: only after the vote is stored."""
+        press = vote_press(body)
+        if press is None:
+            log.warning("slack: ignored a vote that names no answer of this channel")
+            await ack()
+            return None
+        try:
+            answer = await self.host.vote(press.vote)
+        except StoreError as exc:
+            log.warning("slack: a vote was not stored (%s); not acknowledged, so Slack shows its "
+                        "clicker that it failed", exc)  # fmt: skip
+            return BoltResponse(status=500, body="")
+        await ack()
+        if answer.notice is not None:
+            task = asyncio.create_task(self._tell(client, press, answer.notice))
+            self._telling.add(task)
+            task.add_done_callback(self._telling.discard)
+        return None
+
+    async def _tell(self, client: AsyncWebClient, press: VotePress, notice: str) -> None:
+        """The clicker alone sees why the press counted nothing (best effort)."""
+        request = client.chat_postEphemeral(
+            channel=press.channel, user=press.vote.click.clicker_id, text=notice,
+            thread_ts=press.thread or None,
+        )  # fmt: skip
+        try:
+            await call("chat.postEphemeral", request)
+        except BurstbotError as exc:
+            log.info("slack: the clicker was not told why the vote counted nothing (%s)", exc)
+
+    async def idle(self) -> None:
+        """Wait for the notices on their way (shutdown, tests)."""
+        while self._telling:
+            await asyncio.wait(set(self._telling))
