@@ -96,7 +96,7 @@ async def test_explain_tells_the_story_of_a_superseded_then_posted_burst(tmp_pat
         "output wasted) in 0.50s",
         "burst     v1-v2 → lease #2, generation started",
         "generated v1-v2: answered (0 in / 0 out tokens) in 0.00s",
-        "reply r1 committed, covers v1-v2: noon",
+        "reply r1 [👍/👎] committed, covers v1-v2: noon",
         "posted    r1 as r1-p0",
     ]
     assert result.stdout.splitlines()[-1] == "now: version 2, answered 2"

@@ -237,14 +237,23 @@ async def _with_store(config: Config, command: str, args: argparse.Namespace) ->
                 lines = [await requeue_conversation(store, args.target, now)]
         elif command == "usage":
             from bot.cli.status import in_workspace
-            from bot.ops.usage import PriceTable, summarize, tool_call_lines, usage_lines
+            from bot.ops.usage import (
+                PriceTable,
+                summarize,
+                tool_call_lines,
+                usage_lines,
+                vote_lines,
+            )
 
             generations = await store.generations()
+            votes = await store.votes(since=args.since or 0.0)
             if args.workspace:
                 generations = [g for g in generations if in_workspace(g.conversation_id,
                                                                      args.workspace)]  # fmt: skip
+                votes = [v for v in votes if in_workspace(v.conversation_id, args.workspace)]
             rows, total = summarize(generations, PriceTable(config.prices), args.by, args.since)
             lines = usage_lines(rows, total, args.by, args.since)
+            lines += vote_lines(votes, args.by)
             lines += tool_call_lines(await store.actions_since(args.since))
         else:
             cid = args.conversation

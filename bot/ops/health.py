@@ -49,3 +49,4 @@ class Health:
         self.metrics.outbox_depth.set(backlog.outbox_depth)
         self.metrics.oldest_pending_age.set(age)
         self.metrics.outbox_failed.set(backlog.outbox_failed)
+        self.metrics.set_votes(await self.store.vote_totals())

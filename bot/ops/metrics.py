@@ -42,6 +42,7 @@ TOKEN_KINDS = ("input", "output")
 class Metrics:
     def __init__(self, prices: PriceTable | None = None) -> None:
         self.prices = prices or PriceTable()  # replaced by a reload
+        self._voted: set[tuple[str, str]] = set()  # (model, vote) pairs the gauge has shown
         self.registry = r = CollectorRegistry()
 
         def counter(name: str, text: str, *labels: str) -> Counter:
@@ -115,6 +116,19 @@ class Metrics:
             "Age of the oldest unanswered message (every process; 0 when none)",
             registry=r,
         )
+        self.votes = Gauge(
+            "burstbot_votes",
+            "👍/👎 votes standing on answers, one per person per answer (every process), by the "
+            "model that wrote the answer and the vote: up, down",
+            ("model", "vote"),
+            registry=r,
+        )
+        self.vote_presses = counter(
+            "vote_presses",
+            "👍/👎 presses this process decided, by outcome: voted, duplicate (a repeat "
+            "delivery), outdated (older than the vote standing), not_votable",
+            "outcome",
+        )
         self.generations_in_flight = Gauge(
             "burstbot_generations_in_flight", "Model calls this process runs now", registry=r
         )
@@ -159,6 +173,8 @@ class Metrics:
             self.tool_calls.labels(str(fields.get("server")), str(fields.get("outcome"))).inc()
         elif name == "tool_unavailable":
             self.tools_unavailable.labels(str(fields.get("server"))).inc()
+        elif name == "voted":
+            self.vote_presses.labels(str(fields.get("outcome"))).inc()
         elif name == "refused":
             stage = str(fields.get("stage", ""))
             self.refused.labels(stage, str(fields.get("reason", ""))).inc()
@@ -194,6 +210,13 @@ class Metrics:
             cost = self.prices.cost(model, input, output, cache_read, cache_write, searches)
             if cost is not None:
                 self.cost.labels(model).inc(cost)
+
+    def set_votes(self, totals: dict[tuple[str, str], int]) -> None:
+        """The votes standing, read from the store at scrape time: (model, vote) → count. A pair
+        no longer in the store (its answers' votes changed) drops to 0."""
+        for model, vote in {*totals, *self._voted}:
+            self.votes.labels(model or "(no model)", vote).set(totals.get((model, vote), 0))
+        self._voted |= set(totals)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,4 +1,5 @@
-"""What the model cost: tokens per model, user or channel from the stored generations, priced.
+"""What the model cost: tokens per model, user or channel from the stored generations, priced;
+and how people rated the answers (👍/👎 votes, grouped the same way).
 
 Every generation (answered, superseded, discarded, failed) is stored with its tokens, so the
 report counts what was paid for, including the work thrown away (`wasted`, as the metric counts
@@ -20,6 +21,7 @@ from bot.config import PriceConfig
 from bot.core.actions import ActionRecord
 from bot.core.events import ConversationKey
 from bot.core.store import GenerationRecord
+from bot.core.votes import VoteRecord
 from bot.ops.inspection import render_table
 
 Grouping = Literal["model", "user", "channel"]
@@ -167,6 +169,35 @@ def _cells(row: UsageRow) -> tuple[str, ...]:
     numbers = (row.generations, row.input, row.output, row.cache_read, row.cache_write, row.wasted,
                row.searches)  # fmt: skip
     return (row.key, *(f"{n:,}" for n in numbers), cost)
+
+
+def vote_key(vote: VoteRecord, by: Grouping) -> str:
+    """A vote's row: the model that wrote the answer, the channel it is in, or who voted."""
+    if by == "model":
+        return vote.model or "(no model)"
+    key = ConversationKey.parse(vote.conversation_id)
+    if by == "user":
+        return f"{key.platform}:{vote.voter_id}"
+    return f"{key.platform}/{key.workspace}/{key.channel}"
+
+
+def vote_lines(votes: Iterable[VoteRecord], by: Grouping) -> list[str]:
+    """The 👍/👎 votes standing (one per person per answer: their newest press), grouped like
+    the table above (by user: who voted)."""
+    rows: dict[str, list[int]] = {}
+    for vote in votes:
+        counts = rows.setdefault(vote_key(vote, by), [0, 0])
+        counts[0 if vote.value == "up" else 1] += 1
+    if not rows:
+        return []
+    lines = [
+        "",
+        f"votes on answers (one per person per answer), by {'voter' if by == 'user' else by}:",
+    ]
+    for key, (up, down) in sorted(rows.items(), key=lambda item: (-sum(item[1]), item[0])):
+        share = round(100 * up / (up + down))
+        lines.append(f"  {key}: 👍 {up:,}  👎 {down:,}  ({share}% 👍)")
+    return lines
 
 
 def tool_call_lines(actions: Iterable[ActionRecord]) -> list[str]:
