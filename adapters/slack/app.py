@@ -3,9 +3,10 @@
 What each part does: transport.py starts the Web API client, checks the tokens and connects
 (an HTTP listener or Socket Mode); events.py turns Bolt's events into the host's calls (and says
 why each is acked only after it is stored); outbound.py and streaming.py post replies and drafts;
-stop_button.py puts the Stop button on drafts and takes its clicks; history.py reads what was
-missed; assistant.py runs Slack's assistant threads. Every Web API call goes through calls.py,
-one mapping of every failure into the core's errors.
+stop_button.py puts the Stop button on drafts and takes its clicks, feedback.py the 👍/👎 buttons
+on answers and their votes; history.py reads what was missed; assistant.py runs Slack's assistant
+threads. Every Web API call goes through calls.py, one mapping of every failure into the core's
+errors.
 """
 
 from __future__ import annotations
