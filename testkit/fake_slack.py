@@ -33,9 +33,9 @@ shows its blocks (`PostedMessage.visible`), its `text` is the notification fallb
 `click(message, user)` builds the `block_actions` payload Slack sends when someone presses a
 button of a message, `feedback(message, user, positive)` the one of a press of a message's
 `feedback_buttons` (in a `context_actions` block, checked as Slack documents it);
-`EventSender.interact` delivers it over HTTP (a signed form, `payload=`), `push_interactive` over
-Socket Mode (an `interactive` envelope). Each delivery is sent as asked:
-a second one of the same click is Slack redelivering it, never deduped here.
+`EventSender.interact` delivers it over HTTP (a signed form, `payload=`; with `retry_num`, Slack's
+retry headers), `push_interactive` over Socket Mode (an `interactive` envelope). Each delivery is
+sent as asked: a second one of the same click is Slack redelivering it, never deduped here.
 `chat.postEphemeral` records what one person alone was shown (`ephemerals`).
 
 Native streams: `chat.startStream` (a thread reply: `thread_ts` required, `markdown_text` within
@@ -1023,9 +1023,12 @@ class EventSender:
             await response.read()
             return response.status
 
-    async def _post_form(self, fields: dict[str, str]) -> tuple[int, str]:
-        """A signed form-encoded request, as Slack sends interactions and slash commands; the
-        status the bot answered and its body."""
+    async def _post_form(
+        self, fields: dict[str, str], retry_num: int | None = None
+    ) -> tuple[int, str]:
+        """A signed form-encoded request, as Slack sends interactions and slash commands (a
+        `retry_num`: sent again, with Slack's retry headers); the status the bot answered and its
+        body."""
         body = urlencode(fields)
         stamp = str(int(time.time()))
         headers = {
@@ -1033,16 +1036,19 @@ class EventSender:
             "X-Slack-Request-Timestamp": stamp,
             "X-Slack-Signature": str(self.verifier.generate_signature(timestamp=stamp, body=body)),
         }
+        if retry_num is not None:
+            headers["X-Slack-Retry-Num"] = str(retry_num)
+            headers["X-Slack-Retry-Reason"] = "http_timeout"
         async with (
             aiohttp.ClientSession() as session,
             session.post(self.url, data=body, headers=headers) as response,
         ):
             return response.status, await response.text()
 
-    async def interact(self, payload: dict[str, Any]) -> int:
+    async def interact(self, payload: dict[str, Any], retry_num: int | None = None) -> int:
         """A signed interaction request (a form with the JSON `payload`, as Slack sends a button
-        press); the status the bot answered."""
-        status, _ = await self._post_form({"payload": json.dumps(payload)})
+        press; `retry_num`: a retry of it); the status the bot answered."""
+        status, _ = await self._post_form({"payload": json.dumps(payload)}, retry_num)
         return status
 
     def command_form(

@@ -70,6 +70,20 @@ async def test_a_streamed_answer_carries_the_buttons_and_a_press_counts_once(
         await check_invariants(bot.store, [DM_KEY.id])
 
 
+async def test_slacks_retries_of_a_press_over_http_count_once(api: FakeSlackApi) -> None:
+    async with running_bot(api, replier=ScriptedReplier(hold=True)) as bot:
+        await deliver(bot, api, "http", dm(ts(1), "what is the plan?"))
+        await streamed_answer(bot, api, "http", DM_KEY)
+        payload = api.feedback(the_message(api), "U1", positive=False)
+        statuses = [await bot.sender.interact(payload, retry_num=n) for n in (None, 1, 2)]
+        assert statuses == [200, 200, 200]
+        [vote] = await bot.store.votes(DM_KEY.id)
+        assert vote.value == "down"
+        outcomes = [c.outcome for c in await bot.store.clicks(DM_KEY.id)]
+        assert outcomes == ["voted"]  # the retries were stored once: the same action_ts
+        assert api.ephemerals == []
+
+
 @pytest.mark.parametrize("mode", ["http", "socket"])
 async def test_a_later_press_replaces_the_vote_and_two_people_count_separately(
     api: FakeSlackApi, mode: str

@@ -400,10 +400,8 @@ class Engine:
         self._committing.add(cid)
         now = self.clock.now()
         feedback = self.settings.feedback_for(burst.key)  # a stopped answer has no buttons
-        reply, posted = (
-            burst.answer(text, usage, feedback),
-            burst.record("posted", usage, now, None),
-        )
+        reply = burst.answer(text, usage, feedback)
+        posted = burst.record("posted", usage, now, None)
         check, claim = burst.final_check(now), self.outbox.claim  # delivery's claim, in the commit
         done = await self.store.commit(cid, check, now, burst.timing, reply, posted, claim)
         if not isinstance(done, Committed) or (row := done.reply) is None:
