@@ -1,4 +1,5 @@
-"""What the model cost: tokens per model, user or channel from the stored generations, priced.
+"""What the model cost: tokens per model, user, channel, workspace or UTC day, from the stored
+generations, priced.
 
 Every generation (answered, superseded, discarded, failed) is stored with its tokens, so the
 report counts what was paid for, including the work thrown away (`wasted`, as the metric counts
@@ -22,7 +23,8 @@ from bot.core.events import ConversationKey
 from bot.core.store import GenerationRecord
 from bot.ops.inspection import render_table
 
-Grouping = Literal["model", "user", "channel"]
+Grouping = Literal["model", "user", "channel", "workspace", "day"]
+GROUPINGS: tuple[Grouping, ...] = ("model", "user", "channel", "workspace", "day")
 WASTED_OUTCOMES = frozenset({"superseded", "lease_lost", "discarded"})
 MILLION = 1_000_000
 
@@ -106,9 +108,13 @@ class UsageRow:
 def group_key(record: GenerationRecord, by: Grouping) -> str:
     if by == "model":
         return record.model or "(no model)"
+    if by == "day":  # the UTC day the generation ended: daily budgets count UTC days too
+        return datetime.fromtimestamp(record.ended_at, UTC).strftime("%Y-%m-%d")
     key = ConversationKey.parse(record.conversation_id)
     if by == "user":
         return f"{key.platform}:{record.user_id}" if record.user_id else "(unknown)"
+    if by == "workspace":
+        return f"{key.platform}/{key.workspace}"
     return f"{key.platform}/{key.workspace}/{key.channel}"
 
 
