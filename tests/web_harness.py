@@ -16,6 +16,7 @@ import pytest
 from bot.app import App
 from bot.core.errors import PermanentDeliveryError
 from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.replier import GenerationProgress, Prompt
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier
 from testkit.clock import FakeClock
@@ -33,6 +34,14 @@ LEAKED = "xoxb-1111-2222-leakedtokenvalue"
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 FORM = re.compile(r'<form method="post" action="(/retry|/erase)" class="inline">(.*?)</form>')
 FIELD = re.compile(r'<input type="hidden" name="([^"]+)" value="([^"]*)">')
+
+
+class PricedReplier(ScriptedReplier):
+    """Answers as `ScriptedReplier` does, reporting a priced model (usage shows a cost)."""
+
+    async def generate(self, prompt: Prompt, usage: GenerationProgress) -> str:
+        usage.model = "claude-sonnet-5-5"
+        return await super().generate(prompt, usage)
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], within: float = 10.0) -> None:
@@ -70,15 +79,15 @@ class Running:
 
 
 @asynccontextmanager
-async def running_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+async def running_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, start: float = 1e6,
                       **web: object) -> AsyncIterator[Running]:  # fmt: skip
     """The app serving its page, with two conversations: FAILING (a chat user's HTML; its reply
     failed for good, the error quoting a token) and ANSWERED (answered and posted)."""
     for name, value in TOKEN_ENV.items():
         monkeypatch.setenv(name, value)
     store = SqliteStore(str(tmp_path / "web.db"))
-    clock, frontend = FakeClock(), RecordingFrontend()
-    app = make_app(store, clock, ScriptedReplier(), frontend, web={**WEB, **web})
+    clock, frontend = FakeClock(start), RecordingFrontend()
+    app = make_app(store, clock, PricedReplier(), frontend, web={**WEB, **web})
     task = asyncio.create_task(app.run())
     try:
         await eventually(lambda: _true(app.serving.is_set() and app.web_server is not None))
