@@ -1,0 +1,77 @@
+"""What the operator's pages gather (processes from leases, felt waits, the histogram), the
+usage page's extra panels (the hook for feedback votes), and which worker serves the page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.cli.serve import for_worker
+from bot.config import parse_config
+from bot.core.store import ConversationState, ConversationSummary
+from bot.web.views import felt_waits, processes, wait_histogram
+from tests.web_harness import OPERATOR_TOKEN, client, log_in, running_app
+
+
+def summary(cid: str, owner: str | None, expires: float | None) -> ConversationSummary:
+    state = ConversationState(cid, 2, 1, owner, 3, expires, 0, None)
+    return ConversationSummary(state, 1, 0, 0, 100.0)
+
+
+def test_the_processes_alive_are_the_holders_of_unexpired_leases() -> None:
+    active = [
+        summary("test/w/c1/", "host-a:1", 130.0),
+        summary("test/w/c2/", "host-a:1", 140.0),
+        summary("test/w/c3/", "host-b:7", 90.0),  # expired: host-b may be dead
+        summary("test/w/c4/", None, None),
+    ]
+    found = processes(active, now=100.0, this_owner="host-c:2")
+    assert [(p.owner, p.conversations, p.this_one) for p in found] == [
+        ("host-c:2", (), True),
+        ("host-a:1", ("test/w/c1/", "test/w/c2/"), False),
+    ]
+
+
+def test_felt_waits_are_counted_into_their_bars() -> None:
+    bars = dict(wait_histogram([0.2, 0.9, 1.0, 2.5, 45.0, 61.0, 3600.0]))
+    assert bars == {"<1 s": 2, "1-2 s": 1, "2-3 s": 1, "3-5 s": 0, "5-10 s": 0, "10-30 s": 0,
+                    "30-60 s": 1, ">60 s": 2}  # fmt: skip
+
+
+async def test_a_felt_wait_runs_from_the_bursts_last_message_to_its_post(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with running_app(tmp_path, monkeypatch) as bot:
+        # FAILING was never shown; ANSWERED was posted when its 1.5 s window closed (the
+        # scheduler ran at the 2 s step), however long the failing one took before it
+        waits = await felt_waits(bot.store, 0.0)
+        assert waits == [pytest.approx(2.0)]
+        assert await felt_waits(bot.store, bot.clock.now() + 1) == []
+
+
+async def test_the_usage_page_shows_each_extra_panel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[float] = []
+
+    async def votes(store: Any, since: float) -> str:
+        seen.append(since)
+        return '<section id="votes"><h2>Feedback</h2><p>3 up, 1 down</p></section>'
+
+    async with running_app(tmp_path, monkeypatch) as bot, client() as http:
+        assert bot.app.web_server is not None
+        bot.app.web_server.context.panels.append(votes)
+        await log_in(http, bot.base, OPERATOR_TOKEN)
+        async with http.get(bot.base + "/usage?since=7d") as page:
+            text = await page.text()
+        assert '<section id="votes"><h2>Feedback</h2><p>3 up, 1 down</p></section>' in text
+        assert seen == [bot.clock.now() - 7 * 86_400]
+        async with http.get(bot.base + "/usage?since=last+tuesday") as page:
+            assert page.status == 400 and "--since &#x27;last tuesday&#x27;" in await page.text()
+
+
+def test_only_the_first_worker_serves_the_page() -> None:
+    config = parse_config({"web": {"enabled": True}})
+    assert [for_worker(config, i).web.enabled for i in range(3)] == [True, False, False]
