@@ -51,7 +51,7 @@ from bot.wiring import build_serving, catch_up_settings, engine_settings, make_o
 
 if TYPE_CHECKING:
     from bot.tool_servers import McpHub
-    from bot.web.server import WebServer
+    from bot.web.server import Panel, WebServer
     from storage.sql_store import SqlStore
 
 log = logging.getLogger("burstbot")
@@ -125,6 +125,7 @@ class App:
         self.retention = Retention(store, clock, lambda: self.config.retention)
         self.metrics_server: MetricsServer | None = None
         self.web_server: WebServer | None = None
+        self.web_panels: list[Panel] = []  # extra sections of the page's usage view (feedback)
         self.subscribe(self.metrics.observe)
         self._stop = asyncio.Event()
         self.serving = asyncio.Event()  # set once every front end has started
@@ -321,7 +322,7 @@ class App:
         from bot.web.server import WebContext, WebServer
 
         context = WebContext(lambda: self.config, self.store, self.clock, self.owner, self.mcp,
-                             self.wakeup.wake)  # fmt: skip
+                             self.wakeup.wake, self.web_panels)  # fmt: skip
         server = WebServer(self.config.web, context)
         await server.start()
         self.web_server = server

@@ -15,6 +15,7 @@ import pytest
 from bot.config import parse_config
 from bot.core.clock import SystemClock
 from bot.core.errors import ConfigError
+from bot.core.events import IncomingMessage
 from bot.web.server import WebContext, WebServer
 from storage.sqlite import SqliteStore
 from tests.web_harness import (
@@ -250,3 +251,35 @@ async def test_burstbot_web_serves_the_page_from_the_database(tmp_path: Path) ->
     finally:
         process.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(process.wait(), 30) == 0
+
+
+async def test_a_busy_port_is_one_config_line(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "busy.db"))
+    config = parse_config({"web": {"port": 0, "token_env": "TEST_WEB_OPERATOR"}})
+    context = WebContext(lambda: config, store, SystemClock())
+    first = WebServer(config.web, context, TOKEN_ENV)
+    await first.start()
+    try:
+        taken = config.web.model_copy(update={"port": first.port})
+        with pytest.raises(ConfigError, match=rf"^web: cannot listen on 127.0.0.1:{first.port} "):
+            await WebServer(taken, context, TOKEN_ENV).start()
+    finally:
+        await first.stop()
+
+
+async def test_a_timeline_refreshes_itself_while_its_conversation_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with running_app(tmp_path, monkeypatch, refresh_seconds=3.0) as bot, client() as http:
+        await log_in(http, bot.base, OPERATOR_TOKEN)
+        url = bot.base + "/conversation?id=" + ANSWERED.id
+        refresh = '<meta http-equiv="refresh" content="3">'
+        async with http.get(url) as page:
+            assert refresh not in await page.text()  # answered and posted: nothing to wait for
+        await bot.app.ingest(IncomingMessage(ANSWERED, "m3", "u2", "bob", "one more thing"))
+        async with http.get(url) as page:
+            text = await page.text()
+        assert refresh in text and "received  #2 bob: one more thing" in text
+        await bot.settle(ANSWERED)
+        async with http.get(url) as page:
+            assert refresh not in await page.text()

@@ -61,8 +61,7 @@ async def test_the_usage_page_shows_each_extra_panel(
         return '<section id="votes"><h2>Feedback</h2><p>3 up, 1 down</p></section>'
 
     async with running_app(tmp_path, monkeypatch) as bot, client() as http:
-        assert bot.app.web_server is not None
-        bot.app.web_server.context.panels.append(votes)
+        bot.app.web_panels.append(votes)
         await log_in(http, bot.base, OPERATOR_TOKEN)
         async with http.get(bot.base + "/usage?since=7d") as page:
             text = await page.text()

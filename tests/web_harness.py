@@ -72,8 +72,11 @@ class Running:
         await self.clock.advance(seconds)
 
         async def settled() -> bool:
+            state = await self.store.conversation_state(key.id)
+            answered = state is not None and state.answered_version == state.version
+            idle = state is not None and state.lease_owner is None and state.timer is None
             states = await self.reply_states(key)
-            return bool(states) and "pending" not in states
+            return answered and idle and bool(states) and "pending" not in states
 
         await eventually(settled)
 

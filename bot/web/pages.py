@@ -197,7 +197,7 @@ def erase_page(conversation_id: str, session: Session) -> str:
     return layout("erase a conversation", body, session)
 
 
-def usage_page(u: Usage, session: Session, panels: Sequence[str]) -> str:
+def usage_page(u: Usage, session: Session, panels: Sequence[str], since: str) -> str:
     def dollars(value: float) -> str:
         return f"${value:.4f}"
 
@@ -225,7 +225,7 @@ def usage_page(u: Usage, session: Session, panels: Sequence[str]) -> str:
         f"<p>since {escape(when(u.since) if u.since else 'the beginning')}: "
         f'<span id="total">{t.generations} generations, {tokens(t):,.0f} tokens, '
         f"${t.cost:.4f}{unpriced}</span> (estimated from the price table)</p>",
-        '<form method="get" action="/usage">since <input name="since" value="" '
+        f'<form method="get" action="/usage">since <input name="since" value="{escape(since)}" '
         'placeholder="7d, 24h, 2026-11-01"> <button>show</button></form>',
         '<div id="charts">', *charts, "</div>",
         f'<h2>Felt wait</h2><p id="wait-summary">{escape(summary)}: from a burst\'s last '

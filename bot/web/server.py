@@ -231,7 +231,7 @@ class WebServer:
         store, prices = self.context.store, PriceTable(self.context.config().prices)
         data = await views.usage(store, prices, since)
         panels = [await panel(store, since) for panel in self.context.panels]
-        return _html(pages.usage_page(data, session, panels))
+        return _html(pages.usage_page(data, session, panels, text))
 
     async def _erase_form(self, request: web.Request) -> web.Response:
         conversation_id = _conversation_id(request.query.get("id", ""))
