@@ -12,7 +12,9 @@ from bot.cli.serve import for_worker
 from bot.config import parse_config
 from bot.core.store import ConversationState, ConversationSummary
 from bot.web.views import felt_waits, processes, wait_histogram
-from tests.web_harness import OPERATOR_TOKEN, client, log_in, running_app
+from storage.postgres import PostgresStore
+from tests import pg
+from tests.web_harness import FAILING, OPERATOR_TOKEN, client, log_in, running_app
 
 
 def summary(cid: str, owner: str | None, expires: float | None) -> ConversationSummary:
@@ -74,3 +76,25 @@ async def test_the_usage_page_shows_each_extra_panel(
 def test_only_the_first_worker_serves_the_page() -> None:
     config = parse_config({"web": {"enabled": True}})
     assert [for_worker(config, i).web.enabled for i in range(3)] == [True, False, False]
+
+
+async def test_the_pages_read_a_postgresql_store_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The queries the pages use beyond the command line's (every reply, every generation)."""
+    schema = await pg.create_schema("burstbot_web")
+    try:
+        store = PostgresStore(pg.dsn(), pool_size=3, clock="caller", schema=schema)
+        async with running_app(tmp_path, monkeypatch, store=store) as bot, client() as http:
+            await log_in(http, bot.base, OPERATOR_TOKEN)
+            texts = []
+            for path in ("/", "/conversation?id=" + FAILING.id, "/usage?since=1d"):
+                async with http.get(bot.base + path) as page:
+                    assert page.status == 200
+                    texts.append(await page.text())
+            overview, timeline, usage = texts
+            assert "channel_not_found ([redacted])" in overview and "retry-r1" in timeline
+            assert '<span id="total">2 generations' in usage
+            assert "1 answered bursts; median 2.0 s" in usage
+    finally:
+        await pg.drop_schema(schema)

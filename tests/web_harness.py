@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -17,6 +18,7 @@ from bot.app import App
 from bot.core.errors import PermanentDeliveryError
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.replier import GenerationProgress, Prompt
+from storage.sql_store import SqlStore
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier
 from testkit.clock import FakeClock
@@ -54,7 +56,7 @@ async def eventually(check: Callable[[], Awaitable[bool]], within: float = 10.0)
 @dataclass(eq=False)
 class Running:
     app: App
-    store: SqliteStore
+    store: SqlStore[Any]
     clock: FakeClock
     frontend: RecordingFrontend
 
@@ -83,12 +85,13 @@ class Running:
 
 @asynccontextmanager
 async def running_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, start: float = 1e6,
+                      store: SqlStore[Any] | None = None,
                       **web: object) -> AsyncIterator[Running]:  # fmt: skip
     """The app serving its page, with two conversations: FAILING (a chat user's HTML; its reply
     failed for good, the error quoting a token) and ANSWERED (answered and posted)."""
     for name, value in TOKEN_ENV.items():
         monkeypatch.setenv(name, value)
-    store = SqliteStore(str(tmp_path / "web.db"))
+    store = store or SqliteStore(str(tmp_path / "web.db"))
     clock, frontend = FakeClock(start), RecordingFrontend()
     app = make_app(store, clock, PricedReplier(), frontend, web={**WEB, **web})
     task = asyncio.create_task(app.run())
