@@ -283,3 +283,15 @@ async def test_a_timeline_refreshes_itself_while_its_conversation_changes(
         await bot.settle(ANSWERED)
         async with http.get(url) as page:
             assert refresh not in await page.text()
+
+
+async def test_a_token_short_enough_to_guess_is_refused(tmp_path: Path) -> None:
+    config = parse_config({"web": {"token_env": "TEST_WEB_SHORT"}})
+    store = SqliteStore(str(tmp_path / "short.db"))
+    with pytest.raises(ConfigError) as failure:
+        WebServer(config.web, WebContext(lambda: config, store, SystemClock()),
+                  {"TEST_WEB_SHORT": "hunter2"})  # fmt: skip
+    assert str(failure.value).startswith(
+        "web.token_env: the token in TEST_WEB_SHORT is too short (at least 16 characters"
+    )
+    assert "hunter2" not in str(failure.value)

@@ -24,20 +24,30 @@ Role = Literal["viewer", "operator"]
 ACTIONS_REMEMBERED = 200  # per session: far more than a person clicks before a page reloads
 SESSIONS_KEPT = 1000  # the oldest session goes first past this (a login flood cannot grow memory)
 CLIENTS_TRACKED = 10_000
+MIN_TOKEN_CHARS = 16  # a login token is a password an attacker may guess at the rate limit
 
 
 def login_tokens(config: WebConfig, environ: Mapping[str, str] | None = None) -> dict[Role, str]:
-    """Each role's token from the environment; a variable that is not set is one config line."""
-    tokens: dict[Role, str] = {
-        "operator": require_secret(config.token_env, "web.token_env", environ)
-    }
+    """Each role's token from the environment; a variable that is not set, or a token short
+    enough to guess, is one config line."""
+    tokens: dict[Role, str] = {"operator": _token(config.token_env, "web.token_env", environ)}
     if config.viewer_token_env:
-        tokens["viewer"] = require_secret(config.viewer_token_env, "web.viewer_token_env", environ)
+        tokens["viewer"] = _token(config.viewer_token_env, "web.viewer_token_env", environ)
     if tokens.get("viewer") == tokens["operator"]:
         raise ConfigError(
             "web.viewer_token_env: the viewer's token must differ from the operator's"
         )
     return tokens
+
+
+def _token(env_name: str, setting: str, environ: Mapping[str, str] | None) -> str:
+    token = require_secret(env_name, setting, environ).strip()
+    if len(token) < MIN_TOKEN_CHARS:
+        raise ConfigError(
+            f"{setting}: the token in {env_name} is too short (at least {MIN_TOKEN_CHARS} "
+            "characters; `openssl rand -base64 32` makes one)"
+        )
+    return token
 
 
 def role_of(token: str, tokens: Mapping[Role, str]) -> Role | None:
@@ -68,12 +78,17 @@ class Session:
         while len(self.done) > ACTIONS_REMEMBERED:
             self.done.popitem(last=False)
         try:
-            outcome.set_result(await run())
-        except BaseException as exc:
+            result = await run()
+        except asyncio.CancelledError:  # it may not have run: a repeat may try again
+            self.done.pop(action_id, None)
+            outcome.cancel()
+            raise
+        except Exception as exc:
             outcome.set_exception(exc)
             outcome.exception()  # retrieved: a repeat re-raises it, nobody else needs to
             raise
-        return outcome.result()
+        outcome.set_result(result)
+        return result
 
 
 @dataclass(eq=False)

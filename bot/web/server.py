@@ -246,7 +246,10 @@ class WebServer:
 
         async def erase() -> str:
             log.warning("web: the operator erases conversation %s", conversation_id)
-            return await forget(self.context.store, self.now(), None, conversation_id)
+            try:
+                return await forget(self.context.store, self.now(), None, conversation_id)
+            except BurstbotError as exc:  # the store failed part-way: erasing again finishes it
+                return f"erase failed, erase it again: {exc}"
 
         action = _action_id(form)
         await session.once(action, erase)
@@ -280,7 +283,7 @@ def _html(body: str, status: int = 200) -> web.Response:
 def _flash(session: Session, request: web.Request) -> str | None:
     """The outcome of the action the redirect names (`?done=`), once it has one."""
     outcome = session.done.get(request.query.get("done", ""))
-    if outcome is None or not outcome.done() or outcome.exception() is not None:
+    if outcome is None or not outcome.done() or outcome.cancelled() or outcome.exception():
         return None
     return outcome.result()
 
