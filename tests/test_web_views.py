@@ -10,8 +10,10 @@ import pytest
 
 from bot.cli.serve import for_worker
 from bot.config import parse_config
+from bot.core.actions import ActionRecord
 from bot.core.store import ConversationState, ConversationSummary
-from bot.web.views import felt_waits, processes, wait_histogram
+from bot.tool_servers import McpHub
+from bot.web.views import felt_waits, processes, tool_servers, wait_histogram
 from storage.postgres import PostgresStore
 from tests import pg
 from tests.web_harness import FAILING, OPERATOR_TOKEN, client, log_in, running_app
@@ -98,3 +100,27 @@ async def test_the_pages_read_a_postgresql_store_too(
             assert "1 answered bursts; median 2.0 s" in usage
     finally:
         await pg.drop_schema(schema)
+
+
+def action(server: str, finished: float | None, failed: bool = False) -> ActionRecord:
+    return ActionRecord("test/w/c1/", f"k{server}{finished}", 0, 1, 1, server, "look", "{}",
+                        False, "tu1", 10.0, finished, None, failed)  # fmt: skip
+
+
+def test_each_mcp_server_shows_its_state_and_its_calls() -> None:
+    config = parse_config({"tools": {"mcp": [
+        {"name": "wiki", "url": "http://127.0.0.1:9/mcp", "allowed_tools": ["look"]},
+        {"name": "tickets", "url": "http://127.0.0.1:9/mcp", "allowed_tools": ["look"]},
+    ]}})  # fmt: skip
+    configured = [server.name for server in config.tools.mcp]
+    actions = [action("wiki", 11.0), action("wiki", 12.0, failed=True), action("wiki", None)]
+    hub = McpHub(config.tools.mcp)  # never started: no session, so down
+    found = tool_servers(configured, hub, actions)
+    assert [(t.name, t.state, t.calls) for t in found] == [
+        ("wiki", "down: its tools are off", "3 call(s), 1 failed, 1 may have run"),
+        ("tickets", "down: its tools are off", "0 call(s), 0 failed, 0 may have run"),
+    ]
+    from_the_database = tool_servers(configured, None, [])
+    assert {t.state for t in from_the_database} == {
+        "configured (its state is known to `burstbot run` only)"
+    }

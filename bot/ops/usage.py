@@ -175,15 +175,21 @@ def _cells(row: UsageRow) -> tuple[str, ...]:
     return (row.key, *(f"{n:,}" for n in numbers), cost)
 
 
-def tool_call_lines(actions: Iterable[ActionRecord]) -> list[str]:
-    """Tool calls per server (each made once per burst; given again to later generations at no
-    cost), with the calls whose outcome is unknown."""
+def tool_call_counts(actions: Iterable[ActionRecord]) -> dict[str, tuple[int, int, int]]:
+    """Per server: calls, failed ones, and ones whose outcome is unknown (may have run)."""
     counts: dict[str, list[int]] = {}
     for action in actions:
         row = counts.setdefault(action.server, [0, 0, 0])
         row[0] += 1
         row[1] += action.state == "failed"
         row[2] += action.state == "unknown"
+    return {server: (calls, failed, unknown) for server, (calls, failed, unknown) in counts.items()}
+
+
+def tool_call_lines(actions: Iterable[ActionRecord]) -> list[str]:
+    """Tool calls per server (each made once per burst; given again to later generations at no
+    cost), with the calls whose outcome is unknown."""
+    counts = tool_call_counts(actions)
     if not counts:
         return []
     lines = ["", "tool calls (MCP), by server:"]

@@ -141,7 +141,7 @@ def overview_page(o: Overview, now: float, session: Session, flash: str | None,
     ]  # fmt: skip
     installs = [[shown(i.team_id), shown(i.team_name), escape(when(i.installed_at))]
                 for i in o.installations]  # fmt: skip
-    tools = [[shown(t.name), shown(t.state)] for t in o.tool_servers]
+    tools = [[shown(t.name), shown(t.state), escape(t.calls)] for t in o.tool_servers]
     recent = [
         [_link(i.state.conversation_id), f"{i.state.answered_version}/{i.state.version}",
          str(i.pending_messages), f"{i.outbox_pending} pending, {i.outbox_failed} failed",
@@ -158,7 +158,7 @@ def overview_page(o: Overview, now: float, session: Session, flash: str | None,
         "<h2>Installed workspaces</h2>",
         table(["team", "name", "installed"], installs, "installations")
         if installs else '<p class="empty">none (one bot token, or none installed yet)</p>',
-        "<h2>MCP servers</h2>", table(["server", "state"], tools, "tool-servers"),
+        "<h2>MCP servers</h2>", table(["server", "state", "last 24 h"], tools, "tool-servers"),
         "<h2>Recent conversations</h2>",
         table(["conversation", "answered", "pending", "outbox", "last activity"], recent,
               "recent"),

@@ -11,9 +11,11 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from bot.cli.explain import explain_lines
+from bot.config import DAY
+from bot.core.actions import ActionRecord
 from bot.core.installations import InstallationRecord
 from bot.core.store import Backlog, ConversationSummary, OutboxRow
-from bot.ops.usage import PriceTable, UsageRow, summarize
+from bot.ops.usage import PriceTable, UsageRow, summarize, tool_call_counts
 
 if TYPE_CHECKING:
     from bot.tool_servers import McpHub
@@ -35,6 +37,7 @@ class Process:
 class ToolServer:
     name: str
     state: str
+    calls: str  # in the last day, as `burstbot usage` counts them
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,16 +84,24 @@ def processes(
     return sorted(found, key=lambda p: (not p.this_one, p.owner))
 
 
-def tool_servers(configured: Sequence[str], hub: McpHub | None) -> list[ToolServer]:
-    """Each `[[tools.mcp]]` server: up or down in the process serving the page; from the
-    database alone (`burstbot web`) only that it is configured."""
-    if hub is None:
-        return [ToolServer(name, "configured (state known to `burstbot run` only)")
-                for name in configured]  # fmt: skip
-    return [
-        ToolServer(name, "up" if server.up else "down: its tools are off")
-        for name, server in hub.servers.items()
-    ]
+def tool_servers(
+    configured: Sequence[str], hub: McpHub | None, actions: Iterable[ActionRecord]
+) -> list[ToolServer]:
+    """Each `[[tools.mcp]]` server: up or down in the process serving the page (from the
+    database alone, `burstbot web`, only that it is configured), and its calls of the last day."""
+    counts = tool_call_counts(actions)
+
+    def calls(name: str) -> str:
+        made, failed, unknown = counts.get(name, (0, 0, 0))
+        return f"{made} call(s), {failed} failed, {unknown} may have run"
+
+    def state(name: str) -> str:
+        server = None if hub is None else hub.servers.get(name)
+        if server is None:
+            return "configured (its state is known to `burstbot run` only)"
+        return "up" if server.up else "down: its tools are off"
+
+    return [ToolServer(name, state(name), calls(name)) for name in configured]
 
 
 async def overview(
@@ -114,7 +125,7 @@ async def overview(
         recent=await store.list_conversations(active_only=False, limit=RECENT_CONVERSATIONS),
         troubled=troubled,
         installations=await store.installations(),
-        tool_servers=tool_servers(configured_tools, hub),
+        tool_servers=tool_servers(configured_tools, hub, await store.actions_since(now - DAY)),
     )
 
 
