@@ -13,7 +13,7 @@ from bot.config import parse_config
 from bot.core.actions import ActionRecord
 from bot.core.store import ConversationState, ConversationSummary
 from bot.tool_servers import McpHub
-from bot.web.views import felt_waits, processes, tool_servers, wait_histogram
+from bot.web.views import processes, tool_servers, wait_histogram
 from storage.postgres import PostgresStore
 from tests import pg
 from tests.web_harness import FAILING, OPERATOR_TOKEN, client, log_in, running_app
@@ -50,9 +50,9 @@ async def test_a_felt_wait_runs_from_the_bursts_last_message_to_its_post(
     async with running_app(tmp_path, monkeypatch) as bot:
         # FAILING was never shown; ANSWERED was posted when its 1.5 s window closed (the
         # scheduler ran at the 2 s step), however long the failing one took before it
-        waits = await felt_waits(bot.store, 0.0)
+        waits = await bot.store.felt_waits(0.0)
         assert waits == [pytest.approx(2.0)]
-        assert await felt_waits(bot.store, bot.clock.now() + 1) == []
+        assert await bot.store.felt_waits(bot.clock.now() + 1) == []
 
 
 async def test_the_usage_page_shows_each_extra_panel(

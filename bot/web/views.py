@@ -154,29 +154,7 @@ async def usage(store: SqlStore[Any], prices: PriceTable, since: float) -> Usage
     for grouping in ("day", "channel", "workspace", "model"):
         rows, total = summarize(generations, prices, grouping, since)
         by[grouping] = sorted(rows, key=lambda r: r.key) if grouping == "day" else rows
-    return Usage(since, by, total, await felt_waits(store, since))
-
-
-async def felt_waits(store: SqlStore[Any], since: float) -> list[float]:
-    """Per answered burst since `since`: from its last message to the first text people saw,
-    the reply's draft where it streamed, else its post."""
-    answered = [
-        r
-        for r in await store.replies()
-        if r.kind == "answer" and r.state == "sent" and r.created_at >= since
-    ]
-    waits: list[float] = []
-    by_conversation: dict[str, list[OutboxRow]] = {}
-    for reply in answered:
-        by_conversation.setdefault(reply.conversation_id, []).append(reply)
-    for conversation_id, replies in by_conversation.items():
-        arrived = {m.seq: m.created_at for m in await store.messages(conversation_id)}
-        for reply in replies:
-            shown = reply.draft_created_at or reply.sent_at
-            sent = arrived.get(reply.covers_to_version)
-            if shown is not None and sent is not None:
-                waits.append(max(0.0, shown - sent))
-    return waits
+    return Usage(since, by, total, await store.felt_waits(since))
 
 
 def wait_histogram(waits: Iterable[float]) -> list[tuple[str, float]]:
