@@ -109,7 +109,7 @@ class WebServer:
             raise ConfigError(f"web: cannot listen on {host}:{self.port} ({exc})") from exc
         self.port = int(sock.getsockname()[1])  # the real one when configured as 0
         await web.SockSite(self._runner, sock).start()
-        log.warning("operator page on %s", self.url)
+        log.info("operator page on %s", self.url)
 
     async def stop(self) -> None:
         if self._runner is not None:
