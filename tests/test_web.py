@@ -179,14 +179,16 @@ async def test_a_page_escapes_chat_text_and_shows_no_secret(
             assert LEAKED not in text and OPERATOR_TOKEN not in text and VIEWER_TOKEN not in text
 
 
-async def test_the_page_answers_only_to_its_own_host_name(
+async def test_the_page_answers_only_to_its_own_host_name_and_its_proxys(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with running_app(tmp_path, monkeypatch) as bot, client() as http:
+    proxied = {"proxy_hosts": ["ops.example.com"]}
+    async with running_app(tmp_path, monkeypatch, **proxied) as bot, client() as http:
         port = bot.base.rsplit(":", 1)[1]
-        headers = {"Host": f"rebound.example:{port}"}
-        async with http.get(bot.base + "/login", headers=headers) as response:
-            assert response.status == 421
+        for host, status in ((f"rebound.example:{port}", 421), (f"localhost:{port}", 421),
+                             ("ops.example.com", 200), (f"127.0.0.1:{port}", 200)):  # fmt: skip
+            async with http.get(bot.base + "/login", headers={"Host": host}) as response:
+                assert (host, response.status) == (host, status)
 
 
 async def test_the_page_listens_on_the_configured_address_only(tmp_path: Path) -> None:

@@ -230,6 +230,9 @@ class WebConfig(Section):
     """The operator's login token: may look and act (retry, erase)."""
     viewer_token_env: str = ""
     """The viewer's login token ("": no viewer role): may look, never act."""
+    proxy_hosts: list[str] = Field(default_factory=list)
+    """Host headers accepted besides `host:port`: the names an HTTPS proxy in front forwards
+    (`ops.example.com`). Any other is refused (421), so a DNS-rebinding page cannot reach in."""
     session_hours: float = Field(default=12.0, gt=0, le=24 * 30)
     refresh_seconds: float = Field(default=5.0, ge=1, le=HOUR)
     """How often an open page reloads itself while what it shows can change."""

@@ -125,7 +125,8 @@ class WebServer:
         if host in ("0.0.0.0", "::"):
             return True  # every address: the operator chose to expose it (behind a proxy)
         named = f"[{host}]" if ":" in host else host
-        return request.host in (f"{named}:{self.port}", *((named,) if self.port == 80 else ()))
+        own = (f"{named}:{self.port}", *((named,) if self.port == 80 else ()))
+        return request.host in own or request.host in self.settings.proxy_hosts
 
     @web.middleware
     async def _gate(
