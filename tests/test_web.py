@@ -20,6 +20,7 @@ from bot.web.server import WebContext, WebServer
 from storage.sqlite import SqliteStore
 from tests.web_harness import (
     ANSWERED,
+    CSRF,
     FAILING,
     LEAKED,
     OPERATOR_TOKEN,
@@ -80,6 +81,13 @@ async def test_failed_logins_are_limited_per_client_until_the_window_passes(
     async with running_app(tmp_path, monkeypatch, login_attempts=3) as bot, client() as http:
         statuses = [(await log_in(http, bot.base, f"guess-{n}")).status for n in range(4)]
         assert statuses == [401, 401, 401, 429]
+        async with http.get(bot.base + "/login") as page:
+            csrf = CSRF.search(await page.text())
+        assert csrf is not None
+        form = {"csrf": csrf.group(1), "token": "guess-4"}
+        async with http.post(bot.base + "/login", data=form) as refused:
+            assert refused.status == 429
+            assert "too many failed logins: try again in 60 s" in await refused.text()
         assert (await log_in(http, bot.base, OPERATOR_TOKEN)).status == 429  # even the right one
         await bot.clock.advance(61.0)
         assert (await log_in(http, bot.base, OPERATOR_TOKEN)).status == 303

@@ -176,7 +176,8 @@ class WebServer:
     async def _login(self, request: web.Request) -> web.Response:
         client, now = request.remote or "?", self.now()
         if self.limiter.refused(client, now):
-            return self._login_page("too many failed logins: wait a minute", 429)
+            wait = self.settings.login_window_seconds
+            return self._login_page(f"too many failed logins: try again in {wait:g} s", 429)
         form = await request.post()
         expected = request.cookies.get(LOGIN_COOKIE, "")
         if not expected or not same_secret(str(form.get("csrf", "")), expected):
