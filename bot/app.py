@@ -52,6 +52,7 @@ from bot.wiring import build_serving, catch_up_settings, engine_settings, make_o
 
 if TYPE_CHECKING:
     from bot.tool_servers import McpHub
+    from bot.web.server import Panel, WebServer
     from storage.sql_store import SqlStore
 
 log = logging.getLogger("burstbot")
@@ -124,6 +125,8 @@ class App:
         self.metrics = Metrics(PriceTable(config.prices))
         self.retention = Retention(store, clock, lambda: self.config.retention)
         self.metrics_server: MetricsServer | None = None
+        self.web_server: WebServer | None = None
+        self.web_panels: list[Panel] = []  # extra sections of the page's usage view (feedback)
         self.subscribe(self.metrics.observe)
         self._stop = asyncio.Event()
         self.serving = asyncio.Event()  # set once every front end has started
@@ -277,7 +280,11 @@ class App:
                 )
                 await server.start()
                 self.metrics_server = server
+            if self.config.web.enabled:
+                await self._start_web()
         except BaseException:
+            if self.metrics_server is not None:
+                await self.metrics_server.stop()
             if self.mcp is not None:
                 await self.mcp.close()
             await self.store.close()
@@ -315,6 +322,16 @@ class App:
         if self.failure is not None:
             raise self.failure
 
+    async def _start_web(self) -> None:
+        """The operator's page (`[web]`), over this process: its leases, MCP servers, wake-up."""
+        from bot.web.server import WebContext, WebServer
+
+        context = WebContext(lambda: self.config, self.store, self.clock, self.owner, self.mcp,
+                             self.wakeup.wake, self.web_panels)  # fmt: skip
+        server = WebServer(self.config.web, context)
+        await server.start()
+        self.web_server = server
+
     async def _shutdown(self, started: list[Frontend], scheduler: asyncio.Task[None]) -> None:
         """In this order, so no reply is cut off halfway and nothing waits on a dead process:
         stop intake; stop taking work (generations are cancelled); let commits and deliveries
@@ -343,6 +360,8 @@ class App:
             )
         if self.metrics_server is not None:
             await self.metrics_server.stop()
+        if self.web_server is not None:
+            await self.web_server.stop()
         if self.mcp is not None:
             await self.mcp.close()
         await self.store.close()

@@ -542,6 +542,12 @@ class SqlStore(
         oldest = None if row["oldest_pending_at"] is None else float(row["oldest_pending_at"])
         return contract.Backlog(int(row["outbox_depth"]), oldest, int(row["outbox_failed"]))
 
+    async def felt_waits(self, since: float) -> list[float]:
+        """Seconds from each answered burst's last message to its first visible text, for the
+        answers committed since `since` (the operator page's histogram)."""
+        rows = await self._rows("felt_waits", {"since": since})
+        return [max(0.0, float(r["wait"])) for r in rows]
+
     async def conversation_state(self, conversation_id: str) -> contract.ConversationState | None:
         r = await self._one("conversation_state", {"cid": conversation_id})
         return None if r is None else codec.state_from_row(conversation_id, r)

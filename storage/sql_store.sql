@@ -632,6 +632,15 @@ ORDER BY started_at, ordinal;
 -- name: actions_since
 SELECT * FROM actions WHERE started_at >= :since ORDER BY started_at, ordinal;
 
+-- name: felt_waits
+-- The operator page's felt wait: per answer posted since :since, from its burst's last message
+-- to the first text people saw (the streamed draft the reply finished, else its post).
+SELECT COALESCE(r.draft_created_at, r.sent_at) - m.created_at AS wait
+FROM replies r
+JOIN messages m ON m.conversation_id = r.conversation_id AND m.seq = r.covers_to_version
+WHERE r.kind = 'answer' AND r.state = 'sent' AND r.created_at >= :since
+ORDER BY r.id;
+
 -- name: backlog
 -- For the gauges: replies waiting in the outbox, and the oldest unanswered message's arrival;
 -- replies that failed for good (waiting for `burstbot retry`).

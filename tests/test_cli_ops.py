@@ -157,6 +157,23 @@ def test_check_config_names_missing_secrets_and_never_prints_values(tmp_path: Pa
     assert ok.returncode == 0 and ": OK" in ok.stdout and "xoxb-x" not in ok.stdout
 
 
+def test_check_config_names_the_web_pages_missing_tokens(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(
+        '[llm]\nprovider = "offline"\n[web]\nenabled = true\nviewer_token_env = "WEB_VIEWER"\n'
+    )
+    env = {"BURSTBOT_WEB_TOKEN": "operator-token-do-not-print", "WEB_VIEWER": ""}
+    result = burstbot(["check-config", "--config", str(config)], tmp_path, env=env)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "burstbot: config error: web.viewer_token_env: environment variable WEB_VIEWER is not set"
+    ]
+    assert "web         http://127.0.0.1:9465/ (BURSTBOT_WEB_TOKEN set, WEB_VIEWER MISSING)" in (
+        result.stdout
+    )
+    assert "operator-token-do-not-print" not in result.stdout + result.stderr
+
+
 def test_demo_shows_one_reply_per_burst_and_the_timeline(tmp_path: Path) -> None:
     result = burstbot(["demo", "--quiet", "0.3"], tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr

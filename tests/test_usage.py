@@ -82,6 +82,10 @@ def test_usage_groups_and_totals_with_wasted_output() -> None:
     }
     by_channel, _ = summarize(records, PriceTable(), "channel")
     assert {r.key: r.generations for r in by_channel} == {"slack/T1/C1": 3, "discord/G1/C9": 1}
+    by_workspace, _ = summarize(records, PriceTable(), "workspace")
+    assert {r.key: r.generations for r in by_workspace} == {"slack/T1": 3, "discord/G1": 1}
+    by_day, _ = summarize(records, PriceTable(), "day")  # NOW is 2027-01-15 08:00 UTC
+    assert {r.key: r.generations for r in by_day} == {"2027-01-15": 3, "2027-01-05": 1}
 
 
 def test_an_unpriced_model_is_flagged_not_guessed() -> None:

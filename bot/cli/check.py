@@ -91,6 +91,13 @@ def check_config(
         if values
     ]  # fmt: skip
     m = config.metrics
+    w = config.web
+    web = "off"
+    if w.enabled:
+        tokens = [_secret(w.token_env, env, problems, "web.token_env")]
+        if w.viewer_token_env:
+            tokens.append(_secret(w.viewer_token_env, env, problems, "web.viewer_token_env"))
+        web = f"http://{w.host}:{w.port}/ ({', '.join(tokens)})"
     d = config.debounce
     summary = [
         f"storage     {display_url(config.storage.url)}",
@@ -102,6 +109,7 @@ def check_config(
         f"limits      {', '.join(active_limits(config.limits)) or 'off'}",
         f"tools       {_tools(config)}",
         f"metrics     {f'http://{m.host}:{m.port}/metrics' if m.enabled else 'off'}",
+        f"web         {web}",
         f"logging     {config.logging.format}, {config.logging.level}",
     ]
     return summary, problems

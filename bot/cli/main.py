@@ -19,6 +19,7 @@ from bot.config import Config, default_config, load_config
 from bot.core.errors import BurstbotError, ConfigError
 from bot.core.secrets import redact
 from bot.ops.logs import configure_logging
+from bot.ops.usage import GROUPINGS
 
 if TYPE_CHECKING:
     from bot.app import App
@@ -86,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
         default=0.0,
         help="7d, 24h, 30m, or a UTC date (default: everything)",
     )
-    usage.add_argument("--by", choices=("model", "user", "channel"), default="model")
+    usage.add_argument("--by", choices=GROUPINGS, default="model")
     usage.add_argument("--workspace", help="one workspace's generations (a Slack team id)")
     forget = reading_config("forget", "erase a person's or a conversation's stored text")
     who = forget.add_mutually_exclusive_group(required=True)
@@ -95,6 +96,9 @@ def _parser() -> argparse.ArgumentParser:
         "--conversation", type=_conversation, help="platform/workspace/channel/thread (see status)"
     )
     who.add_argument("--workspace", help="every conversation of a Slack workspace (T123)")
+    reading_config(
+        "web", "serve the operator's page from the database, without running the bot ([web])"
+    )
     reading_config("migrate", "create or upgrade the database schema")
     backup = reading_config(
         "backup", "copy the SQLite database while the bot runs (PostgreSQL: pg_dump's line)"
@@ -294,6 +298,35 @@ def _existing_database(config: Config) -> Path | None:
     return database
 
 
+async def _web(config: Config) -> int:
+    """`burstbot web`: the operator's page over the database until SIGINT or SIGTERM. Actions
+    work as the commands do: a re-queued reply goes out from a running `burstbot run`."""
+    import signal
+
+    from bot.core.clock import SystemClock
+    from bot.web.server import WebContext, WebServer
+    from bot.wiring import build_store
+
+    _existing_database(config)
+    store: SqlStore[Any] = build_store(config)
+    try:
+        await store.open()
+        server = WebServer(config.web, WebContext(lambda: config, store, SystemClock()))
+        await server.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        print(f"burstbot: operator page on {server.url} (Ctrl-C stops)", flush=True)
+        try:
+            await stop.wait()
+        finally:
+            await server.stop()
+        return 0
+    finally:
+        await _close_quietly(store)
+
+
 async def _backup(config: Config, path: str) -> int:
     from bot.cli.backup import backup_sqlite, pg_dump_lines
 
@@ -356,6 +389,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check(config, args.config, args.service)
         elif args.command == "backup":
             return asyncio.run(_backup(config, args.path))
+        elif args.command == "web":
+            return run_event_loop(_web(config))
         else:
             return asyncio.run(_with_store(config, args.command, args))
     except ConfigError as exc:

@@ -58,13 +58,15 @@ def workers_refusal(config: Config, workers: int) -> str | None:
 
 def for_worker(config: Config, index: int) -> Config:
     """One worker's view of the shared config: the HTTP port is shared (SO_REUSEPORT), the metrics
-    port is offset by the worker's index, only worker 0 catches up on start, and the pid file
-    names the parent, which passes a reload on to every worker."""
+    port is offset by the worker's index, only worker 0 catches up on start and serves the
+    operator's page (sessions are one process's; the store shows every worker's work), and the
+    pid file names the parent, which passes a reload on to every worker."""
     return config.model_copy(
         update={
             "slack": config.slack.model_copy(update={"http_reuse_port": True}),
             "engine": config.engine.model_copy(update={"pid_file": ""}),  # the parent's, see below
             "metrics": config.metrics.model_copy(update={"port": config.metrics.port + index}),
+            "web": config.web.model_copy(update={"enabled": config.web.enabled and index == 0}),
             "catch_up": config.catch_up.model_copy(
                 update={"enabled": config.catch_up.enabled and index == 0}
             ),

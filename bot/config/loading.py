@@ -34,6 +34,7 @@ from bot.config.sections import (
     Section,
     StorageConfig,
     StreamingConfig,
+    WebConfig,
 )
 from bot.config.tools import ToolsConfig
 from bot.core.errors import ConfigError
@@ -56,6 +57,7 @@ class Config(Section):
     retention: RetentionConfig = RetentionConfig()
     logging: LoggingConfig = LoggingConfig()
     metrics: MetricsConfig = MetricsConfig()
+    web: WebConfig = WebConfig()
     access: AccessConfig = AccessConfig()
     limits: LimitsConfig = LimitsConfig()
     attachments: AttachmentsConfig = AttachmentsConfig()

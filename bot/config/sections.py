@@ -225,6 +225,34 @@ class MetricsConfig(Section):
     port: int = Field(default=9464, ge=0, le=65535)
 
 
+class WebConfig(Section):
+    """The operator's web page (`bot/web/`): served by `burstbot run` when enabled, and by
+    `burstbot web` from the database alone. Local by default; each role logs in with its token."""
+
+    enabled: bool = False
+    host: str = Field(default="127.0.0.1", min_length=1)
+    port: int = Field(default=9465, ge=0, le=65535)
+    token_env: str = Field(default="BURSTBOT_WEB_TOKEN", min_length=1)
+    """The operator's login token: may look and act (retry, erase)."""
+    viewer_token_env: str = ""
+    """The viewer's login token ("": no viewer role): may look, never act."""
+    proxy_hosts: list[str] = Field(default_factory=list)
+    """Host headers accepted besides `host:port`: the names an HTTPS proxy in front forwards
+    (`ops.example.com`). Any other is refused (421), so a DNS-rebinding page cannot reach in."""
+    session_hours: float = Field(default=12.0, gt=0, le=24 * 30)
+    refresh_seconds: float = Field(default=5.0, ge=1, le=HOUR)
+    """How often an open page reloads itself while what it shows can change."""
+    login_attempts: int = Field(default=5, ge=1, le=1000)
+    """Failed logins allowed per client address within `login_window_seconds`; then 429."""
+    login_window_seconds: float = Field(default=60.0, gt=0, le=DAY)
+
+    @model_validator(mode="after")
+    def _two_tokens(self) -> WebConfig:
+        if self.viewer_token_env == self.token_env:
+            raise ValueError("viewer_token_env must name another variable than token_env")
+        return self
+
+
 class AccessConfig(Section):
     allow_users: list[str] = Field(default_factory=list)
     block_users: list[str] = Field(default_factory=list)

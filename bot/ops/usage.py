@@ -1,5 +1,5 @@
-"""What the model cost: tokens per model, user or channel from the stored generations, priced;
-and how people rated the answers (👍/👎 votes, grouped the same way).
+"""What the model cost: tokens per model, user, channel, workspace or UTC day, from the stored
+generations, priced; and how people rated the answers (👍/👎 votes, grouped the same way).
 
 Every generation (answered, superseded, discarded, failed) is stored with its tokens, so the
 report counts what was paid for, including the work thrown away (`wasted`, as the metric counts
@@ -24,7 +24,8 @@ from bot.core.store import GenerationRecord
 from bot.core.votes import VoteRecord
 from bot.ops.inspection import render_table
 
-Grouping = Literal["model", "user", "channel"]
+Grouping = Literal["model", "user", "channel", "workspace", "day"]
+GROUPINGS: tuple[Grouping, ...] = ("model", "user", "channel", "workspace", "day")
 WASTED_OUTCOMES = frozenset({"superseded", "lease_lost", "discarded"})
 MILLION = 1_000_000
 
@@ -108,9 +109,13 @@ class UsageRow:
 def group_key(record: GenerationRecord, by: Grouping) -> str:
     if by == "model":
         return record.model or "(no model)"
+    if by == "day":  # the UTC day the generation ended: daily budgets count UTC days too
+        return datetime.fromtimestamp(record.ended_at, UTC).strftime("%Y-%m-%d")
     key = ConversationKey.parse(record.conversation_id)
     if by == "user":
         return f"{key.platform}:{record.user_id}" if record.user_id else "(unknown)"
+    if by == "workspace":
+        return f"{key.platform}/{key.workspace}"
     return f"{key.platform}/{key.workspace}/{key.channel}"
 
 
@@ -172,12 +177,17 @@ def _cells(row: UsageRow) -> tuple[str, ...]:
 
 
 def vote_key(vote: VoteRecord, by: Grouping) -> str:
-    """A vote's row: the model that wrote the answer, the channel it is in, or who voted."""
+    """A vote's row: the model that wrote the answer, where it is, the day of the vote, or who
+    voted."""
     if by == "model":
         return vote.model or "(no model)"
+    if by == "day":
+        return datetime.fromtimestamp(vote.voted_at, UTC).strftime("%Y-%m-%d")
     key = ConversationKey.parse(vote.conversation_id)
     if by == "user":
         return f"{key.platform}:{vote.voter_id}"
+    if by == "workspace":
+        return f"{key.platform}/{key.workspace}"
     return f"{key.platform}/{key.workspace}/{key.channel}"
 
 
@@ -200,15 +210,21 @@ def vote_lines(votes: Iterable[VoteRecord], by: Grouping) -> list[str]:
     return lines
 
 
-def tool_call_lines(actions: Iterable[ActionRecord]) -> list[str]:
-    """Tool calls per server (each made once per burst; given again to later generations at no
-    cost), with the calls whose outcome is unknown."""
+def tool_call_counts(actions: Iterable[ActionRecord]) -> dict[str, tuple[int, int, int]]:
+    """Per server: calls, failed ones, and ones whose outcome is unknown (may have run)."""
     counts: dict[str, list[int]] = {}
     for action in actions:
         row = counts.setdefault(action.server, [0, 0, 0])
         row[0] += 1
         row[1] += action.state == "failed"
         row[2] += action.state == "unknown"
+    return {server: (calls, failed, unknown) for server, (calls, failed, unknown) in counts.items()}
+
+
+def tool_call_lines(actions: Iterable[ActionRecord]) -> list[str]:
+    """Tool calls per server (each made once per burst; given again to later generations at no
+    cost), with the calls whose outcome is unknown."""
+    counts = tool_call_counts(actions)
     if not counts:
         return []
     lines = ["", "tool calls (MCP), by server:"]

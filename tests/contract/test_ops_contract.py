@@ -97,3 +97,22 @@ async def test_inspection_lists_active_conversations_and_every_message(store: Sq
         (1, "a", False),
         (2, "b", True),
     ]
+
+
+async def test_felt_waits_run_from_a_bursts_last_message_to_its_first_shown_text(
+    store: SqlStore,
+) -> None:
+    await store.ingest(msg(1, "first"), NOW, T)
+    await store.ingest(msg(2, "second"), NOW + 1, T)
+    await answer(store, NOW + 4, "both answered")  # committed, not posted: no wait yet
+    assert await store.felt_waits(0.0) == []
+    [claimed] = await store.claim_replies("o1", NOW + 4, 30.0, ["test"], 5)
+    assert await store.mark_sent(claimed.id, claimed.claim_token, ["p1"], NOW + 4.5) is not None
+    other = ConversationKey("test", "w", "c2")
+    await store.ingest(msg(3, "elsewhere", other), NOW + 10, T)
+    lease = await store.acquire_lease(other.id, "o1", NOW + 12, 30.0)
+    assert lease is not None
+    await store.commit(other.id, FinalCheck(lease.token, lease.version, False), NOW + 13, T,
+                       NewReply("failed later"))  # fmt: skip
+    assert await store.felt_waits(0.0) == [3.5]  # from "second"; the unsent one has none
+    assert await store.felt_waits(NOW + 5) == []  # answers committed since then only

@@ -1,0 +1,126 @@
+"""What the operator's pages gather (processes from leases, felt waits, the histogram), the
+usage page's extra panels (the hook for feedback votes), and which worker serves the page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.cli.serve import for_worker
+from bot.config import parse_config
+from bot.core.actions import ActionRecord
+from bot.core.store import ConversationState, ConversationSummary
+from bot.tool_servers import McpHub
+from bot.web.views import processes, tool_servers, wait_histogram
+from storage.postgres import PostgresStore
+from tests import pg
+from tests.web_harness import FAILING, OPERATOR_TOKEN, client, log_in, running_app
+
+
+def summary(cid: str, owner: str | None, expires: float | None) -> ConversationSummary:
+    state = ConversationState(cid, 2, 1, owner, 3, expires, 0, None)
+    return ConversationSummary(state, 1, 0, 0, 100.0)
+
+
+def test_the_processes_alive_are_the_holders_of_unexpired_leases() -> None:
+    active = [
+        summary("test/w/c1/", "host-a:1", 130.0),
+        summary("test/w/c2/", "host-a:1", 140.0),
+        summary("test/w/c3/", "host-b:7", 90.0),  # expired: host-b may be dead
+        summary("test/w/c4/", None, None),
+    ]
+    found = processes(active, now=100.0, this_owner="host-c:2")
+    assert [(p.owner, p.conversations, p.this_one) for p in found] == [
+        ("host-c:2", (), True),
+        ("host-a:1", ("test/w/c1/", "test/w/c2/"), False),
+    ]
+
+
+def test_felt_waits_are_counted_into_their_bars() -> None:
+    bars = dict(wait_histogram([0.2, 0.9, 1.0, 2.5, 45.0, 61.0, 3600.0]))
+    assert bars == {"<1 s": 2, "1-2 s": 1, "2-3 s": 1, "3-5 s": 0, "5-10 s": 0, "10-30 s": 0,
+                    "30-60 s": 1, ">60 s": 2}  # fmt: skip
+
+
+async def test_a_felt_wait_runs_from_the_bursts_last_message_to_its_post(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with running_app(tmp_path, monkeypatch) as bot:
+        # FAILING was never shown; ANSWERED was posted when its 1.5 s window closed (the
+        # scheduler ran at the 2 s step), however long the failing one took before it
+        waits = await bot.store.felt_waits(0.0)
+        assert waits == [pytest.approx(2.0)]
+        assert await bot.store.felt_waits(bot.clock.now() + 1) == []
+
+
+async def test_the_usage_page_shows_each_extra_panel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[float] = []
+
+    async def votes(store: Any, since: float) -> str:
+        seen.append(since)
+        return '<section id="votes"><h2>Feedback</h2><p>3 up, 1 down</p></section>'
+
+    async with running_app(tmp_path, monkeypatch) as bot, client() as http:
+        bot.app.web_panels.append(votes)
+        await log_in(http, bot.base, OPERATOR_TOKEN)
+        async with http.get(bot.base + "/usage?since=7d") as page:
+            text = await page.text()
+        assert '<section id="votes"><h2>Feedback</h2><p>3 up, 1 down</p></section>' in text
+        assert seen == [bot.clock.now() - 7 * 86_400]
+        async with http.get(bot.base + "/usage?since=last+tuesday") as page:
+            assert page.status == 400 and "--since &#x27;last tuesday&#x27;" in await page.text()
+
+
+def test_only_the_first_worker_serves_the_page() -> None:
+    config = parse_config({"web": {"enabled": True}})
+    assert [for_worker(config, i).web.enabled for i in range(3)] == [True, False, False]
+
+
+async def test_the_pages_read_a_postgresql_store_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The queries the pages use beyond the command line's (every reply, every generation)."""
+    schema = await pg.create_schema("burstbot_web")
+    try:
+        store = PostgresStore(pg.dsn(), pool_size=3, clock="caller", schema=schema)
+        async with running_app(tmp_path, monkeypatch, store=store) as bot, client() as http:
+            await log_in(http, bot.base, OPERATOR_TOKEN)
+            texts = []
+            for path in ("/", "/conversation?id=" + FAILING.id, "/usage?since=1d"):
+                async with http.get(bot.base + path) as page:
+                    assert page.status == 200
+                    texts.append(await page.text())
+            overview, timeline, usage = texts
+            assert "channel_not_found ([redacted])" in overview and "retry-r1" in timeline
+            assert '<span id="total">2 generations' in usage
+            assert "1 answered bursts; median 2.0 s" in usage
+    finally:
+        await pg.drop_schema(schema)
+
+
+def action(server: str, finished: float | None, failed: bool = False) -> ActionRecord:
+    return ActionRecord("test/w/c1/", f"k{server}{finished}", 0, 1, 1, server, "look", "{}",
+                        False, "tu1", 10.0, finished, None, failed)  # fmt: skip
+
+
+def test_each_mcp_server_shows_its_state_and_its_calls() -> None:
+    config = parse_config({"tools": {"mcp": [
+        {"name": "wiki", "url": "http://127.0.0.1:9/mcp", "allowed_tools": ["look"]},
+        {"name": "tickets", "url": "http://127.0.0.1:9/mcp", "allowed_tools": ["look"]},
+    ]}})  # fmt: skip
+    configured = [server.name for server in config.tools.mcp]
+    actions = [action("wiki", 11.0), action("wiki", 12.0, failed=True), action("wiki", None)]
+    hub = McpHub(config.tools.mcp)  # never started: no session, so down
+    found = tool_servers(configured, hub, actions)
+    assert [(t.name, t.state, t.calls) for t in found] == [
+        ("wiki", "down: its tools are off", "3 call(s), 1 failed, 1 may have run"),
+        ("tickets", "down: its tools are off", "0 call(s), 0 failed, 0 may have run"),
+    ]
+    from_the_database = tool_servers(configured, None, [])
+    assert {t.state for t in from_the_database} == {
+        "configured (its state is known to `burstbot run` only)"
+    }
