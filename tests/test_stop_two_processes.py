@@ -6,7 +6,8 @@ the same interaction to both connections. Exactly one stop acts: one click row d
 answered with its ack alone, the other press is told it was already stopped.
 
 The processes share the fake clock; the stop one of them decides is heard by the other at its
-next poll (`poll_seconds`, stepped here), or at once when it is its own."""
+next poll (`poll_seconds`, stepped here), or at once when it is its own; a process that listens
+for PostgreSQL's notifications (as `App.run` does) hears it at once."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from testkit.fake_discord import FakeDiscord, Json, frontend_for
 from testkit.fake_slack import FakeSlackApi, dm
 from tests import pg
 from tests.clock_steps import step
+from tests.heard import Heard
 from tests.slack_harness import DM_KEY, Bot, api, running_bot, ts
 from tests.test_discord_stop import (
     ALICE,
@@ -132,6 +134,29 @@ async def test_slack_two_presses_at_once_in_two_processes_stop_once_and_tell_the
         assert [e["text"] for e in api.ephemerals] == [NOTICES["already_stopped"]]
         await stopped_in_one_message(first, api)
         assert call.cancelled
+        assert second.replier.calls == []
+
+
+async def test_slack_a_press_on_the_process_not_generating_closes_the_stream_at_once(
+    api: FakeSlackApi, schema: str
+) -> None:
+    """With the processes listening for hints as `App.run` makes them, the generating process
+    hears the other's stop at once: no poll (the fake clock does not move) is needed."""
+    async with two_slack_processes(api, schema) as (first, second):
+        for process in (first, second):
+            await process.store.listen(process.app.hint)
+        heard = Heard()
+        first.app.engine.subscribe(heard)
+        await deliver(first, api, "http", dm(ts(1), "what is the plan?"))
+        call = await streaming_draft(first, api, "http", DM_KEY)
+        await heard.next("looked", since=0)  # its poll looked (the draft's step reached it)...
+        [draft] = api.posts()
+        assert await second.sender.interact(api.click(draft, "U1")) == 200
+        await until(lambda: call.cancelled)  # ...and its next one is a second away: never here
+        assert [c.outcome for c in await first.store.clicks(DM_KEY.id)] == ["stopped"]
+        await answered(first)
+        await until(lambda: [m.visible for m in api.posts()] == [SLACK_STOPPED])
+        assert [g.outcome for g in await first.store.generations(DM_KEY.id)] == ["stopped"]
         assert second.replier.calls == []
 
 
