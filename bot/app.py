@@ -29,7 +29,7 @@ from bot.core.frontend import (
     stop_intake,
 )
 from bot.core.guard import GuardStep
-from bot.core.hints import wanted
+from bot.core.hints import stopped_conversation, wanted
 from bot.core.installations import InstallationBook
 from bot.core.notes import NoteBook
 from bot.core.replier import Closable, Replier
@@ -258,7 +258,11 @@ class App:
                 catch_up.request(before)
 
     def hint(self, payload: str) -> None:
-        """Another process armed a timer, queued a reply or released leases (bot/core/hints.py)."""
+        """Another process armed a timer, queued a reply, released leases or decided a stop
+        (bot/core/hints.py)."""
+        stopped = stopped_conversation(payload)
+        if stopped is not None:
+            self.engine.supervisor.newer_input(stopped)  # its watch here reads the store now
         if wanted(payload, self.wakeup.sleeping_until, self.by_platform):
             self.wakeup.wake()
 

@@ -43,6 +43,7 @@ class ClickSteps(StoreSeam[Conn]):
             if version is not None:
                 outcome = "stopped"
                 await self._rows("arm_stop_timer", {**params, "version": version}, db)
+                await self._hint(db, f"stop {click.key.id}")  # the generating process looks now
             else:
                 outcome = _why_not(await self._one("stop_state", params, db), click.target)
             decision = {"click_id": click.click_id, "outcome": outcome, "version": version}

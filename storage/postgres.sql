@@ -22,7 +22,7 @@ INSERT INTO burstbot_schema_version (version) VALUES (:version::integer);
 
 -- name: notify
 -- A wake-up hint to other processes, delivered when the transaction commits (polling stays):
--- 'timer <due_at>', 'outbox <platform>' or 'released'.
+-- 'timer <due_at>', 'outbox <platform>', 'released' or 'stop <conversation id>'.
 SELECT pg_notify('burstbot_wakeup', :payload::text);
 
 -- name: claim_replies

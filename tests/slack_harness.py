@@ -105,12 +105,14 @@ async def running_bot(
     catch_up: bool = False,
     catch_up_section: dict[str, Any] | None = None,
     sections: dict[str, Any] | None = None,
+    store: Any = None,
     **slack: Any,
 ) -> AsyncIterator[Bot]:
+    """`store`: another store than a SQLite one on `db` (a process on a shared PostgreSQL)."""
     config = slack_config(api, access, limits, catch_up_section, sections, **slack)
     clock = clock or FakeClock()
     replier = replier or ScriptedReplier()
-    store = SqliteStore(db)
+    store = SqliteStore(db) if store is None else store
     frontend = SlackFrontend(
         config.slack, TOKEN, signing_secret=SECRET, app_token=api.app_token, clock=clock
     )

@@ -313,7 +313,7 @@ async def test_a_commit_the_final_check_discards_leaves_the_draft_waiting_not_st
     call.stream(2, "Hi there")
     await until(lambda: frontend.visible() == ["Hi there"])  # the first word shows at once
     call.finish("Hi there, welcome.")
-    await until(lambda: KEY_CORE.id not in engine.supervisor._version_bumped)  # the watch ended
+    await until(lambda: KEY_CORE.id not in engine.supervisor._watched)  # the watch ended
     await engine.ingest(message(2, "wait, one more"))  # after the watch, before the final check
     await step(clock, INTERVAL)
     await until(lambda: frontend.visible() == [WAITING])

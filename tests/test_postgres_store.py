@@ -356,7 +356,8 @@ async def test_a_hint_wakes_the_scheduler_only_when_it_matters() -> None:
     wakeup = app.wakeup
     wakeup.sleeping_until = 100.0
     cases = [("timer 50.0", True), ("timer 150.0", False), ("timer x", False),
-             ("outbox test", True), ("outbox slack", False), ("released", True)]  # fmt: skip
+             ("outbox test", True), ("outbox slack", False), ("released", True),
+             ("stop test/w/c/", True)]  # fmt: skip
     for payload, wakes in cases:
         wakeup.event.clear()
         app.hint(payload)

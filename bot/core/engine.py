@@ -160,7 +160,7 @@ class Engine:
             result = await self.store.edit(event, now, timing)
         self._emit(result.status, conversation=result.conversation_id, version=result.version)
         if result.status == "accepted":
-            self.supervisor.newer_input(result.conversation_id)
+            self.supervisor.newer_input(result.conversation_id, result.version)
             due = result.due_at if result.start_at is None else result.start_at
             if due is not None:
                 self._wakeup.wake_before(due)
@@ -174,7 +174,7 @@ class Engine:
         cid = click.key.id
         self._emit("clicked", conversation=cid, kind=click.kind, outcome=outcome)
         if outcome == "stopped":
-            self.supervisor.newer_input(cid)  # this process's generation is cancelled at once
+            self.supervisor.newer_input(cid, stopped=True)  # its stream here is cancelled at once
             self._wakeup.wake()  # a burst no worker generates is served now
         return ClickAnswer(outcome)
 
