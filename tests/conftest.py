@@ -13,6 +13,7 @@ from dataclasses import replace
 import discord
 import pytest
 
+from bot.core import secrets
 from bot.core.engine import Engine
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.settings import EngineSettings
@@ -80,6 +81,16 @@ def _drop_the_bots_log_handler() -> Iterator[None]:
     for handler in [h for h in root.handlers if h.get_name() == LOG_HANDLER_NAME]:
         root.removeHandler(handler)
     root.setLevel(level)
+
+
+@pytest.fixture(autouse=True)
+def _forget_the_tests_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The secrets a test's process learned (`bot.core.secrets` is process-wide) end with the
+    test: a later test in the same worker must not see its own text redacted by another test's
+    made-up token."""
+    monkeypatch.setattr(secrets, "_lasting", set())
+    monkeypatch.setattr(secrets, "_slots", {})
+    monkeypatch.setattr(secrets, "_ordered", ())
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

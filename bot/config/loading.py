@@ -107,9 +107,9 @@ def _env_names(value: object) -> Iterator[str]:
             if not name.endswith(ENV_SUFFIX):
                 yield from _env_names(field)
             elif isinstance(field, str):
-                yield field
+                yield from (field,) if field else ()  # "": that secret is not used
             elif isinstance(field, list | tuple):
-                yield from (str(item) for item in field)
+                yield from (str(item) for item in field if item)
     elif isinstance(value, list | tuple):
         for item in value:
             yield from _env_names(item)
