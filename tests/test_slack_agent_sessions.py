@@ -20,6 +20,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.agent_sessions import NOTE_SESSION
+from adapters.slack.outbound import SESSION_STATUS
 from bot.cli.explain import _click_line
 from bot.core.clicks import NOTICES
 from bot.core.events import ConversationKey
@@ -183,7 +184,7 @@ async def test_a_stop_after_the_answer_changes_nothing_and_says_so(agent: FakeSl
 async def test_a_workspace_without_agent_sessions_shows_the_stop_button(
     api: FakeSlackApi, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, "burstbot.slack")
+    caplog.set_level(logging.INFO, "burstbot.slack")
     async with running_bot(api, replier=ScriptedReplier(hold=True)) as bot:
         await deliver(bot, api, "http", mention())
         call = await streaming_draft(bot, api, "http", THREAD)
@@ -287,3 +288,33 @@ async def test_the_fake_checks_set_status_as_slack_does(agent: FakeSlackApi) -> 
     assert agent.agents.refusals == ["invalid_arguments"] * 3 + [NOT_AN_AGENT]
     with pytest.raises(AssertionError, match="no stop button"):
         agent.agents.stop_session("C1", ts(1))  # the session is not processing: no Stop shows
+
+
+async def test_a_rate_limited_status_holds_the_workspaces_status_calls(
+    agent: FakeSlackApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 429 holds the workspace's status budget for its Retry-After: a burst meanwhile shows
+    the thinking reaction and makes no status call; both answers go on."""
+    caplog.set_level(logging.WARNING, "burstbot.slack")
+    limited = Failure(status=429, error="ratelimited", headers={"Retry-After": "10"})
+    agent.fail(SESSION_STATUS, limited)
+    other = ConversationKey("slack", TEAM, "C1", ts(3))
+    async with running_bot(agent, replier=ScriptedReplier(hold=True)) as bot:
+        await deliver(bot, agent, "http", mention())
+        first = await streaming_draft(bot, agent, "http", THREAD)
+        await until(lambda: agent.methods().count(SESSION_STATUS) == 1 and bool(agent.reactions))
+        another = channel_message(ts(3), "<@UBOT> and you?", event_type="app_mention")
+        assert await bot.sender.send(another) == 200  # (not bot.send: a generation is held)
+        second = await generating(bot, 1)
+        second.stream(2, "Me")
+        await step(bot.clock, INTERVAL)
+        await drafted(bot, other)
+        await until(lambda: len(agent.reactions) == 2)  # its indicator went on: as a reaction
+        assert agent.methods().count(SESSION_STATUS) == 1  # held: no call
+        assert "rate limited" in caplog.text
+        await step(bot.clock, 10.0)  # the Retry-After passes
+        first.finish("The plan is to ship.")
+        second.finish("Me too.")
+        await answered(bot)
+        assert sorted(m.visible for m in agent.posts()) == ["Me too.", "The plan is to ship."]
+        assert agent.agents.statuses_of(THREAD.channel, THREAD.thread) in ([], ["active"])

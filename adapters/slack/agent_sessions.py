@@ -6,9 +6,12 @@ Out: the session's status is the thinking indicator's (bot/core/indicator.py): o
 recorded in the store before it is shown, coalesced (one on, one off per burst), ordered per
 conversation, taken down by whoever posts the reply (another process too), run in the
 background, and best effort: a failing call is logged once and the answer goes on, with the
-thinking reaction (or assistant status) instead. Before `processing` is set, the message it goes
-on for is noted on the conversation (`NOTE_SESSION`): a stop of the session names that message,
-so it stops the burst that message is in, and only while it is pending.
+thinking reaction (or assistant status) instead. The calls share the workspace's pacer
+(outbound.py, `SESSION_STATUS`): `processing` only when the budget has a spare call now (else
+the reaction shows instead), `active` in its turn, and a 429 holds both for its Retry-After.
+Before `processing` is set, the message it goes on for is noted on the conversation
+(`NOTE_SESSION`): a stop of the session names that message, so it stops the burst that message
+is in, and only while it is pending.
 
 Where: sessions are thread-based, so a thread (a mention's thread in a channel, a thread in a
 DM); a top-level DM or a listened channel's top level has none. Whether the workspace has them
@@ -35,10 +38,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from slack_sdk.web.async_client import AsyncWebClient
-
 from adapters.slack.calls import call, slack_code
 from adapters.slack.inbound import PLATFORM, Payload, is_slack_ts
+from adapters.slack.outbound import SESSION_STATUS, Outbound
 from bot.core.clicks import Click
 from bot.core.errors import BurstbotError, DeliveryError, RateLimited, StoreError
 from bot.core.events import ConversationKey
@@ -46,7 +48,7 @@ from bot.core.frontend import Host
 
 log = logging.getLogger("burstbot.slack")
 
-METHOD = "agents.sessions.setStatus"
+METHOD = SESSION_STATUS
 NOTE_SESSION = "agent_session"  # the message the session's "processing" went on for
 NO_STOP_EVENTS = "missing_agent_session_stopped_event_subscription"
 ONE_CONVERSATION = frozenset(
@@ -63,15 +65,18 @@ REMEMBERED = 10_000  # conversations refused a session, remembered per process
 class AgentSessions:
     """One workspace's agent sessions (one bot token)."""
 
-    client: AsyncWebClient
+    outbound: Outbound  # the workspace's client and pacer
     host: Host
-    team_id: str
     accepted: bool | None = None  # Slack took a status here (None: not asked yet)
     stoppable: bool = True  # ... and its Stop reaches us (the app subscribes to the event)
     _refused: set[str] = field(default_factory=set, init=False)  # conversations without one
     _logged: set[str] = field(default_factory=set, init=False)  # what was logged once
     _names: dict[str, str] = field(default_factory=dict, init=False)
     _telling: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+
+    def __post_init__(self) -> None:
+        self.client = self.outbound.client
+        self.team_id = self.outbound.identity.team_id
 
     def applies(self, key: ConversationKey) -> bool:
         """A session may show this conversation's status (not known to be refused)."""
@@ -87,18 +92,26 @@ class AgentSessions:
         False when the session did not take it (the caller shows its indicator instead)."""
         if not self.applies(key):
             return False
+        pacer, team = self.outbound.pacer, self.team_id
+        if busy and not pacer.try_take(METHOD, team):
+            self._once("budget", logging.INFO, "slack: no %s budget now in workspace %s; a "
+                       "reaction shows instead", METHOD, team)  # fmt: skip
+            return False
         try:
             if busy:
                 await self.host.notes.put_note(key.id, NOTE_SESSION, message_id, time.time())
+            else:
+                await pacer.take(METHOD, team)  # the session must not stay "processing"
             status = "processing" if busy else "active"
             request = self.client.agents_sessions_setStatus(
                 channel_id=key.channel, thread_ts=key.thread, status=status
             )
-            response = await call(METHOD, request)
+            response = await self.outbound.paced(METHOD, team, METHOD, request)
         except DeliveryError as exc:
             self._failed(key, exc)
             return False
         except StoreError as exc:  # not noted: a stop could not name the burst
+            pacer.refund(METHOD, team)
             self._once("store", logging.WARNING, "slack: %s not set in %s (%s)", METHOD, key.id,
                        exc)  # fmt: skip
             return False
@@ -125,8 +138,8 @@ class AgentSessions:
             self._once(code, logging.INFO, "slack: %s refused in %s (%s); the Stop button "
                        "stays there", METHOD, key.id, code)  # fmt: skip
         else:
-            self.accepted = False
-            log.warning("slack: %s refused (%s): no agent sessions in workspace %s; answers "
+            self.accepted = False  # the usual answer where the app is no agent: not a fault
+            log.info("slack: %s refused (%s): no agent sessions in workspace %s; answers "
                         "show the Stop button (docs/slack.md, agent sessions)", METHOD, code,
                         self.team_id)  # fmt: skip
 

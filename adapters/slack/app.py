@@ -196,7 +196,7 @@ class SlackFrontend(
         )
         host = cast(Host, self._host)  # set by start, before any stack is built
         assistant = AssistantThreads(client, identity, host, self.config.assistant)
-        sessions = AgentSessions(client, host, identity.team_id)
+        sessions = AgentSessions(outbound, host)
         drafts = SlackDrafts(outbound, assistant.is_assistant_thread, sessions.serves_stop)
         history = History(client, identity, self.listen_channels)
         return Workspace(identity, client, outbound, drafts, history, assistant, sessions)
