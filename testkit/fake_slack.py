@@ -933,6 +933,17 @@ class FakeSlackApi:
     def _agents_sessions_setStatus(self, args: dict[str, Any]) -> dict[str, Any]:
         return self.agents.set_status(args)
 
+    def stop_session(self, channel: str, thread: str, user: str = "U1") -> dict[str, Any]:
+        """`user` presses Stop on the thread's agent session (shown while it is `processing`):
+        Slack ends the app's streams running in the thread and builds `agent_session_stopped`,
+        naming them, for a test to deliver."""
+        running = [m for m in self.messages
+                   if m.streaming and m.channel == channel and m.thread_ts == thread]  # fmt: skip
+        event = self.agents.stop_session(channel, thread, user, tuple(m.ts for m in running))
+        for message in running:
+            message.streaming = False
+        return event
+
     def _conversations_info(self, args: dict[str, Any]) -> dict[str, Any]:
         channel = str(args.get("channel", ""))
         if channel not in self.channels:

@@ -11,10 +11,12 @@ call succeeds with the warning `missing_agent_session_stopped_event_subscription
 shows a loading indicator nobody can stop.
 
 A person presses the session's stop button only while it shows `processing`
-(`stop_session`): that builds the event Slack sends (the session's status does not change by
-itself: the app must move it on). It is delivered like any event: over HTTP by `EventSender.send`
-(signed; `retry_num` for Slack's retries, each with the same `event_id`), over Socket Mode by
-`push_envelope` (`retry_attempt`). Each delivery is sent as asked, never deduped here.
+(`FakeSlackApi.stop_session`, which also ends the app's native streams in the thread, as Slack
+does, and names them in `streaming_message_ts`): that builds the event Slack sends (the
+session's status does not change by itself: the app must move it on). It is delivered like any
+event: over HTTP by `EventSender.send` (signed; `retry_num` for Slack's retries, each with the
+same `event_id`), over Socket Mode by `push_envelope` (`retry_attempt`). Each delivery is sent
+as asked, never deduped here.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from slack_sdk.errors import SlackApiError
@@ -22,10 +22,19 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.slack.agent_sessions import NOTE_SESSION
 from adapters.slack.outbound import SESSION_STATUS
 from bot.cli.explain import _click_line
-from bot.core.clicks import NOTICES
+from bot.core.clicks import NOTICES, Click, ClickAnswer
+from bot.core.errors import StoreError
 from bot.core.events import ConversationKey
 from testkit import ScriptedReplier, check_invariants
-from testkit.fake_slack import TEAM, Failure, FakeSlackApi, PostedMessage, channel_message, dm
+from testkit.fake_slack import (
+    TEAM,
+    Failure,
+    FakeSlackApi,
+    PostedMessage,
+    assistant_event,
+    channel_message,
+    dm,
+)
 from testkit.fake_slack_agents import NOT_AN_AGENT
 from tests.clock_steps import step
 from tests.slack_harness import DM_KEY, Bot, running_bot, ts
@@ -114,7 +123,7 @@ async def test_a_stop_of_the_session_ends_the_answer_in_the_same_message(
         await deliver(bot, agent, mode, mention())
         call = await streaming_draft(bot, agent, mode, THREAD)
         await until(lambda: statuses(agent) == ["processing"])
-        await stop_session(bot, agent, mode, agent.agents.stop_session("C1", ts(1), "U1"))
+        await stop_session(bot, agent, mode, agent.stop_session("C1", ts(1), "U1"))
         [click] = await bot.store.clicks(THREAD.id)  # stored before the ack
         assert (click.outcome, click.clicker_name, click.target) == ("stopped", "alice",
                                                                      f"C1:{ts(1)}")  # fmt: skip
@@ -136,7 +145,7 @@ async def test_the_same_stop_delivered_twice_stops_once(agent: FakeSlackApi, mod
         await deliver(bot, agent, mode, mention())
         await streaming_draft(bot, agent, mode, THREAD)
         await until(lambda: statuses(agent) == ["processing"])
-        event = agent.agents.stop_session("C1", ts(1), "U1")
+        event = agent.stop_session("C1", ts(1), "U1")
         await stop_session(bot, agent, mode, event)
         await stop_session(bot, agent, mode, event, retry=1)  # Slack delivering it again
         assert [c.outcome for c in await bot.store.clicks(THREAD.id)] == ["stopped"]
@@ -153,7 +162,7 @@ async def test_a_stop_by_someone_else_is_refused_and_told_to_them_alone(
     async with running_bot(agent, replier=ScriptedReplier(hold=True)) as bot:
         await deliver(bot, agent, "http", mention())
         call = await processing(bot, agent)
-        await stop_session(bot, agent, "http", agent.agents.stop_session("C1", ts(1), "U2"))
+        await stop_session(bot, agent, "http", agent.stop_session("C1", ts(1), "U2"))
         await asyncio.wait_for(agent.ephemeral_posted.wait(), 5)
         assert agent.ephemerals == [
             {"channel": "C1", "user": "U2", "text": NOTICES["refused"], "thread_ts": ts(1)}
@@ -172,7 +181,7 @@ async def test_a_stop_after_the_answer_changes_nothing_and_says_so(agent: FakeSl
     async with running_bot(agent, replier=ScriptedReplier(hold=True)) as bot:
         await deliver(bot, agent, "http", mention())
         call = await processing(bot, agent)
-        late = agent.agents.stop_session("C1", ts(1), "U1")  # pressed now, delivered after
+        late = agent.stop_session("C1", ts(1), "U1")  # pressed now, delivered after
         call.finish("The plan is done.")
         await answered(bot)
         await stop_session(bot, agent, "http", late)
@@ -287,7 +296,7 @@ async def test_the_fake_checks_set_status_as_slack_does(agent: FakeSlackApi) -> 
     assert refused.value.response["error"] == NOT_AN_AGENT
     assert agent.agents.refusals == ["invalid_arguments"] * 3 + [NOT_AN_AGENT]
     with pytest.raises(AssertionError, match="no stop button"):
-        agent.agents.stop_session("C1", ts(1))  # the session is not processing: no Stop shows
+        agent.stop_session("C1", ts(1))  # the session is not processing: no Stop shows
 
 
 async def test_a_rate_limited_status_holds_the_workspaces_status_calls(
@@ -318,3 +327,67 @@ async def test_a_rate_limited_status_holds_the_workspaces_status_calls(
         await answered(bot)
         assert sorted(m.visible for m in agent.posts()) == ["Me too.", "The plan is to ship."]
         assert agent.agents.statuses_of(THREAD.channel, THREAD.thread) in ([], ["active"])
+
+
+class StoreDownOnce:
+    """The app, whose store fails the first click it is handed (it is down for a moment)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.failed = False
+
+    async def click(self, click: Click) -> ClickAnswer:
+        if not self.failed:
+            self.failed = True
+            raise StoreError("database is locked")
+        return cast(ClickAnswer, await self.app.click(click))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.app, name)
+
+
+async def test_a_stop_the_store_cannot_keep_is_not_acked_and_slacks_retry_stops(
+    agent: FakeSlackApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Unlike a button press, an event is delivered again when it gets no 2xx: the retry is the
+    stop, stored then."""
+    replier = ScriptedReplier(hold=True)
+    async with running_bot(agent, replier=replier, host_wrapper=StoreDownOnce) as bot:
+        await deliver(bot, agent, "http", mention())
+        call = await processing(bot, agent)
+        event = agent.stop_session("C1", ts(1), "U1")
+        assert await bot.sender.send(event, event_id="EvStop1") == 500
+        assert "event not stored (database is locked)" in caplog.text
+        assert await bot.store.clicks(THREAD.id) == [] and not call.cancelled
+        await stop_session(bot, agent, "http", event, retry=1)  # Slack's retry
+        assert [c.outcome for c in await bot.store.clicks(THREAD.id)] == ["stopped"]
+        await answered(bot)
+        await until(lambda: call.cancelled)
+        assert [m.visible for m in agent.posts()] == [STOPPED]
+
+
+async def test_a_stop_in_an_assistant_thread_ends_its_native_stream_in_the_same_message(
+    agent: FakeSlackApi,
+) -> None:
+    """An assistant thread streams natively: Slack's Stop ends the stream itself (naming it in
+    `streaming_message_ts`); the stopped answer is that message, updated."""
+    agent.status_supported = True
+    thread = ConversationKey("slack", TEAM, "D1", ts(1))
+    async with running_bot(agent, replier=ScriptedReplier(hold=True)) as bot:
+        await bot.send(assistant_event("assistant_thread_started", "D1", ts(1), "U1"))
+        await bot.send(dm(ts(2), "what is the plan?", thread_ts=ts(1)))
+        call = await generating(bot, 0)
+        call.stream(3, "The plan is")
+        await step(bot.clock, INTERVAL)
+        await until(lambda: agent.agents.statuses_of("D1", ts(1)) == ["processing"])
+        [stream] = [m for m in agent.posts() if m.streaming]
+        event = agent.stop_session("D1", ts(1), "U1")
+        assert event["streaming_message_ts"] == [stream.ts] and not stream.streaming
+        await stop_session(bot, agent, "http", event)
+        await answered(bot)
+        await until(lambda: call.cancelled)
+        [answer] = [m for m in agent.posts() if m.thread_ts == ts(1)]
+        assert (answer.ts, answer.text) == (stream.ts, STOPPED)
+        await until(lambda: agent.agents.statuses_of("D1", ts(1)) == ["processing", "active"])
+        assert agent.statuses == []  # the session showed the work, not the assistant status
+        await check_invariants(bot.store, [thread.id])
