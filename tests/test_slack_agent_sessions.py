@@ -21,7 +21,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.agent_sessions import NOTE_SESSION
 from adapters.slack.outbound import SESSION_STATUS
-from bot.cli.explain import _click_line
+from bot.cli.explain import explain_lines
 from bot.core.clicks import NOTICES, Click, ClickAnswer
 from bot.core.errors import StoreError
 from bot.core.events import ConversationKey
@@ -135,7 +135,8 @@ async def test_a_stop_of_the_session_ends_the_answer_in_the_same_message(
         assert agent.ephemerals == []
         [generation] = await bot.store.generations(THREAD.id)
         assert generation.outcome == "stopped"
-        assert "stopped by alice" in _click_line(click)  # what `burstbot explain` prints
+        explained = "\n".join(await explain_lines(bot.store, THREAD.id, bot.clock.now()) or [])
+        assert "clicked   stop: stopped by alice at" in explained  # `burstbot explain`
         await check_invariants(bot.store, [THREAD.id])
 
 
