@@ -11,11 +11,11 @@ from storage.rows import Row, from_row
 from storage.seam import Conn, StoreSeam
 
 
-def _why_not(state: Row | None, target: str) -> ClickOutcome:
+def _why_not(state: Row | None) -> ClickOutcome:
     """A stop whose compare-and-swap failed: why, for the clicker's notice."""
     if state is None or int(state["answered_version"]) >= int(state["version"]):
         return "ended"
-    if state["draft_key"] != target:
+    if not int(state["names_pending"]):
         return "ended"  # its answer was posted (or deleted); another burst is pending now
     if (state["stop_version"] or 0) > int(state["answered_version"]):
         return "already_stopped"
@@ -45,7 +45,7 @@ class ClickSteps(StoreSeam[Conn]):
                 await self._rows("arm_stop_timer", {**params, "version": version}, db)
                 await self._hint(db, f"stop {click.key.id}")  # the generating process looks now
             else:
-                outcome = _why_not(await self._one("stop_state", params, db), click.target)
+                outcome = _why_not(await self._one("stop_state", params, db))
             decision = {"click_id": click.click_id, "outcome": outcome, "version": version}
             await self._rows("decide_click", decision, db)
         return outcome

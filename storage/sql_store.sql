@@ -1077,12 +1077,16 @@ ON CONFLICT (click_id) DO NOTHING
 RETURNING click_id;
 
 -- name: decide_stop
--- The stop's compare-and-swap: it applies only while the clicked draft is still the
--- conversation's, its burst is unanswered and not stopped already, and the clicker wrote part of
--- the burst (or is an admin). A stop is input: the version moves (the supersede path cancels
--- the generation) and the stop covers everything pending up to it.
+-- The stop's compare-and-swap: it applies only while what it names is still the pending burst's
+-- (its draft, or one of its messages: an agent session's stop names the message its processing
+-- status went on for), the burst is unanswered and not stopped already, and the clicker wrote
+-- part of the burst (or is an admin). A stop is input: the version moves (the supersede path
+-- cancels the generation) and the stop covers everything pending up to it.
 UPDATE conversations SET version = version + 1, stop_version = version + 1
-WHERE id = :cid AND answered_version < version AND draft_key = :target
+WHERE id = :cid AND answered_version < version
+  AND (draft_key = :target OR EXISTS (
+      SELECT 1 FROM messages t
+      WHERE t.conversation_id = :cid AND t.message_id = :target AND t.seq > answered_version))
   AND COALESCE(stop_version, 0) <= answered_version
   AND (CAST(:admin AS BOOLEAN) OR EXISTS (
       SELECT 1 FROM messages m
@@ -1101,7 +1105,12 @@ SET due_at = LEAST(t.due_at, excluded.due_at), quiet_until = excluded.quiet_unti
 
 -- name: stop_state
 -- Why a stop did not apply (read after its compare-and-swap failed, for the clicker's notice).
-SELECT version, answered_version, stop_version, draft_key FROM conversations WHERE id = :cid;
+SELECT version, answered_version, stop_version,
+    CASE WHEN draft_key = :target OR EXISTS (
+        SELECT 1 FROM messages t
+        WHERE t.conversation_id = :cid AND t.message_id = :target AND t.seq > answered_version)
+    THEN 1 ELSE 0 END AS names_pending
+FROM conversations WHERE id = :cid;
 
 -- name: decide_click
 UPDATE clicks SET outcome = :outcome, version = :version WHERE click_id = :click_id;

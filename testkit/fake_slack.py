@@ -60,6 +60,9 @@ checked as Slack does (a thread, one to four prompts each with a title and a mes
 `conversations.info` answers for the channels in `channels` (name, and whether the bot is a
 member).
 
+Agent sessions (`agent=True`: the app is declared an agent): `agents.sessions.setStatus` and the
+`agent_session_stopped` event, in testkit/fake_slack_agents.py (`agents`).
+
 Rate limits, on request (`enforce_rate_limits`, or `--rate-limits` by hand): `chat.update` per
 workspace (Tier 3, 50 a minute) and `chat.postMessage` per channel (one a second), each a token
 bucket holding five seconds' worth; a call over the limit is refused as Slack does (HTTP 429,
@@ -85,6 +88,7 @@ import aiohttp
 from aiohttp import web
 from slack_sdk.signature import SignatureVerifier
 
+from testkit.fake_slack_agents import AgentSessionsApi
 from testkit.rate_limits import RateLimits, whole_seconds
 from testkit.serving import serve_locally
 
@@ -330,8 +334,10 @@ class FakeSlackApi:
         team_name: str = "Acme",
         bot_user: str = BOT_USER,
         bot_id: str = BOT_ID,
+        agent: bool = False,
     ) -> None:
         self.token = token
+        self.agents = AgentSessionsApi(agent=agent)  # agents.sessions.*, agent_session_stopped
         self.team, self.team_name = team, team_name
         self.bot_user, self.bot_id = bot_user, bot_id
         self.status_supported = status_supported
@@ -980,6 +986,20 @@ class FakeSlackApi:
             return {"error": "invalid_arguments"}
         self.titles.append((str(args["channel_id"]), str(args["thread_ts"]), str(args["title"])))
         return {}
+
+    def _agents_sessions_setStatus(self, args: dict[str, Any]) -> dict[str, Any]:
+        return self.agents.set_status(args)
+
+    def stop_session(self, channel: str, thread: str, user: str = "U1") -> dict[str, Any]:
+        """`user` presses Stop on the thread's agent session (shown while it is `processing`):
+        Slack ends the app's streams running in the thread and builds `agent_session_stopped`,
+        naming them, for a test to deliver."""
+        running = [m for m in self.messages
+                   if m.streaming and m.channel == channel and m.thread_ts == thread]  # fmt: skip
+        event = self.agents.stop_session(channel, thread, user, tuple(m.ts for m in running))
+        for message in running:
+            message.streaming = False
+        return event
 
     def _conversations_info(self, args: dict[str, Any]) -> dict[str, Any]:
         channel = str(args.get("channel", ""))

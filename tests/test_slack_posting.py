@@ -269,12 +269,14 @@ def test_manifest_subscribes_to_what_the_adapter_reads_with_the_scopes_it_needs(
     scopes = set(manifest["oauth_config"]["scopes"]["bot"])
     assistant = {"assistant_thread_started", "assistant_thread_context_changed"}
     uninstall = {"app_uninstalled", "tokens_revoked"}
+    session = {"agent_session_stopped"}  # Slack's Stop on a thread's agent session
     assert events == {"app_mention", "message.channels", "message.groups", "message.im",
-                      "message.mpim", *assistant, *uninstall}  # fmt: skip
+                      "message.mpim", *assistant, *uninstall, *session}  # fmt: skip
     assert "assistant:write" in scopes  # assistant threads: prompts, titles, status
     view = manifest["features"]["assistant_view"]
     assert view["assistant_description"] and 1 <= len(view["suggested_prompts"]) <= 4
-    for event in events - {"app_mention", *assistant, *uninstall}:  # message.im: im:history, ...
+    message_events = events - {"app_mention", *assistant, *uninstall, *session}
+    for event in message_events:  # message.im: im:history, ...
         assert event.replace("message.", "") + ":history" in scopes
     assert {"app_mentions:read", "chat:write", "reactions:write", "commands"} <= scopes
     commands = [c["command"] for c in manifest["features"]["slash_commands"]]

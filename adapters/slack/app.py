@@ -4,9 +4,9 @@ What each part does: transport.py starts the Web API client, checks the tokens a
 (an HTTP listener or Socket Mode); events.py turns Bolt's events into the host's calls (and says
 why each is acked only after it is stored); outbound.py and streaming.py post replies and drafts;
 stop_button.py puts the Stop button on drafts and takes its clicks, feedback.py the 👍/👎 buttons
-on answers and their votes; history.py reads what was missed; assistant.py runs Slack's assistant
-threads. Every Web API call goes through calls.py, one mapping of every failure into the core's
-errors.
+on answers and their votes; agent_sessions.py shows a thread's answer as Slack's agent session and
+takes its stops; history.py reads what was missed; assistant.py runs Slack's assistant threads.
+Every Web API call goes through calls.py, one mapping of every failure into the core's errors.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from aiohttp import web
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import files, transport
+from adapters.slack.agent_sessions import AgentSessions
 from adapters.slack.assistant import AssistantThreads
 from adapters.slack.events import SlackEvents
 from adapters.slack.feedback import FeedbackButtons
@@ -199,9 +200,10 @@ class SlackFrontend(
         )
         host = cast(Host, self._host)  # set by start, before any stack is built
         assistant = AssistantThreads(client, identity, host, self.config.assistant)
-        drafts = SlackDrafts(outbound, native=assistant.is_assistant_thread)
+        sessions = AgentSessions(outbound, host)
+        drafts = SlackDrafts(outbound, assistant.is_assistant_thread, sessions.serves_stop)
         history = History(client, identity, self.listen_channels)
-        return Workspace(identity, client, outbound, drafts, history, assistant)
+        return Workspace(identity, client, outbound, drafts, history, assistant, sessions)
 
     async def _workspace(self, key: ConversationKey) -> Workspace:
         """The conversation's workspace, or the named permanent failure: it is not installed."""
@@ -231,6 +233,7 @@ class SlackFrontend(
             await self.feedback_buttons.idle()
         for workspace in [] if self.workspaces is None else self.workspaces.opened():
             await workspace.assistant.stop()
+            await workspace.sessions.idle()  # notices to people who pressed a session's Stop
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -296,7 +299,10 @@ class SlackFrontend(
         if self.workspaces is None:
             return
         workspace = await self.workspaces.get(key.workspace)
-        if workspace is not None:
+        if workspace is None:
+            return
+        auto = self.config.thinking_indicator == "auto"  # "reaction" and "off" ask for no session
+        if not (auto and await workspace.sessions.show(key, busy, message_id)):
             await workspace.outbound.show_busy(key, busy, message_id)
 
 

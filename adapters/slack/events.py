@@ -62,6 +62,7 @@ class SlackEvents:
         bolt.event("app_mention")(self._on_app_mention)
         bolt.event("assistant_thread_started")(self._on_assistant_thread_started)
         bolt.event("assistant_thread_context_changed")(self._on_assistant_context_changed)
+        bolt.event("agent_session_stopped")(self._on_session_stopped)
         bolt.command(RESET_COMMAND)(self._on_reset)
         bolt.event("app_uninstalled")(self._on_revoked)
         bolt.event("tokens_revoked")(self._on_revoked)
@@ -135,6 +136,12 @@ class SlackEvents:
         workspace = await self._workspace(body)
         if workspace is not None:
             await workspace.assistant.context_changed(body)
+
+    async def _on_session_stopped(self, body: Payload) -> None:
+        """A person pressed an agent session's Stop: stored and decided before Bolt acks."""
+        workspace = await self._workspace(body)
+        if workspace is not None:
+            await workspace.sessions.stopped(body)
 
     async def _on_revoked(self, event: Payload, body: Payload) -> None:
         """`app_uninstalled`, or `tokens_revoked` naming bot tokens: stored before the ack."""

@@ -35,6 +35,8 @@ METADATA_EVENT_TYPE = "burstbot_reply"
 POST = "chat.postMessage"  # the pacer's buckets: per channel
 UPDATE = "chat.update"  # per workspace
 UPDATE_BURST = 20.0  # Tier 3 allows bursts: the pacer starts here, a 429 halves it
+SESSION_STATUS = "agents.sessions.setStatus"  # per workspace
+SESSION_STATUS_PER_MINUTE = 50.0  # Tier 3, with its bursts, like chat.update
 LOOKUP_PAGE = 200
 LOOKUP_MAX_PAGES = 10
 T = TypeVar("T")
@@ -88,9 +90,12 @@ async def conversation(
 
 def slack_pacer(config: SlackConfig, clock: Clock) -> Pacer:
     """The workspace's budget: `chat.update` per workspace (Tier 3, with Slack's burst),
-    `chat.postMessage` per channel (about one a second). A 429 shrinks either (pacing.py)."""
+    `chat.postMessage` per channel (about one a second), an agent session's status per workspace
+    (Tier 3). A 429 shrinks any of them (pacing.py)."""
     updates = Limit(config.updates_per_minute, burst=UPDATE_BURST)
-    return Pacer(clock, {UPDATE: updates, POST: Limit(config.posts_per_minute)})
+    statuses = Limit(SESSION_STATUS_PER_MINUTE, burst=UPDATE_BURST)
+    limits = {UPDATE: updates, POST: Limit(config.posts_per_minute), SESSION_STATUS: statuses}
+    return Pacer(clock, limits)
 
 
 def part_metadata(reply_id: int | str, part: int, key: ConversationKey) -> dict[str, Any]:

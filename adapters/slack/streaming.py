@@ -8,7 +8,8 @@ its metadata with the reply's id, so a re-delivery of that reply finds part 0 li
 draft calls share the workspace's budget is docs/streaming-limits.md's (`draft_turn`).
 
 `chat.update` is the path every workspace supports (threads, channels, DMs). Such a draft shows
-a Stop button under its text, and the reply that finishes it removes the button (stop_button.py).
+a Stop button under its text, and the reply that finishes it removes the button (stop_button.py);
+where a thread's agent session shows Slack's own Stop (agent_sessions.py) the draft has none.
 In assistant threads (`native`) a draft is Slack's native stream instead while its text only
 grows: native_stream.py says how each of the rules above is kept there (no button: stopping an
 assistant thread's answer is Slack's own control there).
@@ -63,10 +64,12 @@ class SlackDrafts(PacedDrafts):
         self,
         outbound: Outbound,
         native: Callable[[ConversationKey], Awaitable[bool]] | None = None,
+        session_stops: Callable[[ConversationKey], bool] = lambda key: False,
     ) -> None:
         self.outbound = outbound
         self.client = outbound.client
         self._native = native  # where drafts are native streams (assistant threads)
+        self._session_stops = session_stops  # where Slack's agent session shows the Stop
         self.streams = NativeStreams(outbound.client, outbound.identity)
         self._labels: dict[str, str] = {}  # a native draft's message id → the draft's key
         self.showing = Showing()  # what each message we posted or updated shows now
@@ -107,11 +110,13 @@ class SlackDrafts(PacedDrafts):
     async def _post(self, key: ConversationKey, draft: Draft, text: str, taken: bool = True) -> str:
         metadata, shown = part_metadata(draft.key, 0, key), self.draft_text(text)
         what, value = f"draft {draft.key}", stop_value(draft.key, key)
-        blocks = draft_blocks(shown, value)
+        button = not self._session_stops(key)
+        blocks = draft_blocks(shown, value) if button else None
         message_id = await self.outbound.post(key, shown, metadata, what, taken, blocks)
         self.showing.note(message_id, shown, metadata)
         self._remember_stop(message_id, value)
-        self._buttoned.add(message_id)
+        if button:
+            self._buttoned.add(message_id)
         return message_id
 
     def _remember_stop(self, message_id: str, value: str) -> None:
@@ -167,6 +172,9 @@ class SlackDrafts(PacedDrafts):
             await self._update(message_id, self.draft_text(text), metadata)
             return
         shown = self.draft_text(text)
+        if self._session_stops(key):  # Slack's session shows the Stop: none of ours
+            await self._update(message_id, shown, blocks=[])
+            return
         blocks = draft_blocks(shown, await self._stop_value(key, message_id))
         await self._update(message_id, shown, blocks=blocks)
 

@@ -24,6 +24,7 @@ from slack_bolt.authorization import AuthorizeResult
 from slack_bolt.authorization.async_authorize import AsyncAuthorize
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.slack.agent_sessions import AgentSessions
 from adapters.slack.assistant import AssistantThreads
 from adapters.slack.calls import call
 from adapters.slack.history import History
@@ -54,6 +55,7 @@ class Workspace:
     drafts: SlackDrafts
     history: History
     assistant: AssistantThreads
+    sessions: AgentSessions
     token_version: int = 0
     expires_at: float | None = None
     lifetime: float = 0.0  # how long its last token was valid for (its refresh margin's base)

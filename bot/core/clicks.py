@@ -7,11 +7,12 @@ Rules:
 - It is decided by one compare-and-swap against the state it acts on, in the transaction that
   stores it: the first decision wins; a stale or repeated one changes nothing, and its outcome
   says why so the front end can tell the clicker alone.
-- A stop acts on the conversation's pending burst, named by its draft: it applies only while
-  that draft is still the conversation's, the burst is unanswered and not already stopped, and
-  the clicker wrote part of the burst or is an admin. It counts as input (the version moves), so
-  the generation is cancelled through the supersede path; the worker then answers the burst with
-  what it had shown and who stopped it.
+- A stop acts on the conversation's pending burst, named by its draft (a Stop button) or by one
+  of its messages (a Slack agent session's stop: the message its "processing" status went on
+  for): it applies only while what it names is still the pending burst's, the burst is
+  unanswered and not already stopped, and the clicker wrote part of the burst or is an admin.
+  It counts as input (the version moves), so the generation is cancelled through the supersede
+  path; the worker then answers the burst with what it had shown and who stopped it.
 
 Kinds other than `stop` (votes, approvals) reuse the table: one row per platform click id, with
 what it names (`target`) and the outcome its decision had.
@@ -39,7 +40,7 @@ class Click:
     click_id: str  # the platform's own id of this press: Slack action_ts + container, Discord's
     key: ConversationKey
     kind: ClickKind
-    target: str  # what the button names: a stop names the draft of the burst it stops
+    target: str  # what the click names: a stop names the draft (or a message) of its burst
     clicker_id: str
     clicker_name: str
 

@@ -253,6 +253,10 @@ byte cl_outcome[NCLICK]; /* 0: not decided */
 byte cl_version[NCLICK];
 /* ghost: a stop was decided while answered_version was a (the burst after a was stopped) */
 byte stop_of[NVER + 1];  /* the stop's version, 0: none */
+/* messages.seq: the version message k's arrival made (0: not stored). A Slack agent session's
+   stop (SESSION) names a message, target MSG_TARGET + k, instead of a draft. */
+#define MSG_TARGET 16
+byte m_seq[NMSG];
 #endif
 
 /* fault budgets */
@@ -375,6 +379,9 @@ inline ingest(k) {
   :: !stored[k] ->
      stored[k] = true;
      version++;
+#if defined(STOP)
+     m_seq[k] = version;
+#endif
      timer = true;
      armed = version;
 #if defined(SPECULATE)
@@ -661,16 +668,19 @@ proctype Quiet() {
  * 1b. Stop clicks (STOP). A person presses Stop on a draft that shows; the platform delivers
  * the click, and may deliver it again (a retry, or to the other process). Each delivery is the
  * store's one transaction (storage/clicks.py): insert_click (a stored click id inserts nothing:
- * a duplicate), decide_stop (one conditional UPDATE: the clicked draft is still the
- * conversation's, its burst unanswered and not stopped already; it raises the version and sets
- * stop_version to it), arm_stop_timer (due now, armed at the stop's version), decide_click.
+ * a duplicate), decide_stop (one conditional UPDATE: what the click names is still the pending
+ * burst's (the clicked draft is the conversation's, or, a session's stop, the named message is
+ * not answered yet), its burst unanswered and not stopped already; it raises the version and
+ * sets stop_version to it), arm_stop_timer (due now, armed at the stop's version), decide_click.
  * Who may stop (an author of the burst, or an admin) is not modelled: every click may.
  */
 #if defined(STOP)
+#define names_pending(c) (c_dkey == cl_target[c] || (cl_target[c] >= MSG_TARGET && \
+                          m_seq[cl_target[c] - MSG_TARGET] > answered))
 #if defined(MUTANT_STOP_WITHOUT_CAS)
 #define STOP_CAS(c) (c_dkey == cl_target[c])
 #else
-#define STOP_CAS(c) (answered < version && c_dkey == cl_target[c] && stop_v <= answered)
+#define STOP_CAS(c) (answered < version && names_pending(c) && stop_v <= answered)
 #endif
 #if defined(MUTANT_CLICK_NOT_DEDUPED)
 #define STORED_ALREADY(c) false
@@ -707,7 +717,7 @@ inline click_tx(c) {
      :: else ->
         h_i = CL_NOT;
         h_s = 0;
-        printf("click %d on draft %d changes nothing (ended or stopped already)\n",
+        printf("click %d on target %d changes nothing (ended or stopped already)\n",
                c + 1, cl_target[c])
      fi;
      /* decide_click. G16: a click is decided once (a second delivery changes nothing) */
@@ -729,12 +739,28 @@ inline click_tx(c) {
        printf("person: presses Stop on draft %d (click %d)\n", k, (c) + 1); \
        click_tx(c) }
 
+/* SESSION: a press on a Slack agent session's Stop, whose "processing" went on for message k
+   (noted on the conversation): any time after k arrived, so also late, after its burst was
+   answered (a press delivered late, or the session left showing processing) */
+#define SESSION_PRESS(c, k) \
+  :: d_step { (k) < NMSG && cl_target[c] == 0 && ((c) == 0 || cl_target[0] != 0) && \
+              stored[k] -> \
+       cl_target[c] = MSG_TARGET + k; \
+       printf("person: presses Stop on the session of message %d (click %d)\n", \
+              (k) + 1, (c) + 1); \
+       click_tx(c) }
+
 proctype Person() {
   bool again;   /* click 1 was delivered again */
 end:
   do
+#if defined(SESSION)
+  SESSION_PRESS(0, 0) SESSION_PRESS(0, 1) SESSION_PRESS(0, 2)
+  SESSION_PRESS(1, 0) SESSION_PRESS(1, 1) SESSION_PRESS(1, 2)
+#else
   PRESS(0, 1) PRESS(0, 2) PRESS(0, 3) PRESS(0, 4) PRESS(0, 5)
   PRESS(1, 1) PRESS(1, 2) PRESS(1, 3) PRESS(1, 4) PRESS(1, 5)
+#endif
   /* click 1 delivered again (a retry, or to the other process), at any later point */
   :: d_step { cl_target[0] != 0 && !again -> again = true; click_tx(0) }
   od

@@ -96,3 +96,25 @@ async def test_a_stop_racing_the_commit_has_exactly_one_outcome(backend: Backend
         else:
             assert stopped == "stopped"
             assert await stores[0].replies(key.id) == []
+
+
+async def test_a_stop_naming_a_message_of_the_pending_burst_stops_it(store: SqlStore) -> None:
+    """An agent session's stop names the message its status went on for, not a draft: it stops
+    the burst while that message is pending, with or without a draft posted yet."""
+    await store.ingest(IncomingMessage(KEY, "m1", "u1", "alice", "hi"), NOW, T)
+    assert await store.stop(stop("A", clicker="u9", target="m1"), False, NOW + 1) == "refused"
+    assert await store.stop(stop("B", target="m-unknown"), False, NOW + 1) == "ended"
+    assert await store.stop(stop("C", target="m1"), False, NOW + 1) == "stopped"
+    assert await store.stop(stop("D", target="m1"), False, NOW + 2) == "already_stopped"
+    pending = await store.pending_stop(CID)
+    assert pending is not None and pending.version == 2
+
+
+async def test_a_stop_naming_an_answered_message_changes_nothing(store: SqlStore) -> None:
+    token = await generating(store)
+    check = FinalCheck(token, 1, deadline_passed=True)
+    assert isinstance(await store.commit(CID, check, NOW + 5, T, NewReply("done")), Committed)
+    await store.ingest(IncomingMessage(KEY, "m2", "u1", "alice", "and?"), NOW + 6, T)
+    assert await store.stop(stop("A", target="m1"), False, NOW + 7) == "ended"  # m1's is answered
+    assert await store.current_version(CID) == 2
+    assert await store.stop(stop("B", target="m2"), False, NOW + 7) == "stopped"
