@@ -24,6 +24,12 @@ Rules (the pipeline of docs/design.md), which this file keeps and nothing else c
    (or, when none generates the burst, whichever takes the lease next) commits the stopped
    answer: the text shown so far and who stopped it, covering the burst; nothing of it is
    generated again.
+9. Approvals (approvals.py): a call that must ask ends the generation and parks the burst in one
+   transaction (the waiting action with its continuation, its card in the outbox, the timer
+   until the expiry, the lease released without an answer). The worker that takes the lease next
+   ends a card still waiting as superseded (newer input: the newer burst is answered afresh) or
+   expired (its time is up), keeps waiting otherwise, and resumes a decided one from its
+   continuation. Card endings are posted before the answer that follows them.
 
 A `Burst` (burst.py) is what a worker collected under its lease; it builds the final check and the
 replies. Kept out of the transitions: the cost guards (`GuardStep`, guard.py: ask before a model
@@ -39,8 +45,16 @@ import functools
 import logging
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
+from bot.core.approvals import (
+    ApprovalNeeded,
+    Continuation,
+    Parked,
+    card_text,
+    ended_card,
+    outcome_line,
+)
 from bot.core.attachments import AttachmentLoader
 from bot.core.backoff import Backoff
 from bot.core.burst import Burst, reply_text, spent
@@ -54,7 +68,7 @@ from bot.core.indicator import Indicator
 from bot.core.outbox import Outbox
 from bot.core.prompt import PromptStep
 from bot.core.replier import GenerationProgress, Replier
-from bot.core.settings import EngineSettings
+from bot.core.settings import APPROVAL_TIMEOUT_SECONDS, EngineSettings
 from bot.core.signals import Listener, Signals
 from bot.core.speculation import Window
 from bot.core.store import (
@@ -167,8 +181,15 @@ class Engine:
         return result
 
     async def click(self, click: Click, admin: bool) -> ClickAnswer:
-        """A stop click, stored and decided before the front end answers the platform (G16);
+        """A click, stored and decided before the front end answers the platform (G16);
         `admin`: the clicker is one of `[access] admin_ids`."""
+        if click.kind != "stop":  # Approve / Deny: the card's parked burst is served now
+            approvers = "authors_and_admins" if self.tools is None else self.tools.approvers
+            decided = await self.store.decide(click, admin, approvers, self.clock.now())
+            self._emit("clicked", conversation=click.key.id, kind=click.kind, outcome=decided)
+            if decided in ("approved", "denied"):
+                self._wakeup.wake()
+            return ClickAnswer(decided, click.kind)
         outcome = await self.store.stop(click, admin, self.clock.now())
         cid = click.key.id
         self._emit("clicked", conversation=cid, kind=click.kind, outcome=outcome)
@@ -272,6 +293,15 @@ class Engine:
         if lease.stop_version is not None:  # stopped while no generation of it ran here
             await self._stopped(burst, GenerationProgress())
             return
+        asks = self.tools is not None and self.tools.approvals is not None
+        parked = await self.store.parked(cid, lease.answered_version) if asks else None
+        if parked is not None and burst.messages:
+            step = await self._unparked(burst, parked)
+            if step == "waiting":  # parked again, the lease released
+                return
+            if isinstance(step, Continuation):
+                await self._generate(burst, step)
+                return
         if not burst.messages:
             if await self._until_close(lease):
                 await self._all_deleted(burst)
@@ -333,8 +363,65 @@ class Engine:
         else:
             await self.outbox.deliver_due(reply_id=done.reply.id)
 
+    async def _unparked(
+        self, burst: Burst, parked: Parked
+    ) -> Continuation | Literal["afresh", "waiting"]:
+        """The burst's parked call, met again (rule 9): the continuation to resume from;
+        "afresh" when the card was superseded (the newer burst is answered as usual); "waiting"
+        when it still waits (parked again, the lease released)."""
+        lease, action, now = burst.lease, parked.action, self.clock.now()
+        if action.approval != "waiting":
+            await self._deliver_cards(action.conversation_id)  # a denial's ending shows first
+            return parked.continuation
+        if lease.version > action.to_version:
+            line = outcome_line("superseded", None)
+            ending = await self.store.end_approval(
+                action, lease.token, "superseded", now, ended_card(action, line)
+            )
+            self._emit("approval_ended", conversation=action.conversation_id, ending="superseded")
+            await self._deliver_cards(action.conversation_id, ending)
+            return "afresh"
+        ending = await self.store.end_approval(
+            action, lease.token, "expired", now, ended_card(action, outcome_line("expired", None))
+        )
+        if ending is not None:
+            self._emit("approval_ended", conversation=action.conversation_id, ending="expired")
+            return parked.continuation
+        await self.store.keep_waiting(action, lease.token)
+        return "waiting"
+
+    async def _deliver_cards(self, conversation_id: str, *reply_ids: int | None) -> None:
+        """Post the conversation's pending cards and card endings now, in order (G9), so the
+        answer that follows them is not held behind them."""
+        pending = [r.id for r in await self.outbox.store.replies(conversation_id)
+                   if r.state == "pending" and r.kind in ("card", "card_outcome")]  # fmt: skip
+        for reply_id in sorted({*pending, *(r for r in reply_ids if r is not None)}):
+            await self.outbox.deliver_due(reply_id=reply_id)
+
+    async def _park(self, burst: Burst, usage: GenerationProgress, asked: ApprovalNeeded) -> None:
+        """The generation stopped at a call that must ask: the burst is parked and its card
+        posted; no lease or slot is held until someone decides."""
+        lease, cid, action = burst.lease, burst.lease.conversation_id, asked.action
+        self._committing.add(cid)
+        wait = self.tools.approval_timeout if self.tools is not None else APPROVAL_TIMEOUT_SECONDS
+        await self.drafts.discard(burst)  # the resumed answer gets a draft of its own
+        card = card_text(action.server, action.tool, action.arguments, asked.asked_by, wait)
+        reply_to = burst.messages[-1].message_id if burst.messages else None
+        card_id = await self.store.park(
+            action, asked.asked_by, asked.continuation, wait, card, reply_to
+        )
+        if card_id is None:
+            await self._record(burst, "lease_lost", usage)
+            log.warning("conversation %s: lease lost before the call could ask; dropped", cid)
+            await self.store.release_lease(cid, lease.token)
+            return
+        await self._record(burst, "parked", usage, f"{action.server}.{action.tool} asks")
+        self._emit("parked", conversation=cid, card=card_id, tool=action.tool)
+        self.indicator.clear(burst.key)
+        await self._deliver_cards(cid, card_id)
+
     # 4. generate once -----------------------------------------------------------------------------
-    async def _generate(self, burst: Burst) -> None:
+    async def _generate(self, burst: Burst, resume: Continuation | None = None) -> None:
         lease, cid = burst.lease, burst.lease.conversation_id
         history = await self.store.history(cid, lease.answered_version, HISTORY_LIMIT)
         usage = GenerationProgress()
@@ -348,6 +435,8 @@ class Engine:
             if self.tools is None
             else self.tools.for_burst(burst, self.signals.emit, window.closed)
         )
+        if calls is not None:
+            calls.resume = resume
         prompted = self.prompts.generate(
             self.replier, burst.key, history, burst.messages, usage, calls
         )
@@ -375,6 +464,10 @@ class Engine:
             await self._record(burst, "lease_lost", usage)
             log.warning("conversation %s: lease lost during generation; reply dropped", cid)
             return
+        asked = None if generation.cancelled() else generation.exception()
+        if isinstance(asked, ApprovalNeeded):
+            await self._park(burst, usage, asked)
+            return
         try:
             text = reply_text(generation, cid)
         except ReplierError as exc:
@@ -393,6 +486,8 @@ class Engine:
         self._committing.add(cid)
         now = self.clock.now()
         reply, posted = burst.answer(text, usage), burst.record("posted", usage, now, None)
+        if self.tools is not None and self.tools.approvals is not None:
+            await self._deliver_cards(cid)  # a card's ending goes before the answer after it
         check, claim = burst.final_check(now), self.outbox.claim  # delivery's claim, in the commit
         done = await self.store.commit(cid, check, now, burst.timing, reply, posted, claim)
         if not isinstance(done, Committed) or (row := done.reply) is None:

@@ -240,6 +240,8 @@ class Outbox:
         unknown (`locate_draft`: a post of it from this process is awaited; else this raises,
         and the row is retried, while that post may still land unseen)."""
         draft = row.draft
+        if row.kind == "card_outcome" and draft is not None:
+            return await self._card_of(row, draft.key)
         if draft is None or draft.message_id is not None or row.platform_message_ids:
             return draft
         surface = drafts_of(self.frontends[row.platform])
@@ -248,6 +250,16 @@ class Outbox:
         ttl = self.settings.lease_ttl_seconds
         found = await locate_draft(surface, key, draft, self.clock, ttl, self.draft_posts)
         return Draft(draft.key, found, draft.created_at, draft.reply_to)
+
+    async def _card_of(self, row: OutboxRow, card_key: str) -> Draft | None:
+        """The approval card a card's ending edits (its reply id is the ending's draft key): in
+        commit order it was posted first; one that never got out (failed) leaves the ending to
+        be posted as a message of its own."""
+        cards = await self.store.replies(row.conversation_id)
+        card = next((r for r in cards if f"r{r.id}" == card_key), None)
+        if card is None or not card.platform_message_ids:
+            return None
+        return Draft(card_key, card.platform_message_ids[0])
 
     async def _keep_claim(
         self, row: OutboxRow, fence: ClaimFence, post: asyncio.Future[list[str]]

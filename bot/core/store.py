@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from bot.core.approvals import ApprovalStore
 from bot.core.clicks import ClickStore
 from bot.core.events import Attachment, Draft, IncomingMessage, MessageDeleted, MessageEdited
 from bot.core.quiet_window import AdaptiveWindow
@@ -247,7 +248,7 @@ class Discarded:
 CommitOutcome = Committed | Discarded
 
 GenerationOutcome = Literal[
-    "posted", "superseded", "discarded", "failed", "lease_lost", "skipped", "stopped"
+    "posted", "superseded", "discarded", "failed", "lease_lost", "skipped", "stopped", "parked"
 ]
 
 
@@ -316,7 +317,7 @@ class FileStore(Protocol):
         ...
 
 
-class BurstStore(FileStore, ClickStore, Protocol):
+class BurstStore(FileStore, ClickStore, ApprovalStore, Protocol):
     """The burst protocol (the engine, its supervisor and speculation window, the scheduler's
     timer index, a typing notice): arrival and clicks, timers, leases, collect, the final check
     and commit, model failures and every generation's record."""

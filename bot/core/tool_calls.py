@@ -18,6 +18,11 @@ Rules, in the order a call meets them:
    is given its result; one that gets no answer stays "may have run".
 7. Results are cut to the server's `max_result_chars` and given to the model as data, never as
    instructions to burstbot: nothing here reads them except to pass them on.
+8. A tool that must ask (`approve = "ask"`, bot/core/approvals.py) is not recorded here: the
+   generation ends with `ApprovalNeeded` and the engine parks the burst. Met again when the
+   answer resumes, its decided record says what to do: approved is claimed `running` before the
+   call is made (a claim lost, or a record already running, is given as recorded); denied and
+   expired are given as refused.
 """
 
 from __future__ import annotations
@@ -37,9 +42,19 @@ from bot.core.actions import (
     canonical_arguments,
     idempotency_key,
 )
+from bot.core.approvals import (
+    ApprovalNeeded,
+    ApprovalStore,
+    Approvers,
+    Continuation,
+    ended_card,
+    outcome_line,
+    refusal,
+)
 from bot.core.burst import Burst
 from bot.core.errors import RetryableReplierError
 from bot.core.progress import GenerationProgress, escape_markdown
+from bot.core.settings import APPROVAL_TIMEOUT_SECONDS
 from bot.core.store import Lease
 from bot.core.tools import OutcomeUnknown, ToolServers, ToolSpec, ToolUnavailable
 
@@ -87,6 +102,11 @@ class BurstTools:
     unavailable: list[str] = field(default_factory=list)
     recorded: list[ActionRecord] = field(default_factory=list)
     keys: set[str] = field(default_factory=set)  # the burst's calls: recorded, or asked for now
+    approvals: ApprovalStore | None = None  # None: no call asks (every tool as `approve = "never"`)
+    asked_by: str = ""  # whom the card names: the burst's last author
+    approval_timeout: float = APPROVAL_TIMEOUT_SECONDS
+    resume: Continuation | None = None  # a parked answer resumes from here (the engine sets it)
+    endings: list[int] = field(default_factory=list)  # card endings queued here (reply ids)
 
     async def prepare(self, servers: Sequence[str], max_calls: int) -> None:
         """The tools of this conversation's servers, and the actions the burst already took."""
@@ -150,22 +170,14 @@ class BurstTools:
         if not spec.read_only and not self.window_closed.is_set():
             self.emit("tool_waiting", server=spec.server, tool=spec.name)
             await self.window_closed.wait()  # rule 4: never before the window closes
-        began = await self.log.begin_action(
-            NewAction(
-                cid,
-                lease.token,
-                lease.answered_version,
-                lease.version,
-                key,
-                spec.server,
-                spec.name,
-                shown,
-                spec.read_only,
-                tool_use_id,
-                self.user_id,
-                self.now(),
-            )
-        )
+        action = NewAction(cid, lease.token, lease.answered_version, lease.version, key,
+                           spec.server, spec.name, shown, spec.read_only, tool_use_id,
+                           self.user_id, self.now())  # fmt: skip
+        if self.approvals is not None and spec.asks and not spec.read_only:
+            asked = await self._asked(spec, arguments, action)
+            if asked is not None:
+                return asked
+        began = await self.log.begin_action(action)
         if began is None:
             # the lease is another worker's: run nothing, end this generation
             raise RetryableReplierError("the lease was lost before a tool call was recorded")
@@ -177,7 +189,13 @@ class BurstTools:
             if not spec.read_only:
                 self.emit("tool_call", server=spec.server, tool=spec.name, outcome="given")
                 return ToolAnswer(MAY_HAVE_RUN, is_error=True)
-        call = asyncio.ensure_future(self._call(spec, arguments, key))
+        return await self._made(spec, arguments, key)
+
+    async def _made(
+        self, spec: ToolSpec, arguments: dict[str, Any], key: str,
+        approved: ActionRecord | None = None,
+    ) -> ToolAnswer:  # fmt: skip
+        call = asyncio.ensure_future(self._call(spec, arguments, key, approved))
         if spec.read_only:
             return await call
         try:
@@ -187,15 +205,57 @@ class BurstTools:
             await asyncio.gather(call, return_exceptions=True)
             raise
 
-    async def _call(self, spec: ToolSpec, arguments: dict[str, Any], key: str) -> ToolAnswer:
-        cid, started = self.lease.conversation_id, time.monotonic()
+    async def _asked(
+        self, spec: ToolSpec, arguments: dict[str, Any], action: NewAction
+    ) -> ToolAnswer | None:
+        """Rule 8: a call that must ask. None: recorded without asking (made before `approve`
+        was set), so the usual rules apply."""
+        cid, key = action.conversation_id, action.idempotency_key
+        record = await self.log.action(cid, key)
+        if record is None:
+            raise ApprovalNeeded(action, self.asked_by)
+        if record.approval is None:
+            return None
+        assert self.approvals is not None
+        if record.approval == "approved":
+            if await self.approvals.claim_approved(cid, key, self.lease.token):
+                self.emit("tool_approved", server=spec.server, tool=spec.name)
+                return await self._made(spec, arguments, key, record)
+            record = await self.log.action(cid, key) or record  # another worker claimed it
+        if record.approval in ("running", "approved"):
+            self.emit("tool_call", server=spec.server, tool=spec.name, outcome="given")
+            if record.result is not None:
+                return ToolAnswer(record.result, is_error=record.failed)
+            return ToolAnswer(MAY_HAVE_RUN, is_error=True)
+        self.emit("tool_call", server=spec.server, tool=spec.name, outcome="refused")
+        return ToolAnswer(refusal(record), is_error=True)
+
+    async def _finish(
+        self, key: str, text: str, failed: bool, approved: ActionRecord | None
+    ) -> None:
+        """The result, once; an approved call's card ends with it (in the same transaction)."""
+        cid = self.lease.conversation_id
+        if approved is None or self.approvals is None:
+            await self.log.finish_action(cid, key, text, failed, self.now())
+            return
+        line = outcome_line("running", approved.decided_by, text)
+        ending = await self.approvals.finish_approved(
+            approved, text, failed, self.now(), ended_card(approved, line)
+        )
+        if ending is not None:
+            self.endings.append(ending)
+
+    async def _call(
+        self, spec: ToolSpec, arguments: dict[str, Any], key: str, approved: ActionRecord | None
+    ) -> ToolAnswer:
+        started = time.monotonic()
         try:
             output = await self.servers.call(spec, arguments, key)
         except ToolUnavailable as exc:
             if spec.server not in self.unavailable:
                 self.unavailable.append(spec.server)
             text = f"the tool is unavailable ({exc}); it did not run"
-            await self.log.finish_action(cid, key, text, True, self.now())
+            await self._finish(key, text, True, approved)
             self._emitted(spec, "unavailable", started)
             return ToolAnswer(text, is_error=True)
         except OutcomeUnknown as exc:
@@ -203,7 +263,7 @@ class BurstTools:
             self._emitted(spec, "unknown", started)
             return ToolAnswer(MAY_HAVE_RUN, is_error=True)
         text = self._capped(spec.server, output.text)
-        await self.log.finish_action(cid, key, text, output.failed, self.now())
+        await self._finish(key, text, output.failed, approved)
         self._emitted(spec, "failed" if output.failed else "done", started)
         return ToolAnswer(text, is_error=output.failed)
 
@@ -286,6 +346,9 @@ class ToolBox:
     servers: ToolServers
     now: Callable[[], float]
     max_result_chars: dict[str, int] = field(default_factory=dict)
+    approvals: ApprovalStore | None = None  # None: no call asks
+    approval_timeout: float = APPROVAL_TIMEOUT_SECONDS
+    approvers: Approvers = "authors_and_admins"
 
     def for_burst(
         self, burst: Burst, emit: Callable[..., None], window_closed: asyncio.Event
@@ -293,6 +356,8 @@ class ToolBox:
         """The generation's tool calls. `window_closed` is set when the burst's window closes (at
         once, or at the close for a generation started before it): a tool with an effect waits
         for it."""
-        user = burst.messages[-1].author_id if burst.messages else ""
+        last = burst.messages[-1] if burst.messages else None
+        user, name = ("", "") if last is None else (last.author_id, last.author_name)
         return BurstTools(self.log, self.servers, burst.lease, user, window_closed, self.now, emit,
-                          max_result_chars=self.max_result_chars)  # fmt: skip
+                          max_result_chars=self.max_result_chars, approvals=self.approvals,
+                          asked_by=name, approval_timeout=self.approval_timeout)  # fmt: skip
