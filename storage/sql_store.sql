@@ -1184,7 +1184,7 @@ RETURNING idempotency_key;
 UPDATE actions
 SET approval = CAST(:ending AS TEXT),
     idempotency_key = CASE WHEN CAST(:ending AS TEXT) = 'superseded'
-                           THEN idempotency_key || ':superseded:' || CAST(card_reply_id AS TEXT)
+                           THEN idempotency_key || '/superseded/' || CAST(card_reply_id AS TEXT)
                            ELSE idempotency_key END
 WHERE conversation_id = :cid AND idempotency_key = :key AND approval = 'waiting'
   AND (CAST(:ending AS TEXT) = 'superseded' OR approval_expires_at <= CAST(:db_now AS FLOAT8))
