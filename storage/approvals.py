@@ -146,6 +146,10 @@ class ApprovalSteps(StoreSeam[Conn]):
         return await self._card(db, cid, f"card-end:{card_id}", card, "card_outcome", card_id,
                                 None, now)  # fmt: skip
 
+    async def end_card(self, action: ActionRecord, card: str, now: float) -> int | None:
+        async with self._transaction() as db:
+            return await self._ending(db, action, card, now)
+
     async def end_approval(
         self, action: ActionRecord, token: int, ending: Ending, now: float, card: str
     ) -> int | None:

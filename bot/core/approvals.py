@@ -84,7 +84,9 @@ def card_text(server: str, tool: str, arguments: str, asked_by: str, wait_second
 def outcome_line(approval: Approval, decided_by: str | None, result: str | None = None) -> str:
     """How the card ends."""
     if approval == "running":
-        first = (result or "").strip().splitlines()
+        if result is None:
+            return f"✅ Approved by {decided_by}; its outcome is unknown (it may have run)."
+        first = result.strip().splitlines()
         return f"✅ Approved by {decided_by}" + (f": {first[0][:200]}" if first else "")
     if approval == "denied":
         return f"🚫 Denied by {decided_by}; not run."
@@ -136,6 +138,11 @@ class ApprovalStore(Protocol):
         self, action: ActionRecord, result: str, failed: bool, now: float, card: str
     ) -> int | None:
         """The result, and the card's ending, in one transaction; the ending's reply id."""
+        ...
+
+    async def end_card(self, action: ActionRecord, card: str, now: float) -> int | None:
+        """Queue the card's ending unless it has one (an approved call whose outcome is unknown):
+        its reply id, or None."""
         ...
 
     async def end_approval(

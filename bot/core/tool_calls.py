@@ -106,7 +106,6 @@ class BurstTools:
     asked_by: str = ""  # whom the card names: the burst's last author
     approval_timeout: float = APPROVAL_TIMEOUT_SECONDS
     resume: Continuation | None = None  # a parked answer resumes from here (the engine sets it)
-    endings: list[int] = field(default_factory=list)  # card endings queued here (reply ids)
 
     async def prepare(self, servers: Sequence[str], max_calls: int) -> None:
         """The tools of this conversation's servers, and the actions the burst already took."""
@@ -226,9 +225,17 @@ class BurstTools:
             self.emit("tool_call", server=spec.server, tool=spec.name, outcome="given")
             if record.result is not None:
                 return ToolAnswer(record.result, is_error=record.failed)
+            await self._unknown(record)
             return ToolAnswer(MAY_HAVE_RUN, is_error=True)
         self.emit("tool_call", server=spec.server, tool=spec.name, outcome="refused")
         return ToolAnswer(refusal(record), is_error=True)
+
+    async def _unknown(self, approved: ActionRecord) -> None:
+        """An approved call whose outcome is unknown: its card ends saying so (once)."""
+        if self.approvals is None:
+            return
+        line = outcome_line("running", approved.decided_by, None)
+        await self.approvals.end_card(approved, ended_card(approved, line), self.now())
 
     async def _finish(
         self, key: str, text: str, failed: bool, approved: ActionRecord | None
@@ -239,11 +246,9 @@ class BurstTools:
             await self.log.finish_action(cid, key, text, failed, self.now())
             return
         line = outcome_line("running", approved.decided_by, text)
-        ending = await self.approvals.finish_approved(
+        await self.approvals.finish_approved(
             approved, text, failed, self.now(), ended_card(approved, line)
         )
-        if ending is not None:
-            self.endings.append(ending)
 
     async def _call(
         self, spec: ToolSpec, arguments: dict[str, Any], key: str, approved: ActionRecord | None
@@ -260,6 +265,8 @@ class BurstTools:
             return ToolAnswer(text, is_error=True)
         except OutcomeUnknown as exc:
             log.warning("tool %s.%s: %s", spec.server, spec.name, exc)
+            if approved is not None:
+                await self._unknown(approved)
             self._emitted(spec, "unknown", started)
             return ToolAnswer(MAY_HAVE_RUN, is_error=True)
         text = self._capped(spec.server, output.text)
