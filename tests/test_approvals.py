@@ -84,6 +84,7 @@ async def test_a_call_that_must_ask_parks_the_burst_and_approve_runs_it_once(
         [action] = await store.actions(KEY.id)
         assert (action.approval, action.state) == ("waiting", "unknown")
         card_id = await card_of(store)
+        assert frontend.cards == {f"r{card_id}-p0": str(card_id)}  # its buttons name the card
         answer = await engine.click(press(card_id, "approve"), False)
         assert answer.outcome == "approved" and answer.acted
         again = await engine.click(press(card_id, "approve"), False)  # a second press

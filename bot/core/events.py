@@ -167,3 +167,10 @@ class Reply:
     draft: Draft | None = None
     """The streamed draft this reply finishes: its first part is an edit of that message (found
     by `draft.key` if its id was never recorded), not a new post."""
+    card: str | None = None
+    """An approval card (bot/core/approvals.py): what its Approve and Deny buttons name (the
+    card's own reply id, without the "r"), shown under the text. A front end without buttons
+    posts the text alone."""
+    ends_card: str | None = None
+    """The platform id of the approval card this reply ends: its text replaces the card's and
+    the buttons go (an edit, made again safely on a retry), not a new post."""
