@@ -29,8 +29,10 @@ def slack_config(
     access: dict[str, Any] | None = None,
     limits: dict[str, Any] | None = None,
     catch_up_section: dict[str, Any] | None = None,
+    sections: dict[str, Any] | None = None,
     **slack: Any,
 ) -> Config:
+    """`sections`: top-level sections a test adds or replaces (`llm`, `tools`, `channels`)."""
     return parse_config(
         {
             "access": access or {},
@@ -52,6 +54,7 @@ def slack_config(
                 **slack,
             },
         }
+        | (sections or {})
     )
 
 
@@ -101,17 +104,24 @@ async def running_bot(
     limits: dict[str, Any] | None = None,
     catch_up: bool = False,
     catch_up_section: dict[str, Any] | None = None,
+    sections: dict[str, Any] | None = None,
+    llm: Any = None,
     **slack: Any,
 ) -> AsyncIterator[Bot]:
-    config = slack_config(api, access, limits, catch_up_section, **slack)
+    """`llm(config)`: the replier to use, built from the config (else `replier`)."""
+    config = slack_config(api, access, limits, catch_up_section, sections, **slack)
     clock = clock or FakeClock()
     replier = replier or ScriptedReplier()
+    model = replier if llm is None else llm(config)
     store = SqliteStore(db)
     frontend = SlackFrontend(
         config.slack, TOKEN, signing_secret=SECRET, app_token=api.app_token, clock=clock
     )
-    app = App(config, store, replier, [frontend], clock=clock, owner=owner)
+    app = App(config, store, model, [frontend], clock=clock, owner=owner)
     await store.open()
+    if app.mcp is not None:  # what App.run does first with `[[tools.mcp]]`
+        app.mcp.start()
+        await app.mcp.first_attempts()
     host: Host = host_wrapper(app) if host_wrapper else app
     connecting_at = clock.now()
     await frontend.start(host)
@@ -122,6 +132,10 @@ async def running_bot(
         yield Bot(app, frontend, EventSender(url, SECRET), clock, replier, store)
     finally:
         await shut_down(app, frontend, store)
+        if app.mcp is not None:
+            await app.mcp.close()
+        if llm is not None:
+            await model.aclose()
 
 
 async def shut_down(app: App, frontend: SlackFrontend, store: SqliteStore) -> None:

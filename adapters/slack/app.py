@@ -3,9 +3,10 @@
 What each part does: transport.py starts the Web API client, checks the tokens and connects
 (an HTTP listener or Socket Mode); events.py turns Bolt's events into the host's calls (and says
 why each is acked only after it is stored); outbound.py and streaming.py post replies and drafts;
-stop_button.py puts the Stop button on drafts and takes its clicks; history.py reads what was
-missed; assistant.py runs Slack's assistant threads. Every Web API call goes through calls.py,
-one mapping of every failure into the core's errors.
+stop_button.py puts the Stop button on drafts and takes its clicks, approval_cards.py posts
+approval cards and takes their Approve and Deny; history.py reads what was missed; assistant.py
+runs Slack's assistant threads. Every Web API call goes through calls.py, one mapping of every
+failure into the core's errors.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from aiohttp import web
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import files, transport
+from adapters.slack.approval_cards import ApprovalButtons, end_card, post_card
 from adapters.slack.assistant import AssistantThreads
 from adapters.slack.events import SlackEvents
 from adapters.slack.history import History
@@ -105,6 +107,7 @@ class SlackFrontend(
         self._accepting = True
         self.drafts: WorkspaceDrafts | None = None  # streaming, once started
         self.stop_buttons: StopButtons | None = None
+        self.approval_buttons: ApprovalButtons | None = None
 
     @property
     def only(self) -> Workspace:
@@ -162,6 +165,8 @@ class SlackFrontend(
         events.listen(bolt)
         self.stop_buttons = StopButtons(host)
         self.stop_buttons.listen(bolt)
+        self.approval_buttons = ApprovalButtons(host)
+        self.approval_buttons.listen(bolt)
         if self.config.mode == "http":
             self._runner = await transport.serve_http(
                 bolt, self.config, self._signing_secret, lambda: self._accepting, flow
@@ -220,8 +225,9 @@ class SlackFrontend(
         for job in (self._catch_up, self._decider):
             if job is not None:
                 await job.stop()
-        if self.stop_buttons is not None:
-            await self.stop_buttons.idle()  # notices to clickers on their way
+        for buttons in (self.stop_buttons, self.approval_buttons):
+            if buttons is not None:
+                await buttons.idle()  # notices to clickers on their way
         for workspace in [] if self.workspaces is None else self.workspaces.opened():
             await workspace.assistant.stop()
         if self._runner is not None:
@@ -267,6 +273,10 @@ class SlackFrontend(
     async def deliver(self, reply: Reply) -> list[str]:
         workspace = await self._workspace(reply.key)
         first = None if reply.draft is None else functools.partial(workspace.drafts.finish, reply)
+        if reply.card is not None:  # an approval card: posted with its buttons
+            first = functools.partial(post_card, workspace.outbound, reply)
+        elif reply.ends_card is not None:  # its ending: the card edited, the buttons gone
+            first = functools.partial(end_card, workspace.outbound, reply)
         posted = await workspace.outbound.deliver(reply, first)
         try:
             await workspace.assistant.reply_delivered(reply)

@@ -27,11 +27,13 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 from slack_sdk.signature import Clock, SignatureVerifier
 
+from adapters.slack.approval_cards import APPROVE_ACTION, DENY_ACTION
 from adapters.slack.events import RESET_COMMAND
 from adapters.slack.inbound import list_of_objects
 from adapters.slack.stop_button import STOP_ACTION
 
 log = logging.getLogger("burstbot.slack")
+BUTTONS = frozenset({STOP_ACTION, APPROVE_ACTION, DENY_ACTION})  # the buttons this app posts
 
 MAX_BODY_BYTES = 1024 * 1024
 MAX_CLOCK_SKEW_SECONDS = 300
@@ -140,7 +142,7 @@ def _actions_problem(body: dict[str, Any]) -> str | None:
     actions = body.get("actions")
     if not (isinstance(actions, list) and actions and list_of_objects(actions)):
         return "actions is not a list of objects"
-    if not any(action.get("action_id") == STOP_ACTION for action in actions):
+    if not any(action.get("action_id") in BUTTONS for action in actions):
         return "an action this app does not have"
     return None
 
