@@ -587,14 +587,26 @@ DELETE FROM conversation_notes WHERE conversation_id = :cid;
 
 -- name: forget_conversation_actions
 -- Tool arguments and results carry what people asked and what the tools found; the record of
--- the call (its key, tool and times) stays, so an erased call is still never repeated.
-UPDATE actions SET arguments = '{}', result = CASE WHEN result IS NULL THEN NULL ELSE '' END
-WHERE conversation_id = :cid AND (arguments != '{}' OR result != '')
+-- the call (its key, tool and times) stays, so an erased call is still never repeated. A call
+-- that asked loses its saved continuation (the model's words) too: one still waiting can no
+-- longer be decided (superseded, its key moved aside, so a new answer may ask again).
+UPDATE actions SET arguments = '{}', result = CASE WHEN result IS NULL THEN NULL ELSE '' END,
+    resume = NULL,
+    approval = CASE WHEN approval = 'waiting' THEN 'superseded' ELSE approval END,
+    idempotency_key = CASE WHEN approval = 'waiting'
+        THEN idempotency_key || '/superseded/' || CAST(card_reply_id AS TEXT)
+        ELSE idempotency_key END
+WHERE conversation_id = :cid AND (arguments != '{}' OR result != '' OR resume IS NOT NULL)
 RETURNING idempotency_key;
 
 -- name: forget_user_actions
-UPDATE actions SET arguments = '{}', result = CASE WHEN result IS NULL THEN NULL ELSE '' END
-WHERE user_id = :user AND (arguments != '{}' OR result != '')
+UPDATE actions SET arguments = '{}', result = CASE WHEN result IS NULL THEN NULL ELSE '' END,
+    resume = NULL,
+    approval = CASE WHEN approval = 'waiting' THEN 'superseded' ELSE approval END,
+    idempotency_key = CASE WHEN approval = 'waiting'
+        THEN idempotency_key || '/superseded/' || CAST(card_reply_id AS TEXT)
+        ELSE idempotency_key END
+WHERE user_id = :user AND (arguments != '{}' OR result != '' OR resume IS NOT NULL)
   AND (CAST(:platform AS TEXT) IS NULL
        OR conversation_id IN (SELECT id FROM conversations WHERE platform = :platform))
 RETURNING idempotency_key;

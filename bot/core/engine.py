@@ -295,11 +295,11 @@ class Engine:
             return
         asks = self.tools is not None and self.tools.approvals is not None
         parked = await self.store.parked(cid, lease.answered_version) if asks else None
-        if parked is not None and burst.messages:
+        if parked is not None:  # every message deleted meanwhile: superseded, answered as such
             step = await self._unparked(burst, parked)
             if step == "waiting":  # parked again, the lease released
                 return
-            if isinstance(step, Continuation):
+            if isinstance(step, Continuation) and burst.messages:
                 await self._generate(burst, step)
                 return
         if not burst.messages:

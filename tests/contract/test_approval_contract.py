@@ -187,3 +187,17 @@ async def test_approve_and_deny_at_once_on_two_connections_decide_once(backend: 
         assert decided.approval == next(o for o in outcomes if o != "already_decided")
         endings = [r for r in await stores[0].replies(key.id) if r.kind == "card_outcome"]
         assert len(endings) == (1 if decided.approval == "denied" else 0)
+
+
+async def test_forget_erases_the_saved_continuation_and_a_waiting_card_decides_nothing(
+    store: SqlStore,
+) -> None:
+    _, card = await parked(store)
+    counts = await store.forget_conversation(CID)
+    assert counts["actions"] == 1
+    [erased] = await store.actions(CID)
+    assert (erased.arguments, erased.approval) == ("{}", "superseded")
+    assert await store.parked(CID, 0) is None
+    assert await store.decide(press(card, "A"), False, "authors_and_admins", NOW + 5) == "ended"
+    forgotten = await store._rows("actions", {"cid": CID, "from_version": None})  # the raw row
+    assert [row["resume"] for row in forgotten] == [None]
