@@ -121,7 +121,10 @@ class ApprovalSteps(StoreSeam[Conn]):
         timer = {"cid": cid, "expires_at": action.approval_expires_at,
                  "version": action.to_version}  # fmt: skip
         async with self._transaction() as db:
-            await self._rows("park_timer", timer, db)
+            key = {"cid": cid, "key": action.idempotency_key}
+            state = await self._one("lock_approval", key, db)
+            if state is not None and state["approval"] == "waiting":  # decided: its wake stands
+                await self._rows("park_timer", timer, db)
             await self._rows("release_lease", {"cid": cid, "token": token}, db)
 
     async def claim_approved(self, conversation_id: str, key: str, token: int) -> bool:

@@ -1149,6 +1149,12 @@ UPDATE actions SET card_reply_id = :card WHERE conversation_id = :cid AND idempo
 UPDATE debounce_timers SET due_at = :expires_at, start_at = NULL
 WHERE conversation_id = :cid AND armed_version <= :version;
 
+-- name: lock_approval
+-- Keeping a card waiting reads its action first, locked: a click deciding it meanwhile has
+-- committed (its wake stands) or waits for this transaction (its wake comes after the park).
+SELECT approval FROM actions WHERE conversation_id = :cid AND idempotency_key = :key
+FOR UPDATE;
+
 -- name: parked_action
 -- The burst's latest action that asked: the answer resumes from its continuation.
 SELECT * FROM actions

@@ -129,7 +129,8 @@ class ApprovalStore(Protocol):
 
     async def keep_waiting(self, action: ActionRecord, token: int) -> None:
         """Served before anyone decided and before the expiry: the timer parked until the expiry
-        again and the lease released, in one transaction."""
+        again (unless a click decided it meanwhile: its wake stands) and the lease released, in
+        one transaction."""
         ...
 
     async def claim_approved(self, conversation_id: str, key: str, token: int) -> bool: ...

@@ -201,3 +201,16 @@ async def test_forget_erases_the_saved_continuation_and_a_waiting_card_decides_n
     assert await store.decide(press(card, "A"), False, "authors_and_admins", NOW + 5) == "ended"
     forgotten = await store._rows("actions", {"cid": CID, "from_version": None})  # the raw row
     assert [row["resume"] for row in forgotten] == [None]
+
+
+async def test_a_click_that_decides_while_a_worker_looks_is_served_at_once(store: SqlStore) -> None:
+    """The worker read the card as waiting; a click decides it before the worker parks the
+    timer again: the click's wake stands (the decided burst does not wait for the expiry)."""
+    _, card = await parked(store)
+    lease = await store.acquire_lease(CID, "o2", NOW + 6, 30.0)
+    assert lease is not None
+    found = await store.parked(CID, 0)
+    assert found is not None and found.action.approval == "waiting"
+    assert await store.decide(press(card, "A"), False, "authors_and_admins", NOW + 7) == "approved"
+    await store.keep_waiting(found.action, lease.token)
+    assert [t.conversation_id for t in await store.due_timers(NOW + 8, 10)] == [CID]
