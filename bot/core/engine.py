@@ -45,16 +45,9 @@ import functools
 import logging
 import math
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
-from bot.core.approvals import (
-    ApprovalNeeded,
-    Continuation,
-    Parked,
-    card_text,
-    ended_card,
-    outcome_line,
-)
+from bot.core.approvals import ApprovalNeeded, Continuation
 from bot.core.attachments import AttachmentLoader
 from bot.core.backoff import Backoff
 from bot.core.burst import Burst, reply_text, spent
@@ -66,6 +59,7 @@ from bot.core.frontend import Frontend
 from bot.core.guard import Guard, GuardStep, Refusal
 from bot.core.indicator import Indicator
 from bot.core.outbox import Outbox
+from bot.core.parking import Parking
 from bot.core.prompt import PromptStep
 from bot.core.replier import GenerationProgress, Replier
 from bot.core.settings import APPROVAL_TIMEOUT_SECONDS, EngineSettings
@@ -141,6 +135,7 @@ class Engine:
         files = AttachmentLoader(store, served, lambda: self.settings.attachments, clock)
         self.prompts = PromptStep(lambda: self.settings, files)
         self.drafts = drafts
+        self.parking = Parking(store, outbox, drafts, indicator, self._emit)
         self._workers: dict[str, asyncio.Task[bool]] = {}
         self._committing: set[str] = set()  # workers committing or delivering an outcome
         self._closing = False
@@ -296,7 +291,7 @@ class Engine:
         asks = self.tools is not None and self.tools.approvals is not None
         parked = await self.store.parked(cid, lease.answered_version) if asks else None
         if parked is not None:  # every message deleted meanwhile: superseded, answered as such
-            step = await self._unparked(burst, parked)
+            step = await self.parking.unparked(burst, parked)
             if step == "waiting":  # parked again, the lease released
                 return
             if isinstance(step, Continuation) and burst.messages:
@@ -363,62 +358,16 @@ class Engine:
         else:
             await self.outbox.deliver_due(reply_id=done.reply.id)
 
-    async def _unparked(
-        self, burst: Burst, parked: Parked
-    ) -> Continuation | Literal["afresh", "waiting"]:
-        """The burst's parked call, met again (rule 9): the continuation to resume from;
-        "afresh" when the card was superseded (the newer burst is answered as usual); "waiting"
-        when it still waits (parked again, the lease released)."""
-        lease, action, now = burst.lease, parked.action, self.clock.now()
-        if action.approval != "waiting":
-            await self._deliver_cards(action.conversation_id)  # a denial's ending shows first
-            return parked.continuation
-        if lease.version > action.to_version:
-            line = outcome_line("superseded", None)
-            ending = await self.store.end_approval(
-                action, lease.token, "superseded", now, ended_card(action, line)
-            )
-            self._emit("approval_ended", conversation=action.conversation_id, ending="superseded")
-            await self._deliver_cards(action.conversation_id, ending)
-            return "afresh"
-        ending = await self.store.end_approval(
-            action, lease.token, "expired", now, ended_card(action, outcome_line("expired", None))
-        )
-        if ending is not None:
-            self._emit("approval_ended", conversation=action.conversation_id, ending="expired")
-            return parked.continuation
-        await self.store.keep_waiting(action, lease.token)
-        return "waiting"
-
-    async def _deliver_cards(self, conversation_id: str, *reply_ids: int | None) -> None:
-        """Post the conversation's pending cards and card endings now, in order (G9), so the
-        answer that follows them is not held behind them."""
-        pending = [r.id for r in await self.outbox.store.replies(conversation_id)
-                   if r.state == "pending" and r.kind in ("card", "card_outcome")]  # fmt: skip
-        for reply_id in sorted({*pending, *(r for r in reply_ids if r is not None)}):
-            await self.outbox.deliver_due(reply_id=reply_id)
-
     async def _park(self, burst: Burst, usage: GenerationProgress, asked: ApprovalNeeded) -> None:
-        """The generation stopped at a call that must ask: the burst is parked and its card
-        posted; no lease or slot is held until someone decides."""
-        lease, cid, action = burst.lease, burst.lease.conversation_id, asked.action
-        self._committing.add(cid)
+        """The generation stopped at a call that must ask: parked, its card posted (rule 9)."""
+        self._committing.add(burst.lease.conversation_id)
         wait = self.tools.approval_timeout if self.tools is not None else APPROVAL_TIMEOUT_SECONDS
-        await self.drafts.discard(burst)  # the resumed answer gets a draft of its own
-        card = card_text(action.server, action.tool, action.arguments, asked.asked_by, wait)
-        reply_to = burst.messages[-1].message_id if burst.messages else None
-        card_id = await self.store.park(
-            action, asked.asked_by, asked.continuation, wait, card, reply_to
-        )
-        if card_id is None:
+        parked = await self.parking.park(burst, asked, wait)
+        if parked is None:
             await self._record(burst, "lease_lost", usage)
-            log.warning("conversation %s: lease lost before the call could ask; dropped", cid)
-            await self.store.release_lease(cid, lease.token)
             return
+        action = asked.action
         await self._record(burst, "parked", usage, f"{action.server}.{action.tool} asks")
-        self._emit("parked", conversation=cid, card=card_id, tool=action.tool)
-        self.indicator.clear(burst.key)
-        await self._deliver_cards(cid, card_id)
 
     # 4. generate once -----------------------------------------------------------------------------
     async def _generate(self, burst: Burst, resume: Continuation | None = None) -> None:
@@ -487,7 +436,7 @@ class Engine:
         now = self.clock.now()
         reply, posted = burst.answer(text, usage), burst.record("posted", usage, now, None)
         if self.tools is not None and self.tools.approvals is not None:
-            await self._deliver_cards(cid)  # a card's ending goes before the answer after it
+            await self.parking.deliver_cards(cid)  # a card's ending goes before the answer
         check, claim = burst.final_check(now), self.outbox.claim  # delivery's claim, in the commit
         done = await self.store.commit(cid, check, now, burst.timing, reply, posted, claim)
         if not isinstance(done, Committed) or (row := done.reply) is None:

@@ -220,8 +220,10 @@ class BurstTools:
             if await self.approvals.claim_approved(cid, key, self.lease.token):
                 self.emit("tool_approved", server=spec.server, tool=spec.name)
                 return await self._made(spec, arguments, key, record)
-            record = await self.log.action(cid, key) or record  # another worker claimed it
-        if record.approval in ("running", "approved"):
+            record = await self.log.action(cid, key) or record
+            if record.approval == "approved":  # nobody claimed it: our lease is gone
+                raise RetryableReplierError("the lease was lost before an approved call ran")
+        if record.approval == "running":  # claimed by an earlier worker: never made again
             self.emit("tool_call", server=spec.server, tool=spec.name, outcome="given")
             if record.result is not None:
                 return ToolAnswer(record.result, is_error=record.failed)
