@@ -5,14 +5,21 @@ that count is what these tests assert, never ours."""
 
 from __future__ import annotations
 
+import asyncio
 from itertools import count
 from pathlib import Path
 
 import pytest
 
+from bot.core.actions import NewAction, canonical_arguments, idempotency_key
+from bot.core.approvals import Continuation
 from bot.core.clicks import Click, ClickKind
 from bot.core.engine import Engine
+from bot.core.errors import RetryableReplierError
 from bot.core.events import IncomingMessage
+from bot.core.store import Timing
+from bot.core.tool_calls import BurstTools
+from bot.core.tools import ToolOutput, ToolSpec
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, check_invariants
 from testkit.clock import FakeClock
@@ -216,3 +223,50 @@ async def test_only_the_burst_s_authors_and_admins_may_decide(
             assert (await engine.click(press(card_id, "approve", "u9", "root"), True)).acted
         await fire(engine, clock, 0.0)
     assert list(calls_per_key(ledger).values()) == [1]
+
+
+class NoServer:
+    """A tool server no call may reach (the test fails if one does)."""
+
+    def tools(self, servers: object) -> tuple[list[ToolSpec], list[str]]:
+        return [], []
+
+    async def call(self, spec: ToolSpec, arguments: object, key: str) -> ToolOutput:
+        raise AssertionError("the call was made")
+
+
+async def test_a_worker_whose_lease_is_gone_lets_an_approved_call_go_without_ending_the_card(
+    store: SqliteStore,
+) -> None:
+    """A worker read the card as approved, then lost its lease (it stalled; another took over):
+    its claim fails and nobody has claimed the call, so it lets go, and the card is not ended
+    as "may have run" (the worker holding the lease makes the call)."""
+    now = 1_000.0
+    await store.ingest(said(1, "open a ticket"), now, Timing(2.0, 10.0))
+    stale = await store.acquire_lease(KEY.id, "w1", now + 3, 30.0)
+    assert stale is not None
+    spec = ToolSpec("tracker", "create_ticket", "", {"type": "object"}, False, None, asks=True)
+    arguments = canonical_arguments(TICKET.input)
+    key = idempotency_key(KEY.id, 0, "tracker", "create_ticket", arguments)
+    action = NewAction(KEY.id, stale.token, 0, 1, key, "tracker", "create_ticket", arguments,
+                       False, "toolu_1", "u1", now + 3)  # fmt: skip
+    card = await store.park(action, "alice", Continuation(), 900.0, "card", "m1")
+    assert card is not None
+    assert await store.decide(press(card, "approve"), False, "authors_and_admins", now + 4) == (
+        "approved"
+    )
+    worker = await store.acquire_lease(KEY.id, "w1", now + 5, 30.0)
+    assert worker is not None
+    await store.release_lease(KEY.id, worker.token)
+    taken = await store.acquire_lease(KEY.id, "w2", now + 6, 30.0)  # the worker stalled
+    assert taken is not None and taken.token > worker.token
+    closed = asyncio.Event()
+    closed.set()
+    calls = BurstTools(store, NoServer(), worker, "u1", closed, lambda: now + 7,
+                       approvals=store, asked_by="alice")  # fmt: skip
+    calls.specs = {"create_ticket": spec}
+    with pytest.raises(RetryableReplierError):
+        await calls.run("toolu_1", "create_ticket", dict(TICKET.input))
+    [still] = await store.actions(KEY.id)
+    assert (still.approval, still.state) == ("approved", "unknown")
+    assert [r.kind for r in await store.replies(KEY.id)] == ["card"]  # no ending queued
