@@ -104,6 +104,7 @@ async def test_a_call_that_must_ask_parks_the_burst_and_approve_runs_it_once(
     [given] = tool_results(server.requests[1])
     assert given["content"] == CREATED
     assert "the printer is on fire" in all_text(server.requests[1])
+    assert "may have run" not in all_text(server.requests[1])  # the call is resumed, not "taken"
     assert frontend.texts()[1:] == ["Let me open one.\n\nOpened OPS-201 for the printer."]
     assert frontend.visible()[0].endswith(f"✅ Approved by alice: {CREATED}")
     [action] = await store.actions(KEY.id)
@@ -192,6 +193,9 @@ async def test_a_newer_message_supersedes_the_card_and_the_newer_burst_may_ask_a
         second_card = await card_of(store)
         assert second_card != first_card
         assert "floor 2" in all_text(server.requests[1])
+        told = all_text(server.requests[1])  # the superseded call is told as not run
+        assert "create_ticket" in told and "not run (a newer message came" in told
+        assert "may have run" not in told
         assert (await engine.click(press(second_card, "approve"), False)).acted
         await fire(engine, clock, 0.0)
     assert list(calls_per_key(ledger).values()) == [1]
