@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.cli.explain import explain_lines
 from bot.core.actions import NewAction, canonical_arguments, idempotency_key
 from bot.core.approvals import Continuation
 from bot.core.clicks import Click, ClickKind
@@ -110,6 +111,9 @@ async def test_a_call_that_must_ask_parks_the_burst_and_approve_runs_it_once(
     [action] = await store.actions(KEY.id)
     assert (action.approval, action.state, action.decided_by) == ("running", "done", "alice")
     assert [g.outcome for g in await store.generations(KEY.id)] == ["parked", "posted"]
+    lines = "\n".join(await explain_lines(store, KEY.id, clock.now()) or [])
+    assert f"clicked   approve on card r{action.card_reply_id}: approved by alice" in lines
+    assert "(with effect) → approved by alice, done in" in lines
     await check_invariants(store, [KEY.id])
 
 
@@ -148,6 +152,8 @@ async def test_deny_ends_the_card_and_the_answer_resumes_with_a_refusal(
     assert given.get("is_error") is True and "root denied this call" in given["content"]
     assert frontend.visible()[0].endswith("🚫 Denied by root; not run.")
     assert frontend.texts()[1:] == ["OK, I did not open a ticket."]
+    lines = "\n".join(await explain_lines(store, KEY.id, clock.now()) or [])
+    assert "(with effect) → denied by root: not run (card r" in lines
     await check_invariants(store, [KEY.id])
 
 
