@@ -17,7 +17,7 @@ from bot.core.approvals import Continuation
 from bot.core.clicks import Click, ClickKind
 from bot.core.engine import Engine
 from bot.core.errors import RetryableReplierError
-from bot.core.events import IncomingMessage
+from bot.core.events import IncomingMessage, MessageDeleted
 from bot.core.store import Timing
 from bot.core.tool_calls import BurstTools
 from bot.core.tools import ToolOutput, ToolSpec
@@ -211,6 +211,27 @@ async def test_a_newer_message_supersedes_the_card_and_the_newer_burst_may_ask_a
     assert frontend.texts()[2:] == ["Opened OPS-201."]
     superseded, ran = await store.actions(KEY.id)
     assert (superseded.approval, ran.approval, ran.state) == ("superseded", "running", "done")
+    await check_invariants(store, [KEY.id])
+
+
+async def test_a_parked_burst_whose_message_is_deleted_ends_its_card_and_runs_nothing(
+    store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend, server: FakeAnthropic,
+    ledger: Path, hold: Path,
+) -> None:  # fmt: skip
+    server.queue(Plan(text="", tool_uses=[TICKET]))
+    async with tool_engine(asking(server, ledger, hold), store, clock, frontend) as (engine, _):  # type: ignore[arg-type]
+        await engine.ingest(said(1, "open a ticket"))
+        await fire(engine, clock)
+        card_id = await card_of(store)
+        await engine.ingest(MessageDeleted(KEY, "m1"))
+        await fire(engine, clock)
+        late = await engine.click(press(card_id, "approve"), False)
+        assert late.outcome == "ended"
+    assert calls_per_key(ledger) == {} and len(server.requests) == 1
+    assert len(frontend.visible()) == 1  # the card alone: no answer
+    assert frontend.visible()[0].endswith("↪️ Superseded by a newer message, not run.")
+    state = await store.conversation_state(KEY.id)
+    assert state is not None and state.answered_version == state.version
     await check_invariants(store, [KEY.id])
 
 
