@@ -18,9 +18,11 @@ from typing import Any
 import pytest
 
 from adapters.discord import DiscordFrontend
+from adapters.discord.approval_cards import NOT_RECORDED
 from bot.app import App
 from bot.config import DiscordConfig, parse_config
 from bot.core.clicks import APPROVAL_NOTICES
+from bot.core.errors import StoreError
 from bot.wiring import claude_replier
 from storage.sqlite import SqliteStore
 from testkit import check_invariants
@@ -170,3 +172,23 @@ async def test_someone_else_is_refused_alone_and_deny_ends_the_card(
     assert calls_per_key(ledger) == {}
     outcomes: list[Any] = sorted(c.outcome for c in await store.clicks(KEY.id))
     assert outcomes == ["denied", "refused"]
+
+
+async def test_a_press_the_store_cannot_take_is_answered_with_an_error_and_changes_nothing(
+    fake: FakeDiscord, app: App, store: SqliteStore, clock: FakeClock, server: FakeAnthropic,
+    ledger: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    server.queue(Plan(text="", tool_uses=[TICKET]))
+    card = await card_posted(fake, app, store, clock)
+    approve, _ = buttons(card)
+
+    async def locked(*args: Any) -> Any:
+        raise StoreError("database is locked")
+
+    monkeypatch.setattr(store, "decide", locked)
+    [callback] = await press(fake, fake.click(card["id"], approve["custom_id"], ALICE))
+    assert callback["type"] == MESSAGE_WITH_SOURCE and callback["data"]["flags"] & EPHEMERAL
+    assert callback["data"]["content"] == NOT_RECORDED
+    assert await store.clicks(KEY.id) == []
+    [action] = await store.actions(KEY.id)
+    assert action.approval == "waiting" and calls_per_key(ledger) == {}
