@@ -290,7 +290,7 @@ class Engine:
             return
         asks = self.tools is not None and self.tools.approvals is not None
         parked = await self.store.parked(cid, lease.answered_version) if asks else None
-        if parked is not None:  # every message deleted meanwhile: superseded, answered as such
+        if parked is not None:  # rule 9 (with every message deleted meanwhile: superseded)
             step = await self.parking.unparked(burst, parked)
             if step == "waiting":  # parked again, the lease released
                 return
@@ -433,10 +433,10 @@ class Engine:
     ) -> None:
         lease, cid = burst.lease, burst.lease.conversation_id
         self._committing.add(cid)
-        now = self.clock.now()
-        reply, posted = burst.answer(text, usage), burst.record("posted", usage, now, None)
         if self.tools is not None and self.tools.approvals is not None:
             await self.parking.deliver_cards(cid)  # a card's ending goes before the answer
+        now = self.clock.now()
+        reply, posted = burst.answer(text, usage), burst.record("posted", usage, now, None)
         check, claim = burst.final_check(now), self.outbox.claim  # delivery's claim, in the commit
         done = await self.store.commit(cid, check, now, burst.timing, reply, posted, claim)
         if not isinstance(done, Committed) or (row := done.reply) is None:

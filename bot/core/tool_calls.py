@@ -21,8 +21,9 @@ Rules, in the order a call meets them:
 8. A tool that must ask (`approve = "ask"`, bot/core/approvals.py) is not recorded here: the
    generation ends with `ApprovalNeeded` and the engine parks the burst. Met again when the
    answer resumes, its decided record says what to do: approved is claimed `running` before the
-   call is made (a claim lost, or a record already running, is given as recorded); denied and
-   expired are given as refused.
+   call is made; a record already running is given as recorded (without a result: "may have
+   run", and its card says so); one still approved after a failed claim means the lease is
+   gone, and the generation ends; denied and expired are given as refused.
 """
 
 from __future__ import annotations
@@ -109,7 +110,6 @@ class BurstTools:
     keys: set[str] = field(default_factory=set)  # the burst's calls: recorded, or asked for now
     approvals: ApprovalStore | None = None  # None: no call asks (every tool as `approve = "never"`)
     asked_by: str = ""  # whom the card names: the burst's last author
-    approval_timeout: float = APPROVAL_TIMEOUT_SECONDS
     resume: Continuation | None = None  # a parked answer resumes from here (the engine sets it)
 
     async def prepare(self, servers: Sequence[str], max_calls: int) -> None:
@@ -386,4 +386,4 @@ class ToolBox:
         user, name = ("", "") if last is None else (last.author_id, last.author_name)
         return BurstTools(self.log, self.servers, burst.lease, user, window_closed, self.now, emit,
                           max_result_chars=self.max_result_chars, approvals=self.approvals,
-                          asked_by=name, approval_timeout=self.approval_timeout)  # fmt: skip
+                          asked_by=name)  # fmt: skip
