@@ -214,6 +214,29 @@ async def test_a_newer_message_supersedes_the_card_and_the_newer_burst_may_ask_a
     await check_invariants(store, [KEY.id])
 
 
+async def test_a_decision_made_before_a_newer_message_stands_and_one_answer_covers_both(
+    store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend, server: FakeAnthropic,
+    ledger: Path, hold: Path,
+) -> None:  # fmt: skip
+    server.queue(Plan(text="", tool_uses=[TICKET]), Plan(text="Opened OPS-201; floor 2 noted."))
+    async with tool_engine(asking(server, ledger, hold), store, clock, frontend) as (engine, _):  # type: ignore[arg-type]
+        await engine.ingest(said(1, "open a ticket"))
+        await fire(engine, clock)
+        card_id = await card_of(store)
+        assert (await engine.click(press(card_id, "approve"), False)).acted
+        await engine.ingest(said(2, "it is the one on floor 2"))  # before the answer resumed
+        await fire(engine, clock)
+    assert list(calls_per_key(ledger).values()) == [1]
+    resumed = server.requests[1]
+    assert "floor 2" in all_text(resumed)
+    [given] = tool_results(resumed)
+    assert given["content"] == CREATED
+    assert frontend.texts()[1:] == ["Opened OPS-201; floor 2 noted."]
+    [answer] = [r for r in await store.replies(KEY.id) if r.kind == "answer"]
+    assert (answer.covers_from_version, answer.covers_to_version) == (0, 2)
+    await check_invariants(store, [KEY.id])
+
+
 async def test_a_parked_burst_whose_message_is_deleted_ends_its_card_and_runs_nothing(
     store: SqliteStore, clock: FakeClock, frontend: RecordingFrontend, server: FakeAnthropic,
     ledger: Path, hold: Path,
