@@ -52,6 +52,7 @@ class ApprovalSteps(StoreSeam[Conn]):
             "timeout": wait_seconds, "asked_by": asked_by, "resume": continuation.to_json(),
         }  # fmt: skip
         async with self._transaction() as db:
+            await self._rows("lock_answered_version", params, db)  # the row first: the usual order
             parked = await self._one("park_action", params, db)
             if parked is None:
                 return None  # fenced out (or recorded already: the lease is not ours to park)

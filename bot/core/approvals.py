@@ -104,7 +104,9 @@ def refusal(action: ActionRecord) -> str:
     """The tool_result the model is given for a call that did not run."""
     if action.approval == "denied":
         return f"{action.decided_by} denied this call; it did not run. Do not ask for it again."
-    return "Nobody approved this call in time; it did not run. Do not ask for it again."
+    if action.approval == "expired":
+        return "Nobody approved this call in time; it did not run. Do not ask for it again."
+    return "This call waits for a person's approval (or no longer can be made); it has not run."
 
 
 class ApprovalStore(Protocol):
