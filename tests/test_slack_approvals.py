@@ -25,7 +25,7 @@ from testkit import check_invariants
 from testkit.fake_anthropic import FakeAnthropic, Plan, ToolUse
 from testkit.fake_slack import FakeSlackApi, PostedMessage, dm
 from tests.slack_harness import DM_KEY, Bot, api, running_bot, ts
-from tests.test_slack_stop import deliver, press
+from tests.test_slack_stop import StoreDownHost, deliver, press
 from tests.tool_harness import KEY_ENV, stdio_server, tool_results
 from tests.tool_server import calls_per_key
 
@@ -138,3 +138,20 @@ async def test_a_press_by_someone_else_is_refused_and_deny_ends_the_card(
     ended, answer = api.posts()
     assert ended.buttons() == [] and ended.visible.endswith("Denied by alice; not run.")
     assert answer.visible == "All right, no ticket."
+
+
+async def test_a_press_the_store_cannot_keep_is_answered_with_an_error_and_decides_nothing(
+    api: FakeSlackApi, server: FakeAnthropic, ledger: Path, hold: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    server.queue(Plan(text="", tool_uses=[TICKET]))
+    async with running_bot(api, sections=sections(server, ledger, hold), llm=claude,
+                           host_wrapper=StoreDownHost) as bot:  # fmt: skip
+        await deliver(bot, api, "http", dm(ts(1), "open a ticket"))
+        card = await card_posted(bot, api)
+        assert await bot.sender.interact(api.click(card, "U1", "burstbot_approve")) == 500
+        assert "an Approve or Deny click was not stored (database is locked)" in caplog.text
+        assert await bot.store.clicks(DM_KEY.id) == []
+        [action] = await bot.store.actions(DM_KEY.id)
+        assert action.approval == "waiting"
+    assert calls_per_key(ledger) == {}
