@@ -81,7 +81,9 @@ def build_tools(
 
     hub = McpHub(servers, clock=clock)
     caps = {server.name: server.max_result_chars for server in servers}
-    return hub, ToolBox(store, hub, clock.now, caps)
+    return hub, ToolBox(store, hub, clock.now, caps, approvals=store,
+                        approval_timeout=config.tools.approval_timeout_seconds,
+                        approvers=config.access.approvers)  # fmt: skip
 
 
 class App:

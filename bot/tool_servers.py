@@ -186,7 +186,8 @@ class McpServer:
             read_only = bool(annotations is not None and annotations.read_only_hint)
             schema = dict(tool.input_schema or {"type": "object"})
             specs[name] = ToolSpec(self.config.name, name, tool.description or "", schema,
-                                   read_only, idempotency_argument(schema))  # fmt: skip
+                                   read_only, idempotency_argument(schema),
+                                   self.config.asks(name, read_only))  # fmt: skip
         return specs
 
     def _went_down(self, what: str, level: int = logging.WARNING) -> None:

@@ -14,7 +14,7 @@ from storage.rows import Row, from_row
 from storage.seam import Conn, StoreSeam
 
 
-def _action(r: Row) -> ActionRecord:
+def action_from_row(r: Row) -> ActionRecord:
     """SQLite returns its booleans as integers."""
     return from_row(ActionRecord, r, read_only=bool(r["read_only"]), failed=bool(r["failed"]))
 
@@ -29,7 +29,7 @@ class ActionSteps(StoreSeam[Conn]):
             row = await self._one("action", params, db)
         if row is None:
             return None  # fenced out: the lease is another worker's now
-        record = _action(row)
+        record = action_from_row(row)
         if not created and record.from_version != action.from_version:
             return None  # a key of another burst: cannot happen with derived keys
         return Began(record, created)
@@ -44,8 +44,12 @@ class ActionSteps(StoreSeam[Conn]):
         self, conversation_id: str, from_version: int | None = None
     ) -> list[ActionRecord]:
         params = {"cid": conversation_id, "from_version": from_version}
-        return [_action(r) for r in await self._rows("actions", params)]
+        return [action_from_row(r) for r in await self._rows("actions", params)]
+
+    async def action(self, conversation_id: str, idempotency_key: str) -> ActionRecord | None:
+        row = await self._one("action", {"cid": conversation_id, "key": idempotency_key})
+        return None if row is None else action_from_row(row)
 
     async def actions_since(self, since: float) -> list[ActionRecord]:
         """Every conversation's actions begun since `since` (usage reports)."""
-        return [_action(r) for r in await self._rows("actions_since", {"since": since})]
+        return [action_from_row(r) for r in await self._rows("actions_since", {"since": since})]

@@ -36,6 +36,7 @@ from bot.core.store import ConversationSummary, IngestResult, OutboxRow, Timing
 from storage import rhythm
 from storage import rows as codec
 from storage.actions import ActionSteps
+from storage.approvals import ApprovalSteps
 from storage.clicks import ClickSteps
 from storage.installations import InstallationSteps
 from storage.requeue import RequeueSteps
@@ -51,6 +52,7 @@ class SqlStore(
     ActionSteps[Conn],
     ClickSteps[Conn],
     VoteSteps[Conn],
+    ApprovalSteps[Conn],
     InstallationSteps[Conn],
 ):
     MIGRATIONS: ClassVar[Sequence[str]]

@@ -589,14 +589,26 @@ DELETE FROM conversation_notes WHERE conversation_id = :cid;
 
 -- name: forget_conversation_actions
 -- Tool arguments and results carry what people asked and what the tools found; the record of
--- the call (its key, tool and times) stays, so an erased call is still never repeated.
-UPDATE actions SET arguments = '{}', result = CASE WHEN result IS NULL THEN NULL ELSE '' END
-WHERE conversation_id = :cid AND (arguments != '{}' OR result != '')
+-- the call (its key, tool and times) stays, so an erased call is still never repeated. A call
+-- that asked loses its saved continuation (the model's words) too: one still waiting can no
+-- longer be decided (superseded, its key moved aside, so a new answer may ask again).
+UPDATE actions SET arguments = '{}', result = CASE WHEN result IS NULL THEN NULL ELSE '' END,
+    resume = NULL,
+    approval = CASE WHEN approval = 'waiting' THEN 'superseded' ELSE approval END,
+    idempotency_key = CASE WHEN approval = 'waiting'
+        THEN idempotency_key || '/superseded/' || CAST(card_reply_id AS TEXT)
+        ELSE idempotency_key END
+WHERE conversation_id = :cid AND (arguments != '{}' OR result != '' OR resume IS NOT NULL)
 RETURNING idempotency_key;
 
 -- name: forget_user_actions
-UPDATE actions SET arguments = '{}', result = CASE WHEN result IS NULL THEN NULL ELSE '' END
-WHERE user_id = :user AND (arguments != '{}' OR result != '')
+UPDATE actions SET arguments = '{}', result = CASE WHEN result IS NULL THEN NULL ELSE '' END,
+    resume = NULL,
+    approval = CASE WHEN approval = 'waiting' THEN 'superseded' ELSE approval END,
+    idempotency_key = CASE WHEN approval = 'waiting'
+        THEN idempotency_key || '/superseded/' || CAST(card_reply_id AS TEXT)
+        ELSE idempotency_key END
+WHERE user_id = :user AND (arguments != '{}' OR result != '' OR resume IS NOT NULL)
   AND (CAST(:platform AS TEXT) IS NULL
        OR conversation_id IN (SELECT id FROM conversations WHERE platform = :platform))
 RETURNING idempotency_key;
@@ -1067,6 +1079,19 @@ CREATE TABLE votes (
 CREATE INDEX votes_conversation ON votes(conversation_id, voted_at);
 CREATE INDEX votes_time ON votes(voted_at);
 
+-- name: migration_19
+-- Approvals (docs/controls.md#approve-and-deny): a call that must ask is recorded as an action
+-- awaiting approval (`approval`: NULL when none is needed, else waiting, approved, denied,
+-- expired, superseded or running), until when (database clock), who decided, the card that asks
+-- (an outbox row of kind `card`) and the generation's saved continuation (`resume`, JSON).
+ALTER TABLE actions ADD COLUMN approval TEXT;
+ALTER TABLE actions ADD COLUMN approval_expires_at FLOAT8;
+ALTER TABLE actions ADD COLUMN decided_by TEXT;
+ALTER TABLE actions ADD COLUMN asked_by TEXT;
+ALTER TABLE actions ADD COLUMN card_reply_id BIGINT;
+ALTER TABLE actions ADD COLUMN resume TEXT;
+CREATE INDEX actions_card ON actions(conversation_id, card_reply_id);
+
 -- clicks (storage/clicks.py) ---------------------------------------------------------------------
 
 -- name: insert_click
@@ -1157,6 +1182,102 @@ ORDER BY voted_at, reply_id, voter_id;
 -- name: vote_totals
 -- The votes as they stand, per model and value (the metrics' gauge, every process's).
 SELECT model, value, COUNT(*) AS votes FROM votes GROUP BY model, value ORDER BY model, value;
+
+-- approvals (storage/approvals.py) ---------------------------------------------------------------
+
+-- name: park_action
+-- A call that must ask, recorded as waiting before anything runs: fenced by the lease token like
+-- begin_action, with the continuation the answer resumes from and when the question expires.
+INSERT INTO actions (conversation_id, idempotency_key, from_version, to_version, lease_token,
+                     server, tool, arguments, read_only, tool_use_id, user_id, started_at, ordinal,
+                     approval, approval_expires_at, asked_by, resume)
+SELECT :cid, :key, :from_version, :to_version, :token, :server, :tool, :arguments, :read_only,
+       :tool_use_id, :user_id, :started_at,
+       (SELECT COUNT(*) FROM actions WHERE conversation_id = :cid), 'waiting',
+       CAST(:db_now AS FLOAT8) + CAST(:timeout AS FLOAT8), :asked_by, :resume
+FROM conversations WHERE id = :cid AND lease_token = :token AND lease_owner IS NOT NULL
+ON CONFLICT (conversation_id, idempotency_key) DO NOTHING
+RETURNING approval_expires_at;
+
+-- name: insert_card
+-- A card, or the edit that ends it (`card_outcome`, naming its card in draft_key): an outbox row
+-- covering no message (negative versions, like a notice), once per slot.
+INSERT INTO replies (conversation_id, platform, covers_from_version, covers_to_version,
+                     seen_version, reply_to_message_id, text, kind, next_attempt_at, created_at,
+                     draft_key)
+VALUES (:cid, :platform, :slot, :slot, :slot, :reply_to_message_id, :text, :kind, :db_now, :db_now,
+        :draft_key)
+ON CONFLICT (conversation_id, covers_to_version) DO NOTHING
+RETURNING id;
+
+-- name: attach_card
+UPDATE actions SET card_reply_id = :card WHERE conversation_id = :cid AND idempotency_key = :key;
+
+-- name: park_timer
+-- The parked burst's timer waits for the question's expiry, unless newer input re-armed it.
+UPDATE debounce_timers SET due_at = :expires_at, start_at = NULL
+WHERE conversation_id = :cid AND armed_version <= :version;
+
+-- name: lock_approval
+-- Keeping a card waiting reads its action first, locked: a click deciding it meanwhile has
+-- committed (its wake stands) or waits for this transaction (its wake comes after the park).
+SELECT approval FROM actions WHERE conversation_id = :cid AND idempotency_key = :key
+FOR UPDATE;
+
+-- name: parked_action
+-- The burst's latest action that asked: the answer resumes from its continuation.
+SELECT * FROM actions
+WHERE conversation_id = :cid AND from_version = :from_version AND resume IS NOT NULL
+  AND approval IN ('waiting', 'approved', 'denied', 'expired', 'running')
+ORDER BY ordinal DESC LIMIT 1;
+
+-- name: decide_approval
+-- The click's compare-and-swap: only while the card's action waits, has not expired, no newer
+-- input came (the burst's version is the one it asked at) and the clicker may decide.
+UPDATE actions SET approval = :decision, decided_by = :clicker_name
+WHERE conversation_id = :cid AND card_reply_id = CAST(:card AS BIGINT) AND approval = 'waiting'
+  AND approval_expires_at > CAST(:db_now AS FLOAT8)
+  AND to_version = (SELECT version FROM conversations WHERE id = :cid)
+  AND (CAST(:admin AS BOOLEAN) OR (CAST(:authors AS BOOLEAN) AND EXISTS (
+      SELECT 1 FROM messages m
+      WHERE m.conversation_id = :cid AND m.seq > actions.from_version
+        AND m.seq <= actions.to_version AND m.author_id = :clicker_id AND NOT m.deleted)))
+RETURNING *;
+
+-- name: approval_state
+-- Why a decision did not apply (read after its compare-and-swap failed).
+SELECT a.approval, a.approval_expires_at <= CAST(:db_now AS FLOAT8) AS expired,
+       a.to_version < c.version AS moved
+FROM actions a JOIN conversations c ON c.id = a.conversation_id
+WHERE a.conversation_id = :cid AND a.card_reply_id = CAST(:card AS BIGINT);
+
+-- name: wake_parked
+-- A decided card's burst is served now.
+UPDATE debounce_timers SET due_at = LEAST(due_at, CAST(:db_now AS FLOAT8))
+WHERE conversation_id = :cid;
+
+-- name: claim_approved
+-- Before the call is made: approved -> running, fenced by the lease token. After this the call
+-- may have run, and is never made again.
+UPDATE actions SET approval = 'running', lease_token = :token
+WHERE conversation_id = :cid AND idempotency_key = :key AND approval = 'approved'
+  AND EXISTS (SELECT 1 FROM conversations
+              WHERE id = :cid AND lease_token = :token AND lease_owner IS NOT NULL)
+RETURNING idempotency_key;
+
+-- name: end_approval
+-- waiting -> expired (once its time is up) or superseded (newer input), under the lease; a
+-- superseded record's key moves aside so the newer burst's identical call may ask again.
+UPDATE actions
+SET approval = CAST(:ending AS TEXT),
+    idempotency_key = CASE WHEN CAST(:ending AS TEXT) = 'superseded'
+                           THEN idempotency_key || '/superseded/' || CAST(card_reply_id AS TEXT)
+                           ELSE idempotency_key END
+WHERE conversation_id = :cid AND idempotency_key = :key AND approval = 'waiting'
+  AND (CAST(:ending AS TEXT) = 'superseded' OR approval_expires_at <= CAST(:db_now AS FLOAT8))
+  AND EXISTS (SELECT 1 FROM conversations
+              WHERE id = :cid AND lease_token = :token AND lease_owner IS NOT NULL)
+RETURNING card_reply_id;
 
 -- installations (storage/installations.py) --------------------------------------------------------
 

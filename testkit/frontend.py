@@ -97,6 +97,7 @@ class RecordingFrontend(Drafting):
         self.post_faults: list[Fault] = []
         self.final_edit_faults: list[Fault] = []
         self.deleted_by_people: set[str] = set()
+        self.cards: dict[str, str] = {}  # message id -> what its Approve and Deny buttons name
         self.host: Host | None = None
 
     async def start(self, host: Host) -> None:
@@ -109,6 +110,15 @@ class RecordingFrontend(Drafting):
         self.attempts.append(reply.id)
         if self.failures:
             raise self.failures.pop(0)
+        if reply.ends_card is not None:  # an approval card's ending: an edit, safe to repeat
+            reply.fence.check()
+            try:
+                await self.edit_draft(reply.key, reply.ends_card, reply.text)
+            except MessageGone:  # someone deleted the card: the ending is a message of its own
+                return [self._post(Post(reply.id, reply.key, reply.text, 0))]
+            return [reply.ends_card]
+        if reply.card is not None:
+            self.cards[f"{reply.id}-p0"] = reply.card
         mine = [p for p in self.posts if self.label(p) == reply.id]
         shown = {p.part for p in mine} if reply.attempt > 1 else set()
         ids = []

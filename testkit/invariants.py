@@ -73,7 +73,8 @@ async def check_invariants(
         for reply in replies:
             rows_by_reply_id[f"r{reply.id}"] = reply
             counts["replies"] += 1
-            covers = reply.kind != "notice"  # an arrival refusal's notice covers no message
+            # an arrival refusal's notice, an approval card and its ending cover no message
+            covers = reply.kind not in ("notice", "card", "card_outcome")
             if covers and reply.covers_from_version < covered_to:
                 breach("duplicates", f"G1: r{reply.id} covers versions covered before ({cid})")
             if covers and reply.covers_to_version > state.answered_version:

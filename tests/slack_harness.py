@@ -32,7 +32,8 @@ def slack_config(
     sections: dict[str, Any] | None = None,
     **slack: Any,
 ) -> Config:
-    """`sections`: more of the config's top-level sections (`feedback`, `channels`, ...)."""
+    """`sections`: more of the config's top-level sections, added or replaced (`feedback`, `llm`,
+    `tools`, `channels`, ...)."""
     return parse_config(
         {
             **(sections or {}),
@@ -55,6 +56,7 @@ def slack_config(
                 **slack,
             },
         }
+        | (sections or {})
     )
 
 
@@ -106,18 +108,24 @@ async def running_bot(
     catch_up_section: dict[str, Any] | None = None,
     sections: dict[str, Any] | None = None,
     store: Any = None,
+    llm: Any = None,
     **slack: Any,
 ) -> AsyncIterator[Bot]:
-    """`store`: another store than a SQLite one on `db` (a process on a shared PostgreSQL)."""
+    """`store`: another store than a SQLite one on `db` (a process on a shared PostgreSQL);
+    `llm(config)`: the replier to use, built from the config (else `replier`)."""
     config = slack_config(api, access, limits, catch_up_section, sections, **slack)
     clock = clock or FakeClock()
     replier = replier or ScriptedReplier()
+    model = replier if llm is None else llm(config)
     store = SqliteStore(db) if store is None else store
     frontend = SlackFrontend(
         config.slack, TOKEN, signing_secret=SECRET, app_token=api.app_token, clock=clock
     )
-    app = App(config, store, replier, [frontend], clock=clock, owner=owner)
+    app = App(config, store, model, [frontend], clock=clock, owner=owner)
     await store.open()
+    if app.mcp is not None:  # what App.run does first with `[[tools.mcp]]`
+        app.mcp.start()
+        await app.mcp.first_attempts()
     host: Host = host_wrapper(app) if host_wrapper else app
     connecting_at = clock.now()
     await frontend.start(host)
@@ -128,6 +136,10 @@ async def running_bot(
         yield Bot(app, frontend, EventSender(url, SECRET), clock, replier, store)
     finally:
         await shut_down(app, frontend, store)
+        if app.mcp is not None:
+            await app.mcp.close()
+        if llm is not None:
+            await model.aclose()
 
 
 async def shut_down(app: App, frontend: SlackFrontend, store: SqliteStore) -> None:

@@ -36,14 +36,16 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def stdio_server(ledger: Path, hold: Path) -> dict[str, Any]:
+def stdio_server(ledger: Path, hold: Path, approve: str = "never") -> dict[str, Any]:
+    """The ticket server over stdio; `approve = "never"` unless a test is about approvals."""
     args = [str(SERVER_SCRIPT), "--ledger", str(ledger), "--hold", str(hold)]
-    return {"name": "tracker", "command": sys.executable, "args": args, "allowed_tools": TOOLS}
+    return {"name": "tracker", "command": sys.executable, "args": args, "allowed_tools": TOOLS,
+            "approve": approve}  # fmt: skip
 
 
-def http_server(port: int, token_env: str | None = None) -> dict[str, Any]:
+def http_server(port: int, token_env: str | None = None, approve: str = "never") -> dict[str, Any]:
     server: dict[str, Any] = {"name": "tracker", "url": f"http://127.0.0.1:{port}/mcp",
-                              "allowed_tools": TOOLS}  # fmt: skip
+                              "allowed_tools": TOOLS, "approve": approve}  # fmt: skip
     if token_env:
         server["bearer_token_env"] = token_env
     return server
@@ -80,13 +82,15 @@ def tool_config(
     mcp: dict[str, Any],
     channels: tuple[str, ...] = (),
     tools_max_calls: int = 8,
+    approval_timeout_seconds: float = 900.0,
     **sections: Any,
 ) -> Config:
     llm = {"base_url": server.base_url, "api_key_env": "TEST_ANTHROPIC_KEY", "max_retries": 0,
            "timeout_seconds": 20.0}  # fmt: skip
     listed = [{"platform": KEY.platform, "channel": channel, "tools": {"mcp": ["tracker"]}}
               for channel in channels or (KEY.channel,)]  # fmt: skip
-    tools = {"mcp": [mcp], "max_tool_calls": tools_max_calls}
+    tools = {"mcp": [mcp], "max_tool_calls": tools_max_calls,
+             "approval_timeout_seconds": approval_timeout_seconds}  # fmt: skip
     debounce = {"adaptive": False, **sections.pop("debounce", {})}  # the fixed window these steps
     return parse_config({"llm": llm, "tools": tools, "channels": listed, "debounce": debounce,
                          **sections})  # fmt: skip
@@ -109,7 +113,9 @@ async def tool_engine(
     timing = {f: getattr(SETTINGS, f) for f in ("quiet_seconds", "max_wait_seconds",
               "lease_ttl_seconds", "poll_seconds", "model_backoff_seconds")}  # fmt: skip
     settings = replace(settings, **timing)
-    tools = box(store, hub, clock.now, {"tracker": 20_000})
+    tools = box(store, hub, clock.now, {"tracker": 20_000}, approvals=store,
+                approval_timeout=config.tools.approval_timeout_seconds,
+                approvers=config.access.approvers)  # fmt: skip
     engine = build_serving(store, replier, clock, settings, owner,
                            {frontend.platform: frontend}, tools=tools).engine  # fmt: skip
     try:

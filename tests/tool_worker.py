@@ -3,7 +3,8 @@ replier against the fake Messages API and the real MCP client against the ticket
 
 It stores one message ("open a ticket") unless told `"serve_only"`, then serves due work until
 it is killed (or, on SIGTERM, shuts down). Run: `python -m tests.tool_worker '<json: db, api_url,
-mcp_url[, owner, channels, serve_only]>'`; prints `READY` once serving.
+mcp_url[, owner, channels, serve_only, approve]>'`; prints `READY` once serving. With
+`"approve": "ask"` its create_ticket calls wait for Approve / Deny, as a deployment's would.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ async def serve(settings: dict[str, Any]) -> None:
     fake = FakeAnthropic()
     fake.port = int(settings["api_url"].rsplit(":", 1)[1])
     mcp = {"name": "tracker", "url": settings["mcp_url"],
-           "allowed_tools": ["search_tickets", "create_ticket"]}  # fmt: skip
+           "allowed_tools": ["search_tickets", "create_ticket"],
+           "approve": settings.get("approve", "never")}  # fmt: skip
     channels = tuple(settings.get("channels") or ())
     timing = {"debounce": {"quiet_seconds": 0.5, "max_wait_seconds": 4.0},
               "lease": {"ttl_seconds": 3.0}} if channels else {}  # fmt: skip
@@ -50,7 +52,7 @@ async def serve(settings: dict[str, Any]) -> None:
     owner = str(settings.get("owner", "doomed"))
     replier = claude_replier(config, KEY_ENV)
     served = {frontend.platform: frontend}
-    tools = ToolBox(store, hub, clock.now)
+    tools = ToolBox(store, hub, clock.now, approvals=store)
     engine = build_serving(store, replier, clock, tuned, owner, served, tools=tools).engine
     if not settings.get("serve_only"):
         await engine.ingest(IncomingMessage(KEY, "m1", "u1", "alice", ASKED))

@@ -25,6 +25,8 @@ from collections import OrderedDict
 import discord
 
 from adapters.discord import commands, files
+from adapters.discord.approval_cards import NOT_RECORDED as CARD_NOT_RECORDED
+from adapters.discord.approval_cards import approval_target, end_card, post_card
 from adapters.discord.bad_events import guard_parsers
 from adapters.discord.calls import call
 from adapters.discord.feedback import answer_vote, pressed_vote, vote_button
@@ -33,13 +35,13 @@ from adapters.discord.indicator import TypingKeeper
 from adapters.discord.posting import post_reply
 from adapters.discord.render import allowed_mentions
 from adapters.discord.routing import DM_WORKSPACE, PLATFORM, Routing, message_text
-from adapters.discord.stop import answer_click, stop_target
+from adapters.discord.stop import NOT_RECORDED, answer_click, stop_target
 from adapters.discord.streaming import MESSAGES, DiscordDrafts
 from adapters.discord.unstored import UNSTORED_LIMIT, UnstoredMessages
 from bot.config import DiscordConfig
 from bot.core.backoff import Backoff
 from bot.core.catch_up import CatchUp, CatchUpRun
-from bot.core.clicks import Click
+from bot.core.clicks import Click, ClickKind
 from bot.core.clock import Clock, SystemClock, first_of
 from bot.core.errors import (
     BurstbotError,
@@ -314,21 +316,28 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
         return commands.RESET_DONE if result.status == "history" else commands.RESET_REFUSED
 
     async def on_interaction(self, interaction: discord.Interaction) -> None:
-        """A press of a draft's Stop button (slash commands go to the command tree): stored and
-        decided by its interaction id before Discord is answered (stop.py); an answer's 👍/👎
-        likewise (feedback.py)."""
+        """A press of a draft's Stop button or of a card's Approve or Deny (slash commands go to
+        the command tree): stored and decided by its interaction id before Discord is answered
+        (stop.py, approval_cards.py); an answer's 👍/👎 likewise (feedback.py)."""
         if (voted := vote_button(interaction)) is not None:
             await self._vote(interaction, *voted)
             return
-        target, channel_id = stop_target(interaction), interaction.channel_id
-        if target is None or self.host is None or channel_id is None:
+        channel_id, host = interaction.channel_id, self.host
+        if host is None or channel_id is None:
             return
-        draft_key, thread = target
+        stop, card = stop_target(interaction), approval_target(interaction)
+        if stop is not None:
+            kind: ClickKind = "stop"
+            (target, thread), not_recorded = stop, NOT_RECORDED
+        elif card is not None:
+            (kind, target, thread), not_recorded = card, CARD_NOT_RECORDED
+        else:
+            return
         workspace = DM_WORKSPACE if interaction.guild_id is None else str(interaction.guild_id)
         key = ConversationKey(PLATFORM, workspace, str(channel_id), thread)
         user = interaction.user
-        click = Click(str(interaction.id), key, "stop", draft_key, str(user.id), user.display_name)
-        await answer_click(interaction, click, self.host.click)
+        click = Click(str(interaction.id), key, kind, target, str(user.id), user.display_name)
+        await answer_click(interaction, click, host.click, not_recorded)
 
     async def _vote(
         self, interaction: discord.Interaction, reply_id: str, value: VoteValue, thread: str
@@ -404,6 +413,11 @@ class DiscordFrontend(Healthy, Drafting, CatchUpSource, FileSource):
         channel = self._channel(reply.key)
         first = None if reply.draft is None else functools.partial(self.drafts.finish, reply)
         mentions, turn = self.allowed_mentions, functools.partial(self.drafts.final_turn, reply.key)
+        if reply.card is not None:  # an approval card: posted with Approve and Deny
+            first = functools.partial(post_card, channel, mentions, reply)
+        elif reply.ends_card is not None:  # its ending: the card edited, the buttons gone
+            partial = self._partial_channel(reply.key)
+            first = functools.partial(end_card, channel, partial, mentions, reply)
         return await post_reply(channel, reply, posted, mentions, self.max_parts, first, turn)
 
     async def show_busy(self, key: ConversationKey, busy: bool, message_id: str) -> None:

@@ -73,14 +73,17 @@ def stop_target(interaction: discord.Interaction) -> tuple[str, str] | None:
     return (draft_key, thread) if draft_key else None
 
 
-async def answer_click(interaction: discord.Interaction, click: Click, decide: Decide) -> None:
+async def answer_click(
+    interaction: discord.Interaction, click: Click, decide: Decide,
+    not_recorded: str = NOT_RECORDED,
+) -> None:  # fmt: skip
     """Store and decide the click, then answer Discord: never the other way round."""
     try:
         answer = await decide(click)
-    except Exception:  # the clicker sees it failed, instead of a stop that silently did nothing
-        log.exception("discord: the stop click %s in %s was not recorded", click.click_id,
-                      click.key.id)  # fmt: skip
-        await _respond(interaction, NOT_RECORDED)
+    except Exception:  # the clicker sees it failed, instead of a click that silently did nothing
+        log.exception("discord: the %s click %s in %s was not recorded", click.kind,
+                      click.click_id, click.key.id)  # fmt: skip
+        await _respond(interaction, not_recorded)
         return
     await _respond(interaction, answer.notice)
 

@@ -4,9 +4,10 @@ What each part does: transport.py starts the Web API client, checks the tokens a
 (an HTTP listener or Socket Mode); events.py turns Bolt's events into the host's calls (and says
 why each is acked only after it is stored); outbound.py and streaming.py post replies and drafts;
 stop_button.py puts the Stop button on drafts and takes its clicks, feedback.py the 👍/👎 buttons
-on answers and their votes; agent_sessions.py shows a thread's answer as Slack's agent session and
-takes its stops; history.py reads what was missed; assistant.py runs Slack's assistant threads.
-Every Web API call goes through calls.py, one mapping of every failure into the core's errors.
+on answers and their votes, approval_cards.py posts approval cards and takes their Approve and
+Deny; agent_sessions.py shows a thread's answer as Slack's agent session and takes its stops;
+history.py reads what was missed; assistant.py runs Slack's assistant threads. Every Web API call
+goes through calls.py, one mapping of every failure into the core's errors.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import files, transport
 from adapters.slack.agent_sessions import AgentSessions
+from adapters.slack.approval_cards import ApprovalButtons, end_card, post_card
 from adapters.slack.assistant import AssistantThreads
 from adapters.slack.events import SlackEvents
 from adapters.slack.feedback import FeedbackButtons
@@ -109,6 +111,7 @@ class SlackFrontend(
         self.drafts: WorkspaceDrafts | None = None  # streaming, once started
         self.stop_buttons: StopButtons | None = None
         self.feedback_buttons: FeedbackButtons | None = None
+        self.approval_buttons: ApprovalButtons | None = None
 
     @property
     def only(self) -> Workspace:
@@ -168,6 +171,8 @@ class SlackFrontend(
         self.stop_buttons.listen(bolt)
         self.feedback_buttons = FeedbackButtons(host)
         self.feedback_buttons.listen(bolt)
+        self.approval_buttons = ApprovalButtons(host)
+        self.approval_buttons.listen(bolt)
         if self.config.mode == "http":
             self._runner = await transport.serve_http(
                 bolt, self.config, self._signing_secret, lambda: self._accepting, flow
@@ -227,10 +232,9 @@ class SlackFrontend(
         for job in (self._catch_up, self._decider):
             if job is not None:
                 await job.stop()
-        if self.stop_buttons is not None:
-            await self.stop_buttons.idle()  # notices to clickers on their way
-        if self.feedback_buttons is not None:
-            await self.feedback_buttons.idle()
+        for buttons in (self.stop_buttons, self.feedback_buttons, self.approval_buttons):
+            if buttons is not None:
+                await buttons.idle()  # notices to clickers on their way
         for workspace in [] if self.workspaces is None else self.workspaces.opened():
             await workspace.assistant.stop()
             await workspace.sessions.idle()  # notices to people who pressed a session's Stop
@@ -277,6 +281,10 @@ class SlackFrontend(
     async def deliver(self, reply: Reply) -> list[str]:
         workspace = await self._workspace(reply.key)
         first = None if reply.draft is None else functools.partial(workspace.drafts.finish, reply)
+        if reply.card is not None:  # an approval card: posted with its buttons
+            first = functools.partial(post_card, workspace.outbound, reply)
+        elif reply.ends_card is not None:  # its ending: the card edited, the buttons gone
+            first = functools.partial(end_card, workspace.outbound, reply)
         posted = await workspace.outbound.deliver(reply, first)
         try:
             await workspace.assistant.reply_delivered(reply)

@@ -27,12 +27,15 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 from slack_sdk.signature import Clock, SignatureVerifier
 
+from adapters.slack.approval_cards import APPROVE_ACTION, DENY_ACTION
 from adapters.slack.events import RESET_COMMAND
 from adapters.slack.feedback import FEEDBACK_ACTION
 from adapters.slack.inbound import list_of_objects
 from adapters.slack.stop_button import STOP_ACTION
 
 log = logging.getLogger("burstbot.slack")
+BUTTONS = frozenset({STOP_ACTION, FEEDBACK_ACTION, APPROVE_ACTION, DENY_ACTION})
+"""The `action_id`s of this app's buttons: a press of any other is not ours."""
 
 MAX_BODY_BYTES = 1024 * 1024
 MAX_CLOCK_SKEW_SECONDS = 300
@@ -133,10 +136,6 @@ def signed_problem(body: Any) -> str | None:
     return None
 
 
-APP_ACTIONS = frozenset({STOP_ACTION, FEEDBACK_ACTION})
-"""The `action_id`s of this app's buttons: a press of any other is not ours."""
-
-
 def _actions_problem(body: dict[str, Any]) -> str | None:
     """Why a signed `block_actions` payload is not a press of a button this app has."""
     for field in ("team", "user", "container"):
@@ -145,7 +144,7 @@ def _actions_problem(body: dict[str, Any]) -> str | None:
     actions = body.get("actions")
     if not (isinstance(actions, list) and actions and list_of_objects(actions)):
         return "actions is not a list of objects"
-    if not any(action.get("action_id") in APP_ACTIONS for action in actions):
+    if not any(action.get("action_id") in BUTTONS for action in actions):
         return "an action this app does not have"
     return None
 

@@ -122,17 +122,21 @@ class StopButtons:
     async def _on_stop(
         self, ack: AsyncAck, body: Payload, client: AsyncWebClient
     ) -> BoltResponse | None:
+        return await self._decide(ack, client, stop_press(body), "a Stop")
+
+    async def _decide(
+        self, ack: AsyncAck, client: AsyncWebClient, press: StopPress | None, what: str
+    ) -> BoltResponse | None:
         """Bolt answers Slack when this returns: only after the click is stored."""
-        press = stop_press(body)
         if press is None:
-            log.warning("slack: ignored a Stop click that names no draft of this channel")
+            log.warning("slack: ignored %s click that names nothing of this channel", what)
             await ack()
             return None
         try:
             answer = await self.host.click(press.click)
         except StoreError as exc:
-            log.warning("slack: a Stop click was not stored (%s); not acknowledged, so Slack "
-                        "shows its clicker that it failed", exc)  # fmt: skip
+            log.warning("slack: %s click was not stored (%s); not acknowledged, so Slack "
+                        "shows its clicker that it failed", what, exc)  # fmt: skip
             return BoltResponse(status=500, body="")
         await ack()
         if answer.notice is not None:
@@ -150,7 +154,7 @@ class StopButtons:
         try:
             await call("chat.postEphemeral", request)
         except BurstbotError as exc:
-            log.info("slack: the clicker was not told why nothing stopped (%s)", exc)
+            log.info("slack: the clicker was not told why nothing happened (%s)", exc)
 
     async def idle(self) -> None:
         """Wait for the notices on their way (shutdown, tests)."""

@@ -116,6 +116,11 @@ def _action_line(a: ActionRecord, redact: bool) -> str:
         "failed": f"failed in {a.duration or 0.0:.2f}s",
         "unknown": "outcome unknown: may have run (never repeated)",
     }[a.state]
+    if a.approval is not None and a.approval != "running":  # asked, and never claimed to run
+        decided = f" by {printable(a.decided_by)}" if a.decided_by else ""
+        outcome = f"{a.approval}{decided}: not run (card r{a.card_reply_id})"
+    elif a.approval == "running":
+        outcome = f"approved by {printable(a.decided_by or '')}, {outcome}"
     kind = "read-only" if a.read_only else "with effect"
     where = f"{printable(a.server)}.{printable(a.tool)}"
     return f"tool      {where} {arguments} ({kind}) → {outcome}; lease #{a.lease_token}"
@@ -138,6 +143,8 @@ def _click_line(c: ClickRecord) -> str:
     who = printable(c.clicker_name)
     if c.outcome == "stopped":
         return f"clicked   {c.kind}: stopped by {who} at {_clock(c.clicked_at)} (v{c.version})"
+    if c.outcome in ("approved", "denied"):
+        return f"clicked   {c.kind} on card r{printable(c.target)}: {c.outcome} by {who}"
     return f"clicked   {c.kind} by {who}: {printable(c.outcome or 'undecided')}, nothing changed"
 
 

@@ -262,6 +262,9 @@ class AccessConfig(Section):
     block_workspaces: list[str] = Field(default_factory=list)
     admin_ids: list[str] = Field(default_factory=list)
     dm_policy: Literal["open", "allowlist", "off"] = "open"
+    approvers: Literal["authors_and_admins", "admins"] = "authors_and_admins"
+    """Who may press Approve / Deny on a tool call's card: the people whose messages asked for
+    it and `admin_ids`, or `admin_ids` only."""
 
 
 class LimitsConfig(Section):

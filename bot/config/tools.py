@@ -4,11 +4,12 @@ set."""
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from bot.config.sections import CORE_TOOLS, HOUR, Section
+from bot.config.sections import CORE_TOOLS, DAY, HOUR, Section
+from bot.core.settings import APPROVAL_TIMEOUT_SECONDS
 
 DOMAIN = r"^[A-Za-z0-9*][A-Za-z0-9.*/_-]{0,252}$"
 """A domain as the web search tool takes it (`example.com`, `docs.example.com/api`)."""
@@ -16,6 +17,7 @@ DOMAIN = r"^[A-Za-z0-9*][A-Za-z0-9.*/_-]{0,252}$"
 SERVER_NAME = r"^[a-z][a-z0-9_-]{0,31}$"
 TOOL_NAME = r"^[A-Za-z0-9_-]{1,64}$"
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+Approve = Literal["ask", "never"]
 MAX_TOOL_RESULT_CHARS = 20_000
 """A tool's result as the model reads it, by default: about 5,000 tokens, so one chatty tool
 cannot crowd out the conversation (the rest is cut with a note)."""
@@ -50,6 +52,14 @@ class McpServerConfig(Section):
     """The server's tools Claude may call; each must be one the server lists at start."""
     timeout_seconds: float = Field(default=60.0, gt=0, le=HOUR)
     max_result_chars: int = Field(default=MAX_TOOL_RESULT_CHARS, ge=100, le=1_000_000)
+    approve: Approve = "ask"
+    """Whether a call to one of its tools that is not read-only waits for a person's Approve
+    (read-only tools never ask); `approve_tools` sets it per tool."""
+    approve_tools: dict[str, Approve] = Field(default_factory=dict)
+
+    def asks(self, tool: str, read_only: bool) -> bool:
+        """A call to `tool` waits for Approve / Deny."""
+        return not read_only and self.approve_tools.get(tool, self.approve) == "ask"
 
     @field_validator("url")
     @classmethod
@@ -91,6 +101,9 @@ class McpServerConfig(Section):
         for name in self.pass_env:
             if name in self.env:
                 raise ValueError(f"{name!r} is in both env and pass_env: keep one")
+        for name in self.approve_tools:
+            if name not in self.allowed_tools:
+                raise ValueError(f"approve_tools: {name!r} is not in allowed_tools")
         return self
 
 
@@ -114,6 +127,8 @@ class ToolsConfig(Section):
     mcp: list[McpServerConfig] = Field(default_factory=list)
     max_tool_calls: int = Field(default=CORE_TOOLS.max_tool_calls, ge=1, le=100)
     """MCP tool calls per burst, across its generations."""
+    approval_timeout_seconds: float = Field(default=APPROVAL_TIMEOUT_SECONDS, gt=0, le=7 * DAY)
+    """How long an approval card waits before it expires (the call then does not run)."""
 
     @model_validator(mode="after")
     def _one_domain_list(self) -> ToolsConfig:

@@ -54,6 +54,11 @@ class ActionRecord:
     finished_at: float | None
     result: str | None
     failed: bool
+    approval: str | None = None  # None: no approval needed (bot/core/approvals.py)
+    approval_expires_at: float | None = None  # the database's clock
+    decided_by: str | None = None
+    asked_by: str | None = None
+    card_reply_id: int | None = None
 
     @property
     def state(self) -> ActionState:
@@ -88,6 +93,10 @@ class ActionLog(Protocol):
         self, conversation_id: str, from_version: int | None = None
     ) -> list[ActionRecord]:
         """The conversation's actions in the order they began (one burst's with `from_version`)."""
+        ...
+
+    async def action(self, conversation_id: str, idempotency_key: str) -> ActionRecord | None:
+        """One action by its key, as stored now."""
         ...
 
 

@@ -14,8 +14,9 @@ Rules:
   It counts as input (the version moves), so the generation is cancelled through the supersede
   path; the worker then answers the burst with what it had shown and who stopped it.
 
-Kinds other than `stop` (votes, approvals) reuse the table: one row per platform click id, with
-what it names (`target`) and the outcome its decision had.
+Approve and Deny (bot/core/approvals.py) name the card they are on and decide the card's action
+by a compare-and-swap on its row. Kinds to come (votes) reuse the table: one row per platform
+click id, with what it names (`target`) and the outcome its decision had.
 """
 
 from __future__ import annotations
@@ -25,13 +26,29 @@ from typing import Literal, Protocol
 
 from bot.core.events import ConversationKey
 
-ClickKind = Literal["stop", "vote"]  # votes: bot/core/votes.py
-ClickOutcome = Literal["stopped", "duplicate", "ended", "already_stopped", "refused"]
+ClickKind = Literal["stop", "vote", "approve", "deny"]  # votes: bot/core/votes.py
+ClickOutcome = Literal[
+    "stopped",
+    "approved",
+    "denied",
+    "duplicate",
+    "ended",
+    "already_stopped",
+    "already_decided",
+    "refused",
+]
+ACTED: frozenset[ClickOutcome] = frozenset({"stopped", "approved", "denied"})
 
 NOTICES: dict[ClickOutcome, str] = {
     "ended": "That answer has already ended; nothing was stopped.",
     "already_stopped": "That answer was already stopped.",
     "refused": "Only the people it answers (or an admin) can stop this answer.",
+}
+APPROVAL_NOTICES: dict[ClickOutcome, str] = {
+    "ended": "That request is no longer waiting (it expired or a newer message replaced it); "
+    "nothing was run.",
+    "already_decided": "That request was already decided.",
+    "refused": "You may not decide this request.",
 }
 
 
@@ -40,7 +57,8 @@ class Click:
     click_id: str  # the platform's own id of this press: Slack action_ts + container, Discord's
     key: ConversationKey
     kind: ClickKind
-    target: str  # what the click names: a stop names the draft (or a message) of its burst
+    target: str  # what the click names: a stop the draft (or a message) of its burst, Approve/Deny
+    # their card
     clicker_id: str
     clicker_name: str
 
@@ -48,16 +66,17 @@ class Click:
 @dataclass(frozen=True, slots=True)
 class ClickAnswer:
     outcome: ClickOutcome
+    kind: ClickKind = "stop"
 
     @property
     def acted(self) -> bool:
-        return self.outcome == "stopped"
+        return self.outcome in ACTED
 
     @property
     def notice(self) -> str | None:
         """What the clicker alone is told; None when the click acted or was a repeat delivery
         (its first delivery was already answered)."""
-        return NOTICES.get(self.outcome)
+        return (NOTICES if self.kind == "stop" else APPROVAL_NOTICES).get(self.outcome)
 
 
 @dataclass(frozen=True, slots=True)

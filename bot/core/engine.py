@@ -24,6 +24,12 @@ Rules (the pipeline of docs/design.md), which this file keeps and nothing else c
    (or, when none generates the burst, whichever takes the lease next) commits the stopped
    answer: the text shown so far and who stopped it, covering the burst; nothing of it is
    generated again. A vote (votes.py) is stored and decided the same way; it changes no burst.
+9. Approvals (approvals.py): a call that must ask ends the generation and parks the burst in one
+   transaction (the waiting action with its continuation, its card in the outbox, the timer
+   until the expiry, the lease released without an answer). The worker that takes the lease next
+   ends a card still waiting as superseded (newer input: the newer burst is answered afresh) or
+   expired (its time is up), keeps waiting otherwise, and resumes a decided one from its
+   continuation. Card endings are posted before the answer that follows them.
 
 A `Burst` (burst.py) is what a worker collected under its lease; it builds the final check and the
 replies. Kept out of the transitions: the cost guards (`GuardStep`, guard.py: ask before a model
@@ -41,6 +47,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from bot.core.approvals import ApprovalNeeded, Continuation
 from bot.core.attachments import AttachmentLoader
 from bot.core.backoff import Backoff
 from bot.core.burst import Burst, reply_text, spent
@@ -52,9 +59,10 @@ from bot.core.frontend import Frontend
 from bot.core.guard import Guard, GuardStep, Refusal
 from bot.core.indicator import Indicator
 from bot.core.outbox import Outbox
+from bot.core.parking import Parking
 from bot.core.prompt import PromptStep
 from bot.core.replier import GenerationProgress, Replier
-from bot.core.settings import EngineSettings
+from bot.core.settings import APPROVAL_TIMEOUT_SECONDS, EngineSettings
 from bot.core.signals import Listener, Signals
 from bot.core.speculation import Window
 from bot.core.store import (
@@ -128,6 +136,7 @@ class Engine:
         files = AttachmentLoader(store, served, lambda: self.settings.attachments, clock)
         self.prompts = PromptStep(lambda: self.settings, files)
         self.drafts = drafts
+        self.parking = Parking(store, outbox, drafts, indicator, self._emit)
         self._workers: dict[str, asyncio.Task[bool]] = {}
         self._committing: set[str] = set()  # workers committing or delivering an outcome
         self._closing = False
@@ -168,8 +177,15 @@ class Engine:
         return result
 
     async def click(self, click: Click, admin: bool) -> ClickAnswer:
-        """A stop click, stored and decided before the front end answers the platform (G16);
+        """A click, stored and decided before the front end answers the platform (G16);
         `admin`: the clicker is one of `[access] admin_ids`."""
+        if click.kind != "stop":  # Approve / Deny: the card's parked burst is served now
+            approvers = "authors_and_admins" if self.tools is None else self.tools.approvers
+            decided = await self.store.decide(click, admin, approvers, self.clock.now())
+            self._emit("clicked", conversation=click.key.id, kind=click.kind, outcome=decided)
+            if decided in ("approved", "denied"):
+                self._wakeup.wake()
+            return ClickAnswer(decided, click.kind)
         outcome = await self.store.stop(click, admin, self.clock.now())
         cid = click.key.id
         self._emit("clicked", conversation=cid, kind=click.kind, outcome=outcome)
@@ -279,6 +295,15 @@ class Engine:
         if lease.stop_version is not None:  # stopped while no generation of it ran here
             await self._stopped(burst, GenerationProgress())
             return
+        asks = self.tools is not None and self.tools.approvals is not None
+        parked = await self.store.parked(cid, lease.answered_version) if asks else None
+        if parked is not None:  # rule 9 (with every message deleted meanwhile: superseded)
+            step = await self.parking.unparked(burst, parked)
+            if step == "waiting":  # parked again, the lease released
+                return
+            if isinstance(step, Continuation) and burst.messages:
+                await self._generate(burst, step)
+                return
         if not burst.messages:
             if await self._until_close(lease):
                 await self._all_deleted(burst)
@@ -340,8 +365,19 @@ class Engine:
         else:
             await self.outbox.deliver_due(reply_id=done.reply.id)
 
+    async def _park(self, burst: Burst, usage: GenerationProgress, asked: ApprovalNeeded) -> None:
+        """The generation stopped at a call that must ask: parked, its card posted (rule 9)."""
+        self._committing.add(burst.lease.conversation_id)
+        wait = self.tools.approval_timeout if self.tools is not None else APPROVAL_TIMEOUT_SECONDS
+        parked = await self.parking.park(burst, asked, wait)
+        if parked is None:
+            await self._record(burst, "lease_lost", usage)
+            return
+        action = asked.action
+        await self._record(burst, "parked", usage, f"{action.server}.{action.tool} asks")
+
     # 4. generate once -----------------------------------------------------------------------------
-    async def _generate(self, burst: Burst) -> None:
+    async def _generate(self, burst: Burst, resume: Continuation | None = None) -> None:
         lease, cid = burst.lease, burst.lease.conversation_id
         history = await self.store.history(cid, lease.answered_version, HISTORY_LIMIT)
         usage = GenerationProgress()
@@ -355,6 +391,8 @@ class Engine:
             if self.tools is None
             else self.tools.for_burst(burst, self.signals.emit, window.closed)
         )
+        if calls is not None:
+            calls.resume = resume
         prompted = self.prompts.generate(
             self.replier, burst.key, history, burst.messages, usage, calls
         )
@@ -382,6 +420,10 @@ class Engine:
             await self._record(burst, "lease_lost", usage)
             log.warning("conversation %s: lease lost during generation; reply dropped", cid)
             return
+        asked = None if generation.cancelled() else generation.exception()
+        if isinstance(asked, ApprovalNeeded):
+            await self._park(burst, usage, asked)
+            return
         try:
             text = reply_text(generation, cid)
         except ReplierError as exc:
@@ -398,6 +440,8 @@ class Engine:
     ) -> None:
         lease, cid = burst.lease, burst.lease.conversation_id
         self._committing.add(cid)
+        if self.tools is not None and self.tools.approvals is not None:
+            await self.parking.deliver_cards(cid)  # a card's ending goes before the answer
         now = self.clock.now()
         feedback = self.settings.feedback_for(burst.key)  # a stopped answer has no buttons
         reply = burst.answer(text, usage, feedback)

@@ -169,3 +169,10 @@ class Reply:
     by `draft.key` if its id was never recorded), not a new post."""
     feedback: bool = False
     """An answer that carries the 👍/👎 buttons (bot/core/votes.py): on its last part, once."""
+    card: str | None = None
+    """An approval card (bot/core/approvals.py): what its Approve and Deny buttons name (the
+    card's own reply id, without the "r"), shown under the text. A front end without buttons
+    posts the text alone."""
+    ends_card: str | None = None
+    """The platform id of the approval card this reply ends: its text replaces the card's and
+    the buttons go (an edit, made again safely on a retry), not a new post."""

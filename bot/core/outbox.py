@@ -233,6 +233,8 @@ class Outbox:
             fence=fence,
             draft=await self._draft_of(row, key),
             feedback=row.feedback,
+            card=str(row.id) if row.kind == "card" else None,
+            ends_card=await self._card_of(row),
         )
         return await self.frontends[row.platform].deliver(reply)
 
@@ -241,6 +243,8 @@ class Outbox:
         unknown (`locate_draft`: a post of it from this process is awaited; else this raises,
         and the row is retried, while that post may still land unseen)."""
         draft = row.draft
+        if row.kind == "card_outcome":
+            return None  # it edits its card (`ends_card`), not a draft
         if draft is None or draft.message_id is not None or row.platform_message_ids:
             return draft
         surface = drafts_of(self.frontends[row.platform])
@@ -249,6 +253,18 @@ class Outbox:
         ttl = self.settings.lease_ttl_seconds
         found = await locate_draft(surface, key, draft, self.clock, ttl, self.draft_posts)
         return Draft(draft.key, found, draft.created_at, draft.reply_to)
+
+    async def _card_of(self, row: OutboxRow) -> str | None:
+        """The platform id of the approval card a card's ending edits (the ending's draft key is
+        the card's reply id): in commit order it was posted first; one that never got out
+        (failed) leaves the ending to be posted as a message of its own."""
+        if row.kind != "card_outcome" or row.draft_key is None:
+            return None
+        cards = await self.store.replies(row.conversation_id)
+        card = next((r for r in cards if f"r{r.id}" == row.draft_key), None)
+        if card is None or not card.platform_message_ids:
+            return None
+        return card.platform_message_ids[0]
 
     async def _keep_claim(
         self, row: OutboxRow, fence: ClaimFence, post: asyncio.Future[list[str]]

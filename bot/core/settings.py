@@ -15,6 +15,8 @@ MAX_REQUEST_FILE_BYTES = 24 * 1024 * 1024
 """Files one model request may carry: base64 makes them a third larger, and Claude takes 32 MB."""
 MAX_ATTACHMENT_BYTES = 5 * 1024 * 1024
 """Per file, by default: Claude's limit for one image (PDFs may be larger)."""
+APPROVAL_TIMEOUT_SECONDS = 900.0
+"""How long an approval card waits for Approve or Deny before it expires (`[tools]`)."""
 
 
 @dataclass(frozen=True, slots=True)

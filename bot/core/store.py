@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from bot.core.approvals import ApprovalStore
 from bot.core.clicks import ClickStore
 from bot.core.events import Attachment, Draft, IncomingMessage, MessageDeleted, MessageEdited
 from bot.core.quiet_window import AdaptiveWindow
@@ -251,7 +252,7 @@ class Discarded:
 CommitOutcome = Committed | Discarded
 
 GenerationOutcome = Literal[
-    "posted", "superseded", "discarded", "failed", "lease_lost", "skipped", "stopped"
+    "posted", "superseded", "discarded", "failed", "lease_lost", "skipped", "stopped", "parked"
 ]
 
 
@@ -320,7 +321,7 @@ class FileStore(Protocol):
         ...
 
 
-class BurstStore(FileStore, ClickStore, VoteStore, Protocol):
+class BurstStore(FileStore, ClickStore, VoteStore, ApprovalStore, Protocol):
     """The burst protocol (the engine, its supervisor and speculation window, the scheduler's
     timer index, a typing notice): arrival and clicks, timers, leases, collect, the final check
     and commit, model failures and every generation's record."""

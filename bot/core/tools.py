@@ -20,6 +20,7 @@ class ToolSpec:
     input_schema: dict[str, Any]
     read_only: bool  # the server's `readOnlyHint`; absent means the tool may have an effect
     idempotency_argument: str | None = None
+    asks: bool = False  # `approve = "ask"`: a call waits for a person (bot/core/approvals.py)
 
     def shown_schema(self) -> dict[str, Any]:
         """The input schema the model sees: our idempotency key is ours to fill in."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import base64
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import anthropic
 import httpx2
@@ -38,10 +38,11 @@ from anthropic.types import (
     ToolUnionParam,
 )
 
+from bot.core.approvals import ApprovalNeeded, Continuation
 from bot.core.attachments import LoadedFile
 from bot.core.errors import PermanentReplierError, ReplierError, RetryableReplierError
 from bot.core.replier import Closable, GenerationProgress, Prompt
-from bot.core.tool_calls import tool_round, unavailable_note, with_actions
+from bot.core.tool_calls import BurstTools, tool_round, unavailable_note, with_actions
 from bot.llm.web import ToolTrace, tool_params
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
@@ -140,6 +141,24 @@ def to_messages(prompt: Prompt) -> tuple[list[TextBlockParam], list[MessageParam
     return system, messages
 
 
+async def parking(
+    calls: BurstTools,
+    messages: list[MessageParam],
+    content: list[dict[str, Any]],
+    usage: GenerationProgress,
+    base: int,
+    parts: list[str],
+) -> list[MessageParam]:
+    """One round of our tool calls; a call that must ask ends the answer here, with what it
+    added after the prompt saved for the answer to resume from (bot/core/approvals.py)."""
+    try:
+        return await tool_round(calls, messages, content, usage)
+    except ApprovalNeeded as parked:
+        turns = cast(list[dict[str, Any]], messages[base:])
+        parked.continuation = Continuation(turns, content, "".join(parts))
+        raise
+
+
 def map_error(exc: Exception) -> ReplierError:
     """SDK exception → the engine's error tree: permanent only when retrying cannot help."""
     if isinstance(exc, anthropic.APIStatusError):
@@ -192,9 +211,19 @@ class ClaudeReplier(Closable):
         tools, trace, calls = prompt.tools, ToolTrace(usage), prompt.calls
         if calls is not None:
             system, messages = with_actions(calls, system, messages)
+        base = len(messages)  # what this answer adds after the prompt is its continuation
         parts: list[str] = []
         stop_reason: str | None = None
         pauses = rounds = 0
+        if calls is not None and calls.resume is not None:  # a parked answer goes on
+            resumed = calls.resume
+            if resumed.shown:
+                parts.append(resumed.shown)
+                usage.streamed.append(resumed.shown)
+                trace.worked = True  # what follows the call is a paragraph of its own
+            messages = [*messages, *cast(list[MessageParam], resumed.turns)]
+            rounds = 1
+            messages = await parking(calls, messages, resumed.content, usage, base, parts)
         while True:
             left = tools.max_uses - usage.web_searches
             wrap_up = pauses > 0 and (pauses == MAX_CONTINUATIONS or left <= 0)
@@ -212,7 +241,7 @@ class ClaudeReplier(Closable):
                 ) from None
             if stop_reason == "tool_use" and calls is not None and not wrap_up:
                 rounds += 1  # our tools: make the calls, hand back their results, go on
-                messages = await tool_round(calls, messages, trace.content(), usage)
+                messages = await parking(calls, messages, trace.content(), usage, base, parts)
                 continue
             if stop_reason != "pause_turn" or wrap_up:
                 break

@@ -1,0 +1,131 @@
+"""Approval cards on Slack (docs/controls.md#approve-and-deny): Block Kit out, clicks in.
+
+Out: a card is one `chat.postMessage` labelled with its reply's metadata (found again on a
+retry, like any part, so it is posted once): its text as `section` blocks, then an `actions`
+block with Approve and Deny, whose values name the card (its reply id) and its conversation.
+The card's ending is a `chat.update` of that message to the outcome's text with only sections:
+the buttons go. An update changes nothing when made twice, so a retry after a crash is safe; a
+card someone deleted gets its ending as a message of its own.
+
+In: a press arrives as `block_actions` (HTTP: a signed form; Socket Mode: an `interactive`
+envelope) and is stored and decided before Bolt acks, exactly as a Stop press is
+(stop_button.py): its id is Slack's `action_ts` with the `trigger_id`, the same on a
+redelivery; a refused, repeated or late press is told to the clicker alone, after the ack.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.response import BoltResponse
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.slack.inbound import Payload, split_message_id
+from adapters.slack.mrkdwn import split_mrkdwn, to_mrkdwn
+from adapters.slack.outbound import UPDATE, Outbound, part_metadata
+from adapters.slack.stop_button import SECTION_CHARS, StopButtons, StopPress
+from bot.core.clicks import Click, ClickKind
+from bot.core.errors import MessageGone
+from bot.core.events import ConversationKey, Reply
+
+APPROVE_ACTION = "burstbot_approve"
+DENY_ACTION = "burstbot_deny"
+KINDS: dict[str, ClickKind] = {APPROVE_ACTION: "approve", DENY_ACTION: "deny"}
+
+
+def card_value(card: str, key: ConversationKey) -> str:
+    """What each button carries back: the card and its conversation."""
+    return json.dumps({"card": card, "conversation": key.id}, separators=(",", ":"))
+
+
+def sections(text: str) -> list[dict[str, Any]]:
+    return [
+        {"type": "section", "text": {"type": "mrkdwn", "text": part}, "expand": True}
+        for part in split_mrkdwn(to_mrkdwn(text), SECTION_CHARS)
+        if part.strip()
+    ]
+
+
+def card_blocks(text: str, value: str) -> list[dict[str, Any]]:
+    """The card: its text, then Approve and Deny."""
+    buttons = [
+        {"type": "button", "action_id": APPROVE_ACTION, "value": value, "style": "primary",
+         "text": {"type": "plain_text", "text": "Approve"}},
+        {"type": "button", "action_id": DENY_ACTION, "value": value, "style": "danger",
+         "text": {"type": "plain_text", "text": "Deny"}},
+    ]  # fmt: skip
+    return [*sections(text), {"type": "actions", "elements": buttons}]
+
+
+async def post_card(outbound: Outbound, reply: Reply, text: str, feedback: bool = False) -> str:
+    """The card's one post (`Outbound.deliver`'s first part), with its buttons (never 👍/👎: a
+    card is not an answer, so `feedback` is always False for it)."""
+    assert reply.card is not None
+    metadata = part_metadata(reply.id, 0, reply.key)
+    blocks = card_blocks(reply.text, card_value(reply.card, reply.key))
+    return await outbound.post(reply.key, text, metadata, f"card {reply.id}", blocks=blocks)
+
+
+async def end_card(outbound: Outbound, reply: Reply, text: str, feedback: bool = False) -> str:
+    """The card edited to its ending, without buttons; a deleted card gets a message of its
+    own. (`feedback`: as for `post_card`.)"""
+    assert reply.ends_card is not None
+    metadata = part_metadata(reply.id, 0, reply.key)
+    channel, ts = split_message_id(reply.ends_card)
+    team = outbound.identity.team_id
+    await outbound.pacer.take(UPDATE, team)
+    request = outbound.client.chat_update(
+        channel=channel, ts=ts, text=text, metadata=metadata, blocks=sections(reply.text)
+    )
+    try:
+        await outbound.paced(UPDATE, team, f"card ending {reply.id}", request)
+    except MessageGone:
+        return await outbound.post(reply.key, text, metadata, f"card ending {reply.id}")
+    return reply.ends_card
+
+
+def approval_press(body: Payload) -> StopPress | None:
+    """The Approve or Deny click of a `block_actions` payload; None when it is not one we can
+    act on (a value naming another conversation than the button's own)."""
+    actions, user, team = body.get("actions"), body.get("user"), body.get("team")
+    container = body.get("container")
+    if not (isinstance(actions, list) and isinstance(user, Mapping) and isinstance(team, Mapping)):
+        return None
+    action = next((a for a in actions if isinstance(a, Mapping)
+                   and a.get("action_id") in KINDS), None)  # fmt: skip
+    if action is None or not isinstance(container, Mapping):
+        return None
+    try:
+        value = json.loads(str(action.get("value", "")))
+        key = ConversationKey.parse(str(value["conversation"]))
+        card = str(int(value["card"]))
+    except (ValueError, TypeError, KeyError):
+        return None
+    clicker, action_ts = str(user.get("id") or ""), str(action.get("action_ts") or "")
+    channel = str(container.get("channel_id") or "")
+    if not (clicker and action_ts) or key.platform != "slack" or key.channel != channel:
+        return None
+    if key.workspace != str(team.get("id") or ""):
+        return None
+    name = str(user.get("name") or user.get("username") or clicker)
+    click_id = f"slack:{key.workspace}:{action_ts}:{body.get('trigger_id') or clicker}"
+    thread = str(container.get("thread_ts") or key.thread)
+    kind = KINDS[str(action["action_id"])]
+    return StopPress(Click(click_id, key, kind, card, clicker, name), channel, thread)
+
+
+class ApprovalButtons(StopButtons):
+    """The listener of Approve and Deny: stored and decided before the ack, like Stop."""
+
+    def listen(self, bolt: AsyncApp) -> None:
+        for action_id in KINDS:
+            bolt.action(action_id)(self._on_approval)
+
+    async def _on_approval(
+        self, ack: AsyncAck, body: Payload, client: AsyncWebClient
+    ) -> BoltResponse | None:
+        return await self._decide(ack, client, approval_press(body), "an Approve or Deny")
