@@ -36,6 +36,7 @@ from bot.core.store import ConversationSummary, IngestResult, OutboxRow, Timing
 from storage import rhythm
 from storage import rows as codec
 from storage.actions import ActionSteps
+from storage.api_limits import ApiLimitSteps
 from storage.clicks import ClickSteps
 from storage.installations import InstallationSteps
 from storage.requeue import RequeueSteps
@@ -52,6 +53,7 @@ class SqlStore(
     ClickSteps[Conn],
     VoteSteps[Conn],
     InstallationSteps[Conn],
+    ApiLimitSteps[Conn],
 ):
     MIGRATIONS: ClassVar[Sequence[str]]
 

@@ -1067,6 +1067,34 @@ CREATE TABLE votes (
 CREATE INDEX votes_conversation ON votes(conversation_id, voted_at);
 CREATE INDEX votes_time ON votes(voted_at);
 
+-- name: migration_19
+-- The Messages API's rate limits as the processes sharing one API key last heard them
+-- (bot/core/admission.py): one row per key's name (`scope`, never the key), its state as JSON,
+-- stamped on the database's clock and replaced by compare-and-swap on `version`.
+CREATE TABLE api_limits (
+    scope             TEXT PRIMARY KEY,
+    state             TEXT NOT NULL,
+    saved_at          FLOAT8 NOT NULL,
+    version           BIGINT NOT NULL
+);
+
+-- the API's limits (storage/api_limits.py) --------------------------------------------------------
+
+-- name: api_limits
+-- `age`: how long ago it was saved, on the database's clock (only that difference crosses, G12).
+SELECT state, CAST(:db_now AS FLOAT8) - saved_at AS age, version FROM api_limits
+WHERE scope = :scope;
+
+-- name: insert_api_limits
+INSERT INTO api_limits (scope, state, saved_at, version) VALUES (:scope, :state, :db_now, 1)
+ON CONFLICT (scope) DO NOTHING
+RETURNING version;
+
+-- name: save_api_limits
+UPDATE api_limits SET state = :state, saved_at = :db_now, version = version + 1
+WHERE scope = :scope AND version = :version
+RETURNING version;
+
 -- clicks (storage/clicks.py) ---------------------------------------------------------------------
 
 -- name: insert_click

@@ -41,6 +41,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from bot.core.admission import Admission, Waits
 from bot.core.attachments import AttachmentLoader
 from bot.core.backoff import Backoff
 from bot.core.burst import Burst, reply_text, spent
@@ -55,6 +56,7 @@ from bot.core.outbox import Outbox
 from bot.core.prompt import PromptStep
 from bot.core.replier import GenerationProgress, Replier
 from bot.core.settings import EngineSettings
+from bot.core.shares import fair_order
 from bot.core.signals import Listener, Signals
 from bot.core.speculation import Window
 from bot.core.store import (
@@ -110,7 +112,10 @@ class Engine:
         drafts: Drafts,
         wakeup: Wakeup,
         signals: Signals,
+        admission: Admission | None = None,
     ) -> None:
+        self.admission = admission  # None: only `max_concurrent_generations` bounds
+        self._waits = Waits(signals.emit)
         self.store = store
         self.tools = tools
         self.replier = replier
@@ -135,6 +140,12 @@ class Engine:
     def subscribe(self, listener: Listener) -> None:
         """Metrics and tests listen to named engine events (`ingested`, `superseded`, ...)."""
         self.signals.subscribe(listener)
+
+    @property
+    def ready_at(self) -> float:
+        """When the API's limits let the next generation start (the scheduler sleeps until then
+        at least); 0: now, as far as this process knows."""
+        return 0.0 if self.admission is None else self.admission.last.ready_at
 
     @property
     def busy(self) -> int:
@@ -198,19 +209,23 @@ class Engine:
 
     # 2. timers and leases -------------------------------------------------------------------------
     async def run_due(self) -> int:
-        """Start a worker for each due timer, as far as free generation slots allow."""
+        """Start a worker for each due timer, as far as free generation slots and the API's
+        limits allow (`admission`), in fair order (shares.py)."""
         if self._closing:
             return 0
         free = self.settings.max_concurrent_generations - len(self._workers)
         if free <= 0:
             return 0
-        timers = await self.store.due_timers(self.clock.now(), free + len(self._workers))
+        now = self.clock.now()
+        timers = await self.store.due_timers(now, free + len(self._workers))
+        waiting = [t for t in timers if t.conversation_id not in self._workers]
+        chosen = fair_order(waiting, self._workers, now)[:free]
+        if self.admission is not None and chosen:
+            verdict = await self.admission.admit(len(chosen))
+            self._waits.note(chosen, verdict, now)
+            chosen = chosen[: verdict.granted]
         started = 0
-        for timer in timers:
-            if started >= free:
-                break
-            if timer.conversation_id in self._workers:
-                continue
+        for timer in chosen:
             task = asyncio.create_task(self._work(timer))
             self._workers[timer.conversation_id] = task
             task.add_done_callback(functools.partial(self._worker_done, timer.conversation_id))
@@ -369,6 +384,8 @@ class Engine:
             await window.stop()
         await stream.stop(outcome)
         await self.guard.charge(burst.key, burst.messages, spent(usage), self.clock.now())
+        if self.admission is not None:
+            self.admission.spent(usage.input_tokens + usage.cache_write_tokens, usage.output_tokens)
         if outcome is Supervision.STOPPED:
             await self._stopped(burst, usage)
             return

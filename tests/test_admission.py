@@ -1,0 +1,217 @@
+"""Admission by the Messages API's own limits (bot/core/admission.py, bot/core/shares.py).
+
+The engines' time is a `FakeClock`, and so is the fake API's: its per-minute budgets replenish on
+the same clock and its `-reset` headers are written on it. Only the HTTP traffic is real (the
+real SDK against the fake server); each round waits for it with `engine.idle()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from bot.config import parse_config
+from bot.core.engine import Engine
+from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.store import DueTimer
+from bot.llm.claude import ClaudeReplier
+from bot.wiring import claude_replier
+from storage.sql_store import SqlStore
+from storage.sqlite import SqliteStore
+from testkit import RecordingFrontend
+from testkit.clock import FakeClock
+from testkit.fake_anthropic import FakeAnthropic, Plan
+from testkit.rate_limits import ApiLimits
+from tests.conftest import SETTINGS, make_engine
+
+KEY_ENV = {"TEST_ANTHROPIC_KEY": "sk-test-not-a-real-key"}
+Claude = Callable[[], ClaudeReplier]
+
+
+@pytest.fixture
+async def claude(server: FakeAnthropic) -> AsyncIterator[Claude]:
+    """Repliers on the fake API, one per engine (a process each), all with one API key; the
+    SDK's own retries off, so every 429 the API sends is one the engine met."""
+    made: list[ClaudeReplier] = []
+
+    def make() -> ClaudeReplier:
+        llm = {"base_url": server.base_url, "api_key_env": "TEST_ANTHROPIC_KEY", "max_retries": 0}
+        made.append(claude_replier(parse_config({"llm": llm}), KEY_ENV))
+        return made[-1]
+
+    yield make
+    for replier in made:
+        await replier.aclose()
+
+
+def limited(server: FakeAnthropic, clock: FakeClock, **per_minute: float) -> ApiLimits:
+    server.limits = ApiLimits(**per_minute, clock=clock.monotonic, wall=clock.now)  # type: ignore[arg-type]
+    return server.limits
+
+
+def key(n: int, workspace: str = "w1", channel: str | None = None) -> ConversationKey:
+    return ConversationKey("test", workspace, channel or f"c{n}")
+
+
+async def ask(engine: Engine, keys: list[ConversationKey], text: str = "hi") -> None:
+    for n, conversation in enumerate(keys):
+        await engine.ingest(
+            IncomingMessage(conversation, f"m-{conversation.id}", f"u{n}", f"user{n}", text)
+        )
+
+
+async def round_(engine: Engine, clock: FakeClock, seconds: float = 0.0) -> int:
+    """Move the clock, start what may start, wait for it: how many started."""
+    await clock.advance(seconds)
+    started = await engine.run_due()
+    await engine.idle()
+    return started
+
+
+def engine_on(
+    store: SqlStore[object],  # type: ignore[type-var]
+    clock: FakeClock,
+    replier: ClaudeReplier,
+    frontend: RecordingFrontend,
+    owner: str = "w1",
+    **overrides: object,
+) -> Engine:
+    tuned = {"max_concurrent_generations": 1_000, "model_max_attempts": 50, **overrides}
+    return make_engine(store, clock, replier, frontend, owner, **tuned)  # type: ignore[arg-type]
+
+
+async def test_starts_follow_the_remaining_requests_the_headers_announce(
+    store: SqliteStore,
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    server: FakeAnthropic,
+    claude: Claude,
+) -> None:
+    api = limited(server, clock, requests_per_minute=5, input_tokens_per_minute=100_000)
+    engine = engine_on(store, clock, claude(), frontend)
+    await ask(engine, [key(n) for n in range(12)])
+
+    assert await round_(engine, clock, SETTINGS.quiet_seconds) == 1  # alone: the limits unknown
+    assert await round_(engine, clock) == 4  # the first answer said 4 requests were left
+    assert await round_(engine, clock) == 0
+    assert engine.ready_at - clock.now() == pytest.approx(12.0, abs=0.1)  # 5 a minute
+    assert await round_(engine, clock, 11.0) == 0
+    assert await round_(engine, clock, 1.1) == 1
+    assert await round_(engine, clock, 24.0) == 2
+    assert len(frontend.posts) == 8 and len(server.requests) == 8
+    assert api.refused == 0
+
+
+async def test_input_tokens_bound_starts_by_the_measured_size_of_a_prompt(
+    store: SqliteStore,
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    server: FakeAnthropic,
+    claude: Claude,
+) -> None:
+    api = limited(server, clock, requests_per_minute=1_000, input_tokens_per_minute=2_000)
+    engine = engine_on(store, clock, claude(), frontend)
+    await ask(engine, [key(n) for n in range(10)], "word " * 400)  # 500 tokens, never cached
+
+    started = await round_(engine, clock, SETTINGS.quiet_seconds)
+    started += await round_(engine, clock)
+    started += await round_(engine, clock)
+    assert started == 2  # the minute's 2,000: the probe, and one more at the estimate
+    for _ in range(40):
+        await round_(engine, clock, 10.0)
+    assert len(frontend.posts) == 10
+    assert api.refused == 0
+
+
+async def test_a_429_holds_every_engine_sharing_the_key(
+    store: SqliteStore,
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    server: FakeAnthropic,
+    claude: Claude,
+) -> None:
+    limited(server, clock, requests_per_minute=1_000)
+    first = engine_on(store, clock, claude(), frontend, owner="w1")
+    second = engine_on(store, clock, claude(), frontend, owner="w2")
+    await ask(first, [key(1)])
+    assert await round_(first, clock, SETTINGS.quiet_seconds) == 1  # the probe: limits learned
+
+    server.queue(Plan(status=429, retry_after=20.0))
+    await ask(first, [key(2)])
+    assert await round_(first, clock, SETTINGS.quiet_seconds) == 1  # met the 429
+    await ask(second, [key(3)])
+    assert await round_(second, clock, SETTINGS.quiet_seconds) == 0  # held by what first heard
+    assert second.ready_at == pytest.approx(clock.now() + 20.0 - SETTINGS.quiet_seconds, abs=0.1)
+    assert await round_(second, clock, 17.0) == 0
+    assert await round_(second, clock, 2.0) == 2  # the hold ended: both due bursts go
+    assert len(frontend.posts) == 3
+
+
+async def test_a_529_storm_backs_off_doubling_and_recovers(
+    store: SqliteStore,
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    server: FakeAnthropic,
+    claude: Claude,
+) -> None:
+    api = limited(server, clock, requests_per_minute=1_000)
+    api.overloaded = True
+    engine = engine_on(store, clock, claude(), frontend, model_backoff_seconds=0.5)
+    await ask(engine, [key(n) for n in range(10)])
+
+    await round_(engine, clock, SETTINGS.quiet_seconds)
+    for _ in range(60):  # a minute of the storm, a round a second
+        await round_(engine, clock, 1.0)
+    assert 3 <= len(server.requests) <= 8  # one probe per hold: 1, 2, 4, 8, 16, 32 s
+    assert frontend.posts == []
+
+    api.overloaded = False
+    for _ in range(70):
+        await round_(engine, clock, 1.0)
+        if len(frontend.posts) == 10:
+            break
+    assert len(frontend.posts) == 10  # every burst answered, none with the failure message
+    assert SETTINGS.failure_message not in frontend.texts()
+
+
+async def test_a_workspace_sending_most_bursts_gets_no_more_than_its_share(
+    store: SqliteStore,
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    server: FakeAnthropic,
+    claude: Claude,
+) -> None:
+    limited(server, clock, requests_per_minute=7)
+    engine = engine_on(store, clock, claude(), frontend, model_max_attempts=50)
+    await ask(engine, [key(0, "probe")])
+    assert await round_(engine, clock, SETTINGS.quiet_seconds) == 1
+    busy = [key(n, "busy") for n in range(8)]
+    quiet = [key(n, "quiet") for n in range(2)]
+    await ask(engine, busy + quiet)  # the busy workspace's bursts are due first
+    await round_(engine, clock, SETTINGS.quiet_seconds)
+    assert len(frontend.posts) == 1 + 6  # what the minute had left after the probe
+    assert sum(1 for p in frontend.posts if p.key.workspace == "quiet") == 2
+    assert sum(1 for p in frontend.posts if p.key.workspace == "busy") == 4
+
+
+def timer(cid: str, due: float, start: float | None = None) -> DueTimer:
+    return DueTimer(cid, due, due + 8.0, 1, start)
+
+
+def test_closed_windows_go_before_speculation_then_workspaces_then_channels() -> None:
+    from bot.core.shares import fair_order
+
+    now = 100.0
+    timers = [
+        timer("s/a/early/", 101.0, 99.0),  # due at its early start, its window still open
+        timer("s/a/c1/t1", 98.0),
+        timer("s/a/c1/t2", 98.5),
+        timer("s/a/c2/t1", 99.0),
+        timer("s/b/c1/t1", 99.5),
+    ]
+    order = [t.conversation_id for t in fair_order(timers, [], now)]
+    assert order == ["s/a/c1/t1", "s/b/c1/t1", "s/a/c2/t1", "s/a/c1/t2", "s/a/early/"]
+    running = ["s/b/c9/t", "s/b/c8/t"]  # b has two generations going: a catches up first
+    order = [t.conversation_id for t in fair_order(timers, running, now)]
+    assert order == ["s/a/c1/t1", "s/a/c2/t1", "s/b/c1/t1", "s/a/c1/t2", "s/a/early/"]
