@@ -8,6 +8,7 @@ real SDK against the fake server); each round waits for it with `engine.idle()`.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,7 @@ from testkit import RecordingFrontend
 from testkit.clock import FakeClock
 from testkit.fake_anthropic import FakeAnthropic, Plan
 from testkit.rate_limits import ApiLimits
+from tests import pg
 from tests.conftest import SETTINGS, make_engine
 
 KEY_ENV = {"TEST_ANTHROPIC_KEY": "sk-test-not-a-real-key"}
@@ -70,7 +72,7 @@ async def round_(engine: Engine, clock: FakeClock, seconds: float = 0.0) -> int:
 
 
 def engine_on(
-    store: SqlStore[object],  # type: ignore[type-var]
+    store: SqlStore[Any],
     clock: FakeClock,
     replier: ClaudeReplier,
     frontend: RecordingFrontend,
@@ -131,9 +133,41 @@ async def test_a_429_holds_every_engine_sharing_the_key(
     server: FakeAnthropic,
     claude: Claude,
 ) -> None:
+    await a_429_holds_both(store, store, clock, frontend, server, claude)
+
+
+async def test_a_429_on_one_postgres_process_holds_the_other(
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    server: FakeAnthropic,
+    claude: Claude,
+) -> None:
+    """Two processes: two stores, each its own pool, on one PostgreSQL schema."""
+    from storage.postgres import PostgresStore
+
+    schema = await pg.create_schema()
+    stores = [PostgresStore(pg.dsn(), pool_size=2, clock="caller", schema=schema) for _ in "ab"]
+    try:
+        for opened in stores:
+            await opened.open()
+        await a_429_holds_both(stores[0], stores[1], clock, frontend, server, claude)
+    finally:
+        for opened in stores:
+            await opened.close()
+        await pg.drop_schema(schema)
+
+
+async def a_429_holds_both(
+    first_store: SqlStore[Any],
+    second_store: SqlStore[Any],
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    server: FakeAnthropic,
+    claude: Claude,
+) -> None:
     limited(server, clock, requests_per_minute=1_000)
-    first = engine_on(store, clock, claude(), frontend, owner="w1")
-    second = engine_on(store, clock, claude(), frontend, owner="w2")
+    first = engine_on(first_store, clock, claude(), frontend, owner="w1")
+    second = engine_on(second_store, clock, claude(), frontend, owner="w2")
     await ask(first, [key(1)])
     assert await round_(first, clock, SETTINGS.quiet_seconds) == 1  # the probe: limits learned
 
