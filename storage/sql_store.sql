@@ -308,10 +308,11 @@ ON CONFLICT (conversation_id) DO UPDATE SET due_at = excluded.due_at, start_at =
 -- name: record_generation
 INSERT INTO generations (conversation_id, lease_token, from_version, to_version, started_at,
                          ended_at, outcome, input_tokens, output_tokens, cache_read_tokens,
-                         cache_write_tokens, error, model, user_id, web_searches, searches)
+                         cache_write_tokens, error, model, user_id, web_searches, searches,
+                         waited, waited_for)
 VALUES (:conversation_id, :lease_token, :from_version, :to_version, :started_at, :ended_at,
         :outcome, :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens, :error,
-        :model, :user_id, :web_searches, :searches);
+        :model, :user_id, :web_searches, :searches, :waited, :waited_for);
 
 -- 6. deliver (claim_replies picks rows its own way in each dialect) -----------------------------
 
@@ -1077,6 +1078,10 @@ CREATE TABLE api_limits (
     saved_at          FLOAT8 NOT NULL,
     version           BIGINT NOT NULL
 );
+-- How long a generation's burst waited for the API's capacity before it started, and for what
+-- (`burstbot explain`).
+ALTER TABLE generations ADD COLUMN waited FLOAT8 NOT NULL DEFAULT 0;
+ALTER TABLE generations ADD COLUMN waited_for TEXT NOT NULL DEFAULT '';
 
 -- the API's limits (storage/api_limits.py) --------------------------------------------------------
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from bot.cli.explain import explain_lines
 from bot.config import parse_config
 from bot.core.engine import Engine
 from bot.core.events import ConversationKey, IncomingMessage
@@ -103,6 +104,32 @@ async def test_starts_follow_the_remaining_requests_the_headers_announce(
     assert await round_(engine, clock, 24.0) == 2
     assert len(frontend.posts) == 8 and len(server.requests) == 8
     assert api.refused == 0
+
+
+async def test_a_burst_held_for_capacity_says_so_in_explain(
+    store: SqliteStore,
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    server: FakeAnthropic,
+    claude: Claude,
+) -> None:
+    limited(server, clock, requests_per_minute=2)
+    engine = engine_on(store, clock, claude(), frontend)
+    waits: list[tuple[str, dict[str, object]]] = []
+    engine.subscribe(lambda name, fields: waits.append((name, fields)))
+    await ask(engine, [key(n) for n in range(3)])
+    assert await round_(engine, clock, SETTINGS.quiet_seconds) == 1
+    assert await round_(engine, clock) == 1
+    assert await round_(engine, clock) == 0
+    assert [f["waiting_for"] for n, f in waits if n == "capacity_wait"] == [
+        "the API's first answer",  # the others waited for the probe's answer first
+        "the API's first answer",
+    ]
+    assert await round_(engine, clock, 30.0) == 1
+    [last] = await store.generations(key(2).id)
+    assert last.waited == pytest.approx(30.0, abs=0.1) and last.waited_for == "requests per minute"
+    lines = "\n".join(await explain_lines(store, key(2).id, clock.now()))
+    assert "waited    30.0s for the API's capacity: requests per minute" in lines
 
 
 async def test_input_tokens_bound_starts_by_the_measured_size_of_a_prompt(

@@ -91,7 +91,8 @@ class Limits:
             return self.held, self.reason
         waits = [(b.wait_for(needs[name]), name) for name, b in self.budgets.items()]
         longest, name = max(waits, default=(0.0, ""))
-        return (longest, f"{name} per minute") if longest > 0 else (0.0, "")
+        per_minute = f"{name.replace('-', ' ')} per minute"
+        return (longest, per_minute) if longest > 0 else (0.0, "")
 
     def take(self, needs: Mapping[str, float]) -> Limits:
         budgets = {
@@ -120,7 +121,8 @@ class Limits:
         kept = 0.0 if probing else held  # a probe's hold ends with its answer, whatever it is
         if status == 429:
             wait = _retry_after(headers)
-            held, reason = max(kept, RATE_LIMITED_SECONDS if wait is None else wait), "429"
+            held = max(kept, RATE_LIMITED_SECONDS if wait is None else wait)
+            reason = "429 rate limited"
         elif status == 529:
             overloads += 1
             doubling = OVERLOAD_FIRST_SECONDS * 2 ** min(overloads - 1, 16)
@@ -285,12 +287,18 @@ class Admission:
 
 @dataclass
 class Waits:
-    """The bursts this process held back for capacity, since when and for what: each is
-    announced once when it starts waiting (`capacity_wait`) and once when it starts
-    (`admitted`, with `waited` seconds and `waiting_for`), and logged, so a wait is never unseen."""
+    """The bursts this process held back for capacity, since when and for what (the last thing
+    it waited for): each is announced once when it starts waiting (`capacity_wait`) and once when
+    it starts (`admitted`, with `waited` seconds and `waiting_for`), logged, and recorded with its
+    generation for `explain`, so a wait is never unseen."""
 
     emit: Callable[..., None]
     since: dict[str, tuple[float, str]] = field(default_factory=dict)
+    done: dict[str, tuple[float, str]] = field(default_factory=dict)  # admitted, not collected
+
+    def started(self, conversation_id: str) -> tuple[float, str]:
+        """How long the burst a worker collects waited, and for what (0, "": it did not)."""
+        return self.done.pop(conversation_id, (0.0, ""))
 
     def note(self, chosen: Sequence[DueTimer], verdict: Verdict, now: float) -> None:
         for index, timer in enumerate(chosen):
@@ -300,8 +308,11 @@ class Waits:
                 if held is not None:
                     waited, why = now - held[0], held[1]
                     log.info("conversation %s: waited %.1f s for %s", cid, waited, why)
+                    self.done[cid] = (waited, why)
                     self.emit("admitted", conversation=cid, waited=waited, waiting_for=why)
-            elif cid not in self.since:
+            elif cid in self.since:  # still waiting: for what it waits now
+                self.since[cid] = (self.since[cid][0], verdict.waiting_for)
+            else:
                 self.since[cid] = (now, verdict.waiting_for)
                 self.emit("capacity_wait", conversation=cid, waiting_for=verdict.waiting_for,
                           until=verdict.ready_at)  # fmt: skip

@@ -237,6 +237,7 @@ class Engine:
         even take the lease (the store failing) does not wake the loop, or it would spin."""
         self._workers.pop(conversation_id, None)
         self._committing.discard(conversation_id)
+        self._waits.started(conversation_id)  # a worker that never collected its burst
         if task.cancelled() or task.exception() is not None or task.result():
             self._wakeup.wake()
 
@@ -290,7 +291,8 @@ class Engine:
             return
         key = ConversationKey.parse(cid)
         pending = await self.store.pending_messages(cid, lease.answered_version, lease.version)
-        burst = Burst(lease, key, self.settings.timing_for(key), tuple(pending), self.clock.now())
+        timing, now = self.settings.timing_for(key), self.clock.now()
+        burst = Burst(lease, key, timing, tuple(pending), now, *self._waits.started(cid))
         if lease.stop_version is not None:  # stopped while no generation of it ran here
             await self._stopped(burst, GenerationProgress())
             return
