@@ -1090,6 +1090,10 @@ ALTER TABLE generations ADD COLUMN waited_for TEXT NOT NULL DEFAULT '';
 SELECT state, CAST(:db_now AS FLOAT8) - saved_at AS age, version FROM api_limits
 WHERE scope = :scope;
 
+-- name: all_api_limits
+SELECT scope, state, CAST(:db_now AS FLOAT8) - saved_at AS age, version FROM api_limits
+ORDER BY scope;
+
 -- name: insert_api_limits
 INSERT INTO api_limits (scope, state, saved_at, version) VALUES (:scope, :state, :db_now, 1)
 ON CONFLICT (scope) DO NOTHING

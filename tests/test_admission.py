@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from bot.cli.explain import explain_lines
+from bot.cli.status import status_lines
 from bot.config import parse_config
 from bot.core.engine import Engine
 from bot.core.events import ConversationKey, IncomingMessage
@@ -106,7 +107,7 @@ async def test_starts_follow_the_remaining_requests_the_headers_announce(
     assert api.refused == 0
 
 
-async def test_a_burst_held_for_capacity_says_so_in_explain(
+async def test_a_burst_held_for_capacity_says_so_in_status_and_explain(
     store: SqliteStore,
     clock: FakeClock,
     frontend: RecordingFrontend,
@@ -125,6 +126,11 @@ async def test_a_burst_held_for_capacity_says_so_in_explain(
         "the API's first answer",  # the others waited for the probe's answer first
         "the API's first answer",
     ]
+    status = "\n".join(await status_lines(store, clock.now()))
+    assert "left this minute: requests 0/2" in status
+    assert (
+        "1 waiting to start, in the order they will:\n    1. test/w1/c2/  window closed" in status
+    )
     assert await round_(engine, clock, 30.0) == 1
     [last] = await store.generations(key(2).id)
     assert last.waited == pytest.approx(30.0, abs=0.1) and last.waited_for == "requests per minute"
