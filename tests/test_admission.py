@@ -262,6 +262,24 @@ async def test_a_workspace_sending_most_bursts_gets_no_more_than_its_share(
     assert sum(1 for p in frontend.posts if p.key.workspace == "busy") == 4
 
 
+async def test_a_burst_waiting_for_capacity_shows_the_thinking_indicator(
+    store: SqliteStore,
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    server: FakeAnthropic,
+    claude: Claude,
+) -> None:
+    limited(server, clock, requests_per_minute=1)
+    engine = engine_on(store, clock, claude(), frontend)
+    await ask(engine, [key(1), key(2)])
+    assert await round_(engine, clock, SETTINGS.quiet_seconds) == 1
+    await round_(engine, clock, SETTINGS.indicator_delay_seconds + 0.1)
+    assert frontend.busy.get(key(2)) is True and frontend.texts(key(2)) == []  # waits, seen
+    assert await round_(engine, clock, 60.0) == 1
+    await engine.idle()
+    assert frontend.busy.get(key(2)) is False and len(frontend.texts(key(2))) == 1
+
+
 def timer(cid: str, due: float, start: float | None = None) -> DueTimer:
     return DueTimer(cid, due, due + 8.0, 1, start)
 

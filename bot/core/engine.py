@@ -6,7 +6,8 @@ Rules (the pipeline of docs/design.md), which this file keeps and nothing else c
    conversation's timer: due `quiet` after the last message, never later than `max_wait` after the
    first unanswered one. Bot messages are refused before storage.
 2. Timer due: take the lease by compare-and-swap (fencing token + expiry) only with a free
-   generation slot; if another worker holds it, back off and leave the timer armed.
+   generation slot and the API's limits allowing one more start (`Admission`, admission.py; in
+   fair order, shares.py); if another worker holds it, back off and leave the timer armed.
 3. Collect: snapshot V; the burst is the pending messages up to V, edits applied, deletes dropped.
 4. Generate once; renew the lease every ttl/3 (failure aborts); on newer input before the deadline,
    cancel the stream at once and let the re-armed timer fire. The watch itself is `supervisor.py`;
