@@ -128,8 +128,8 @@ class Limits:
             doubling = OVERLOAD_FIRST_SECONDS * 2 ** min(overloads - 1, 16)
             wait = _retry_after(headers) or min(OVERLOAD_CAP_SECONDS, doubling)
             held, reason = max(kept, wait), "529 overloaded"
-        elif status < 400 and probing:
-            overloads, held, reason = 0, 0.0, ""  # the probe is answered
+        elif status < 500 and probing:  # the probe is answered (a 4xx is one burst's fault)
+            overloads, held, reason = 0, 0.0, ""
         return Limits(budgets, held, reason, overloads, answered=True)
 
     def to_json(self) -> str:
