@@ -25,7 +25,7 @@ from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend
 from testkit.clock import FakeClock
 from testkit.fake_anthropic import FakeAnthropic, Plan
-from testkit.rate_limits import ApiLimits
+from testkit.rate_limits import ApiLimits, rfc3339
 from tests import pg
 from tests.conftest import SETTINGS, make_engine
 
@@ -300,3 +300,31 @@ def test_closed_windows_go_before_speculation_then_workspaces_then_channels() ->
     running = ["s/b/c9/t", "s/b/c8/t"]  # b has two generations going: a catches up first
     order = [t.conversation_id for t in fair_order(timers, running, now)]
     assert order == ["s/a/c1/t1", "s/a/c2/t1", "s/b/c1/t1", "s/a/c1/t2", "s/a/early/"]
+
+
+def test_a_reset_later_than_a_minute_s_refill_slows_the_estimate() -> None:
+    from bot.core.admission import UNKNOWN
+
+    wall = 1_800_000_000.0
+    headers = {
+        "anthropic-ratelimit-requests-limit": "60",
+        "anthropic-ratelimit-requests-remaining": "0",
+        "anthropic-ratelimit-requests-reset": rfc3339(wall + 120.0),  # full in 2 min, not 1
+    }
+    heard = UNKNOWN.heard(200, headers, wall)
+    assert heard.wait({"requests": 1.0}) == (pytest.approx(2.0), "requests per minute")
+    headers["anthropic-ratelimit-requests-reset"] = rfc3339(wall + 30.0)  # faster: not believed
+    assert UNKNOWN.heard(200, headers, wall).wait({"requests": 1.0})[0] == pytest.approx(1.0)
+
+
+def test_529s_in_a_row_double_the_hold_and_an_answer_ends_it() -> None:
+    from bot.core.admission import UNKNOWN
+
+    limits, holds = UNKNOWN, []
+    for _ in range(4):
+        limits = limits.aged(limits.held).take({}).heard(529, {}, 0.0)  # the probe met a 529
+        holds.append(limits.held)
+    assert holds == [1.0, 2.0, 4.0, 8.0]
+    probing = limits.aged(limits.held).take({})
+    assert probing.wait({})[0] > 0  # the probe goes alone
+    assert probing.heard(200, {}, 0.0).wait({}) == (0.0, "")
