@@ -7,9 +7,9 @@ organisation's rate limit, which the API announces on every response. Rules:
   requests, input tokens and output tokens of the minute and when each is full again; between
   two responses they replenish continuously, as the API's do. A 429 holds every start for its
   `retry-after`; a 529 (overloaded) for a wait that doubles with each one in a row.
-- **probed**: before the first answer, and after 529s, one start goes alone and the next waits
-  for its answer (at most `PROBE_SECONDS`): a hundred bursts due at once never meet an unknown
-  limit or an overloaded API together.
+- **probed**: before the first answer at most `FIRST_STARTS` start (the fixed policy's 8 slots),
+  and after 529s one start goes alone; the next wait for an answer (at most `PROBE_SECONDS`): a
+  hundred bursts due at once never meet an unknown limit or an overloaded API together.
 - **shared**: the state lives in the store, one row per API key (`scope`), so every process on
   one database learns what any of them heard. Starting takes its request and estimated tokens
   from that row in one compare-and-swap, for all the starts of a round at once.
@@ -45,7 +45,9 @@ RATE_LIMITED_SECONDS = 1.0  # a 429 that names no retry-after holds this long
 OVERLOAD_FIRST_SECONDS = 1.0  # a 529's hold, doubled with each one in a row ...
 OVERLOAD_CAP_SECONDS = 60.0  # ... up to this
 PROBE_SECONDS = 10.0  # a probing start holds the next this long at most (its answer ends it)
+FIRST_STARTS = 8  # starts before any answer was heard (what the fixed policy ran at once)
 FIRST_ANSWER = "the API's first answer"
+OVERLOADED = "529 overloaded"
 ANSWER_AFTER_OVERLOAD = "an answer after 529 overloaded"
 MAX_WAITS_KEPT = 10_000  # past this many held bursts, those held longer than ...
 WAIT_FORGOTTEN_SECONDS = 3_600.0  # ... are forgotten (another process started them)
@@ -79,7 +81,8 @@ class Limits:
     held: float = 0.0
     reason: str = ""  # why starts are held (or were, last)
     overloads: int = 0  # 529s in a row
-    answered: bool = False  # an answer was heard (else the next start probes)
+    answered: bool = False  # an answer was heard (else starts probe, `FIRST_STARTS` at most)
+    unheard: int = 0  # starts made before any answer was heard
 
     def aged(self, seconds: float) -> Limits:
         budgets = {name: b.aged(seconds) for name, b in self.budgets.items()}
@@ -99,9 +102,13 @@ class Limits:
             name: replace(b, remaining=b.remaining - needs[name])
             for name, b in self.budgets.items()
         }
-        if self.overloads or not self.answered:  # one start alone, until its answer
-            reason = ANSWER_AFTER_OVERLOAD if self.overloads else FIRST_ANSWER
-            return replace(self, budgets=budgets, held=PROBE_SECONDS, reason=reason)
+        if self.overloads:  # one start alone, until its answer
+            return replace(self, budgets=budgets, held=PROBE_SECONDS, reason=ANSWER_AFTER_OVERLOAD)
+        if not self.answered:  # a few, until the first answer tells the limits
+            unheard, held, reason = self.unheard + 1, self.held, self.reason
+            if unheard >= FIRST_STARTS:
+                held, reason = PROBE_SECONDS, FIRST_ANSWER
+            return replace(self, budgets=budgets, unheard=unheard, held=held, reason=reason)
         return replace(self, budgets=budgets)
 
     def heard(self, status: int, headers: Mapping[str, str], wall: float) -> Limits:
@@ -124,13 +131,14 @@ class Limits:
             held = max(kept, RATE_LIMITED_SECONDS if wait is None else wait)
             reason = "429 rate limited"
         elif status == 529:
-            overloads += 1
+            if not (reason == OVERLOADED and held > 0):  # not a straggler of the same wave
+                overloads += 1
             doubling = OVERLOAD_FIRST_SECONDS * 2 ** min(overloads - 1, 16)
             wait = _retry_after(headers) or min(OVERLOAD_CAP_SECONDS, doubling)
-            held, reason = max(kept, wait), "529 overloaded"
+            held, reason = max(kept, wait), OVERLOADED
         elif status < 500 and probing:  # the probe is answered (a 4xx is one burst's fault)
             overloads, held, reason = 0, 0.0, ""
-        return Limits(budgets, held, reason, overloads, answered=True)
+        return Limits(budgets, held, reason, overloads, answered=True, unheard=self.unheard)
 
     def to_json(self) -> str:
         return json.dumps(
