@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bot.config import ChannelConfig, ChannelToolsConfig, Config, ToolsConfig, require_secret
+from bot.core.admission import Admission
 from bot.core.clock import Clock
 from bot.core.engine import Engine
 from bot.core.errors import ConfigError
@@ -177,6 +179,19 @@ def catch_up_settings(config: Config) -> CatchUpSettings:
     )
 
 
+def api_admission(
+    store: SqlStore[Any], replier: Replier, clock: Clock, wakeup: Wakeup
+) -> Admission | None:
+    """Generations start by the Claude API's own limits, learned from its answers and shared
+    through the store (bot/core/admission.py); a replier without limits (offline) has none."""
+    claude = sys.modules.get("bot.llm.claude")  # not imported: no Claude replier (a slow import)
+    if claude is None or not isinstance(replier, claude.ClaudeReplier):
+        return None
+    admission = Admission(store, clock, replier.limits_scope, wakeup.wake)
+    replier.listen(admission.heard)
+    return admission
+
+
 @dataclass(frozen=True, slots=True)
 class Serving:
     """One process's serving core, wired once so that no part reaches through another: the
@@ -204,6 +219,7 @@ def build_serving(
     them)."""
     served = dict(frontends or {})
     signals, wakeup = Signals(), Wakeup()
+    admission = api_admission(store, replier, clock, wakeup)
     indicator = Indicator(served, clock, store, settings.indicator_delay_seconds)
     outbox = Outbox(store, clock, settings, owner, served, indicator, signals, wakeup.wake)
     drafts = Drafts(
@@ -223,5 +239,6 @@ def build_serving(
         drafts=drafts,
         wakeup=wakeup,
         signals=signals,
+        admission=admission,
     )
     return Serving(engine, Scheduler(engine, store, outbox, wakeup), outbox, indicator, wakeup)

@@ -36,6 +36,7 @@ from bot.core.store import ConversationSummary, IngestResult, OutboxRow, Timing
 from storage import rhythm
 from storage import rows as codec
 from storage.actions import ActionSteps
+from storage.api_limits import ApiLimitSteps
 from storage.approvals import ApprovalSteps
 from storage.clicks import ClickSteps
 from storage.installations import InstallationSteps
@@ -54,6 +55,7 @@ class SqlStore(
     VoteSteps[Conn],
     ApprovalSteps[Conn],
     InstallationSteps[Conn],
+    ApiLimitSteps[Conn],
 ):
     MIGRATIONS: ClassVar[Sequence[str]]
 

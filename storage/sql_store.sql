@@ -308,10 +308,11 @@ ON CONFLICT (conversation_id) DO UPDATE SET due_at = excluded.due_at, start_at =
 -- name: record_generation
 INSERT INTO generations (conversation_id, lease_token, from_version, to_version, started_at,
                          ended_at, outcome, input_tokens, output_tokens, cache_read_tokens,
-                         cache_write_tokens, error, model, user_id, web_searches, searches)
+                         cache_write_tokens, error, model, user_id, web_searches, searches,
+                         waited, waited_for)
 VALUES (:conversation_id, :lease_token, :from_version, :to_version, :started_at, :ended_at,
         :outcome, :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens, :error,
-        :model, :user_id, :web_searches, :searches);
+        :model, :user_id, :web_searches, :searches, :waited, :waited_for);
 
 -- 6. deliver (claim_replies picks rows its own way in each dialect) -----------------------------
 
@@ -1091,6 +1092,42 @@ ALTER TABLE actions ADD COLUMN asked_by TEXT;
 ALTER TABLE actions ADD COLUMN card_reply_id BIGINT;
 ALTER TABLE actions ADD COLUMN resume TEXT;
 CREATE INDEX actions_card ON actions(conversation_id, card_reply_id);
+
+-- name: migration_20
+-- The Messages API's rate limits as the processes sharing one API key last heard them
+-- (bot/core/admission.py): one row per key's name (`scope`, never the key), its state as JSON,
+-- stamped on the database's clock and replaced by compare-and-swap on `version`.
+CREATE TABLE api_limits (
+    scope             TEXT PRIMARY KEY,
+    state             TEXT NOT NULL,
+    saved_at          FLOAT8 NOT NULL,
+    version           BIGINT NOT NULL
+);
+-- How long a generation's burst waited for the API's capacity before it started, and for what
+-- (`burstbot explain`).
+ALTER TABLE generations ADD COLUMN waited FLOAT8 NOT NULL DEFAULT 0;
+ALTER TABLE generations ADD COLUMN waited_for TEXT NOT NULL DEFAULT '';
+
+-- the API's limits (storage/api_limits.py) --------------------------------------------------------
+
+-- name: api_limits
+-- `age`: how long ago it was saved, on the database's clock (only that difference crosses, G12).
+SELECT state, CAST(:db_now AS FLOAT8) - saved_at AS age, version FROM api_limits
+WHERE scope = :scope;
+
+-- name: all_api_limits
+SELECT scope, state, CAST(:db_now AS FLOAT8) - saved_at AS age, version FROM api_limits
+ORDER BY scope;
+
+-- name: insert_api_limits
+INSERT INTO api_limits (scope, state, saved_at, version) VALUES (:scope, :state, :db_now, 1)
+ON CONFLICT (scope) DO NOTHING
+RETURNING version;
+
+-- name: save_api_limits
+UPDATE api_limits SET state = :state, saved_at = :db_now, version = version + 1
+WHERE scope = :scope AND version = :version
+RETURNING version;
 
 -- clicks (storage/clicks.py) ---------------------------------------------------------------------
 

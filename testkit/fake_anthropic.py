@@ -12,6 +12,11 @@ four characters a token. With `cache=PromptCache(...)` it is accounted as the AP
 hits only on an exact prefix ending at a breakpoint (or up to 20 blocks before one), nothing
 cached below the model's minimum length, entries living five minutes from their last use.
 
+With `limits=ApiLimits(...)` (testkit/rate_limits.py) it applies an organisation's rate limits
+as the API does: requests, input and output tokens per minute, replenished continuously; every
+answer carries the `anthropic-ratelimit-*` headers, a request over a limit gets 429 with
+`retry-after`, and an overloaded API 529.
+
 Server tools are streamed as the real API streams them: a `server_tool_use` block (input `{}`,
 then the query as `input_json_delta`), a `web_search_tool_result` block (results, or an error
 object with HTTP 200), text blocks carrying `citations_delta`, `pause_turn` when planned, and
@@ -43,6 +48,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
+from testkit.rate_limits import ApiLimits
 from testkit.serving import serve_locally
 
 ERROR_TYPES = {
@@ -236,6 +242,7 @@ class FakeAnthropic:
     streams: list[StreamRecord] = field(default_factory=list)
     on_request: Callable[[RecordedRequest], None] | None = None
     cache: PromptCache | None = None  # account caching as the API does (else: the simple model)
+    limits: ApiLimits | None = None  # the organisation's rate limits (else: unlimited, no headers)
     port: int = 0
     _gate: asyncio.Event = field(default_factory=asyncio.Event)
     _search_gate: asyncio.Event = field(default_factory=asyncio.Event)  # held searches only
@@ -293,27 +300,38 @@ class FakeAnthropic:
         self.requests.append(recorded)
         if self.on_request is not None:
             self.on_request(recorded)
+        usage: dict[str, int] | None = None
+        if self.limits is not None:  # refused before a planned answer is used up
+            usage = self._input_usage(recorded)
+            status, wait = self.limits.admit(
+                usage["input_tokens"] + usage["cache_creation_input_tokens"]
+            )
+            if status != 200:
+                kind = ERROR_TYPES[status]
+                refusal = {**self.limits.headers(), **_retry_headers(wait)}
+                return _error(status, kind, f"{kind} (fake limits)", refusal)
         plan = self.plans.popleft() if self.plans else self.default_plan
         if plan.status != 200:
             kind = plan.error_type or ERROR_TYPES.get(plan.status, "api_error")
-            headers = {}
-            if plan.retry_after is not None:
-                headers["retry-after-ms"] = str(int(plan.retry_after * 1000))
-                headers["retry-after"] = str(max(1, round(plan.retry_after)))
-            return _error(plan.status, kind, f"planned {plan.status}", headers)
+            return _error(
+                plan.status, kind, f"planned {plan.status}", _retry_headers(plan.retry_after)
+            )
         text = plan.text if plan.text is not None else self.reply(recorded)
         words = re.findall(r"\S+\s*", text) or [text]
         step = plan.words_per_delta
         chunks = ["".join(words[i : i + step]) for i in range(0, len(words), step)]
         thinking = count_tokens(plan.thinking) if plan.thinking else 0
         chunks, stop_reason = _within(chunks, int(recorded.body["max_tokens"]) - thinking)
-        usage = self._input_usage(recorded)
+        usage = self._input_usage(recorded) if usage is None else usage
         output_tokens = thinking + sum(count_tokens(c) for c in chunks)
+        limit_headers = {} if self.limits is None else self.limits.headers()
         if not recorded.body.get("stream"):
             body = _message(
                 recorded, "".join(chunks), {**usage, "output_tokens": output_tokens}, stop_reason
             )
-            return web.json_response(body)
+            if self.limits is not None:
+                self.limits.generated(output_tokens)
+            return web.json_response(body, headers=limit_headers)
         output_tokens += sum(count_tokens(s.query) for s in plan.searches)
         output_tokens += sum(count_tokens(text) for text, _ in plan.cited)
         record = StreamRecord(
@@ -323,8 +341,12 @@ class FakeAnthropic:
             stop_reason=plan.stop_reason or stop_reason,
         )
         self.streams.append(record)
-        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        response = web.StreamResponse(
+            headers={"content-type": "text/event-stream", **limit_headers}
+        )
         await response.prepare(request)
+        if self.limits is not None:
+            self.limits.streaming += 1
         try:
             await self._stream(request, response, recorded, plan, chunks, usage, record)
         except ConnectionError:
@@ -333,8 +355,20 @@ class FakeAnthropic:
             record.outcome = "disconnected"
             record.ended_at = time.monotonic()
             raise
+        finally:
+            self._generated(record)
         record.ended_at = time.monotonic()
         return response
+
+    def _generated(self, record: StreamRecord) -> None:
+        """An answer ended: its output tokens count against the limit (what was sent of it)."""
+        if self.limits is not None:
+            self.limits.streaming -= 1
+            sent = record.deltas_sent / record.total_deltas if record.total_deltas else 1.0
+            done = record.outcome == "completed"
+            self.limits.generated(
+                record.output_tokens if done else int(record.output_tokens * sent)
+            )
 
     async def _stream(
         self,
@@ -635,6 +669,13 @@ def _message(
         "stop_sequence": None,
         "usage": usage,
     }
+
+
+def _retry_headers(seconds: float | None) -> dict[str, str]:
+    """`retry-after-ms` (the SDK's precise one) and `retry-after` in whole seconds."""
+    if seconds is None:
+        return {}
+    return {"retry-after-ms": str(int(seconds * 1000)), "retry-after": str(max(1, round(seconds)))}
 
 
 def _error(

@@ -71,7 +71,7 @@ async def test_status_shows_pending_input_timers_leases_and_the_outbox(tmp_path:
     config.write_text(f'[storage]\nurl = "sqlite:///{tmp_path / "ops.db"}"\n')
     result = burstbot(["status", "--config", str(config)], tmp_path)
     assert result.returncode == 0, result.stderr
-    in_flight, recent = result.stdout.split("\n\n")
+    in_flight, capacity, recent = result.stdout.split("\n\n")
     lines = {line.split()[0]: line for line in in_flight.splitlines()[2:-1]}
     assert set(lines) == {PENDING.id, LEASED.id, FAILED.id}
     assert re.search(r"due (in )?[\d.]+s( ago)?, deadline in [\d.]+s", lines[PENDING.id])
@@ -79,6 +79,10 @@ async def test_status_shows_pending_input_timers_leases_and_the_outbox(tmp_path:
     assert "0 pending, 1 failed" in lines[FAILED.id]
     assert "3 in flight: 2 with pending input, 1 leased; outbox 0 pending, 1 failed" in in_flight
     assert ANSWERED.id in recent
+    assert capacity.splitlines()[:2] == [
+        "capacity:",
+        "  Claude API: no limits heard yet (only max_concurrent_generations bounds)",
+    ]
 
 
 async def test_explain_tells_the_story_of_a_superseded_then_posted_burst(tmp_path: Path) -> None:

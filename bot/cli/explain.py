@@ -98,7 +98,12 @@ def _generation_events(
     }.get(outcome, outcome)
     seconds = g.ended_at - g.started_at
     searches = [(g.started_at, 1, _search_line(search, redact)) for search in g.searches]
+    waited = []
+    if g.waited > 0:
+        why = printable(g.waited_for or "the API's capacity")
+        waited = [(g.started_at, 0, f"waited    {g.waited:.1f}s for the API's capacity: {why}")]
     return [
+        *waited,
         (g.started_at, 1, f"burst     {burst} → lease #{g.lease_token}, generation started"),
         *searches,
         (

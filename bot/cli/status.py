@@ -1,4 +1,6 @@
-"""`burstbot status`: what is in flight right now, read from the database.
+"""`burstbot status`: what is in flight right now, read from the database, and the Claude API's
+capacity: its limits as the processes last heard them and the bursts waiting to start, in the
+order they will (bot/core/shares.py).
 
 Ids and owner names are shown through `printable`: they come from platforms and other processes.
 """
@@ -9,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot.config.sections import DAY, HOUR
 from bot.core.events import ConversationKey
+from bot.core.shares import fair_order, speculative
 from bot.core.store import ConversationSummary
 from bot.ops.inspection import printable, render_table
 
@@ -109,6 +112,7 @@ async def status_lines(
         f"{len(active)} in flight: {waiting} with pending input, {leased} leased; "
         f"outbox {pending} pending, {failed} failed{retry}"
     )
+    lines += await capacity_lines(inspector, now, active)
     everything = show_all or workspace is not None
     listed = await inspector.list_conversations(
         active_only=False, limit=1_000_000 if everything else limit
@@ -122,4 +126,44 @@ async def status_lines(
         lines += render_table(headers, [_row(item, now) for item in recent])
     else:
         lines.append("  none yet")
+    return lines
+
+
+async def capacity_lines(
+    inspector: SqlStore[Any], now: float, active: list[ConversationSummary], shown: int = 10
+) -> list[str]:
+    """The API's limits as last heard (per key's name), and the due bursts no process has
+    started yet, in the order they will start: closed windows first, then by workspace and
+    channel shares."""
+    lines = ["", "capacity:"]
+    heard = await inspector.all_api_limits(now)
+    if not heard:
+        lines.append("  Claude API: no limits heard yet (only max_concurrent_generations bounds)")
+    for scope, shared in heard:
+        limits = shared.limits.aged(shared.age)
+        budgets = ", ".join(
+            f"{name.replace('-', ' ')} {b.remaining:,.0f}/{b.limit:,.0f}"
+            for name, b in limits.budgets.items()
+        )
+        held = f"; starts held {limits.held:.1f}s more: {limits.reason}" if limits.held > 0 else ""
+        lines.append(
+            f"  Claude API {printable(scope)} (heard {relative(now - shared.age, now)}): "
+            f"left this minute: {budgets or 'no limits announced'}{held}"
+        )
+    running = [i.state.conversation_id for i in active if i.state.lease_owner is not None]
+    due = [
+        timer
+        for item in active
+        if (timer := item.state.timer) is not None
+        and item.state.lease_owner is None
+        and min(timer.due_at, timer.start_at or timer.due_at) <= now
+    ]
+    if not due:
+        lines.append("  no burst waiting to start")
+        return lines
+    lines.append(f"  {len(due)} waiting to start, in the order they will:")
+    for n, timer in enumerate(fair_order(due, running, now)[:shown], start=1):
+        kind = "early start" if speculative(timer, now) else "window closed"
+        when = relative(timer.due_at, now)
+        lines.append(f"  {n:>3}. {printable(timer.conversation_id)}  {kind}, due {when}")
     return lines

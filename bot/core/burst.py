@@ -35,6 +35,8 @@ class Burst:
     timing: Timing
     messages: tuple[StoredMessage, ...]
     started_at: float
+    waited: float = 0.0  # for the API's capacity, before the worker started (admission.py)
+    waited_for: str = ""
 
     @property
     def deadline(self) -> float:
@@ -82,6 +84,8 @@ class Burst:
             model=usage.model,
             user_id=self.messages[-1].author_id if self.messages else "",
             searches=tuple(usage.searches),
+            waited=self.waited,
+            waited_for=self.waited_for,
         )
 
 

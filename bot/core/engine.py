@@ -6,7 +6,8 @@ Rules (the pipeline of docs/design.md), which this file keeps and nothing else c
    conversation's timer: due `quiet` after the last message, never later than `max_wait` after the
    first unanswered one. Bot messages are refused before storage.
 2. Timer due: take the lease by compare-and-swap (fencing token + expiry) only with a free
-   generation slot; if another worker holds it, back off and leave the timer armed.
+   generation slot and the API's limits allowing one more start (`Admission`, admission.py; in
+   fair order, shares.py); if another worker holds it, back off and leave the timer armed.
 3. Collect: snapshot V; the burst is the pending messages up to V, edits applied, deletes dropped.
 4. Generate once; renew the lease every ttl/3 (failure aborts); on newer input before the deadline,
    cancel the stream at once and let the re-armed timer fire. The watch itself is `supervisor.py`;
@@ -47,6 +48,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from bot.core.admission import Admission, Waits
 from bot.core.approvals import ApprovalNeeded, Continuation
 from bot.core.attachments import AttachmentLoader
 from bot.core.backoff import Backoff
@@ -63,6 +65,7 @@ from bot.core.parking import Parking
 from bot.core.prompt import PromptStep
 from bot.core.replier import GenerationProgress, Replier
 from bot.core.settings import APPROVAL_TIMEOUT_SECONDS, EngineSettings
+from bot.core.shares import fair_order
 from bot.core.signals import Listener, Signals
 from bot.core.speculation import Window
 from bot.core.store import (
@@ -118,7 +121,10 @@ class Engine:
         drafts: Drafts,
         wakeup: Wakeup,
         signals: Signals,
+        admission: Admission | None = None,
     ) -> None:
+        self.admission = admission  # None: only `max_concurrent_generations` bounds
+        self._waits = Waits(signals.emit)
         self.store = store
         self.tools = tools
         self.replier = replier
@@ -144,6 +150,12 @@ class Engine:
     def subscribe(self, listener: Listener) -> None:
         """Metrics and tests listen to named engine events (`ingested`, `superseded`, ...)."""
         self.signals.subscribe(listener)
+
+    @property
+    def ready_at(self) -> float:
+        """When the API's limits let the next generation start (the scheduler sleeps until then
+        at least); 0: now, as far as this process knows."""
+        return 0.0 if self.admission is None else self.admission.last.ready_at
 
     @property
     def busy(self) -> int:
@@ -214,19 +226,23 @@ class Engine:
 
     # 2. timers and leases -------------------------------------------------------------------------
     async def run_due(self) -> int:
-        """Start a worker for each due timer, as far as free generation slots allow."""
+        """Start a worker for each due timer, as far as free generation slots and the API's
+        limits allow (`admission`), in fair order (shares.py)."""
         if self._closing:
             return 0
         free = self.settings.max_concurrent_generations - len(self._workers)
         if free <= 0:
             return 0
-        timers = await self.store.due_timers(self.clock.now(), free + len(self._workers))
+        now = self.clock.now()
+        timers = await self.store.due_timers(now, free + len(self._workers))
+        waiting = [t for t in timers if t.conversation_id not in self._workers]
+        chosen = fair_order(waiting, self._workers, now)[:free]
+        if self.admission is not None and chosen:
+            verdict = await self.admission.admit(len(chosen))
+            self._waits.note(chosen, verdict, now)
+            chosen = chosen[: verdict.granted]
         started = 0
-        for timer in timers:
-            if started >= free:
-                break
-            if timer.conversation_id in self._workers:
-                continue
+        for timer in chosen:
             task = asyncio.create_task(self._work(timer))
             self._workers[timer.conversation_id] = task
             task.add_done_callback(functools.partial(self._worker_done, timer.conversation_id))
@@ -238,6 +254,7 @@ class Engine:
         even take the lease (the store failing) does not wake the loop, or it would spin."""
         self._workers.pop(conversation_id, None)
         self._committing.discard(conversation_id)
+        self._waits.started(conversation_id)  # a worker that never collected its burst
         if task.cancelled() or task.exception() is not None or task.result():
             self._wakeup.wake()
 
@@ -291,7 +308,8 @@ class Engine:
             return
         key = ConversationKey.parse(cid)
         pending = await self.store.pending_messages(cid, lease.answered_version, lease.version)
-        burst = Burst(lease, key, self.settings.timing_for(key), tuple(pending), self.clock.now())
+        timing, now = self.settings.timing_for(key), self.clock.now()
+        burst = Burst(lease, key, timing, tuple(pending), now, *self._waits.started(cid))
         if lease.stop_version is not None:  # stopped while no generation of it ran here
             await self._stopped(burst, GenerationProgress())
             return
@@ -407,6 +425,8 @@ class Engine:
             await window.stop()
         await stream.stop(outcome)
         await self.guard.charge(burst.key, burst.messages, spent(usage), self.clock.now())
+        if self.admission is not None:
+            self.admission.spent(usage.input_tokens + usage.cache_write_tokens, usage.output_tokens)
         if outcome is Supervision.STOPPED:
             await self._stopped(burst, usage)
             return

@@ -2,8 +2,10 @@
 
 It sleeps on the engine's clock until the earliest `due_at` (an index lookup; the store hands it
 over on the engine's clock, as far from now as it is on the database's), wakes early when an
-in-process ingest arms a sooner timer or a worker frees a slot, and never sleeps longer than
-`poll_seconds`, so timers armed and leases abandoned by other processes are noticed.
+in-process ingest arms a sooner timer, a worker frees a slot or an answer of the API lifts a
+hold (bot/core/admission.py), never before the API's limits let a due burst start, and never
+sleeps longer than `poll_seconds`, so timers armed and leases abandoned by other processes (and
+limits they heard) are noticed.
 
 Never a busy loop: the next wake-up ignores the timers of conversations this process is already
 serving (input past a deadline leaves such a timer due at once; the worker's end wakes the loop),
@@ -73,7 +75,7 @@ class Scheduler:
         wanted = now + engine.settings.poll_seconds
         next_due = await self.timers.next_due_at(now, skip=engine.serving)
         if next_due is not None and engine.busy < engine.settings.max_concurrent_generations:
-            wanted = min(wanted, next_due)
+            wanted = min(wanted, max(next_due, engine.ready_at))  # the API's limits allow then
         if next_outbox is not None:
             wanted = min(wanted, next_outbox)
         if wanted > started:  # due later, or fell due during this round: not a stuck timer

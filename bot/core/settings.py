@@ -102,7 +102,8 @@ class EngineSettings:
     speculate_after_seconds: float = 0.3
     window_model: WindowModel = DEFAULT_MODEL  # fitted, not a setting (bot/core/quiet_window.py)
     lease_ttl_seconds: float = 30.0
-    max_concurrent_generations: int = 8
+    max_concurrent_generations: int = 1_000  # an operator's cap: the API's limits bind first
+    # (bot/core/admission.py); the SDK's connection pool holds 1,000 streams
     poll_seconds: float = 1.0
     busy_retry_seconds: float = 1.0
     delivery_backoff_seconds: float = 1.0

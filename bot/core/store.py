@@ -278,6 +278,8 @@ class GenerationRecord:
     model: str = ""  # as the replier reported it ("" when no model was called)
     user_id: str = ""  # the platform id of whom the reply answers (the burst's last author)
     searches: tuple[WebSearch, ...] = ()  # the web searches the model ran, in order
+    waited: float = 0.0  # seconds the burst waited for the API's capacity before it started
+    waited_for: str = ""  # what it waited for (bot/core/admission.py)
 
 
 @dataclass(frozen=True, slots=True)

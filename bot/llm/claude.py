@@ -14,12 +14,18 @@ its `tool_result` sent back in the next call of the chain).
   with dozens of replies streaming that work competes with the acks for the event loop.
 - The stable prefix (system prompt, then the end of the history) carries `cache_control`, so the
   next burst of the same conversation reads it from the prompt cache.
+- Every answer of the API, each attempt's (the SDK's own retries too), is told to the listeners
+  (`listen`) with its status and headers: admission learns the rate limits from them
+  (bot/core/admission.py). `limits_scope` names the key they belong to without revealing it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -44,6 +50,9 @@ from bot.core.errors import PermanentReplierError, ReplierError, RetryableReplie
 from bot.core.replier import Closable, GenerationProgress, Prompt
 from bot.core.tool_calls import BurstTools, tool_round, unavailable_note, with_actions
 from bot.llm.web import ToolTrace, tool_params
+
+log = logging.getLogger("burstbot.claude")
+Listener = Callable[[int, Mapping[str, str]], Awaitable[None]]
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 # Error types an `error` event inside a 200 stream may carry that retrying cannot fix.
@@ -182,6 +191,23 @@ def map_error(exc: Exception) -> ReplierError:
     return RetryableReplierError(f"Claude API failure: {exc}")
 
 
+class HeardAnswers(anthropic.Middleware):
+    """Runs inside the SDK's retry loop, once per attempt: each HTTP answer's status and headers
+    go to `listener` before the SDK reads the body (a stream's headers come first). A listener
+    that fails costs the lesson, never the request."""
+
+    def __init__(self, listener: Listener) -> None:
+        self.listener = listener
+
+    async def handle_async(self, request: Any, call_next: Any) -> Any:
+        response = await call_next(request)
+        try:
+            await self.listener(int(response.status_code), response.headers)
+        except Exception:
+            log.exception("a listener to the API's answers failed")
+        return response
+
+
 @dataclass(eq=False, repr=False)
 class ClaudeReplier(Closable):
     """A `Replier` on `AsyncAnthropic`: streams one reply per burst."""
@@ -194,6 +220,18 @@ class ClaudeReplier(Closable):
 
     async def aclose(self) -> None:
         await self.client.close()
+
+    def listen(self, listener: Listener) -> None:
+        """Tell `listener` every answer of the API from now on."""
+        self.client = self.client.with_middleware(HeardAnswers(listener))
+
+    @property
+    def limits_scope(self) -> str:
+        """The API key's rate limits' name, the same for every process using that key at that
+        address: a digest, never the key."""
+        key = self.client.api_key or self.client.auth_token or ""
+        digest = hashlib.sha256(f"{self.client.base_url}\n{key}".encode()).hexdigest()
+        return f"anthropic:{digest[:16]}"
 
     async def generate(self, prompt: Prompt, usage: GenerationProgress) -> str:
         """One reply: one call, or with server tools a chain of calls continuing a paused turn;

@@ -1,0 +1,330 @@
+"""Admission: a generation starts when the Messages API's own limits allow it (docs/scaling.md).
+
+A generation is a waiting HTTP stream, not work: what bounds how many run at once is the
+organisation's rate limit, which the API announces on every response. Rules:
+
+- **learned from the API**: each response, every attempt and errors too, carries the remaining
+  requests, input tokens and output tokens of the minute and when each is full again; between
+  two responses they replenish continuously, as the API's do. A 429 holds every start for its
+  `retry-after`; a 529 (overloaded) for a wait that doubles with each one in a row.
+- **probed**: before the first answer at most `FIRST_STARTS` start (the fixed policy's 8 slots),
+  and after 529s one start goes alone; the next wait for an answer (at most `PROBE_SECONDS`): a
+  hundred bursts due at once never meet an unknown limit or an overloaded API together.
+- **shared**: the state lives in the store, one row per API key (`scope`), so every process on
+  one database learns what any of them heard. Starting takes its request and estimated tokens
+  from that row in one compare-and-swap, for all the starts of a round at once.
+- **estimated**: a start takes one request, and the input and output tokens of an average
+  generation of this process (learned from each one's usage); the API's next answer corrects
+  the remaining counts (the lower of the two is kept).
+- **unknown limits admit**: before any header is heard (or with a replier that sends none),
+  only `max_concurrent_generations` bounds.
+
+Which due bursts go first when not all may start is `fair_order` (bot/core/shares.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
+from typing import Protocol
+
+from bot.core.clock import Clock
+from bot.core.errors import StoreError
+from bot.core.store import DueTimer
+
+log = logging.getLogger("burstbot.admission")
+
+LIMITS = ("requests", "input-tokens", "output-tokens")
+FIRST_INPUT_ESTIMATE = 1_000.0  # input tokens of a generation before any was measured
+FIRST_OUTPUT_ESTIMATE = 300.0
+ESTIMATE_WEIGHT = 0.2  # each measured generation's share of the running estimate
+RATE_LIMITED_SECONDS = 1.0  # a 429 that names no retry-after holds this long
+OVERLOAD_FIRST_SECONDS = 1.0  # a 529's hold, doubled with each one in a row ...
+OVERLOAD_CAP_SECONDS = 60.0  # ... up to this
+PROBE_SECONDS = 10.0  # a probing start holds the next this long at most (its answer ends it)
+FIRST_STARTS = 8  # starts before any answer was heard (what the fixed policy ran at once)
+FIRST_ANSWER = "the API's first answer"
+OVERLOADED = "529 overloaded"
+ANSWER_AFTER_OVERLOAD = "an answer after 529 overloaded"
+MAX_WAITS_KEPT = 10_000  # past this many held bursts, those held longer than ...
+WAIT_FORGOTTEN_SECONDS = 3_600.0  # ... are forgotten (another process started them)
+SAVE_ATTEMPTS = 5  # compare-and-swap rounds before a save gives up (other processes won each)
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """One per-minute limit as last heard: `remaining` of `limit`, replenished at `per_second`."""
+
+    limit: float
+    remaining: float
+    per_second: float
+
+    def aged(self, seconds: float) -> Budget:
+        grown = self.remaining + max(0.0, seconds) * self.per_second
+        return replace(self, remaining=min(self.limit, grown))
+
+    def wait_for(self, amount: float) -> float:
+        """Seconds until `amount` fits (more than the whole limit waits for a full one)."""
+        missing = min(amount, self.limit) - self.remaining
+        return max(0.0, missing) / self.per_second if missing > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What the processes sharing one API key know of its limits, as of one moment: the budgets
+    heard (by `LIMITS` name), and a hold (`held` seconds from then) after a 429 or 529."""
+
+    budgets: Mapping[str, Budget]
+    held: float = 0.0
+    reason: str = ""  # why starts are held (or were, last)
+    overloads: int = 0  # 529s in a row
+    answered: bool = False  # an answer was heard (else starts probe, `FIRST_STARTS` at most)
+    unheard: int = 0  # starts made before any answer was heard
+
+    def aged(self, seconds: float) -> Limits:
+        budgets = {name: b.aged(seconds) for name, b in self.budgets.items()}
+        return replace(self, budgets=budgets, held=max(0.0, self.held - max(0.0, seconds)))
+
+    def wait(self, needs: Mapping[str, float]) -> tuple[float, str]:
+        """Seconds until one more start fits (0: now), and what it waits for."""
+        if self.held > 0:
+            return self.held, self.reason
+        waits = [(b.wait_for(needs[name]), name) for name, b in self.budgets.items()]
+        longest, name = max(waits, default=(0.0, ""))
+        per_minute = f"{name.replace('-', ' ')} per minute"
+        return (longest, per_minute) if longest > 0 else (0.0, "")
+
+    def take(self, needs: Mapping[str, float]) -> Limits:
+        budgets = {
+            name: replace(b, remaining=b.remaining - needs[name])
+            for name, b in self.budgets.items()
+        }
+        if self.overloads:  # one start alone, until its answer
+            return replace(self, budgets=budgets, held=PROBE_SECONDS, reason=ANSWER_AFTER_OVERLOAD)
+        if not self.answered:  # a few, until the first answer tells the limits
+            unheard, held, reason = self.unheard + 1, self.held, self.reason
+            if unheard >= FIRST_STARTS:
+                held, reason = PROBE_SECONDS, FIRST_ANSWER
+            return replace(self, budgets=budgets, unheard=unheard, held=held, reason=reason)
+        return replace(self, budgets=budgets)
+
+    def heard(self, status: int, headers: Mapping[str, str], wall: float) -> Limits:
+        """An answer of the API (`wall`: now, on the clock its `-reset` times are compared to)."""
+        budgets = dict(self.budgets)
+        for name in LIMITS:
+            announced = _budget(headers, name, wall)
+            if announced is None:
+                continue
+            known = budgets.get(name)
+            if known is not None and known.limit == announced.limit:
+                fewer = min(known.remaining, announced.remaining)  # ours counts starts in flight
+                announced = replace(announced, remaining=fewer)
+            budgets[name] = announced
+        held, reason, overloads = self.held, self.reason, self.overloads
+        probing = reason in (FIRST_ANSWER, ANSWER_AFTER_OVERLOAD)
+        kept = 0.0 if probing else held  # a probe's hold ends with its answer, whatever it is
+        if status == 429:
+            wait = _retry_after(headers)
+            held = max(kept, RATE_LIMITED_SECONDS if wait is None else wait)
+            reason = "429 rate limited"
+        elif status == 529:
+            if not (reason == OVERLOADED and held > 0):  # not a straggler of the same wave
+                overloads += 1
+            doubling = OVERLOAD_FIRST_SECONDS * 2 ** min(overloads - 1, 16)
+            wait = _retry_after(headers) or min(OVERLOAD_CAP_SECONDS, doubling)
+            held, reason = max(kept, wait), OVERLOADED
+        elif status < 500 and probing:  # the probe is answered (a 4xx is one burst's fault)
+            overloads, held, reason = 0, 0.0, ""
+        return Limits(budgets, held, reason, overloads, answered=True, unheard=self.unheard)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            asdict(self) | {"budgets": {k: asdict(b) for k, b in self.budgets.items()}}
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Limits:
+        data = json.loads(text)
+        budgets = {name: Budget(**b) for name, b in data.pop("budgets").items()}
+        return cls(budgets, **data)
+
+
+UNKNOWN = Limits({})
+
+
+def _budget(headers: Mapping[str, str], name: str, wall: float) -> Budget | None:
+    """`anthropic-ratelimit-<name>-limit/-remaining/-reset`: the replenishing rate is a minute's
+    worth a minute, or slower when the reset time says so."""
+    prefix = f"anthropic-ratelimit-{name}"
+    try:
+        limit = float(headers[f"{prefix}-limit"])
+        remaining = float(headers[f"{prefix}-remaining"])
+    except (KeyError, ValueError):
+        return None
+    if limit <= 0:
+        return None
+    per_second = limit / 60.0
+    reset = headers.get(f"{prefix}-reset")
+    if reset and remaining < limit:
+        try:
+            full_in = datetime.fromisoformat(reset.replace("Z", "+00:00")).timestamp() - wall
+        except ValueError:
+            full_in = 0.0
+        if full_in > 0:
+            per_second = min(per_second, (limit - remaining) / full_in)
+    return Budget(limit, min(remaining, limit), per_second)
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    for name, unit in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        try:
+            return max(0.0, float(headers[name]) / unit)
+        except (KeyError, ValueError):
+            continue
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class SharedLimits:
+    """The stored row: its state, how long ago (on the database's clock) it was saved, and the
+    version a save must find to replace it."""
+
+    limits: Limits
+    age: float
+    version: int
+
+
+class LimitBook(Protocol):
+    """The store's side: one row per API key, replaced by compare-and-swap on its version."""
+
+    async def api_limits(self, scope: str, now: float) -> SharedLimits | None: ...
+
+    async def save_api_limits(
+        self, scope: str, limits: Limits, version: int | None, now: float
+    ) -> bool:
+        """Save as of `now`: False if the row is no longer at `version` (None: is there)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A round's answer: how many may start now, and else when the next fits and why."""
+
+    granted: int
+    ready_at: float
+    waiting_for: str
+
+
+class Admission:
+    """Asked by the engine before it starts generations; told by the replier what the API said.
+    `scope` names the API key (never the key itself): processes with the same one share."""
+
+    def __init__(
+        self, book: LimitBook, clock: Clock, scope: str, wake: Callable[[], None] = lambda: None
+    ) -> None:
+        self.book = book
+        self.wake = wake  # the scheduler's alarm: an answer may let waiting bursts start
+        self.clock = clock
+        self.scope = scope
+        self.input_estimate = FIRST_INPUT_ESTIMATE
+        self.output_estimate = FIRST_OUTPUT_ESTIMATE
+        self.last = Verdict(0, 0.0, "")
+
+    @property
+    def needs(self) -> dict[str, float]:
+        return {
+            "requests": 1.0,
+            "input-tokens": self.input_estimate,
+            "output-tokens": self.output_estimate,
+        }
+
+    async def admit(self, wanted: int) -> Verdict:
+        """Take up to `wanted` starts from the shared limits in one compare-and-swap."""
+        now = self.clock.now()
+        if wanted <= 0:
+            return Verdict(0, now, "")
+        for _ in range(SAVE_ATTEMPTS):
+            shared = await self.book.api_limits(self.scope, now)
+            limits = UNKNOWN if shared is None else shared.limits.aged(shared.age)
+            version, granted = None if shared is None else shared.version, 0
+            wait, why = limits.wait(self.needs)
+            while granted < wanted and wait <= 0:
+                limits, granted = limits.take(self.needs), granted + 1
+                wait, why = limits.wait(self.needs)
+            if granted and not await self.book.save_api_limits(self.scope, limits, version, now):
+                continue
+            self.last = Verdict(granted, now + wait if granted < wanted else now, why)
+            return self.last
+        self.last = Verdict(0, now, "the shared limits, saved by other processes meanwhile")
+        return self.last
+
+    async def heard(self, status: int, headers: Mapping[str, str]) -> None:
+        """One answer of the API (an attempt's: the SDK's own retries too). A store that fails
+        here costs one lesson, logged; the request goes on."""
+        now = self.clock.now()
+        try:
+            for _ in range(SAVE_ATTEMPTS):
+                shared = await self.book.api_limits(self.scope, now)
+                known = UNKNOWN if shared is None else shared.limits.aged(shared.age)
+                learned = known.heard(status, headers, now)
+                if learned == known and shared is not None:
+                    return
+                version = None if shared is None else shared.version
+                if await self.book.save_api_limits(self.scope, learned, version, now):
+                    if status in (429, 529):
+                        log.warning("Claude API %d: generations held %.1f s", status, learned.held)
+                    elif known.held > 0 and learned.held <= 0:
+                        self.wake()
+                    return
+        except StoreError as exc:
+            log.warning(
+                "cannot save the API's limits (%s); learned again from the next answer", exc
+            )
+
+    def spent(self, input_tokens: int, output_tokens: int) -> None:
+        """A generation's measured usage moves the estimates a start takes."""
+        if input_tokens <= 0 and output_tokens <= 0:
+            return
+        w = ESTIMATE_WEIGHT
+        self.input_estimate = (1 - w) * self.input_estimate + w * input_tokens
+        self.output_estimate = (1 - w) * self.output_estimate + w * output_tokens
+
+
+@dataclass
+class Waits:
+    """The bursts this process held back for capacity, since when and for what (the last thing
+    it waited for): each is announced once when it starts waiting (`capacity_wait`) and once when
+    it starts (`admitted`, with `waited` seconds and `waiting_for`), logged, and recorded with its
+    generation for `explain`, so a wait is never unseen."""
+
+    emit: Callable[..., None]
+    since: dict[str, tuple[float, str]] = field(default_factory=dict)
+    done: dict[str, tuple[float, str]] = field(default_factory=dict)  # admitted, not collected
+
+    def started(self, conversation_id: str) -> tuple[float, str]:
+        """How long the burst a worker collects waited, and for what (0, "": it did not)."""
+        return self.done.pop(conversation_id, (0.0, ""))
+
+    def note(self, chosen: Sequence[DueTimer], verdict: Verdict, now: float) -> None:
+        for index, timer in enumerate(chosen):
+            cid = timer.conversation_id
+            if index < verdict.granted:
+                held = self.since.pop(cid, None)
+                if held is not None:
+                    waited, why = now - held[0], held[1]
+                    log.info("conversation %s: waited %.1f s for %s", cid, waited, why)
+                    self.done[cid] = (waited, why)
+                    self.emit("admitted", conversation=cid, waited=waited, waiting_for=why)
+            elif cid in self.since:  # still waiting: for what it waits now
+                self.since[cid] = (self.since[cid][0], verdict.waiting_for)
+            else:
+                self.since[cid] = (now, verdict.waiting_for)
+                self.emit("capacity_wait", conversation=cid, waiting_for=verdict.waiting_for,
+                          until=verdict.ready_at)  # fmt: skip
+        if len(self.since) > MAX_WAITS_KEPT:  # served by other processes meanwhile
+            for cid, (since, _) in list(self.since.items()):
+                if now - since > WAIT_FORGOTTEN_SECONDS:
+                    del self.since[cid]
