@@ -138,7 +138,13 @@ def _click_line(c: ClickRecord) -> str:
     who = printable(c.clicker_name)
     if c.outcome == "stopped":
         return f"clicked   {c.kind}: stopped by {who} at {_clock(c.clicked_at)} (v{c.version})"
-    return f"clicked   {c.kind} by {who}: {printable(c.outcome or 'undecided')}, nothing changed"
+    why = {
+        "refused": "not one of the people it answers",
+        "already_stopped": "already stopped",
+        "ended": "the answer had already ended",
+        "duplicate": "a repeat delivery, counted once",
+    }.get(c.outcome or "", printable(c.outcome or "undecided"))
+    return f"clicked   {c.kind} by {who}: {why}, nothing changed"
 
 
 def _vote_line(c: ClickRecord) -> str:
