@@ -1,9 +1,9 @@
 """The fake Discord by hand: `python -m testkit.fake_discord --port 8767 --control-port 8768`.
 
 It serves the fake Discord API and gateway (`testkit.fake_discord`) with one server (guild
-`GUILD`, text channel `general`) and a DM with alice, and prints the command that runs
-`burstbot run --config CONFIG` against it: the config names no Discord URL, so that command points
-discord.py's REST base and gateway at the fake before it starts burstbot. The token it accepts is
+`GUILD`, text channel `general`) and a DM with alice. The config names no Discord URL, so
+`python -m testkit.fake_discord run --port 8767 --config CONFIG` is `burstbot run --config CONFIG`
+with discord.py's REST base and gateway pointed at the fake on that port. The token it accepts is
 `test-token` (`DISCORD_TOKEN=test-token`).
 
 People are `alice`, `bob` and `carol`. A control server on `--control-port` plays them:
@@ -23,8 +23,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import shlex
+import sys
 
+import discord
+import yarl
 from aiohttp import web
 
 from testkit.fake_discord import FakeDiscord, Json
@@ -124,14 +126,13 @@ async def _serve(port: int, control_port: int) -> None:
         runner, bound = await serve_locally(
             ByHand(fake).application(), control_port, access_log=None
         )
-        command = shlex.join(fake.run_command("CONFIG"))
+        command = f"python -m testkit.fake_discord run --port {fake.port} --config CONFIG"
         print(f"fake Discord API {fake.api_base}, gateway {fake.gateway_url}", flush=True)
         people = ", ".join(f"{name} ({person['id']})" for name, person in PEOPLE.items())
         print(f"people: {people}; server {GUILD}, channel general {GENERAL}", flush=True)
         print(f"control: http://127.0.0.1:{bound}/fake/ (say, press, posts, answers)", flush=True)
         print(
-            f"run burstbot against it (from the checkout, DISCORD_TOKEN={fake.token}):\n"
-            f"  {command}",
+            f"run burstbot against it (DISCORD_TOKEN={fake.token}):\n  {command}",
             flush=True,
         )
         try:
@@ -140,7 +141,25 @@ async def _serve(port: int, control_port: int) -> None:
             await runner.cleanup()
 
 
+def run_burstbot(argv: list[str]) -> None:
+    """`burstbot run --config CONFIG` against the fake on `--port`."""
+    parser = argparse.ArgumentParser(prog="python -m testkit.fake_discord run")
+    parser.add_argument("--port", type=int, default=8767, help="the fake's --port")
+    parser.add_argument("--config", required=True)
+    args = parser.parse_args(argv)
+    discord.http.Route.BASE = f"http://127.0.0.1:{args.port}/api/v10"
+    discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(
+        f"ws://127.0.0.1:{args.port}/gateway"
+    )
+    from bot.cli import main as burstbot
+
+    raise SystemExit(burstbot(["run", "--config", args.config]))
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["run"]:
+        run_burstbot(argv[1:])
     parser = argparse.ArgumentParser(description="A fake Discord on 127.0.0.1, by hand")
     parser.add_argument("--port", type=int, default=8767, help="the Discord API and gateway")
     parser.add_argument("--control-port", type=int, default=8768, help="/fake/say, press, ...")

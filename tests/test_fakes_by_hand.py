@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -19,6 +23,7 @@ from testkit.fake_slack import EventSender, FakeSlackApi
 from testkit.serving import serve_locally
 
 SECRET = "by-hand-secret"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -159,3 +164,28 @@ async def test_discord_by_hand_says_and_presses_over_the_gateway() -> None:
     assert pressed["member"]["user"]["username"] == "alice"
     assert shown == [{"id": post["id"], "channel": "general", "content": "Going",
                       "buttons": ["Stop"]}]  # fmt: skip
+
+
+async def test_discord_by_hand_runs_burstbot_against_the_fake(tmp_path: Path) -> None:
+    """`python -m testkit.fake_discord run --port P --config C` is `burstbot run --config C` on
+    the fake: it connects, registers /reset, and stops cleanly on SIGTERM."""
+    config = tmp_path / "c.toml"
+    config.write_text(
+        '[llm]\nprovider = "offline"\n[console]\nenabled = false\n'
+        '[storage]\nurl = "sqlite:///b.db"\n[discord]\nenabled = true\n'
+    )
+    async with FakeDiscord() as fake:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "testkit.fake_discord", "run", "--port", str(fake.port),
+            "--config", str(config), cwd=tmp_path,
+            env={**os.environ, "DISCORD_TOKEN": fake.token, "PYTHONPATH": str(ROOT)},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            await fake.wait_for(lambda: bool(fake.command_posts), within=30)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(30):
+                _, stderr = await process.communicate()
+    assert process.returncode == 0, stderr.decode()
+    assert fake.identify is not None and fake.identify["token"] == fake.token
