@@ -88,7 +88,7 @@ parts of a reply)."""
 
 class FakeDiscord:
     def __init__(
-        self, token: str = "test-token", nonce_window_seconds: float | None = None
+        self, token: str = "test-token", nonce_window_seconds: float | None = None, port: int = 0
     ) -> None:
         self.token = token
         self.nonce_window_seconds = nonce_window_seconds
@@ -126,7 +126,7 @@ class FakeDiscord:
         self._identified: list[web.WebSocketResponse] = []
         self._sequence = itertools.count(1)
         self._runner: web.AppRunner | None = None
-        self.port = 0
+        self.port = port  # 0: any free port
 
     def enforce_rate_limits(
         self, per_five_seconds: float = 5.0, clock: Callable[[], float] = time.monotonic
@@ -169,7 +169,7 @@ class FakeDiscord:
         app.router.add_post("/api/v10/interactions/{id}/{token}/callback", self._callback)
         app.router.add_get("/gateway", self._gateway)
         app.router.add_get("/attachments/{channel_id}/{attachment_id}/{filename}", self._cdn)
-        self._runner, self.port = await serve_locally(app)
+        self._runner, self.port = await serve_locally(app, self.port)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -684,3 +684,9 @@ def frontend_for(
                             **options)  # fmt: skip
     front.client._connection.guild_ready_timeout = 0.05
     return front
+
+
+if __name__ == "__main__":  # by hand: see testkit/fake_discord_by_hand.py
+    from testkit.fake_discord_by_hand import main
+
+    main()

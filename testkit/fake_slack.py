@@ -10,12 +10,21 @@ over it and `acks` records the envelope ids the bot acknowledged.
 
 To try burstbot by hand against it: `python -m testkit.fake_slack --port 8766 --events-url
 http://127.0.0.1:3000/slack/events --signing-secret S` (by hand the app has the assistant scope
-unless `--without-assistant-scope`; `--channel C7:design` adds a channel the bot is in). `POST
+unless `--without-assistant-scope`; `--channel C7:design` adds a channel the bot is in; the bot
+token it accepts is `--token`, `xoxb-test` by default, and the app-level token `xapp-test`). `POST
 /fake/say` (form: `channel`, `text`, optional `user`, `thread_ts`) is a person writing: the message
 lands in history and is sent once as a signed event, as Slack does (if nobody listens, the event is
-lost); `POST /fake/assistant` (form: `user`, optional `viewing` channel) is a person opening the
-app's assistant panel: a new thread in their DM and its `assistant_thread_started` event; `GET
-/fake/posts` lists what bots posted (as the messages read now), `GET /fake/calls` the `chat.*`
+lost; without `--events-url`, it goes over the bot's Socket Mode connection: `apps.connections.open`
+hands out one on the same server); `POST /fake/assistant` (form: `user`, optional `viewing`
+channel) is a person opening the app's assistant panel: a new thread in their DM and its
+`assistant_thread_started` event; `POST /fake/press` (form: `ts` of a bot's message, `button`:
+`stop`, `up` for 👍 or `down` for 👎, optional `user`) is a person pressing one of its buttons,
+delivered the same way as events (Slack's interactivity URL is the events URL); `POST
+/fake/stop-session` (form: `channel`, `thread_ts`, optional `user`; with `--agent`, the app
+declared an agent) is a person pressing Slack's Stop on a thread's agent session; `GET
+/fake/ephemerals` lists what one person alone was shown (`chat.postEphemeral`); `GET
+/fake/posts` lists what bots posted (as the messages read now: `text`, what it `shows` and the
+`buttons` under it), `GET /fake/calls` the `chat.*`
 calls bots made, in order (method, ts, text), and `GET /fake/log` every Web API call, in order
 (method and arguments). `POST /fake/outage` (form: `on=1`, `on=0`) starts and ends an outage:
 meanwhile every Web API call is answered by the load balancer in front of Slack, a plain-text 503
@@ -392,6 +401,9 @@ class FakeSlackApi:
         app.router.add_post("/fake/outage", self._switch_outage)
         app.router.add_post("/fake/token", self._new_token)
         app.router.add_get("/fake/rate-limits", self._rate_limit_counts)
+        app.router.add_post("/fake/press", self._press)
+        app.router.add_post("/fake/stop-session", self._stop_session)
+        app.router.add_get("/fake/ephemerals", self._ephemerals)
         self._runner, bound = await serve_locally(app, port, access_log=None)
         self.url = f"http://127.0.0.1:{bound}/api/"
         return self
@@ -496,21 +508,72 @@ class FakeSlackApi:
         user, thread_ts = str(form.get("user", "U1")), form.get("thread_ts")
         ts = self._next_ts()
         self.add_user_message(channel, ts, text, user, str(thread_ts) if thread_ts else None)
-        status: int | str = "no events url"
-        if self.events is not None:
-            event = {"type": "message", "channel": channel, "user": user, "text": text, "ts": ts,
-                     "channel_type": "im" if channel.startswith("D") else "channel",
-                     "user_profile": {"display_name": self.users.get(user, user)}}  # fmt: skip
-            if thread_ts:
-                event["thread_ts"] = str(thread_ts)
-            try:
-                status = await self.events.send(event)
-            except aiohttp.ClientError as exc:
-                status = f"event lost: {exc}"
-        return web.json_response({"ts": ts, "event": status})
+        event = {"type": "message", "channel": channel, "user": user, "text": text, "ts": ts,
+                 "channel_type": "im" if channel.startswith("D") else "channel",
+                 "user_profile": {"display_name": self.users.get(user, user)}}  # fmt: skip
+        if thread_ts:
+            event["thread_ts"] = str(thread_ts)
+        return web.json_response({"ts": ts, "event": await self._deliver_event(event)})
+
+    async def _deliver_event(self, event: dict[str, Any]) -> int | str:
+        """By hand: send `event` as Slack would, to the events URL, else over the newest Socket
+        Mode connection; what happened to it (the HTTP status, or the envelope id)."""
+        try:
+            if self.events is not None:
+                return await self.events.send(event)
+            if self.sockets:
+                return await self.push_envelope(event)
+        except (aiohttp.ClientError, ConnectionError) as exc:
+            return f"event lost: {exc}"
+        return "no events url and no Socket Mode connection"
+
+    async def _deliver_interaction(self, payload: dict[str, Any]) -> int | str:
+        """By hand: a button press, to the events URL (Slack's interactivity URL is the same),
+        else over the newest Socket Mode connection."""
+        try:
+            if self.events is not None:
+                return await self.events.interact(payload)
+            if self.sockets:
+                return await self.push_interactive(payload)
+        except (aiohttp.ClientError, ConnectionError) as exc:
+            return f"press lost: {exc}"
+        return "no events url and no Socket Mode connection"
+
+    async def _press(self, request: web.Request) -> web.Response:
+        """A person presses a button of a bot's message: `button` is `stop` (the Stop button),
+        `up` or `down` (👍 or 👎 of its feedback buttons)."""
+        form = await request.post()
+        ts, user, button = str(form["ts"]), str(form.get("user", "U1")), str(form["button"])
+        found = [m for m in self.posts() if m.ts == ts]
+        if not found:
+            return web.json_response({"error": f"no bot message {ts}"}, status=404)
+        message = found[0]
+        if button == "stop" and message.buttons():
+            payload = self.click(message, user)
+        elif button in ("up", "down") and message.feedback_buttons():
+            payload = self.feedback(message, user, positive=button == "up")
+        else:
+            refused = {"error": f"message {ts} shows no {button} button"}
+            return web.json_response(refused, status=409)
+        return web.json_response({"press": await self._deliver_interaction(payload)})
+
+    async def _stop_session(self, request: web.Request) -> web.Response:
+        """A person presses Slack's Stop on a thread's agent session (`--agent`)."""
+        form = await request.post()
+        channel, thread = str(form["channel"]), str(form["thread_ts"])
+        status = self.agents.sessions.get((channel, thread))
+        if status != "processing":  # Slack shows the session's Stop only while it processes
+            refused = {"error": f"session {channel}/{thread} shows no Stop (status: {status})"}
+            return web.json_response(refused, status=409)
+        event = self.stop_session(channel, thread, str(form.get("user", "U1")))
+        return web.json_response({"event": await self._deliver_event(event)})
+
+    async def _ephemerals(self, request: web.Request) -> web.Response:
+        return web.json_response(self.ephemerals)
 
     async def _posts(self, request: web.Request) -> web.Response:
-        posts = [{"channel": m.channel, "ts": m.ts, "thread_ts": m.thread_ts, "text": m.text}
+        posts = [{"channel": m.channel, "ts": m.ts, "thread_ts": m.thread_ts, "text": m.text,
+                  "shows": m.visible, "buttons": _button_names(m)}
                  for m in self.posts()]  # fmt: skip
         return web.json_response(posts)
 
@@ -1092,6 +1155,12 @@ class EventSender:
         return status, json.loads(text_body) if text_body else {}
 
 
+def _button_names(message: PostedMessage) -> list[str]:
+    """The buttons a person sees under a message, by their labels (👍 and 👎 for feedback)."""
+    names = [str(b["text"]["text"]) for b in message.buttons()]
+    return names + ["👍", "👎"] * len(message.feedback_buttons())
+
+
 def event_callback(
     event: dict[str, Any], event_id: str = "Ev0001", team: str = TEAM
 ) -> dict[str, Any]:
@@ -1141,8 +1210,9 @@ async def _serve(
     channels: list[str],
     assistant_scope: bool,
     rate_limits: bool,
+    agent: bool,
 ) -> None:
-    api = FakeSlackApi(token=token, status_supported=assistant_scope)
+    api = FakeSlackApi(token=token, status_supported=assistant_scope, agent=agent)
     if rate_limits:
         api.enforce_rate_limits()
     await api.start(port)
@@ -1169,12 +1239,14 @@ def main() -> None:
     unscoped = "the app lacks assistant:write (assistant.threads.* refused)"
     parser.add_argument("--without-assistant-scope", action="store_true", help=unscoped)
     parser.add_argument("--rate-limits", action="store_true", help="enforce Slack's rate limits")
+    agent = "the app is declared an agent (agents.sessions.setStatus, /fake/stop-session)"
+    parser.add_argument("--agent", action="store_true", help=agent)
     args = parser.parse_args()
     logging.basicConfig(format="%(message)s")
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(args.port, args.events_url, args.signing_secret, args.token,
                            args.channel, not args.without_assistant_scope,
-                           args.rate_limits))  # fmt: skip
+                           args.rate_limits, args.agent))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -115,6 +115,22 @@ async def test_a_threads_session_is_processing_while_its_answer_is_written(
         assert len(await bot.store.replies(THREAD.id)) == 1
 
 
+async def test_a_stopper_users_info_does_not_know_is_named_by_id_not_by_escaped_markup(
+    agent: FakeSlackApi,
+) -> None:
+    """An admin `users.info` has no name for: the stopped line shows their id as plain text. A
+    `<@U…>` mention cannot survive the reply's rendering (every `<` is escaped so that no text
+    pings anyone): people would read "&lt;@U3&gt;" or "<@U3>" as literal text."""
+    access = {"admin_ids": ["U3"]}
+    async with running_bot(agent, replier=ScriptedReplier(hold=True), access=access) as bot:
+        await deliver(bot, agent, "http", mention())
+        await processing(bot, agent)
+        await stop_session(bot, agent, "http", agent.stop_session("C1", ts(1), "U3"))
+        await answered(bot)
+        await until(lambda: "stopped by" in the_message(agent).text)
+        assert the_message(agent).visible == "The plan is\n\n_(stopped by U3)_"
+
+
 @pytest.mark.parametrize("mode", ["http", "socket"])
 async def test_a_stop_of_the_session_ends_the_answer_in_the_same_message(
     agent: FakeSlackApi, mode: str

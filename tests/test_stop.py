@@ -193,6 +193,34 @@ async def test_explain_says_who_stopped_the_answer_and_when(
     assert any("generated v1: stopped by alice, stream cancelled" in line for line in lines), lines
 
 
+async def test_explain_says_in_words_why_a_stop_changed_nothing(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    """A refused, a second and a late stop read as the vote lines do: words, not outcome codes."""
+    replier = ScriptedReplier(hold=True)
+    frontend, engine, _ = await drafting(store, clock, "Let me", replier)
+    await engine.click(await stop_click(store, "u9", "mallory"), admin=False)
+    await engine.click(await stop_click(store, "u1", "alice"), admin=False)
+    await engine.click(await stop_click(store, "u1", "alice"), admin=False)
+    await answered(engine, clock)
+    await engine.ingest(message(2, "and then?"))
+    second = await start_generation(engine, clock, replier, 1)
+    second.stream(2, "Then")
+    await drafted(store, frontend, posts=2)
+    late = await stop_click(store, "u1", "alice")  # pressed on the draft, delivered after the end
+    second.finish("Then it ended.")
+    await answered(engine, clock)
+    await engine.click(late, admin=False)
+    lines = await explain_lines(store, KEY.id, clock.now())
+    assert lines is not None
+    unchanged = [line[line.index("clicked") :] for line in lines if "nothing changed" in line]
+    assert unchanged == [
+        "clicked   stop by mallory: not one of the people it answers, nothing changed",
+        "clicked   stop by alice: already stopped, nothing changed",
+        "clicked   stop by alice: the answer had already ended, nothing changed",
+    ]
+
+
 async def test_the_app_lets_an_admin_from_the_config_stop_anyones_answer(
     store: SqliteStore, clock: FakeClock
 ) -> None:

@@ -170,21 +170,23 @@ class AgentSessions:
             task.add_done_callback(self._telling.discard)
 
     async def _name(self, user: str) -> str:
-        """The presser's name for the stopped line (`users.info`, bounded; else a mention)."""
+        """The presser's name for the stopped line (`users.info`, bounded; else their user id:
+        a `<@U…>` mention would not survive the reply's rendering, which escapes every `<` so
+        that no text pings anyone)."""
         if user in self._names:
             return self._names[user]
         try:
             async with asyncio.timeout(NAME_LOOKUP_SECONDS):
                 info = await call("users.info", self.client.users_info(user=user))
         except (DeliveryError, TimeoutError) as exc:
-            log.info("slack: no name for %s (%s); the stop names them by mention", user, exc)
-            return f"<@{user}>"
+            log.info("slack: no name for %s (%s); the stop names them by their id", user, exc)
+            return user
         found = info.get("user")
         found = found if isinstance(found, Mapping) else {}
         profile = found.get("profile")
         profile = profile if isinstance(profile, Mapping) else {}
         names = (profile.get("display_name"), profile.get("real_name"), found.get("name"))
-        name = next((str(n) for n in names if n), f"<@{user}>")
+        name = next((str(n) for n in names if n), user)
         if len(self._names) >= REMEMBERED:
             self._names.clear()
         self._names[user] = name

@@ -150,7 +150,16 @@ def _click_line(c: ClickRecord) -> str:
         return f"clicked   {c.kind}: stopped by {who} at {_clock(c.clicked_at)} (v{c.version})"
     if c.outcome in ("approved", "denied"):
         return f"clicked   {c.kind} on card r{printable(c.target)}: {c.outcome} by {who}"
-    return f"clicked   {c.kind} by {who}: {printable(c.outcome or 'undecided')}, nothing changed"
+    why = {
+        "refused": "not one of the people it answers"
+        if c.kind == "stop"
+        else "not one of the people who may decide",
+        "already_stopped": "already stopped",
+        "already_decided": "already decided",
+        "ended": "the answer had already ended" if c.kind == "stop" else "no longer waiting",
+        "duplicate": "a repeat delivery, counted once",
+    }.get(c.outcome or "", printable(c.outcome or "undecided"))
+    return f"clicked   {c.kind} by {who}: {why}, nothing changed"
 
 
 def _vote_line(c: ClickRecord) -> str:
