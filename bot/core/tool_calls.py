@@ -172,12 +172,16 @@ class BurstTools:
         if not began.created:
             earlier = began.record
             if earlier.result is not None:
-                self.emit("tool_call", server=spec.server, tool=spec.name, outcome="given")
+                self.emit("tool_call", server=spec.server, tool=spec.name, outcome="given",
+                          tool_use_id=tool_use_id, result=earlier.result)  # fmt: skip
                 return ToolAnswer(earlier.result, is_error=earlier.failed)
             if not spec.read_only:
-                self.emit("tool_call", server=spec.server, tool=spec.name, outcome="given")
+                self.emit("tool_call", server=spec.server, tool=spec.name, outcome="given",
+                          tool_use_id=tool_use_id, result=MAY_HAVE_RUN)  # fmt: skip
                 return ToolAnswer(MAY_HAVE_RUN, is_error=True)
-        call = asyncio.ensure_future(self._call(spec, arguments, key))
+        self.emit("tool_started", server=spec.server, tool=spec.name, tool_use_id=tool_use_id,
+                  arguments=shown, read_only=spec.read_only)  # fmt: skip
+        call = asyncio.ensure_future(self._call(spec, arguments, key, tool_use_id))
         if spec.read_only:
             return await call
         try:
@@ -187,7 +191,9 @@ class BurstTools:
             await asyncio.gather(call, return_exceptions=True)
             raise
 
-    async def _call(self, spec: ToolSpec, arguments: dict[str, Any], key: str) -> ToolAnswer:
+    async def _call(
+        self, spec: ToolSpec, arguments: dict[str, Any], key: str, tool_use_id: str
+    ) -> ToolAnswer:
         cid, started = self.lease.conversation_id, time.monotonic()
         try:
             output = await self.servers.call(spec, arguments, key)
@@ -196,20 +202,23 @@ class BurstTools:
                 self.unavailable.append(spec.server)
             text = f"the tool is unavailable ({exc}); it did not run"
             await self.log.finish_action(cid, key, text, True, self.now())
-            self._emitted(spec, "unavailable", started)
+            self._emitted(spec, "unavailable", started, tool_use_id, text)
             return ToolAnswer(text, is_error=True)
         except OutcomeUnknown as exc:
             log.warning("tool %s.%s: %s", spec.server, spec.name, exc)
-            self._emitted(spec, "unknown", started)
+            self._emitted(spec, "unknown", started, tool_use_id, MAY_HAVE_RUN)
             return ToolAnswer(MAY_HAVE_RUN, is_error=True)
         text = self._capped(spec.server, output.text)
         await self.log.finish_action(cid, key, text, output.failed, self.now())
-        self._emitted(spec, "failed" if output.failed else "done", started)
+        self._emitted(spec, "failed" if output.failed else "done", started, tool_use_id, text)
         return ToolAnswer(text, is_error=output.failed)
 
-    def _emitted(self, spec: ToolSpec, outcome: str, started: float) -> None:
+    def _emitted(
+        self, spec: ToolSpec, outcome: str, started: float, tool_use_id: str, result: str
+    ) -> None:
         self.emit("tool_call", server=spec.server, tool=spec.name, outcome=outcome,
-                  seconds=time.monotonic() - started)  # fmt: skip
+                  seconds=time.monotonic() - started, tool_use_id=tool_use_id,
+                  result=result)  # fmt: skip
 
     def _capped(self, server: str, text: str) -> str:
         cap = self.max_result_chars.get(server, 20_000)
