@@ -48,6 +48,7 @@ from bot.ops.metrics import Metrics, MetricsServer
 from bot.ops.reload import ReloadPlan, plan_reload
 from bot.ops.retention import Retention
 from bot.ops.usage import PriceTable
+from bot.web.feedback import feedback_panel
 from bot.wiring import build_serving, catch_up_settings, engine_settings, make_owner
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ class App:
         self.retention = Retention(store, clock, lambda: self.config.retention)
         self.metrics_server: MetricsServer | None = None
         self.web_server: WebServer | None = None
-        self.web_panels: list[Panel] = []  # extra sections of the page's usage view (feedback)
+        self.web_panels: list[Panel] = [feedback_panel]  # extra sections of the usage view
         self.subscribe(self.metrics.observe)
         self.traces = self._traces(config)
         self._stop = asyncio.Event()
