@@ -7,7 +7,11 @@ real SQLite store; the spans go to the OpenTelemetry SDK's in-memory exporter.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
@@ -23,9 +27,10 @@ from bot.wiring import claude_replier
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, check_invariants
 from testkit.clock import FakeClock
-from testkit.fake_anthropic import FakeAnthropic, Plan
+from testkit.fake_anthropic import FakeAnthropic, Plan, ToolUse
 from tests.conftest import KEY, SETTINGS, make_engine
 from tests.test_claude_engine import KEY_ENV, ObservedClaude, fire
+from tests.tool_harness import stdio_server, tool_config, tool_engine
 
 WORDS = ("ultramarine-otter", "quartz-lantern", "velvet-harbour")
 """What people write: none of it may appear in a span unless content recording is on."""
@@ -167,3 +172,85 @@ def test_telemetry_config_is_strict() -> None:
         parse_config({"telemetry": {"endpoint": "http://collector:4318"}})
     assert traces_endpoint("http://c:4318") == "http://c:4318/v1/traces"
     assert traces_endpoint("http://c:4318/custom/traces") == "http://c:4318/custom/traces"
+
+
+async def test_each_tool_call_is_an_execute_tool_span_between_its_model_requests(
+    store: SqliteStore,
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    server: FakeAnthropic,
+    tmp_path: Path,
+) -> None:
+    server.queue(
+        Plan(text="", tool_uses=[ToolUse("search_tickets", {"query": WORDS[0]})]),
+        Plan(text="Found it."),
+    )
+    config = tool_config(server, stdio_server(tmp_path / "ledger.txt", tmp_path / "hold"))
+    async with tool_engine(config, store, clock, frontend) as (engine, _):
+        exporter = traced(engine)
+        await engine.ingest(said(1))
+        await fire(engine, clock)
+    spans = exporter.get_finished_spans()
+    [generation] = named(spans, "generation")
+    [tool] = named(spans, "execute_tool search_tickets")
+    assert tool.parent is not None and tool.parent.span_id == generation.context.span_id
+    assert {k: tool.attributes[k] for k in (
+        "gen_ai.operation.name", "gen_ai.tool.name", "burstbot.tool.outcome",
+    )} == {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_tickets",
+           "burstbot.tool.outcome": "done"}  # fmt: skip
+    assert str(tool.attributes["gen_ai.tool.call.id"]).startswith("toolu_")
+    asking, answering = [s for s in spans if s.name.startswith("chat ")]
+    assert asking.attributes["gen_ai.response.finish_reasons"] == ("tool_use",)
+    assert asking.end_time is not None and tool.start_time is not None
+    assert answering.start_time is not None and tool.end_time is not None
+    assert asking.end_time <= tool.start_time and tool.end_time <= answering.start_time
+    assert WORDS[0] not in everything_said(spans)  # the tool's arguments are content too
+
+
+async def test_recorded_content_is_redacted_like_the_logs(
+    store: SqliteStore,
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    server: FakeAnthropic,
+    claude: ObservedClaude,
+) -> None:
+    engine = make_engine(store, clock, claude, frontend)
+    exporter = traced(engine, record_content=True)
+    token = "xoxb-1234567890-0987654321-abcdefghijklmnopqrstuvwx"
+    await engine.ingest(IncomingMessage(KEY, "m1", "u-alice", "alice", f"my token is {token}"))
+    await fire(engine, clock)
+    text = everything_said(exporter.get_finished_spans())
+    assert "my token is [redacted]" in text and token not in text
+
+
+def opentelemetry_loaded(config: Path) -> list[str]:
+    """The OpenTelemetry SDK and exporter modules a process has loaded once it built the app
+    `burstbot run` builds from `config` (every front end, the model client, the web page's
+    panel). The Anthropic SDK itself imports the small OpenTelemetry API: that one is always
+    there."""
+    probe = (
+        "import sys\n"
+        "SDK = ('opentelemetry.sdk', 'opentelemetry.exporter')\n"
+        "import bot.cli.main\n"
+        "from bot.app import App\n"
+        "from bot.config import load_config\n"
+        "from bot.wiring import build_frontends, build_replier, build_store\n"
+        f"config = load_config({str(config)!r})\n"
+        "App(config, build_store(config), build_replier(config), build_frontends(config))\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(SDK))))\n"
+    )
+    env = {**os.environ, "ANTHROPIC_API_KEY": "sk-test-not-a-real-key"}
+    done = subprocess.run([sys.executable, "-c", "import json\n" + probe], capture_output=True,
+                          text=True, cwd=Path(__file__).parent.parent, env=env,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return list(json.loads(done.stdout))
+
+
+def test_a_bot_without_telemetry_never_imports_the_opentelemetry_sdk(tmp_path: Path) -> None:
+    config = tmp_path / "burstbot.toml"
+    storage = f'[storage]\nurl = "sqlite:///{tmp_path / "b.db"}"\n'
+    config.write_text(storage)
+    assert opentelemetry_loaded(config) == []
+    config.write_text(storage + '[telemetry]\notlp_endpoint = "http://127.0.0.1:4318"\n')
+    assert "opentelemetry.sdk.trace" in opentelemetry_loaded(config)
