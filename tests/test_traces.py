@@ -25,10 +25,12 @@ from bot.core.events import IncomingMessage
 from bot.ops.traces import Traces, traces_endpoint
 from bot.wiring import claude_replier
 from storage.sqlite import SqliteStore
-from testkit import RecordingFrontend, check_invariants
+from testkit import RecordingFrontend, ScriptedReplier, check_invariants
 from testkit.clock import FakeClock
 from testkit.fake_anthropic import FakeAnthropic, Plan, ToolUse
+from tests.clock_steps import step
 from tests.conftest import KEY, SETTINGS, make_engine
+from tests.heard import Heard
 from tests.test_claude_engine import KEY_ENV, ObservedClaude, fire
 from tests.tool_harness import stdio_server, tool_config, tool_engine
 
@@ -129,6 +131,9 @@ async def test_a_superseded_burst_is_one_trace_with_both_generations_the_cancel_
 
     windows = named(spans, "window")
     assert [w.attributes["burstbot.window.closed_by"] for w in windows] == ["quiet", "quiet"]
+    # each from the burst's first message, on the engine's clock: 1.5 s, then 1.5 + 1.5 s
+    durations = [(w.end_time or 0) - (w.start_time or 0) for w in windows]
+    assert durations[0] >= 1.5e9 and durations[1] >= 3.0e9
     [commit] = named(spans, "commit")
     assert commit.attributes["burstbot.commit.outcome"] == "committed"
     [post] = named(spans, f"{frontend.platform} post")
@@ -254,3 +259,46 @@ def test_a_bot_without_telemetry_never_imports_the_opentelemetry_sdk(tmp_path: P
     assert opentelemetry_loaded(config) == []
     config.write_text(storage + '[telemetry]\notlp_endpoint = "http://127.0.0.1:4318"\n')
     assert "opentelemetry.sdk.trace" in opentelemetry_loaded(config)
+
+
+async def test_a_speculation_is_a_span_of_its_generation_until_the_close(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    """The first generation starts early and is superseded before the close; the second starts
+    early too, finishes before the close and is held until it."""
+    replier = ScriptedReplier(hold=True)
+    frontend = RecordingFrontend(clock=clock)
+    engine = make_engine(store, clock, replier, frontend, speculate=True,
+                         speculate_after_seconds=0.3)  # fmt: skip
+    exporter = traced(engine)
+    heard = Heard()
+    engine.subscribe(heard)
+    await engine.ingest(said(1))
+    await clock.advance(0.3)
+    assert await engine.run_due() == 1
+    early = await replier.next_call(0)
+    await engine.ingest(said(2))
+    await heard.next("superseded", since=0)
+    assert early.cancelled
+    await engine.idle()
+    await clock.advance(0.3)
+    assert await engine.run_due() == 1
+    (await replier.next_call(1)).finish("an answer")
+    await heard.next("held", since=0)
+    await step(clock, 1.2)  # the close
+    await engine.idle()
+    assert len(frontend.posts) == 1
+
+    spans = exporter.get_finished_spans()
+    assert len({s.context.trace_id for s in spans}) == 1
+    cancelled, answered = named(spans, "generation")
+    first, second = named(spans, "speculation")
+    assert first.parent is not None and first.parent.span_id == cancelled.context.span_id
+    assert second.parent is not None and second.parent.span_id == answered.context.span_id
+    assert first.attributes["burstbot.speculation.outcome"] == "superseded"
+    assert second.attributes["burstbot.speculation.outcome"] == "reached_close"
+    assert [e.name for e in second.events] == ["finished before the close; held"]
+    still_open, closed = named(spans, "window")
+    assert "burstbot.window.closed_by" not in (still_open.attributes or {})
+    assert [e.name for e in still_open.events] == ["the generation ended before the window closed"]
+    assert closed.attributes["burstbot.window.closed_by"] == "quiet"

@@ -356,7 +356,8 @@ class Engine:
                         lambda name: self._emit(name, conversation=cid))  # fmt: skip
         self._emit("generating", conversation=cid, version=lease.version,
                    burst=len(burst.messages), speculative=window.speculative,
-                   closed_by=lease.close_reason, attempt=lease.failed_attempts + 1)  # fmt: skip
+                   closed_by=lease.close_reason, attempt=lease.failed_attempts + 1,
+                   waited=burst.started_at - burst.messages[0].created_at)  # fmt: skip
         # a tool with an effect waits for the close: never run by a speculation (G14)
         calls = None if self.tools is None else self.tools.for_burst(burst, announce, window.closed)
         prompted = self.prompts.generate(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -177,20 +178,9 @@ class Traces:
             self._forget(next(iter(self._bursts)))
         return spans
 
-    def _burst(self, cid: str, trace_context: object = None) -> BurstSpans | None:
-        """The burst's spans here; a stored context this process has not seen starts them."""
-        ids = parse_trace_context(trace_context)
-        spans = self._bursts.get(cid)
-        if ids is None:
-            return spans
-        parent = _parent(ids)
-        if spans is None or trace.get_current_span(spans.parent).get_span_context().trace_id != (
-            ids.trace_id
-        ):
-            if spans is not None:
-                self._forget(cid)
-            spans = self._remember(cid, BurstSpans(parent))
-        return spans
+    def _burst(self, cid: str) -> BurstSpans | None:
+        """The spans of the burst this process holds the lease of, if it is traced."""
+        return self._bursts.get(cid)
 
     def _forget(self, cid: str) -> None:
         spans = self._bursts.pop(cid, None)
@@ -215,16 +205,18 @@ class Traces:
         if fields.get("opened"):  # the burst's root span: the ids the store chose
             self.ids.reserve(ids)
             self._point("ingest", otel_context.Context(), attributes)
-        spans = self._burst(cid, fields.get("trace_context"))
-        assert spans is not None
-        if not fields.get("opened"):
-            self._point("ingest", spans.parent, attributes)
-        if spans.window is None:
-            spans.window = self._start("window", spans.parent, {"gen_ai.conversation.id": cid})
+        else:
+            self._point("ingest", _parent(ids), attributes)
 
     def leased(self, cid: str, fields: dict[str, object]) -> None:
-        spans = self._burst(cid, fields.get("trace_context"))
-        if spans is not None and fields.get("taken_over"):
+        """A lease starts this process's spans of the burst (a new lease, new spans: what an
+        earlier lease left open here is ended)."""
+        self._forget(cid)
+        ids = parse_trace_context(fields.get("trace_context"))
+        if ids is None:
+            return
+        spans = self._remember(cid, BurstSpans(_parent(ids)))
+        if fields.get("taken_over"):
             self._point("lease takeover", spans.parent, {"gen_ai.conversation.id": cid})
 
     def generating(self, cid: str, fields: dict[str, object]) -> None:
@@ -232,8 +224,7 @@ class Traces:
         if spans is None:
             return
         spans.closed_by = str(fields.get("closed_by", "quiet"))
-        if spans.window is None:  # this process did not see the burst's messages arrive
-            spans.window = self._start("window", spans.parent, {"gen_ai.conversation.id": cid})
+        spans.window = self._window(cid, spans, fields.get("waited"))
         attributes: Attributes = {
             "gen_ai.conversation.id": cid,
             "gen_ai.operation.name": "invoke_agent",
@@ -249,6 +240,16 @@ class Traces:
             )
         else:
             self._close_window(spans)
+
+    def _window(self, cid: str, spans: BurstSpans, waited: object) -> Span:
+        """The burst's window, from its first pending message (`waited` seconds ago on the
+        engine's clock, whichever process stored it) until it closed: drawn by the process that
+        generates, so no process keeps a span open for a burst another one answers."""
+        seconds = float(waited) if isinstance(waited, int | float) and waited > 0 else 0.0
+        started = time.time_ns() - int(seconds * 1e9)
+        attributes = {"gen_ai.conversation.id": _clean(cid)}
+        return self.tracer.start_span("window", context=spans.parent, attributes=attributes,
+                                      start_time=started)  # fmt: skip
 
     def _close_window(self, spans: BurstSpans) -> None:
         if spans.window is not None:
@@ -369,6 +370,10 @@ class Traces:
             spans.speculation.set_attribute("burstbot.speculation.outcome", outcome)
             spans.speculation.end()
             spans.speculation = None
+        if spans.window is not None:  # ended before the close: newer input moved it later
+            spans.window.add_event("the generation ended before the window closed")
+            spans.window.end()
+            spans.window = None
         span, spans.generation = spans.generation, None
         span.set_attributes({
             "burstbot.generation.outcome": outcome,
