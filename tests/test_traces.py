@@ -32,6 +32,15 @@ from tests.clock_steps import step
 from tests.conftest import KEY, SETTINGS, make_engine
 from tests.heard import Heard
 from tests.test_claude_engine import KEY_ENV, ObservedClaude, fire
+from tests.test_streaming import (
+    INTERVAL,
+    answered,
+    drafted,
+    start_generation,
+    streaming_engine,
+    streaming_frontend,
+    until,
+)
 from tests.tool_harness import stdio_server, tool_config, tool_engine
 
 WORDS = ("ultramarine-otter", "quartz-lantern", "velvet-harbour")
@@ -302,3 +311,35 @@ async def test_a_speculation_is_a_span_of_its_generation_until_the_close(
     assert "burstbot.window.closed_by" not in (still_open.attributes or {})
     assert [e.name for e in still_open.events] == ["the generation ended before the window closed"]
     assert closed.attributes["burstbot.window.closed_by"] == "quiet"
+
+
+async def test_a_streamed_drafts_posts_and_edits_are_spans_of_its_generation(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    replier = ScriptedReplier(hold=True)
+    frontend = streaming_frontend(clock)
+    engine = streaming_engine(store, clock, replier, frontend)
+    exporter = traced(engine)
+    await engine.ingest(said(1))
+    call = await start_generation(engine, clock, replier, 0)
+    call.stream(2, "The plan")
+    await step(clock, INTERVAL)
+    await drafted(store, frontend)
+    call.stream(3, " is simple:")
+    await step(clock, INTERVAL)
+    await until(lambda: len(frontend.edits) == 1)
+    call.finish("The plan is simple: ship it.")
+    await answered(engine, clock)
+    assert frontend.visible() == ["The plan is simple: ship it."]
+
+    spans = exporter.get_finished_spans()
+    [generation] = named(spans, "generation")
+    drafts = [s for s in spans if s.name.startswith(f"{frontend.platform} draft ")]
+    assert [s.name for s in drafts] == [f"{frontend.platform} draft post",
+                                        f"{frontend.platform} draft edit"]  # fmt: skip
+    for span in drafts:
+        assert span.parent is not None and span.parent.span_id == generation.context.span_id
+        assert span.attributes["burstbot.draft.outcome"] == "done"
+    [final] = named(spans, f"{frontend.platform} edit")  # the reply finishes its draft
+    assert final.attributes["burstbot.delivery.outcome"] == "delivered"
+    assert len({s.context.trace_id for s in spans}) == 1

@@ -10,7 +10,8 @@ The first message's ingest span is the trace's root, with exactly the stored ids
 Spans: `ingest` (each message, edit or delete), `window` (until it closed, and why),
 `speculation` (a generation started before the close), `generation` (each, with its outcome),
 `chat {model}` (each model request, GenAI conventions), `execute_tool {tool}` (each MCP call),
-`commit` and `{platform} post` / `{platform} edit` (each delivery of a reply). Prompt and answer
+`{platform} draft post` / `draft edit` (the streamed draft), `commit` and `{platform} post` /
+`{platform} edit` (each delivery of a reply). Prompt and answer
 text is recorded only with `[telemetry] record_content = true`; every string attribute goes
 through `redact` first. This module imports the OpenTelemetry SDK: the app imports it only when
 `[telemetry] otlp_endpoint` is set.
@@ -227,7 +228,8 @@ class Traces:
         spans.window = self._window(cid, spans, fields.get("waited"))
         attributes: Attributes = {
             "gen_ai.conversation.id": cid,
-            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.operation.name": "invoke_agent",  # burstbot answering the burst
+            "gen_ai.agent.name": "burstbot",
             "burstbot.version": int(str(fields.get("version", 0))),
             "burstbot.burst.messages": int(str(fields.get("burst", 0))),
             "burstbot.speculative": bool(fields.get("speculative")),
@@ -414,6 +416,29 @@ class Traces:
             self._close_window(spans)
             self._forget(cid)
 
+    def draft_call(self, cid: str, fields: dict[str, object]) -> None:
+        """A post or an edit of the streamed draft while the model writes, under its
+        generation."""
+        spans = self._burst(cid)
+        if spans is None:
+            return
+        seconds = fields.get("seconds")
+        elapsed = float(seconds) if isinstance(seconds, int | float) and seconds > 0 else 0.0
+        platform, outcome = str(fields.get("platform", "")), str(fields.get("outcome", ""))
+        parent = spans.parent
+        if spans.generation is not None:
+            parent = trace.set_span_in_context(spans.generation)
+        attributes = {"gen_ai.conversation.id": _clean(cid), "burstbot.platform": _clean(platform),
+                      "burstbot.draft.outcome": _clean(outcome)}  # fmt: skip
+        span = self.tracer.start_span(
+            f"{platform} draft {fields.get('call', '')}", context=parent, kind=SpanKind.CLIENT,
+            attributes=attributes, start_time=time.time_ns() - int(elapsed * 1e9),
+        )  # fmt: skip
+        if outcome != "done":
+            span.set_attribute("error.type", _clean(outcome))
+            span.set_status(Status(StatusCode.ERROR, _clean(outcome)))
+        span.end()
+
     def delivering(self, cid: str, fields: dict[str, object]) -> None:
         reply_id = fields.get("reply_id")
         parent = self._replies.get(reply_id) if isinstance(reply_id, int) else None
@@ -477,6 +502,7 @@ _HANDLERS: dict[str, Any] = {
     "discarded": _committed("discarded"),
     "stopped": _committed("stopped"),
     "apology": _committed("apology"),
+    "draft_call": Traces.draft_call,
     "delivering": Traces.delivering,
     "delivered": _delivered("delivered"),
     "delivery_retry": _delivered("delivery_retry"),
