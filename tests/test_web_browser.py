@@ -149,7 +149,7 @@ def erase_and_see_usage(browser: Any, base: str, shots: Path) -> tuple[str, str,
     charts = len(browser.find_elements(By.CSS_SELECTOR, "#charts svg rect"))
     feedback = text_of(browser, "feedback-summary")
     vote_bars = len(browser.find_elements(By.CSS_SELECTOR, "#feedback svg rect"))
-    browser.set_window_size(1000, 2050)
+    browser.set_window_size(1000, 2300)  # down to the feedback panel
     browser.save_screenshot(str(shots / "web-usage.png"))
     click(browser, "logout")
     assert browser.current_url == base + "/login"
@@ -180,12 +180,13 @@ async def test_an_operator_retries_and_erases_in_a_browser(
             assert [p.reply_id for p in bot.frontend.posts].count("r1") == 1
 
             [answer] = await bot.store.replies(ANSWERED.id)
-            voted = vote(ANSWERED, f"r{answer.id}", "u9", "down", bot.clock.now())
-            assert await bot.store.vote(voted, bot.clock.now()) == "voted"
+            for voter, value in (("u8", "up"), ("u9", "down")):
+                voted = vote(ANSWERED, f"r{answer.id}", voter, value, bot.clock.now())
+                assert await bot.store.vote(voted, bot.clock.now()) == "voted"
             erased, total, bars, feedback, vote_bars = await asyncio.to_thread(
                 erase_and_see_usage, browser, bot.base, tmp_path
             )
-            assert feedback.startswith("0 👍, 1 👎 on answers")
+            assert feedback.startswith("1 up (👍), 1 down (👎) on answers")
             assert vote_bars == 2 * 2  # per channel and per model: one row, 👍 and 👎
             assert erased.startswith(f"forget conversation {ANSWERED.id}: erased 1 messages")
             assert [m.text for m in await bot.store.messages(ANSWERED.id)] == [""]

@@ -162,8 +162,8 @@ async def test_the_feedback_panel_charts_the_votes_per_channel_and_per_model(
         "claude-haiku-4-5: 1 up", "claude-haiku-4-5: 0 down",
     ]  # fmt: skip
     assert "<b>" not in panel
-    assert "2 👍, 1 👎 on answers" in panel
-    assert "2 👍, 2 👎 on answers" in everything and "1 / 1 (50%)" in everything
+    assert "2 up (👍), 1 down (👎) on answers" in panel
+    assert "2 up (👍), 2 down (👎) on answers" in everything and "1 / 1 (50%)" in everything
 
 
 async def test_the_usage_page_has_the_feedback_panel(
@@ -176,5 +176,5 @@ async def test_the_usage_page_has_the_feedback_panel(
         await log_in(http, bot.base, OPERATOR_TOKEN)
         async with http.get(bot.base + "/usage?since=7d") as page:
             text = await page.text()
-    assert '<section id="feedback">' in text and "1 👍, 0 👎 on answers" in text
+    assert '<section id="feedback">' in text and "1 up (👍), 0 down (👎) on answers" in text
     assert f"<title>{ANSWERED.platform}/{ANSWERED.workspace}/{ANSWERED.channel}: 1 up" in text

@@ -26,7 +26,7 @@ async def feedback_panel(store: SqlStore[Any], since: float) -> str:
     votes = await store.votes(since=since)
     up = sum(vote.value == "up" for vote in votes)
     down = len(votes) - up
-    summary = "no votes yet" if not votes else f"{up:,} 👍, {down:,} 👎 on answers"
+    summary = "no votes yet" if not votes else f"{up:,} up (👍), {down:,} down (👎) on answers"
     charts = []
     for grouping in GROUPINGS:
         counts: dict[str, list[int]] = {}
@@ -34,7 +34,7 @@ async def feedback_panel(store: SqlStore[Any], since: float) -> str:
             label = redact(printable(vote_key(vote, grouping)))  # the chart escapes it
             counts.setdefault(label, [0, 0])[0 if vote.value == "up" else 1] += 1
         rows = sorted(counts.items(), key=lambda item: (-sum(item[1]), item[0]))
-        charts.append(split_bar_chart(f"votes per {grouping} (👍 / 👎)",
+        charts.append(split_bar_chart(f"votes per {grouping}: up (green), down (red)",
                                       [(label, u, d) for label, (u, d) in rows]))  # fmt: skip
     return (
         f'<section id="feedback"><h2>Feedback</h2><p id="feedback-summary">{escape(summary)} '
