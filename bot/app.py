@@ -144,7 +144,7 @@ class App:
         if not telemetry.otlp_endpoint:
             return None
         try:
-            from bot.ops.traces import otlp_traces
+            from bot.ops.trace_export import otlp_traces
         except ImportError as exc:
             raise ConfigError(
                 f"telemetry: otlp_endpoint is set but OpenTelemetry cannot be imported ({exc})"

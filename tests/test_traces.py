@@ -22,7 +22,7 @@ from bot.config import parse_config
 from bot.core.engine import Engine
 from bot.core.errors import ConfigError
 from bot.core.events import IncomingMessage
-from bot.ops.traces import Traces, traces_endpoint
+from bot.ops.trace_export import traces_endpoint, traces_through
 from bot.wiring import claude_replier
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier, check_invariants
@@ -59,7 +59,7 @@ async def claude(server: FakeAnthropic) -> AsyncIterator[ObservedClaude]:
 
 def traced(engine: Engine, record_content: bool = False) -> InMemorySpanExporter:
     exporter = InMemorySpanExporter()
-    traces = Traces.with_processor(SimpleSpanProcessor(exporter), record_content, "w1")
+    traces = traces_through(SimpleSpanProcessor(exporter), record_content, "w1")
     engine.subscribe(traces.observe)
     return exporter
 

@@ -11,36 +11,32 @@ Spans: `ingest` (each message, edit or delete), `window` (until it closed, and w
 `speculation` (a generation started before the close), `generation` (each, with its outcome),
 `chat {model}` (each model request, GenAI conventions), `execute_tool {tool}` (each MCP call),
 `{platform} draft post` / `draft edit` (the streamed draft), `commit` and `{platform} post` /
-`{platform} edit` (each delivery of a reply). Prompt and answer
-text is recorded only with `[telemetry] record_content = true`; every string attribute goes
-through `redact` first. This module imports the OpenTelemetry SDK: the app imports it only when
-`[telemetry] otlp_endpoint` is set.
+`{platform} edit` (each delivery of a reply). Prompt and answer text is recorded only with
+`[telemetry] record_content = true` (in the GenAI shapes of `genai.py`); every string attribute
+goes through `redact` first. This module imports the OpenTelemetry SDK: the app imports it (through
+`trace_export.py`, which sets up the exporter) only when `[telemetry] otlp_endpoint` is set.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from bot.core.secrets import redact
 from bot.core.trace_context import TraceIds, parse_trace_context
+from bot.ops.genai import PROVIDER, input_messages, output_messages
 
 log = logging.getLogger("burstbot.traces")
 
-PROVIDER = "anthropic"
 MAX_REMEMBERED = 10_000  # bursts and replies followed at once; the oldest are forgotten past it
 Attributes = dict[str, str | bool | int | float | Sequence[str]]
 
@@ -89,30 +85,6 @@ def _clean(value: object) -> str:
     return redact(str(value))
 
 
-def _messages(system: object, messages: object) -> tuple[str, str]:
-    """The request in the GenAI conventions' shape (`gen_ai.system_instructions`,
-    `gen_ai.input.messages`): text parts as they are, other blocks by their type only."""
-
-    def parts(content: object) -> list[dict[str, str]]:
-        if isinstance(content, str):
-            return [{"type": "text", "content": content}]
-        found: list[dict[str, str]] = []
-        for block in content if isinstance(content, list) else []:
-            kind = str(block.get("type", "")) if isinstance(block, Mapping) else ""
-            if kind == "text":
-                found.append({"type": "text", "content": str(block.get("text", ""))})
-            else:
-                found.append({"type": kind or "unknown"})
-        return found
-
-    turns = [
-        {"role": str(m.get("role", "")), "parts": parts(m.get("content"))}
-        for m in (messages if isinstance(messages, list) else [])
-        if isinstance(m, Mapping)
-    ]
-    return json.dumps(parts(system)), json.dumps(turns)
-
-
 class Traces:
     """Spans from engine events (a listener: never raises into the pipeline)."""
 
@@ -126,17 +98,6 @@ class Traces:
         self._bursts: dict[str, BurstSpans] = {}
         self._replies: dict[int, otel_context.Context] = {}  # committed, not yet delivered
         self._posts: dict[int, Span] = {}
-
-    @classmethod
-    def with_processor(
-        cls, processor: SpanProcessor, record_content: bool = False, instance: str = ""
-    ) -> Traces:
-        """Traces sent through `processor` (the OTLP exporter's, or a test's in-memory one)."""
-        ids = BurstIds()
-        resource = Resource.create({"service.name": "burstbot", "service.instance.id": instance})
-        provider = TracerProvider(resource=resource, id_generator=ids)
-        provider.add_span_processor(processor)
-        return cls(provider, ids, record_content)
 
     def shutdown(self) -> None:
         """Export what is buffered (bounded by the exporter's timeout) and stop."""
@@ -288,7 +249,7 @@ class Traces:
             "gen_ai.conversation.id": cid,
         }
         if self.record_content:
-            system, messages = _messages(fields.get("system"), fields.get("messages"))
+            system, messages = input_messages(fields.get("system"), fields.get("messages"))
             attributes["gen_ai.system_instructions"] = system
             attributes["gen_ai.input.messages"] = messages
         parent = trace.set_span_in_context(spans.generation)
@@ -312,9 +273,8 @@ class Traces:
         if reason:
             chat.set_attribute("gen_ai.response.finish_reasons", [str(reason)])
         if self.record_content:
-            text = {"type": "text", "content": str(fields.get("text", ""))}
-            output = [{"role": "assistant", "finish_reason": str(reason or ""), "parts": [text]}]
-            chat.set_attribute("gen_ai.output.messages", _clean(json.dumps(output)))
+            output = output_messages(str(fields.get("text", "")), str(reason or ""))
+            chat.set_attribute("gen_ai.output.messages", _clean(output))
         error = fields.get("error")
         if error:
             chat.set_attribute("error.type", str(error))
@@ -511,20 +471,3 @@ _HANDLERS: dict[str, Any] = {
 }
 _REPLY_EVENTS = frozenset({"delivering", "delivered", "delivery_retry", "delivery_failed",
                            "delivery_claim_lost"})  # fmt: skip
-
-
-def traces_endpoint(endpoint: str) -> str:
-    """`otlp_endpoint` is the collector's base URL (like `OTEL_EXPORTER_OTLP_ENDPOINT`): traces
-    go to its `/v1/traces`; a URL that already names a path is used as it is."""
-    if urlsplit(endpoint).path.strip("/"):
-        return endpoint
-    return endpoint.rstrip("/") + "/v1/traces"
-
-
-def otlp_traces(endpoint: str, record_content: bool, instance: str) -> Traces:
-    """Traces batched to an OTLP/HTTP collector (the exporter reads `OTEL_EXPORTER_OTLP_HEADERS`
-    and the batch settings, `OTEL_BSP_*`, from the environment itself)."""
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-    exporter = OTLPSpanExporter(endpoint=traces_endpoint(endpoint))
-    return Traces.with_processor(BatchSpanProcessor(exporter), record_content, instance)
