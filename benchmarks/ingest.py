@@ -24,6 +24,7 @@ from benchmarks.tally import FIXED_WINDOW, PLATFORM
 from bot.core.clock import SystemClock
 from bot.core.engine import Engine
 from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.trace_context import new_trace_context
 from bot.wiring import build_serving
 from storage.rows import message_uid
 from storage.sqlite import Q, SqliteStore
@@ -88,7 +89,8 @@ async def raw_sqlite(profile: Profile, directory: str) -> IngestRow:
             cid, now, t = m.key.id, time.time(), time.perf_counter()
             db.execute("BEGIN IMMEDIATE")
             db.execute(Q["ensure_conversation"], {"cid": cid, "platform": PLATFORM, "now": now})
-            (version,) = db.execute(Q["bump_version"], {"cid": cid}).fetchone()
+            bump = {"cid": cid, "trace_context": new_trace_context()}  # as the store's ingest
+            (version, _) = db.execute(Q["bump_version"], bump).fetchone()
             db.execute(
                 Q["insert_message"],
                 {

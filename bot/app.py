@@ -48,9 +48,11 @@ from bot.ops.metrics import Metrics, MetricsServer
 from bot.ops.reload import ReloadPlan, plan_reload
 from bot.ops.retention import Retention
 from bot.ops.usage import PriceTable
+from bot.web.feedback import feedback_panel
 from bot.wiring import build_serving, catch_up_settings, engine_settings, make_owner
 
 if TYPE_CHECKING:
+    from bot.ops.traces import Traces
     from bot.tool_servers import McpHub
     from bot.web.server import Panel, WebServer
     from storage.sql_store import SqlStore
@@ -128,13 +130,30 @@ class App:
         self.retention = Retention(store, clock, lambda: self.config.retention)
         self.metrics_server: MetricsServer | None = None
         self.web_server: WebServer | None = None
-        self.web_panels: list[Panel] = []  # extra sections of the page's usage view (feedback)
+        self.web_panels: list[Panel] = [feedback_panel]  # extra sections of the usage view
         self.subscribe(self.metrics.observe)
+        self.traces = self._traces(config)
         self._stop = asyncio.Event()
         self.serving = asyncio.Event()  # set once every front end has started
         self.failure: BurstbotError | None = None
         self.config_path: Path | None = None  # where SIGHUP re-reads the config (CLI: --config)
         self.verbose = False  # the CLI's -v, kept when a reload changes logging
+
+    def _traces(self, config: Config) -> Traces | None:
+        """OpenTelemetry traces when `[telemetry] otlp_endpoint` is set; the SDK is imported only
+        then, so a bot without telemetry never loads it."""
+        telemetry = config.telemetry
+        if not telemetry.otlp_endpoint:
+            return None
+        try:
+            from bot.ops.trace_export import otlp_traces
+        except ImportError as exc:
+            raise ConfigError(
+                f"telemetry: otlp_endpoint is set but OpenTelemetry cannot be imported ({exc})"
+            ) from exc
+        traces = otlp_traces(telemetry.otlp_endpoint, telemetry.record_content, self.owner)
+        self.subscribe(traces.observe)
+        return traces
 
     @property
     def guards(self) -> CostGuards | None:
@@ -371,6 +390,8 @@ class App:
         if self.mcp is not None:
             await self.mcp.close()
         await self.store.close()
+        if self.traces is not None:  # what is buffered goes out, bounded by the export timeout
+            await asyncio.to_thread(self.traces.shutdown)
         replier = self.replier
         if declares(replier, Closable):
             try:

@@ -222,9 +222,8 @@ def build_serving(
     admission = api_admission(store, replier, clock, wakeup)
     indicator = Indicator(served, clock, store, settings.indicator_delay_seconds)
     outbox = Outbox(store, clock, settings, owner, served, indicator, signals, wakeup.wake)
-    drafts = Drafts(
-        store, clock, lambda: engine.settings, served, outbox.waiting, outbox.draft_posts
-    )
+    drafts = Drafts(store, clock, lambda: engine.settings, served, outbox.waiting,
+                    outbox.draft_posts, signals.emit)  # fmt: skip
     engine = Engine(
         store,
         replier,

@@ -33,6 +33,7 @@ from bot.core import store as contract
 from bot.core.errors import StoreError
 from bot.core.events import ConversationKey, Draft, IncomingMessage, MessageDeleted, MessageEdited
 from bot.core.store import ConversationSummary, IngestResult, OutboxRow, Timing
+from bot.core.trace_context import new_trace_context
 from storage import rhythm
 from storage import rows as codec
 from storage.actions import ActionSteps
@@ -103,13 +104,15 @@ class SqlStore(
         async with self._transaction(arrival=True) as db:
             await self._rows("ensure_conversation", params, db)
             await self._rows("ingest_savepoint", {}, db)
-            bumped = await self._one("bump_version", params, db)
+            fresh = new_trace_context()
+            bumped = await self._one("bump_version", {**params, "trace_context": fresh}, db)
             assert bumped is not None
             version = int(bumped[0])
             if await self._one("insert_message", {**params, "seq": version}, db) is None:
                 await self._rows("undo_ingest", {}, db)
                 return IngestResult("duplicate", cid, version - 1)
-            return await self._arm(db, cid, version, now, timing, message.author_id)
+            armed = await self._arm(db, cid, version, now, timing, message.author_id)
+        return replace(armed, trace_context=bumped[1], opened=bumped[1] == fresh)
 
     async def _arm(
         self, db: Conn, cid: str, version: int, now: float, timing: Timing, author_id: str | None
@@ -149,9 +152,11 @@ class SqlStore(
                 version = await self._one("current_version", {"cid": cid}, db)
                 status: Literal["history", "duplicate"] = "history" if changed else "duplicate"
                 return IngestResult(status, cid, int(version[0]) if version else 0)
-            bumped = await self._one("bump_version", {"cid": cid}, db)
+            fresh = new_trace_context()
+            bumped = await self._one("bump_version", {"cid": cid, "trace_context": fresh}, db)
             assert bumped is not None
-            return await self._arm(db, cid, int(bumped[0]), now, timing, None)
+            armed = await self._arm(db, cid, int(bumped[0]), now, timing, None)
+        return replace(armed, trace_context=bumped[1], opened=bumped[1] == fresh)
 
     edit = delete = _change
 
@@ -273,7 +278,8 @@ class SqlStore(
         cid, version = conversation_id, check.version
         async with self._transaction() as db:
             before = await self._one("lock_answered_version", {"cid": cid}, db)
-            checked = await self._one("final_check", {"cid": cid, **asdict(check)}, db)
+            params = {"cid": cid, "next_trace": new_trace_context(), **asdict(check)}
+            checked = await self._one("final_check", params, db)
             if checked is None or before is None:
                 return contract.Discarded()
             row: OutboxRow | None = None

@@ -35,7 +35,11 @@ ROLLBACK TO SAVEPOINT ingest;
 
 -- name: bump_version
 -- Ingest bumps first: the row lock orders concurrent arrivals, so seq = the new version is unique.
-UPDATE conversations SET version = version + 1 WHERE id = :cid RETURNING version;
+-- The burst's trace context is kept from its first message (:trace_context, a fresh one, is used
+-- only when the conversation has none: the burst opens here).
+UPDATE conversations
+SET version = version + 1, trace_context = COALESCE(trace_context, CAST(:trace_context AS TEXT))
+WHERE id = :cid RETURNING version, trace_context;
 
 -- name: insert_message
 INSERT INTO messages (conversation_id, seq, message_uid, message_id, author_id, author_name, text,
@@ -187,7 +191,8 @@ WHERE id = :cid AND CASE WHEN CAST(:takeover AS BOOLEAN)
 RETURNING id AS conversation_id, lease_owner AS owner, lease_token AS token, version,
           answered_version, failed_attempts, lease_expires_at,
           lease_expires_at + :skew AS expires_at,
-          CASE WHEN stop_version > answered_version THEN stop_version END AS stop_version;
+          CASE WHEN stop_version > answered_version THEN stop_version END AS stop_version,
+          trace_context;
 
 -- name: hold_timer
 -- While a lease is held the timer waits for the lease's expiry (takeover after a crash), unless
@@ -268,9 +273,11 @@ SELECT answered_version FROM conversations WHERE id = :cid FOR NO KEY UPDATE;
 
 -- name: final_check
 -- A decided stop (clicks below) wins over the generation's own answer: only the stopped answer,
--- covering up to the stop's version, commits while the stop is pending.
+-- covering up to the stop's version, commits while the stop is pending. The answered burst's
+-- trace context goes with it; input already past :version opens the next burst's (:next_trace).
 UPDATE conversations
-SET answered_version = :version, lease_owner = NULL, lease_expires_at = NULL, failed_attempts = 0
+SET answered_version = :version, lease_owner = NULL, lease_expires_at = NULL, failed_attempts = 0,
+    trace_context = CASE WHEN version > :version THEN CAST(:next_trace AS TEXT) END
 WHERE id = :cid AND lease_token = :token AND answered_version < :version
   AND (version = :version OR CAST(:deadline_passed AS BOOLEAN))
   AND CASE WHEN CAST(:stopping AS BOOLEAN) THEN stop_version = :version
@@ -1107,6 +1114,12 @@ CREATE TABLE api_limits (
 -- (`burstbot explain`).
 ALTER TABLE generations ADD COLUMN waited FLOAT8 NOT NULL DEFAULT 0;
 ALTER TABLE generations ADD COLUMN waited_for TEXT NOT NULL DEFAULT '';
+
+-- name: migration_21
+-- Traces (bot/ops/traces.py): the pending burst's W3C trace context, set when its first message
+-- is stored and cleared when it is answered, so a process that takes the burst over joins its
+-- trace.
+ALTER TABLE conversations ADD COLUMN trace_context TEXT;
 
 -- the API's limits (storage/api_limits.py) --------------------------------------------------------
 

@@ -14,6 +14,7 @@ import asyncio
 import random
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -24,6 +25,8 @@ from bot.core.store import (
     Committed,
     FinalCheck,
     GenerationRecord,
+    IngestResult,
+    Lease,
     NewReply,
     Timing,
     TokenUsage,
@@ -74,11 +77,22 @@ class Differential:
         self.now = 1_000_000.0
         self.tokens: dict[str, int] = {}
         self.log: list[str] = []
+        self.traces: tuple[dict[str, str], dict[str, str]] = ({}, {})
+
+    def _traced(self, store: int, result: Any) -> Any:
+        """A burst's trace context is random, chosen by each store: what must agree is which
+        results share one (by the order each store first returned it), and when a burst opens
+        a new one."""
+        context = getattr(result, "trace_context", None)
+        if not isinstance(result, IngestResult | Lease) or context is None:
+            return result
+        seen = self.traces[store]
+        return replace(result, trace_context=seen.setdefault(context, f"trace {len(seen)}"))
 
     async def both(self, name: str, *args: Any) -> Any:
         self.log.append(f"{name}{args!r}")
-        a = await getattr(self.stores[0], name)(*args)
-        b = await getattr(self.stores[1], name)(*args)
+        a = self._traced(0, await getattr(self.stores[0], name)(*args))
+        b = self._traced(1, await getattr(self.stores[1], name)(*args))
         if name == "due_timers":
             a, b = sorted(a, key=repr), sorted(b, key=repr)
         assert a == b, "stores disagree after:\n" + "\n".join(self.log[-25:])

@@ -29,7 +29,7 @@ PARAMS = {
     "now": 0.0, "limit": 16, "platforms": '["x"]', "owner": "o", "ttl": 1.0, "reply_id": None,
     "cid": "x/w/c/", "after": 0, "upto": 1, "token": 1, "version": 1, "deadline_passed": 0,
     "stopping": 0, "id": 1, "ids": "[]", "expires_at": 1.0, "lease_now": 0.0, "claim": 1,
-    "takeover": 0,
+    "takeover": 0, "next_trace": None, "trace_context": None,
 }  # fmt: skip
 
 

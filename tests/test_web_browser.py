@@ -21,6 +21,7 @@ import pytest
 
 from bot.core.events import ConversationKey, IncomingMessage
 from tests.browser import chromium
+from tests.test_vote_reports import vote
 from tests.web_harness import (
     ANSWERED,
     FAILING,
@@ -135,7 +136,7 @@ def see_the_failure_and_retry(browser: Any, base: str, shots: Path) -> dict[str,
     return outcomes
 
 
-def erase_and_see_usage(browser: Any, base: str, shots: Path) -> tuple[str, str, int]:
+def erase_and_see_usage(browser: Any, base: str, shots: Path) -> tuple[str, str, int, str, int]:
     from selenium.webdriver.common.by import By
 
     browser.get(base + "/conversation?id=" + ANSWERED.id)
@@ -146,11 +147,13 @@ def erase_and_see_usage(browser: Any, base: str, shots: Path) -> tuple[str, str,
     click(browser, "nav-usage")
     total = text_of(browser, "total")
     charts = len(browser.find_elements(By.CSS_SELECTOR, "#charts svg rect"))
-    browser.set_window_size(1000, 2050)
+    feedback = text_of(browser, "feedback-summary")
+    vote_bars = len(browser.find_elements(By.CSS_SELECTOR, "#feedback svg rect"))
+    browser.set_window_size(1000, 2300)  # down to the feedback panel
     browser.save_screenshot(str(shots / "web-usage.png"))
     click(browser, "logout")
     assert browser.current_url == base + "/login"
-    return erased, total, charts
+    return erased, total, charts, feedback, vote_bars
 
 
 async def more_conversations(bot: Running) -> None:
@@ -176,9 +179,15 @@ async def test_an_operator_retries_and_erases_in_a_browser(
             assert await bot.reply_states(FAILING) == ["sent"]
             assert [p.reply_id for p in bot.frontend.posts].count("r1") == 1
 
-            erased, total, bars = await asyncio.to_thread(
+            [answer] = await bot.store.replies(ANSWERED.id)
+            for voter, value in (("u8", "up"), ("u9", "down")):
+                voted = vote(ANSWERED, f"r{answer.id}", voter, value, bot.clock.now())
+                assert await bot.store.vote(voted, bot.clock.now()) == "voted"
+            erased, total, bars, feedback, vote_bars = await asyncio.to_thread(
                 erase_and_see_usage, browser, bot.base, tmp_path
             )
+            assert feedback.startswith("1 up (👍), 1 down (👎) on answers")
+            assert vote_bars == 2 * 2  # per channel and per model: one row, 👍 and 👎
             assert erased.startswith(f"forget conversation {ANSWERED.id}: erased 1 messages")
             assert [m.text for m in await bot.store.messages(ANSWERED.id)] == [""]
             assert total.startswith(f"{len(MORE) + 2} generations")

@@ -3,6 +3,7 @@ usage page's extra panels (the hook for feedback votes), and which worker serves
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +12,18 @@ import pytest
 from bot.cli.serve import for_worker
 from bot.config import parse_config
 from bot.core.actions import ActionRecord
+from bot.core.events import ConversationKey
 from bot.core.store import ConversationState, ConversationSummary
 from bot.tool_servers import McpHub
+from bot.web.feedback import feedback_panel
 from bot.web.views import processes, tool_servers, wait_histogram
 from storage.postgres import PostgresStore
+from storage.sqlite import SqliteStore
 from tests import pg
-from tests.web_harness import FAILING, OPERATOR_TOKEN, client, log_in, running_app
+from tests.test_vote_reports import GENERAL, NOW, answered, vote
+from tests.web_harness import ANSWERED, FAILING, OPERATOR_TOKEN, client, log_in, running_app
+
+HOSTILE = ConversationKey("slack", "T1", "<b>")  # a channel name is platform text
 
 
 def summary(cid: str, owner: str | None, expires: float | None) -> ConversationSummary:
@@ -124,3 +131,50 @@ def test_each_mcp_server_shows_its_state_and_its_calls() -> None:
     assert {t.state for t in from_the_database} == {
         "configured (its state is known to `burstbot run` only)"
     }
+
+
+async def test_the_feedback_panel_charts_the_votes_per_channel_and_per_model(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(str(tmp_path / "votes.db"))
+    await store.open()
+    try:
+        assert "no votes yet" in await feedback_panel(store, 0.0)
+        first = await answered(store, GENERAL, "claude-sonnet-5-5")
+        second = await answered(store, HOSTILE, "claude-haiku-4-5")
+        for key, reply, voter, value, at in [
+            (GENERAL, first, "U1", "up", NOW + 10),
+            (GENERAL, first, "U1", "down", NOW + 11),  # changed their mind: counts as 👎
+            (GENERAL, first, "U2", "up", NOW + 12),
+            (HOSTILE, second, "U1", "up", NOW + 13),
+            (HOSTILE, second, "U3", "down", NOW - 86_400 * 400),  # before the page's `since`
+        ]:
+            assert await store.vote(vote(key, reply, voter, value, at), NOW) == "voted"
+        panel = await feedback_panel(store, NOW - 86_400)
+        everything = await feedback_panel(store, 0.0)
+    finally:
+        await store.close()
+    bars = re.findall(r"<title>([^<]*)</title>", panel)
+    assert bars == [
+        "slack/T1/C1: 1 up", "slack/T1/C1: 1 down",
+        "slack/T1/&lt;b&gt;: 1 up", "slack/T1/&lt;b&gt;: 0 down",  # escaped, like every label
+        "claude-sonnet-5-5: 1 up", "claude-sonnet-5-5: 1 down",  # the most votes first
+        "claude-haiku-4-5: 1 up", "claude-haiku-4-5: 0 down",
+    ]  # fmt: skip
+    assert "<b>" not in panel
+    assert "2 up (👍), 1 down (👎) on answers" in panel
+    assert "2 up (👍), 2 down (👎) on answers" in everything and "1 / 1 (50%)" in everything
+
+
+async def test_the_usage_page_has_the_feedback_panel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with running_app(tmp_path, monkeypatch) as bot, client() as http:
+        [reply] = await bot.store.replies(ANSWERED.id)
+        at = bot.clock.now()
+        assert await bot.store.vote(vote(ANSWERED, f"r{reply.id}", "U7", "up", at), at) == "voted"
+        await log_in(http, bot.base, OPERATOR_TOKEN)
+        async with http.get(bot.base + "/usage?since=7d") as page:
+            text = await page.text()
+    assert '<section id="feedback">' in text and "1 up (👍), 0 down (👎) on answers" in text
+    assert f"<title>{ANSWERED.platform}/{ANSWERED.workspace}/{ANSWERED.channel}: 1 up" in text

@@ -304,6 +304,7 @@ async def _web(config: Config) -> int:
     import signal
 
     from bot.core.clock import SystemClock
+    from bot.web.feedback import feedback_panel
     from bot.web.server import WebContext, WebServer
     from bot.wiring import build_store
 
@@ -311,7 +312,8 @@ async def _web(config: Config) -> int:
     store: SqlStore[Any] = build_store(config)
     try:
         await store.open()
-        server = WebServer(config.web, WebContext(lambda: config, store, SystemClock()))
+        context = WebContext(lambda: config, store, SystemClock(), panels=[feedback_panel])
+        server = WebServer(config.web, context)
         await server.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -34,6 +34,7 @@ from bot.config.sections import (
     Section,
     StorageConfig,
     StreamingConfig,
+    TelemetryConfig,
     WebConfig,
 )
 from bot.config.tools import ToolsConfig
@@ -58,6 +59,7 @@ class Config(Section):
     logging: LoggingConfig = LoggingConfig()
     metrics: MetricsConfig = MetricsConfig()
     web: WebConfig = WebConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
     access: AccessConfig = AccessConfig()
     limits: LimitsConfig = LimitsConfig()
     attachments: AttachmentsConfig = AttachmentsConfig()

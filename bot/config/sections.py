@@ -225,6 +225,33 @@ class MetricsConfig(Section):
     port: int = Field(default=9464, ge=0, le=65535)
 
 
+class TelemetryConfig(Section):
+    """OpenTelemetry traces (bot/ops/traces.py), off by default; metrics stay on Prometheus."""
+
+    otlp_endpoint: str = ""
+    """The collector's OTLP/HTTP base URL (`http://127.0.0.1:4318`; traces go to its
+    `/v1/traces`); "": no traces, and the OpenTelemetry packages are never imported."""
+    record_content: bool = False
+    """Put prompt, answer and tool text into spans (GenAI `gen_ai.input.messages`, ...): off,
+    spans carry counts, models and outcomes only."""
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _an_http_url(cls, value: str) -> str:
+        if not value:
+            return value
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                "must be an http:// or https:// URL with a host, such as http://127.0.0.1:4318"
+            )
+        if parts.password is not None:
+            raise ValueError(
+                "must not hold a password: set OTEL_EXPORTER_OTLP_HEADERS in the environment"
+            )
+        return value
+
+
 class WebConfig(Section):
     """The operator's web page (`bot/web/`): served by `burstbot run` when enabled, and by
     `burstbot web` from the database alone. Local by default; each role logs in with its token."""

@@ -147,6 +147,9 @@ class Engine:
         self._committing: set[str] = set()  # workers committing or delivering an outcome
         self._closing = False
 
+    def _emit_for(self, conversation_id: str, name: str, /, **fields: object) -> None:
+        self._emit(name, conversation=conversation_id, **fields)
+
     def subscribe(self, listener: Listener) -> None:
         """Metrics and tests listen to named engine events (`ingested`, `superseded`, ...)."""
         self.signals.subscribe(listener)
@@ -179,7 +182,9 @@ class Engine:
             result = await self.store.delete(event, now, timing)
         else:
             result = await self.store.edit(event, now, timing)
-        self._emit(result.status, conversation=result.conversation_id, version=result.version)
+        self._emit(result.status, conversation=result.conversation_id, version=result.version,
+                   message_id=event.message_id, change=type(event).__name__,
+                   trace_context=result.trace_context, opened=result.opened)  # fmt: skip
         if result.status == "accepted":
             self.supervisor.newer_input(result.conversation_id, result.version)
             due = result.due_at if result.start_at is None else result.start_at
@@ -275,7 +280,8 @@ class Engine:
             await self.store.postpone_timer(cid, retry_at, now)
             self._emit("lease_conflict", conversation=cid, retry_at=retry_at)
             return False
-        self._emit("lease_acquired", conversation=cid, token=lease.token)
+        self._emit("lease_acquired", conversation=cid, token=lease.token, version=lease.version,
+                   trace_context=lease.trace_context, taken_over=lease.taken_over)  # fmt: skip
         if lease.taken_over:
             self._emit("lease_takeover", conversation=cid, token=lease.token)
         try:
@@ -398,17 +404,16 @@ class Engine:
     async def _generate(self, burst: Burst, resume: Continuation | None = None) -> None:
         lease, cid = burst.lease, burst.lease.conversation_id
         history = await self.store.history(cid, lease.answered_version, HISTORY_LIMIT)
-        usage = GenerationProgress()
+        announce = functools.partial(self._emit_for, cid)  # the replier's and tools' events
+        usage = GenerationProgress(announce=announce)
         window = Window(self.store, self.clock, cid, lease.closes_at,
                         lambda name: self._emit(name, conversation=cid))  # fmt: skip
         self._emit("generating", conversation=cid, version=lease.version,
-                   burst=len(burst.messages), speculative=window.speculative)  # fmt: skip
+                   burst=len(burst.messages), speculative=window.speculative,
+                   closed_by=lease.close_reason, attempt=lease.failed_attempts + 1,
+                   waited=burst.started_at - burst.messages[0].created_at)  # fmt: skip
         # a tool with an effect waits for the close: never run by a speculation (G14)
-        calls = (
-            None
-            if self.tools is None
-            else self.tools.for_burst(burst, self.signals.emit, window.closed)
-        )
+        calls = None if self.tools is None else self.tools.for_burst(burst, announce, window.closed)
         if calls is not None:
             calls.resume = resume
         prompted = self.prompts.generate(
@@ -467,6 +472,7 @@ class Engine:
         reply = burst.answer(text, usage, feedback)
         posted = burst.record("posted", usage, now, None)
         check, claim = burst.final_check(now), self.outbox.claim  # delivery's claim, in the commit
+        self._emit("committing", conversation=cid, version=lease.version)
         done = await self.store.commit(cid, check, now, burst.timing, reply, posted, claim)
         if not isinstance(done, Committed) or (row := done.reply) is None:
             await self._record(burst, "discarded", usage)

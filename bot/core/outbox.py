@@ -183,6 +183,9 @@ class Outbox:
             await cancel_all([stale])
         fence = ClaimFence(self.clock, self.settings.lease_ttl_seconds, self.store, row)
         key = ConversationKey.parse(row.conversation_id)
+        self.signals.emit("delivering", reply_id=row.id, conversation=row.conversation_id,
+                          platform=row.platform, edit=row.draft is not None,
+                          attempt=row.claim_token)  # fmt: skip
         post = asyncio.ensure_future(self._post(row, key, fence))
         self._posting[row.id] = post
         keeper = asyncio.ensure_future(self._keep_claim(row, fence, post))
@@ -293,7 +296,7 @@ class Outbox:
                 return
 
     def _claim_lost(self, row: OutboxRow) -> None:
-        self.signals.emit("delivery_claim_lost", reply_id=row.id)
+        self.signals.emit("delivery_claim_lost", reply_id=row.id, conversation=row.conversation_id)
         log.warning("reply r%d: delivery claim lost; stopped (its new holder delivers it)", row.id)
 
     async def _retry(self, row: OutboxRow, exc: Exception) -> None:
@@ -315,7 +318,8 @@ class Outbox:
         if await self.store.mark_retry(
             row.id, row.claim_token, now + delay, str(exc), now, counts=not rate_limited
         ):
-            self.signals.emit("delivery_retry", reply_id=row.id, attempt=attempts, delay=delay)
+            self.signals.emit("delivery_retry", reply_id=row.id, attempt=attempts, delay=delay,
+                              conversation=row.conversation_id, error=str(exc))  # fmt: skip
             log.warning("reply r%d: delivery failed (%s); retry in %.1fs (%d failed attempt(s) "
                         "in %.0fs)", row.id, exc, delay, attempts, now - failing_since)  # fmt: skip
         else:
@@ -325,7 +329,8 @@ class Outbox:
         if not await self.store.mark_failed(row.id, row.claim_token, error):
             self._claim_lost(row)
             return
-        self.signals.emit("delivery_failed", reply_id=row.id, error=error)
+        self.signals.emit("delivery_failed", reply_id=row.id, error=error,
+                          conversation=row.conversation_id)  # fmt: skip
         log.error("reply r%d: delivery failed for good: %s (`burstbot retry r%d` re-queues it)",
                   row.id, error, row.id)  # fmt: skip
         self.indicator.clear(ConversationKey.parse(row.conversation_id))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -84,6 +85,9 @@ class GenerationProgress:
     searches: list[WebSearch] = field(default_factory=list)
     activity: str = ""
     steps: list[SearchStep] = field(default_factory=list)
+    announce: Callable[..., None] = field(default=lambda name, /, **fields: None, repr=False)
+    """Names each model request as it starts and ends (`model_request`, `model_response`): the
+    engine binds it to its events, which traces (bot/ops/traces.py) turn into spans."""
 
     def show_activity(self, line: str) -> None:
         """Set the activity line; a new one is something to show at once, like a first word."""

@@ -26,5 +26,6 @@ class Signals:
 
     def generation(self, record: GenerationRecord) -> None:
         """Every generation ends in one record; listeners get its outcome, model and tokens."""
-        fields = {"outcome": record.outcome, "model": record.model, **asdict(record.usage)}
+        fields = {"outcome": record.outcome, "model": record.model, "error": record.error,
+                  **asdict(record.usage)}  # fmt: skip
         self.emit("generation", conversation=record.conversation_id, **fields)

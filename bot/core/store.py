@@ -55,6 +55,8 @@ class IngestResult:
     version: int
     due_at: float | None = None  # the burst's window closes then
     start_at: float | None = None  # its generation may start then (speculation), if armed
+    trace_context: str | None = None  # the pending burst's W3C traceparent (bot/ops/traces.py)
+    opened: bool = False  # this change opened the burst: its trace starts here
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +94,17 @@ class Lease:
     taken_over: bool = False  # the previous holder let it expire without releasing it
     closes_at: float = 0.0  # the burst's window closes then: a lease taken before it speculates
     stop_version: int | None = None  # a click stopped the pending burst (bot/core/clicks.py)
+    trace_context: str | None = None  # the burst's W3C traceparent, stored by its first message
+
+    @property
+    def close_reason(self) -> str:
+        """Why the burst's window closes when it does: `max_wait` (the deadline came first),
+        `retry` (a failed generation's backoff), or `quiet` (the quiet window or a flush)."""
+        if self.failed_attempts:
+            return "retry"
+        if self.deadline_at is not None and self.closes_at >= self.deadline_at:
+            return "max_wait"
+        return "quiet"
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
@@ -74,8 +75,10 @@ class Drafts:
         frontends: Mapping[str, Frontend],
         waiting: Callable[[str], Awaitable[bool]],
         posts: DraftPosts,
+        announce: Callable[..., None] = lambda name, /, **fields: None,
     ) -> None:
         self.store = store
+        self.announce = announce  # `draft_call`: each post and edit of a draft, for traces
         self.clock = clock
         self._settings = settings  # read at each use: a reload replaces them
         self.frontends = frontends
@@ -241,14 +244,17 @@ class DraftStream(Stream):
         except (BurstbotError, FenceEnded) as exc:
             log.info("conversation %s: draft not set to waiting (%s)", self.burst.key.id, exc)
 
-    async def _within_fence(self, call: Awaitable[T]) -> T:
+    async def _within_fence(self, call: Awaitable[T], named: str | None = None) -> T:
         """Await a platform call, cancelling it once the lease's fence ends (renewals move it).
-        A call whose fence already ended (the process stalled while it slept) is not made."""
+        A call whose fence already ended (the process stalled while it slept) is not made.
+        A `named` call (the draft's `post`, an `edit`) is announced once it ended, how long it
+        took and how it ended (`draft_call`)."""
         if not self._fenced():
             if asyncio.iscoroutine(call):
                 call.close()
             raise FenceEnded("the lease's fence ended before a draft call")
         task = asyncio.ensure_future(call)
+        started, outcome = time.monotonic(), "done"
         try:
             while True:
                 await first_of(task, self.clock.sleep_until(self._fence_ends_at()))
@@ -256,9 +262,16 @@ class DraftStream(Stream):
                     return task.result()
                 if not self._fenced():
                     raise FenceEnded("the lease's fence ended during a draft call")
+        except BaseException as exc:
+            outcome = "cancelled" if isinstance(exc, asyncio.CancelledError) else type(exc).__name__
+            raise
         finally:
             if not task.done():
                 await cancel_all([task])
+            if named is not None:
+                self.drafts.announce("draft_call", conversation=self.burst.key.id, call=named,
+                                     platform=self.burst.key.platform, outcome=outcome,
+                                     seconds=time.monotonic() - started)  # fmt: skip
 
     async def _run(self) -> None:
         window = self.window
@@ -325,7 +338,7 @@ class DraftStream(Stream):
         text = self.usage.text_so_far() or text
         try:
             await self._within_fence(
-                self.surface.edit_draft(self.burst.key, self.draft.message_id, text)
+                self.surface.edit_draft(self.burst.key, self.draft.message_id, text), "edit"
             )
         except MessageGone:
             return await self._replace(text)
@@ -371,7 +384,7 @@ class DraftStream(Stream):
             if not turn_taken and not await self._within_fence(draft_turn(self.surface, key, True)):
                 raise NoBudget("no budget to post the draft now")
             text = self.usage.text_so_far() or text
-            post = self._within_fence(self.surface.post_draft(key, draft, text))
+            post = self._within_fence(self.surface.post_draft(key, draft, text), "post")
             self._posting = self.drafts.posts.start(draft.key, post)
             message_id = await asyncio.shield(self._posting)  # a stopped stream leaves it on
         self.draft = Draft(draft.key, message_id, draft.created_at, draft.reply_to)

@@ -200,18 +200,22 @@ class BurstTools:
         if not began.created:
             earlier = began.record
             if earlier.result is not None:
-                self.emit("tool_call", server=spec.server, tool=spec.name, outcome="given")
+                self.emit("tool_call", server=spec.server, tool=spec.name, outcome="given",
+                          tool_use_id=tool_use_id, result=earlier.result)  # fmt: skip
                 return ToolAnswer(earlier.result, is_error=earlier.failed)
             if not spec.read_only:
-                self.emit("tool_call", server=spec.server, tool=spec.name, outcome="given")
+                self.emit("tool_call", server=spec.server, tool=spec.name, outcome="given",
+                          tool_use_id=tool_use_id, result=MAY_HAVE_RUN)  # fmt: skip
                 return ToolAnswer(MAY_HAVE_RUN, is_error=True)
-        return await self._made(spec, arguments, key)
+        return await self._made(spec, arguments, key, tool_use_id)
 
     async def _made(
-        self, spec: ToolSpec, arguments: dict[str, Any], key: str,
+        self, spec: ToolSpec, arguments: dict[str, Any], key: str, tool_use_id: str,
         approved: ActionRecord | None = None,
     ) -> ToolAnswer:  # fmt: skip
-        call = asyncio.ensure_future(self._call(spec, arguments, key, approved))
+        self.emit("tool_started", server=spec.server, tool=spec.name, tool_use_id=tool_use_id,
+                  arguments=canonical_arguments(arguments), read_only=spec.read_only)  # fmt: skip
+        call = asyncio.ensure_future(self._call(spec, arguments, key, tool_use_id, approved))
         if spec.read_only:
             return await call
         try:
@@ -236,7 +240,7 @@ class BurstTools:
         if record.approval == "approved":
             if await self.approvals.claim_approved(cid, key, self.lease.token):
                 self.emit("tool_approved", server=spec.server, tool=spec.name)
-                return await self._made(spec, arguments, key, record)
+                return await self._made(spec, arguments, key, action.tool_use_id, record)
             record = await self.log.action(cid, key) or record
             if record.approval == "approved":  # nobody claimed it: our lease is gone
                 raise RetryableReplierError("the lease was lost before an approved call ran")
@@ -270,8 +274,9 @@ class BurstTools:
         )
 
     async def _call(
-        self, spec: ToolSpec, arguments: dict[str, Any], key: str, approved: ActionRecord | None
-    ) -> ToolAnswer:
+        self, spec: ToolSpec, arguments: dict[str, Any], key: str, tool_use_id: str,
+        approved: ActionRecord | None,
+    ) -> ToolAnswer:  # fmt: skip
         started = time.monotonic()
         try:
             output = await self.servers.call(spec, arguments, key)
@@ -280,22 +285,25 @@ class BurstTools:
                 self.unavailable.append(spec.server)
             text = f"the tool is unavailable ({exc}); it did not run"
             await self._finish(key, text, True, approved)
-            self._emitted(spec, "unavailable", started)
+            self._emitted(spec, "unavailable", started, tool_use_id, text)
             return ToolAnswer(text, is_error=True)
         except OutcomeUnknown as exc:
             log.warning("tool %s.%s: %s", spec.server, spec.name, exc)
             if approved is not None:
                 await self._unknown(approved)
-            self._emitted(spec, "unknown", started)
+            self._emitted(spec, "unknown", started, tool_use_id, MAY_HAVE_RUN)
             return ToolAnswer(MAY_HAVE_RUN, is_error=True)
         text = self._capped(spec.server, output.text)
         await self._finish(key, text, output.failed, approved)
-        self._emitted(spec, "failed" if output.failed else "done", started)
+        self._emitted(spec, "failed" if output.failed else "done", started, tool_use_id, text)
         return ToolAnswer(text, is_error=output.failed)
 
-    def _emitted(self, spec: ToolSpec, outcome: str, started: float) -> None:
+    def _emitted(
+        self, spec: ToolSpec, outcome: str, started: float, tool_use_id: str, result: str
+    ) -> None:
         self.emit("tool_call", server=spec.server, tool=spec.name, outcome=outcome,
-                  seconds=time.monotonic() - started)  # fmt: skip
+                  seconds=time.monotonic() - started, tool_use_id=tool_use_id,
+                  result=result)  # fmt: skip
 
     def _capped(self, server: str, text: str) -> str:
         cap = self.max_result_chars.get(server, 20_000)

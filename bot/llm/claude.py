@@ -309,18 +309,67 @@ class ClaudeReplier(Closable):
         parts: list[str],
         wrap_up: bool,
     ) -> str | None:
-        """One streamed call; returns its stop reason."""
+        """One streamed call; returns its stop reason. Announced as it starts and as it ends
+        (how, and what it cost), for traces; the prompt travels in the start's fields, and only
+        a listener told to record content reads it."""
+        model = prompt.model or self.model
+        max_tokens = prompt.max_tokens or self.max_tokens
+        usage.announce("model_request", provider="anthropic", model=model, max_tokens=max_tokens,
+                       system=system, messages=messages)  # fmt: skip
+        before = (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens,
+                  usage.cache_write_tokens, len(parts))  # fmt: skip
+        try:
+            stop_reason = await self._stream_once(
+                prompt, usage, system, messages, trace, parts, wrap_up, model, max_tokens
+            )
+        except BaseException as exc:
+            error = "cancelled" if isinstance(exc, asyncio.CancelledError) else type(exc).__name__
+            self._announce_end(usage, before, parts, None, error)
+            raise
+        self._announce_end(usage, before, parts, stop_reason, None)
+        return stop_reason
+
+    @staticmethod
+    def _announce_end(
+        usage: GenerationProgress,
+        before: tuple[int, int, int, int, int],
+        parts: list[str],
+        stop_reason: str | None,
+        error: str | None,
+    ) -> None:
+        """`model_response`: this one call's tokens (the counts since it started), its finish
+        reason or its error (`cancelled`: a supersede or a stop), and the text it wrote."""
+        input_tokens, output_tokens, cache_read, cache_write, first_part = before
+        usage.announce("model_response", response_model=usage.model, finish_reason=stop_reason,
+                       error=error, input_tokens=usage.input_tokens - input_tokens,
+                       output_tokens=usage.output_tokens - output_tokens,
+                       cache_read_tokens=usage.cache_read_tokens - cache_read,
+                       cache_write_tokens=usage.cache_write_tokens - cache_write,
+                       text="".join(parts[first_part:]))  # fmt: skip
+
+    async def _stream_once(
+        self,
+        prompt: Prompt,
+        usage: GenerationProgress,
+        system: list[TextBlockParam],
+        messages: list[MessageParam],
+        trace: ToolTrace,
+        parts: list[str],
+        wrap_up: bool,
+        model: str,
+        max_tokens: int,
+    ) -> str | None:
         streamed_chars = 0
         reported_output = 0
         stop_reason: str | None = None
         finished = False
-        usage.model = prompt.model or self.model
+        usage.model = model
         tools = tool_params(prompt.tools, prompt.tools.max_uses - usage.web_searches)
         if prompt.calls is not None:
             tools = [*tools, *cast(list[ToolUnionParam], prompt.calls.params())]
         stream = await self.client.messages.create(
             model=usage.model,
-            max_tokens=prompt.max_tokens or self.max_tokens,
+            max_tokens=max_tokens,
             system=system or anthropic.omit,
             messages=messages,
             tools=tools or anthropic.omit,

@@ -21,6 +21,7 @@ from bot.core.errors import ConfigError
 
 RESTART_SECTIONS = (
     "storage", "console", "slack", "discord", "metrics", "web", "engine", "lease", "catch_up",
+    "telemetry",
 )  # fmt: skip
 LIVE_FRONTEND_KEYS = ("slack.assistant",)  # read per event and thread: applied at once
 RESTART_LLM_KEYS = (  # the model client's own: it is built once

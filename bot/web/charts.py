@@ -42,6 +42,34 @@ def bar_chart(
     return _svg(title, WIDTH, height, parts)
 
 
+def split_bar_chart(
+    title: str, rows: Sequence[tuple[str, int, int]], names: tuple[str, str] = ("up", "down")
+) -> str:
+    """One bar per row (label, first, second), the two counts side by side in one bar (green,
+    then red), scaled to the largest total: votes up and down, say."""
+    if not rows:
+        return f'<p class="empty">{escape(title)}: nothing yet</p>'
+    top = max(first + second for _, first, second in rows) or 1
+    span = WIDTH - LABEL_WIDTH - VALUE_WIDTH
+    height = len(rows) * (BAR + GAP) + GAP
+    parts = []
+    for i, (label, first, second) in enumerate(rows):
+        y = GAP + i * (BAR + GAP)
+        x = float(LABEL_WIDTH)
+        short = label if len(label) <= 32 else label[:31] + "…"
+        parts.append(_text(LABEL_WIDTH - 6, y + BAR - 5, short, "end"))
+        for count, name, colour in ((first, names[0], "#3a9a5b"), (second, names[1], "#c8483f")):
+            width = count / top * span
+            parts.append(
+                f'<rect x="{x:.1f}" y="{y}" width="{width:.1f}" height="{BAR}" fill="{colour}">'
+                f"<title>{escape(label)}: {count:,} {escape(name)}</title></rect>"
+            )
+            x += width
+        share = round(100 * first / (first + second)) if first + second else 0
+        parts.append(_text(x + 6, y + BAR - 5, f"{first:,} / {second:,} ({share}%)"))
+    return _svg(title, WIDTH, height, parts)
+
+
 def column_chart(
     title: str, rows: Sequence[tuple[str, float]], shown: Callable[[float], str] = "{:g}".format
 ) -> str:
