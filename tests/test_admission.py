@@ -7,6 +7,7 @@ real SDK against the fake server); each round waits for it with `engine.idle()`.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 from bot.cli.explain import explain_lines
 from bot.cli.status import status_lines
 from bot.config import parse_config
+from bot.core.admission import Admission
 from bot.core.engine import Engine
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.store import DueTimer
@@ -331,3 +333,23 @@ def test_529s_in_a_row_double_the_hold_and_an_answer_ends_it() -> None:
     probing = limits.aged(limits.held).take({})
     assert probing.wait({})[0] > 0  # the probe goes alone
     assert probing.heard(200, {}, 0.0).wait({}) == (0.0, "")
+
+
+async def test_answers_heard_at_once_by_one_process_each_count(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    """Eight answers of one wave, heard together (each a read and a compare-and-swap on the
+    shared row): none is lost to this process's own other saves, so the fewest remaining the
+    API announced is what the next round may take."""
+    admission = Admission(store, clock, "key-1")
+    reset = rfc3339(clock.now() + 30.0)
+
+    def answer(remaining: int) -> dict[str, str]:
+        return {
+            "anthropic-ratelimit-requests-limit": "20",
+            "anthropic-ratelimit-requests-remaining": str(remaining),
+            "anthropic-ratelimit-requests-reset": reset,
+        }
+
+    await asyncio.gather(*(admission.heard(200, answer(n)) for n in range(19, 11, -1)))
+    assert (await admission.admit(100)).granted == 12

@@ -24,6 +24,7 @@ Which due bursts go first when not all may start is `fair_order` (bot/core/share
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -232,6 +233,10 @@ class Admission:
         self.input_estimate = FIRST_INPUT_ESTIMATE
         self.output_estimate = FIRST_OUTPUT_ESTIMATE
         self.last = Verdict(0, 0.0, "")
+        self._turn = asyncio.Lock()
+        """This process's reads and saves of the row go one at a time: a wave of answers heard
+        together would otherwise lose their compare-and-swaps to each other, and with them what
+        the API said (the compare-and-swap is for other processes)."""
 
     @property
     def needs(self) -> dict[str, float]:
@@ -246,6 +251,10 @@ class Admission:
         now = self.clock.now()
         if wanted <= 0:
             return Verdict(0, now, "")
+        async with self._turn:
+            return await self._admit(wanted, now)
+
+    async def _admit(self, wanted: int, now: float) -> Verdict:
         for _ in range(SAVE_ATTEMPTS):
             shared = await self.book.api_limits(self.scope, now)
             limits = UNKNOWN if shared is None else shared.limits.aged(shared.age)
@@ -266,23 +275,29 @@ class Admission:
         here costs one lesson, logged; the request goes on."""
         now = self.clock.now()
         try:
-            for _ in range(SAVE_ATTEMPTS):
-                shared = await self.book.api_limits(self.scope, now)
-                known = UNKNOWN if shared is None else shared.limits.aged(shared.age)
-                learned = known.heard(status, headers, now)
-                if learned == known and shared is not None:
-                    return
-                version = None if shared is None else shared.version
-                if await self.book.save_api_limits(self.scope, learned, version, now):
-                    if status in (429, 529):
-                        log.warning("Claude API %d: generations held %.1f s", status, learned.held)
-                    elif known.held > 0 and learned.held <= 0:
-                        self.wake()
-                    return
+            async with self._turn:
+                await self._heard(status, headers, now)
         except StoreError as exc:
             log.warning(
                 "cannot save the API's limits (%s); learned again from the next answer", exc
             )
+
+    async def _heard(self, status: int, headers: Mapping[str, str], now: float) -> None:
+        for _ in range(SAVE_ATTEMPTS):
+            shared = await self.book.api_limits(self.scope, now)
+            known = UNKNOWN if shared is None else shared.limits.aged(shared.age)
+            learned = known.heard(status, headers, now)
+            if learned == known and shared is not None:
+                return
+            version = None if shared is None else shared.version
+            if await self.book.save_api_limits(self.scope, learned, version, now):
+                if status in (429, 529):
+                    log.warning("Claude API %d: generations held %.1f s", status, learned.held)
+                elif known.held > 0 and learned.held <= 0:
+                    self.wake()
+                return
+        log.info("the API's limits were saved by other processes %d times in a row; this answer's "
+                 "lesson is left to the next one", SAVE_ATTEMPTS)  # fmt: skip
 
     def spent(self, input_tokens: int, output_tokens: int) -> None:
         """A generation's measured usage moves the estimates a start takes."""
