@@ -41,6 +41,7 @@ from storage.api_limits import ApiLimitSteps
 from storage.approvals import ApprovalSteps
 from storage.clicks import ClickSteps
 from storage.installations import InstallationSteps
+from storage.processes import ProcessSteps
 from storage.requeue import RequeueSteps
 from storage.retention import RetentionSteps
 from storage.rows import Params, Row
@@ -57,6 +58,7 @@ class SqlStore(
     ApprovalSteps[Conn],
     InstallationSteps[Conn],
     ApiLimitSteps[Conn],
+    ProcessSteps[Conn],
 ):
     MIGRATIONS: ClassVar[Sequence[str]]
 

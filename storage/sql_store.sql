@@ -1121,6 +1121,19 @@ ALTER TABLE generations ADD COLUMN waited_for TEXT NOT NULL DEFAULT '';
 -- trace.
 ALTER TABLE conversations ADD COLUMN trace_context TEXT;
 
+-- name: migration_22
+-- The processes running the bot (bot/core/processes.py): one row per owner name (the name on its
+-- leases and claims), written when it starts, stamped seen on the database's clock every few
+-- seconds and deleted when it stops cleanly (a row not seen for a day is pruned).
+CREATE TABLE processes (
+    owner             TEXT PRIMARY KEY,
+    host              TEXT NOT NULL,
+    pid               BIGINT NOT NULL,
+    version           TEXT NOT NULL,
+    started_at        FLOAT8 NOT NULL,
+    seen_at           FLOAT8 NOT NULL
+);
+
 -- the API's limits (storage/api_limits.py) --------------------------------------------------------
 
 -- name: api_limits
@@ -1141,6 +1154,27 @@ RETURNING version;
 UPDATE api_limits SET state = :state, saved_at = :db_now, version = version + 1
 WHERE scope = :scope AND version = :version
 RETURNING version;
+
+-- the processes running the bot (storage/processes.py) -------------------------------------------
+
+-- name: see_process
+-- The first refresh writes the row (started now); every later one only moves `seen_at`.
+INSERT INTO processes (owner, host, pid, version, started_at, seen_at)
+VALUES (:owner, :host, :pid, :version, :db_now, :db_now)
+ON CONFLICT (owner) DO UPDATE SET seen_at = excluded.seen_at;
+
+-- name: forget_process
+DELETE FROM processes WHERE owner = :owner RETURNING owner;
+
+-- name: prune_processes
+DELETE FROM processes
+WHERE seen_at < CAST(:db_now AS FLOAT8) - CAST(:unseen_for AS FLOAT8)
+RETURNING owner;
+
+-- name: all_processes
+-- On the caller's clock: only the distance from its `now` crosses (G12).
+SELECT owner, host, pid, version, started_at + :skew AS started_at, seen_at + :skew AS seen_at
+FROM processes ORDER BY owner;
 
 -- clicks (storage/clicks.py) ---------------------------------------------------------------------
 
