@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from bot import __version__
 from bot.arrival import Arrival
 from bot.config import Config, Reconfigurable, load_config
 from bot.core.catch_up import CatchUp
@@ -32,6 +33,7 @@ from bot.core.guard import GuardStep
 from bot.core.hints import stopped_conversation, wanted
 from bot.core.installations import InstallationBook
 from bot.core.notes import NoteBook
+from bot.core.processes import Presence
 from bot.core.replier import Closable, Replier
 from bot.core.scheduler import Scheduler
 from bot.core.signals import Listener, Signals
@@ -128,6 +130,7 @@ class App:
         self.catch_ups: list[CatchUp] = []
         self.metrics = Metrics(PriceTable(config.prices))
         self.retention = Retention(store, clock, lambda: self.config.retention)
+        self.presence = Presence(store, clock, owner, __version__)  # idle ones listed too
         self.metrics_server: MetricsServer | None = None
         self.web_server: WebServer | None = None
         self.web_panels: list[Panel] = [feedback_panel]  # extra sections of the usage view
@@ -324,8 +327,9 @@ class App:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, handler)
         scheduler = asyncio.create_task(self.scheduler.run())
+        await self.presence.see()
         sweeper = asyncio.create_task(self.retention.run())
-        watchers = [sweeper]
+        watchers = [sweeper, asyncio.create_task(self.presence.run())]
         if self.mcp is not None:
             watchers.append(asyncio.create_task(self._check_tool_servers(self.mcp)))
         started: list[Frontend] = []
@@ -361,7 +365,7 @@ class App:
         """In this order, so no reply is cut off halfway and nothing waits on a dead process:
         stop intake; stop taking work (generations are cancelled); let commits and deliveries
         in flight finish within the grace period (then cancel them); stop the front
-        ends; release our leases and delivery claims; close the store."""
+        ends; release our leases and delivery claims; remove this process's row; close the store."""
         for frontend in started:
             try:
                 await stop_intake(frontend)
@@ -383,6 +387,8 @@ class App:
             self.failure = self.failure or StoreError(
                 f"could not release leases on shutdown ({exc}); they expire by themselves"
             )
+        else:  # with the store unreachable the row is left to show as gone: no second wait
+            await self.presence.leave()
         if self.metrics_server is not None:
             await self.metrics_server.stop()
         if self.web_server is not None:

@@ -62,6 +62,8 @@ async def prepare(path: Path) -> None:
 
     await clock.advance(20)
     await engine.ingest(said(PENDING, 1, "still typing"))
+    await store.see_process("idle-host:7:aa", "idle-host", 7, "0.1.0", clock.now())
+    await store.see_process("dead-host:9:bb", "dead-host", 9, "0.0.9", clock.now() - 600)
     await store.close()
 
 
@@ -71,7 +73,7 @@ async def test_status_shows_pending_input_timers_leases_and_the_outbox(tmp_path:
     config.write_text(f'[storage]\nurl = "sqlite:///{tmp_path / "ops.db"}"\n')
     result = burstbot(["status", "--config", str(config)], tmp_path)
     assert result.returncode == 0, result.stderr
-    in_flight, capacity, recent = result.stdout.split("\n\n")
+    in_flight, processes, capacity, recent = result.stdout.split("\n\n")
     lines = {line.split()[0]: line for line in in_flight.splitlines()[2:-1]}
     assert set(lines) == {PENDING.id, LEASED.id, FAILED.id}
     assert re.search(r"due (in )?[\d.]+s( ago)?, deadline in [\d.]+s", lines[PENDING.id])
@@ -79,6 +81,19 @@ async def test_status_shows_pending_input_timers_leases_and_the_outbox(tmp_path:
     assert "0 pending, 1 failed" in lines[FAILED.id]
     assert "3 in flight: 2 with pending input, 1 leased; outbox 0 pending, 1 failed" in in_flight
     assert ANSWERED.id in recent
+    title, headers, *rows = processes.splitlines()
+    assert title == "processes:" and headers.split() == [
+        "PROCESS", "STATE", "LAST", "SEEN", "HOST", "PID", "VERSION", "STARTED", "HOLDS"
+    ]  # fmt: skip
+    seconds = re.compile(r"^[\d.]+s ago$")  # as long as the command took to start
+    cells = [[seconds.sub("Xs ago", cell) for cell in re.split(r"  +", row)] for row in rows]
+    assert cells == [  # live ones first, then the gone
+        ["idle-host:7:aa", "alive", "Xs ago", "idle-host", "7", "0.1.0", "Xs ago",
+         "0 conversation(s)"],
+        ["other-host:123", "alive", "-", "-", "-", "-", "-", "1 conversation(s)"],  # no row
+        ["dead-host:9:bb", "gone", "10 min ago", "dead-host", "9", "0.0.9", "10 min ago",
+         "0 conversation(s)"],
+    ]  # fmt: skip
     assert capacity.splitlines()[:2] == [
         "capacity:",
         "  Claude API: no limits heard yet (only max_concurrent_generations bounds)",

@@ -1,27 +1,41 @@
-"""What the operator's pages gather (processes from leases, felt waits, the histogram), the
-usage page's extra panels (the hook for feedback votes), and which worker serves the page."""
+"""What the operator's pages gather (the processes with the leases they hold, felt waits, the
+histogram), the usage page's extra panels (the hook for feedback votes), and which worker serves
+the page."""
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bot import __version__
 from bot.cli.serve import for_worker
+from bot.cli.status import processes
 from bot.config import parse_config
 from bot.core.actions import ActionRecord
 from bot.core.events import ConversationKey
+from bot.core.processes import ProcessRecord
 from bot.core.store import ConversationState, ConversationSummary
 from bot.tool_servers import McpHub
 from bot.web.feedback import feedback_panel
-from bot.web.views import processes, tool_servers, wait_histogram
+from bot.web.views import tool_servers, wait_histogram
 from storage.postgres import PostgresStore
 from storage.sqlite import SqliteStore
 from tests import pg
 from tests.test_vote_reports import GENERAL, NOW, answered, vote
-from tests.web_harness import ANSWERED, FAILING, OPERATOR_TOKEN, client, log_in, running_app
+from tests.web_harness import (
+    ANSWERED,
+    FAILING,
+    OPERATOR_TOKEN,
+    client,
+    eventually,
+    log_in,
+    running_app,
+)
 
 HOSTILE = ConversationKey("slack", "T1", "<b>")  # a channel name is platform text
 
@@ -31,18 +45,79 @@ def summary(cid: str, owner: str | None, expires: float | None) -> ConversationS
     return ConversationSummary(state, 1, 0, 0, 100.0)
 
 
-def test_the_processes_alive_are_the_holders_of_unexpired_leases() -> None:
+def seen(owner: str, at: float) -> ProcessRecord:
+    host, pid = owner.split(":")
+    return ProcessRecord(owner, host, int(pid), "0.1.0", started_at=10.0, seen_at=at)
+
+
+def test_every_process_is_listed_with_the_leases_it_holds_idle_and_gone_ones_too() -> None:
+    registered = [
+        seen("host-a:1", 98.0),
+        seen("host-d:4", 99.0),  # idle: holds nothing
+        seen("host-e:5", 84.0),  # not seen for 16 s: gone
+        seen("host-c:2", 70.0),  # the process serving the page (its refreshes failing)
+    ]
     active = [
         summary("test/w/c1/", "host-a:1", 130.0),
         summary("test/w/c2/", "host-a:1", 140.0),
-        summary("test/w/c3/", "host-b:7", 90.0),  # expired: host-b may be dead
+        summary("test/w/c3/", "host-b:7", 90.0),  # expired, and no row: host-b may be dead
         summary("test/w/c4/", None, None),
+        summary("test/w/c5/", "host-f:6", 120.0),  # a lease, but no row written (yet)
     ]
-    found = processes(active, now=100.0, this_owner="host-c:2")
-    assert [(p.owner, p.conversations, p.this_one) for p in found] == [
-        ("host-c:2", (), True),
-        ("host-a:1", ("test/w/c1/", "test/w/c2/"), False),
+    found = processes(registered, active, now=100.0, this_owner="host-c:2")
+    assert [(p.owner, p.conversations, p.this_one, p.gone) for p in found] == [
+        ("host-c:2", (), True, False),
+        ("host-a:1", ("test/w/c1/", "test/w/c2/"), False, False),
+        ("host-d:4", (), False, False),
+        ("host-f:6", ("test/w/c5/",), False, False),
+        ("host-e:5", (), False, True),
     ]
+    assert found[1].record == registered[0] and found[3].record is None
+
+
+def process_rows(page: str) -> list[list[str]]:
+    table = re.search(r'<table id="processes">(.*?)</table>', page)
+    assert table is not None
+    rows = re.findall(r"<tr>(.*?)</tr>", table.group(1))[1:]  # under the headers
+    return [re.findall(r"<td>(.*?)</td>", row) for row in rows]
+
+
+async def test_the_overview_shows_each_process_alive_idle_or_gone_and_when_it_was_seen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with running_app(tmp_path, monkeypatch) as bot, client() as http:
+        start = bot.clock.now() - 4  # the app started 4 s ago (two quiet windows)
+        await bot.store.see_process("idle-host:7:aa", "idle-host", 7, "0.1.0", start + 2)
+        await bot.store.see_process("dead-host:9:bb", "dead-host", 9, "0.0.9", start - 60)
+        await log_in(http, bot.base, OPERATOR_TOKEN)
+        async with http.get(bot.base + "/") as page:
+            rows = process_rows(await page.text())
+        assert [row[:3] for row in rows] == [
+            ["w1 (this process)", "alive", "4.0s ago"],  # written when it started
+            ["idle-host:7:aa", "alive", "2.0s ago"],
+            ["dead-host:9:bb", "gone", "64.0s ago"],
+        ]
+        here = f"{socket.gethostname()}, pid {os.getpid()}, burstbot {__version__}"
+        assert rows[0][3] == f"{here}, started 4.0s ago"
+        assert rows[1][3:] == ["idle-host, pid 7, burstbot 0.1.0, started 2.0s ago", "none"]
+
+        refreshes = bot.app.presence.refreshes
+        await bot.clock.advance(1.0)  # its first refresh is due 5 s after the start
+
+        async def refreshed() -> bool:
+            return bot.app.presence.refreshes > refreshes
+
+        await eventually(refreshed)
+        async with http.get(bot.base + "/") as page:
+            rows = process_rows(await page.text())
+        assert rows[0][:3] == ["w1 (this process)", "alive", "0.0s ago"]
+    after = SqliteStore(str(tmp_path / "web.db"))  # the app has stopped: its row is gone
+    await after.open()
+    try:
+        listed = await after.processes(start)
+        assert [p.owner for p in listed] == ["dead-host:9:bb", "idle-host:7:aa"]
+    finally:
+        await after.close()
 
 
 def test_felt_waits_are_counted_into_their_bars() -> None:

@@ -1,16 +1,20 @@
-"""`burstbot status`: what is in flight right now, read from the database, and the Claude API's
-capacity: its limits as the processes last heard them and the bursts waiting to start, in the
-order they will (bot/core/shares.py).
+"""`burstbot status`: what is in flight right now, read from the database; the processes running
+the bot (bot/core/processes.py), idle or gone ones too; and the Claude API's capacity: its limits
+as the processes last heard them and the bursts waiting to start, in the order they will
+(bot/core/shares.py).
 
 Ids and owner names are shown through `printable`: they come from platforms and other processes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bot.config.sections import DAY, HOUR
 from bot.core.events import ConversationKey
+from bot.core.processes import ProcessRecord
 from bot.core.shares import fair_order, speculative
 from bot.core.store import ConversationSummary
 from bot.ops.inspection import printable, render_table
@@ -35,6 +39,12 @@ def relative(at: float | None, now: float) -> str:
     else:
         amount = f"{span / DAY:.1f} days"
     return f"in {amount}" if delta >= 0 else f"{amount} ago"
+
+
+def ago(at: float, now: float) -> str:
+    """`relative` for a moment past: one stamped as this very moment (or a hair after it, by a
+    clock a little ahead) reads `0.0s ago`, not `in 0.0s`."""
+    return relative(at, now) if at < now else "0.0s ago"
 
 
 def in_workspace(conversation_id: str, workspace: str) -> bool:
@@ -68,6 +78,62 @@ def _row(item: ConversationSummary, now: float) -> list[str]:
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class Process:
+    owner: str
+    conversations: tuple[str, ...]  # held under an unexpired lease
+    this_one: bool = False  # the process serving the page
+    record: ProcessRecord | None = None  # None: holds leases, but has no row (yet)
+    gone: bool = False  # its row not seen for `GONE_AFTER_SECONDS`
+
+
+def processes(
+    registered: Iterable[ProcessRecord],
+    active: Iterable[ConversationSummary],
+    now: float,
+    this_owner: str | None,
+) -> list[Process]:
+    """The processes as the store shows them, each with the conversations it holds under an
+    unexpired lease: every registered one (idle ones too; gone when not seen for a while), any
+    other holder of a lease, and the process serving the page (if it runs the bot). The one
+    serving the page comes first, then the live ones, then the gone, each by name."""
+    held: dict[str, list[str]] = {}
+    for item in active:
+        state = item.state
+        expires = state.lease_expires_at
+        if state.lease_owner is not None and expires is not None and expires > now:
+            held.setdefault(state.lease_owner, []).append(state.conversation_id)
+    rows = {record.owner: record for record in registered}
+    owners = {*rows, *held, *([this_owner] if this_owner is not None else [])}
+    found = []
+    for owner in owners:
+        record = rows.get(owner)
+        this_one = owner == this_owner
+        gone = record is not None and record.gone(now) and not this_one
+        found.append(Process(owner, tuple(held.get(owner, ())), this_one, record, gone))
+    return sorted(found, key=lambda p: (not p.this_one, p.gone, p.owner))
+
+
+def process_lines(found: Sequence[Process], now: float) -> list[str]:
+    """One line per process: alive or gone, when last seen, where it runs, what it holds."""
+    lines = ["", "processes:"]
+    if not found:
+        return [*lines, "  none running (none has written its row, none holds a lease)"]
+    rows = []
+    for p in found:
+        record = p.record
+        held = f"{len(p.conversations)} conversation(s)"
+        if record is None:
+            rows.append([printable(p.owner), "alive", "-", "-", "-", "-", "-", held])
+            continue
+        state = "gone" if p.gone else "alive"
+        rows.append([printable(p.owner), state, ago(record.seen_at, now),
+                     printable(record.host), str(record.pid), printable(record.version),
+                     relative(record.started_at, now), held])  # fmt: skip
+    headers = ["PROCESS", "STATE", "LAST SEEN", "HOST", "PID", "VERSION", "STARTED", "HOLDS"]
+    return [*lines, *render_table(headers, rows)]
+
+
 async def _installation_lines(store: SqlStore[Any], workspace: str) -> list[str]:
     """With "Add to Slack" installs, whether the workspace is installed: an uninstalled one's
     unsent replies failed with `workspace_not_installed`, which the outbox column shows."""
@@ -87,8 +153,8 @@ async def status_lines(
     limit: int = 10,
     workspace: str | None = None,
 ) -> list[str]:
-    """Two tables: what is in flight, then the most recently active conversations (of one
-    workspace with `workspace`)."""
+    """What is in flight, the processes running the bot, the API's capacity, then the most
+    recently active conversations (of one workspace with `workspace`)."""
 
     def ours(items: list[ConversationSummary]) -> list[ConversationSummary]:
         if workspace is None:
@@ -112,6 +178,7 @@ async def status_lines(
         f"{len(active)} in flight: {waiting} with pending input, {leased} leased; "
         f"outbox {pending} pending, {failed} failed{retry}"
     )
+    lines += process_lines(processes(await inspector.processes(now), active, now, None), now)
     lines += await capacity_lines(inspector, now, active)
     everything = show_all or workspace is not None
     listed = await inspector.list_conversations(

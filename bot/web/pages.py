@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from html import escape
 from urllib.parse import quote
 
-from bot.cli.status import relative
+from bot.cli.status import ago, relative
 from bot.core.secrets import redact
 from bot.core.store import OutboxRow
 from bot.ops.inspection import printable
@@ -118,8 +118,11 @@ def overview_page(o: Overview, now: float, session: Session, flash: str | None,
                   refresh: float) -> str:  # fmt: skip
     processes = [
         [shown(p.owner) + (" (this process)" if p.this_one else ""),
-         ", ".join(f'<a href="{escape(conversation_url(c))}">{shown(c)}</a>'
-                   for c in p.conversations) or "none"]
+         "gone" if p.gone else "alive",
+         escape(ago(p.record.seen_at, now)) if p.record else "-",
+         shown(f"{p.record.host}, pid {p.record.pid}, burstbot {p.record.version}, "
+               f"started {relative(p.record.started_at, now)}") if p.record else "-",
+         ", ".join(_link(c) for c in p.conversations) or "none"]
         for p in o.processes
     ]  # fmt: skip
     b = o.backlog
@@ -150,7 +153,9 @@ def overview_page(o: Overview, now: float, session: Session, flash: str | None,
     ]  # fmt: skip
     body = "".join([
         notice(flash),
-        "<h2>Processes</h2>", table(["process", "conversations held"], processes, "processes"),
+        "<h2>Processes</h2>",
+        table(["process", "state", "last seen", "running", "conversations held"], processes,
+              "processes"),
         "<h2>Backlog</h2>", backlog,
         "<h2>Due timers</h2>", table(["conversation", "due", "deadline"], timers, "timers"),
         "<h2>Replies failed or held back</h2>",

@@ -11,6 +11,7 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from bot.cli.explain import explain_lines
+from bot.cli.status import Process, processes
 from bot.config import DAY
 from bot.core.actions import ActionRecord
 from bot.core.installations import InstallationRecord
@@ -24,13 +25,6 @@ if TYPE_CHECKING:
 RECENT_CONVERSATIONS = 50
 WAIT_BUCKETS = (1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
 """Upper bounds (seconds) of the felt-wait histogram's bars; a last bar holds the longer ones."""
-
-
-@dataclass(frozen=True, slots=True)
-class Process:
-    owner: str
-    conversations: tuple[str, ...]
-    this_one: bool = False  # the process serving the page
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,23 +59,6 @@ class Usage:
     by: dict[str, list[UsageRow]]  # "day", "channel", "workspace", "model"
     total: UsageRow
     waits: list[float] = field(default_factory=list)  # seconds, one per answered burst
-
-
-def processes(
-    active: Iterable[ConversationSummary], now: float, this_owner: str | None
-) -> list[Process]:
-    """The processes alive as the store shows them: each holder of an unexpired lease with the
-    conversations it holds, and the process serving the page (if it runs the bot)."""
-    held: dict[str, list[str]] = {}
-    for item in active:
-        state = item.state
-        expires = state.lease_expires_at
-        if state.lease_owner is not None and expires is not None and expires > now:
-            held.setdefault(state.lease_owner, []).append(state.conversation_id)
-    found = [Process(owner, tuple(cids), owner == this_owner) for owner, cids in held.items()]
-    if this_owner is not None and this_owner not in held:
-        found.insert(0, Process(this_owner, (), True))
-    return sorted(found, key=lambda p: (not p.this_one, p.owner))
 
 
 def tool_servers(
@@ -119,7 +96,7 @@ async def overview(
                 if reply.state == "failed" or (reply.state == "pending" and reply.last_error):
                     troubled.append(reply)
     return Overview(
-        processes=processes(active, now, this_owner),
+        processes=processes(await store.processes(now), active, now, this_owner),
         backlog=await store.backlog(),
         in_flight=active,
         recent=await store.list_conversations(active_only=False, limit=RECENT_CONVERSATIONS),
