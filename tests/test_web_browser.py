@@ -1,7 +1,8 @@
 """The operator's page in a real browser (headless Chromium through Selenium): log in, see the
-failed reply, open its timeline, retry it with a double click and from a second tab (posted once,
-counted on the recording front end's raw posts), erase a conversation, see the usage charts; a
-wrong token and a missing CSRF token are refused, and a chat message's HTML shows as text.
+processes (one idle elsewhere, one gone) and the failed reply, open its timeline, retry it with a
+double click and from a second tab (posted once, counted on the recording front end's raw posts),
+erase a conversation, see the usage charts; a wrong token and a missing CSRF token are refused,
+and a chat message's HTML shows as text.
 
 The screenshots go to the test's directory, and also to `BURSTBOT_WEB_SCREENSHOTS` when set
 (`BURSTBOT_WEB_SCREENSHOTS=docs` refreshes the ones docs/operations.md shows).
@@ -19,7 +20,9 @@ from typing import Any
 
 import pytest
 
+from bot import __version__
 from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.processes import REFRESH_SECONDS
 from tests.browser import chromium
 from tests.test_vote_reports import vote
 from tests.web_harness import (
@@ -28,6 +31,7 @@ from tests.web_harness import (
     HOSTILE_TEXT,
     OPERATOR_TOKEN,
     Running,
+    eventually,
     running_app,
 )
 
@@ -92,6 +96,10 @@ def see_the_failure_and_retry(browser: Any, base: str, shots: Path) -> dict[str,
     log_in(browser, base, "not-the-token")
     assert text_of(browser, "error") == "wrong token"
     log_in(browser, base, OPERATOR_TOKEN)
+    processes = text_of(browser, "processes").splitlines()
+    assert [line.split()[:2] for line in processes[1:]] == [
+        ["w1", "(this"], ["w2:vm2:4121:9f3a0c", "alive"], ["w3:vm3:877:0b61d2", "gone"]
+    ]  # fmt: skip
     troubled = text_of(browser, "troubled")
     assert "r1" in troubled and "failed" in troubled and "channel_not_found" in troubled
     browser.save_screenshot(str(shots / "web-overview.png"))
@@ -163,6 +171,22 @@ async def more_conversations(bot: Running) -> None:
         await bot.settle(key)
 
 
+async def more_processes(bot: Running) -> None:
+    """This process refreshed; another one idle on a second host, one that died unannounced."""
+    refreshes = bot.app.presence.refreshes
+    await bot.clock.advance(REFRESH_SECONDS)
+
+    async def refreshed() -> bool:
+        return bot.app.presence.refreshes > refreshes
+
+    await eventually(refreshed)
+    now = bot.clock.now()
+    for at in (now - 7_200, now - 3):
+        await bot.store.see_process("w2:vm2:4121:9f3a0c", "vm2", 4121, __version__, at)
+    for at in (now - 86_000, now - 95):
+        await bot.store.see_process("w3:vm3:877:0b61d2", "vm3", 877, "0.0.9", at)
+
+
 async def test_an_operator_retries_and_erases_in_a_browser(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -171,6 +195,7 @@ async def test_an_operator_retries_and_erases_in_a_browser(
     try:
         async with running_app(tmp_path, monkeypatch, start=START) as bot:
             await more_conversations(bot)
+            await more_processes(bot)
             clicks = await asyncio.to_thread(see_the_failure_and_retry, browser, bot.base, tmp_path)
             assert clicks["double click"].startswith("re-queued r1")
             assert clicks["same form again"] == clicks["double click"]  # its first answer
