@@ -38,7 +38,7 @@ class RetentionSteps(StoreSeam[Conn]):
         fenced = await self._rows("forget_user_fence", params)
         files = await self._forget_files("user_files", params)
         await self._rows("forget_user_decisions", params)  # before their clicks lose their id
-        tables = ("messages", "held", "generations", "actions", "votes", "clicks")
+        tables = ("messages", "held", "generations", "actions", "cards", "votes", "clicks")
         counts = await self._counts(tables, "forget_user", params)
         for row in fenced:  # due again only once the text is gone, or a prompt could still read it
             await self._rows("restore_timer", {"cids": self._array([row[0]])})  # no lease holds it

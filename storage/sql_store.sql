@@ -637,6 +637,25 @@ WHERE decided_by != '' AND EXISTS (
        OR conversation_id IN (SELECT id FROM conversations WHERE platform = :platform))
 RETURNING idempotency_key;
 
+-- name: forget_user_cards
+-- The approval cards that asked for them or that they decided, and the edits that end them: a
+-- card repeats the call's arguments and names for whom it asked and who decided. One still
+-- waiting in the outbox is posted first (as a reply is; forget again afterwards).
+UPDATE replies SET text = ''
+WHERE kind IN ('card', 'card_outcome') AND state != 'pending' AND text != ''
+  AND EXISTS (
+      SELECT 1 FROM actions a
+      WHERE a.conversation_id = replies.conversation_id
+        AND (replies.id = a.card_reply_id
+             OR replies.draft_key = 'r' || CAST(a.card_reply_id AS TEXT))
+        AND (a.user_id = :user OR EXISTS (
+            SELECT 1 FROM clicks k
+            WHERE k.conversation_id = a.conversation_id AND k.kind IN ('approve', 'deny')
+              AND k.clicker_id = :user AND k.target = CAST(a.card_reply_id AS TEXT))))
+  AND (CAST(:platform AS TEXT) IS NULL
+       OR conversation_id IN (SELECT id FROM conversations WHERE platform = :platform))
+RETURNING id;
+
 -- name: forget_user_votes
 -- Their 👍/👎 votes go (the totals count the votes standing: one erased is no longer counted).
 DELETE FROM votes WHERE voter_id = :user

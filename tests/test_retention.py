@@ -143,8 +143,8 @@ def test_forget_from_the_command_line(tmp_path: Path) -> None:
     user = burstbot(["forget", "--user", "test:bob"], tmp_path)  # the burst's last author
     assert user.returncode == 0, user.stderr
     line = (
-        "forget user test:bob: erased 1 messages, 0 held, 1 generations, 0 actions, 0 votes, "
-        "0 clicks, 0 files"
+        "forget user test:bob: erased 1 messages, 0 held, 1 generations, 0 actions, 0 cards, "
+        "0 votes, 0 clicks, 0 files"
     )
     assert user.stdout.strip() == line
     assert line in user.stderr  # logged too (a warning: the default level shows it)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from bot.core.actions import NewAction, canonical_arguments, idempotency_key
 from bot.core.approvals import Continuation
-from bot.core.clicks import Click
+from bot.core.clicks import Click, ClickKind
 from bot.core.events import ConversationKey, Draft, IncomingMessage
 from bot.core.store import Committed, FinalCheck, NewReply, Timing
 from bot.core.votes import Vote, VoteValue, vote_target
@@ -80,8 +80,11 @@ async def test_forget_user_on_one_platform_keeps_their_votes_on_the_others(
 RESUME = Continuation([], [], "Let me open one.")
 
 
-async def decided(store: SqlStore, key: ConversationKey, clicker: str) -> None:
-    """A call of `u1`'s burst that asked (the card asks for alice), approved by `clicker`."""
+async def decided(
+    store: SqlStore, key: ConversationKey, clicker: str, kind: ClickKind = "approve"
+) -> None:
+    """A call of `u1`'s burst that asked (the card asks for alice), decided by `clicker`; its card
+    (and the edit that ends a denied one) posted."""
     await store.ingest(IncomingMessage(key, f"{key.channel}-m1", "u1", "alice", "go"), NOW, T)
     lease = await store.acquire_lease(key.id, "o1", NOW + 3, 30.0)
     assert lease is not None
@@ -89,10 +92,14 @@ async def decided(store: SqlStore, key: ConversationKey, clicker: str) -> None:
     ikey = idempotency_key(key.id, 0, "tracker", "create_ticket", arguments)
     action = NewAction(key.id, lease.token, 0, 1, ikey, "tracker", "create_ticket", arguments,
                        False, "toolu_1", "u1", NOW + 3)  # fmt: skip
-    card = await store.park(action, "alice", RESUME, 900.0, "card", f"{key.channel}-m1")
+    card = await store.park(action, "alice", RESUME, 900.0, "Asked for alice.", f"{key.channel}-m1")
     assert card is not None
-    click = Click(f"{key.channel}-k", key, "approve", str(card), clicker, f"name-{clicker}")
-    assert await store.decide(click, True, "admins", NOW + 5) == "approved"
+    click = Click(f"{key.channel}-k", key, kind, str(card), clicker, f"name-{clicker}")
+    outcome = {"approve": "approved", "deny": "denied"}[kind]
+    assert await store.decide(click, True, "admins", NOW + 5) == outcome
+    for _ in range(2):  # the card, then the edit that ends it
+        for row in await store.claim_replies("o1", NOW + 6, 30.0, [key.platform], 10):
+            assert await store.mark_sent(row.id, row.claim_token, ["p1"], NOW + 6)
 
 
 async def test_forget_user_erases_the_name_their_decisions_and_questions_left(
@@ -164,3 +171,24 @@ async def test_retention_keeps_a_stop_still_pending(store: SqlStore) -> None:
     assert (await store.prune(NOW + 30 * DAY))["clicks"] == 0
     pending = await store.pending_stop(KEY.id)
     assert pending is not None and pending.clicker_name == "alice"
+
+
+async def cards(store: SqlStore, key: ConversationKey) -> list[tuple[str, str]]:
+    return [(r.kind, r.text) for r in await store.replies(key.id) if r.kind.startswith("card")]
+
+
+async def test_forget_user_erases_the_cards_they_decided_or_that_asked_for_them(
+    store: SqlStore,
+) -> None:
+    """A card repeats the call's arguments and names both people; its ending names the decider."""
+    await decided(store, KEY, "u2", "deny")  # u1 asked, u2 denied
+    await decided(store, OTHER, "u3", "deny")
+    assert [kind for kind, text in await cards(store, KEY) if "name-u2" in text] == ["card_outcome"]
+    assert (await store.forget_user("u2", None, NOW + 7))["cards"] == 2
+    assert await cards(store, KEY) == [("card", ""), ("card_outcome", "")]
+    kept = await cards(store, OTHER)
+    assert [kind for kind, text in kept if "alice" in text or "name-u3" in text] == [
+        "card", "card_outcome"
+    ]  # fmt: skip
+    assert (await store.forget_user("u1", "other", NOW + 8))["cards"] == 2  # asked for them
+    assert await cards(store, OTHER) == [("card", ""), ("card_outcome", "")]

@@ -79,8 +79,8 @@ async def test_forget_user_erases_their_text_everywhere_and_only_theirs(store: S
     await answer(store, OLD + 2, "answer")
     await store.ingest(said(3, "u1", OTHER), OLD + 3, T)
     counts = await store.forget_user("u1", None, OLD + 4)
-    assert counts == {"messages": 2, "held": 0, "generations": 1, "actions": 0, "votes": 0,
-                      "clicks": 0, "files": 0}  # fmt: skip
+    assert counts == {"messages": 2, "held": 0, "generations": 1, "actions": 0, "cards": 0,
+                      "votes": 0, "clicks": 0, "files": 0}  # fmt: skip
     messages = await store.messages(KEY.id)
     assert [(m.author_id, m.author_name, m.text, m.deleted) for m in messages] == [
         ("", "", "", True), ("u2", "name-u2", "text 2", False),
