@@ -10,7 +10,7 @@ from bot.core.events import ConversationKey
 from storage.rows import Params, attachments_from_json
 from storage.seam import Conn, StoreSeam
 
-PRUNED = ("messages", "replies", "generations", "files", "blobs")
+PRUNED = ("messages", "replies", "generations", "votes", "clicks", "files", "blobs")
 
 
 class RetentionSteps(StoreSeam[Conn]):
@@ -19,7 +19,8 @@ class RetentionSteps(StoreSeam[Conn]):
         return {name: len(await self._rows(f"{prefix}_{name}", params)) for name in names}
 
     async def prune(self, cutoff: float) -> dict[str, int]:
-        """Delete answered messages, settled replies and generations older than `cutoff`."""
+        """Delete answered messages, settled replies (and their votes), clicks and generations
+        older than `cutoff`."""
         return await self._swept(await self._counts(PRUNED, "prune", {"cutoff": cutoff}))
 
     async def prune_files(self, cutoff: float) -> dict[str, int]:
@@ -30,13 +31,14 @@ class RetentionSteps(StoreSeam[Conn]):
         )
 
     async def forget_user(self, user_id: str, platform: str | None, now: float) -> dict[str, int]:
-        """Erase a person's messages (text, name, id) everywhere, or on one platform. An answer
-        still being generated where they spoke loses its fence first, and what the others said
-        is answered again at `now`, from a prompt without the erased text."""
+        """Erase a person's messages (text, name, id), votes and clicks everywhere, or on one
+        platform. An answer still being generated where they spoke loses its fence first, and
+        what the others said is answered again at `now`, from a prompt without the erased text."""
         params = {"user": user_id, "platform": platform}
         fenced = await self._rows("forget_user_fence", params)
         files = await self._forget_files("user_files", params)
-        tables = ("messages", "held", "generations", "actions")
+        await self._rows("forget_user_decisions", params)  # before their clicks lose their id
+        tables = ("messages", "held", "generations", "actions", "cards", "votes", "clicks")
         counts = await self._counts(tables, "forget_user", params)
         for row in fenced:  # due again only once the text is gone, or a prompt could still read it
             await self._rows("restore_timer", {"cids": self._array([row[0]])})  # no lease holds it
@@ -45,15 +47,16 @@ class RetentionSteps(StoreSeam[Conn]):
         return {**counts, "files": files}
 
     async def forget_conversation(self, conversation_id: str) -> dict[str, int]:
-        """Erase a conversation's messages and posted replies (and leave all of it out of later
-        prompts, as `/reset` does); count the replies still unsent. An answer still being
-        generated loses its lease's fence first, so it is discarded rather than stored after."""
+        """Erase a conversation's messages, posted replies, votes and who clicked (and leave all
+        of it out of later prompts, as `/reset` does); count the replies still unsent. An answer
+        still being generated loses its lease's fence first, so it is discarded rather than
+        stored after."""
         params = {"cid": conversation_id}
         await self._rows("forget_conversation_fence", params)  # an answer under way is discarded
         await self._rows("forget_conversation_timer", params)
         await self._rows("reset_history", params)
         files = await self._forget_files("conversation_files", params)
-        tables = ("messages", "replies", "held", "generations", "actions")
+        tables = ("messages", "replies", "held", "generations", "actions", "votes", "clicks")
         counts = await self._counts(tables, "forget_conversation", params)
         await self._rows("forget_conversation_notes", params)  # the viewed channel, a title
         unsent = await self._rows("unsent_replies", params)

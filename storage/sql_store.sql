@@ -601,25 +601,99 @@ DELETE FROM conversation_notes WHERE conversation_id = :cid;
 -- that asked loses its saved continuation (the model's words) too: one still waiting can no
 -- longer be decided (superseded, its key moved aside, so a new answer may ask again).
 UPDATE actions SET arguments = '{}', result = CASE WHEN result IS NULL THEN NULL ELSE '' END,
-    resume = NULL,
+    resume = NULL, asked_by = CASE WHEN asked_by IS NULL THEN NULL ELSE '' END,
+    decided_by = CASE WHEN decided_by IS NULL THEN NULL ELSE '' END,
     approval = CASE WHEN approval = 'waiting' THEN 'superseded' ELSE approval END,
     idempotency_key = CASE WHEN approval = 'waiting'
         THEN idempotency_key || '/superseded/' || CAST(card_reply_id AS TEXT)
         ELSE idempotency_key END
-WHERE conversation_id = :cid AND (arguments != '{}' OR result != '' OR resume IS NOT NULL)
+WHERE conversation_id = :cid AND (arguments != '{}' OR result != '' OR resume IS NOT NULL
+                                  OR asked_by != '' OR decided_by != '')
 RETURNING idempotency_key;
 
 -- name: forget_user_actions
+-- As for a conversation; `asked_by` is their display name (the card asked for them).
 UPDATE actions SET arguments = '{}', result = CASE WHEN result IS NULL THEN NULL ELSE '' END,
-    resume = NULL,
+    resume = NULL, asked_by = CASE WHEN asked_by IS NULL THEN NULL ELSE '' END,
     approval = CASE WHEN approval = 'waiting' THEN 'superseded' ELSE approval END,
     idempotency_key = CASE WHEN approval = 'waiting'
         THEN idempotency_key || '/superseded/' || CAST(card_reply_id AS TEXT)
         ELSE idempotency_key END
-WHERE user_id = :user AND (arguments != '{}' OR result != '' OR resume IS NOT NULL)
+WHERE user_id = :user
+  AND (arguments != '{}' OR result != '' OR resume IS NOT NULL OR asked_by != '')
   AND (CAST(:platform AS TEXT) IS NULL
        OR conversation_id IN (SELECT id FROM conversations WHERE platform = :platform))
 RETURNING idempotency_key;
+
+-- name: forget_user_decisions
+-- First, while their clicks still name them: an Approve or Deny they decided keeps the decision
+-- and loses their display name (`decided_by` holds the name, not the id).
+UPDATE actions SET decided_by = ''
+WHERE decided_by != '' AND EXISTS (
+    SELECT 1 FROM clicks k
+    WHERE k.conversation_id = actions.conversation_id AND k.kind IN ('approve', 'deny')
+      AND k.clicker_id = :user AND k.clicker_name = actions.decided_by)
+  AND (CAST(:platform AS TEXT) IS NULL
+       OR conversation_id IN (SELECT id FROM conversations WHERE platform = :platform))
+RETURNING idempotency_key;
+
+-- name: forget_user_cards
+-- The approval cards that asked for them or that they decided, and the edits that end them: a
+-- card repeats the call's arguments and names for whom it asked and who decided. One still
+-- waiting in the outbox is posted first (as a reply is; forget again afterwards).
+UPDATE replies SET text = ''
+WHERE kind IN ('card', 'card_outcome') AND state != 'pending' AND text != ''
+  AND EXISTS (
+      SELECT 1 FROM actions a
+      WHERE a.conversation_id = replies.conversation_id
+        AND (replies.id = a.card_reply_id
+             OR replies.draft_key = 'r' || CAST(a.card_reply_id AS TEXT))
+        AND (a.user_id = :user OR EXISTS (
+            SELECT 1 FROM clicks k
+            WHERE k.conversation_id = a.conversation_id AND k.kind IN ('approve', 'deny')
+              AND k.clicker_id = :user AND k.target = CAST(a.card_reply_id AS TEXT))))
+  AND (CAST(:platform AS TEXT) IS NULL
+       OR conversation_id IN (SELECT id FROM conversations WHERE platform = :platform))
+RETURNING id;
+
+-- name: forget_user_votes
+-- Their 👍/👎 votes go (the totals count the votes standing: one erased is no longer counted).
+DELETE FROM votes WHERE voter_id = :user
+  AND (CAST(:platform AS TEXT) IS NULL
+       OR conversation_id IN (SELECT id FROM conversations WHERE platform = :platform))
+RETURNING reply_id;
+
+-- name: forget_user_clicks
+-- Erased in place: the row keeps its platform click id and decision, so a redelivered press is
+-- still a duplicate (G16) and cannot store the name, or cast the vote, again.
+UPDATE clicks SET clicker_id = '', clicker_name = ''
+WHERE clicker_id = :user
+  AND (CAST(:platform AS TEXT) IS NULL
+       OR conversation_id IN (SELECT id FROM conversations WHERE platform = :platform))
+RETURNING click_id;
+
+-- name: forget_conversation_votes
+DELETE FROM votes WHERE conversation_id = :cid RETURNING reply_id;
+
+-- name: forget_conversation_clicks
+-- In place, as for a person (`forget_user_clicks`).
+UPDATE clicks SET clicker_id = '', clicker_name = ''
+WHERE conversation_id = :cid AND (clicker_id != '' OR clicker_name != '')
+RETURNING click_id;
+
+-- name: prune_votes
+-- The votes of answers whose reply row is gone (this sweep's `prune_replies`, or earlier).
+DELETE FROM votes WHERE reply_id NOT IN (SELECT id FROM replies) RETURNING reply_id;
+
+-- name: prune_clicks
+-- Clicks older than the cutoff, but never a conversation's decided stop still pending.
+DELETE FROM clicks
+WHERE clicked_at < :cutoff
+  AND NOT EXISTS (
+      SELECT 1 FROM conversations c
+      WHERE c.id = clicks.conversation_id AND clicks.kind = 'stop'
+        AND clicks.version = c.stop_version AND c.stop_version > c.answered_version)
+RETURNING click_id;
 
 -- tool actions (storage/actions.py) -------------------------------------------------------------
 -- name: begin_action

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from bot.config import parse_config
+from bot.core.clicks import Click
 from bot.core.errors import ConfigError
 from bot.core.events import ConversationKey, IncomingMessage
+from bot.core.votes import Vote, vote_target
 from bot.ops.retention import forget
 from storage.sqlite import SqliteStore
 from testkit import RecordingFrontend, ScriptedReplier, check_invariants
@@ -140,14 +142,17 @@ def test_forget_from_the_command_line(tmp_path: Path) -> None:
     asyncio.run(prepared(tmp_path / "burstbot.db"))
     user = burstbot(["forget", "--user", "test:bob"], tmp_path)  # the burst's last author
     assert user.returncode == 0, user.stderr
-    line = "forget user test:bob: erased 1 messages, 0 held, 1 generations, 0 actions, 0 files"
+    line = (
+        "forget user test:bob: erased 1 messages, 0 held, 1 generations, 0 actions, 0 cards, "
+        "0 votes, 0 clicks, 0 files"
+    )
     assert user.stdout.strip() == line
     assert line in user.stderr  # logged too (a warning: the default level shows it)
     assert stored_text(tmp_path) == (["text 1", ""], ["reply to: text 1 | text 2"])
     conversation = burstbot(["forget", "--conversation", KEY.id], tmp_path)
     assert conversation.stdout.strip() == (
         f"forget conversation {KEY.id}: erased 1 messages, 1 replies, 0 held, 0 generations, "
-        "0 actions, 0 files, 0 unsent replies kept"
+        "0 actions, 0 votes, 0 clicks, 0 files, 0 unsent replies kept"
     )
     assert stored_text(tmp_path) == (["", ""], [""])
     neither = burstbot(["forget"], tmp_path)
@@ -167,6 +172,14 @@ def named(n: int, author: str, name: str) -> IncomingMessage:
 OTHER = ConversationKey("test", "w1", "c2")
 
 
+async def voted(store: SqliteStore, key: ConversationKey, voter: str, name: str, now: float) -> str:
+    """A 👍 by `voter`, shown as `name`, on the conversation's answer."""
+    [reply] = await store.replies(key.id)
+    target = f"r{reply.id}"
+    click = Click(f"{voter}-press", key, "vote", vote_target(target, "up"), voter, name)
+    return await store.vote(Vote(click, target, "up", now), now)
+
+
 async def test_each_erase_leaves_none_of_its_text_on_disk_while_the_store_is_open(
     tmp_path: Path, clock: FakeClock, frontend: RecordingFrontend
 ) -> None:
@@ -181,16 +194,29 @@ async def test_each_erase_leaves_none_of_its_text_on_disk_while_the_store_is_ope
         await app.ingest(marked(2, "bob", "bob-marker-8a37"))
         await app.ingest(marked(3, "carol", "carol-marker-c5e0", OTHER))
         await step(app, clock)
+        for key, voter, name in (
+            (KEY, "dave", "dave-marker-91b2"),  # forgotten as a person
+            (KEY, "erin", "erin-marker-3f6c"),  # with the conversation
+            (OTHER, "frank", "frank-marker-d04e"),  # by the sweep
+        ):
+            assert await voted(store, key, voter, name, clock.now()) == "voted"
         assert holding(path, "alice-marker-40d1") != []  # stored, and the bytes are readable
+        assert holding(path, "dave-marker-91b2") != []
         await forget(store, clock.now(), "test:alice", None)
         assert holding(path, "alice-marker-40d1") == []
+        await forget(store, clock.now(), "test:dave", None)
+        assert holding(path, "dave-marker-91b2") == []  # the vote's and the click's name
         assert holding(path, "bob-marker-8a37") != []  # bob's text, and the reply quoting it
+        assert holding(path, "erin-marker-3f6c") != []
         await forget(store, clock.now(), None, KEY.id)
         assert holding(path, "bob-marker-8a37") == []
+        assert holding(path, "erin-marker-3f6c") == []
         assert holding(path, "carol-marker-c5e0") != []  # another conversation's text is kept
+        assert holding(path, "frank-marker-d04e") != []
         pruned = await store.prune(clock.now() + 1)  # everything answered, erased rows too
-        assert (pruned["messages"], pruned["replies"]) == (3, 2)
+        assert (pruned["messages"], pruned["replies"], pruned["votes"]) == (3, 2, 1)
         assert holding(path, "carol-marker-c5e0") == []  # a retention sweep's deletes too
+        assert holding(path, "frank-marker-d04e") == []
     finally:
         await store.close()
 

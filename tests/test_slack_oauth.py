@@ -132,7 +132,7 @@ async def test_an_uninstall_mid_conversation_deletes_its_tokens_fails_its_reply_
     assert erased == [
         "slack: app_uninstalled in workspace T3: tokens already deleted, 0 pending replies "
         "failed; erased 1 conversations, 1 messages, 1 replies, 0 held, 0 generations, "
-        "0 actions, 0 files, 0 unsent replies kept"
+        "0 actions, 0 votes, 0 clicks, 0 files, 0 unsent replies kept"
     ]
     dropped = [line for line in lines if "T3, which is not installed" in line]
     assert len(dropped) == 1

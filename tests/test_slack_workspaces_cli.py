@@ -56,7 +56,7 @@ def test_workspaces_status_usage_and_forget_by_workspace(tmp_path: Path) -> None
     assert forgotten.returncode == 0, forgotten.stderr
     assert forgotten.stdout.strip() == (
         "forget workspace slack/T3: erased 1 conversations, 2 messages, 0 replies, 0 held, "
-        "0 generations, 0 actions, 0 files, 1 unsent replies kept"
+        "0 generations, 0 actions, 0 votes, 0 clicks, 0 files, 1 unsent replies kept"
     )
     assert burstbot(["forget", "--workspace", "T%"], tmp_path).returncode == 2
     asyncio.run(uninstalled(tmp_path / "burstbot.db", "T3"))

@@ -205,8 +205,13 @@ async def test_an_operator_retries_and_erases_in_a_browser(
             assert [p.reply_id for p in bot.frontend.posts].count("r1") == 1
 
             [answer] = await bot.store.replies(ANSWERED.id)
-            for voter, value in (("u8", "up"), ("u9", "down")):
-                voted = vote(ANSWERED, f"r{answer.id}", voter, value, bot.clock.now())
+            [kept] = await bot.store.replies(FAILING.id)
+            for key, reply, voter, value in (
+                (FAILING, kept, "u8", "up"),
+                (FAILING, kept, "u9", "down"),
+                (ANSWERED, answer, "u7", "up"),  # erased with its conversation below
+            ):
+                voted = vote(key, f"r{reply.id}", voter, value, bot.clock.now())
                 assert await bot.store.vote(voted, bot.clock.now()) == "voted"
             erased, total, bars, feedback, vote_bars = await asyncio.to_thread(
                 erase_and_see_usage, browser, bot.base, tmp_path

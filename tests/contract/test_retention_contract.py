@@ -55,13 +55,15 @@ async def test_retention_deletes_old_answered_text_and_keeps_pending_work(store:
     await answer(store, OLD + 12, "old answer, never posted")  # still in the outbox
     await store.ingest(said(3), OLD + 20, T)  # old, but never answered: pending input
     counts = await store.prune(NOW - 30 * DAY)
-    assert counts == {"messages": 2, "replies": 1, "generations": 2, "files": 0, "blobs": 0}
+    assert counts == {"messages": 2, "replies": 1, "generations": 2, "votes": 0, "clicks": 0,
+                      "files": 0, "blobs": 0}  # fmt: skip
     assert [m.text for m in await store.messages(KEY.id)] == ["text 3"]
     assert [r.text for r in await store.replies(KEY.id)] == ["old answer, never posted"]
     state = await store.conversation_state(KEY.id)
     assert state is not None and state.timer is not None and state.version == 3  # armed
     assert await store.prune(NOW - 30 * DAY) == {
-        "messages": 0, "replies": 0, "generations": 0, "files": 0, "blobs": 0
+        "messages": 0, "replies": 0, "generations": 0, "votes": 0, "clicks": 0, "files": 0,
+        "blobs": 0,
     }  # fmt: skip
     # the pending message is answered as usual afterwards
     lease = await store.acquire_lease(KEY.id, "o2", NOW, 30.0)
@@ -77,7 +79,8 @@ async def test_forget_user_erases_their_text_everywhere_and_only_theirs(store: S
     await answer(store, OLD + 2, "answer")
     await store.ingest(said(3, "u1", OTHER), OLD + 3, T)
     counts = await store.forget_user("u1", None, OLD + 4)
-    assert counts == {"messages": 2, "held": 0, "generations": 1, "actions": 0, "files": 0}
+    assert counts == {"messages": 2, "held": 0, "generations": 1, "actions": 0, "cards": 0,
+                      "votes": 0, "clicks": 0, "files": 0}  # fmt: skip
     messages = await store.messages(KEY.id)
     assert [(m.author_id, m.author_name, m.text, m.deleted) for m in messages] == [
         ("", "", "", True), ("u2", "name-u2", "text 2", False),
@@ -106,7 +109,7 @@ async def test_forget_conversation_erases_messages_and_posted_replies(store: Sql
     await store.ingest(said(3, "u9", OTHER), OLD, T)
     counts = await store.forget_conversation(KEY.id)
     assert counts == {"messages": 2, "replies": 1, "held": 0, "generations": 2, "actions": 0,
-                      "files": 0, "unsent_replies_kept": 1}  # fmt: skip
+                      "votes": 0, "clicks": 0, "files": 0, "unsent_replies_kept": 1}  # fmt: skip
     searches = [(g.searches, g.usage.web_searches) for g in await store.generations(KEY.id)]
     assert searches == [((), 1), ((), 1)]  # the queries go, the count stays (it was billed)
     assert {m.text for m in await store.messages(KEY.id)} == {""}
