@@ -11,8 +11,9 @@ People are `alice`, `bob` and `carol`. A control server on `--control-port` play
 - `POST /fake/say` (form: `text`, optional `user` (alice), `channel`: `general` (default) or
   `dm`): a person writes; the message lands in the channel's history and goes to the bot over
   the gateway as MESSAGE_CREATE.
-- `POST /fake/press` (form: `id` of a bot's message, `button`: `stop`, `up` for 👍 or `down` for
-  👎, optional `user`): a person presses one of its buttons (an INTERACTION_CREATE).
+- `POST /fake/press` (form: `id` of a bot's message, `button`: `stop`, `approve`, `deny`, `up`
+  for 👍 or `down` for 👎, optional `user`): a person presses one of its buttons (an
+  INTERACTION_CREATE).
 - `GET /fake/posts`: the bot's messages as they show now (`content` and the `buttons` under it).
 - `GET /fake/answers`: what the bot answered each press (interaction responses): `type` (4: a
   message, 6: a deferred update), `content`, and whether only the presser saw it (`ephemeral`).
@@ -39,7 +40,13 @@ PEOPLE: dict[str, Json] = {
     for n, name in enumerate(("alice", "bob", "carol"), start=1)
 }  # fmt: skip
 EPHEMERAL = 64
-BUTTONS = {"stop": ("label", "Stop"), "up": ("emoji", "👍"), "down": ("emoji", "👎")}
+BUTTONS = {
+    "stop": ("label", "Stop"),
+    "approve": ("label", "Approve"),
+    "deny": ("label", "Deny"),
+    "up": ("emoji", "👍"),
+    "down": ("emoji", "👎"),
+}
 
 
 def _buttons(message: Json) -> list[Json]:
@@ -83,7 +90,8 @@ class ByHand:
         user = PEOPLE.get(str(form.get("user", "alice")))
         button = BUTTONS.get(str(form["button"]))
         if user is None or button is None:
-            return web.json_response({"error": "user: alice|bob|carol, button: stop|up|down"},
+            choices = "user: alice|bob|carol, button: " + "|".join(BUTTONS)
+            return web.json_response({"error": choices},
                                      status=400)  # fmt: skip
         message_id = str(form["id"])
         found = [m for m in self._posts() if m["id"] == message_id]

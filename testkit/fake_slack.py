@@ -18,10 +18,10 @@ lost; without `--events-url`, it goes over the bot's Socket Mode connection: `ap
 hands out one on the same server); `POST /fake/assistant` (form: `user`, optional `viewing`
 channel) is a person opening the app's assistant panel: a new thread in their DM and its
 `assistant_thread_started` event; `POST /fake/press` (form: `ts` of a bot's message, `button`:
-`stop`, `up` for 👍 or `down` for 👎, optional `user`) is a person pressing one of its buttons,
-delivered the same way as events (Slack's interactivity URL is the events URL); `POST
-/fake/stop-session` (form: `channel`, `thread_ts`, optional `user`; with `--agent`, the app
-declared an agent) is a person pressing Slack's Stop on a thread's agent session; `GET
+`stop`, `approve`, `deny`, `up` for 👍 or `down` for 👎, optional `user`) is a person pressing
+one of its buttons, delivered the same way as events (Slack's interactivity URL is the events
+URL); `POST /fake/stop-session` (form: `channel`, `thread_ts`, optional `user`; with `--agent`,
+the app declared an agent) is a person pressing Slack's Stop on a thread's agent session; `GET
 /fake/ephemerals` lists what one person alone was shown (`chat.postEphemeral`); `GET
 /fake/posts` lists what bots posted (as the messages read now: `text`, what it `shows` and the
 `buttons` under it), `GET /fake/calls` the `chat.*`
@@ -540,16 +540,17 @@ class FakeSlackApi:
         return "no events url and no Socket Mode connection"
 
     async def _press(self, request: web.Request) -> web.Response:
-        """A person presses a button of a bot's message: `button` is `stop` (the Stop button),
-        `up` or `down` (👍 or 👎 of its feedback buttons)."""
+        """A person presses a button of a bot's message: `button` is `stop`, `approve` or `deny`
+        (a button by its label), `up` or `down` (👍 or 👎 of its feedback buttons)."""
         form = await request.post()
         ts, user, button = str(form["ts"]), str(form.get("user", "U1")), str(form["button"])
         found = [m for m in self.posts() if m.ts == ts]
         if not found:
             return web.json_response({"error": f"no bot message {ts}"}, status=404)
         message = found[0]
-        if button == "stop" and message.buttons():
-            payload = self.click(message, user)
+        labels = {str(b["text"]["text"]).lower(): b["action_id"] for b in message.buttons()}
+        if button in labels:
+            payload = self.click(message, user, labels[button])
         elif button in ("up", "down") and message.feedback_buttons():
             payload = self.feedback(message, user, positive=button == "up")
         else:

@@ -6,6 +6,7 @@ that count is what these tests assert, never ours."""
 from __future__ import annotations
 
 import asyncio
+import re
 from itertools import count
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 
 from bot.cli.explain import explain_lines
 from bot.core.actions import NewAction, canonical_arguments, idempotency_key
-from bot.core.approvals import Continuation
+from bot.core.approvals import Continuation, card_text
 from bot.core.clicks import Click, ClickKind
 from bot.core.engine import Engine
 from bot.core.errors import RetryableReplierError
@@ -113,7 +114,8 @@ async def test_a_call_that_must_ask_parks_the_burst_and_approve_runs_it_once(
     assert [g.outcome for g in await store.generations(KEY.id)] == ["parked", "posted"]
     lines = "\n".join(await explain_lines(store, KEY.id, clock.now()) or [])
     assert f"clicked   approve on card r{action.card_reply_id}: approved by alice" in lines
-    assert "(with effect) → approved by alice, done in" in lines
+    # the call's time counts from the card, the wait for the click included: said so, not "in"
+    assert re.search(r"\(with effect\) → approved by alice, done \d+\.\d\ds after it asked", lines)
     await check_invariants(store, [KEY.id])
 
 
@@ -324,3 +326,14 @@ async def test_a_worker_whose_lease_is_gone_lets_an_approved_call_go_without_end
     [still] = await store.actions(KEY.id)
     assert (still.approval, still.state) == ("approved", "unknown")
     assert [r.kind for r in await store.replies(KEY.id)] == ["card"]  # no ending queued
+
+
+@pytest.mark.parametrize(
+    ("wait_seconds", "said"),
+    [(20, "expires in 20 s;"), (0.4, "expires in 1 s;"), (60, "expires in 1 min;"),
+     (900, "expires in 15 min;")],
+)  # fmt: skip
+def test_a_card_says_how_long_it_waits_in_seconds_under_a_minute(
+    wait_seconds: float, said: str
+) -> None:
+    assert said in card_text("tracker", "create_ticket", "{}", "alice", wait_seconds)

@@ -126,6 +126,67 @@ async def test_slack_by_hand_without_an_events_url_goes_over_socket_mode(
         assert press["payload"]["actions"][0]["action_id"] == "burstbot_stop"
 
 
+CARD = [{"type": "actions", "elements": [
+    {"type": "button", "action_id": "burstbot_approve", "value": "card-1", "style": "primary",
+     "text": {"type": "plain_text", "text": "Approve"}},
+    {"type": "button", "action_id": "burstbot_deny", "value": "card-1", "style": "danger",
+     "text": {"type": "plain_text", "text": "Deny"}}]}]  # fmt: skip
+
+
+async def test_slack_by_hand_presses_a_cards_approve_or_deny(slack: FakeSlackApi) -> None:
+    """A card shows two buttons: each is pressed by its label, over the socket as Slack sends it."""
+    card_ts = posted(slack, "May I run create_ticket?", CARD)
+    socket_url = base(slack).replace("http", "ws") + "/socket"
+    async with aiohttp.ClientSession() as session, session.ws_connect(socket_url) as socket:
+        assert (await socket.receive_json())["type"] == "hello"
+        pressed = []
+        for button, user in (("approve", "U2"), ("deny", "U1")):
+            await form(session, f"{base(slack)}/fake/press", ts=card_ts, button=button, user=user)
+            payload = (await socket.receive_json())["payload"]
+            pressed.append((payload["actions"][0]["action_id"], payload["user"]["id"]))
+        refused = await form(session, f"{base(slack)}/fake/press", ts=card_ts, button="stop")
+        async with session.get(f"{base(slack)}/fake/posts") as response:
+            shown = await response.json()
+    assert pressed == [("burstbot_approve", "U2"), ("burstbot_deny", "U1")]
+    assert refused[0] == 409
+    assert shown[0]["buttons"] == ["Approve", "Deny"]
+
+
+async def test_discord_by_hand_presses_a_cards_approve_or_deny() -> None:
+    fake = FakeDiscord()
+    fake.guilds.append(GUILD)
+    fake.add_channel(GENERAL, "text", guild_id=GUILD)
+    async with fake:
+        runner, port = await serve_locally(ByHand(fake).application())
+        control = f"http://127.0.0.1:{port}/fake"
+        approve = {"type": 2, "style": 3, "label": "Approve", "custom_id": "burstbot:approve:c1"}
+        deny = {"type": 2, "style": 4, "label": "Deny", "custom_id": "burstbot:deny:c1"}
+        buttons = [{"type": 1, "components": [approve, deny]}]
+        fake.create_post(GENERAL, {"content": "May I?", "components": buttons})
+        [post] = fake.created
+        pressed = []
+        try:
+            async with (
+                aiohttp.ClientSession() as session,
+                session.ws_connect(str(fake.gateway_url)) as gateway,
+            ):
+                await gateway.receive_json()  # hello
+                await gateway.send_json({"op": 2, "d": {"token": fake.token, "intents": 0}})
+                assert (await gateway.receive_json())["t"] == "READY"
+                assert (await gateway.receive_json())["t"] == "GUILD_CREATE"
+                for button in ("deny", "approve"):
+                    pressing = asyncio.create_task(
+                        form(session, f"{control}/press", id=post["id"], button=button, user="bob")
+                    )
+                    pressed.append((await gateway.receive_json())["d"]["data"]["custom_id"])
+                    await pressing  # no answer from a bot here: it waits out Discord's 3 s
+                refused = await form(session, f"{control}/press", id=post["id"], button="stop")
+        finally:
+            await runner.cleanup()
+    assert pressed == ["burstbot:deny:c1", "burstbot:approve:c1"]
+    assert refused[0] == 409
+
+
 async def test_discord_by_hand_says_and_presses_over_the_gateway() -> None:
     fake = FakeDiscord()
     fake.guilds.append(GUILD)

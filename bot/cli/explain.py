@@ -124,6 +124,10 @@ def _action_line(a: ActionRecord, redact: bool) -> str:
     if a.approval is not None and a.approval != "running":  # asked, and never claimed to run
         decided = f" by {printable(a.decided_by)}" if a.decided_by else ""
         outcome = f"{a.approval}{decided}: not run (card r{a.card_reply_id})"
+    elif a.approval == "running" and a.state != "unknown":
+        # the record starts when the model asked, so its time includes the wait for the click
+        ended = f"{a.state} {a.duration or 0.0:.2f}s after it asked"
+        outcome = f"approved by {printable(a.decided_by or '')}, {ended}"
     elif a.approval == "running":
         outcome = f"approved by {printable(a.decided_by or '')}, {outcome}"
     kind = "read-only" if a.read_only else "with effect"

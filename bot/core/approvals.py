@@ -74,11 +74,19 @@ class Parked:
 
 def card_text(server: str, tool: str, arguments: str, asked_by: str, wait_seconds: float) -> str:
     """The question: the tool, its arguments as the model gave them, and who asked."""
-    minutes = max(1, round(wait_seconds / 60))
     return (
         f"🔐 Approval needed: `{server}.{tool}`\n```{arguments}```\n"
-        f"Asked for {asked_by}. Approve or Deny (expires in {minutes} min; not run until then)."
+        f"Asked for {asked_by}. Approve or Deny "
+        f"(expires in {_wait_in_words(wait_seconds)}; not run until then)."
     )
+
+
+def _wait_in_words(seconds: float) -> str:
+    """A wait under a minute in seconds: rounding 20 s up to "1 min" would promise three times
+    the time the person really has."""
+    if seconds < 59.5:
+        return f"{max(1, round(seconds))} s"
+    return f"{round(seconds / 60)} min"
 
 
 def outcome_line(approval: Approval, decided_by: str | None, result: str | None = None) -> str:
