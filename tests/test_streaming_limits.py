@@ -15,7 +15,8 @@ from tests.slack_harness import Bot, api, running_bot, ts
 
 __all__ = ["api"]  # fixture
 
-CONVERSATIONS = 8  # the engine's default of concurrent generations
+CONVERSATIONS = 8  # the engine's slots in these tests (`max_concurrent_generations`)
+SLOTS = {"engine": {"max_concurrent_generations": CONVERSATIONS}}
 TICK = 0.25  # a token from every model this often
 
 
@@ -55,7 +56,9 @@ async def test_conversations_streaming_at_once_share_the_budget_and_finals_go_fi
 ) -> None:
     clock = FakeClock()
     api.enforce_rate_limits(clock=clock.monotonic)
-    async with running_bot(api, clock=clock, replier=ScriptedReplier(hold=True)) as bot:
+    async with running_bot(
+        api, clock=clock, replier=ScriptedReplier(hold=True), sections=SLOTS
+    ) as bot:
         for n in range(CONVERSATIONS):
             await bot.send(dm(ts(n + 1), f"question {n}", channel=channel(n)))
         await bot.clock.advance(1.5)
@@ -86,7 +89,9 @@ async def test_a_generation_never_waits_for_a_drafts_budget_and_frees_its_slot_a
     clock = FakeClock()
     api.enforce_rate_limits(clock=clock.monotonic)
     rounds = 3
-    async with running_bot(api, clock=clock, replier=ScriptedReplier(hold=True)) as bot:
+    async with running_bot(
+        api, clock=clock, replier=ScriptedReplier(hold=True), sections=SLOTS
+    ) as bot:
         for n in range(rounds * CONVERSATIONS):
             await bot.send(dm(ts(n + 1), f"question {n}", channel=channel(n)))
         await bot.clock.advance(1.5)
