@@ -16,7 +16,6 @@ redelivery; a refused, repeated or late press is told to the clicker alone, afte
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any
 
 from slack_bolt.app.async_app import AsyncApp
@@ -27,6 +26,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.slack.inbound import Payload, split_message_id
 from adapters.slack.mrkdwn import split_mrkdwn, to_mrkdwn
 from adapters.slack.outbound import UPDATE, Outbound, part_metadata
+from adapters.slack.presses import pressed
 from adapters.slack.stop_button import SECTION_CHARS, StopButtons, StopPress
 from bot.core.clicks import Click, ClickKind
 from bot.core.errors import MessageGone
@@ -91,31 +91,16 @@ async def end_card(outbound: Outbound, reply: Reply, text: str, feedback: bool =
 def approval_press(body: Payload) -> StopPress | None:
     """The Approve or Deny click of a `block_actions` payload; None when it is not one we can
     act on (a value naming another conversation than the button's own)."""
-    actions, user, team = body.get("actions"), body.get("user"), body.get("team")
-    container = body.get("container")
-    if not (isinstance(actions, list) and isinstance(user, Mapping) and isinstance(team, Mapping)):
-        return None
-    action = next((a for a in actions if isinstance(a, Mapping)
-                   and a.get("action_id") in KINDS), None)  # fmt: skip
-    if action is None or not isinstance(container, Mapping):
+    press = pressed(body, KINDS)
+    if press is None:
         return None
     try:
-        value = json.loads(str(action.get("value", "")))
-        key = ConversationKey.parse(str(value["conversation"]))
-        card = str(int(value["card"]))
+        card = str(int(press.value["card"]))
     except (ValueError, TypeError, KeyError):
         return None
-    clicker, action_ts = str(user.get("id") or ""), str(action.get("action_ts") or "")
-    channel = str(container.get("channel_id") or "")
-    if not (clicker and action_ts) or key.platform != "slack" or key.channel != channel:
-        return None
-    if key.workspace != str(team.get("id") or ""):
-        return None
-    name = str(user.get("name") or user.get("username") or clicker)
-    click_id = f"slack:{key.workspace}:{action_ts}:{body.get('trigger_id') or clicker}"
-    thread = str(container.get("thread_ts") or key.thread)
-    kind = KINDS[str(action["action_id"])]
-    return StopPress(Click(click_id, key, kind, card, clicker, name), channel, thread)
+    kind = KINDS[str(press.action["action_id"])]
+    click = Click(press.click_id, press.key, kind, card, press.clicker, press.name)
+    return StopPress(click, press.channel, press.thread)
 
 
 class ApprovalButtons(StopButtons):

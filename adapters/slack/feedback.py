@@ -34,6 +34,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.slack.calls import call
 from adapters.slack.inbound import Payload
 from adapters.slack.mrkdwn import split_mrkdwn
+from adapters.slack.presses import pressed, shows_action
 from bot.core.clicks import Click
 from bot.core.errors import BurstbotError, StoreError
 from bot.core.events import ConversationKey
@@ -74,11 +75,7 @@ def feedback_blocks(text: str, reply_id: str, key: ConversationKey) -> list[dict
 
 def shows_feedback(message: Mapping[str, Any]) -> bool:
     """Whether a message (as the Web API reads it back) shows the 👍/👎 buttons."""
-    for block in message.get("blocks") or []:
-        for element in block.get("elements") or [] if isinstance(block, Mapping) else []:
-            if isinstance(element, Mapping) and element.get("action_id") == FEEDBACK_ACTION:
-                return True
-    return False
+    return shows_action(message, FEEDBACK_ACTION)
 
 
 @dataclass(frozen=True)
@@ -92,32 +89,20 @@ class VotePress:
 
 def vote_press(body: Payload) -> VotePress | None:
     """The vote of a `block_actions` payload; None when it is not one we can act on."""
-    actions = body.get("actions")
-    user, team, container = body.get("user"), body.get("team"), body.get("container")
-    if not (isinstance(actions, list) and isinstance(user, Mapping) and isinstance(team, Mapping)):
-        return None
-    action = next((a for a in actions if isinstance(a, Mapping)
-                   and a.get("action_id") == FEEDBACK_ACTION), None)  # fmt: skip
-    if action is None or not isinstance(container, Mapping):
+    press = pressed(body, (FEEDBACK_ACTION,))
+    if press is None:
         return None
     try:
-        named = json.loads(str(action.get("value", "")))
-        key = ConversationKey.parse(str(named["conversation"]))
-        reply_id, value = str(named["reply"]), vote_value(str(named["vote"]))
-        pressed_at = float(str(action.get("action_ts")))
+        reply_id = str(press.value["reply"])
+        value = vote_value(str(press.value["vote"]))
+        pressed_at = float(str(press.action.get("action_ts")))
     except (ValueError, TypeError, KeyError):
         return None
-    clicker, action_ts = str(user.get("id") or ""), str(action.get("action_ts") or "")
-    channel = str(container.get("channel_id") or "")
-    if not (clicker and reply_id and value) or key.platform != "slack" or key.channel != channel:
-        return None  # a value pointing at another conversation than the button's own
-    if key.workspace != str(team.get("id") or ""):
+    if not reply_id or value is None:
         return None
-    name = str(user.get("name") or user.get("username") or clicker)
-    click_id = f"slack:{key.workspace}:{action_ts}:{body.get('trigger_id') or clicker}"
-    click = Click(click_id, key, "vote", vote_target(reply_id, value), clicker, name)
-    thread = str(container.get("thread_ts") or key.thread)
-    return VotePress(Vote(click, reply_id, value, pressed_at), channel, thread)
+    target = vote_target(reply_id, value)
+    click = Click(press.click_id, press.key, "vote", target, press.clicker, press.name)
+    return VotePress(Vote(click, reply_id, value, pressed_at), press.channel, press.thread)
 
 
 @dataclass(eq=False)

@@ -33,6 +33,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.slack.calls import call
 from adapters.slack.inbound import Payload
 from adapters.slack.mrkdwn import split_mrkdwn
+from adapters.slack.presses import pressed, shows_action
 from bot.core.clicks import Click
 from bot.core.errors import BurstbotError, StoreError
 from bot.core.events import ConversationKey
@@ -65,11 +66,7 @@ def draft_blocks(shown: str, value: str) -> list[dict[str, Any]]:
 
 def shows_stop(message: Mapping[str, Any]) -> bool:
     """Whether a message (as the Web API reads it back) still shows the Stop button."""
-    for block in message.get("blocks") or []:
-        for element in block.get("elements") or [] if isinstance(block, Mapping) else []:
-            if isinstance(element, Mapping) and element.get("action_id") == STOP_ACTION:
-                return True
-    return False
+    return shows_action(message, STOP_ACTION)
 
 
 @dataclass(frozen=True)
@@ -83,30 +80,12 @@ class StopPress:
 
 def stop_press(body: Payload) -> StopPress | None:
     """The Stop click of a `block_actions` payload; None when it is not one we can act on."""
-    actions = body.get("actions")
-    user, team, container = body.get("user"), body.get("team"), body.get("container")
-    if not (isinstance(actions, list) and isinstance(user, Mapping) and isinstance(team, Mapping)):
+    press = pressed(body, (STOP_ACTION,))
+    draft = "" if press is None else str(press.value.get("draft") or "")
+    if press is None or not draft:
         return None
-    action = next((a for a in actions if isinstance(a, Mapping)
-                   and a.get("action_id") == STOP_ACTION), None)  # fmt: skip
-    if action is None or not isinstance(container, Mapping):
-        return None
-    try:
-        value = json.loads(str(action.get("value", "")))
-        key = ConversationKey.parse(str(value["conversation"]))
-        draft = str(value["draft"])
-    except (ValueError, TypeError, KeyError):
-        return None
-    clicker, action_ts = str(user.get("id") or ""), str(action.get("action_ts") or "")
-    channel = str(container.get("channel_id") or "")
-    if not (clicker and action_ts and draft) or key.platform != "slack" or key.channel != channel:
-        return None  # a value pointing at another conversation than the button's own
-    if key.workspace != str(team.get("id") or ""):
-        return None
-    name = str(user.get("name") or user.get("username") or clicker)
-    click_id = f"slack:{key.workspace}:{action_ts}:{body.get('trigger_id') or clicker}"
-    thread = str(container.get("thread_ts") or key.thread)
-    return StopPress(Click(click_id, key, "stop", draft, clicker, name), channel, thread)
+    click = Click(press.click_id, press.key, "stop", draft, press.clicker, press.name)
+    return StopPress(click, press.channel, press.thread)
 
 
 @dataclass(eq=False)
