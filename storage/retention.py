@@ -37,7 +37,8 @@ class RetentionSteps(StoreSeam[Conn]):
         params = {"user": user_id, "platform": platform}
         fenced = await self._rows("forget_user_fence", params)
         files = await self._forget_files("user_files", params)
-        await self._rows("forget_user_decisions", params)  # before their clicks lose their id
+        for named in ("decisions", "stopped_answers", "stopped_generations"):
+            await self._rows(f"forget_user_{named}", params)  # before their clicks lose their id
         tables = ("messages", "held", "generations", "actions", "cards", "votes", "clicks")
         counts = await self._counts(tables, "forget_user", params)
         for row in fenced:  # due again only once the text is gone, or a prompt could still read it

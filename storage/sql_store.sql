@@ -663,6 +663,29 @@ DELETE FROM votes WHERE voter_id = :user
        OR conversation_id IN (SELECT id FROM conversations WHERE platform = :platform))
 RETURNING reply_id;
 
+-- name: forget_user_stopped_answers
+-- Also while their clicks still name them: an answer they stopped ends "(stopped by NAME)"
+-- (bot/core/clicks.py, `stopped_text`); it keeps "(stopped)".
+UPDATE replies SET text = replace(replies.text, '_(stopped by ' || k.clicker_name || ')_',
+                                  '_(stopped)_')
+FROM clicks k
+WHERE k.conversation_id = replies.conversation_id AND k.kind = 'stop' AND k.clicker_id = :user
+  AND k.clicker_name != '' AND replies.kind = 'answer'
+  AND replace(replies.text, '_(stopped by ' || k.clicker_name || ')_', '') != replies.text
+  AND (CAST(:platform AS TEXT) IS NULL
+       OR replies.conversation_id IN (SELECT id FROM conversations WHERE platform = :platform))
+RETURNING replies.id;
+
+-- name: forget_user_stopped_generations
+UPDATE generations SET error = 'stopped'
+FROM clicks k
+WHERE k.conversation_id = generations.conversation_id AND k.kind = 'stop'
+  AND k.clicker_id = :user AND k.clicker_name != '' AND generations.outcome = 'stopped'
+  AND generations.error = 'stopped by ' || k.clicker_name
+  AND (CAST(:platform AS TEXT) IS NULL
+       OR generations.conversation_id IN (SELECT id FROM conversations WHERE platform = :platform))
+RETURNING generations.id;
+
 -- name: forget_user_clicks
 -- Erased in place: the row keeps its platform click id and decision, so a redelivered press is
 -- still a duplicate (G16) and cannot store the name, or cast the vote, again.

@@ -102,9 +102,14 @@ class ClickRecord:
     version: int | None
 
 
+def stop_reason(clicker_name: str) -> str:
+    """Who stopped a burst, as its answer and generation say it ("stopped" once they are erased)."""
+    return f"stopped by {clicker_name}" if clicker_name else "stopped"
+
+
 def stopped_text(shown: str, clicker_name: str) -> str:
     """The stopped answer: what the draft showed, then who stopped it."""
-    line = f"_(stopped by {clicker_name})_"
+    line = f"_({stop_reason(clicker_name)})_"
     return f"{shown.rstrip()}\n\n{line}" if shown.strip() else line
 
 

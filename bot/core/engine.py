@@ -53,7 +53,7 @@ from bot.core.approvals import ApprovalNeeded, Continuation
 from bot.core.attachments import AttachmentLoader
 from bot.core.backoff import Backoff
 from bot.core.burst import Burst, reply_text, spent
-from bot.core.clicks import Click, ClickAnswer, stopped_text
+from bot.core.clicks import Click, ClickAnswer, stop_reason, stopped_text
 from bot.core.clock import Clock
 from bot.core.errors import PermanentReplierError, ReplierError, StoreError
 from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEvent
@@ -497,7 +497,7 @@ class Engine:
             return
         text = stopped_text("".join(usage.streamed), stop.clicker_name)
         reply = burst.answer(text, usage)
-        record = burst.record("stopped", usage, now, f"stopped by {stop.clicker_name}")
+        record = burst.record("stopped", usage, now, stop_reason(stop.clicker_name))
         check = FinalCheck(lease.token, stop.version, deadline_passed=True, stopping=True)
         done = await self.store.commit(
             cid, check, now, burst.timing, reply, record, self.outbox.claim

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from bot.core.actions import NewAction, canonical_arguments, idempotency_key
 from bot.core.approvals import Continuation
-from bot.core.clicks import Click, ClickKind
+from bot.core.clicks import Click, ClickKind, stopped_text
 from bot.core.events import ConversationKey, Draft, IncomingMessage
-from bot.core.store import Committed, FinalCheck, NewReply, Timing
+from bot.core.store import Committed, FinalCheck, GenerationRecord, NewReply, Timing
 from bot.core.votes import Vote, VoteValue, vote_target
 from storage.sql_store import SqlStore
 
@@ -192,3 +192,52 @@ async def test_forget_user_erases_the_cards_they_decided_or_that_asked_for_them(
     ]  # fmt: skip
     assert (await store.forget_user("u1", "other", NOW + 8))["cards"] == 2  # asked for them
     assert await cards(store, OTHER) == [("card", ""), ("card_outcome", "")]
+
+
+async def stopped(store: SqlStore, key: ConversationKey, author: str, stopper: str) -> None:
+    """`author`'s burst stopped by `stopper` (an admin), committed as the engine does."""
+    name = f"name-{stopper}"
+    await store.ingest(IncomingMessage(key, f"{key.channel}-m1", author, "zoe", "hi"), NOW, T)
+    lease = await store.acquire_lease(key.id, "o1", NOW + 3, 30.0)
+    assert lease is not None
+    assert await store.record_draft(key.id, lease.token, Draft("dkey", "m-100"))
+    stop = Click(f"{key.channel}-S", key, "stop", "dkey", stopper, name)
+    assert await store.stop(stop, True, NOW + 4) == "stopped"
+    pending = await store.pending_stop(key.id)
+    assert pending is not None
+    check = FinalCheck(lease.token, pending.version, deadline_passed=True, stopping=True)
+    record = GenerationRecord(key.id, lease.token, 0, lease.version, NOW + 3, NOW + 5, "stopped",
+                              error=f"stopped by {name}")  # fmt: skip
+    reply = NewReply(stopped_text("Half of it", name))
+    assert isinstance(await store.commit(key.id, check, NOW + 5, T, reply, record), Committed)
+
+
+async def test_forget_user_erases_their_name_from_the_answers_they_stopped(
+    store: SqlStore,
+) -> None:
+    """A stopped answer ends with who stopped it, in its stored text and its generation."""
+    await stopped(store, KEY, "u1", "u2")
+    await stopped(store, OTHER, "u1", "u3")
+    await store.forget_user("u2", None, NOW + 6)
+    [erased] = await store.replies(KEY.id)
+    assert erased.text == stopped_text("Half of it", "")
+    assert "name-u2" not in erased.text
+    assert [g.error for g in await store.generations(KEY.id)] == ["stopped"]
+    [kept] = await store.replies(OTHER.id)
+    assert kept.text == stopped_text("Half of it", "name-u3")
+    assert [g.error for g in await store.generations(OTHER.id)] == ["stopped by name-u3"]
+
+
+async def test_a_stop_still_pending_whose_clicker_is_erased_ends_the_answer_unnamed(
+    store: SqlStore,
+) -> None:
+    await store.ingest(IncomingMessage(KEY, "m1", "u1", "alice", "hi"), NOW, T)
+    lease = await store.acquire_lease(KEY.id, "o1", NOW + 3, 30.0)
+    assert lease is not None
+    assert await store.record_draft(KEY.id, lease.token, Draft("dkey", "m-100"))
+    by_bob = Click("S", KEY, "stop", "dkey", "u2", "bob")
+    assert await store.stop(by_bob, True, NOW + 4) == "stopped"
+    await store.forget_user("u2", None, NOW + 5)
+    pending = await store.pending_stop(KEY.id)
+    assert pending is not None  # still stopped: erasure never touches pending work
+    assert stopped_text("Half of it", pending.clicker_name) == "Half of it\n\n_(stopped)_"
