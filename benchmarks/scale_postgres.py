@@ -241,14 +241,16 @@ async def serve(dsn: str, schema: str, name: str, within: float) -> dict[str, An
     loop_late = plain_timers(due.values())
     scheduler = serving.scheduler
     running = asyncio.create_task(scheduler.run())
-    last_due = max(due.values())
     conn = await asyncpg.connect(dsn, server_settings={"search_path": schema})
     give_up = time.monotonic() + within
+    # Done once every due conversation is answered (by either process), not when its timer is
+    # gone: a leased timer is gone too, and stopping then would cancel a generation that had
+    # called the model, for the other process to call it again.
+    unanswered = ("SELECT COUNT(*) FROM conversations "
+                  "WHERE id = ANY($1::text[]) AND answered_version < version")  # fmt: skip
     while time.monotonic() < give_up:
         await asyncio.sleep(0.1)
-        left = await conn.fetchval(
-            "SELECT COUNT(*) FROM debounce_timers WHERE due_at <= $1", last_due
-        )
+        left = await conn.fetchval(unanswered, list(due))
         if left == 0 and len(platform.posts) >= len(model.calls):
             break
     await conn.close()
