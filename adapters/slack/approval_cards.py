@@ -24,10 +24,10 @@ from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.inbound import Payload, split_message_id
-from adapters.slack.mrkdwn import split_mrkdwn, to_mrkdwn
+from adapters.slack.mrkdwn import mrkdwn_sections, to_mrkdwn
 from adapters.slack.outbound import UPDATE, Outbound, part_metadata
 from adapters.slack.presses import pressed
-from adapters.slack.stop_button import SECTION_CHARS, StopButtons, StopPress
+from adapters.slack.stop_button import StopButtons, StopPress
 from bot.core.clicks import Click, ClickKind
 from bot.core.errors import MessageGone
 from bot.core.events import ConversationKey, Reply
@@ -42,14 +42,6 @@ def card_value(card: str, key: ConversationKey) -> str:
     return json.dumps({"card": card, "conversation": key.id}, separators=(",", ":"))
 
 
-def sections(text: str) -> list[dict[str, Any]]:
-    return [
-        {"type": "section", "text": {"type": "mrkdwn", "text": part}, "expand": True}
-        for part in split_mrkdwn(to_mrkdwn(text), SECTION_CHARS)
-        if part.strip()
-    ]
-
-
 def card_blocks(text: str, value: str) -> list[dict[str, Any]]:
     """The card: its text, then Approve and Deny."""
     buttons = [
@@ -58,7 +50,7 @@ def card_blocks(text: str, value: str) -> list[dict[str, Any]]:
         {"type": "button", "action_id": DENY_ACTION, "value": value, "style": "danger",
          "text": {"type": "plain_text", "text": "Deny"}},
     ]  # fmt: skip
-    return [*sections(text), {"type": "actions", "elements": buttons}]
+    return [*mrkdwn_sections(to_mrkdwn(text)), {"type": "actions", "elements": buttons}]
 
 
 async def post_card(outbound: Outbound, reply: Reply, text: str, feedback: bool = False) -> str:
@@ -78,8 +70,9 @@ async def end_card(outbound: Outbound, reply: Reply, text: str, feedback: bool =
     channel, ts = split_message_id(reply.ends_card)
     team = outbound.identity.team_id
     await outbound.pacer.take(UPDATE, team)
+    blocks = mrkdwn_sections(to_mrkdwn(reply.text))
     request = outbound.client.chat_update(
-        channel=channel, ts=ts, text=text, metadata=metadata, blocks=sections(reply.text)
+        channel=channel, ts=ts, text=text, metadata=metadata, blocks=blocks
     )
     try:
         await outbound.paced(UPDATE, team, f"card ending {reply.id}", request)

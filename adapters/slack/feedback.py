@@ -33,7 +33,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.calls import call
 from adapters.slack.inbound import Payload
-from adapters.slack.mrkdwn import split_mrkdwn
+from adapters.slack.mrkdwn import mrkdwn_sections
 from adapters.slack.presses import pressed, shows_action
 from bot.core.clicks import Click
 from bot.core.errors import BurstbotError, StoreError
@@ -44,7 +44,6 @@ from bot.core.votes import THUMBS, Vote, VoteValue, vote_target, vote_value
 log = logging.getLogger("burstbot.slack")
 
 FEEDBACK_ACTION = "burstbot_feedback"
-SECTION_CHARS = 3000  # Slack's limit on a section's text
 LABELS: dict[VoteValue, str] = {"up": "Good answer", "down": "Bad answer"}  # screen readers
 
 
@@ -57,11 +56,7 @@ def feedback_value(reply_id: str, key: ConversationKey, value: VoteValue) -> str
 def feedback_blocks(text: str, reply_id: str, key: ConversationKey) -> list[dict[str, Any]]:
     """An answer's last part with the buttons: its text (in sections of Slack's size), then the
     `context_actions` block with the `feedback_buttons` element."""
-    sections: list[dict[str, Any]] = [
-        {"type": "section", "text": {"type": "mrkdwn", "text": part}, "expand": True}
-        for part in split_mrkdwn(text, SECTION_CHARS)
-        if part.strip()
-    ]
+    sections = mrkdwn_sections(text)
 
     def button(value: VoteValue) -> dict[str, Any]:
         return {"text": {"type": "plain_text", "text": THUMBS[value]},

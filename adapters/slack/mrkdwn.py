@@ -9,12 +9,16 @@ every `<` of the model's text is what makes `<!channel>`, `<!here>`, `<@U123>` a
 
 from __future__ import annotations
 
+from typing import Any
+
 from markdown_it.tree import SyntaxTreeNode
 
 from adapters.markdown import ZERO_WIDTH_SPACE, Renderer, defuse_broadcasts
 
 MAX_PART_CHARS = 3500
 """Slack truncates `text` at 40,000 characters and advises staying under 4,000."""
+
+SECTION_CHARS = 3000  # Slack's limit on a section block's text
 
 FENCE = "```"
 
@@ -78,6 +82,15 @@ def split_mrkdwn(text: str, limit: int = MAX_PART_CHARS) -> list[str]:
     if current:
         parts.append(current)
     return [part.strip("\n") for part in parts if part.strip()]
+
+
+def mrkdwn_sections(text: str) -> list[dict[str, Any]]:
+    """Blocks of mrkdwn `text` cut to Slack's section size (a message with buttons is blocks)."""
+    return [
+        {"type": "section", "text": {"type": "mrkdwn", "text": part}, "expand": True}
+        for part in split_mrkdwn(text, SECTION_CHARS)
+        if part.strip()
+    ]
 
 
 def _units(text: str) -> list[str]:

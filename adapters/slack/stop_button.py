@@ -32,7 +32,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.calls import call
 from adapters.slack.inbound import Payload
-from adapters.slack.mrkdwn import split_mrkdwn
+from adapters.slack.mrkdwn import mrkdwn_sections
 from adapters.slack.presses import pressed, shows_action
 from bot.core.clicks import Click
 from bot.core.errors import BurstbotError, StoreError
@@ -43,7 +43,6 @@ log = logging.getLogger("burstbot.slack")
 
 STOP_ACTION = "burstbot_stop"
 STOP_LABEL = "Stop"
-SECTION_CHARS = 3000  # Slack's limit on a section's text
 MAX_VALUE_CHARS = 2000  # ... on a button's value
 
 
@@ -54,11 +53,7 @@ def stop_value(draft_key: str, key: ConversationKey) -> str:
 
 def draft_blocks(shown: str, value: str) -> list[dict[str, Any]]:
     """A draft's blocks: its text (in sections of Slack's size), then the Stop button."""
-    sections: list[dict[str, Any]] = [
-        {"type": "section", "text": {"type": "mrkdwn", "text": part}, "expand": True}
-        for part in split_mrkdwn(shown, SECTION_CHARS)
-        if part.strip()
-    ]
+    sections = mrkdwn_sections(shown)
     button = {"type": "button", "action_id": STOP_ACTION, "value": value,
               "text": {"type": "plain_text", "text": STOP_LABEL}}  # fmt: skip
     return [*sections, {"type": "actions", "elements": [button]}]
