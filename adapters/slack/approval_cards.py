@@ -106,4 +106,5 @@ class ApprovalButtons(StopButtons):
     async def _on_approval(
         self, ack: AsyncAck, body: Payload, client: AsyncWebClient
     ) -> BoltResponse | None:
-        return await self._decide(ack, client, approval_press(body), "an Approve or Deny")
+        press = approval_press(body)
+        return await self._decide(ack, client, press, "an Approve or Deny click", self._click)

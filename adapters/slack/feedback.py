@@ -19,11 +19,9 @@ an answer that takes no votes is told to the clicker alone (`chat.postEphemeral`
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from slack_bolt.app.async_app import AsyncApp
@@ -31,17 +29,12 @@ from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.calls import call
 from adapters.slack.inbound import Payload
 from adapters.slack.mrkdwn import mrkdwn_sections
-from adapters.slack.presses import pressed, shows_action
+from adapters.slack.presses import PressListener, pressed, shows_action
 from bot.core.clicks import Click
-from bot.core.errors import BurstbotError, StoreError
 from bot.core.events import ConversationKey
-from bot.core.frontend import Host
-from bot.core.votes import THUMBS, Vote, VoteValue, vote_target, vote_value
-
-log = logging.getLogger("burstbot.slack")
+from bot.core.votes import THUMBS, Vote, VoteAnswer, VoteValue, vote_target, vote_value
 
 FEEDBACK_ACTION = "burstbot_feedback"
 LABELS: dict[VoteValue, str] = {"up": "Good answer", "down": "Bad answer"}  # screen readers
@@ -81,6 +74,10 @@ class VotePress:
     channel: str
     thread: str
 
+    @property
+    def clicker_id(self) -> str:
+        return self.vote.click.clicker_id
+
 
 def vote_press(body: Payload) -> VotePress | None:
     """The vote of a `block_actions` payload; None when it is not one we can act on."""
@@ -100,12 +97,8 @@ def vote_press(body: Payload) -> VotePress | None:
     return VotePress(Vote(click, reply_id, value, pressed_at), press.channel, press.thread)
 
 
-@dataclass(eq=False)
-class FeedbackButtons:
+class FeedbackButtons(PressListener):
     """The listener of the 👍/👎 buttons."""
-
-    host: Host
-    _telling: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
     def listen(self, bolt: AsyncApp) -> None:
         bolt.action(FEEDBACK_ACTION)(self._on_vote)
@@ -113,37 +106,7 @@ class FeedbackButtons:
     async def _on_vote(
         self, ack: AsyncAck, body: Payload, client: AsyncWebClient
     ) -> BoltResponse | None:
-        """Bolt answers Slack when this returns: only after the vote is stored."""
-        press = vote_press(body)
-        if press is None:
-            log.warning("slack: ignored a vote that names no answer of this channel")
-            await ack()
-            return None
-        try:
-            answer = await self.host.vote(press.vote)
-        except StoreError as exc:
-            log.warning("slack: a vote was not stored (%s); not acknowledged, so Slack shows its "
-                        "clicker that it failed", exc)  # fmt: skip
-            return BoltResponse(status=500, body="")
-        await ack()
-        if answer.notice is not None:
-            task = asyncio.create_task(self._tell(client, press, answer.notice))
-            self._telling.add(task)
-            task.add_done_callback(self._telling.discard)
-        return None
+        return await self._decide(ack, client, vote_press(body), "a vote", self._vote)
 
-    async def _tell(self, client: AsyncWebClient, press: VotePress, notice: str) -> None:
-        """The clicker alone sees why the press counted nothing (best effort)."""
-        request = client.chat_postEphemeral(
-            channel=press.channel, user=press.vote.click.clicker_id, text=notice,
-            thread_ts=press.thread or None,
-        )  # fmt: skip
-        try:
-            await call("chat.postEphemeral", request)
-        except BurstbotError as exc:
-            log.info("slack: the clicker was not told why the vote counted nothing (%s)", exc)
-
-    async def idle(self) -> None:
-        """Wait for the notices on their way (shutdown, tests)."""
-        while self._telling:
-            await asyncio.wait(set(self._telling))
+    async def _vote(self, press: VotePress) -> VoteAnswer:
+        return await self.host.vote(press.vote)

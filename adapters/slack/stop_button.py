@@ -18,11 +18,9 @@ clicker alone (`chat.postEphemeral`), after the ack.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from slack_bolt.app.async_app import AsyncApp
@@ -30,16 +28,11 @@ from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack.calls import call
 from adapters.slack.inbound import Payload
 from adapters.slack.mrkdwn import mrkdwn_sections
-from adapters.slack.presses import pressed, shows_action
-from bot.core.clicks import Click
-from bot.core.errors import BurstbotError, StoreError
+from adapters.slack.presses import PressListener, pressed, shows_action
+from bot.core.clicks import Click, ClickAnswer
 from bot.core.events import ConversationKey
-from bot.core.frontend import Host
-
-log = logging.getLogger("burstbot.slack")
 
 STOP_ACTION = "burstbot_stop"
 STOP_LABEL = "Stop"
@@ -72,6 +65,10 @@ class StopPress:
     channel: str
     thread: str
 
+    @property
+    def clicker_id(self) -> str:
+        return self.click.clicker_id
+
 
 def stop_press(body: Payload) -> StopPress | None:
     """The Stop click of a `block_actions` payload; None when it is not one we can act on."""
@@ -83,12 +80,8 @@ def stop_press(body: Payload) -> StopPress | None:
     return StopPress(click, press.channel, press.thread)
 
 
-@dataclass(eq=False)
-class StopButtons:
+class StopButtons(PressListener):
     """The listener of the Stop button."""
-
-    host: Host
-    _telling: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
     def listen(self, bolt: AsyncApp) -> None:
         bolt.action(STOP_ACTION)(self._on_stop)
@@ -96,41 +89,7 @@ class StopButtons:
     async def _on_stop(
         self, ack: AsyncAck, body: Payload, client: AsyncWebClient
     ) -> BoltResponse | None:
-        return await self._decide(ack, client, stop_press(body), "a Stop")
+        return await self._decide(ack, client, stop_press(body), "a Stop click", self._click)
 
-    async def _decide(
-        self, ack: AsyncAck, client: AsyncWebClient, press: StopPress | None, what: str
-    ) -> BoltResponse | None:
-        """Bolt answers Slack when this returns: only after the click is stored."""
-        if press is None:
-            log.warning("slack: ignored %s click that names nothing of this channel", what)
-            await ack()
-            return None
-        try:
-            answer = await self.host.click(press.click)
-        except StoreError as exc:
-            log.warning("slack: %s click was not stored (%s); not acknowledged, so Slack "
-                        "shows its clicker that it failed", what, exc)  # fmt: skip
-            return BoltResponse(status=500, body="")
-        await ack()
-        if answer.notice is not None:
-            task = asyncio.create_task(self._tell(client, press, answer.notice))
-            self._telling.add(task)
-            task.add_done_callback(self._telling.discard)
-        return None
-
-    async def _tell(self, client: AsyncWebClient, press: StopPress, notice: str) -> None:
-        """The clicker alone sees why nothing happened (best effort: the click is decided)."""
-        request = client.chat_postEphemeral(
-            channel=press.channel, user=press.click.clicker_id, text=notice,
-            thread_ts=press.thread or None,
-        )  # fmt: skip
-        try:
-            await call("chat.postEphemeral", request)
-        except BurstbotError as exc:
-            log.info("slack: the clicker was not told why nothing happened (%s)", exc)
-
-    async def idle(self) -> None:
-        """Wait for the notices on their way (shutdown, tests)."""
-        while self._telling:
-            await asyncio.wait(set(self._telling))
+    async def _click(self, press: StopPress) -> ClickAnswer:
+        return await self.host.click(press.click)
