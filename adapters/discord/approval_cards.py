@@ -14,12 +14,12 @@ Discord is answered, as a Stop press is (`answer_click`).
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import discord
 
 from adapters.discord.calls import call
 from adapters.discord.posting import reply_reference, send_part
+from adapters.discord.presses import pressed_custom_id
 from adapters.discord.render import nonce_for
 from bot.core.clicks import ClickKind
 from bot.core.errors import MessageGone
@@ -60,17 +60,11 @@ class ApprovalView(discord.ui.View):
 def approval_target(interaction: discord.Interaction) -> tuple[ClickKind, str, str] | None:
     """(approve or deny, the card, the conversation's author part) of a card's click; None for
     any other interaction."""
-    if interaction.type is not discord.InteractionType.component:
+    pressed = pressed_custom_id(interaction, PREFIXES)
+    if pressed is None:
         return None
-    data: Any = interaction.data or {}
-    custom_id = data.get("custom_id")
-    if not isinstance(custom_id, str):
-        return None
-    for prefix, kind in PREFIXES.items():
-        if custom_id.startswith(prefix):
-            card, _, thread = custom_id.removeprefix(prefix).partition(":")
-            return (kind, card, thread) if card.isdigit() else None
-    return None
+    card, _, thread = pressed[1].partition(":")
+    return (PREFIXES[pressed[0]], card, thread) if card.isdigit() else None
 
 
 async def post_card(

@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import discord
 
-from adapters.discord.calls import call
+from adapters.discord.presses import pressed_custom_id, respond
 from bot.core.clicks import Click
-from bot.core.errors import DeliveryError
 from bot.core.events import ConversationKey, Reply
 from bot.core.votes import (
     THUMBS,
@@ -72,13 +70,10 @@ def vote_custom_id(key: ConversationKey, reply_id: str, value: VoteValue) -> str
 def vote_button(interaction: discord.Interaction) -> tuple[str, VoteValue, str] | None:
     """(reply id, vote, conversation author part) of a press of a vote button; None for any
     other interaction."""
-    if interaction.type is not discord.InteractionType.component:
+    pressed = pressed_custom_id(interaction, (VOTE_PREFIX,))
+    if pressed is None:
         return None
-    data: Any = interaction.data or {}
-    custom_id = data.get("custom_id")
-    if not isinstance(custom_id, str) or not custom_id.startswith(VOTE_PREFIX):
-        return None
-    reply_id, _, rest = custom_id.removeprefix(VOTE_PREFIX).partition(":")
+    reply_id, _, rest = pressed[1].partition(":")
     named, _, thread = rest.partition(":")
     value = vote_value(named)
     return (reply_id, value, thread) if reply_id and value else None
@@ -102,19 +97,7 @@ async def answer_vote(interaction: discord.Interaction, vote: Vote, decide: Deci
     except Exception:  # the clicker sees it failed, instead of a vote silently not counted
         log.exception("discord: the vote %s in %s was not recorded", vote.click.click_id,
                       vote.click.key.id)  # fmt: skip
-        await _respond(interaction, NOT_RECORDED)
+        await respond(interaction, NOT_RECORDED)
         return
     notice = thanks(vote.value) if answer.outcome == "voted" else answer.notice
-    await _respond(interaction, notice)
-
-
-async def _respond(interaction: discord.Interaction, notice: str | None) -> None:
-    """A deferred update (type 6) when there is nothing to say, else the ephemeral line (type 4,
-    flags 64). A repeat delivery's answer is refused by Discord (acknowledged already): fine."""
-    try:
-        if notice is None:
-            await call(interaction.response.defer())
-        else:
-            await call(interaction.response.send_message(notice, ephemeral=True))
-    except DeliveryError as exc:  # the decision stands; only this answer is lost
-        log.info("discord: vote %s not answered (%s)", interaction.id, exc)
+    await respond(interaction, notice)

@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import discord
 
-from adapters.discord.calls import call
+from adapters.discord.presses import pressed_custom_id, respond
 from bot.core.clicks import Click, ClickAnswer
-from bot.core.errors import DeliveryError
 from bot.core.events import ConversationKey
 
 log = logging.getLogger("burstbot.discord")
@@ -63,13 +61,10 @@ def stop_custom_id(key: ConversationKey, draft_key: str) -> str:
 def stop_target(interaction: discord.Interaction) -> tuple[str, str] | None:
     """(draft key, conversation author part) of a Stop button's click; None for any other
     interaction (a slash command, someone else's component)."""
-    if interaction.type is not discord.InteractionType.component:
+    pressed = pressed_custom_id(interaction, (STOP_PREFIX,))
+    if pressed is None:
         return None
-    data: Any = interaction.data or {}
-    custom_id = data.get("custom_id")
-    if not isinstance(custom_id, str) or not custom_id.startswith(STOP_PREFIX):
-        return None
-    draft_key, _, thread = custom_id.removeprefix(STOP_PREFIX).partition(":")
+    draft_key, _, thread = pressed[1].partition(":")
     return (draft_key, thread) if draft_key else None
 
 
@@ -83,18 +78,6 @@ async def answer_click(
     except Exception:  # the clicker sees it failed, instead of a click that silently did nothing
         log.exception("discord: the %s click %s in %s was not recorded", click.kind,
                       click.click_id, click.key.id)  # fmt: skip
-        await _respond(interaction, not_recorded)
+        await respond(interaction, not_recorded)
         return
-    await _respond(interaction, answer.notice)
-
-
-async def _respond(interaction: discord.Interaction, notice: str | None) -> None:
-    """A deferred update (type 6) when there is nothing to say, else the ephemeral notice (type 4,
-    flags 64). A repeat delivery's answer is refused by Discord (acknowledged already): fine."""
-    try:
-        if notice is None:
-            await call(interaction.response.defer())
-        else:
-            await call(interaction.response.send_message(notice, ephemeral=True))
-    except DeliveryError as exc:  # the decision stands; only this answer is lost
-        log.info("discord: click %s not answered (%s)", interaction.id, exc)
+    await respond(interaction, answer.notice)
