@@ -69,8 +69,13 @@ checked as Slack does (a thread, one to four prompts each with a title and a mes
 `conversations.info` answers for the channels in `channels` (name, and whether the bot is a
 member).
 
-Agent sessions (`agent=True`: the app is declared an agent): `agents.sessions.setStatus` and the
-`agent_session_stopped` event, in testkit/fake_slack_agents.py (`agents`).
+Agent sessions (`agent=True`: the app is declared an agent): `agents.sessions.setStatus`,
+`agents.sessions.rename` and the `agent_session_stopped` event, in testkit/fake_slack_agents.py
+(`agents`). The agent view (`view="agent"`: the manifest's `agent_view`, which makes the app an
+agent too): `setSuggestedPrompts` as Slack documents it for agents (the DM's channel, no
+`thread_ts`; recorded in `agent_view.shown`), and the `app_home_opened` / `app_context_changed`
+events (`app_home_opened`, `app_context_changed`; the latter's envelope names the person in
+`authorizations`, which `EventSender.send` and `push_envelope` take).
 
 Rate limits, on request (`enforce_rate_limits`, or `--rate-limits` by hand): `chat.update` per
 workspace (Tier 3, 50 a minute) and `chat.postMessage` per channel (one a second), each a token
@@ -97,7 +102,7 @@ import aiohttp
 from aiohttp import web
 from slack_sdk.signature import SignatureVerifier
 
-from testkit.fake_slack_agents import AgentSessionsApi
+from testkit.fake_slack_agents import AgentSessionsApi, AgentView
 from testkit.rate_limits import RateLimits, whole_seconds
 from testkit.serving import serve_locally
 
@@ -344,9 +349,12 @@ class FakeSlackApi:
         bot_user: str = BOT_USER,
         bot_id: str = BOT_ID,
         agent: bool = False,
+        view: str = "assistant",
     ) -> None:
         self.token = token
-        self.agents = AgentSessionsApi(agent=agent)  # agents.sessions.*, agent_session_stopped
+        self.view = view  # the manifest's AI surface: "assistant" (assistant_view) or "agent"
+        self.agents = AgentSessionsApi(agent=agent or view == "agent")  # agents.sessions.*
+        self.agent_view = AgentView()  # what the agent view showed
         self.team, self.team_name = team, team_name
         self.bot_user, self.bot_id = bot_user, bot_id
         self.status_supported = status_supported
@@ -978,9 +986,15 @@ class FakeSlackApi:
                     self.ack_received.set()
         return ws
 
-    async def push_envelope(self, event: dict[str, Any], retry_attempt: int = 0) -> str:
+    async def push_envelope(
+        self,
+        event: dict[str, Any],
+        retry_attempt: int = 0,
+        authorizations: list[dict[str, Any]] | None = None,
+    ) -> str:
         """Send an Events API envelope over the newest Socket Mode connection."""
         envelope_id = f"env-{next(self._envelopes)}"
+        payload = event_callback(event, team=self.team, authorizations=authorizations)
         await self.sockets[-1].send_json(
             {
                 "envelope_id": envelope_id,
@@ -988,7 +1002,7 @@ class FakeSlackApi:
                 "accepts_response_payload": False,
                 "retry_attempt": retry_attempt,
                 "retry_reason": "timeout" if retry_attempt else "",
-                "payload": event_callback(event),
+                "payload": payload,
             }
         )
         return envelope_id
@@ -1025,6 +1039,10 @@ class FakeSlackApi:
         return {}
 
     def _assistant_threads_setSuggestedPrompts(self, args: dict[str, Any]) -> dict[str, Any]:
+        if self.view == "agent":
+            if not self.status_supported:
+                return {"error": "missing_scope", "needed": "assistant:write"}
+            return self.agent_view.set_suggested_prompts(args)
         refused = self._assistant_thread(args)
         if refused is not None:
             return refused
@@ -1053,6 +1071,9 @@ class FakeSlackApi:
 
     def _agents_sessions_setStatus(self, args: dict[str, Any]) -> dict[str, Any]:
         return self.agents.set_status(args)
+
+    def _agents_sessions_rename(self, args: dict[str, Any]) -> dict[str, Any]:
+        return self.agents.rename(args)
 
     def stop_session(self, channel: str, thread: str, user: str = "U1") -> dict[str, Any]:
         """`user` presses Stop on the thread's agent session (shown while it is `processing`):
@@ -1088,8 +1109,10 @@ class EventSender:
         event_id: str | None = None,
         timestamp: int | None = None,
         signature: str | None = None,
+        authorizations: list[dict[str, Any]] | None = None,
     ) -> int:
-        body = json.dumps(event_callback(event, event_id or f"Ev{next(self._ids):04d}", self.team))
+        event_id = event_id or f"Ev{next(self._ids):04d}"
+        body = json.dumps(event_callback(event, event_id, self.team, authorizations))
         stamp = str(timestamp if timestamp is not None else int(time.time()))
         headers = {
             "Content-Type": "application/json",
@@ -1163,10 +1186,13 @@ def _button_names(message: PostedMessage) -> list[str]:
 
 
 def event_callback(
-    event: dict[str, Any], event_id: str = "Ev0001", team: str = TEAM
+    event: dict[str, Any],
+    event_id: str = "Ev0001",
+    team: str = TEAM,
+    authorizations: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The Events API envelope around one event."""
-    return {
+    """The Events API envelope around one event (with `authorizations` when given)."""
+    envelope = {
         "token": "legacy",
         "team_id": team,
         "api_app_id": "A0001",
@@ -1175,6 +1201,9 @@ def event_callback(
         "event_time": int(time.time()),
         "event": {"team": team, "event_ts": event.get("ts"), **event},
     }
+    if authorizations is not None:
+        envelope["authorizations"] = authorizations
+    return envelope
 
 
 def assistant_event(

@@ -62,6 +62,8 @@ class SlackEvents:
         bolt.event("app_mention")(self._on_app_mention)
         bolt.event("assistant_thread_started")(self._on_assistant_thread_started)
         bolt.event("assistant_thread_context_changed")(self._on_assistant_context_changed)
+        bolt.event("app_home_opened")(self._on_home_opened)
+        bolt.event("app_context_changed")(self._on_app_context_changed)
         bolt.event("agent_session_stopped")(self._on_session_stopped)
         bolt.command(RESET_COMMAND)(self._on_reset)
         bolt.event("app_uninstalled")(self._on_revoked)
@@ -115,6 +117,13 @@ class SlackEvents:
         if placement is None:
             return
         message = inbound.new_message(placement, channel, event, identity)
+        if channel_type == "im" and not placement.key.thread:  # an agent's DM: its exchange
+            async with assistant.agent.lock(message):
+                message = await assistant.in_exchange(message, str(event.get("ts")))
+                result = await self.host.ingest(message)
+            if result.status in ("accepted", "duplicate"):
+                await assistant.message_accepted(message)
+            return
         if placement.needs_thread_check and event.get("parent_user_id") != identity.bot_user_id:
             ours = await self.host.threads.status(placement.key)
             if ours is False:
@@ -136,6 +145,17 @@ class SlackEvents:
         workspace = await self._workspace(body)
         if workspace is not None:
             await workspace.assistant.context_changed(body)
+
+    async def _on_home_opened(self, body: Payload) -> None:
+        """The agent surface: the Messages tab opened (noted before Bolt acks; prompts after)."""
+        workspace = await self._workspace(body)
+        if workspace is not None:
+            await workspace.assistant.home_opened(body)
+
+    async def _on_app_context_changed(self, body: Payload) -> None:
+        workspace = await self._workspace(body)
+        if workspace is not None:
+            await workspace.assistant.app_context_changed(body)
 
     async def _on_session_stopped(self, body: Payload) -> None:
         """A person pressed an agent session's Stop: stored and decided before Bolt acks."""

@@ -74,6 +74,12 @@ class SlackConfig(Section):
     http_path: str = "/slack/events"
     http_reuse_port: bool = False
     listen_channels: list[str] = Field(default_factory=list)
+    # Slack's AI surface the app's manifest declares (docs/slack-assistant.md): "agent"
+    # (`agent_view`, as the shipped manifest), "assistant" (`assistant_view`), "plain" (DMs and
+    # mentions only). An app that runs the other one is served anyway, with one log line; a DM
+    # is threaded only once Slack showed it as an agent's Messages tab, so an older app whose
+    # config does not say keeps its plain DMs.
+    surface: Literal["agent", "assistant", "plain"] = "agent"
     thinking_indicator: Literal["auto", "reaction", "off"] = "auto"
     thinking_reaction: str = Field(default="hourglass_flowing_sand", min_length=1)
     max_parts_per_reply: int = Field(default=MAX_PARTS_PER_REPLY, ge=1, le=100)
