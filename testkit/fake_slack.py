@@ -15,22 +15,25 @@ token it accepts is `--token`, `xoxb-test` by default, and the app-level token `
 /fake/say` (form: `channel`, `text`, optional `user`, `thread_ts`) is a person writing: the message
 lands in history and is sent once as a signed event, as Slack does (if nobody listens, the event is
 lost; without `--events-url`, it goes over the bot's Socket Mode connection: `apps.connections.open`
-hands out one on the same server); `POST /fake/assistant` (form: `user`, optional `viewing`
-channel) is a person opening the app's assistant panel: a new thread in their DM and its
-`assistant_thread_started` event; `POST /fake/press` (form: `ts` of a bot's message, `button`:
-`stop`, `approve`, `deny`, `up` for 👍 or `down` for 👎, optional `user`) is a person pressing
-one of its buttons, delivered the same way as events (Slack's interactivity URL is the events
-URL); `POST /fake/stop-session` (form: `channel`, `thread_ts`, optional `user`; with `--agent`,
-the app declared an agent) is a person pressing Slack's Stop on a thread's agent session; `GET
-/fake/ephemerals` lists what one person alone was shown (`chat.postEphemeral`); `GET
+hands out one on the same server); `POST /fake/assistant` (form: `user`, optional `viewing` channel)
+is a person opening the app's assistant panel: a new thread in their DM and its
+`assistant_thread_started` event; with `--agent-view` (the app on the agent view) `POST
+/fake/messages-tab` (form: `user`, optional `viewing` channel) is a person opening the app's
+Messages tab (`app_context_changed` naming `viewing` first, if given, then `app_home_opened`), and a
+DM's top-level messages then start exchanges; `POST /fake/press` (form: `ts` of a bot's message,
+`button`: `stop`, `approve`, `deny`, `up` for 👍 or `down` for 👎, optional `user`) is a person
+pressing one of its buttons, delivered the same way as events (Slack's interactivity URL is the
+events URL); `POST /fake/stop-session` (form: `channel`, `thread_ts`, optional `user`; with
+`--agent`, the app declared an agent) is a person pressing Slack's Stop on a thread's agent session;
+`GET /fake/ephemerals` lists what one person alone was shown (`chat.postEphemeral`); `GET
 /fake/posts` lists what bots posted (as the messages read now: `text`, what it `shows` and the
-`buttons` under it), `GET /fake/calls` the `chat.*`
-calls bots made, in order (method, ts, text), and `GET /fake/log` every Web API call, in order
-(method and arguments). `POST /fake/outage` (form: `on=1`, `on=0`) starts and ends an outage:
-meanwhile every Web API call is answered by the load balancer in front of Slack, a plain-text 503
-(`UPSTREAM_DOWN`); tests set `outage` or `fail` with a `page` for the same. `POST /fake/token`
-(form: `token`) is the workspace admin revoking the bot token and reinstalling the app: from then
-on only the new token is accepted (`--token` sets the first one).
+`buttons` under it), `GET /fake/calls` the `chat.*` calls bots made, in order (method, ts, text),
+and `GET /fake/log` every Web API call, in order (method and arguments). `POST /fake/outage` (form:
+`on=1`, `on=0`) starts and ends an outage: meanwhile every Web API call is answered by the load
+balancer in front of Slack, a plain-text 503 (`UPSTREAM_DOWN`); tests set `outage` or `fail` with a
+`page` for the same. `POST /fake/token` (form: `token`) is the workspace admin revoking the bot
+token and reinstalling the app: from then on only the new token is accepted (`--token` sets the
+first one).
 
 Bots' messages can be updated (`chat.update`: the bot's own message, text within Slack's limit,
 metadata replaced when given) and deleted (`chat.delete`), as on Slack.
@@ -102,7 +105,13 @@ import aiohttp
 from aiohttp import web
 from slack_sdk.signature import SignatureVerifier
 
-from testkit.fake_slack_agents import AgentSessionsApi, AgentView
+from testkit.fake_slack_agents import (
+    AgentSessionsApi,
+    AgentView,
+    app_context_changed,
+    app_home_opened,
+    viewer_authorizations,
+)
 from testkit.rate_limits import RateLimits, whole_seconds
 from testkit.serving import serve_locally
 
@@ -406,6 +415,7 @@ class FakeSlackApi:
         app.router.add_get("/fake/calls", self._chat_calls)
         app.router.add_get("/fake/log", self._call_log)
         app.router.add_post("/fake/assistant", self._open_assistant)
+        app.router.add_post("/fake/messages-tab", self._open_messages_tab)
         app.router.add_post("/fake/outage", self._switch_outage)
         app.router.add_post("/fake/token", self._new_token)
         app.router.add_get("/fake/rate-limits", self._rate_limit_counts)
@@ -604,6 +614,22 @@ class FakeSlackApi:
             except aiohttp.ClientError as exc:
                 status = f"event lost: {exc}"
         return web.json_response({"channel": channel, "thread_ts": thread_ts, "event": status})
+
+    async def _open_messages_tab(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        user, viewing = str(form.get("user", "U1")), str(form.get("viewing", ""))
+        channel, sent = "D" + user.removeprefix("U"), list[int | str]()
+        if self.events is None:
+            return web.json_response({"channel": channel, "events": ["no events url"]})
+        try:
+            if viewing:
+                looking = app_context_changed(viewing, self.team)
+                viewer = viewer_authorizations(user, self.team)
+                sent.append(await self.events.send(looking, authorizations=viewer))
+            sent.append(await self.events.send(app_home_opened(user, channel)))
+        except aiohttp.ClientError as exc:
+            sent.append(f"event lost: {exc}")
+        return web.json_response({"channel": channel, "events": sent})
 
     def open_assistant_thread(self, user: str = "U1") -> tuple[str, str]:
         """A person opens the assistant panel: Slack starts a thread in their DM with the app
@@ -1241,8 +1267,10 @@ async def _serve(
     assistant_scope: bool,
     rate_limits: bool,
     agent: bool,
+    agent_view: bool = False,
 ) -> None:
-    api = FakeSlackApi(token=token, status_supported=assistant_scope, agent=agent)
+    view = "agent" if agent_view else "assistant"
+    api = FakeSlackApi(token=token, status_supported=assistant_scope, agent=agent, view=view)
     if rate_limits:
         api.enforce_rate_limits()
     await api.start(port)
@@ -1271,12 +1299,14 @@ def main() -> None:
     parser.add_argument("--rate-limits", action="store_true", help="enforce Slack's rate limits")
     agent = "the app is declared an agent (agents.sessions.setStatus, /fake/stop-session)"
     parser.add_argument("--agent", action="store_true", help=agent)
+    view = "the app is on the agent view (agent_view; an agent): /fake/messages-tab"
+    parser.add_argument("--agent-view", action="store_true", help=view)
     args = parser.parse_args()
     logging.basicConfig(format="%(message)s")
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(args.port, args.events_url, args.signing_secret, args.token,
                            args.channel, not args.without_assistant_scope,
-                           args.rate_limits, args.agent))  # fmt: skip
+                           args.rate_limits, args.agent, args.agent_view))  # fmt: skip
 
 
 if __name__ == "__main__":
