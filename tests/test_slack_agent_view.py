@@ -129,11 +129,17 @@ async def test_a_three_message_burst_gets_one_threaded_reply_a_session_and_one_t
         assert answer.text == "Add the new secret first, then remove the old one."
         await until(lambda: agent.agents.statuses_of("D1", ts(2)) == ["processing", "active"])
         assert agent.reaction_log == []  # the session is the indicator
-        # a line typed in the thread: the same exchange, the title stays
+        # a line typed in the thread: the same exchange and session, the title stays
         await deliver(bot, agent, mode, dm(ts(9), "and the app token?", thread_ts=ts(2)))
-        (await generating(bot, 1)).finish("The same way.")
+        second = await generating(bot, 1)
+        await bot.clock.advance(1.0)
+        await bot.app.engine.indicator.idle()
+        await until(lambda: agent.agents.statuses_of("D1", ts(2))[-1] == "processing")
+        second.finish("The same way.")
         await answered(bot)
         assert [m.thread_ts for m in agent.posts()] == [ts(2), ts(2)]
+        await until(lambda: agent.agents.statuses_of("D1", ts(2))[-1] == "active")
+        assert agent.agents.statuses_of("D1", ts(2)) == ["processing", "active"] * 2
         # a new top-level message after the answer: a new exchange, under it, with its title
         await deliver(bot, agent, mode, dm(ts(12), "what about webhooks?"))
         (await generating(bot, 2)).finish("Rotate their URL.")
