@@ -10,7 +10,8 @@ dedupes by message id. An event that can never be stored (no channel, a field of
 type) is acked with a warning instead: a retry would fail the same way. `/reset`'s ack is its
 answer (ephemeral), so it too is sent after the reset is stored. A thread reply in a thread the
 store does not know is held (stored, then acked) and decided in the background (history.py), so
-nothing slow runs before the ack.
+nothing slow runs before the ack. A top-level message in an agent's DM is keyed to its exchange
+(agent_view.py) before it is stored.
 """
 
 from __future__ import annotations
@@ -117,13 +118,6 @@ class SlackEvents:
         if placement is None:
             return
         message = inbound.new_message(placement, channel, event, identity)
-        if channel_type == "im" and not placement.key.thread:  # an agent's DM: its exchange
-            async with assistant.agent.lock(message):
-                message = await assistant.in_exchange(message, str(event.get("ts")))
-                result = await self.host.ingest(message)
-            if result.status in ("accepted", "duplicate"):
-                await assistant.message_accepted(message)
-            return
         if placement.needs_thread_check and event.get("parent_user_id") != identity.bot_user_id:
             ours = await self.host.threads.status(placement.key)
             if ours is False:
@@ -131,7 +125,12 @@ class SlackEvents:
             if ours is None:  # stored now, decided in the background: acked either way
                 await self.host.threads.hold(message)
                 return
-        result = await self.host.ingest(message)
+        if channel_type == "im" and not placement.key.thread:  # in an agent's DM: an exchange
+            async with assistant.agent.lock(message):
+                message = await assistant.in_exchange(message, str(event.get("ts")))
+                result = await self.host.ingest(message)
+        else:
+            result = await self.host.ingest(message)
         if result.status in ("accepted", "duplicate"):
             await assistant.message_accepted(message)
 
