@@ -25,7 +25,8 @@ class SuggestedPrompt(Section):
 
 
 class SlackAssistantConfig(Section):
-    """Slack's AI app surface (assistant threads): `[slack.assistant]`. Live on reload."""
+    """Slack's AI surfaces (the agent view, assistant threads): `[slack.assistant]`. Live on
+    reload."""
 
     enabled: bool = True
     suggested_prompts: list[SuggestedPrompt] = Field(
