@@ -15,22 +15,25 @@ token it accepts is `--token`, `xoxb-test` by default, and the app-level token `
 /fake/say` (form: `channel`, `text`, optional `user`, `thread_ts`) is a person writing: the message
 lands in history and is sent once as a signed event, as Slack does (if nobody listens, the event is
 lost; without `--events-url`, it goes over the bot's Socket Mode connection: `apps.connections.open`
-hands out one on the same server); `POST /fake/assistant` (form: `user`, optional `viewing`
-channel) is a person opening the app's assistant panel: a new thread in their DM and its
-`assistant_thread_started` event; `POST /fake/press` (form: `ts` of a bot's message, `button`:
-`stop`, `approve`, `deny`, `up` for 👍 or `down` for 👎, optional `user`) is a person pressing
-one of its buttons, delivered the same way as events (Slack's interactivity URL is the events
-URL); `POST /fake/stop-session` (form: `channel`, `thread_ts`, optional `user`; with `--agent`,
-the app declared an agent) is a person pressing Slack's Stop on a thread's agent session; `GET
-/fake/ephemerals` lists what one person alone was shown (`chat.postEphemeral`); `GET
+hands out one on the same server); `POST /fake/assistant` (form: `user`, optional `viewing` channel)
+is a person opening the app's assistant panel: a new thread in their DM and its
+`assistant_thread_started` event; with `--agent-view` (the app on the agent view) `POST
+/fake/messages-tab` (form: `user`, optional `viewing` channel) is a person opening the app's
+Messages tab (`app_context_changed` naming `viewing` first, if given, then `app_home_opened`), and a
+DM's top-level messages then start exchanges; `POST /fake/press` (form: `ts` of a bot's message,
+`button`: `stop`, `approve`, `deny`, `up` for 👍 or `down` for 👎, optional `user`) is a person
+pressing one of its buttons, delivered the same way as events (Slack's interactivity URL is the
+events URL); `POST /fake/stop-session` (form: `channel`, `thread_ts`, optional `user`; with
+`--agent`, the app declared an agent) is a person pressing Slack's Stop on a thread's agent session;
+`GET /fake/ephemerals` lists what one person alone was shown (`chat.postEphemeral`); `GET
 /fake/posts` lists what bots posted (as the messages read now: `text`, what it `shows` and the
-`buttons` under it), `GET /fake/calls` the `chat.*`
-calls bots made, in order (method, ts, text), and `GET /fake/log` every Web API call, in order
-(method and arguments). `POST /fake/outage` (form: `on=1`, `on=0`) starts and ends an outage:
-meanwhile every Web API call is answered by the load balancer in front of Slack, a plain-text 503
-(`UPSTREAM_DOWN`); tests set `outage` or `fail` with a `page` for the same. `POST /fake/token`
-(form: `token`) is the workspace admin revoking the bot token and reinstalling the app: from then
-on only the new token is accepted (`--token` sets the first one).
+`buttons` under it), `GET /fake/calls` the `chat.*` calls bots made, in order (method, ts, text),
+and `GET /fake/log` every Web API call, in order (method and arguments). `POST /fake/outage` (form:
+`on=1`, `on=0`) starts and ends an outage: meanwhile every Web API call is answered by the load
+balancer in front of Slack, a plain-text 503 (`UPSTREAM_DOWN`); tests set `outage` or `fail` with a
+`page` for the same. `POST /fake/token` (form: `token`) is the workspace admin revoking the bot
+token and reinstalling the app: from then on only the new token is accepted (`--token` sets the
+first one).
 
 Bots' messages can be updated (`chat.update`: the bot's own message, text within Slack's limit,
 metadata replaced when given) and deleted (`chat.delete`), as on Slack.
@@ -69,8 +72,13 @@ checked as Slack does (a thread, one to four prompts each with a title and a mes
 `conversations.info` answers for the channels in `channels` (name, and whether the bot is a
 member).
 
-Agent sessions (`agent=True`: the app is declared an agent): `agents.sessions.setStatus` and the
-`agent_session_stopped` event, in testkit/fake_slack_agents.py (`agents`).
+Agent sessions (`agent=True`: the app is declared an agent): `agents.sessions.setStatus`,
+`agents.sessions.rename` and the `agent_session_stopped` event, in testkit/fake_slack_agents.py
+(`agents`). The agent view (`view="agent"`: the manifest's `agent_view`, which makes the app an
+agent too): `setSuggestedPrompts` as Slack documents it for agents (the DM's channel, no
+`thread_ts`; recorded in `agent_view.shown`), and the `app_home_opened` / `app_context_changed`
+events (`app_home_opened`, `app_context_changed`; the latter's envelope names the person in
+`authorizations`, which `EventSender.send` and `push_envelope` take).
 
 Rate limits, on request (`enforce_rate_limits`, or `--rate-limits` by hand): `chat.update` per
 workspace (Tier 3, 50 a minute) and `chat.postMessage` per channel (one a second), each a token
@@ -97,7 +105,13 @@ import aiohttp
 from aiohttp import web
 from slack_sdk.signature import SignatureVerifier
 
-from testkit.fake_slack_agents import AgentSessionsApi
+from testkit.fake_slack_agents import (
+    AgentSessionsApi,
+    AgentView,
+    app_context_changed,
+    app_home_opened,
+    viewer_authorizations,
+)
 from testkit.rate_limits import RateLimits, whole_seconds
 from testkit.serving import serve_locally
 
@@ -344,9 +358,12 @@ class FakeSlackApi:
         bot_user: str = BOT_USER,
         bot_id: str = BOT_ID,
         agent: bool = False,
+        view: str = "assistant",
     ) -> None:
         self.token = token
-        self.agents = AgentSessionsApi(agent=agent)  # agents.sessions.*, agent_session_stopped
+        self.view = view  # the manifest's AI surface: "assistant" (assistant_view) or "agent"
+        self.agents = AgentSessionsApi(agent=agent or view == "agent")  # agents.sessions.*
+        self.agent_view = AgentView()  # what the agent view showed
         self.team, self.team_name = team, team_name
         self.bot_user, self.bot_id = bot_user, bot_id
         self.status_supported = status_supported
@@ -398,6 +415,7 @@ class FakeSlackApi:
         app.router.add_get("/fake/calls", self._chat_calls)
         app.router.add_get("/fake/log", self._call_log)
         app.router.add_post("/fake/assistant", self._open_assistant)
+        app.router.add_post("/fake/messages-tab", self._open_messages_tab)
         app.router.add_post("/fake/outage", self._switch_outage)
         app.router.add_post("/fake/token", self._new_token)
         app.router.add_get("/fake/rate-limits", self._rate_limit_counts)
@@ -596,6 +614,22 @@ class FakeSlackApi:
             except aiohttp.ClientError as exc:
                 status = f"event lost: {exc}"
         return web.json_response({"channel": channel, "thread_ts": thread_ts, "event": status})
+
+    async def _open_messages_tab(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        user, viewing = str(form.get("user", "U1")), str(form.get("viewing", ""))
+        channel, sent = "D" + user.removeprefix("U"), list[int | str]()
+        if self.events is None:
+            return web.json_response({"channel": channel, "events": ["no events url"]})
+        try:
+            if viewing:
+                looking = app_context_changed(viewing, self.team)
+                viewer = viewer_authorizations(user, self.team)
+                sent.append(await self.events.send(looking, authorizations=viewer))
+            sent.append(await self.events.send(app_home_opened(user, channel)))
+        except aiohttp.ClientError as exc:
+            sent.append(f"event lost: {exc}")
+        return web.json_response({"channel": channel, "events": sent})
 
     def open_assistant_thread(self, user: str = "U1") -> tuple[str, str]:
         """A person opens the assistant panel: Slack starts a thread in their DM with the app
@@ -978,9 +1012,15 @@ class FakeSlackApi:
                     self.ack_received.set()
         return ws
 
-    async def push_envelope(self, event: dict[str, Any], retry_attempt: int = 0) -> str:
+    async def push_envelope(
+        self,
+        event: dict[str, Any],
+        retry_attempt: int = 0,
+        authorizations: list[dict[str, Any]] | None = None,
+    ) -> str:
         """Send an Events API envelope over the newest Socket Mode connection."""
         envelope_id = f"env-{next(self._envelopes)}"
+        payload = event_callback(event, team=self.team, authorizations=authorizations)
         await self.sockets[-1].send_json(
             {
                 "envelope_id": envelope_id,
@@ -988,7 +1028,7 @@ class FakeSlackApi:
                 "accepts_response_payload": False,
                 "retry_attempt": retry_attempt,
                 "retry_reason": "timeout" if retry_attempt else "",
-                "payload": event_callback(event),
+                "payload": payload,
             }
         )
         return envelope_id
@@ -1025,6 +1065,10 @@ class FakeSlackApi:
         return {}
 
     def _assistant_threads_setSuggestedPrompts(self, args: dict[str, Any]) -> dict[str, Any]:
+        if self.view == "agent":
+            if not self.status_supported:
+                return {"error": "missing_scope", "needed": "assistant:write"}
+            return self.agent_view.set_suggested_prompts(args)
         refused = self._assistant_thread(args)
         if refused is not None:
             return refused
@@ -1053,6 +1097,9 @@ class FakeSlackApi:
 
     def _agents_sessions_setStatus(self, args: dict[str, Any]) -> dict[str, Any]:
         return self.agents.set_status(args)
+
+    def _agents_sessions_rename(self, args: dict[str, Any]) -> dict[str, Any]:
+        return self.agents.rename(args)
 
     def stop_session(self, channel: str, thread: str, user: str = "U1") -> dict[str, Any]:
         """`user` presses Stop on the thread's agent session (shown while it is `processing`):
@@ -1088,8 +1135,10 @@ class EventSender:
         event_id: str | None = None,
         timestamp: int | None = None,
         signature: str | None = None,
+        authorizations: list[dict[str, Any]] | None = None,
     ) -> int:
-        body = json.dumps(event_callback(event, event_id or f"Ev{next(self._ids):04d}", self.team))
+        event_id = event_id or f"Ev{next(self._ids):04d}"
+        body = json.dumps(event_callback(event, event_id, self.team, authorizations))
         stamp = str(timestamp if timestamp is not None else int(time.time()))
         headers = {
             "Content-Type": "application/json",
@@ -1163,10 +1212,13 @@ def _button_names(message: PostedMessage) -> list[str]:
 
 
 def event_callback(
-    event: dict[str, Any], event_id: str = "Ev0001", team: str = TEAM
+    event: dict[str, Any],
+    event_id: str = "Ev0001",
+    team: str = TEAM,
+    authorizations: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The Events API envelope around one event."""
-    return {
+    """The Events API envelope around one event (with `authorizations` when given)."""
+    envelope = {
         "token": "legacy",
         "team_id": team,
         "api_app_id": "A0001",
@@ -1175,6 +1227,9 @@ def event_callback(
         "event_time": int(time.time()),
         "event": {"team": team, "event_ts": event.get("ts"), **event},
     }
+    if authorizations is not None:
+        envelope["authorizations"] = authorizations
+    return envelope
 
 
 def assistant_event(
@@ -1212,8 +1267,10 @@ async def _serve(
     assistant_scope: bool,
     rate_limits: bool,
     agent: bool,
+    agent_view: bool = False,
 ) -> None:
-    api = FakeSlackApi(token=token, status_supported=assistant_scope, agent=agent)
+    view = "agent" if agent_view else "assistant"
+    api = FakeSlackApi(token=token, status_supported=assistant_scope, agent=agent, view=view)
     if rate_limits:
         api.enforce_rate_limits()
     await api.start(port)
@@ -1242,12 +1299,14 @@ def main() -> None:
     parser.add_argument("--rate-limits", action="store_true", help="enforce Slack's rate limits")
     agent = "the app is declared an agent (agents.sessions.setStatus, /fake/stop-session)"
     parser.add_argument("--agent", action="store_true", help=agent)
+    view = "the app is on the agent view (agent_view; an agent): /fake/messages-tab"
+    parser.add_argument("--agent-view", action="store_true", help=view)
     args = parser.parse_args()
     logging.basicConfig(format="%(message)s")
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(args.port, args.events_url, args.signing_secret, args.token,
                            args.channel, not args.without_assistant_scope,
-                           args.rate_limits, args.agent))  # fmt: skip
+                           args.rate_limits, args.agent, args.agent_view))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -22,6 +22,17 @@ OAuth as Slack runs it:
   `token_format` and `refresh_format` shape the tokens issued (a test gives each a marker to look
   for in the logs).
 
+An app made from a manifest, as a new user makes it ("Create New App" → "From a manifest",
+then "Install to Workspace"): `create_app(manifest_text)` reads the YAML as Slack's app
+settings do (refusing what Slack refuses: both AI views at once, an `agent_view` without its
+`agent_description`, HTTP mode without a `request_url`) and takes its events URL, bot scopes and
+event subscriptions from it; `install_app(team)` issues the workspace's bot token and gives the
+workspace what the manifest declares (its AI view, the `assistant:write` scope, the
+`agent_session_stopped` subscription). From then on Slack sends only the events the app
+subscribes to: `open_messages_tab(team, user)` (`app_home_opened` in the Messages tab),
+`look_at(team, user, channel)` (`app_context_changed`, agent view only) and `say`, and
+`journal` lists, in order, each event sent and each Web API call answered.
+
 `say(team, channel, text)` is a person writing in a workspace (history, then one signed event
 to the bot); `uninstall(team)` revokes the workspace's tokens and sends `tokens_revoked` and
 `app_uninstalled`, as Slack does. By hand: `python -m testkit.fake_slack_grid --port 8766
@@ -46,9 +57,11 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
+import yaml  # type: ignore[import-untyped]
 from aiohttp import web
 
 from testkit.fake_slack import EventSender, FakeSlackApi, api_arguments, event_callback
+from testkit.fake_slack_agents import app_context_changed, app_home_opened, viewer_authorizations
 from testkit.serving import serve_locally
 
 APP_ID = "A0001"
@@ -108,6 +121,8 @@ class FakeSlackGrid:
         self._runner: web.AppRunner | None = None
         self.base = ""
         self.url = ""
+        self.manifest: dict[str, Any] | None = None  # the app's, once made from one
+        self.journal: list[str] = []  # events sent and Web API calls answered, in order
 
     # lifecycle --------------------------------------------------------------------------------
     async def start(self, port: int = 0) -> FakeSlackGrid:
@@ -137,19 +152,95 @@ class FakeSlackGrid:
         self.workspaces[team] = workspace
         return workspace
 
+    # the app, from a manifest ---------------------------------------------------------------------
+    def create_app(self, manifest_text: str) -> None:
+        """ "From a manifest": Slack refuses a manifest it cannot take (ValueError, its message)."""
+        manifest = yaml.safe_load(manifest_text)
+        features = manifest.get("features") or {}
+        settings = manifest.get("settings") or {}
+        if "agent_view" in features and "assistant_view" in features:
+            raise ValueError("features: an app has agent_view or assistant_view, not both")
+        if "agent_view" in features and not (features["agent_view"] or {}).get("agent_description"):
+            raise ValueError("features.agent_view: agent_description is required")
+        subscriptions = settings.get("event_subscriptions") or {}
+        if not settings.get("socket_mode_enabled"):
+            if not subscriptions.get("request_url"):
+                raise ValueError("event_subscriptions: request_url is required without socket mode")
+            self.events_url = str(subscriptions["request_url"])
+        self.manifest = manifest
+
+    def install_app(self, team: str) -> str:
+        """ "Install to Workspace" from the app's settings: the workspace's bot token."""
+        assert self.manifest is not None, "no app yet: create_app first"
+        workspace = self.workspaces[team]
+        features = self.manifest.get("features") or {}
+        workspace.view = "agent" if "agent_view" in features else "assistant"
+        workspace.status_supported = "assistant:write" in self._scopes() and bool(
+            {"agent_view", "assistant_view"} & set(features)
+        )
+        workspace.agents.agent = workspace.view == "agent"
+        workspace.agents.stop_subscribed = "agent_session_stopped" in self._events()
+        workspace.installed = True
+        workspace.tokens.clear()
+        return str(self._issue(workspace)["access_token"])
+
+    def _scopes(self) -> set[str]:
+        return set(
+            ((self.manifest or {}).get("oauth_config") or {}).get("scopes", {}).get("bot") or []
+        )
+
+    def _events(self) -> set[str]:
+        settings = (self.manifest or {}).get("settings") or {}
+        return set((settings.get("event_subscriptions") or {}).get("bot_events") or [])
+
+    def _subscribed(self, event_type: str) -> bool:
+        """Slack sends an app only what it subscribes to (any app not made from a manifest here:
+        everything)."""
+        return self.manifest is None or event_type in self._events()
+
+    async def _send(
+        self,
+        team: str,
+        event: dict[str, Any],
+        to: str | None = None,
+        authorizations: list[dict[str, Any]] | None = None,
+    ) -> int:
+        self.journal.append(f"event {_described(event)}")
+        return await self.sender(team, to).send(event, authorizations=authorizations)
+
     # people -----------------------------------------------------------------------------------
+    async def open_messages_tab(self, team: str, user: str = "U1") -> int | None:
+        """A person opens the app's Messages tab (their DM with it): `app_home_opened`, if the
+        app subscribes. The bot's HTTP status (None: nothing sent)."""
+        home = ((self.manifest or {}).get("features") or {}).get("app_home") or {}
+        if not (self._subscribed("app_home_opened") and home.get("messages_tab_enabled", True)):
+            return None
+        return await self._send(team, app_home_opened(user, "D" + user.removeprefix("U")))
+
+    async def look_at(self, team: str, user: str, channel: str) -> int | None:
+        """A person on an agent app moves to `channel`: `app_context_changed`, if subscribed."""
+        workspace = self.workspaces[team]
+        if workspace.view != "agent" or not self._subscribed("app_context_changed"):
+            return None
+        event = app_context_changed(channel, team)
+        return await self._send(team, event, authorizations=viewer_authorizations(user, team))
+
     async def say(
         self, team: str, channel: str, text: str, user: str = "U1", to: str | None = None
     ) -> tuple[str, int]:
         """A person writes in `team`: the message lands in its history and is sent as one signed
-        event to the bot (at `to`, else `events_url`). Returns its ts and the bot's HTTP status."""
+        event to the bot (at `to`, else `events_url`). Returns its ts and the bot's HTTP status
+        (0: the app does not subscribe to the message's event, nothing sent)."""
         workspace = self.workspaces[team]
         ts = workspace._next_ts()
         workspace.add_user_message(channel, ts, text, user)
+        kind = "im" if channel.startswith("D") else "channel"
         event = {"type": "message", "channel": channel, "user": user, "text": text, "ts": ts,
-                 "channel_type": "im" if channel.startswith("D") else "channel",
+                 "channel_type": kind,
                  "user_profile": {"display_name": workspace.users.get(user, user)}}  # fmt: skip
-        return ts, await self.sender(team, to).send(event)
+        if not self._subscribed(f"message.{kind}s" if kind == "channel" else "message.im"):
+            return ts, 0
+        return ts, await self._send(team, event, to)
 
     def sender(self, team: str, to: str | None = None) -> EventSender:
         return EventSender(to or self.events_url, self.signing_secret, team)
@@ -181,7 +272,9 @@ class FakeSlackGrid:
         if channel_team not in (None, workspace.team):
             self.cross_team.append((method, workspace.team, str(channel_team)))
             return web.json_response({"ok": False, "error": "invalid_auth"})
-        return await workspace.answer(method, args, token)
+        answer = await workspace.answer(method, args, token)
+        self.journal.append(f"call {method}{_described_call(args)}")
+        return answer
 
     def _team_of_channel(self, channel: str) -> str | None:
         for team, workspace in self.workspaces.items():
@@ -293,6 +386,22 @@ class FakeSlackGrid:
     async def _uninstall_by_hand(self, request: web.Request) -> web.Response:
         form = await request.post()
         return web.json_response({"events": await self.uninstall(str(form["team"]))})
+
+
+JOURNAL_ARGS = ("channel", "channel_id", "thread_ts", "ts", "status", "title", "tab")
+
+
+def _described(event: dict[str, Any]) -> str:
+    """An event as the journal lists it: its type and what names its place."""
+    shown = {k: event[k] for k in ("channel", "thread_ts", "ts", "tab") if event.get(k)}
+    if event.get("type") == "app_context_changed":
+        entities = (event.get("context") or {}).get("entities") or [{}]
+        shown["viewing"] = entities[0].get("value", "")
+    return str(event.get("type")) + "".join(f" {k}={v}" for k, v in shown.items())
+
+
+def _described_call(args: dict[str, Any]) -> str:
+    return "".join(f" {k}={args[k]}" for k in JOURNAL_ARGS if args.get(k))
 
 
 def _basic_auth(request: web.Request) -> tuple[str, str] | None:

@@ -109,6 +109,35 @@ async def test_slack_by_hand_over_http_says_presses_and_stops_a_session(
     ]
 
 
+async def test_slack_by_hand_opens_the_agent_views_messages_tab() -> None:
+    received: list[dict[str, Any]] = []
+
+    async def bot(request: web.Request) -> web.Response:
+        body = json.loads(await request.text())
+        received.append({**body["event"], "authorizations": body.get("authorizations")})
+        return web.Response()
+
+    app = web.Application()
+    app.router.add_post("/slack/events", bot)
+    runner, port = await serve_locally(app)
+    slack = await FakeSlackApi(view="agent").start()
+    slack.events = EventSender(f"http://127.0.0.1:{port}/slack/events", SECRET)
+    try:
+        async with aiohttp.ClientSession() as session:
+            url = f"{base(slack)}/fake/messages-tab"
+            opened = await form(session, url, user="U1", viewing="C7")
+            assert opened[1] == {"channel": "D1", "events": [200, 200]}
+    finally:
+        await slack.stop()
+        await runner.cleanup()
+    looking, home = received
+    assert looking["type"] == "app_context_changed"
+    assert looking["context"]["entities"][0]["value"] == "C7"
+    assert looking["authorizations"][0]["user_id"] == "U1"
+    assert (home["type"], home["tab"], home["channel"], home["user"]) == (
+        "app_home_opened", "messages", "D1", "U1")  # fmt: skip
+
+
 async def test_slack_by_hand_without_an_events_url_goes_over_socket_mode(
     slack: FakeSlackApi,
 ) -> None:

@@ -157,14 +157,18 @@ def slow_notes(hosts: list[SlowNotesHost]) -> Any:
 
 
 # a burst in the thread ------------------------------------------------------------------------
+@pytest.mark.parametrize("surface", ["assistant", "agent"])
 @pytest.mark.parametrize("mode", ["http", "socket"])
 async def test_three_lines_get_one_streamed_answer_with_status_and_a_title_once(
-    api: FakeSlackApi, mode: str
+    api: FakeSlackApi, mode: str, surface: str
 ) -> None:
+    """The assistant surface's behaviour, whether the config says "assistant" or (an app not
+    yet moved to the agent view) "agent"."""
     api.status_supported = True
     key = thread_key(ts(1))
     replier = ScriptedReplier(hold=True)
-    async with running_bot(api, replier=replier, assistant=ASSISTANT, mode=mode) as bot:
+    running = running_bot(api, replier=replier, assistant=ASSISTANT, mode=mode, surface=surface)
+    async with running as bot:
         await deliver(bot, api, mode, started(ts(1)))
         for n, text in enumerate(["how do I rotate", "the signing secret", "without downtime?"]):
             await deliver(bot, api, mode, dm(ts(n + 2), text, thread_ts=ts(1)))
@@ -327,7 +331,7 @@ async def test_without_the_scope_one_warning_line_and_replies_as_before(
     api: FakeSlackApi, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="burstbot")
-    async with running_bot(api, assistant=ASSISTANT) as bot:
+    async with running_bot(api, assistant=ASSISTANT, surface="assistant") as bot:
         for n in (1, 5):
             assert await bot.send(started(ts(n))) == 200
             await bot.send(dm(ts(n + 1), "hello", thread_ts=ts(n)))

@@ -267,15 +267,17 @@ def test_manifest_subscribes_to_what_the_adapter_reads_with_the_scopes_it_needs(
     )
     events = set(manifest["settings"]["event_subscriptions"]["bot_events"])
     scopes = set(manifest["oauth_config"]["scopes"]["bot"])
-    assistant = {"assistant_thread_started", "assistant_thread_context_changed"}
+    agent = {"app_home_opened", "app_context_changed"}  # the agent surface (agent_view)
     uninstall = {"app_uninstalled", "tokens_revoked"}
-    session = {"agent_session_stopped"}  # Slack's Stop on a thread's agent session
+    session = {"agent_session_stopped"}  # Slack's Stop on an exchange's agent session
     assert events == {"app_mention", "message.channels", "message.groups", "message.im",
-                      "message.mpim", *assistant, *uninstall, *session}  # fmt: skip
-    assert "assistant:write" in scopes  # assistant threads: prompts, titles, status
-    view = manifest["features"]["assistant_view"]
-    assert view["assistant_description"] and 1 <= len(view["suggested_prompts"]) <= 4
-    message_events = events - {"app_mention", *assistant, *uninstall, *session}
+                      "message.mpim", *agent, *uninstall, *session}  # fmt: skip
+    assert "assistant:write" in scopes  # the suggested prompts
+    assert "assistant_view" not in manifest["features"]  # the surface Slack will deprecate
+    view = manifest["features"]["agent_view"]
+    assert view["agent_description"] and 1 <= len(view["suggested_prompts"]) <= 4
+    assert manifest["features"]["app_home"]["messages_tab_enabled"] is True
+    message_events = events - {"app_mention", *agent, *uninstall, *session}
     for event in message_events:  # message.im: im:history, ...
         assert event.replace("message.", "") + ":history" in scopes
     assert {"app_mentions:read", "chat:write", "reactions:write", "commands"} <= scopes

@@ -161,7 +161,8 @@ class SlackFrontend(
             )  # fmt: skip
             authorize = WorkspaceAuthorize(self.workspaces)
             bolt = transport.bolt_app(client, self._signing_secret, None, authorize, flow)
-            log.info("slack: %d workspaces installed", installed)
+            log.info('slack: %d workspaces installed; surface "%s"', installed,
+                     self.config.surface)  # fmt: skip
         uninstalls = Uninstalls(host, self.workspaces, self.config, self.clock)
         self.drafts = WorkspaceDrafts(self._workspace)
         events = SlackEvents(host, self.workspaces, self.listen_channels, uninstalls,
@@ -190,8 +191,9 @@ class SlackFrontend(
         self._decider = host.threads.decide_with(self.platform, self._thread_is_ours)
         if isinstance(self.workspaces, SingleWorkspace):
             identity = self.workspaces.workspace.identity
-            log.info("slack: connected as %s in team %s (%s mode)", identity.bot_user_id,
-                     identity.team_id, self.config.mode)  # fmt: skip
+            log.info('slack: connected as %s in team %s (%s mode, surface "%s")',
+                     identity.bot_user_id, identity.team_id, self.config.mode,
+                     self.config.surface)  # fmt: skip
 
     def _stack(self, client: AsyncWebClient, identity: Identity) -> Workspace:
         """One workspace's stack (adapters/slack/workspaces.py)."""
@@ -204,7 +206,9 @@ class SlackFrontend(
             pacer=self._pacer,
         )
         host = cast(Host, self._host)  # set by start, before any stack is built
-        assistant = AssistantThreads(client, identity, host, self.config.assistant)
+        assistant = AssistantThreads(
+            client, identity, host, self.config.assistant, self.config.surface
+        )
         sessions = AgentSessions(outbound, host)
         drafts = SlackDrafts(outbound, assistant.is_assistant_thread, sessions.serves_stop)
         history = History(client, identity, self.listen_channels)

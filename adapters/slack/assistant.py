@@ -1,5 +1,9 @@
-"""Slack's AI app surface: assistant threads (the app's side panel and split view), each a thread
-in the person's DM with the app; docs/slack-assistant.md says what happens there, and why.
+"""Slack's AI app surfaces: assistant threads (the app's side panel and split view), each a thread
+in the person's DM with the app, and the agent view's exchanges (agent_view.py), each a thread in
+the app's Messages tab; docs/slack-assistant.md says what happens there, and why.
+
+`[slack] surface` names the one the app's manifest declares; an event of the other is served
+all the same, after one log line saying what to change, and "plain" serves neither (one line).
 
 A thread's opening is noted once in the store (`NoteBook.add_note`) before the ack, so a Slack
 retry finds the note and does nothing; its prompts and greeting follow in the background, a
@@ -20,6 +24,7 @@ from typing import Any
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import inbound
+from adapters.slack.agent_view import NOTE_AGENT_THREAD, REMEMBERED, AgentView
 from adapters.slack.calls import call, slack_code
 from adapters.slack.inbound import PLATFORM, Identity, Payload
 from adapters.slack.outbound import STATUS_UNAVAILABLE
@@ -34,6 +39,11 @@ log = logging.getLogger("burstbot.slack")
 NOTE_THREAD = "assistant"  # the thread was opened from the assistant surface
 NOTE_VIEWING = "viewing"  # the channel the person is viewing: JSON of Slack's `context`
 NOTE_TITLE = "title"  # the title we set
+TITLE_METHOD = "assistant_threads_setTitle"
+SURFACE_EVENTS = {
+    "assistant": "assistant_view (assistant_thread_* events)",
+    "agent": "agent_view (app_home_opened in the Messages tab, app_context_changed)",
+}
 TITLE_CHARS = 60
 CONTEXT_LINE_CHARS = 500  # one message of the viewed channel, in the prompt
 CONTEXT_SUBTYPES = (None, "thread_broadcast", "file_share", "bot_message", "me_message")
@@ -86,12 +96,52 @@ class AssistantThreads:
     identity: Identity
     host: Host
     config: SlackAssistantConfig
+    surface: str = "agent"  # `[slack] surface`
     _background: set[asyncio.Future[None]] = field(default_factory=set, init=False)
     _refused: set[str] = field(default_factory=set, init=False)  # no scope for it: warned once
     _names: dict[str, str] = field(default_factory=dict, init=False)
-    _opened: set[str] = field(default_factory=set, init=False)  # known assistant threads
+    _opened: dict[str, str] = field(default_factory=dict, init=False)  # thread → its surface
+    _other_surface: set[str] = field(default_factory=set, init=False)  # said once
+
+    def __post_init__(self) -> None:
+        self.agent = AgentView(self.host, lambda: self.config, self._call, self._run)
 
     # events (the ack follows the return) ------------------------------------------------------
+    async def home_opened(self, body: Payload) -> None:
+        """`app_home_opened`: in the Messages tab of an agent app, its prompts (agent_view.py)."""
+        event = body.get("event") or {}
+        if event.get("tab") != "messages" or not self._serves("agent", "app_home_opened"):
+            return
+        await self.agent.opened(self._team(body), event)
+
+    async def app_context_changed(self, body: Payload) -> None:
+        if self._serves("agent", "app_context_changed"):
+            await self.agent.context_changed(self._team(body), body)
+
+    def _serves(self, surface: str, event_type: str) -> bool:
+        """An event of `surface` arrived: served unless `[slack.assistant]` is off or the
+        surface is "plain"; when it is not the configured one, one line says what to change."""
+        if not self.config.enabled:
+            log.info("slack: %s ignored: [slack.assistant] enabled = false", event_type)
+            return False
+        if surface == self.surface:
+            return True
+        if surface not in self._other_surface:
+            self._other_surface.add(surface)
+            if self.surface == "plain":
+                log.info('slack: %s ignored: [slack] surface = "plain" (the app runs %s; set '
+                         'surface = "%s" to serve it)', event_type, SURFACE_EVENTS[surface],
+                         surface)  # fmt: skip
+            else:
+                log.warning('slack: the app runs %s but [slack] surface = "%s": served all the '
+                            'same; set surface = "%s" (or move the app to %s, '
+                            "docs/slack-assistant.md)", SURFACE_EVENTS[surface], self.surface,
+                            surface, SURFACE_EVENTS[self.surface].split(" ")[0])  # fmt: skip
+        return self.surface != "plain"
+
+    def _team(self, body: Payload) -> str:
+        return str(body.get("team_id") or self.identity.team_id)
+
     async def started(self, body: Payload) -> None:
         thread = self._usable(body)
         if thread is None:
@@ -116,11 +166,10 @@ class AssistantThreads:
         )
 
     def _usable(self, body: Payload) -> AssistantThread | None:
-        event_type = (body.get("event") or {}).get("type")
-        if not self.config.enabled:
-            log.info("slack: %s ignored: [slack.assistant] enabled = false", event_type)
+        event_type = str((body.get("event") or {}).get("type"))
+        if not self._serves("assistant", event_type):
             return None
-        thread = thread_of(body, str(body.get("team_id") or self.identity.team_id))
+        thread = thread_of(body, self._team(body))
         if isinstance(thread, str):
             log.warning("slack: ignored a malformed %r event %r: %s", event_type,
                         body.get("event_id"), thread)  # fmt: skip
@@ -149,16 +198,30 @@ class AssistantThreads:
             )
 
     async def is_assistant_thread(self, key: ConversationKey) -> bool:
-        """A thread opened from the assistant surface (noted once, never un-noted: remembered),
-        not merely a thread in a DM: its drafts are Slack's native streams, its title ours."""
-        if not (self.config.enabled and is_dm_thread(key)):
-            return False
+        """A thread opened from the assistant surface or an agent's exchange, not merely a
+        thread in a DM: its drafts are Slack's native streams, its title ours."""
+        return await self.thread_surface(key) is not None
+
+    async def thread_surface(self, key: ConversationKey) -> str | None:
+        """ "assistant" or "agent" for a thread of that surface (noted once, never un-noted:
+        remembered), else None."""
+        if not (self.config.enabled and self.surface != "plain" and is_dm_thread(key)):
+            return None
         if key.id in self._opened:
-            return True
-        if await self.host.notes.note(key.id, NOTE_THREAD) is None:
-            return False
-        self._opened.add(key.id)
-        return True
+            return self._opened[key.id]
+        for surface, note in (("assistant", NOTE_THREAD), ("agent", NOTE_AGENT_THREAD)):
+            if await self.host.notes.note(key.id, note) is not None:
+                if len(self._opened) >= REMEMBERED:
+                    self._opened.clear()
+                self._opened[key.id] = surface
+                return surface
+        return None
+
+    async def in_exchange(self, message: IncomingMessage, ts: str) -> IncomingMessage:
+        """A top-level message of an agent's DM, keyed to its exchange (agent_view.py)."""
+        if not (self.config.enabled and self.surface != "plain"):
+            return message
+        return await self.agent.in_exchange(message, ts)
 
     # the thread's title -----------------------------------------------------------------------
     async def message_accepted(self, message: IncomingMessage) -> None:
@@ -176,25 +239,26 @@ class AssistantThreads:
 
     async def _title_once(self, key: ConversationKey, text: str) -> None:
         title = short_title(text)
-        if not (title and await self.is_assistant_thread(key)):
+        surface = await self.thread_surface(key) if title else None
+        if surface is None:
             return
         if await self.host.notes.add_note(key.id, NOTE_TITLE, title, time.time()):
-            self._run(
-                self._call(
-                    "assistant_threads_setTitle",
-                    channel_id=key.channel,
-                    thread_ts=key.thread,
-                    title=title,
-                )
-            )
+            # an exchange's title is its agent session's
+            method = "agents_sessions_rename" if surface == "agent" else TITLE_METHOD
+            self._run(self._call(method, channel_id=key.channel, thread_ts=key.thread,
+                                 title=title))  # fmt: skip
 
     # the system prompt ------------------------------------------------------------------------
     async def prompt_context(self, key: ConversationKey) -> str:
         """ "The user is looking at #channel", and that channel's recent messages if configured
         and the bot is a member. Read while the burst is answered, never before an ack."""
-        if not (self.config.enabled and is_dm_thread(key)):
+        surface = await self.thread_surface(key)
+        if surface == "agent":
+            channel = await self.agent.viewed_channel(key)
+        elif self.config.enabled and self.surface != "plain" and is_dm_thread(key):
+            channel = viewed_channel(await self.host.notes.note(key.id, NOTE_VIEWING))
+        else:
             return ""
-        channel = viewed_channel(await self.host.notes.note(key.id, NOTE_VIEWING))
         if not channel or channel == key.channel:
             return ""
         info = await self._read("conversations_info", channel=channel)
@@ -262,8 +326,8 @@ class AssistantThreads:
             elif name not in self._refused:
                 self._refused.add(name)
                 log.warning("slack: %s refused (%s): the app needs the assistant:write scope "
-                            "and the assistant view (adapters/slack/manifest.yml)", name,
-                            error)  # fmt: skip
+                            "and the %s view (adapters/slack/manifest.yml)", name, error,
+                            "assistant" if name.startswith("assistant") else "agent")  # fmt: skip
 
     def _run(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)

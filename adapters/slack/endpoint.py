@@ -41,7 +41,8 @@ MAX_BODY_BYTES = 1024 * 1024
 MAX_CLOCK_SKEW_SECONDS = 300
 HANDLED_EVENTS = frozenset(
     {"message", "app_mention", "assistant_thread_started", "assistant_thread_context_changed",
-     "agent_session_stopped", "app_uninstalled", "tokens_revoked"}
+     "app_home_opened", "app_context_changed", "agent_session_stopped", "app_uninstalled",
+     "tokens_revoked"}
 )  # fmt: skip
 _TIMESTAMP = re.compile(r"[0-9]{1,15}")
 

@@ -10,7 +10,8 @@ dedupes by message id. An event that can never be stored (no channel, a field of
 type) is acked with a warning instead: a retry would fail the same way. `/reset`'s ack is its
 answer (ephemeral), so it too is sent after the reset is stored. A thread reply in a thread the
 store does not know is held (stored, then acked) and decided in the background (history.py), so
-nothing slow runs before the ack.
+nothing slow runs before the ack. A top-level message in an agent's DM is keyed to its exchange
+(agent_view.py) before it is stored.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ class SlackEvents:
         bolt.event("app_mention")(self._on_app_mention)
         bolt.event("assistant_thread_started")(self._on_assistant_thread_started)
         bolt.event("assistant_thread_context_changed")(self._on_assistant_context_changed)
+        bolt.event("app_home_opened")(self._on_home_opened)
+        bolt.event("app_context_changed")(self._on_app_context_changed)
         bolt.event("agent_session_stopped")(self._on_session_stopped)
         bolt.command(RESET_COMMAND)(self._on_reset)
         bolt.event("app_uninstalled")(self._on_revoked)
@@ -122,7 +125,12 @@ class SlackEvents:
             if ours is None:  # stored now, decided in the background: acked either way
                 await self.host.threads.hold(message)
                 return
-        result = await self.host.ingest(message)
+        if channel_type == "im" and not placement.key.thread:  # in an agent's DM: an exchange
+            async with assistant.agent.lock(message):
+                message = await assistant.in_exchange(message, str(event.get("ts")))
+                result = await self.host.ingest(message)
+        else:
+            result = await self.host.ingest(message)
         if result.status in ("accepted", "duplicate"):
             await assistant.message_accepted(message)
 
@@ -136,6 +144,17 @@ class SlackEvents:
         workspace = await self._workspace(body)
         if workspace is not None:
             await workspace.assistant.context_changed(body)
+
+    async def _on_home_opened(self, body: Payload) -> None:
+        """The agent surface: the Messages tab opened (noted before Bolt acks; prompts after)."""
+        workspace = await self._workspace(body)
+        if workspace is not None:
+            await workspace.assistant.home_opened(body)
+
+    async def _on_app_context_changed(self, body: Payload) -> None:
+        workspace = await self._workspace(body)
+        if workspace is not None:
+            await workspace.assistant.app_context_changed(body)
 
     async def _on_session_stopped(self, body: Payload) -> None:
         """A person pressed an agent session's Stop: stored and decided before Bolt acks."""

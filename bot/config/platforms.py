@@ -25,7 +25,8 @@ class SuggestedPrompt(Section):
 
 
 class SlackAssistantConfig(Section):
-    """Slack's AI app surface (assistant threads): `[slack.assistant]`. Live on reload."""
+    """Slack's AI surfaces (the agent view, assistant threads): `[slack.assistant]`. Live on
+    reload."""
 
     enabled: bool = True
     suggested_prompts: list[SuggestedPrompt] = Field(
@@ -74,6 +75,12 @@ class SlackConfig(Section):
     http_path: str = "/slack/events"
     http_reuse_port: bool = False
     listen_channels: list[str] = Field(default_factory=list)
+    # Slack's AI surface the app's manifest declares (docs/slack-assistant.md): "agent"
+    # (`agent_view`, as the shipped manifest), "assistant" (`assistant_view`), "plain" (DMs and
+    # mentions only). An app that runs the other one is served anyway, with one log line; a DM
+    # is threaded only once Slack showed it as an agent's Messages tab, so an older app whose
+    # config does not say keeps its plain DMs.
+    surface: Literal["agent", "assistant", "plain"] = "agent"
     thinking_indicator: Literal["auto", "reaction", "off"] = "auto"
     thinking_reaction: str = Field(default="hourglass_flowing_sand", min_length=1)
     max_parts_per_reply: int = Field(default=MAX_PARTS_PER_REPLY, ge=1, le=100)
