@@ -48,13 +48,15 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from bot.core.admission import Admission, Waits
+from bot.core.admission import Admission, Verdict, Waits
 from bot.core.approvals import ApprovalNeeded, Continuation
 from bot.core.attachments import AttachmentLoader
 from bot.core.backoff import Backoff
 from bot.core.burst import Burst, reply_text, spent
 from bot.core.clicks import Click, ClickAnswer, stopped_text
 from bot.core.clock import Clock
+from bot.core.cpu_budget import WAITING_FOR as CPU_WAITING_FOR
+from bot.core.cpu_budget import CpuBudget
 from bot.core.errors import PermanentReplierError, ReplierError, StoreError
 from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEvent
 from bot.core.frontend import Frontend
@@ -122,8 +124,11 @@ class Engine:
         wakeup: Wakeup,
         signals: Signals,
         admission: Admission | None = None,
+        cpu: CpuBudget | None = None,
     ) -> None:
         self.admission = admission  # None: only `max_concurrent_generations` bounds
+        self.cpu = cpu  # None: this process's CPU does not bound starts
+        self._ready_at = 0.0
         self._waits = Waits(signals.emit)
         self.store = store
         self.tools = tools
@@ -156,9 +161,9 @@ class Engine:
 
     @property
     def ready_at(self) -> float:
-        """When the API's limits let the next generation start (the scheduler sleeps until then
-        at least); 0: now, as far as this process knows."""
-        return 0.0 if self.admission is None else self.admission.last.ready_at
+        """When the API's limits and this process's CPU let the next generation start (the
+        scheduler sleeps until then at least); 0: now, as far as this process knows."""
+        return self._ready_at
 
     @property
     def busy(self) -> int:
@@ -242,8 +247,8 @@ class Engine:
         timers = await self.store.due_timers(now, free + len(self._workers))
         waiting = [t for t in timers if t.conversation_id not in self._workers]
         chosen = fair_order(waiting, self._workers, now)[:free]
-        if self.admission is not None and chosen:
-            verdict = await self.admission.admit(len(chosen))
+        verdict = await self._admit(len(chosen), now)
+        if verdict is not None:
             self._waits.note(chosen, verdict, now)
             chosen = chosen[: verdict.granted]
         started = 0
@@ -253,6 +258,24 @@ class Engine:
             task.add_done_callback(functools.partial(self._worker_done, timer.conversation_id))
             started += 1
         return started
+
+    async def _admit(self, wanted: int, now: float) -> Verdict | None:
+        """How many of `wanted` starts this process's CPU, then the API's limits, allow now
+        (None: nothing bounds them but the slots)."""
+        if wanted <= 0 or (self.cpu is None and self.admission is None):
+            return None
+        verdict = Verdict(wanted, now, "")
+        allowed = None if self.cpu is None else self.cpu.allowed(len(self._workers))
+        if self.cpu is not None and allowed is not None and allowed < wanted:
+            verdict = Verdict(allowed, now + self.cpu.retry_in, CPU_WAITING_FOR)
+        if self.admission is not None and verdict.granted > 0:
+            heard = await self.admission.admit(verdict.granted)
+            if heard.granted < verdict.granted:
+                verdict = heard
+        if self.cpu is not None:
+            self.cpu.granted(verdict.granted)
+        self._ready_at = verdict.ready_at if verdict.granted < wanted else now
+        return verdict
 
     def _worker_done(self, conversation_id: str, task: asyncio.Task[bool]) -> None:
         """A freed slot or a settled conversation may have work due now; a worker that could not
