@@ -1229,6 +1229,22 @@ UPDATE api_limits SET state = :state, saved_at = :db_now, version = version + 1
 WHERE scope = :scope AND version = :version
 RETURNING version;
 
+-- fair shares (storage/shares.py) -----------------------------------------------------------------
+
+-- name: shares
+-- The conversations some process generates now (a live lease, whichever process holds it) and
+-- those due to start, each with the person its burst counts against (the author of its latest
+-- message, by the primary key). Leases have no index: the scan is of the conversations' rows.
+SELECT c.id AS conversation_id,
+       COALESCE((SELECT m.author_id FROM messages m WHERE m.conversation_id = c.id
+                 ORDER BY m.seq DESC LIMIT 1), '') AS person,
+       CASE WHEN c.lease_owner IS NOT NULL AND c.lease_expires_at > CAST(:db_now AS FLOAT8)
+            THEN 1 ELSE 0 END AS generating
+FROM conversations c
+WHERE (c.lease_owner IS NOT NULL AND c.lease_expires_at > CAST(:db_now AS FLOAT8))
+   OR c.id IN (SELECT t.conversation_id FROM debounce_timers t
+               WHERE t.due_at <= CAST(:db_now AS FLOAT8) OR t.start_at <= CAST(:db_now AS FLOAT8));
+
 -- the processes running the bot (storage/processes.py) -------------------------------------------
 
 -- name: see_process

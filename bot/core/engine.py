@@ -246,7 +246,14 @@ class Engine:
         now = self.clock.now()
         timers = await self.store.due_timers(now, free + len(self._workers))
         waiting = [t for t in timers if t.conversation_id not in self._workers]
-        chosen = fair_order(waiting, self._workers, now)[:free]
+        running: list[str] = list(self._workers)
+        people: dict[str, str] = {}
+        if len(waiting) > 1:  # an order to decide: every process's generations count
+            shares = await self.store.shares(now)
+            people = {share.conversation_id: share.person for share in shares}
+            leased = [share.conversation_id for share in shares if share.generating]
+            running = list({*running, *leased})
+        chosen = fair_order(waiting, running, now, people)[:free]
         verdict = await self._admit(len(chosen), now)
         if verdict is not None:
             self._waits.note(chosen, verdict, now)
