@@ -48,7 +48,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from bot.core.admission import Admission, Verdict, Waits
+from bot.core.admission import Admission, Verdict
 from bot.core.approvals import ApprovalNeeded, Continuation
 from bot.core.attachments import AttachmentLoader
 from bot.core.backoff import Backoff
@@ -84,6 +84,7 @@ from bot.core.streaming import Drafts, Stream
 from bot.core.supervisor import Supervision, Supervisor
 from bot.core.tool_calls import ToolBox
 from bot.core.votes import Vote, VoteAnswer
+from bot.core.waits import Waits
 from bot.core.wakeup import Wakeup
 
 log = logging.getLogger("burstbot.engine")
@@ -294,6 +295,14 @@ class Engine:
             self._wakeup.wake()
 
     async def _work(self, timer: DueTimer) -> bool:
+        """One admitted start: a start that never reached the API gives its share back."""
+        start = None if self.admission is None else self.admission.starting()
+        served = await self._take_and_serve(timer)
+        if self.admission is not None and start is not None:
+            await self.admission.unused(start)
+        return served
+
+    async def _take_and_serve(self, timer: DueTimer) -> bool:
         cid = timer.conversation_id
         now = self.clock.now()
         ttl = self.settings.lease_ttl_seconds
