@@ -353,3 +353,30 @@ async def test_answers_heard_at_once_by_one_process_each_count(
 
     await asyncio.gather(*(admission.heard(200, answer(n)) for n in range(19, 11, -1)))
     assert (await admission.admit(100)).granted == 12
+
+
+async def test_a_529_heard_by_one_engine_holds_the_other_sharing_the_key(
+    store: SqliteStore,
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    server: FakeAnthropic,
+    claude: Claude,
+) -> None:
+    limited(server, clock, requests_per_minute=1_000)
+    first = engine_on(store, clock, claude(), frontend, owner="w1")
+    second = engine_on(store, clock, claude(), frontend, owner="w2")
+    waits: list[dict[str, object]] = []
+    second.subscribe(lambda name, fields: waits.append(fields) if name == "capacity_wait" else 0)
+    await ask(first, [key(1)])
+    assert await round_(first, clock, SETTINGS.quiet_seconds) == 1  # the limits learned
+
+    server.queue(Plan(status=529, retry_after=20.0))
+    await ask(first, [key(2)])
+    assert await round_(first, clock, SETTINGS.quiet_seconds) == 1  # met the 529
+    await ask(second, [key(3)])
+    assert await round_(second, clock, SETTINGS.quiet_seconds) == 0  # held by what first heard
+    assert {w["conversation"]: w["waiting_for"] for w in waits}[key(3).id] == "529 overloaded"
+    assert await round_(second, clock, 17.0) == 0
+    assert await round_(second, clock, 2.0) == 1  # the hold ended: one probes alone ...
+    assert await round_(second, clock) == 1  # ... and its answer lets the other go
+    assert len(frontend.texts(key(2))) == 1 and len(frontend.texts(key(3))) == 1
