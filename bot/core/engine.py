@@ -237,8 +237,9 @@ class Engine:
 
     # 2. timers and leases -------------------------------------------------------------------------
     async def run_due(self) -> int:
-        """Start a worker for each due timer, as far as free generation slots and the API's
-        limits allow (`admission`), in fair order (shares.py)."""
+        """Start a worker for each due timer, as far as free generation slots, this process's CPU
+        and the API's limits allow (`admission`); when not all may start, in fair order
+        (shares.py)."""
         if self._closing:
             return 0
         free = self.settings.max_concurrent_generations - len(self._workers)
@@ -247,18 +248,13 @@ class Engine:
         now = self.clock.now()
         timers = await self.store.due_timers(now, free + len(self._workers))
         waiting = [t for t in timers if t.conversation_id not in self._workers]
-        running: list[str] = list(self._workers)
-        people: dict[str, str] = {}
-        if len(waiting) > 1:  # an order to decide: every process's generations count
-            shares = await self.store.shares(now)
-            people = {share.conversation_id: share.person for share in shares}
-            leased = [share.conversation_id for share in shares if share.generating]
-            running = list({*running, *leased})
-        chosen = fair_order(waiting, running, now, people)[:free]
-        verdict = await self._admit(len(chosen), now)
+        wanted = min(free, len(waiting))
+        verdict = await self._admit(wanted, now)
+        granted = wanted if verdict is None else verdict.granted
+        chosen = waiting if granted >= len(waiting) else await self._fair_order(waiting, now)
         if verdict is not None:
-            self._waits.note(chosen, verdict, now)
-            chosen = chosen[: verdict.granted]
+            self._waits.note(chosen[:wanted], verdict, now)
+        chosen = chosen[:granted]
         started = 0
         for timer in chosen:
             task = asyncio.create_task(self._work(timer))
@@ -266,6 +262,14 @@ class Engine:
             task.add_done_callback(functools.partial(self._worker_done, timer.conversation_id))
             started += 1
         return started
+
+    async def _fair_order(self, waiting: list[DueTimer], now: float) -> list[DueTimer]:
+        """Not all may start: the order decides who, with every process's generations counted
+        (one query, only when capacity is short)."""
+        shares = await self.store.shares(now)
+        people = {share.conversation_id: share.person for share in shares}
+        leased = [share.conversation_id for share in shares if share.generating]
+        return fair_order(waiting, {*self._workers, *leased}, now, people)
 
     async def _admit(self, wanted: int, now: float) -> Verdict | None:
         """How many of `wanted` starts this process's CPU, then the API's limits, allow now

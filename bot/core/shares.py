@@ -10,7 +10,8 @@
   threads in a channel take turns with the others'.
 - **every process's generations count**: the running counts are what all processes sharing the
   database generate now (their live leases, `BurstStore.shares`), not only this one's, so a
-  workspace flooding one process is held back on the others too.
+  workspace flooding one process is held back on the others too. Read only when capacity is
+  short (not every due burst may start): otherwise the order decides nothing.
 """
 
 from __future__ import annotations
