@@ -1234,16 +1234,16 @@ RETURNING version;
 -- name: shares
 -- The conversations some process generates now (a live lease, whichever process holds it) and
 -- those due to start, each with the person its burst counts against (the author of its latest
--- message, by the primary key). Leases have no index: the scan is of the conversations' rows.
-SELECT c.id AS conversation_id,
-       COALESCE((SELECT m.author_id FROM messages m WHERE m.conversation_id = c.id
+-- message, by the primary key). Read from the armed timers, not every conversation: a
+-- conversation is leased only from its due timer, which waits (held) until its answer drops it.
+SELECT t.conversation_id,
+       COALESCE((SELECT m.author_id FROM messages m WHERE m.conversation_id = t.conversation_id
                  ORDER BY m.seq DESC LIMIT 1), '') AS person,
        CASE WHEN c.lease_owner IS NOT NULL AND c.lease_expires_at > CAST(:db_now AS FLOAT8)
             THEN 1 ELSE 0 END AS generating
-FROM conversations c
+FROM debounce_timers t JOIN conversations c ON c.id = t.conversation_id
 WHERE (c.lease_owner IS NOT NULL AND c.lease_expires_at > CAST(:db_now AS FLOAT8))
-   OR c.id IN (SELECT t.conversation_id FROM debounce_timers t
-               WHERE t.due_at <= CAST(:db_now AS FLOAT8) OR t.start_at <= CAST(:db_now AS FLOAT8));
+   OR t.due_at <= CAST(:db_now AS FLOAT8) OR t.start_at <= CAST(:db_now AS FLOAT8);
 
 -- the processes running the bot (storage/processes.py) -------------------------------------------
 
