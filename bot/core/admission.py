@@ -278,17 +278,26 @@ class Admission:
 
     async def admit(self, wanted: int) -> Verdict:
         """Take up to `wanted` starts from the shared limits in one compare-and-swap."""
-        now = self.clock.now()
         if wanted <= 0:
-            return Verdict(0, now, "")
+            return Verdict(0, self.clock.now(), "")
         async with self._turn:
-            return await self._admit(wanted, now)
+            return await self._admit(wanted)
 
-    async def _admit(self, wanted: int, now: float) -> Verdict:
+    async def _shared(self) -> tuple[Limits, int | None, float]:
+        """The row as of now (aged; UNKNOWN and no version when there is none) and the time a
+        save stamps it with: now, read after this process's turn came (a time taken before
+        waiting would date the row back, and the wait would be replenished twice), or the row's
+        own time if another process saved it later by its clock."""
+        now = self.clock.now()
+        shared = await self.book.api_limits(self.scope, now)
+        if shared is None:
+            return UNKNOWN, None, now
+        return shared.limits.aged(shared.age), shared.version, now - min(0.0, shared.age)
+
+    async def _admit(self, wanted: int) -> Verdict:
         for _ in range(SAVE_ATTEMPTS):
-            shared = await self.book.api_limits(self.scope, now)
-            limits = UNKNOWN if shared is None else shared.limits.aged(shared.age)
-            version, granted = None if shared is None else shared.version, 0
+            limits, version, now = await self._shared()
+            granted = 0
             wait, why = limits.wait(self.needs)
             while granted < wanted and wait <= 0:
                 limits, granted = limits.take(self.needs), granted + 1
@@ -297,19 +306,20 @@ class Admission:
                 continue
             self.last = Verdict(granted, now + wait if granted < wanted else now, why)
             return self.last
+        now = self.clock.now()
         self.last = Verdict(0, now, "the shared limits, saved by other processes meanwhile")
         return self.last
 
     async def heard(self, status: int, headers: Mapping[str, str]) -> None:
         """One answer of the API (an attempt's: the SDK's own retries too). A store that fails
         here costs one lesson, logged; the request goes on."""
-        now = self.clock.now()
+        answered_at = self.clock.now()
         start = _START.get()
         if start is not None:
             start.used = True
         try:
             async with self._turn:
-                await self._heard(status, headers, now)
+                await self._heard(status, headers, answered_at)
         except StoreError as exc:
             log.warning(
                 "cannot save the API's limits (%s); learned again from the next answer", exc
@@ -327,31 +337,30 @@ class Admission:
         compare-and-swap; a store that fails costs the refund, logged)."""
         if start.used:
             return
-        now = self.clock.now()
         try:
             async with self._turn:
-                await self._give_back(start, now)
+                await self._give_back(start)
         except StoreError as exc:
             log.warning("cannot give back an unused start (%s); the limits replenish anyway", exc)
 
-    async def _give_back(self, start: Start, now: float) -> None:
+    async def _give_back(self, start: Start) -> None:
         for _ in range(SAVE_ATTEMPTS):
-            shared = await self.book.api_limits(self.scope, now)
-            if shared is None:
+            limits, version, now = await self._shared()
+            if version is None:
                 return
-            limits = shared.limits.aged(shared.age).give_back(start.needs)
-            if await self.book.save_api_limits(self.scope, limits, shared.version, now):
+            if await self.book.save_api_limits(self.scope, limits.give_back(start.needs),
+                                               version, now):  # fmt: skip
                 self.wake()
                 return
 
-    async def _heard(self, status: int, headers: Mapping[str, str], now: float) -> None:
+    async def _heard(self, status: int, headers: Mapping[str, str], answered_at: float) -> None:
+        """What the answer announced is as of `answered_at`; saved as of now (the time between
+        is not replenished: it errs low)."""
         for _ in range(SAVE_ATTEMPTS):
-            shared = await self.book.api_limits(self.scope, now)
-            known = UNKNOWN if shared is None else shared.limits.aged(shared.age)
-            learned = known.heard(status, headers, now)
-            if learned == known and shared is not None:
+            known, version, now = await self._shared()
+            learned = known.heard(status, headers, answered_at)
+            if learned == known and version is not None:
                 return
-            version = None if shared is None else shared.version
             if await self.book.save_api_limits(self.scope, learned, version, now):
                 if status in (429, 529):
                     log.warning("Claude API %d: generations held %.1f s", status, learned.held)
