@@ -130,13 +130,18 @@ class Limits:
             held, reason = 0.0, ""
         return replace(self, budgets=budgets, held=held, reason=reason, unheard=unheard)
 
-    def heard(self, status: int, headers: Mapping[str, str], wall: float) -> Limits:
-        """An answer of the API (`wall`: now, on the clock its `-reset` times are compared to)."""
+    def heard(
+        self, status: int, headers: Mapping[str, str], wall: float, late: float = 0.0
+    ) -> Limits:
+        """An answer of the API (`wall`: when it came, on the clock its `-reset` times are
+        compared to), told `late` seconds after (it waited for its turn at the row): what it
+        announced has replenished, and its hold run, that long since."""
         budgets = dict(self.budgets)
         for name in LIMITS:
             announced = _budget(headers, name, wall)
             if announced is None:
                 continue
+            announced = announced.aged(late)
             known = budgets.get(name)
             if known is not None and known.limit == announced.limit:
                 fewer = min(known.remaining, announced.remaining)  # ours counts starts in flight
@@ -147,14 +152,14 @@ class Limits:
         kept = 0.0 if probing else held  # a probe's hold ends with its answer, whatever it is
         if status == 429:
             wait = _retry_after(headers)
-            held = max(kept, RATE_LIMITED_SECONDS if wait is None else wait)
+            held = max(kept, (RATE_LIMITED_SECONDS if wait is None else wait) - late)
             reason = "429 rate limited"
         elif status == 529:
             if not (reason == OVERLOADED and held > 0):  # not a straggler of the same wave
                 overloads += 1
             doubling = OVERLOAD_FIRST_SECONDS * 2 ** min(overloads - 1, 16)
             wait = _retry_after(headers) or min(OVERLOAD_CAP_SECONDS, doubling)
-            held, reason = max(kept, wait), OVERLOADED
+            held, reason = max(kept, wait - late), OVERLOADED
         elif status < 500 and probing:  # the probe is answered (a 4xx is one burst's fault)
             overloads, held, reason = 0, 0.0, ""
         return Limits(budgets, held, reason, overloads, answered=True, unheard=self.unheard)
@@ -354,11 +359,10 @@ class Admission:
                 return
 
     async def _heard(self, status: int, headers: Mapping[str, str], answered_at: float) -> None:
-        """What the answer announced is as of `answered_at`; saved as of now (the time between
-        is not replenished: it errs low)."""
+        """What the answer announced is as of `answered_at`, aged to now when it is saved."""
         for _ in range(SAVE_ATTEMPTS):
             known, version, now = await self._shared()
-            learned = known.heard(status, headers, answered_at)
+            learned = known.heard(status, headers, answered_at, late=max(0.0, now - answered_at))
             if learned == known and version is not None:
                 return
             if await self.book.save_api_limits(self.scope, learned, version, now):
