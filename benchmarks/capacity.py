@@ -13,9 +13,11 @@ per process, no admission) in the same run, in three scenarios:
 **Time-scaled**, said plainly: the engines, the store's protocol times and the fake API's budgets
 and answers run on one clock `S` times faster than real time (`ScaledClock`; the fake's deltas
 are paced in real time divided by `S`), so a minute of limits takes 60/S real seconds. HTTP,
-SQLite and PostgreSQL work is real and counts `S` times over. "Two processes" are two engines in
-this OS process, each with its own store (its own PostgreSQL pool), replier, scheduler and
-admission; they share only the database and the API key, as two processes do.
+SQLite and PostgreSQL work is real and counts `S` times over. "Two processes" are two OS
+processes (benchmarks/capacity_processes.py), each with its own store (its own PostgreSQL pool),
+replier, scheduler and admission, on the same scaled clock; they share only the database and the
+API key. The admission policy bounds starts by the process's CPU too, as a running bot does (the
+CPU a scaled second would take in real time).
 
 "At once" is made exact: the 100 messages are stored first with the schedulers not yet running,
 every quiet window is let close, and then the schedulers start, so all 100 bursts are due at the
@@ -41,15 +43,16 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.postgres import DSN_ENV, scratch_schema
+from benchmarks.postgres import DSN_ENV
 from bot.config import parse_config
+from bot.core.cpu_budget import CpuBudget
 from bot.core.events import ConversationKey, IncomingMessage, Reply
 from bot.core.settings import EngineSettings
-from bot.wiring import build_serving, claude_replier
+from bot.wiring import Serving, build_serving, claude_replier
 from storage.sql_store import SqlStore
 from storage.sqlite import SqliteStore
 from testkit.fake_anthropic import FakeAnthropic, Plan
@@ -70,10 +73,19 @@ class ScaledClock:
     """Time `scale` times faster than the real clock: `now` and `monotonic` run fast, sleeps are
     short."""
 
-    def __init__(self, scale: float) -> None:
+    def __init__(
+        self, scale: float, start: float | None = None, origin: float | None = None
+    ) -> None:
+        """`start` (a `time.monotonic()` reading) and `origin` (the wall time then) given: the
+        same clock as another process's (the monotonic clock is the host's, shared)."""
         self.scale = scale
-        self._start = time.monotonic()
-        self._origin = time.time()
+        self._start = time.monotonic() if start is None else start
+        self._origin = time.time() if origin is None else origin
+
+    @property
+    def reference(self) -> tuple[float, float]:
+        """What another process needs to run on this same clock."""
+        return self._start, self._origin
 
     def monotonic(self) -> float:
         return self._start + (time.monotonic() - self._start) * self.scale
@@ -138,23 +150,39 @@ def earliest_word(k: int) -> float:
     return earliest_start(k) + FIRST_TOKEN_SECONDS
 
 
-async def scenario(
-    name: str,
-    policy: str,
-    stores: Sequence[SqlStore[Any]],
-    workspaces: Sequence[tuple[str, int]],
-    scale: float,
-) -> Outcome:
-    clock = ScaledClock(scale)
+async def limited_api(clock: ScaledClock) -> tuple[FakeAnthropic, ApiLimits]:
+    """The fake Messages API with the organisation's limits, answers streamed over 10 s."""
+    scale = clock.scale
     api = ApiLimits(
         REQUESTS_PER_MINUTE, INPUT_TOKENS_PER_MINUTE, clock=clock.monotonic, wall=clock.now
     )
     delay = (ANSWER_SECONDS - FIRST_TOKEN_SECONDS) / (WORDS - 1) / scale
     text = " ".join(f"word{n}" for n in range(WORDS))
     plan = Plan(text=text, delay=delay, first_delay=FIRST_TOKEN_SECONDS / scale)
-    model = await FakeAnthropic(default_plan=plan, limits=api).start()
+    return await FakeAnthropic(default_plan=plan, limits=api).start(), api
+
+
+def conversations(workspaces: Sequence[tuple[str, int]]) -> list[ConversationKey]:
+    return [
+        ConversationKey("test", workspace, f"c{n}")
+        for workspace, count in workspaces
+        for n in range(count)
+    ]
+
+
+def serve(
+    store: SqlStore[Any],
+    clock: ScaledClock,
+    policy: str,
+    base_url: str,
+    owner: str,
+    frontend: TimedFrontend,
+) -> Serving:
+    """One process's serving core, by `policy`: "fixed" (8 slots, no admission) or "admission"
+    (the API's limits and this process's CPU, as a running bot; the CPU a scaled second would
+    take in real time, as the work of `scale` seconds is done in one)."""
     os.environ[KEY_ENV] = "sk-capacity-bench"
-    llm = {"base_url": model.base_url, "api_key_env": KEY_ENV, "max_retries": 2}
+    llm = {"base_url": base_url, "api_key_env": KEY_ENV, "max_retries": 2}
     settings = EngineSettings(
         quiet_seconds=QUIET_SECONDS,
         adaptive=False,
@@ -164,20 +192,85 @@ async def scenario(
         poll_seconds=1.0,
         system_prompt="You are a helpful assistant.",
     )
+    scale = clock.scale
+    cpu = None if policy == "fixed" else CpuBudget(lambda: time.process_time() / scale)
+    replier = claude_replier(parse_config({"llm": llm}))
+    serving = build_serving(store, replier, clock, settings, owner, {"test": frontend}, cpu=cpu)
+    if policy == "fixed":
+        serving.engine.admission = None  # the old policy: slots only
+    return serving
+
+
+def first_tokens(
+    model: FakeAnthropic, keys: Sequence[ConversationKey], clock: ScaledClock, started_mono: float
+) -> dict[str, float]:
+    """Each conversation's first token as the fake API streamed it, from `started_mono`."""
+    streamed: dict[str, float] = {}
+    for record in model.streams:
+        if record.delta_times:
+            asked = model.requests[record.request_index].last_user_text
+            cid = keys[int(asked.rsplit(" ", 1)[-1])].id
+            at = clock.scaled(record.delta_times[0]) - started_mono
+            streamed[cid] = min(streamed.get(cid, math.inf), at)
+    return streamed
+
+
+def outcome(
+    name: str,
+    policy: str,
+    workspaces: Sequence[tuple[str, int]],
+    answered: int,
+    api: ApiLimits,
+    shown: Mapping[str, float],
+    streamed: Mapping[str, float],
+    notes: list[str],
+) -> Outcome:
+    keys = sum(count for _, count in workspaces)
+    result = Outcome(
+        name,
+        policy,
+        keys,
+        answered,
+        len(api.answered),
+        api.refused,
+        max(shown.values(), default=math.nan),
+        max(streamed.values(), default=math.nan),
+        earliest_word(keys),
+        notes=notes,
+    )
+    if len(workspaces) > 1:
+        small, count = workspaces[-1]
+        result.small_last_word = max(
+            (at for cid, at in streamed.items() if ConversationKey.parse(cid).workspace == small),
+            default=math.nan,
+        )
+        large = sum(c for _, c in workspaces[:-1])
+        result.small_fair = earliest_word(2 * min(count, large))
+    return result
+
+
+async def shut(serving: Serving) -> None:
+    serving.engine.stop_taking_work()
+    await serving.engine.finish(0.0)
+    await serving.engine.release()
+    await serving.engine.replier.aclose()  # type: ignore[attr-defined]
+
+
+async def scenario(
+    name: str,
+    policy: str,
+    stores: Sequence[SqlStore[Any]],
+    workspaces: Sequence[tuple[str, int]],
+    scale: float,
+) -> Outcome:
+    clock = ScaledClock(scale)
+    model, api = await limited_api(clock)
     frontend = TimedFrontend(clock)
-    servings, repliers, runs = [], [], []
-    for n, store in enumerate(stores):
-        replier = claude_replier(parse_config({"llm": llm}))
-        serving = build_serving(store, replier, clock, settings, f"p{n}", {"test": frontend})
-        if policy == "fixed":
-            serving.engine.admission = None  # the old policy: slots only
-        repliers.append(replier)
-        servings.append(serving)
-    keys = [
-        ConversationKey("test", workspace, f"c{n}")
-        for workspace, count in workspaces
-        for n in range(count)
+    servings = [
+        serve(store, clock, policy, model.base_url, f"p{n}", frontend)
+        for n, store in enumerate(stores)
     ]
+    keys = conversations(workspaces)
     asking = clock.now()
     await asyncio.gather(
         *(
@@ -198,42 +291,13 @@ async def scenario(
         serving.scheduler.stop()
     await asyncio.gather(*runs, return_exceptions=True)
     for serving in servings:
-        serving.engine.stop_taking_work()
-        await serving.engine.finish(0.0)
-        await serving.engine.release()
-    for replier in repliers:
-        await replier.aclose()
+        await shut(serving)
     await model.stop()
     shown = {cid: at - started for cid, at in frontend.first_shown.items()}
-    streamed: dict[str, float] = {}  # each conversation's first token, as the fake API sent it
-    for record in model.streams:
-        if record.delta_times:
-            asked = model.requests[record.request_index].last_user_text
-            cid = keys[int(asked.rsplit(" ", 1)[-1])].id
-            at = clock.scaled(record.delta_times[0]) - started_mono
-            streamed[cid] = min(streamed.get(cid, math.inf), at)
-    outcome_notes = [f"asking took {spread:.1f} s, then every window closed"]
-    outcome = Outcome(
-        name,
-        policy,
-        len(keys),
-        len(frontend.answered),
-        len(api.answered),
-        api.refused,
-        max(shown.values(), default=math.nan),
-        max(streamed.values(), default=math.nan),
-        earliest_word(len(keys)),
-    )
-    outcome.notes += outcome_notes
-    if len(workspaces) > 1:
-        small, count = workspaces[-1]
-        outcome.small_last_word = max(
-            (at for cid, at in streamed.items() if ConversationKey.parse(cid).workspace == small),
-            default=math.nan,
-        )
-        large = sum(c for _, c in workspaces[:-1])
-        outcome.small_fair = earliest_word(2 * min(count, large))
-    return outcome
+    streamed = first_tokens(model, keys, clock, started_mono)
+    notes = [f"asking took {spread:.1f} s, then every window closed"]
+    answered = len(frontend.answered)
+    return outcome(name, policy, workspaces, answered, api, shown, streamed, notes)
 
 
 async def sqlite_stores(folder: str, name: str) -> list[SqlStore[Any]]:
@@ -259,19 +323,10 @@ async def run(scale: float, dsn: str | None, files: str | None) -> list[Outcome]
             for store in stores:
                 await store.close()
     if dsn is not None:
-        from storage.postgres import PostgresStore
+        from benchmarks.capacity_processes import two_processes
 
         for policy in ("fixed", "admission"):
-            async with scratch_schema(dsn, "capacity") as schema:
-                pair = [
-                    PostgresStore(dsn, pool_size=4, clock="caller", schema=schema) for _ in range(2)
-                ]
-                for store in pair:
-                    await store.open()
-                name = "two processes, PostgreSQL"
-                outcomes.append(await scenario(name, policy, pair, [("w1", 100)], scale))
-                for store in pair:
-                    await store.close()
+            outcomes.append(await two_processes(policy, dsn, [("w1", 100)], scale))
     return outcomes
 
 

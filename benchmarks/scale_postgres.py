@@ -221,6 +221,19 @@ async def _make_due(
     return due
 
 
+UNFINISHED = """
+SELECT (SELECT COUNT(*) FROM conversations
+        WHERE id = ANY($1::text[]) AND answered_version < version)
+     + (SELECT COUNT(*) FROM replies
+        WHERE conversation_id = ANY($1::text[]) AND state = 'pending')
+"""
+"""Of the due conversations, those not answered yet or with a reply not sent: both processes
+stop at zero. Read from the database, not from this process's own calls and posts: either
+process may post the other's reply, and a process that stopped because its posts caught up with
+its calls could cancel a generation it had begun (a held timer is not due, so it was not counted
+either), and the other process generated that conversation again."""
+
+
 async def serve(dsn: str, schema: str, name: str, within: float) -> dict[str, Any]:
     import asyncpg
 
@@ -243,15 +256,9 @@ async def serve(dsn: str, schema: str, name: str, within: float) -> dict[str, An
     running = asyncio.create_task(scheduler.run())
     conn = await asyncpg.connect(dsn, server_settings={"search_path": schema})
     give_up = time.monotonic() + within
-    # Done once every due conversation is answered (by either process), not when its timer is
-    # gone: a leased timer is gone too, and stopping then would cancel a generation that had
-    # called the model, for the other process to call it again.
-    unanswered = ("SELECT COUNT(*) FROM conversations "
-                  "WHERE id = ANY($1::text[]) AND answered_version < version")  # fmt: skip
-    while time.monotonic() < give_up:
+    while time.monotonic() < give_up:  # until every due conversation is answered and sent
         await asyncio.sleep(0.1)
-        left = await conn.fetchval(unanswered, list(due))
-        if left == 0 and len(platform.posts) >= len(model.calls):
+        if await conn.fetchval(UNFINISHED, list(due)) == 0:
             break
     await conn.close()
     scheduler.stop()

@@ -17,6 +17,7 @@ from bot.config import Config, Reconfigurable, load_config
 from bot.core.catch_up import CatchUp
 from bot.core.clicks import Click, ClickAnswer
 from bot.core.clock import Clock, SystemClock, cancel_all, first_of
+from bot.core.cpu_budget import CpuBudget
 from bot.core.engine import Engine
 from bot.core.errors import BurstbotError, ConfigError, StoreError
 from bot.core.events import ConversationKey, Event
@@ -110,12 +111,13 @@ class App:
         self.frontends = frontends
         self.by_platform = {f.platform: f for f in frontends}
         guards = self._cost_guards(config, access := AccessPolicy(config.access))
+        cpu = CpuBudget() if clock is None else None  # on a given clock the CPU is not ours
         self.clock = clock = clock or SystemClock()
         self.owner = owner = owner or make_owner(config)
         self.replier = replier
         self.mcp, tools = build_tools(config, store, clock)
         serving = build_serving(store, replier, clock, engine_settings(config), owner,
-                                self.by_platform, guard=guards, tools=tools)  # fmt: skip
+                                self.by_platform, guard=guards, tools=tools, cpu=cpu)  # fmt: skip
         self.engine: Engine = serving.engine
         self.scheduler: Scheduler = serving.scheduler
         self.wakeup = serving.wakeup

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from bot.config import ChannelConfig, ChannelToolsConfig, Config, ToolsConfig, require_secret
 from bot.core.admission import Admission
 from bot.core.clock import Clock
+from bot.core.cpu_budget import CpuBudget
 from bot.core.engine import Engine
 from bot.core.errors import ConfigError
 from bot.core.frontend import Frontend
@@ -213,10 +214,12 @@ def build_serving(
     frontends: Mapping[str, Frontend] | None = None,
     guard: Guard | None = None,
     tools: ToolBox | None = None,
+    cpu: CpuBudget | None = None,
 ) -> Serving:
     """Each part gets the store as the small protocol it uses (`bot/core/store.py`). The outbox
     keeps `settings` as given; the drafts read the engine's at each use (a reload replaces
-    them)."""
+    them). `cpu`: this process's CPU bounds starts (a running bot's; tests and benchmarks that
+    measure something else leave it out)."""
     served = dict(frontends or {})
     signals, wakeup = Signals(), Wakeup()
     admission = api_admission(store, replier, clock, wakeup)
@@ -239,5 +242,6 @@ def build_serving(
         wakeup=wakeup,
         signals=signals,
         admission=admission,
+        cpu=cpu,
     )
     return Serving(engine, Scheduler(engine, store, outbox, wakeup), outbox, indicator, wakeup)

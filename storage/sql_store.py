@@ -46,6 +46,7 @@ from storage.requeue import RequeueSteps
 from storage.retention import RetentionSteps
 from storage.rows import Params, Row
 from storage.seam import Conn
+from storage.shares import ShareSteps
 from storage.votes import VoteSteps
 
 
@@ -59,6 +60,7 @@ class SqlStore(
     InstallationSteps[Conn],
     ApiLimitSteps[Conn],
     ProcessSteps[Conn],
+    ShareSteps[Conn],
 ):
     MIGRATIONS: ClassVar[Sequence[str]]
 

@@ -1252,6 +1252,22 @@ UPDATE api_limits SET state = :state, saved_at = :db_now, version = version + 1
 WHERE scope = :scope AND version = :version
 RETURNING version;
 
+-- fair shares (storage/shares.py) -----------------------------------------------------------------
+
+-- name: shares
+-- The conversations some process generates now (a live lease, whichever process holds it) and
+-- those due to start, each with the person its burst counts against (the author of its latest
+-- message, by the primary key). Read from the armed timers, not every conversation: a
+-- conversation is leased only from its due timer, which waits (held) until its answer drops it.
+SELECT t.conversation_id,
+       COALESCE((SELECT m.author_id FROM messages m WHERE m.conversation_id = t.conversation_id
+                 ORDER BY m.seq DESC LIMIT 1), '') AS person,
+       CASE WHEN c.lease_owner IS NOT NULL AND c.lease_expires_at > CAST(:db_now AS FLOAT8)
+            THEN 1 ELSE 0 END AS generating
+FROM debounce_timers t JOIN conversations c ON c.id = t.conversation_id
+WHERE (c.lease_owner IS NOT NULL AND c.lease_expires_at > CAST(:db_now AS FLOAT8))
+   OR t.due_at <= CAST(:db_now AS FLOAT8) OR t.start_at <= CAST(:db_now AS FLOAT8);
+
 -- the processes running the bot (storage/processes.py) -------------------------------------------
 
 -- name: see_process

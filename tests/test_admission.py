@@ -353,3 +353,57 @@ async def test_answers_heard_at_once_by_one_process_each_count(
 
     await asyncio.gather(*(admission.heard(200, answer(n)) for n in range(19, 11, -1)))
     assert (await admission.admit(100)).granted == 12
+
+
+async def test_a_529_heard_by_one_engine_holds_the_other_sharing_the_key(
+    store: SqliteStore,
+    clock: FakeClock,
+    frontend: RecordingFrontend,
+    server: FakeAnthropic,
+    claude: Claude,
+) -> None:
+    limited(server, clock, requests_per_minute=1_000)
+    first = engine_on(store, clock, claude(), frontend, owner="w1")
+    second = engine_on(store, clock, claude(), frontend, owner="w2")
+    waits: list[dict[str, object]] = []
+    second.subscribe(lambda name, fields: waits.append(fields) if name == "capacity_wait" else 0)
+    await ask(first, [key(1)])
+    assert await round_(first, clock, SETTINGS.quiet_seconds) == 1  # the limits learned
+
+    server.queue(Plan(status=529, retry_after=20.0))
+    await ask(first, [key(2)])
+    assert await round_(first, clock, SETTINGS.quiet_seconds) == 1  # met the 529
+    await ask(second, [key(3)])
+    assert await round_(second, clock, SETTINGS.quiet_seconds) == 0  # held by what first heard
+    assert {w["conversation"]: w["waiting_for"] for w in waits}[key(3).id] == "529 overloaded"
+    assert await round_(second, clock, 17.0) == 0
+    assert await round_(second, clock, 2.0) == 1  # the hold ended: one probes alone ...
+    assert await round_(second, clock) == 1  # ... and its answer lets the other go
+    assert len(frontend.texts(key(2))) == 1 and len(frontend.texts(key(3))) == 1
+
+
+async def test_an_answer_heard_while_waiting_its_turn_does_not_date_the_row_back(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    """An answer waits for this process's turn at the row while another process saves it: its
+    save is stamped when it is made, not when the answer came, or the time between would be
+    replenished twice (the other process's save already counted it)."""
+    here, other = Admission(store, clock, "key-1"), Admission(store, clock, "key-1")
+    reset = rfc3339(clock.now() + 60.0)
+    answer = {
+        "anthropic-ratelimit-requests-limit": "60",  # one a second
+        "anthropic-ratelimit-requests-remaining": "0",
+        "anthropic-ratelimit-requests-reset": reset,
+    }
+    await here.heard(200, answer)
+    later = answer | {
+        "anthropic-ratelimit-output-tokens-limit": "10000",
+        "anthropic-ratelimit-output-tokens-remaining": "10000",
+    }
+    async with here._turn:  # this process is busy with the row ...
+        waiting = asyncio.create_task(here.heard(200, later))  # ... when an answer comes
+        await asyncio.sleep(0)
+        await clock.advance(10.0)
+        assert (await other.admit(100)).granted == 10  # ten seconds' worth, taken elsewhere
+    await waiting
+    assert (await other.admit(100)).granted == 0

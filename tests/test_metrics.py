@@ -97,6 +97,20 @@ def test_each_workspace_is_counted_apart() -> None:
     assert 'workspace="T1"} 0.0' not in text  # no sample for a workspace that had none
 
 
+def test_waits_for_capacity_are_counted_by_what_they_waited_for() -> None:
+    metrics = Metrics()
+    cpu, minute = "this process's CPU", "requests per minute"
+    for cid, why in (("slack/T1/C1/", cpu), ("slack/T1/C2/", cpu), ("slack/T1/C3/", minute)):
+        metrics.observe("capacity_wait", {"conversation": cid, "waiting_for": why, "until": 1.0})
+    waited = {"conversation": "slack/T1/C1/", "waited": 3.0, "waiting_for": cpu}
+    metrics.observe("admitted", waited)
+    text = metrics.exposition().decode()
+    assert 'burstbot_capacity_waits_total{waiting_for="this process\'s CPU"} 2.0' in text
+    assert 'burstbot_capacity_waits_total{waiting_for="requests per minute"} 1.0' in text
+    assert "burstbot_capacity_wait_seconds_count 1.0" in text
+    assert "burstbot_capacity_wait_seconds_sum 3.0" in text
+
+
 async def test_a_busy_port_is_a_config_error(
     tmp_path: Path, clock: FakeClock, frontend: RecordingFrontend
 ) -> None:

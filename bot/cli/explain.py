@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot.core.actions import ActionRecord
 from bot.core.clicks import ClickRecord
+from bot.core.cpu_budget import WAITING_FOR as CPU_WAITING_FOR
 from bot.core.events import ConversationKey
 from bot.core.store import (
     UNFINISHED,
@@ -100,8 +101,9 @@ def _generation_events(
     searches = [(g.started_at, 1, _search_line(search, redact)) for search in g.searches]
     waited = []
     if g.waited > 0:
-        why = printable(g.waited_for or "the API's capacity")
-        waited = [(g.started_at, 0, f"waited    {g.waited:.1f}s for the API's capacity: {why}")]
+        why = printable(g.waited_for or "its capacity")
+        what = why if g.waited_for == CPU_WAITING_FOR else f"the API's capacity: {why}"
+        waited = [(g.started_at, 0, f"waited    {g.waited:.1f}s for {what}")]
     return [
         *waited,
         (g.started_at, 1, f"burst     {burst} → lease #{g.lease_token}, generation started"),

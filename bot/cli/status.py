@@ -200,8 +200,8 @@ async def capacity_lines(
     inspector: SqlStore[Any], now: float, active: list[ConversationSummary], shown: int = 10
 ) -> list[str]:
     """The API's limits as last heard (per key's name), and the due bursts no process has
-    started yet, in the order they will start: closed windows first, then by workspace and
-    channel shares."""
+    started yet, in the order they will start: closed windows first, then by workspace, channel
+    and person shares."""
     lines = ["", "capacity:"]
     heard = await inspector.all_api_limits(now)
     if not heard:
@@ -217,7 +217,9 @@ async def capacity_lines(
             f"  Claude API {printable(scope)} (heard {relative(now - shared.age, now)}): "
             f"left this minute: {budgets or 'no limits announced'}{held}"
         )
-    running = [i.state.conversation_id for i in active if i.state.lease_owner is not None]
+    shares = await inspector.shares(now)
+    running = [share.conversation_id for share in shares if share.generating]
+    people = {share.conversation_id: share.person for share in shares}
     due = [
         timer
         for item in active
@@ -229,7 +231,7 @@ async def capacity_lines(
         lines.append("  no burst waiting to start")
         return lines
     lines.append(f"  {len(due)} waiting to start, in the order they will:")
-    for n, timer in enumerate(fair_order(due, running, now)[:shown], start=1):
+    for n, timer in enumerate(fair_order(due, running, now, people)[:shown], start=1):
         kind = "early start" if speculative(timer, now) else "window closed"
         when = relative(timer.due_at, now)
         lines.append(f"  {n:>3}. {printable(timer.conversation_id)}  {kind}, due {when}")

@@ -16,10 +16,16 @@ organisation's rate limit, which the API announces on every response. Rules:
 - **estimated**: a start takes one request, and the input and output tokens of an average
   generation of this process (learned from each one's usage); the API's next answer corrects
   the remaining counts (the lower of the two is kept).
+- **unused starts give back**: a start whose worker never heard the API answer (the lease was
+  taken elsewhere, there was nothing to answer, a guard refused it, newer input came before the
+  call) returns its request and estimated tokens to the row, so estimates taken for nothing do
+  not hold others back. A start knows it was used when an answer of the API reaches `heard` from
+  within its worker (a context variable the generation's task inherits).
 - **unknown limits admit**: before any header is heard (or with a replier that sends none),
   only `max_concurrent_generations` bounds.
 
-Which due bursts go first when not all may start is `fair_order` (bot/core/shares.py).
+Which due bursts go first when not all may start is `fair_order` (bot/core/shares.py); how a
+burst held back is told and recorded, `Waits` (bot/core/waits.py).
 """
 
 from __future__ import annotations
@@ -27,14 +33,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from typing import Protocol
 
 from bot.core.clock import Clock
 from bot.core.errors import StoreError
-from bot.core.store import DueTimer
 
 log = logging.getLogger("burstbot.admission")
 
@@ -50,8 +56,6 @@ FIRST_STARTS = 8  # starts before any answer was heard (what the fixed policy ra
 FIRST_ANSWER = "the API's first answer"
 OVERLOADED = "529 overloaded"
 ANSWER_AFTER_OVERLOAD = "an answer after 529 overloaded"
-MAX_WAITS_KEPT = 10_000  # past this many held bursts, those held longer than ...
-WAIT_FORGOTTEN_SECONDS = 3_600.0  # ... are forgotten (another process started them)
 SAVE_ATTEMPTS = 5  # compare-and-swap rounds before a save gives up (other processes won each)
 
 
@@ -112,13 +116,32 @@ class Limits:
             return replace(self, budgets=budgets, unheard=unheard, held=held, reason=reason)
         return replace(self, budgets=budgets)
 
-    def heard(self, status: int, headers: Mapping[str, str], wall: float) -> Limits:
-        """An answer of the API (`wall`: now, on the clock its `-reset` times are compared to)."""
+    def give_back(self, needs: Mapping[str, float]) -> Limits:
+        """A start taken that never reached the API: its share returns, and a probe it was
+        (before the first answer, or after 529s) no longer holds the others."""
+        budgets = {
+            name: replace(b, remaining=min(b.limit, b.remaining + needs.get(name, 0.0)))
+            for name, b in self.budgets.items()
+        }
+        held, reason, unheard = self.held, self.reason, self.unheard
+        if not self.answered and unheard > 0:
+            unheard -= 1
+        if reason in (FIRST_ANSWER, ANSWER_AFTER_OVERLOAD) and held > 0:
+            held, reason = 0.0, ""
+        return replace(self, budgets=budgets, held=held, reason=reason, unheard=unheard)
+
+    def heard(
+        self, status: int, headers: Mapping[str, str], wall: float, late: float = 0.0
+    ) -> Limits:
+        """An answer of the API (`wall`: when it came, on the clock its `-reset` times are
+        compared to), told `late` seconds after (it waited for its turn at the row): what it
+        announced has replenished, and its hold run, that long since."""
         budgets = dict(self.budgets)
         for name in LIMITS:
             announced = _budget(headers, name, wall)
             if announced is None:
                 continue
+            announced = announced.aged(late)
             known = budgets.get(name)
             if known is not None and known.limit == announced.limit:
                 fewer = min(known.remaining, announced.remaining)  # ours counts starts in flight
@@ -129,14 +152,14 @@ class Limits:
         kept = 0.0 if probing else held  # a probe's hold ends with its answer, whatever it is
         if status == 429:
             wait = _retry_after(headers)
-            held = max(kept, RATE_LIMITED_SECONDS if wait is None else wait)
+            held = max(kept, (RATE_LIMITED_SECONDS if wait is None else wait) - late)
             reason = "429 rate limited"
         elif status == 529:
             if not (reason == OVERLOADED and held > 0):  # not a straggler of the same wave
                 overloads += 1
             doubling = OVERLOAD_FIRST_SECONDS * 2 ** min(overloads - 1, 16)
             wait = _retry_after(headers) or min(OVERLOAD_CAP_SECONDS, doubling)
-            held, reason = max(kept, wait), OVERLOADED
+            held, reason = max(kept, wait - late), OVERLOADED
         elif status < 500 and probing:  # the probe is answered (a 4xx is one burst's fault)
             overloads, held, reason = 0, 0.0, ""
         return Limits(budgets, held, reason, overloads, answered=True, unheard=self.unheard)
@@ -198,6 +221,18 @@ class SharedLimits:
     version: int
 
 
+@dataclass(slots=True)
+class Start:
+    """One admitted start's share of the limits (`needs`), until an answer of the API tells
+    that it was used (`used`)."""
+
+    needs: dict[str, float]
+    used: bool = False
+
+
+_START: ContextVar[Start | None] = ContextVar("burstbot_admitted_start", default=None)
+
+
 class LimitBook(Protocol):
     """The store's side: one row per API key, replaced by compare-and-swap on its version."""
 
@@ -248,17 +283,26 @@ class Admission:
 
     async def admit(self, wanted: int) -> Verdict:
         """Take up to `wanted` starts from the shared limits in one compare-and-swap."""
-        now = self.clock.now()
         if wanted <= 0:
-            return Verdict(0, now, "")
+            return Verdict(0, self.clock.now(), "")
         async with self._turn:
-            return await self._admit(wanted, now)
+            return await self._admit(wanted)
 
-    async def _admit(self, wanted: int, now: float) -> Verdict:
+    async def _shared(self) -> tuple[Limits, int | None, float]:
+        """The row as of now (aged; UNKNOWN and no version when there is none) and the time a
+        save stamps it with: now, read after this process's turn came (a time taken before
+        waiting would date the row back, and the wait would be replenished twice), or the row's
+        own time if another process saved it later by its clock."""
+        now = self.clock.now()
+        shared = await self.book.api_limits(self.scope, now)
+        if shared is None:
+            return UNKNOWN, None, now
+        return shared.limits.aged(shared.age), shared.version, now - min(0.0, shared.age)
+
+    async def _admit(self, wanted: int) -> Verdict:
         for _ in range(SAVE_ATTEMPTS):
-            shared = await self.book.api_limits(self.scope, now)
-            limits = UNKNOWN if shared is None else shared.limits.aged(shared.age)
-            version, granted = None if shared is None else shared.version, 0
+            limits, version, now = await self._shared()
+            granted = 0
             wait, why = limits.wait(self.needs)
             while granted < wanted and wait <= 0:
                 limits, granted = limits.take(self.needs), granted + 1
@@ -267,29 +311,60 @@ class Admission:
                 continue
             self.last = Verdict(granted, now + wait if granted < wanted else now, why)
             return self.last
+        now = self.clock.now()
         self.last = Verdict(0, now, "the shared limits, saved by other processes meanwhile")
         return self.last
 
     async def heard(self, status: int, headers: Mapping[str, str]) -> None:
         """One answer of the API (an attempt's: the SDK's own retries too). A store that fails
         here costs one lesson, logged; the request goes on."""
-        now = self.clock.now()
+        answered_at = self.clock.now()
+        start = _START.get()
+        if start is not None:
+            start.used = True
         try:
             async with self._turn:
-                await self._heard(status, headers, now)
+                await self._heard(status, headers, answered_at)
         except StoreError as exc:
             log.warning(
                 "cannot save the API's limits (%s); learned again from the next answer", exc
             )
 
-    async def _heard(self, status: int, headers: Mapping[str, str], now: float) -> None:
+    def starting(self) -> Start:
+        """Called by a worker as it begins: the answers heard from within it (its generation's
+        task inherits the context) mark its start used."""
+        start = Start(self.needs)
+        _START.set(start)
+        return start
+
+    async def unused(self, start: Start) -> None:
+        """The worker is done: a start that never heard the API gives its share back (one
+        compare-and-swap; a store that fails costs the refund, logged)."""
+        if start.used:
+            return
+        try:
+            async with self._turn:
+                await self._give_back(start)
+        except StoreError as exc:
+            log.warning("cannot give back an unused start (%s); the limits replenish anyway", exc)
+
+    async def _give_back(self, start: Start) -> None:
         for _ in range(SAVE_ATTEMPTS):
-            shared = await self.book.api_limits(self.scope, now)
-            known = UNKNOWN if shared is None else shared.limits.aged(shared.age)
-            learned = known.heard(status, headers, now)
-            if learned == known and shared is not None:
+            limits, version, now = await self._shared()
+            if version is None:
                 return
-            version = None if shared is None else shared.version
+            if await self.book.save_api_limits(self.scope, limits.give_back(start.needs),
+                                               version, now):  # fmt: skip
+                self.wake()
+                return
+
+    async def _heard(self, status: int, headers: Mapping[str, str], answered_at: float) -> None:
+        """What the answer announced is as of `answered_at`, aged to now when it is saved."""
+        for _ in range(SAVE_ATTEMPTS):
+            known, version, now = await self._shared()
+            learned = known.heard(status, headers, answered_at, late=max(0.0, now - answered_at))
+            if learned == known and version is not None:
+                return
             if await self.book.save_api_limits(self.scope, learned, version, now):
                 if status in (429, 529):
                     log.warning("Claude API %d: generations held %.1f s", status, learned.held)
@@ -306,40 +381,3 @@ class Admission:
         w = ESTIMATE_WEIGHT
         self.input_estimate = (1 - w) * self.input_estimate + w * input_tokens
         self.output_estimate = (1 - w) * self.output_estimate + w * output_tokens
-
-
-@dataclass
-class Waits:
-    """The bursts this process held back for capacity, since when and for what (the last thing
-    it waited for): each is announced once when it starts waiting (`capacity_wait`) and once when
-    it starts (`admitted`, with `waited` seconds and `waiting_for`), logged, and recorded with its
-    generation for `explain`, so a wait is never unseen."""
-
-    emit: Callable[..., None]
-    since: dict[str, tuple[float, str]] = field(default_factory=dict)
-    done: dict[str, tuple[float, str]] = field(default_factory=dict)  # admitted, not collected
-
-    def started(self, conversation_id: str) -> tuple[float, str]:
-        """How long the burst a worker collects waited, and for what (0, "": it did not)."""
-        return self.done.pop(conversation_id, (0.0, ""))
-
-    def note(self, chosen: Sequence[DueTimer], verdict: Verdict, now: float) -> None:
-        for index, timer in enumerate(chosen):
-            cid = timer.conversation_id
-            if index < verdict.granted:
-                held = self.since.pop(cid, None)
-                if held is not None:
-                    waited, why = now - held[0], held[1]
-                    log.info("conversation %s: waited %.1f s for %s", cid, waited, why)
-                    self.done[cid] = (waited, why)
-                    self.emit("admitted", conversation=cid, waited=waited, waiting_for=why)
-            elif cid in self.since:  # still waiting: for what it waits now
-                self.since[cid] = (self.since[cid][0], verdict.waiting_for)
-            else:
-                self.since[cid] = (now, verdict.waiting_for)
-                self.emit("capacity_wait", conversation=cid, waiting_for=verdict.waiting_for,
-                          until=verdict.ready_at)  # fmt: skip
-        if len(self.since) > MAX_WAITS_KEPT:  # served by other processes meanwhile
-            for cid, (since, _) in list(self.since.items()):
-                if now - since > WAIT_FORGOTTEN_SECONDS:
-                    del self.since[cid]

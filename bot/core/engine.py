@@ -48,13 +48,15 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from bot.core.admission import Admission, Waits
+from bot.core.admission import Admission, Verdict
 from bot.core.approvals import ApprovalNeeded, Continuation
 from bot.core.attachments import AttachmentLoader
 from bot.core.backoff import Backoff
 from bot.core.burst import Burst, reply_text, spent
 from bot.core.clicks import Click, ClickAnswer, stop_reason, stopped_text
 from bot.core.clock import Clock
+from bot.core.cpu_budget import WAITING_FOR as CPU_WAITING_FOR
+from bot.core.cpu_budget import CpuBudget
 from bot.core.errors import PermanentReplierError, ReplierError, StoreError
 from bot.core.events import ConversationKey, IncomingMessage, MessageDeleted, MessageEvent
 from bot.core.frontend import Frontend
@@ -82,6 +84,7 @@ from bot.core.streaming import Drafts, Stream
 from bot.core.supervisor import Supervision, Supervisor
 from bot.core.tool_calls import ToolBox
 from bot.core.votes import Vote, VoteAnswer
+from bot.core.waits import Waits
 from bot.core.wakeup import Wakeup
 
 log = logging.getLogger("burstbot.engine")
@@ -122,8 +125,11 @@ class Engine:
         wakeup: Wakeup,
         signals: Signals,
         admission: Admission | None = None,
+        cpu: CpuBudget | None = None,
     ) -> None:
         self.admission = admission  # None: only `max_concurrent_generations` bounds
+        self.cpu = cpu  # None: this process's CPU does not bound starts
+        self._ready_at = 0.0
         self._waits = Waits(signals.emit)
         self.store = store
         self.tools = tools
@@ -156,9 +162,9 @@ class Engine:
 
     @property
     def ready_at(self) -> float:
-        """When the API's limits let the next generation start (the scheduler sleeps until then
-        at least); 0: now, as far as this process knows."""
-        return 0.0 if self.admission is None else self.admission.last.ready_at
+        """When the API's limits and this process's CPU let the next generation start (the
+        scheduler sleeps until then at least); 0: now, as far as this process knows."""
+        return self._ready_at
 
     @property
     def busy(self) -> int:
@@ -231,8 +237,9 @@ class Engine:
 
     # 2. timers and leases -------------------------------------------------------------------------
     async def run_due(self) -> int:
-        """Start a worker for each due timer, as far as free generation slots and the API's
-        limits allow (`admission`), in fair order (shares.py)."""
+        """Start a worker for each due timer, as far as free generation slots, this process's CPU
+        and the API's limits allow (`admission`); when not all may start, in fair order
+        (shares.py)."""
         if self._closing:
             return 0
         free = self.settings.max_concurrent_generations - len(self._workers)
@@ -241,11 +248,13 @@ class Engine:
         now = self.clock.now()
         timers = await self.store.due_timers(now, free + len(self._workers))
         waiting = [t for t in timers if t.conversation_id not in self._workers]
-        chosen = fair_order(waiting, self._workers, now)[:free]
-        if self.admission is not None and chosen:
-            verdict = await self.admission.admit(len(chosen))
-            self._waits.note(chosen, verdict, now)
-            chosen = chosen[: verdict.granted]
+        wanted = min(free, len(waiting))
+        verdict = await self._admit(wanted, now)
+        granted = wanted if verdict is None else verdict.granted
+        chosen = waiting if granted >= len(waiting) else await self._fair_order(waiting, now)
+        if verdict is not None:
+            self._waits.note(chosen[:wanted], verdict, now)
+        chosen = chosen[:granted]
         started = 0
         for timer in chosen:
             task = asyncio.create_task(self._work(timer))
@@ -253,6 +262,32 @@ class Engine:
             task.add_done_callback(functools.partial(self._worker_done, timer.conversation_id))
             started += 1
         return started
+
+    async def _fair_order(self, waiting: list[DueTimer], now: float) -> list[DueTimer]:
+        """Not all may start: the order decides who, with every process's generations counted
+        (one query, only when capacity is short)."""
+        shares = await self.store.shares(now)
+        people = {share.conversation_id: share.person for share in shares}
+        leased = [share.conversation_id for share in shares if share.generating]
+        return fair_order(waiting, {*self._workers, *leased}, now, people)
+
+    async def _admit(self, wanted: int, now: float) -> Verdict | None:
+        """How many of `wanted` starts this process's CPU, then the API's limits, allow now
+        (None: nothing bounds them but the slots)."""
+        if wanted <= 0 or (self.cpu is None and self.admission is None):
+            return None
+        verdict = Verdict(wanted, now, "")
+        allowed = None if self.cpu is None else self.cpu.allowed(len(self._workers))
+        if self.cpu is not None and allowed is not None and allowed < wanted:
+            verdict = Verdict(allowed, now + self.cpu.retry_in, CPU_WAITING_FOR)
+        if self.admission is not None and verdict.granted > 0:
+            heard = await self.admission.admit(verdict.granted)
+            if heard.granted < verdict.granted:
+                verdict = heard
+        if self.cpu is not None:
+            self.cpu.granted(verdict.granted)
+        self._ready_at = verdict.ready_at if verdict.granted < wanted else now
+        return verdict
 
     def _worker_done(self, conversation_id: str, task: asyncio.Task[bool]) -> None:
         """A freed slot or a settled conversation may have work due now; a worker that could not
@@ -264,6 +299,14 @@ class Engine:
             self._wakeup.wake()
 
     async def _work(self, timer: DueTimer) -> bool:
+        """One admitted start: a start that never reached the API gives its share back."""
+        start = None if self.admission is None else self.admission.starting()
+        served = await self._take_and_serve(timer)
+        if self.admission is not None and start is not None:
+            await self.admission.unused(start)
+        return served
+
+    async def _take_and_serve(self, timer: DueTimer) -> bool:
         cid = timer.conversation_id
         now = self.clock.now()
         ttl = self.settings.lease_ttl_seconds

@@ -82,6 +82,16 @@ class DueTimer:
 
 
 @dataclass(frozen=True, slots=True)
+class Share:
+    """A conversation some process generates now (`generating`: its lease is live) or that is due
+    to start, and the person its burst counts against ("": none known): fair shares (shares.py)."""
+
+    conversation_id: str
+    person: str
+    generating: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Lease:
     conversation_id: str
     owner: str
@@ -372,6 +382,10 @@ class BurstStore(FileStore, ClickStore, VoteStore, ApprovalStore, Protocol):
         ...
 
     async def due_timers(self, now: float, limit: int) -> list[DueTimer]: ...
+
+    async def shares(self, now: float) -> list[Share]:
+        """Every conversation generating now (any process's live lease) or due: one query."""
+        ...
 
     async def postpone_timer(self, conversation_id: str, due_at: float, now: float) -> None:
         """Back off a due timer whose conversation is leased elsewhere (only if still due)."""

@@ -132,6 +132,18 @@ class Metrics:
         self.generations_in_flight = Gauge(
             "burstbot_generations_in_flight", "Model calls this process runs now", registry=r
         )
+        self.capacity_waits = counter(
+            "capacity_waits",
+            "Bursts this process held back for capacity, by what they waited for first (requests "
+            "per minute, 429 rate limited, this process's CPU, ...)",
+            "waiting_for",
+        )
+        self.capacity_waited = Histogram(
+            "burstbot_capacity_wait_seconds",
+            "How long a burst held back for capacity waited before it started",
+            buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300),
+            registry=r,
+        )
         self.burst_size = Histogram(
             "burstbot_burst_size_messages",
             "Messages per burst handed to the model",
@@ -169,6 +181,10 @@ class Metrics:
             if fields.get("outcome") in WASTED_OUTCOMES:
                 self.tokens.labels("wasted").inc(output)
             self._count_model_usage(fields)
+        elif name == "capacity_wait":
+            self.capacity_waits.labels(str(fields.get("waiting_for", ""))).inc()
+        elif name == "admitted":
+            self.capacity_waited.observe(max(0.0, _number(fields.get("waited"))))
         elif name == "tool_call":
             self.tool_calls.labels(str(fields.get("server")), str(fields.get("outcome"))).inc()
         elif name == "tool_unavailable":
