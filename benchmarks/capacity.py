@@ -136,6 +136,8 @@ class Outcome:
     earliest: float
     small_last_word: float = math.nan
     small_fair: float = math.nan
+    small_rank: int = 0  # first tokens (everyone's) by the small workspace's last one ...
+    small_share: int = 0  # ... against the starts its fair share fits in (its own, twice)
     notes: list[str] = field(default_factory=list)
 
 
@@ -245,7 +247,9 @@ def outcome(
             default=math.nan,
         )
         large = sum(c for _, c in workspaces[:-1])
-        result.small_fair = earliest_word(2 * min(count, large))
+        result.small_share = 2 * min(count, large)
+        result.small_fair = earliest_word(result.small_share)
+        result.small_rank = sum(at <= result.small_last_word for at in streamed.values())
     return result
 
 
@@ -335,16 +339,17 @@ def table(outcomes: list[Outcome], scale: float) -> str:
         f"time-scaled x{scale:g}; (scaled) seconds from the moment all 100 were due",
         f"{'scenario':26} {'policy':9} {'answered':>9} {'requests':>8} {'429s':>4} "
         f"{'1st token':>9} {'ratio':>5} {'on chat':>7} {'ratio':>5} {'earliest':>8} "
-        f"{'small ws':>8} {'its share':>9}",
+        f"{'small ws':>8} {'its share':>9} {'by then':>7}",
     ]
     for o in outcomes:
         small = "" if math.isnan(o.small_last_word) else f"{o.small_last_word:8.1f}"
         fair = "" if math.isnan(o.small_fair) else f"{o.small_fair:9.1f}"
+        rank = f"{o.small_rank}/{o.small_share}" if o.small_share else ""
         lines.append(
             f"{o.scenario:26} {o.policy:9} {o.answered:>4}/{o.asked:<4} {o.requests:>8} "
             f"{o.refused:>4} {o.last_token:>9.1f} {o.last_token / o.earliest:>5.2f} "
             f"{o.last_word:>7.1f} {o.last_word / o.earliest:>5.2f} {o.earliest:>8.1f} "
-            f"{small:>8} {fair:>9}  {'; '.join(o.notes)}"
+            f"{small:>8} {fair:>9} {rank:>7}  {'; '.join(o.notes)}"
         )
     return "\n".join(lines)
 
