@@ -40,6 +40,10 @@ NOTE_VIEWING = "viewing"  # on the person: the channel they look at (JSON, as as
 PROMPTS_SHOWN = "prompts:"  # on the DM, with the exchange the prompts were set after ("-": none)
 CHANNEL_ENTITY = "slack#/types/channel_id"
 REMEMBERED = 10_000  # agent DMs and exchanges remembered per process
+# how long an exchange whose first message is not stored yet takes the DM's next messages: longer
+# than any process takes from its choice to its store write (Slack wants the ack within 3 s, and
+# an event not acked is sent again); after it, an opener that died in between is given up on
+OPENING_GRACE = 60.0
 
 SurfaceCall = Callable[..., Awaitable[None]]
 
@@ -139,22 +143,37 @@ class AgentView:
 
     async def in_exchange(self, message: IncomingMessage, ts: str) -> IncomingMessage:
         """A top-level message of an agent's DM, keyed to its exchange (the open one, or a new
-        one under it); any other message as it is."""
+        one under it); any other message as it is. Opening one moves the DM's latest exchange on
+        from the value read, in one conditional write: of two processes choosing at once, one
+        opens it and the other, its write refused, reads that choice and joins it."""
         dm = message.key
         if dm.thread or not dm.channel.startswith("D") or not is_slack_ts(ts):
             return message
         if not await self.is_agent_dm(dm):
             return message
-        latest = await self.host.notes.note(dm.id, NOTE_EXCHANGE)
-        if latest:
-            open_one = dataclasses.replace(dm, thread=latest)
-            if not await self.host.is_settled(open_one):
-                return dataclasses.replace(message, key=open_one)
         exchange = dataclasses.replace(dm, thread=ts)
-        now = time.time()
-        await self.host.notes.add_note(exchange.id, NOTE_AGENT_THREAD, message.author_id, now)
-        await self.host.notes.put_note(dm.id, NOTE_EXCHANGE, ts, now)
-        return dataclasses.replace(message, key=exchange)
+        # noted before it may become the latest: whoever joins it finds it an agent's thread
+        await self.host.notes.add_note(exchange.id, NOTE_AGENT_THREAD, message.author_id,
+                                       time.time())  # fmt: skip
+        while True:
+            latest = await self.host.notes.note(dm.id, NOTE_EXCHANGE)
+            if latest:
+                open_one = dataclasses.replace(dm, thread=latest)
+                if await self._is_open(open_one, ts):
+                    return dataclasses.replace(message, key=open_one)
+            if await self.host.notes.swap_note(dm.id, NOTE_EXCHANGE, latest, ts, time.time()):
+                return dataclasses.replace(message, key=exchange)
+            # another process moved it on since we read it: its choice is read next
+
+    async def _is_open(self, exchange: ConversationKey, ts: str) -> bool:
+        """Its burst is pending, or it is so new that its first message may not be stored yet
+        (another process is between choosing it and storing the message) for a message typed
+        within `OPENING_GRACE` of it."""
+        if not await self.host.is_settled(exchange):
+            return True
+        if await self.host.threads.status(exchange) is not None:  # it holds messages: answered
+            return False
+        return float(ts) - float(exchange.thread) < OPENING_GRACE
 
     async def is_agent_dm(self, dm: ConversationKey) -> bool:
         if dm.id in self._agent_dms:
