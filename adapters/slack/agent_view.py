@@ -8,11 +8,19 @@ again, finds the note and calls nothing. `app_context_changed` notes the channel
 at, on the person (the event names no DM; its envelope's `authorizations` name the person).
 
 A top-level message in such a DM starts an exchange, keyed as the thread under it, unless the
-DM's latest exchange still has a burst pending: then it joins that one, so a burst typed as
-several top-level messages is one burst, answered once in the thread of its first message. The
-choice and its notes are made before the message is stored, under a per-DM lock, so two
-deliveries in one process cannot start two exchanges; two processes taking two messages of one
-burst at the same instant can (each is answered in its own thread).
+DM's latest exchange is still open (a burst pending, or chosen so recently that its first message
+may not be stored yet): then it joins that one, so a burst typed as several top-level messages is
+one burst, answered once in one thread. The DM's latest exchange is moved on only from the value
+read, by one conditional write in the store (`swap_note`): of two processes taking two messages of
+one burst at the same instant, one opens the exchange and the other, its write refused, reads
+that choice and joins it. A per-DM lock keeps a process's choice and its store write together, so
+it never finds its own choice not yet stored.
+
+The exchange is rooted at the message whose choice was written first. Slack sends a DM's events
+in order, so that is the first typed, except when the first is held up past the next one (two
+deliveries at the same instant, in one process or two): then the burst is answered under the
+later line, still once. Rooting it at the earlier one would mean moving a stored message, and
+what was done for it (its exchange's title and session), to another conversation.
 """
 
 from __future__ import annotations
@@ -135,7 +143,8 @@ class AgentView:
 
     # the exchanges -----------------------------------------------------------------------------
     def lock(self, message: IncomingMessage) -> asyncio.Lock:
-        """Held from choosing a top-level DM message's exchange until it is stored."""
+        """Held from choosing a top-level DM message's exchange until it is stored (across
+        processes, the store's conditional write decides)."""
         dm = message.key.id
         if len(self._locks) >= REMEMBERED:
             self._locks = {k: v for k, v in self._locks.items() if v.locked()}
@@ -151,19 +160,20 @@ class AgentView:
             return message
         if not await self.is_agent_dm(dm):
             return message
-        exchange = dataclasses.replace(dm, thread=ts)
-        # noted before it may become the latest: whoever joins it finds it an agent's thread
-        await self.host.notes.add_note(exchange.id, NOTE_AGENT_THREAD, message.author_id,
-                                       time.time())  # fmt: skip
         while True:
             latest = await self.host.notes.note(dm.id, NOTE_EXCHANGE)
-            if latest:
-                open_one = dataclasses.replace(dm, thread=latest)
-                if await self._is_open(open_one, ts):
-                    return dataclasses.replace(message, key=open_one)
+            if latest and await self._is_open(dataclasses.replace(dm, thread=latest), ts):
+                exchange = dataclasses.replace(dm, thread=latest)
+                break
             if await self.host.notes.swap_note(dm.id, NOTE_EXCHANGE, latest, ts, time.time()):
-                return dataclasses.replace(message, key=exchange)
+                exchange = dataclasses.replace(dm, thread=ts)
+                break
             # another process moved it on since we read it: its choice is read next
+        # by every message (a no-op but for the first), so that an exchange whose opener died
+        # after choosing it, or that a message joined before its opener noted it, is an agent's
+        await self.host.notes.add_note(exchange.id, NOTE_AGENT_THREAD, message.author_id,
+                                       time.time())  # fmt: skip
+        return dataclasses.replace(message, key=exchange)
 
     async def _is_open(self, exchange: ConversationKey, ts: str) -> bool:
         """Its burst is pending, or it is so new that its first message may not be stored yet
