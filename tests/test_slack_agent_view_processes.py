@@ -4,7 +4,9 @@ one exchange, answered once in one thread, as they are in one process.
 
 Both processes choose an exchange from the same state: each one's first read of the DM's latest
 exchange waits until the other has read it too (a barrier in the notes the front end is handed,
-as a slow network would have it), so neither has written its choice when the other reads."""
+as a slow network would have it), so neither has written its choice when the other reads. The
+thread is the line's whose choice was written first, either here (adapters/slack/agent_view.py
+says why an exchange is not re-rooted under an earlier line)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from bot.core.store import IngestResult
 from testkit import ScriptedReplier, check_invariants
 from testkit.clock import FakeClock
 from testkit.fake_slack import TEAM, FakeSlackApi, dm
+from tests import pg
 from tests.clock_steps import step
 from tests.slack_harness import Bot, running_bot, ts
 from tests.test_slack_agent_view import agent, opened
@@ -37,8 +40,6 @@ LINES = {FIRST: "how do I rotate", SECOND: "the signing secret"}
 
 @pytest.fixture
 async def schema() -> AsyncIterator[str]:
-    from tests import pg
-
     name = await pg.create_schema("burstbot_exchange2")
     yield name
     await pg.drop_schema(name)
@@ -130,6 +131,8 @@ async def test_two_lines_of_one_burst_taken_by_two_processes_at_once_are_one_exc
         [answer] = agent.posts()  # one threaded answer...
         root = answer.thread_ts
         assert (answer.channel, root) in [("D1", FIRST), ("D1", SECOND)]
+        [(channel, session, title)] = agent.agents.renames  # one session, titled once
+        assert (channel, session, title in LINES.values()) == ("D1", root, True)
         [call] = first.replier.calls + second.replier.calls  # ...to the one burst of both lines
         assert sorted(call.texts) == sorted(LINES.values())
         other = SECOND if root == FIRST else FIRST
