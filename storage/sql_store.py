@@ -496,6 +496,15 @@ class SqlStore(
         params = {"cid": conversation_id, "name": name, "value": value, "now": now}
         return await self._one("put_note", {**params, "replace": False}) is not None
 
+    async def swap_note(
+        self, conversation_id: str, name: str, expected: str | None, value: str, now: float
+    ) -> bool:
+        """One conditional statement: of two callers that read `expected`, one gets True."""
+        if expected is None:
+            return await self.add_note(conversation_id, name, value, now)
+        params = {"cid": conversation_id, "name": name, "expected": expected, "value": value}
+        return await self._one("swap_note", {**params, "now": now}) is not None
+
     # cost-guard counters (bot.ops.guards) ----------------------------------------------------
     async def add_to_counter(
         self, scope: str, window_start: int, amount: int, expires_at: float, now: float

@@ -880,6 +880,13 @@ ON CONFLICT (conversation_id, name) DO UPDATE SET value = excluded.value,
     noted_at = excluded.noted_at WHERE CAST(:replace AS BOOLEAN)
 RETURNING name;
 
+-- name: swap_note
+-- Replaces a note only while it still holds :expected (`swap_note`): of two processes that read the
+-- same value and each replace it, one gets a row back.
+UPDATE conversation_notes SET value = :value, noted_at = :db_now
+WHERE conversation_id = :cid AND name = :name AND value = :expected
+RETURNING name;
+
 -- name: migration_1
 -- The first two migrations are written in PostgreSQL's type names, and SQLite gets its own names
 -- for them (storage/sqlite.py's FIRST_SCHEMA_TYPES), as its databases always had. Later migrations

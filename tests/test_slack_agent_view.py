@@ -167,6 +167,27 @@ async def test_a_line_typed_while_the_answer_is_written_joins_its_exchange(
         assert bot.replier.calls[1].texts == ["summarize the incident", "in three bullets"]
 
 
+async def test_an_exchange_whose_opener_died_before_storing_takes_lines_for_a_minute(
+    agent: FakeSlackApi,
+) -> None:
+    """A process chose an exchange and died before storing its line: the DM's latest exchange
+    names a thread with nothing stored. A line typed within a minute of it joins it (its opener
+    may only be slow); one typed later starts its own exchange."""
+    async with running_bot(agent, replier=ScriptedReplier(hold=True)) as bot:
+        await opened(bot, agent, "http")
+        dm_id, died_at = f"slack/{TEAM}/D1/", "1700000100.000000"
+        await bot.store.put_note(dm_id, "exchange", ts(2), bot.clock.now())
+        await deliver(bot, agent, "http", dm(ts(5), "still there?"))
+        (await generating(bot, 0)).finish("Yes.")
+        await answered(bot)
+        await bot.store.put_note(dm_id, "exchange", died_at, bot.clock.now())
+        await deliver(bot, agent, "http", dm("1700000160.000000", "hello again"))
+        (await generating(bot, 1)).finish("Hi.")
+        await answered(bot)
+        assert [m.thread_ts for m in agent.posts()] == [ts(2), "1700000160.000000"]
+        assert await bot.store.conversation_state(f"{dm_id}{died_at}") is None
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_app_context_changed_changes_the_channel_the_next_answer_is_told_about(
     agent: FakeSlackApi, mode: str

@@ -135,6 +135,12 @@ class SlowNotes:
         await self._slowly()
         return await self.inner.add_note(conversation_id, name, value, now)
 
+    async def swap_note(
+        self, conversation_id: str, name: str, expected: str | None, value: str, now: float
+    ) -> bool:
+        await self._slowly()
+        return await self.inner.swap_note(conversation_id, name, expected, value, now)
+
     async def _slowly(self) -> None:
         self.waiting += 1
         await self.gate.wait()

@@ -8,11 +8,19 @@ again, finds the note and calls nothing. `app_context_changed` notes the channel
 at, on the person (the event names no DM; its envelope's `authorizations` name the person).
 
 A top-level message in such a DM starts an exchange, keyed as the thread under it, unless the
-DM's latest exchange still has a burst pending: then it joins that one, so a burst typed as
-several top-level messages is one burst, answered once in the thread of its first message. The
-choice and its notes are made before the message is stored, under a per-DM lock, so two
-deliveries in one process cannot start two exchanges; two processes taking two messages of one
-burst at the same instant can (each is answered in its own thread).
+DM's latest exchange is still open (a burst pending, or chosen so recently that its first message
+may not be stored yet): then it joins that one, so a burst typed as several top-level messages is
+one burst, answered once in one thread. The DM's latest exchange is moved on only from the value
+read, by one conditional write in the store (`swap_note`): of two processes taking two messages of
+one burst at the same instant, one opens the exchange and the other, its write refused, reads
+that choice and joins it. A per-DM lock keeps a process's choice and its store write together, so
+it never finds its own choice not yet stored.
+
+The exchange is rooted at the message whose choice was written first. Slack sends a DM's events
+in order, so that is the first typed, except when the first is held up past the next one (two
+deliveries at the same instant, in one process or two): then the burst is answered under the
+later line, still once. Rooting it at the earlier one would mean moving a stored message, and
+what was done for it (its exchange's title and session), to another conversation.
 """
 
 from __future__ import annotations
@@ -40,6 +48,10 @@ NOTE_VIEWING = "viewing"  # on the person: the channel they look at (JSON, as as
 PROMPTS_SHOWN = "prompts:"  # on the DM, with the exchange the prompts were set after ("-": none)
 CHANNEL_ENTITY = "slack#/types/channel_id"
 REMEMBERED = 10_000  # agent DMs and exchanges remembered per process
+# how long an exchange whose first message is not stored yet takes the DM's next messages: longer
+# than any process takes from its choice to its store write (Slack wants the ack within 3 s, and
+# an event not acked is sent again); after it, an opener that died in between is given up on
+OPENING_GRACE = 60.0
 
 SurfaceCall = Callable[..., Awaitable[None]]
 
@@ -131,7 +143,8 @@ class AgentView:
 
     # the exchanges -----------------------------------------------------------------------------
     def lock(self, message: IncomingMessage) -> asyncio.Lock:
-        """Held from choosing a top-level DM message's exchange until it is stored."""
+        """Held from choosing a top-level DM message's exchange until it is stored (across
+        processes, the store's conditional write decides)."""
         dm = message.key.id
         if len(self._locks) >= REMEMBERED:
             self._locks = {k: v for k, v in self._locks.items() if v.locked()}
@@ -139,22 +152,38 @@ class AgentView:
 
     async def in_exchange(self, message: IncomingMessage, ts: str) -> IncomingMessage:
         """A top-level message of an agent's DM, keyed to its exchange (the open one, or a new
-        one under it); any other message as it is."""
+        one under it); any other message as it is. Opening one moves the DM's latest exchange on
+        from the value read, in one conditional write: of two processes choosing at once, one
+        opens it and the other, its write refused, reads that choice and joins it."""
         dm = message.key
         if dm.thread or not dm.channel.startswith("D") or not is_slack_ts(ts):
             return message
         if not await self.is_agent_dm(dm):
             return message
-        latest = await self.host.notes.note(dm.id, NOTE_EXCHANGE)
-        if latest:
-            open_one = dataclasses.replace(dm, thread=latest)
-            if not await self.host.is_settled(open_one):
-                return dataclasses.replace(message, key=open_one)
-        exchange = dataclasses.replace(dm, thread=ts)
-        now = time.time()
-        await self.host.notes.add_note(exchange.id, NOTE_AGENT_THREAD, message.author_id, now)
-        await self.host.notes.put_note(dm.id, NOTE_EXCHANGE, ts, now)
+        while True:
+            latest = await self.host.notes.note(dm.id, NOTE_EXCHANGE)
+            if latest and await self._is_open(dataclasses.replace(dm, thread=latest), ts):
+                exchange = dataclasses.replace(dm, thread=latest)
+                break
+            if await self.host.notes.swap_note(dm.id, NOTE_EXCHANGE, latest, ts, time.time()):
+                exchange = dataclasses.replace(dm, thread=ts)
+                break
+            # another process moved it on since we read it: its choice is read next
+        # by every message (a no-op but for the first), so that an exchange whose opener died
+        # after choosing it, or that a message joined before its opener noted it, is an agent's
+        await self.host.notes.add_note(exchange.id, NOTE_AGENT_THREAD, message.author_id,
+                                       time.time())  # fmt: skip
         return dataclasses.replace(message, key=exchange)
+
+    async def _is_open(self, exchange: ConversationKey, ts: str) -> bool:
+        """Its burst is pending, or it is so new that its first message may not be stored yet
+        (another process is between choosing it and storing the message) for a message typed
+        within `OPENING_GRACE` of it."""
+        if not await self.host.is_settled(exchange):
+            return True
+        if await self.host.threads.status(exchange) is not None:  # it holds messages: answered
+            return False
+        return float(ts) - float(exchange.thread) < OPENING_GRACE
 
     async def is_agent_dm(self, dm: ConversationKey) -> bool:
         if dm.id in self._agent_dms:

@@ -2,7 +2,9 @@
 
 Slack's assistant threads use them for what the platform tells once and a reply needs later (the
 channel the person is viewing) and for what must happen once per thread (suggested prompts on
-opening, the title). `add_note` is the "once": of two deliveries of one event, one gets True.
+opening, the title). `add_note` is the "once": of two deliveries of one event, one gets True;
+`swap_note` is the "who moves it on": of two processes that read the same value and each replace
+it, one gets True (the agent view's latest exchange, adapters/slack/agent_view.py).
 """
 
 from __future__ import annotations
@@ -21,4 +23,11 @@ class NoteBook(Protocol):
 
     async def add_note(self, conversation_id: str, name: str, value: str, now: float) -> bool:
         """Set the note unless it exists; True only for the call that set it."""
+        ...
+
+    async def swap_note(
+        self, conversation_id: str, name: str, expected: str | None, value: str, now: float
+    ) -> bool:
+        """Set the note to `value` only if it still holds `expected` (None: only if it does not
+        exist); True only for the call that set it."""
         ...

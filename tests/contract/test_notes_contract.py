@@ -1,5 +1,6 @@
 """What every store notes about a conversation for front ends: a value per name,
-set once by exactly one of two deliveries, replaced on demand, erased with the conversation.
+set once by exactly one of two deliveries, replaced on demand or only from the value read (one
+of two callers), erased with the conversation.
 Run against every backend (see conftest)."""
 
 from __future__ import annotations
@@ -30,3 +31,28 @@ async def test_put_replaces_and_the_conversation_s_erasure_takes_its_notes(store
     assert not await store.add_note(THREAD, "viewing", "ignored", NOW + 2)
     await store.forget_conversation(THREAD)
     assert await store.note(THREAD, "viewing") is None
+
+
+async def test_a_note_is_swapped_only_from_the_value_read_and_by_one_of_two(
+    store: SqlStore,
+) -> None:
+    dm = "slack/T1/D1/"
+    first, second = await asyncio.gather(  # nothing read: only one creates it
+        store.swap_note(dm, "exchange", None, "1700000000.000002", NOW),
+        store.swap_note(dm, "exchange", None, "1700000000.000003", NOW),
+    )
+    assert sorted([first, second]) == [False, True]
+    held = await store.note(dm, "exchange")
+    assert held == ("1700000000.000002" if first else "1700000000.000003")
+    first, second = await asyncio.gather(  # both read `held`: only one moves it on
+        store.swap_note(dm, "exchange", held, "1700000000.000005", NOW + 1),
+        store.swap_note(dm, "exchange", held, "1700000000.000006", NOW + 1),
+    )
+    assert sorted([first, second]) == [False, True]
+    moved = await store.note(dm, "exchange")
+    assert moved == ("1700000000.000005" if first else "1700000000.000006")
+    assert not await store.swap_note(dm, "exchange", held, "1700000000.000009", NOW + 2)
+    assert not await store.swap_note(dm, "exchange", None, "1700000000.000009", NOW + 2)
+    assert await store.note(dm, "exchange") == moved
+    assert not await store.swap_note(dm, "other", "1", "2", NOW + 2)  # absent: nothing to swap
+    assert await store.note(dm, "other") is None
