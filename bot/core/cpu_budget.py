@@ -9,7 +9,9 @@ every stream already running and every acknowledgement. Rules:
   busy), over windows of `WINDOW_SECONDS`, from the meter the budget is given (`time.process_time`
   against `time.monotonic` in a running bot: real CPU, whatever clock the engine runs on).
 - **saturated holds**: while the last window's share is at `TARGET` or more, no generation
-  starts; they wait for "this process's CPU" until a window says it recovered.
+  starts; they wait for "this process's CPU" until a window says it recovered. Except one when
+  none is running: then the generations are not what keeps the process busy, and holding them
+  would relieve nothing.
 - **learned per generation**: each window with generations running teaches what one of them
   costs (the share divided by the generations running: the rest of the process counted in, so
   the figure errs high), smoothed as admission smooths its token estimates; the headroom left
@@ -61,7 +63,9 @@ class CpuBudget:
         if self.per_generation is not None:
             headroom -= self._granted * self.per_generation
         if headroom <= 0:
-            return 0
+            # with none running the generations are not what keeps the CPU busy: holding them
+            # would relieve nothing, and a process busy with other work would answer nobody
+            return 0 if running > 0 else 1
         if self.per_generation is None or self.per_generation <= 0:
             return None
         return max(1, math.floor(headroom / self.per_generation))
