@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from adapters.markdown import settle_partial
@@ -28,7 +29,12 @@ from adapters.slack.calls import call, slack_code
 from adapters.slack.feedback import feedback_blocks, shows_feedback
 from adapters.slack.inbound import split_message_id
 from adapters.slack.mrkdwn import split_mrkdwn, to_mrkdwn
-from adapters.slack.native_stream import NativeStreams, StreamsUnavailable
+from adapters.slack.native_stream import (
+    NativeStreams,
+    StreamsUnavailable,
+    task_blocks,
+    text_sections,
+)
 from adapters.slack.outbound import (
     CLOCK_MARGIN,
     POST,
@@ -65,17 +71,20 @@ class SlackDrafts(PacedDrafts):
         outbound: Outbound,
         native: Callable[[ConversationKey], Awaitable[bool]] | None = None,
         session_stops: Callable[[ConversationKey], bool] = lambda key: False,
+        streams: NativeStreams | None = None,
     ) -> None:
         self.outbound = outbound
         self.client = outbound.client
         self._native = native  # where drafts are native streams (assistant threads)
         self._session_stops = session_stops  # where Slack's agent session shows the Stop
-        self.streams = NativeStreams(outbound.client, outbound.identity)
+        self.streams = streams or NativeStreams(outbound.client, outbound.identity)
+        self._steps: OrderedDict[str, tuple[SearchStep, ...]] = OrderedDict()  # shown, by message
         self._labels: dict[str, str] = {}  # a native draft's message id → the draft's key
         self.showing = Showing()  # what each message we posted or updated shows now
         self.native_refused = ""  # Slack's reason, once it refused to start a stream
         self._stops: OrderedDict[str, str] = OrderedDict()  # a draft message → its button's value
         self._buttoned: set[str] = set()  # messages our last post or update gave the button
+        self._blocks: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()  # as last sent
 
     async def native(self, key: ConversationKey) -> bool:
         if self.native_refused or self._native is None or not key.thread:
@@ -162,6 +171,7 @@ class SlackDrafts(PacedDrafts):
         stream took this call's turn on the budget (`draft_turn`)."""
         if await self.native(key):
             body, steps = native_parts(text)
+            self._note_steps(message_id, steps)
             if self.streams.extends(message_id, body) and await self.streams.grow(
                 message_id, body, steps
             ):
@@ -169,7 +179,10 @@ class SlackDrafts(PacedDrafts):
             await self._stop(key, message_id)
             label = self._labels.get(message_id)
             metadata = None if label is None else part_metadata(label, 0, key)
-            await self._update(message_id, self.draft_text(text), metadata)
+            shown = self.draft_text(body if steps else text)
+            # the steps as task cards above the text; none (another generation's text, the
+            # waiting mark) takes every earlier card off the message
+            await self._update(message_id, shown, metadata, blocks=self._step_blocks(steps, shown))
             return
         shown = self.draft_text(text)
         if self._session_stops(key):  # Slack's session shows the Stop: none of ours
@@ -211,6 +224,10 @@ class SlackDrafts(PacedDrafts):
         assert reply.draft is not None
         draft, metadata = reply.draft, part_metadata(reply.id, 0, reply.key)
         blocks = feedback_blocks(text, reply.id, reply.key) if buttons else []
+        steps = self.final_steps(draft.message_id) if draft.message_id else ()
+        if steps:  # the answer keeps its thinking steps above its text
+            cards = task_blocks(steps, self.streams.display)
+            blocks = cards + (blocks or text_sections(text))
         message_id = draft.message_id or await self._post(reply.key, draft, text, taken=False)
         try:
             # the final text is the update's, not the stream's: a stream still running stops
@@ -226,7 +243,7 @@ class SlackDrafts(PacedDrafts):
             if message is not None and (
                 message.get("text") != stored
                 or shows_stop(message)
-                or shows_feedback(message) != bool(blocks)
+                or shows_feedback(message) != buttons
             ):
                 log.warning("reply %s: a stale draft edit landed after the final text; restored",
                             reply.id)  # fmt: skip
@@ -243,6 +260,26 @@ class SlackDrafts(PacedDrafts):
         """The draft message is finished or deleted: no more edits of it as a draft."""
         self._labels.pop(message_id, None)
         self._stops.pop(message_id, None)
+        self._steps.pop(message_id, None)
+
+    def _note_steps(self, message_id: str, steps: tuple[SearchStep, ...]) -> None:
+        self._steps[message_id] = steps
+        self._steps.move_to_end(message_id)
+        while len(self._steps) > REMEMBERED_DRAFTS:
+            self._steps.popitem(last=False)
+
+    def _step_blocks(self, steps: tuple[SearchStep, ...], text: str) -> list[dict[str, Any]]:
+        """A message's blocks once it no longer streams: its steps' task cards, then its text;
+        [] without steps (which removes any card a stream left)."""
+        if not steps:
+            return []
+        return task_blocks(steps, self.streams.display) + text_sections(text)
+
+    def final_steps(self, message_id: str) -> tuple[SearchStep, ...]:
+        """The steps the draft showed last, as the answer keeps them: its generation is over,
+        so a step still shown running has ended (its outcome was not seen: shown done)."""
+        return tuple(replace(step, state="done") if step.state == "running" else step
+                     for step in self._steps.get(message_id, ()))  # fmt: skip
 
     def _settle(self) -> None:
         """A draft's final update was made (or the draft deleted): it owes the budget nothing."""
@@ -261,7 +298,10 @@ class SlackDrafts(PacedDrafts):
         nothing (the text, metadata and Stop button it shows since our last call) is not sent.
         `blocks`: a draft's (with the button), [] to remove them, None to leave them."""
         team = self.outbound.identity.team_id
-        button_changes = blocks is not None and (message_id in self._buttoned) != bool(blocks)
+        button_changes = blocks is not None and (
+            (message_id in self._buttoned) != bool(blocks)
+            or (bool(blocks) and self._blocks.get(message_id) != blocks)
+        )
         unchanged = None if button_changes else self.showing.unchanged(message_id, text, metadata)
         if unchanged is not None:
             if taken:  # the stream took a token for it: give it back
@@ -284,6 +324,10 @@ class SlackDrafts(PacedDrafts):
         self.showing.note(message_id, text, metadata, stored)
         if blocks is not None:
             (self._buttoned.add if blocks else self._buttoned.discard)(message_id)
+            self._blocks[message_id] = blocks
+            self._blocks.move_to_end(message_id)
+            while len(self._blocks) > REMEMBERED_DRAFTS:
+                self._blocks.popitem(last=False)
         return stored
 
     async def _read_back(
