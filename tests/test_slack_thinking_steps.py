@@ -1,0 +1,186 @@
+"""Thinking steps in assistant threads: the real front end (Bolt over HTTP and Socket Mode,
+`AsyncWebClient`) against the fake Slack, the real Claude replier against the fake Messages API
+and the real MCP client against the ticket server (tests/tool_server.py). A web search, a tool
+call and an approval show as tasks of the streamed answer (`task_update` chunks, then the
+answer's task cards), each ending complete; a superseded generation's tasks leave the message."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.config import Config
+from bot.core.replier import Replier, SearchStep
+from bot.wiring import claude_replier
+from testkit import ScriptedReplier, check_invariants
+from testkit.fake_anthropic import FakeAnthropic, Plan, Search, ToolUse
+from testkit.fake_slack import TEAM, FakeSlackApi, PostedMessage, assistant_event, dm
+from tests.clock_steps import step
+from tests.slack_harness import Bot, api, running_bot, ts
+from tests.test_slack_stop import deliver, press
+from tests.tool_harness import KEY_ENV, stdio_server
+from tests.tool_server import calls_per_key
+
+__all__ = ["api"]  # fixture
+
+INTERVAL = 1.0
+RESULTS = [("https://status.example.org/printers", "Printer status")]
+TICKET = ToolUse("create_ticket", {"title": "printer on fire"})
+SEARCH_ID = "srvtoolu_0100"
+
+
+def sections(server: FakeAnthropic, ledger: Path, hold: Path, approve: str) -> dict[str, Any]:
+    llm = {"base_url": server.base_url, "api_key_env": "TEST_ANTHROPIC_KEY", "max_retries": 0,
+           "timeout_seconds": 20.0}  # fmt: skip
+    tools = {"web_search": True, "web_search_max_uses": 3,
+             "mcp": [stdio_server(ledger, hold, approve=approve)]}  # fmt: skip
+    channels = [{"platform": "slack", "channel": "D1", "tools": {"mcp": ["tracker"]}}]
+    return {"llm": llm, "tools": tools, "channels": channels,
+            "streaming": {"interval_seconds": INTERVAL}}  # fmt: skip
+
+
+def claude(config: Config) -> Replier:
+    return claude_replier(config, KEY_ENV)
+
+
+async def until(predicate: Callable[[], bool], within: float = 10.0) -> None:
+    async with asyncio.timeout(within):
+        while not predicate():  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+
+
+async def stepping_until(bot: Bot, predicate: Callable[[], bool], steps: int = 30) -> None:
+    """Step the draft's interval until `predicate` holds: the model and the tool server answer
+    as real I/O, so what shows may come an interval or a few later."""
+    for _ in range(steps):
+        await step(bot.clock, INTERVAL)
+        with contextlib.suppress(TimeoutError):
+            await until(predicate, within=0.3)
+            return
+    assert predicate()
+
+
+def thread_answer(api: FakeSlackApi) -> list[PostedMessage]:
+    return [m for m in api.posts() if m.thread_ts == ts(1) and not m.buttons()]
+
+
+def streamed_tasks(api: FakeSlackApi) -> dict[str, list[str]]:
+    """Each task's statuses as the stream's chunks sent them, in order."""
+    statuses: dict[str, list[str]] = {}
+    for entry in api.chat_log:
+        for chunk in entry.get("chunks") or []:
+            if chunk["type"] == "task_update":
+                statuses.setdefault(chunk["id"], []).append(chunk["status"])
+    return statuses
+
+
+async def open_thread(bot: Bot, api: FakeSlackApi, mode: str, text: str) -> None:
+    await deliver(bot, api, mode, assistant_event("assistant_thread_started", "D1", ts(1), "U1"))
+    await deliver(bot, api, mode, dm(ts(2), text, thread_ts=ts(1)))
+    await bot.app.engine.idle()
+    await bot.clock.advance(1.5)  # the burst's window closes: the answer starts
+    await bot.app.engine.run_due()
+
+
+@pytest.mark.parametrize("mode", ["http", "socket"])
+async def test_a_search_and_a_tool_call_show_as_tasks_that_end_complete(
+    api: FakeSlackApi, server: FakeAnthropic, tmp_path: Path, mode: str
+) -> None:
+    api.status_supported = True
+    server.queue(
+        Plan(text="", searches=[Search("printer on fire", RESULTS, hold=True)],
+             tool_uses=[TICKET]),
+        Plan(text="Opened OPS-201 for the printer.", pause_after=1),
+    )  # fmt: skip
+    ledger, hold = tmp_path / "ledger.txt", tmp_path / "hold"
+    async with running_bot(api, mode=mode, sections=sections(server, ledger, hold, "never"),
+                           llm=claude) as bot:  # fmt: skip
+        await open_thread(bot, api, mode, "the printer is on fire, open a ticket")
+        await stepping_until(bot, lambda: any(m.streaming for m in api.messages))
+        [stream] = [m for m in api.messages if m.streaming]
+        await stepping_until(bot, lambda: stream.tasks.get(SEARCH_ID, {}).get("status")
+                             == "in_progress")  # fmt: skip
+        server.release_searches()  # the search answers; the model asks for the tool
+        await stepping_until(bot, lambda: len(stream.tasks) == 2 and all(
+            t["status"] == "complete" for t in stream.tasks.values()))  # fmt: skip
+        tool = next(t for t in stream.tasks.values() if t["id"] != SEARCH_ID)
+        assert tool["title"] == "Using create_ticket"
+        search = stream.tasks[SEARCH_ID]
+        assert search["title"] == "Searching the web: printer on fire"
+        assert search["sources"] == [{"type": "url", "url": RESULTS[0][0], "text": RESULTS[0][1]}]
+        server.release()
+        await stepping_until(bot, lambda: not stream.streaming and stream.metadata is not None
+                             and stream.metadata["event_type"] != "burstbot_draft")  # fmt: skip
+        await bot.step()
+        [answer] = thread_answer(api)
+        assert answer.visible.startswith("Opened OPS-201 for the printer.")
+        # the answer keeps its steps, complete, as task cards above its text
+        assert {i: t["status"] for i, t in answer.tasks.items()} == {
+            SEARCH_ID: "complete", tool["id"]: "complete"}  # fmt: skip
+        assert streamed_tasks(api)[SEARCH_ID][0] == "in_progress"
+        assert list(calls_per_key(ledger).values()) == [1]
+        await check_invariants(bot.store, [])
+
+
+@pytest.mark.parametrize("mode", ["http", "socket"])
+async def test_an_approved_call_shows_its_approval_and_the_call_as_complete_tasks(
+    api: FakeSlackApi, server: FakeAnthropic, tmp_path: Path, mode: str
+) -> None:
+    api.status_supported = True
+    server.queue(Plan(text="", tool_uses=[TICKET]),
+                 Plan(text="Opened OPS-201 for you.", pause_after=1))  # fmt: skip
+    ledger, hold = tmp_path / "ledger.txt", tmp_path / "hold"
+    async with running_bot(api, mode=mode, sections=sections(server, ledger, hold, "ask"),
+                           llm=claude) as bot:  # fmt: skip
+        await open_thread(bot, api, mode, "open a ticket for the printer")
+        await stepping_until(bot, lambda: any(m.buttons() for m in api.posts()))
+        [card] = [m for m in api.posts() if m.buttons()]
+        await press(bot, api, mode, api.click(card, "U1", "burstbot_approve"))
+        await bot.app.engine.run_due()  # the decided burst is due at once: the answer resumes
+        await stepping_until(bot, lambda: any(m.streaming for m in api.messages))
+        [stream] = [m for m in api.messages if m.streaming]
+        await stepping_until(bot, lambda: len(stream.tasks) == 2)
+        approval = next(t for i, t in stream.tasks.items() if i.startswith("approval:"))
+        assert (approval["title"], approval["status"]) == ("Approved: create_ticket", "complete")
+        server.release()
+        await stepping_until(bot, lambda: not stream.streaming)
+        await bot.step()
+        answers = [m for m in thread_answer(api) if m.ts != card.ts]
+        assert [m.visible for m in answers] == ["Opened OPS-201 for you."]
+        assert sorted(t["status"] for t in answers[0].tasks.values()) == ["complete", "complete"]
+        assert list(calls_per_key(ledger).values()) == [1]
+
+
+async def test_a_superseded_generations_tasks_leave_the_message(api: FakeSlackApi) -> None:
+    api.status_supported = True
+    key_id = f"slack:{TEAM}:D1:{ts(1)}"
+    async with running_bot(api, replier=ScriptedReplier(hold=True)) as bot:
+        await open_thread(bot, api, "http", "what is half of")
+        first = await bot.replier.next_call(0)
+        first.usage.step(SearchStep("srvtoolu_1", "half of what"))
+        first.stream(3, "Half of")
+        await stepping_until(bot, lambda: any(m.tasks for m in api.messages))
+        [message] = [m for m in api.messages if m.tasks]
+        typed = asyncio.ensure_future(bot.send(dm(ts(3), "ten?", thread_ts=ts(1))))
+        await until(lambda: first.cancelled)
+        assert await typed == 200
+        await stepping_until(bot, lambda: message.text == "…")
+        assert message.tasks == {}  # the superseded search no longer shows
+        await bot.app.engine.idle()
+        await bot.clock.advance(1.5)
+        await bot.app.engine.run_due()
+        second = await bot.replier.next_call(1)
+        second.stream(3, "Five")
+        await step(bot.clock, INTERVAL)
+        second.finish("Five.")
+        await step(bot.clock, INTERVAL)
+        await bot.app.engine.idle()
+        await bot.step()
+        assert [m.text for m in thread_answer(api)] == ["Five."]
+        assert message.tasks == {}
+        await check_invariants(bot.store, [key_id])
