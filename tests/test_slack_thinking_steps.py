@@ -13,13 +13,28 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.slack.inbound import Identity
+from adapters.slack.native_stream import NativeStreams, TaskDisplay
+from adapters.slack.outbound import Outbound
+from adapters.slack.streaming import SlackDrafts
 from bot.config import Config
-from bot.core.replier import Replier, SearchStep
+from bot.core.events import ConversationKey, Draft, Reply
+from bot.core.replier import DraftText, Replier, SearchStep
 from bot.wiring import claude_replier
 from testkit import ScriptedReplier, check_invariants
 from testkit.fake_anthropic import FakeAnthropic, Plan, Search, ToolUse
-from testkit.fake_slack import TEAM, FakeSlackApi, PostedMessage, assistant_event, dm
+from testkit.fake_slack import (
+    BOT_ID,
+    BOT_USER,
+    TEAM,
+    FakeSlackApi,
+    PostedMessage,
+    assistant_event,
+    dm,
+)
 from tests.clock_steps import step
 from tests.slack_harness import Bot, api, running_bot, ts
 from tests.test_slack_stop import deliver, press
@@ -184,3 +199,70 @@ async def test_a_superseded_generations_tasks_leave_the_message(api: FakeSlackAp
         assert [m.text for m in thread_answer(api)] == ["Five."]
         assert message.tasks == {}
         await check_invariants(bot.store, [key_id])
+
+
+# one process's drafts, without the engine ------------------------------------------------------
+KEY = ConversationKey("slack", TEAM, "D1", ts(1))
+
+
+def drafts_of_a_process(api: FakeSlackApi, display: TaskDisplay = "timeline") -> SlackDrafts:
+    """The drafts of one burstbot process, for the assistant thread at `KEY`."""
+    client = AsyncWebClient(token=api.token, base_url=api.url, retry_handlers=[])
+    identity = Identity(TEAM, BOT_USER, BOT_ID)
+
+    async def assistant_thread(key: ConversationKey) -> bool:
+        return key == KEY
+
+    streams = NativeStreams(client, identity, display=display)
+    return SlackDrafts(Outbound(client, identity), assistant_thread, streams=streams)
+
+
+async def test_a_takeover_continues_the_same_message_without_the_crashed_generations_tasks(
+    api: FakeSlackApi,
+) -> None:
+    crashed, survivor = drafts_of_a_process(api), drafts_of_a_process(api)
+    draft = Draft("dkey", None, 0.0, None)
+    searching = SearchStep("srvtoolu_1", "half of ten")
+    message_id = await crashed.post_draft(KEY, draft, DraftText("", "", (searching,)))
+    [message] = api.posts()
+    assert message.tasks["srvtoolu_1"]["status"] == "in_progress"
+    # the process died; the survivor's generation of the same burst goes on in its message
+    tool = SearchStep("toolu_1", "calculator", "done", kind="tool")
+    await survivor.edit_draft(KEY, message_id, DraftText("Five", "Five", (tool,)))
+    assert [m.ts for m in api.posts()] == [message.ts] and not message.streaming
+    assert message.visible == "Five"
+    assert {i: (t["title"], t["status"]) for i, t in message.tasks.items()} == {
+        "toolu_1": ("Using calculator", "complete")}  # fmt: skip
+    reply = Reply("rkey", KEY, "Five.", 1, draft=Draft("dkey", message_id))
+    await survivor.finish(reply, "Five.")
+    assert (message.visible, message.metadata is not None) == ("Five.", True)
+    assert list(message.tasks) == ["toolu_1"]
+    assert [m.ts for m in api.posts()] == [message.ts]
+
+
+async def test_plan_display_titles_the_plan_and_the_answer_keeps_it(api: FakeSlackApi) -> None:
+    drafts = drafts_of_a_process(api, display="plan")
+    running = SearchStep("srvtoolu_1", "burstbot releases")
+    message_id = await drafts.post_draft(KEY, Draft("dkey", None, 0.0, None),
+                                         DraftText("", "", (running,)))  # fmt: skip
+    start = api.calls[-1][1]
+    assert start["task_display_mode"] == "plan"
+    assert [c["type"] for c in start["chunks"]] == ["plan_update", "task_update"]
+    done = SearchStep("srvtoolu_1", "burstbot releases", "done", (RESULTS[0],))
+    await drafts.edit_draft(KEY, message_id, DraftText("It is", "It is", (done,)))
+    reply = Reply("rkey", KEY, "It is out.", 1, draft=Draft("dkey", message_id))
+    await drafts.finish(reply, "It is out.")
+    [message] = api.posts()
+    assert message.visible == "It is out."
+    [plan] = [b for b in message.blocks or [] if b["type"] == "plan"]
+    assert [(t["task_id"], t["status"]) for t in plan["tasks"]] == [("srvtoolu_1", "complete")]
+
+
+async def test_the_fake_refuses_a_task_card_slack_would_refuse(api: FakeSlackApi) -> None:
+    client = AsyncWebClient(token=api.token, base_url=api.url, retry_handlers=[])
+    started = await client.chat_startStream(channel="D1", thread_ts=ts(1), markdown_text="Hi")
+    await client.chat_stopStream(channel="D1", ts=started["ts"])
+    bad = {"type": "task_card", "task_id": "t1", "title": "Searching", "status": "running"}
+    with pytest.raises(SlackApiError) as refused:
+        await client.chat_update(channel="D1", ts=started["ts"], text="Hi", blocks=[bad])
+    assert refused.value.response["error"] == "invalid_blocks"
