@@ -126,6 +126,7 @@ class SlackDrafts(PacedDrafts):
         self._remember_stop(message_id, value)
         if button:
             self._buttoned.add(message_id)
+            self._note_blocks(message_id, blocks or [])
         return message_id
 
     def _remember_stop(self, message_id: str, value: str) -> None:
@@ -324,11 +325,15 @@ class SlackDrafts(PacedDrafts):
         self.showing.note(message_id, text, metadata, stored)
         if blocks is not None:
             (self._buttoned.add if blocks else self._buttoned.discard)(message_id)
-            self._blocks[message_id] = blocks
-            self._blocks.move_to_end(message_id)
-            while len(self._blocks) > REMEMBERED_DRAFTS:
-                self._blocks.popitem(last=False)
+            self._note_blocks(message_id, blocks)
         return stored
+
+    def _note_blocks(self, message_id: str, blocks: list[dict[str, Any]]) -> None:
+        """The blocks our last post or update of the message gave it."""
+        self._blocks[message_id] = blocks
+        self._blocks.move_to_end(message_id)
+        while len(self._blocks) > REMEMBERED_DRAFTS:
+            self._blocks.popitem(last=False)
 
     async def _read_back(
         self, key: ConversationKey, message_id: str, quiet: bool = True
