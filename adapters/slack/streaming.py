@@ -12,7 +12,9 @@ a Stop button under its text, and the reply that finishes it removes the button 
 where a thread's agent session shows Slack's own Stop (agent_sessions.py) the draft has none.
 In assistant threads (`native`) a draft is Slack's native stream instead while its text only
 grows: native_stream.py says how each of the rules above is kept there (no button: stopping an
-assistant thread's answer is Slack's own control there).
+assistant thread's answer is Slack's own control there). Its steps show as tasks, chunks while
+it streams and task cards in every update after (and in the answer that finishes it): an update
+without steps sets no blocks, so a superseded generation's cards never stay.
 """
 
 from __future__ import annotations
@@ -56,8 +58,9 @@ REMEMBERED_DRAFTS = 1_000  # drafts whose Stop button value a process remembers
 
 
 def native_parts(text: str) -> tuple[str, tuple[SearchStep, ...]]:
-    """What a native stream shows of a draft's text: while it names searches, the text alone and
-    the searches (task chunks, not the activity line); else the text as every draft shows it."""
+    """What a native stream shows of a draft's text: while it names steps (searches, tool calls,
+    approvals), the text alone and the steps (tasks, not the activity line); else the text as
+    every draft shows it."""
     if isinstance(text, DraftText) and text.steps:
         return text.body, text.steps
     return text, ()
@@ -166,10 +169,11 @@ class SlackDrafts(PacedDrafts):
         return found
 
     async def edit_draft(self, key: ConversationKey, message_id: str, text: str) -> None:
-        """Append to the draft's native stream while the text grows it (searches go as task
-        chunks, so a search does not end the stream); else (a stream that
-        ended, another generation's text, the waiting mark) stop it and update the message. The
-        stream took this call's turn on the budget (`draft_turn`)."""
+        """Append to the draft's native stream while the text grows it (steps go as task
+        chunks, so a search does not end the stream); else (a stream that ended or is older
+        than `stream_max_seconds`, another generation's text, the waiting mark) stop it and
+        update the message, the steps as task cards. The stream took this call's turn on the
+        budget (`draft_turn`)."""
         if await self.native(key):
             body, steps = native_parts(text)
             self._note_steps(message_id, steps)
