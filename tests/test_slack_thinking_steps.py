@@ -142,33 +142,51 @@ async def test_a_search_and_a_tool_call_show_as_tasks_that_end_complete(
         await check_invariants(bot.store, [])
 
 
+OUTCOMES = {
+    "burstbot_approve": (("Approved: create_ticket", "complete", None),
+                         ("Using create_ticket", "complete", "done")),
+    "burstbot_deny": (("Not run: create_ticket", "error", "a person denied it"),
+                      ("Using create_ticket", "error", "not run")),
+}  # fmt: skip
+
+
+def task_output(task: dict[str, Any]) -> str | None:
+    """A task card's output text (None without one)."""
+    output = task.get("output")
+    if output is None:
+        return None
+    return "".join(e["text"] for s in output["elements"] for e in s["elements"])
+
+
 @pytest.mark.parametrize("mode", ["http", "socket"])
-async def test_an_approved_call_shows_its_approval_and_the_call_as_complete_tasks(
-    api: FakeSlackApi, server: FakeAnthropic, tmp_path: Path, mode: str
+@pytest.mark.parametrize("button", ["burstbot_approve", "burstbot_deny"])
+async def test_a_decided_call_shows_its_approval_then_the_call_as_tasks(
+    api: FakeSlackApi, server: FakeAnthropic, tmp_path: Path, mode: str, button: str
 ) -> None:
     api.status_supported = True
     server.queue(Plan(text="", tool_uses=[TICKET]),
-                 Plan(text="Opened OPS-201 for you.", pause_after=1))  # fmt: skip
+                 Plan(text="Here is where it stands.", pause_after=1))  # fmt: skip
     ledger, hold = tmp_path / "ledger.txt", tmp_path / "hold"
     async with running_bot(api, mode=mode, sections=sections(server, ledger, hold, "ask"),
                            llm=claude) as bot:  # fmt: skip
         await open_thread(bot, api, mode, "open a ticket for the printer")
         await stepping_until(bot, lambda: any(m.buttons() for m in api.posts()))
         [card] = [m for m in api.posts() if m.buttons()]
-        await press(bot, api, mode, api.click(card, "U1", "burstbot_approve"))
+        await press(bot, api, mode, api.click(card, "U1", button))
         await bot.app.engine.run_due()  # the decided burst is due at once: the answer resumes
         await stepping_until(bot, lambda: any(m.streaming for m in api.messages))
         [stream] = [m for m in api.messages if m.streaming]
         await stepping_until(bot, lambda: len(stream.tasks) == 2)
-        approval = next(t for i, t in stream.tasks.items() if i.startswith("approval:"))
-        assert (approval["title"], approval["status"]) == ("Approved: create_ticket", "complete")
         server.release()
         await stepping_until(bot, lambda: not stream.streaming)
         await bot.step()
-        answers = [m for m in thread_answer(api) if m.ts != card.ts]
-        assert [m.visible for m in answers] == ["Opened OPS-201 for you."]
-        assert sorted(t["status"] for t in answers[0].tasks.values()) == ["complete", "complete"]
-        assert list(calls_per_key(ledger).values()) == [1]
+        [answer] = [m for m in thread_answer(api) if m.ts != card.ts]
+        assert answer.visible == "Here is where it stands."
+        shown = [(t["title"], t["status"], task_output(t)) for t in answer.tasks.values()]
+        assert tuple(shown) == OUTCOMES[button]  # the approval first, then the call
+        assert next(iter(answer.tasks)).startswith("approval:")
+    ran = list(calls_per_key(ledger).values())
+    assert ran == ([1] if button == "burstbot_approve" else [])
 
 
 async def test_a_superseded_generations_tasks_leave_the_message(api: FakeSlackApi) -> None:

@@ -69,7 +69,7 @@ def task_parts(step: SearchStep) -> tuple[str, str, list[UrlSourceElement]]:
     output, sources = "", []
     if step.kind == "tool":
         title = f"Using {name}"
-        output = {"running": "", "done": "done", "failed": "failed"}[step.state]
+        output = {"running": "", "done": "done", "failed": step.error or "failed"}[step.state]
     elif step.kind == "approval":
         title = {"running": f"Waiting for approval: {name}", "done": f"Approved: {name}",
                  "failed": f"Not run: {name}"}[step.state]  # fmt: skip

@@ -116,6 +116,7 @@ class SlackDrafts(PacedDrafts):
                             "instead", refused)  # fmt: skip
             else:
                 self._labels[message_id] = draft.key
+                self._note_steps(message_id, native_parts(text)[1])
                 return message_id
         return await self._post(key, draft, text)
 

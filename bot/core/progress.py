@@ -97,13 +97,18 @@ class GenerationProgress:
         if line:
             self.streamed.arrived.set()
 
-    def step(self, step: SearchStep) -> None:
-        """Add a step, or replace the one with its id (its query known, its result in)."""
+    def step(self, step: SearchStep, before: str = "") -> None:
+        """Add a step (last, or just before the step with id `before`), or replace the one with
+        its id (its query known, its result in)."""
         at = next((i for i, s in enumerate(self.steps) if s.id == step.id), None)
-        if at is None:
+        if at is not None:
+            self.steps[at] = step
+            return
+        ahead = next((i for i, s in enumerate(self.steps) if s.id == before), None)
+        if ahead is None:
             self.steps.append(step)
         else:
-            self.steps[at] = step
+            self.steps.insert(ahead, step)
 
     def text_so_far(self) -> DraftText:
         text = "".join(self.streamed)

@@ -364,10 +364,11 @@ async def tool_round(
             raise
         decided = calls.decided.get(tool_use_id)
         if decided is not None:  # a resumed answer: what became of the question goes first
-            usage.step(approval_step(tool_use_id, name, decided))
+            usage.step(approval_step(tool_use_id, name, decided), before=tool_use_id)
         # the result is the model's to read, not the page's: the step says only how it ended
+        not_run = decided is not None and decided not in ("approved", "running")
         usage.step(SearchStep(tool_use_id, name, "failed" if answer.is_error else "done",
-                              kind="tool"))  # fmt: skip
+                              error="not run" if not_run else "", kind="tool"))  # fmt: skip
         usage.tool_calls += 1
         result: ToolResultBlockParam = {"type": "tool_result", "tool_use_id": str(block["id"]),
                                         "content": answer.text or "(no output)"}  # fmt: skip
