@@ -25,6 +25,7 @@ from bot.core.events import ConversationKey, Draft, Reply
 from bot.core.replier import DraftText, Replier, SearchStep
 from bot.wiring import claude_replier
 from testkit import ScriptedReplier, check_invariants
+from testkit.clock import FakeClock
 from testkit.fake_anthropic import FakeAnthropic, Plan, Search, ToolUse
 from testkit.fake_slack import (
     BOT_ID,
@@ -284,3 +285,39 @@ async def test_the_fake_refuses_a_task_card_slack_would_refuse(api: FakeSlackApi
     with pytest.raises(SlackApiError) as refused:
         await client.chat_update(channel="D1", ts=started["ts"], text="Hi", blocks=[bad])
     assert refused.value.response["error"] == "invalid_blocks"
+
+
+async def test_after_a_crash_the_next_process_goes_on_in_the_same_message(
+    api: FakeSlackApi, tmp_path: Path
+) -> None:
+    """The first process streams an answer with a search running, then stops without finishing
+    it; the next one answers the burst in the same message, and the search it never saw end
+    does not stay running."""
+    api.status_supported = True
+    db, clock = str(tmp_path / "burstbot.db"), FakeClock()
+    replier = ScriptedReplier(hold=True)
+    async with running_bot(api, db=db, clock=clock, replier=replier, owner="first") as first:
+        await open_thread(first, api, "http", "what is half of ten?")
+        call = await replier.next_call(0)
+        call.usage.step(SearchStep("srvtoolu_1", "half of ten"))
+        call.stream(3, "Half of")
+        await stepping_until(first, lambda: any(m.tasks for m in api.messages))
+        # the process goes away here: its stream still runs, the burst is unanswered
+    [stream] = api.posts()
+    assert stream.streaming and stream.tasks["srvtoolu_1"]["status"] == "in_progress"
+    second_replier = ScriptedReplier(hold=True)
+    async with running_bot(api, db=db, clock=clock, replier=second_replier,
+                           owner="second") as second:  # fmt: skip
+        await second.clock.advance(31)  # past the first process's lease: due again
+        await second.app.engine.run_due()
+        call = await second_replier.next_call(0)
+        call.stream(3, "Five")
+        await stepping_until(second, lambda: stream.text == "Five")
+        assert stream.tasks == {} and [m.ts for m in api.posts()] == [stream.ts]
+        call.finish("Five.")
+        await step(second.clock, INTERVAL)
+        await second.app.engine.idle()
+        await second.step()
+        assert [(m.ts, m.visible) for m in thread_answer(api)] == [(stream.ts, "Five.")]
+        assert stream.tasks == {} and not stream.streaming
+        await check_invariants(second.store, [KEY.id])
