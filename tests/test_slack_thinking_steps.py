@@ -190,19 +190,22 @@ async def test_a_decided_call_shows_its_approval_then_the_call_as_tasks(
     assert ran == ([1] if button == "burstbot_approve" else [])
 
 
-async def test_a_superseded_generations_tasks_leave_the_message(api: FakeSlackApi) -> None:
+@pytest.mark.parametrize("mode", ["http", "socket"])
+async def test_a_superseded_generations_tasks_leave_the_message(
+    api: FakeSlackApi, mode: str
+) -> None:
     api.status_supported = True
     key_id = f"slack:{TEAM}:D1:{ts(1)}"
-    async with running_bot(api, replier=ScriptedReplier(hold=True)) as bot:
-        await open_thread(bot, api, "http", "what is half of")
+    async with running_bot(api, replier=ScriptedReplier(hold=True), mode=mode) as bot:
+        await open_thread(bot, api, mode, "what is half of")
         first = await bot.replier.next_call(0)
         first.usage.step(SearchStep("srvtoolu_1", "half of what"))
         first.stream(3, "Half of")
         await stepping_until(bot, lambda: any(m.tasks for m in api.messages))
         [message] = [m for m in api.messages if m.tasks]
-        typed = asyncio.ensure_future(bot.send(dm(ts(3), "ten?", thread_ts=ts(1))))
+        typed = asyncio.ensure_future(deliver(bot, api, mode, dm(ts(3), "ten?", thread_ts=ts(1))))
         await until(lambda: first.cancelled)
-        assert await typed == 200
+        await typed
         await stepping_until(bot, lambda: message.text == "…")
         assert message.tasks == {}  # the superseded search no longer shows
         await bot.app.engine.idle()
