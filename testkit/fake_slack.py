@@ -62,7 +62,12 @@ methods also take `chunks`, checked as Slack documents them (`markdown_text` wit
 `details` and `output` within 256 characters and `sources`, a list of `url` elements with `url` and
 `text`; `plan_update` with `title`; `blocks`), anything else `invalid_arguments`; `startStream`
 takes `task_display_mode` timeline or plan. Markdown chunks append to the text; each task's newest
-update is kept on the message (`tasks`, by id), as the timeline shows it.
+update is kept on the message (`tasks`, by id), as the timeline shows it. Slack ends a stream
+`stream_limit_seconds` after it started (300 by default, about five minutes as Slack documents;
+measured on `clock`, which a test may share with the bot's fake one): from then on appends and
+stops answer `message_not_in_streaming_state` and the message can be updated. A stream's task
+cards are part of the message's content: an update that gives `blocks` replaces them with the
+`task_card` blocks among those (alone or in a `plan`), one without keeps them.
 
 Assistant threads: `assistant.threads.setStatus`, `setSuggestedPrompts` and `setTitle` take
 effect (recorded in `statuses`, `suggested` and `titles`) only when the app has the
@@ -120,6 +125,7 @@ BOT_USER = "UBOT"
 BOT_ID = "BBOT"
 MAX_TEXT_CHARS = 40_000  # Slack refuses longer text with msg_too_long
 MAX_STREAM_CHARS = 12_000  # a stream's markdown_text, per call
+STREAM_LIMIT_SECONDS = 300.0  # Slack stops taking appends about five minutes into a stream
 TASK_STATUSES = frozenset({"pending", "in_progress", "complete", "error"})
 TASK_TEXT_CHARS = 256  # a task's details and output
 TASK_KEYS = frozenset({"type", "id", "title", "status", "details", "output", "sources"})
@@ -168,6 +174,7 @@ class PostedMessage:
 
     subtype: str | None = None
     streaming: bool = False  # a native stream not stopped yet
+    stream_started: float = 0.0  # when its stream started, on the fake's `clock`
     blocks: list[dict[str, Any]] | None = None  # Block Kit: shown instead of `text`
     tasks: dict[str, dict[str, Any]] = field(default_factory=dict)  # a stream's task cards, by id
 
@@ -284,6 +291,12 @@ def valid_block(block: dict[str, Any]) -> bool:
         if not (isinstance(elements, list) and 0 < len(elements) <= 25):
             return False
         return kind == "context" or all(valid_button(e) for e in elements)
+    if kind == "task_card":
+        return valid_task_card(block)
+    if kind == "plan":
+        tasks = block.get("tasks", [])
+        return (isinstance(block.get("title"), str) and isinstance(tasks, list)
+                and all(valid_task_card(t) for t in tasks))  # fmt: skip
     if kind == "context_actions":
         elements = block.get("elements")
         if not (isinstance(elements, list) and 0 < len(elements) <= CONTEXT_ACTIONS):
@@ -339,13 +352,45 @@ def valid_task(chunk: dict[str, Any]) -> bool:
         value = chunk.get(name)
         if value is not None and not (isinstance(value, str) and len(value) <= TASK_TEXT_CHARS):
             return False
-    sources = chunk.get("sources", [])
+    return valid_sources(chunk.get("sources", []))
+
+
+def valid_sources(sources: Any) -> bool:
     return isinstance(sources, list) and all(
         isinstance(s, dict) and s.get("type") == "url" and set(s) == {"type", "url", "text"}
         and isinstance(s["url"], str) and s["url"].startswith(("http://", "https://"))
         and isinstance(s["text"], str)
         for s in sources
     )  # fmt: skip
+
+
+def valid_task_card(block: Any) -> bool:
+    """A `task_card` block as Slack documents it: `task_id`, `title`, an optional `status`,
+    `details` and `output` each one `rich_text`, `sources` as a task chunk's."""
+    if not isinstance(block, dict) or block.get("type") != "task_card":
+        return False
+    if set(block) - {"type", "task_id", "title", "status", "details", "output", "sources",
+                     "block_id"}:  # fmt: skip
+        return False
+    if not (isinstance(block.get("task_id"), str) and block["task_id"]) or not isinstance(
+        block.get("title"), str
+    ):
+        return False
+    if block.get("status", "pending") not in TASK_STATUSES:
+        return False
+    for name in ("details", "output"):
+        value = block.get(name)
+        if value is not None and not (isinstance(value, dict) and value.get("type") == "rich_text"
+                                      and isinstance(value.get("elements"), list)):  # fmt: skip
+            return False
+    return valid_sources(block.get("sources", []))
+
+
+def shown_tasks(blocks: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The task cards blocks show (alone or in a plan), by id, as a stream's task updates."""
+    cards = [b for b in blocks if b.get("type") == "task_card"]
+    cards += [t for b in blocks if b.get("type") == "plan" for t in b.get("tasks") or []]
+    return {c["task_id"]: {**c, "id": c["task_id"]} for c in cards}
 
 
 class FakeSlackApi:
@@ -403,6 +448,9 @@ class FakeSlackApi:
         self.refused_downloads: list[str] = []  # ... asked without it (got the sign-in page)
         self.timeline: list[str] = []  # "download <id>" as each starts; tests add their own marks
         self.limits: dict[str, tuple[RateLimits, str]] = {}  # method → its buckets, counted over
+        self.stream_limit_seconds = STREAM_LIMIT_SECONDS  # Slack ends a stream this long after
+        self.clock: Callable[[], float] = time.monotonic  # its start; tests share a fake clock
+        self.stream_refusals: list[str] = []  # the errors appends and stops were answered
 
     # lifecycle --------------------------------------------------------------------------------
     async def start(self, port: int = 0) -> FakeSlackApi:
@@ -482,6 +530,14 @@ class FakeSlackApi:
         """Slack ends running streams by itself after some minutes: they stop taking appends."""
         for message in self.messages:
             message.streaming = False
+
+    def _end_old_streams(self) -> None:
+        """Slack ends a stream `stream_limit_seconds` after its start: from then on the message
+        is an ordinary one (appends and stops answer `message_not_in_streaming_state`)."""
+        now = self.clock()
+        for message in self.messages:
+            if message.streaming and now - message.stream_started >= self.stream_limit_seconds:
+                message.streaming = False
 
     def add_user_message(
         self, channel: str, ts: str, text: str, user: str = "U1", thread_ts: str | None = None
@@ -674,6 +730,7 @@ class FakeSlackApi:
     async def answer(self, method: str, args: dict[str, Any], token: str) -> web.Response:
         """One Web API call with its arguments and bearer token, as Slack answers it."""
         self.calls.append((method, args))
+        self._end_old_streams()
         if self.outage is not None:  # the load balancer answers; Slack never sees the call
             return self._failure(self.outage)
         bad_token = self.refuse_token(method, token)
@@ -771,8 +828,9 @@ class FakeSlackApi:
         message.text = text
         if metadata:
             message.metadata = metadata
-        if blocks is not None:  # not given: the message keeps its blocks
+        if blocks is not None:  # not given: the message keeps its blocks (and task cards)
             message.blocks = blocks or None
+            message.tasks = shown_tasks(blocks)  # a stream's cards are replaced by the blocks'
         self.updates.append((message.ts, text, time.monotonic()))
         self.chat_log.append({"method": "chat.update", "ts": message.ts, "text": text})
         return {"channel": message.channel, "ts": message.ts, "text": text}
@@ -788,7 +846,8 @@ class FakeSlackApi:
             return {"error": "msg_too_long"}
         ts = self._next_ts()
         message = PostedMessage(str(args["channel"]), ts, text, str(args["thread_ts"]), None,
-                                self.bot_user, self.bot_id, streaming=True)  # fmt: skip
+                                self.bot_user, self.bot_id, streaming=True,
+                                stream_started=self.clock())  # fmt: skip
         message.tasks.update((task["id"], task) for task in chunked[1])
         self.messages.append(message)
         self._log_stream("chat.startStream", ts, text, args)
@@ -810,6 +869,7 @@ class FakeSlackApi:
         if isinstance(message, dict):
             return message
         if not message.streaming:
+            self.stream_refusals.append("message_not_in_streaming_state")
             return {"error": "message_not_in_streaming_state"}
         chunked = stream_chunks(args)
         if chunked is None:

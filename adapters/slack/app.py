@@ -34,6 +34,7 @@ from adapters.slack.feedback import FeedbackButtons
 from adapters.slack.history import History
 from adapters.slack.inbound import Identity
 from adapters.slack.install import StoreInstallations, StoreOAuthStates, oauth_flow
+from adapters.slack.native_stream import NativeStreams
 from adapters.slack.outbound import Outbound, slack_pacer
 from adapters.slack.stop_button import StopButtons
 from adapters.slack.streaming import SlackDrafts
@@ -210,7 +211,10 @@ class SlackFrontend(
             client, identity, host, self.config.assistant, self.config.surface
         )
         sessions = AgentSessions(outbound, host)
-        drafts = SlackDrafts(outbound, assistant.is_assistant_thread, sessions.serves_stop)
+        streams = NativeStreams(client, identity, display=self.config.task_display,
+                                max_age=self.config.stream_max_seconds,
+                                now=self.clock.monotonic)  # fmt: skip
+        drafts = SlackDrafts(outbound, assistant.is_assistant_thread, sessions.serves_stop, streams)
         history = History(client, identity, self.listen_channels)
         return Workspace(identity, client, outbound, drafts, history, assistant, sessions)
 

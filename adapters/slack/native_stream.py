@@ -5,23 +5,35 @@ settled prefix of the model's markdown; other text stops it, and the message is 
 then on), it carries no metadata until it stops (a running one is found as the bot's unlabelled
 message in the thread), stopping labels it with the draft's key, and the final text is never the
 stream's. `message_not_in_streaming_state` (a message not streaming, or no longer) is no
-error.
+error. The model's steps (searches, tool calls, approvals) are task chunks while the message
+streams and task cards once it is updated (docs/slack-assistant.md's "Thinking steps"); a
+stream is stopped before Slack's own limit on its age (its "Long answers").
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+from slack_sdk.models.blocks import (
+    PlanBlock,
+    RichTextBlock,
+    RichTextElementParts,
+    RichTextSectionElement,
+    TaskCardBlock,
+)
+from slack_sdk.models.blocks.block_elements import UrlSourceElement
+from slack_sdk.models.messages.chunk import MarkdownTextChunk, PlanUpdateChunk, TaskUpdateChunk
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.markdown import settle_partial
 from adapters.slack.calls import call, slack_code
 from adapters.slack.inbound import Identity, split_message_id
-from adapters.slack.mrkdwn import MAX_PART_CHARS
+from adapters.slack.mrkdwn import MAX_PART_CHARS, split_mrkdwn
 from adapters.slack.outbound import conversation
 from bot.core.errors import DeliveryError, MessageGone
 from bot.core.events import ConversationKey
@@ -40,25 +52,70 @@ UNAVAILABLE = frozenset(
 
 TASK_STATUS = {"running": "in_progress", "done": "complete", "failed": "error"}
 TASK_TEXT_CHARS = 256  # a task's title, details and output, each
+SECTION_CHARS = 3000  # Slack's limit on a section's text
+PLAN_TITLE = "Working on it"  # the plan's title, with `task_display = "plan"`
+TaskDisplay = Literal["timeline", "plan"]
 
 
 class StreamsUnavailable(Exception):
     """The workspace refuses native streams; drafts go by post and update instead."""
 
 
+def task_parts(step: SearchStep) -> tuple[str, str, list[UrlSourceElement]]:
+    """A step's title, output and sources as its task shows them: a search's query then its
+    sources or its error; a tool call's name then how it ended; an approval waited for, then
+    whether the call was approved (or why it did not run)."""
+    name = step.query.strip()
+    output, sources = "", []
+    if step.kind == "tool":
+        title = f"Using {name}"
+        output = {"running": "", "done": "done", "failed": step.error or "failed"}[step.state]
+    elif step.kind == "approval":
+        title = {"running": f"Waiting for approval: {name}", "done": f"Approved: {name}",
+                 "failed": f"Not run: {name}"}[step.state]  # fmt: skip
+        output = step.error if step.state == "failed" else ""
+    else:
+        title = f"Searching the web: {name}" if name else "Searching the web"
+        if step.state == "done":
+            output = f"{len(step.sources)} sources" if step.sources else "no results"
+            sources = [UrlSourceElement(url=url, text=_cut(title_ or url))
+                       for url, title_ in step.sources]  # fmt: skip
+        elif step.state == "failed":
+            output = f"search failed: {step.error or 'error'}"
+    return _cut(title), _cut(output), sources
+
+
 def task_chunk(step: SearchStep) -> dict[str, Any]:
-    """A search as Slack's `task_update` chunk: its query, then its sources or its error."""
-    title = f"Searching the web: {step.query}" if step.query.strip() else "Searching the web"
-    chunk: dict[str, Any] = {"type": "task_update", "id": step.id,
-                             "title": _cut(title), "status": TASK_STATUS[step.state]}  # fmt: skip
-    if step.state == "done":
-        chunk["output"] = f"{len(step.sources)} sources" if step.sources else "no results"
-        if step.sources:
-            chunk["sources"] = [{"type": "url", "url": url, "text": _cut(name or url)}
-                                for url, name in step.sources]  # fmt: skip
-    elif step.state == "failed":
-        chunk["output"] = _cut(f"search failed: {step.error or 'error'}")
-    return chunk
+    """A step as Slack's `task_update` chunk (slack_sdk's `TaskUpdateChunk`)."""
+    title, output, sources = task_parts(step)
+    chunk = TaskUpdateChunk(id=step.id, title=title, status=TASK_STATUS[step.state],
+                            output=output or None, sources=sources or None)  # fmt: skip
+    return chunk.to_dict()
+
+
+def task_blocks(steps: tuple[SearchStep, ...], display: TaskDisplay) -> list[dict[str, Any]]:
+    """The steps as blocks (`task_card`s, in a `plan` with `task_display = "plan"`): what an
+    update shows of them once the message no longer streams."""
+    cards = []
+    for step in steps:
+        title, output, sources = task_parts(step)
+        rich = None
+        if output:
+            rich = RichTextBlock(elements=[RichTextSectionElement(
+                elements=[RichTextElementParts.Text(text=output)])])  # fmt: skip
+        cards.append(TaskCardBlock(task_id=step.id, title=title, status=TASK_STATUS[step.state],
+                                   output=rich, sources=sources or None))  # fmt: skip
+    if not cards:
+        return []
+    if display == "plan":
+        return [PlanBlock(title=PLAN_TITLE, tasks=cards).to_dict()]
+    return [card.to_dict() for card in cards]
+
+
+def text_sections(text: str) -> list[dict[str, Any]]:
+    """The text as sections of Slack's size (shown under the task cards)."""
+    return [{"type": "section", "text": {"type": "mrkdwn", "text": part}, "expand": True}
+            for part in split_mrkdwn(text, SECTION_CHARS) if part.strip()]  # fmt: skip
 
 
 def _cut(text: str) -> str:
@@ -77,28 +134,34 @@ def settled_prefix(text: str) -> str:
 @dataclass(eq=False)
 class NativeStreams:
     """The native streams of one workspace's drafts: what each stream this process started has
-    been sent, and which messages are known to be stopped."""
+    been sent, when it started, and which messages are known to be stopped. A stream older than
+    `max_age` seconds takes no more appends (Slack ends streams about five minutes after their
+    start): the caller stops it and goes on by updating the message."""
 
     client: AsyncWebClient
     identity: Identity
-    # message id → the text a running stream was sent, its search steps as sent, stopped ones
+    display: TaskDisplay = "timeline"
+    max_age: float = 240.0
+    now: Callable[[], float] = time.monotonic
+    # message id → the text a running stream was sent, its steps as sent, its start; stopped ones
     _sent: OrderedDict[str, str] = field(default_factory=OrderedDict, init=False)
     _tasks: OrderedDict[str, dict[str, SearchStep]] = field(default_factory=OrderedDict, init=False)
+    _started: OrderedDict[str, float] = field(default_factory=OrderedDict, init=False)
     _stopped: OrderedDict[str, None] = field(default_factory=OrderedDict, init=False)
 
     async def start(
         self, key: ConversationKey, text: str, steps: tuple[SearchStep, ...] = ()
     ) -> str:
-        """`chat.startStream` in the thread with the settled text so far (and the searches as
+        """`chat.startStream` in the thread with the settled text so far (and the steps as
         task chunks); the message id."""
         first = settled_prefix(text)[:MAX_PART_CHARS]  # a draft shows one part's worth
-        args: dict[str, Any] = {"channel": key.channel, "thread_ts": key.thread}
+        args: dict[str, Any] = {"channel": key.channel, "thread_ts": key.thread,
+                                "task_display_mode": self.display}  # fmt: skip
         if steps:
-            chunks = [{"type": "markdown_text", "text": first}] if first.strip() else []
-            args["chunks"] = chunks + [task_chunk(step) for step in steps]
-            args["task_display_mode"] = "timeline"
+            args["chunks"] = self._chunks(first if first.strip() else "", steps, first=True)
         elif first.strip():
             args["markdown_text"] = first
+        started = self.now()
         try:
             response = await call(f"conversation {key.id}: start stream",
                                   self.client.chat_startStream(**args))  # fmt: skip
@@ -109,17 +172,35 @@ class NativeStreams:
         message_id = f"{key.channel}:{response['ts']}"
         self._remember(self._sent, message_id, first if first.strip() else "")
         self._remember(self._tasks, message_id, {step.id: step for step in steps})
+        self._remember(self._started, message_id, started)
         return message_id
+
+    def _chunks(self, text: str, steps: Sequence[SearchStep], first: bool) -> list[dict[str, Any]]:
+        """The text and the steps as chunks; a plan gets its title with its first tasks."""
+        chunks = [MarkdownTextChunk(text=text).to_dict()] if text else []
+        if first and self.display == "plan":
+            chunks.append(PlanUpdateChunk(title=PLAN_TITLE).to_dict())
+        return chunks + [task_chunk(step) for step in steps]
 
     def extends(self, message_id: str, text: str) -> bool:
         """Whether `text` grows what the stream was sent (so appending can show it)."""
         sent = self._sent.get(message_id)
         return sent is not None and text.startswith(sent)
 
+    def aged(self, message_id: str) -> bool:
+        """Whether the stream has run for `max_age`: it takes no more appends from us."""
+        started = self._started.get(message_id)
+        return started is not None and self.now() - started >= self.max_age
+
     async def grow(self, message_id: str, text: str, steps: tuple[SearchStep, ...] = ()) -> bool:
         """Append what `text` adds to the stream (the settled part, within one part's worth)
-        and the searches that changed since they were sent; False when the stream has ended
-        (Slack closed it): the caller edits the message."""
+        and the steps that changed since they were sent; False when the stream has ended
+        (Slack closed it, or it is older than `max_age`): the caller stops it and edits the
+        message."""
+        if self.aged(message_id):
+            log.info("message %s: its stream is %.0f s old; editing it instead", message_id,
+                     self.now() - self._started[message_id])  # fmt: skip
+            return False
         sent, tasks = self._sent[message_id], self._tasks.get(message_id) or {}
         new = settled_prefix(text)[:MAX_PART_CHARS]
         changed = [step for step in steps if tasks.get(step.id) != step]
@@ -130,8 +211,7 @@ class NativeStreams:
         channel, ts = split_message_id(message_id)
         suffix = new[len(sent) :]
         if changed:
-            chunks = [{"type": "markdown_text", "text": suffix}] if suffix else []
-            chunks += [task_chunk(step) for step in changed]
+            chunks = self._chunks(suffix, changed, first=not tasks)
             request = self.client.chat_appendStream(channel=channel, ts=ts, chunks=chunks)
         else:
             request = self.client.chat_appendStream(channel=channel, ts=ts, markdown_text=suffix)
@@ -191,6 +271,7 @@ class NativeStreams:
     def _forget(self, message_id: str) -> None:
         self._sent.pop(message_id, None)
         self._tasks.pop(message_id, None)
+        self._started.pop(message_id, None)
         self._remember(self._stopped, message_id, None)
 
     @staticmethod

@@ -12,7 +12,9 @@ a Stop button under its text, and the reply that finishes it removes the button 
 where a thread's agent session shows Slack's own Stop (agent_sessions.py) the draft has none.
 In assistant threads (`native`) a draft is Slack's native stream instead while its text only
 grows: native_stream.py says how each of the rules above is kept there (no button: stopping an
-assistant thread's answer is Slack's own control there).
+assistant thread's answer is Slack's own control there). Its steps show as tasks, chunks while
+it streams and task cards in every update after (and in the answer that finishes it): an update
+without steps sets no blocks, so a superseded generation's cards never stay.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from adapters.markdown import settle_partial
@@ -28,7 +31,12 @@ from adapters.slack.calls import call, slack_code
 from adapters.slack.feedback import feedback_blocks, shows_feedback
 from adapters.slack.inbound import split_message_id
 from adapters.slack.mrkdwn import split_mrkdwn, to_mrkdwn
-from adapters.slack.native_stream import NativeStreams, StreamsUnavailable
+from adapters.slack.native_stream import (
+    NativeStreams,
+    StreamsUnavailable,
+    task_blocks,
+    text_sections,
+)
 from adapters.slack.outbound import (
     CLOCK_MARGIN,
     POST,
@@ -50,8 +58,9 @@ REMEMBERED_DRAFTS = 1_000  # drafts whose Stop button value a process remembers
 
 
 def native_parts(text: str) -> tuple[str, tuple[SearchStep, ...]]:
-    """What a native stream shows of a draft's text: while it names searches, the text alone and
-    the searches (task chunks, not the activity line); else the text as every draft shows it."""
+    """What a native stream shows of a draft's text: while it names steps (searches, tool calls,
+    approvals), the text alone and the steps (tasks, not the activity line); else the text as
+    every draft shows it."""
     if isinstance(text, DraftText) and text.steps:
         return text.body, text.steps
     return text, ()
@@ -65,17 +74,20 @@ class SlackDrafts(PacedDrafts):
         outbound: Outbound,
         native: Callable[[ConversationKey], Awaitable[bool]] | None = None,
         session_stops: Callable[[ConversationKey], bool] = lambda key: False,
+        streams: NativeStreams | None = None,
     ) -> None:
         self.outbound = outbound
         self.client = outbound.client
         self._native = native  # where drafts are native streams (assistant threads)
         self._session_stops = session_stops  # where Slack's agent session shows the Stop
-        self.streams = NativeStreams(outbound.client, outbound.identity)
+        self.streams = streams or NativeStreams(outbound.client, outbound.identity)
+        self._steps: OrderedDict[str, tuple[SearchStep, ...]] = OrderedDict()  # shown, by message
         self._labels: dict[str, str] = {}  # a native draft's message id → the draft's key
         self.showing = Showing()  # what each message we posted or updated shows now
         self.native_refused = ""  # Slack's reason, once it refused to start a stream
         self._stops: OrderedDict[str, str] = OrderedDict()  # a draft message → its button's value
         self._buttoned: set[str] = set()  # messages our last post or update gave the button
+        self._blocks: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()  # as last sent
 
     async def native(self, key: ConversationKey) -> bool:
         if self.native_refused or self._native is None or not key.thread:
@@ -104,6 +116,7 @@ class SlackDrafts(PacedDrafts):
                             "instead", refused)  # fmt: skip
             else:
                 self._labels[message_id] = draft.key
+                self._note_steps(message_id, native_parts(text)[1])
                 return message_id
         return await self._post(key, draft, text)
 
@@ -117,6 +130,7 @@ class SlackDrafts(PacedDrafts):
         self._remember_stop(message_id, value)
         if button:
             self._buttoned.add(message_id)
+            self._note_blocks(message_id, blocks or [])
         return message_id
 
     def _remember_stop(self, message_id: str, value: str) -> None:
@@ -156,12 +170,14 @@ class SlackDrafts(PacedDrafts):
         return found
 
     async def edit_draft(self, key: ConversationKey, message_id: str, text: str) -> None:
-        """Append to the draft's native stream while the text grows it (searches go as task
-        chunks, so a search does not end the stream); else (a stream that
-        ended, another generation's text, the waiting mark) stop it and update the message. The
-        stream took this call's turn on the budget (`draft_turn`)."""
+        """Append to the draft's native stream while the text grows it (steps go as task
+        chunks, so a search does not end the stream); else (a stream that ended or is older
+        than `stream_max_seconds`, another generation's text, the waiting mark) stop it and
+        update the message, the steps as task cards. The stream took this call's turn on the
+        budget (`draft_turn`)."""
         if await self.native(key):
             body, steps = native_parts(text)
+            self._note_steps(message_id, steps)
             if self.streams.extends(message_id, body) and await self.streams.grow(
                 message_id, body, steps
             ):
@@ -169,7 +185,10 @@ class SlackDrafts(PacedDrafts):
             await self._stop(key, message_id)
             label = self._labels.get(message_id)
             metadata = None if label is None else part_metadata(label, 0, key)
-            await self._update(message_id, self.draft_text(text), metadata)
+            shown = self.draft_text(body if steps else text)
+            # the steps as task cards above the text; none (another generation's text, the
+            # waiting mark) takes every earlier card off the message
+            await self._update(message_id, shown, metadata, blocks=self._step_blocks(steps, shown))
             return
         shown = self.draft_text(text)
         if self._session_stops(key):  # Slack's session shows the Stop: none of ours
@@ -211,6 +230,10 @@ class SlackDrafts(PacedDrafts):
         assert reply.draft is not None
         draft, metadata = reply.draft, part_metadata(reply.id, 0, reply.key)
         blocks = feedback_blocks(text, reply.id, reply.key) if buttons else []
+        steps = self.final_steps(draft.message_id) if draft.message_id else ()
+        if steps:  # the answer keeps its thinking steps above its text
+            cards = task_blocks(steps, self.streams.display)
+            blocks = cards + (blocks or text_sections(text))
         message_id = draft.message_id or await self._post(reply.key, draft, text, taken=False)
         try:
             # the final text is the update's, not the stream's: a stream still running stops
@@ -226,7 +249,7 @@ class SlackDrafts(PacedDrafts):
             if message is not None and (
                 message.get("text") != stored
                 or shows_stop(message)
-                or shows_feedback(message) != bool(blocks)
+                or shows_feedback(message) != buttons
             ):
                 log.warning("reply %s: a stale draft edit landed after the final text; restored",
                             reply.id)  # fmt: skip
@@ -243,6 +266,26 @@ class SlackDrafts(PacedDrafts):
         """The draft message is finished or deleted: no more edits of it as a draft."""
         self._labels.pop(message_id, None)
         self._stops.pop(message_id, None)
+        self._steps.pop(message_id, None)
+
+    def _note_steps(self, message_id: str, steps: tuple[SearchStep, ...]) -> None:
+        self._steps[message_id] = steps
+        self._steps.move_to_end(message_id)
+        while len(self._steps) > REMEMBERED_DRAFTS:
+            self._steps.popitem(last=False)
+
+    def _step_blocks(self, steps: tuple[SearchStep, ...], text: str) -> list[dict[str, Any]]:
+        """A message's blocks once it no longer streams: its steps' task cards, then its text;
+        [] without steps (which removes any card a stream left)."""
+        if not steps:
+            return []
+        return task_blocks(steps, self.streams.display) + text_sections(text)
+
+    def final_steps(self, message_id: str) -> tuple[SearchStep, ...]:
+        """The steps the draft showed last, as the answer keeps them: its generation is over,
+        so a step still shown running has ended (its outcome was not seen: shown done)."""
+        return tuple(replace(step, state="done") if step.state == "running" else step
+                     for step in self._steps.get(message_id, ()))  # fmt: skip
 
     def _settle(self) -> None:
         """A draft's final update was made (or the draft deleted): it owes the budget nothing."""
@@ -261,7 +304,10 @@ class SlackDrafts(PacedDrafts):
         nothing (the text, metadata and Stop button it shows since our last call) is not sent.
         `blocks`: a draft's (with the button), [] to remove them, None to leave them."""
         team = self.outbound.identity.team_id
-        button_changes = blocks is not None and (message_id in self._buttoned) != bool(blocks)
+        button_changes = blocks is not None and (
+            (message_id in self._buttoned) != bool(blocks)
+            or (bool(blocks) and self._blocks.get(message_id) != blocks)
+        )
         unchanged = None if button_changes else self.showing.unchanged(message_id, text, metadata)
         if unchanged is not None:
             if taken:  # the stream took a token for it: give it back
@@ -284,7 +330,15 @@ class SlackDrafts(PacedDrafts):
         self.showing.note(message_id, text, metadata, stored)
         if blocks is not None:
             (self._buttoned.add if blocks else self._buttoned.discard)(message_id)
+            self._note_blocks(message_id, blocks)
         return stored
+
+    def _note_blocks(self, message_id: str, blocks: list[dict[str, Any]]) -> None:
+        """The blocks our last post or update of the message gave it."""
+        self._blocks[message_id] = blocks
+        self._blocks.move_to_end(message_id)
+        while len(self._blocks) > REMEMBERED_DRAFTS:
+            self._blocks.popitem(last=False)
 
     async def _read_back(
         self, key: ConversationKey, message_id: str, quiet: bool = True

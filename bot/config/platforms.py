@@ -88,6 +88,11 @@ class SlackConfig(Section):
     # the platform's limits, shared by every conversation streaming at once (0: not paced)
     updates_per_minute: float = Field(default=50.0, ge=0, le=100_000)  # chat.update, workspace
     posts_per_minute: float = Field(default=60.0, ge=0, le=100_000)  # chat.postMessage, channel
+    # native streams (assistant threads): how the model's steps show, and how long a stream may
+    # run before burstbot stops it and goes on by updating the message (Slack ends a stream
+    # about five minutes after its start)
+    task_display: Literal["timeline", "plan"] = "timeline"
+    stream_max_seconds: float = Field(default=240.0, gt=0, le=290)
 
 
 class DiscordConfig(Section):

@@ -37,20 +37,22 @@ class StreamedText(list[str]):
 
 @dataclass(frozen=True, slots=True)
 class SearchStep:
-    """One web search as a draft shows it: a surface that renders the model's work itself
-    (Slack's task chunks) shows each step; the others show the activity line."""
+    """One step of the model's work as a draft shows it (a web search, an MCP tool call, an
+    approval it waited for): a surface that renders the work itself (Slack's task chunks) shows
+    each step; the others show the activity line."""
 
-    id: str  # the search's tool use id: the same step from start to result
-    query: str = ""
+    id: str  # the call's tool use id (an approval's: `approval:` and it): the same step throughout
+    query: str = ""  # a search's query; a tool call's or an approval's tool name
     state: Literal["running", "done", "failed"] = "running"
     sources: tuple[tuple[str, str], ...] = ()  # (url, title) of its first results
-    error: str = ""  # the error code of a failed search
+    error: str = ""  # the error code of a failed search; why a call or an approval failed
+    kind: Literal["search", "tool", "approval"] = "search"
 
 
 class DraftText(str):
     """The text so far as a draft shows it (the text, then the activity line), which also carries
     its parts for a surface that renders the work itself: `body` is the text alone and `steps`
-    the searches so far. Two draft texts are the same only with the same steps."""
+    the steps so far. Two draft texts are the same only with the same steps."""
 
     body: str
     steps: tuple[SearchStep, ...]
@@ -71,8 +73,8 @@ class GenerationProgress:
     """Token counts and the text so far, updated by the replier as the stream goes (the text is
     what a streamed draft shows; a replier that does not add to it is simply not streamed).
     `activity` is one line the draft shows after the text while the model works without
-    writing (a web search), gone once the text goes on; `steps` are the searches it names, kept
-    for surfaces that show each one (`DraftText`)."""
+    writing (a web search, a tool call), gone once the text goes on; `steps` are the searches,
+    tool calls and approvals so far, kept for surfaces that show each one (`DraftText`)."""
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -95,13 +97,18 @@ class GenerationProgress:
         if line:
             self.streamed.arrived.set()
 
-    def step(self, step: SearchStep) -> None:
-        """Add a search step, or replace the one with its id (its query known, its result in)."""
+    def step(self, step: SearchStep, before: str = "") -> None:
+        """Add a step (last, or just before the step with id `before`), or replace the one with
+        its id (its query known, its result in)."""
         at = next((i for i, s in enumerate(self.steps) if s.id == step.id), None)
-        if at is None:
+        if at is not None:
+            self.steps[at] = step
+            return
+        ahead = next((i for i, s in enumerate(self.steps) if s.id == before), None)
+        if ahead is None:
             self.steps.append(step)
         else:
-            self.steps[at] = step
+            self.steps.insert(ahead, step)
 
     def text_so_far(self) -> DraftText:
         text = "".join(self.streamed)
