@@ -99,12 +99,29 @@ def task_blocks(steps: tuple[SearchStep, ...], display: TaskDisplay) -> list[dic
     cards = []
     for step in steps:
         title, output, sources = task_parts(step)
-        rich = None
-        if output:
-            rich = RichTextBlock(elements=[RichTextSectionElement(
-                elements=[RichTextElementParts.Text(text=output)])])  # fmt: skip
-        cards.append(TaskCardBlock(task_id=step.id, title=title, status=TASK_STATUS[step.state],
-                                   output=rich, sources=sources or None))  # fmt: skip
+        cards.append(task_card(step.id, title, TASK_STATUS[step.state], output, sources))
+    return laid_out(cards, display)
+
+
+def task_card(
+    task_id: str,
+    title: str,
+    status: str,
+    output: str = "",
+    sources: Sequence[UrlSourceElement] = (),
+) -> TaskCardBlock:
+    """One task as Slack's `task_card` block, its output (if any) as rich text; the title and
+    output cut to a task's length."""
+    rich = None
+    if output:
+        rich = RichTextBlock(elements=[RichTextSectionElement(
+            elements=[RichTextElementParts.Text(text=_cut(output))])])  # fmt: skip
+    return TaskCardBlock(task_id=task_id, title=_cut(title), status=status, output=rich,
+                         sources=list(sources) or None)  # fmt: skip
+
+
+def laid_out(cards: list[TaskCardBlock], display: TaskDisplay) -> list[dict[str, Any]]:
+    """Task cards as `task_display` lays them out: each in line, or in one titled `plan`."""
     if not cards:
         return []
     if display == "plan":
