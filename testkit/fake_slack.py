@@ -39,8 +39,10 @@ Bots' messages can be updated (`chat.update`: the bot's own message, text within
 metadata replaced when given) and deleted (`chat.delete`), as on Slack.
 
 Block Kit: `chat.postMessage` and `chat.update` take `blocks` (sections, actions with buttons,
-context, divider), checked against Slack's limits (`invalid_blocks` otherwise); an update without
-`blocks` keeps the message's blocks, `blocks=[]` removes them, as on Slack. A message with blocks
+context, divider, `task_card` with `task_id`, `title`, a status and rich-text `output`, `plan`
+with a `title` and such `tasks`), checked against Slack's limits (`invalid_blocks` otherwise); an
+update without `blocks` keeps the message's blocks, `blocks=[]` removes them, as on Slack. The
+task cards among a message's blocks are its `tasks`, by id. A message with blocks
 shows its blocks (`PostedMessage.visible`), its `text` is the notification fallback.
 `click(message, user)` builds the `block_actions` payload Slack sends when someone presses a
 button of a message, `feedback(message, user, positive)` the one of a press of a message's
@@ -791,6 +793,7 @@ class FakeSlackApi:
             str(args["channel"]), ts, str(args.get("text", "")), args.get("thread_ts"), metadata,
             self.bot_user, self.bot_id, blocks=blocks or None,
         )  # fmt: skip
+        message.tasks = shown_tasks(blocks or [])
         self.messages.append(message)
         self.chat_log.append({"method": "chat.postMessage", "ts": ts, "text": message.text})
         return {"channel": message.channel, "ts": ts, "message": message.as_api(True)}
