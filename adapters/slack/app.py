@@ -289,10 +289,12 @@ class SlackFrontend(
     async def deliver(self, reply: Reply) -> list[str]:
         workspace = await self._workspace(reply.key)
         first = None if reply.draft is None else functools.partial(workspace.drafts.finish, reply)
-        if reply.card is not None:  # an approval card: posted with its buttons
-            first = functools.partial(post_card, workspace.outbound, reply)
-        elif reply.ends_card is not None:  # its ending: the card edited, the buttons gone
-            first = functools.partial(end_card, workspace.outbound, reply)
+        if reply.card is not None or reply.ends_card is not None:
+            # an approval card, posted with its buttons, or its ending (the card edited, the
+            # buttons gone); where the thread shows steps, the wait shows as a task
+            card = post_card if reply.card is not None else end_card
+            display = await workspace.drafts.task_display(reply.key)
+            first = functools.partial(card, workspace.outbound, reply, display=display)
         posted = await workspace.outbound.deliver(reply, first)
         try:
             await workspace.assistant.reply_delivered(reply)

@@ -34,6 +34,7 @@ from adapters.slack.mrkdwn import split_mrkdwn, to_mrkdwn
 from adapters.slack.native_stream import (
     NativeStreams,
     StreamsUnavailable,
+    TaskDisplay,
     task_blocks,
     text_sections,
 )
@@ -93,6 +94,11 @@ class SlackDrafts(PacedDrafts):
         if self.native_refused or self._native is None or not key.thread:
             return False
         return await self._native(key)
+
+    async def task_display(self, key: ConversationKey) -> TaskDisplay | None:
+        """How the conversation shows the model's steps as tasks (`[slack] task_display`); None
+        where it shows none (its drafts are not native streams)."""
+        return self.streams.display if await self.native(key) else None
 
     def draft_text(self, text: str) -> str:
         """What a draft shows of the text so far: rendered whole, one part's worth."""
