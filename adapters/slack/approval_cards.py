@@ -10,10 +10,11 @@ card someone deleted gets its ending as a message of its own.
 Where the conversation shows the model's steps as tasks (an assistant or agent thread: its
 drafts are native streams), the card also shows the wait as a task above its text ("Waiting for
 approval: *tool*", in progress; a `task_card`, in a `plan` with `task_display = "plan"`), and
-its ending shows that task ended: complete when the call was approved and its result is in,
-error otherwise (denied, expired, superseded, or approved with its outcome unknown), the
-outcome's line as its output. The reply carries only the card's text, so both are read from it
-(bot/core/approvals.py writes it: the tool in the first backquotes, the outcome last).
+its ending shows that task ended: complete when the call was approved and its result is in (a
+call that ran and failed too: the ending's text does not tell them apart), error otherwise
+(denied, expired, superseded, or approved with its outcome unknown), the outcome's line as its
+output. The reply carries only the card's text, so both are read from it (bot/core/approvals.py
+writes it: the tool in the first backquotes, the outcome last).
 
 In: a press arrives as `block_actions` (HTTP: a signed form; Socket Mode: an `interactive`
 envelope) and is stored and decided before Bolt acks, exactly as a Stop press is
