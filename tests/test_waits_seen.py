@@ -1,0 +1,191 @@
+"""Nothing waits unseen, on the real adapters: a burst held back for capacity (the Messages API's
+per-minute limits, bot/core/admission.py) shows the thinking indicator the way its platform
+shows it while it waits, and the indicator ends once the answer is posted.
+
+Slack: Bolt and `AsyncWebClient` against the fake Slack; Discord: discord.py against the fake
+Discord; both with the real Claude replier against the fake Messages API, whose per-minute
+budgets replenish on the test's fake clock (as in tests/test_admission.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from bot.app import App
+from bot.config import Config, parse_config
+from bot.core.events import ConversationKey
+from bot.core.replier import Replier
+from bot.wiring import claude_replier
+from storage.sqlite import SqliteStore
+from testkit.clock import FakeClock
+from testkit.engine import shut_down
+from testkit.fake_anthropic import FakeAnthropic
+from testkit.fake_discord import FakeDiscord, frontend_for
+from testkit.fake_slack import TEAM, FakeSlackApi, assistant_event, dm
+from tests.slack_harness import Bot, running_bot, ts
+from tests.test_admission import limited
+from tests.test_discord_wire import ALICE, DM_ID, eventually
+from tests.tool_harness import KEY_ENV
+
+QUIET = 1.5  # the Slack harness's quiet window
+DELAY = 1.0  # `indicator_delay_seconds`, the default
+
+
+def llm_section(server: FakeAnthropic) -> dict[str, Any]:
+    """The SDK's own retries off: a start admission let through is one request."""
+    return {"base_url": server.base_url, "api_key_env": "TEST_ANTHROPIC_KEY", "max_retries": 0}
+
+
+def claude(config: Config) -> Replier:
+    return claude_replier(config, KEY_ENV)
+
+
+# Slack ------------------------------------------------------------------------------------------
+SURFACES: dict[str, dict[str, Any]] = {
+    "assistant status": {"status_supported": True},  # assistant.threads.setStatus
+    "agent session": {"agent": True},  # agents.sessions.setStatus processing / active
+    "reaction": {},  # a top-level DM: the thinking reaction on the burst's message
+}
+
+
+@pytest.fixture(params=list(SURFACES))
+async def slack(request: pytest.FixtureRequest) -> AsyncIterator[tuple[str, FakeSlackApi]]:
+    api = await FakeSlackApi(**SURFACES[request.param]).start()
+    yield request.param, api
+    await api.stop()
+
+
+class SlackThread:
+    """One conversation of the parametrised surface: where a person writes and where the
+    indicator shows (the thread's status or session, or a reaction on the message)."""
+
+    def __init__(self, surface: str, api: FakeSlackApi, n: int) -> None:
+        self.surface, self.api = surface, api
+        self.root, self.message = ts(10 * n), ts(10 * n + 1)
+        self.threaded = surface != "reaction"  # a top-level DM: one conversation per DM
+        self.channel = "D1" if self.threaded else f"D{n}"
+        self.key = ConversationKey("slack", TEAM, self.channel, self.root if self.threaded else "")
+
+    async def ask(self, bot: Bot, text: str) -> None:
+        if self.threaded:
+            started = assistant_event("assistant_thread_started", "D1", self.root, "U1")
+            assert await bot.send(started) == 200
+            assert await bot.send(dm(self.message, text, thread_ts=self.root)) == 200
+        else:
+            assert await bot.send(dm(self.message, text, channel=self.channel)) == 200
+
+    def shown(self) -> bool:
+        """What a person sees now: is the bot shown thinking here?"""
+        if self.surface == "assistant status":
+            statuses = [s for c, t, s in self.api.statuses if (c, t) == ("D1", self.root)]
+            return bool(statuses) and bool(statuses[-1])
+        if self.surface == "agent session":
+            return self.api.agents.sessions.get(("D1", self.root)) == "processing"
+        return any(r[:2] == (self.channel, self.message) for r in self.api.reactions)
+
+    def answers(self) -> list[str]:
+        thread = self.root if self.threaded else None
+        return [m.text for m in self.api.posts(self.channel) if m.thread_ts == thread and m.text]
+
+
+async def test_a_slack_burst_held_by_the_api_limits_shows_thinking_until_answered(
+    slack: tuple[str, FakeSlackApi], server: FakeAnthropic
+) -> None:
+    surface, api = slack
+    clock = FakeClock()
+    limited(server, clock, requests_per_minute=1)
+    async with running_bot(api, clock=clock, sections={"llm": llm_section(server)},
+                           llm=claude) as bot:  # fmt: skip
+        first, held = SlackThread(surface, api, 1), SlackThread(surface, api, 2)
+        await first.ask(bot, "the first question")
+        await bot.step(QUIET)  # its window closes: it starts, and the API tells its limits
+        await bot.step()
+        assert len(first.answers()) == 1 and not first.shown()
+
+        await held.ask(bot, "the second question")
+        await bot.step(QUIET)  # its window closes: the minute's one request is spent
+        assert bot.app.engine.ready_at > clock.now() + 30.0
+        await bot.step(DELAY + 0.1)
+        assert held.answers() == [] and held.shown()  # it waits, and it is seen waiting
+        await bot.step(30.0)
+        assert held.answers() == [] and held.shown()
+
+        await bot.step(bot.app.engine.ready_at - clock.now())  # the minute replenished
+        await bot.step()
+        assert len(held.answers()) == 1 and not held.shown()
+        [generation] = await bot.store.generations(held.key.id)
+        assert generation.waited_for == "requests per minute" and generation.waited > 30.0
+
+
+# Discord ----------------------------------------------------------------------------------------
+DM_KEY = ConversationKey("discord", "dm", str(DM_ID))
+
+
+async def test_a_discord_burst_held_by_the_api_limits_types_until_answered(
+    fake_discord: FakeDiscord, store: SqliteStore, clock: FakeClock, server: FakeAnthropic
+) -> None:
+    fake = fake_discord
+    limited(server, clock, requests_per_minute=1)
+    config = parse_config({
+        "llm": llm_section(server), "console": {"enabled": False},
+        "debounce": {"quiet_seconds": 1.0, "max_wait_seconds": 8.0, "adaptive": False,
+                     "speculate": False},
+    })  # fmt: skip
+    front = frontend_for(fake, clock)
+    replier = claude_replier(config, KEY_ENV)
+    app = App(config, store, replier, [front], clock=clock, owner="w1")
+    await front.start(app)
+
+    async def say(text: str, version: int) -> None:
+        await fake.dispatch("MESSAGE_CREATE", fake.message(DM_ID, ALICE, text))
+
+        async def stored() -> bool:
+            state = await store.conversation_state(DM_KEY.id)
+            return state is not None and state.version == version
+
+        await eventually(stored)
+
+    async def step(seconds: float = 0.0) -> None:
+        await clock.advance(seconds)
+        await app.engine.indicator.idle()
+        await front.typing.idle()
+        await app.engine.run_due()
+        await app.engine.idle()
+        await app.engine.indicator.idle()
+        await front.typing.idle()
+
+    def typed() -> int:
+        return fake.typing.count(DM_ID)
+
+    try:
+        await say("the first question", 1)
+        await step(1.0)  # its window closes: it starts, and the API tells its limits
+        assert len(fake.created) == 1
+
+        await say("the second question", 2)
+        await step(1.0)  # its window closes: the minute's one request is spent
+        assert app.engine.ready_at > clock.now() + 30.0
+        before = typed()
+        await step(DELAY + 0.1)
+        assert len(fake.created) == 1 and typed() > before  # it waits, and it is seen waiting
+        for _ in range(4):  # Discord shows each trigger for 10 s: typing goes on being sent
+            before = typed()
+            await step(10.0)
+            assert len(fake.created) == 1 and typed() > before
+
+        await step(app.engine.ready_at - clock.now())  # the minute replenished
+        assert len(fake.created) == 2
+        assert DM_KEY.id not in front.typing.active()
+        before = typed()
+        await step(30.0)
+        assert typed() == before  # answered: no more typing
+        [generation] = [g for g in await store.generations(DM_KEY.id) if g.waited > 0]
+        assert generation.waited_for == "requests per minute" and generation.waited > 30.0
+    finally:
+        await front.typing.close()
+        await shut_down(app.engine)
+        await front.stop()
+        await replier.aclose()
