@@ -79,9 +79,8 @@ class SlackThread:
 
     def shown(self) -> bool:
         """What a person sees now: is the bot shown thinking here?"""
-        if self.surface == "assistant status":
-            statuses = [s for c, t, s in self.api.statuses if (c, t) == ("D1", self.root)]
-            return bool(statuses) and bool(statuses[-1])
+        if self.surface == "assistant status":  # Slack removes it two minutes after it is set
+            return bool(self.api.status_shown("D1", self.root))
         if self.surface == "agent session":
             return self.api.agents.sessions.get(("D1", self.root)) == "processing"
         return any(r[:2] == (self.channel, self.message) for r in self.api.reactions)
@@ -96,6 +95,7 @@ async def test_a_slack_burst_held_by_the_api_limits_shows_thinking_until_answere
 ) -> None:
     surface, api = slack
     clock = FakeClock()
+    api.clock = clock.monotonic
     limited(server, clock, requests_per_minute=1)
     async with running_bot(api, clock=clock, sections={"llm": llm_section(server)},
                            llm=claude) as bot:  # fmt: skip
@@ -118,6 +118,35 @@ async def test_a_slack_burst_held_by_the_api_limits_shows_thinking_until_answere
         assert len(held.answers()) == 1 and not held.shown()
         [generation] = await bot.store.generations(held.key.id)
         assert generation.waited_for == "requests per minute" and generation.waited > 30.0
+
+
+async def test_an_assistant_thread_held_past_slack_s_two_minutes_still_shows_its_status(
+    server: FakeAnthropic,
+) -> None:
+    """Slack removes an assistant thread's status two minutes after it is set if no message was
+    sent: a burst waiting longer (third in line for one request a minute) must stay seen."""
+    api = await FakeSlackApi(status_supported=True).start()
+    clock = FakeClock()
+    api.clock = clock.monotonic
+    limited(server, clock, requests_per_minute=1)
+    try:
+        async with running_bot(api, clock=clock, sections={"llm": llm_section(server)},
+                               llm=claude) as bot:  # fmt: skip
+            threads = [SlackThread("assistant status", api, n) for n in range(1, 5)]
+            await threads[0].ask(bot, "the first question")
+            await bot.step(QUIET)  # it starts, and the API tells its limits
+            for thread in threads[1:]:
+                await thread.ask(bot, "a question in line")
+            await bot.step(QUIET)
+            await bot.step(DELAY + 0.1)
+            last, since = threads[-1], clock.now()
+            while not last.answers():
+                assert last.shown(), f"unseen {clock.now() - since:.0f} s into its wait"
+                await bot.step(15.0)
+            [generation] = await bot.store.generations(last.key.id)
+            assert generation.waited > 150.0 and not last.shown()
+    finally:
+        await api.stop()
 
 
 # Discord ----------------------------------------------------------------------------------------
