@@ -22,7 +22,7 @@ from bot.wiring import claude_replier
 from storage.sqlite import SqliteStore
 from testkit.clock import FakeClock
 from testkit.engine import shut_down
-from testkit.fake_anthropic import FakeAnthropic
+from testkit.fake_anthropic import FakeAnthropic, Plan
 from testkit.fake_discord import FakeDiscord, frontend_for
 from testkit.fake_slack import TEAM, FakeSlackApi, assistant_event, dm
 from tests.slack_harness import Bot, running_bot, ts
@@ -153,68 +153,112 @@ async def test_an_assistant_thread_held_past_slack_s_two_minutes_still_shows_its
 DM_KEY = ConversationKey("discord", "dm", str(DM_ID))
 
 
-async def test_a_discord_burst_held_by_the_api_limits_types_until_answered(
-    fake_discord: FakeDiscord, store: SqliteStore, clock: FakeClock, server: FakeAnthropic
-) -> None:
-    fake = fake_discord
-    limited(server, clock, requests_per_minute=1)
-    config = parse_config({
-        "llm": llm_section(server), "console": {"enabled": False},
-        "debounce": {"quiet_seconds": 1.0, "max_wait_seconds": 8.0, "adaptive": False,
-                     "speculate": False},
-    })  # fmt: skip
-    front = frontend_for(fake, clock)
-    replier = claude_replier(config, KEY_ENV)
-    app = App(config, store, replier, [front], clock=clock, owner="w1")
-    await front.start(app)
+class DiscordBot:
+    """One process on the fake Discord, with the Claude replier on the fake API."""
 
-    async def say(text: str, version: int) -> None:
-        await fake.dispatch("MESSAGE_CREATE", fake.message(DM_ID, ALICE, text))
+    def __init__(
+        self, fake: FakeDiscord, store: SqliteStore, clock: FakeClock, server: FakeAnthropic
+    ) -> None:
+        self.fake, self.store, self.clock = fake, store, clock
+        self.config = parse_config({
+            "llm": llm_section(server), "console": {"enabled": False},
+            "debounce": {"quiet_seconds": 1.0, "max_wait_seconds": 8.0, "adaptive": False,
+                         "speculate": False},
+        })  # fmt: skip
+        self.front = frontend_for(fake, clock)
+        self.replier = claude_replier(self.config, KEY_ENV)
+        self.app = App(self.config, store, self.replier, [self.front], clock=clock, owner="w1")
+
+    async def say(self, text: str, version: int) -> None:
+        await self.fake.dispatch("MESSAGE_CREATE", self.fake.message(DM_ID, ALICE, text))
 
         async def stored() -> bool:
-            state = await store.conversation_state(DM_KEY.id)
+            state = await self.store.conversation_state(DM_KEY.id)
             return state is not None and state.version == version
 
         await eventually(stored)
 
-    async def step(seconds: float = 0.0) -> None:
-        await clock.advance(seconds)
-        await app.engine.indicator.idle()
-        await front.typing.idle()
-        await app.engine.run_due()
-        await app.engine.idle()
-        await app.engine.indicator.idle()
-        await front.typing.idle()
+    async def step(self, seconds: float = 0.0) -> None:
+        engine = self.app.engine
+        await self.clock.advance(seconds)
+        await engine.indicator.idle()
+        await self.front.typing.idle()
+        await engine.run_due()
+        await engine.idle()
+        await engine.indicator.idle()
+        await self.front.typing.idle()
 
-    def typed() -> int:
-        return fake.typing.count(DM_ID)
+    def typed(self) -> int:
+        return self.fake.typing.count(DM_ID)
 
-    try:
-        await say("the first question", 1)
-        await step(1.0)  # its window closes: it starts, and the API tells its limits
-        assert len(fake.created) == 1
+    async def typing_goes_on(self, seconds: float) -> None:
+        """Discord shows each trigger for 10 s: while unanswered, one comes every 10 s at most."""
+        for _ in range(round(seconds / 10.0)):
+            before = self.typed()
+            await self.step(10.0)
+            assert len(self.fake.created) == 1 and self.typed() > before
 
-        await say("the second question", 2)
-        await step(1.0)  # its window closes: the minute's one request is spent
-        assert app.engine.ready_at > clock.now() + 30.0
-        before = typed()
-        await step(DELAY + 0.1)
-        assert len(fake.created) == 1 and typed() > before  # it waits, and it is seen waiting
-        for _ in range(4):  # Discord shows each trigger for 10 s: typing goes on being sent
-            before = typed()
-            await step(10.0)
-            assert len(fake.created) == 1 and typed() > before
+    async def close(self) -> None:
+        await self.front.typing.close()
+        await shut_down(self.app.engine)
+        await self.front.stop()
+        await self.replier.aclose()
 
-        await step(app.engine.ready_at - clock.now())  # the minute replenished
-        assert len(fake.created) == 2
-        assert DM_KEY.id not in front.typing.active()
-        before = typed()
-        await step(30.0)
-        assert typed() == before  # answered: no more typing
-        [generation] = [g for g in await store.generations(DM_KEY.id) if g.waited > 0]
-        assert generation.waited_for == "requests per minute" and generation.waited > 30.0
-    finally:
-        await front.typing.close()
-        await shut_down(app.engine)
-        await front.stop()
-        await replier.aclose()
+
+@pytest.fixture
+async def discord_bot(
+    fake_discord: FakeDiscord, store: SqliteStore, clock: FakeClock, server: FakeAnthropic
+) -> AsyncIterator[DiscordBot]:
+    bot = DiscordBot(fake_discord, store, clock, server)
+    await bot.front.start(bot.app)
+    yield bot
+    await bot.close()
+
+
+async def test_a_discord_burst_held_by_the_api_limits_types_until_answered(
+    discord_bot: DiscordBot, clock: FakeClock, server: FakeAnthropic
+) -> None:
+    bot, fake = discord_bot, discord_bot.fake
+    limited(server, clock, requests_per_minute=1)
+    await bot.say("the first question", 1)
+    await bot.step(1.0)  # its window closes: it starts, and the API tells its limits
+    assert len(fake.created) == 1
+
+    await bot.say("the second question", 2)
+    await bot.step(1.0)  # its window closes: the minute's one request is spent
+    assert bot.app.engine.ready_at > clock.now() + 30.0
+    before = bot.typed()
+    await bot.step(DELAY + 0.1)
+    assert len(fake.created) == 1 and bot.typed() > before  # it waits, and it is seen waiting
+    await bot.typing_goes_on(40.0)
+
+    await bot.step(bot.app.engine.ready_at - clock.now())  # the minute replenished
+    assert len(fake.created) == 2
+    assert DM_KEY.id not in bot.front.typing.active()
+    before = bot.typed()
+    await bot.step(30.0)
+    assert bot.typed() == before  # answered: no more typing
+    [generation] = [g for g in await bot.store.generations(DM_KEY.id) if g.waited > 0]
+    assert generation.waited_for == "requests per minute" and generation.waited > 30.0
+
+
+async def test_a_discord_burst_held_for_minutes_by_a_429_types_all_along(
+    discord_bot: DiscordBot, clock: FakeClock, server: FakeAnthropic
+) -> None:
+    """A 429 whose retry-after is long holds every start that long: typing goes on throughout."""
+    bot, fake = discord_bot, discord_bot.fake
+    limited(server, clock, requests_per_minute=1_000)
+    await bot.say("the first question", 1)
+    await bot.step(1.0)  # it starts, and the API tells its limits
+    assert len(fake.created) == 1
+
+    server.queue(Plan(status=429, retry_after=600.0))
+    await bot.say("the second question", 2)
+    await bot.step(1.0)  # it starts and meets the 429: it is tried again once the hold ends
+    await bot.step(DELAY + 0.1)
+    await bot.typing_goes_on(590.0)
+    await bot.step(10.0)
+    assert len(fake.created) == 2 and fake.created[1]["request"]["content"]
+    before = bot.typed()
+    await bot.step(30.0)
+    assert bot.typed() == before
