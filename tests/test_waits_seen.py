@@ -157,13 +157,18 @@ class DiscordBot:
     """One process on the fake Discord, with the Claude replier on the fake API."""
 
     def __init__(
-        self, fake: FakeDiscord, store: SqliteStore, clock: FakeClock, server: FakeAnthropic
+        self,
+        fake: FakeDiscord,
+        store: SqliteStore,
+        clock: FakeClock,
+        server: FakeAnthropic,
+        speculate: bool = False,
     ) -> None:
         self.fake, self.store, self.clock = fake, store, clock
         self.config = parse_config({
             "llm": llm_section(server), "console": {"enabled": False},
             "debounce": {"quiet_seconds": 1.0, "max_wait_seconds": 8.0, "adaptive": False,
-                         "speculate": False},
+                         "speculate": speculate, "speculate_after_seconds": 0.3},
         })  # fmt: skip
         self.front = frontend_for(fake, clock)
         self.replier = claude_replier(self.config, KEY_ENV)
@@ -207,9 +212,15 @@ class DiscordBot:
 
 @pytest.fixture
 async def discord_bot(
-    fake_discord: FakeDiscord, store: SqliteStore, clock: FakeClock, server: FakeAnthropic
+    request: pytest.FixtureRequest,
+    fake_discord: FakeDiscord,
+    store: SqliteStore,
+    clock: FakeClock,
+    server: FakeAnthropic,
 ) -> AsyncIterator[DiscordBot]:
-    bot = DiscordBot(fake_discord, store, clock, server)
+    """`speculating` (indirect parameter): early starts 0.3 s after the last message."""
+    speculate = getattr(request, "param", "") == "speculating"
+    bot = DiscordBot(fake_discord, store, clock, server, speculate)
     await bot.front.start(bot.app)
     yield bot
     await bot.close()
@@ -240,6 +251,34 @@ async def test_a_discord_burst_held_by_the_api_limits_types_until_answered(
     assert bot.typed() == before  # answered: no more typing
     [generation] = [g for g in await bot.store.generations(DM_KEY.id) if g.waited > 0]
     assert generation.waited_for == "requests per minute" and generation.waited > 30.0
+
+
+@pytest.mark.parametrize("discord_bot", ["speculating"], indirect=True)
+async def test_a_burst_held_from_its_early_start_types_once_its_window_closes(
+    discord_bot: DiscordBot, clock: FakeClock, server: FakeAnthropic
+) -> None:
+    """Speculation starts a burst before its window closes, when capacity is spare: held there,
+    it shows nothing while the window is open (G4) and types from the indicator's usual time."""
+    bot, fake = discord_bot, discord_bot.fake
+    limited(server, clock, requests_per_minute=1)
+    await bot.say("the first question", 1)
+    await bot.step(1.0)  # it starts, and the API tells its limits
+    assert len(fake.created) == 1
+
+    await bot.say("the second question", 2)
+    waits: list[dict[str, object]] = []
+    bot.app.engine.subscribe(lambda name, fields: waits.append(fields) if name == "capacity_wait"
+                             else None)  # fmt: skip
+    before = bot.typed()
+    await bot.step(0.3)  # due at its early start: held
+    assert [w["conversation"] for w in waits] == [DM_KEY.id]
+    await bot.step(0.7)  # its window closes, still held
+    assert bot.typed() == before
+    await bot.step(DELAY + 0.1)
+    assert len(fake.created) == 1 and bot.typed() > before
+    await bot.typing_goes_on(40.0)
+    await bot.step(bot.app.engine.ready_at - clock.now())
+    assert len(fake.created) == 2 and DM_KEY.id not in bot.front.typing.active()
 
 
 async def test_a_discord_burst_held_for_minutes_by_a_429_types_all_along(
