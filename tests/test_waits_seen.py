@@ -16,6 +16,8 @@ import pytest
 
 from bot.app import App
 from bot.config import Config, parse_config
+from bot.core.cpu_budget import WAITING_FOR as CPU
+from bot.core.cpu_budget import CpuBudget
 from bot.core.events import ConversationKey
 from bot.core.replier import Replier
 from bot.wiring import claude_replier
@@ -27,7 +29,9 @@ from testkit.fake_discord import FakeDiscord, frontend_for
 from testkit.fake_slack import TEAM, FakeSlackApi, assistant_event, dm
 from tests.slack_harness import Bot, running_bot, ts
 from tests.test_admission import limited
+from tests.test_cpu_admission import Meter
 from tests.test_discord_wire import ALICE, DM_ID, eventually
+from tests.test_slack_thinking_steps import until
 from tests.tool_harness import KEY_ENV
 
 QUIET = 1.5  # the Slack harness's quiet window
@@ -145,6 +149,52 @@ async def test_an_assistant_thread_held_past_slack_s_two_minutes_still_shows_its
                 await bot.step(15.0)
             [generation] = await bot.store.generations(last.key.id)
             assert generation.waited > 150.0 and not last.shown()
+    finally:
+        await api.stop()
+
+
+async def test_a_slack_burst_held_for_this_process_s_cpu_shows_its_status(
+    server: FakeAnthropic,
+) -> None:
+    """Held while the process is saturated (bot/core/cpu_budget.py; the meter is the test's,
+    as in tests/test_cpu_admission.py) with one generation running: seen all along."""
+    api = await FakeSlackApi(status_supported=True).start()
+    clock, meter = FakeClock(), Meter()
+    api.clock = clock.monotonic
+    server.queue(Plan(text="a long answer, still being written", pause_after=1))
+    try:
+        async with running_bot(api, clock=clock, sections={"llm": llm_section(server)},
+                               llm=claude) as bot:  # fmt: skip
+            engine = bot.app.engine
+            engine.cpu = CpuBudget(meter, clock.monotonic)
+
+            async def tick(seconds: float, busy: bool = True) -> None:
+                meter.spent += 0.95 * seconds if busy else 0.0  # 95 % of a core
+                await clock.advance(seconds)  # no engine.idle(): the first generation is paused
+                await engine.indicator.idle()
+                await engine.run_due()
+                await engine.indicator.idle()
+                await bot.frontend.statuses.idle()
+
+            running, held = SlackThread("assistant status", api, 1), SlackThread(
+                "assistant status", api, 2)  # fmt: skip
+            await running.ask(bot, "the first question")
+            await clock.advance(QUIET / 2)
+            await held.ask(bot, "the second question")  # asked before the first one starts
+            await clock.advance(QUIET / 2)
+            assert await engine.run_due() == 1
+            await until(lambda: len(server.requests) == 1)  # generating, paused by the plan
+            for _ in range(10):
+                await tick(1.0)
+            assert held.answers() == [] and held.shown()
+            server.release()
+            await engine.idle()  # the first answer is written
+            await tick(1.0, busy=False)  # the next window measures an idle process
+            await bot.step()
+            await bot.step()
+            assert len(held.answers()) == 1 and not held.shown()
+            [generation] = await bot.store.generations(held.key.id)
+            assert generation.waited_for == CPU and generation.waited > 5.0
     finally:
         await api.stop()
 
