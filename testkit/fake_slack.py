@@ -74,7 +74,10 @@ cards are part of the message's content: an update that gives `blocks` replaces 
 Assistant threads: `assistant.threads.setStatus`, `setSuggestedPrompts` and `setTitle` take
 effect (recorded in `statuses`, `suggested` and `titles`) only when the app has the
 `assistant:write` scope and the assistant feature (`assistant_enabled`, set by
-`status_supported=True`); otherwise they answer `missing_scope`, as Slack does. Their arguments are
+`status_supported=True`); otherwise they answer `missing_scope`, as Slack does. What a person
+sees of a status is `status_shown`: as Slack documents it, a status is removed when the app sends
+a message in the thread, or `STATUS_TIMEOUT_SECONDS` (two minutes, on `clock`) after it was set
+if no message was sent. Their arguments are
 checked as Slack does (a thread, one to four prompts each with a title and a message, a title).
 `conversations.info` answers for the channels in `channels` (name, and whether the bot is a
 member).
@@ -127,6 +130,7 @@ BOT_USER = "UBOT"
 BOT_ID = "BBOT"
 MAX_TEXT_CHARS = 40_000  # Slack refuses longer text with msg_too_long
 MAX_STREAM_CHARS = 12_000  # a stream's markdown_text, per call
+STATUS_TIMEOUT_SECONDS = 120.0  # an assistant thread's status is removed this long after it is set
 STREAM_LIMIT_SECONDS = 300.0  # Slack stops taking appends about five minutes into a stream
 TASK_STATUSES = frozenset({"pending", "in_progress", "complete", "error"})
 TASK_TEXT_CHARS = 256  # a task's details and output
@@ -420,6 +424,7 @@ class FakeSlackApi:
         self.reactions: set[tuple[str, str, str]] = set()
         self.reaction_log: list[tuple[str, str, str]] = []
         self.statuses: list[tuple[str, str, str]] = []
+        self._status_now: dict[tuple[str, str], tuple[str, float]] = {}  # thread → status, set at
         self.suggested: list[tuple[str, str, list[dict[str, str]], str | None]] = []
         self.titles: list[tuple[str, str, str]] = []
         self.channels: dict[str, dict[str, Any]] = {}  # conversations.info: id → name, is_member
@@ -795,6 +800,7 @@ class FakeSlackApi:
         )  # fmt: skip
         message.tasks = shown_tasks(blocks or [])
         self.messages.append(message)
+        self._message_sent(message.channel, message.thread_ts)
         self.chat_log.append({"method": "chat.postMessage", "ts": ts, "text": message.text})
         return {"channel": message.channel, "ts": ts, "message": message.as_api(True)}
 
@@ -853,6 +859,7 @@ class FakeSlackApi:
                                 stream_started=self.clock())  # fmt: skip
         message.tasks.update((task["id"], task) for task in chunked[1])
         self.messages.append(message)
+        self._message_sent(message.channel, message.thread_ts)
         self._log_stream("chat.startStream", ts, text, args)
         return {"channel": message.channel, "ts": ts}
 
@@ -1124,8 +1131,20 @@ class FakeSlackApi:
         refused = self._assistant_thread(args)
         if refused is not None:
             return refused
-        self.statuses.append((str(args["channel_id"]), str(args["thread_ts"]), args["status"]))
+        thread = (str(args["channel_id"]), str(args["thread_ts"]))
+        self.statuses.append((*thread, args["status"]))
+        self._status_now[thread] = (str(args["status"]), self.clock())
         return {}
+
+    def status_shown(self, channel: str, thread_ts: str) -> str:
+        """The assistant status a person sees in the thread now ("": none)."""
+        status, set_at = self._status_now.get((channel, thread_ts), ("", 0.0))
+        return status if self.clock() - set_at < STATUS_TIMEOUT_SECONDS else ""
+
+    def _message_sent(self, channel: str, thread_ts: str | None) -> None:
+        """The app sent a message: the thread's status is removed, as Slack does."""
+        if thread_ts is not None:
+            self._status_now.pop((channel, str(thread_ts)), None)
 
     def _assistant_threads_setSuggestedPrompts(self, args: dict[str, Any]) -> dict[str, Any]:
         if self.view == "agent":

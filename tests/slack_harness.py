@@ -75,11 +75,13 @@ class Bot:
         if seconds:
             await self.clock.advance(seconds)
         await engine.indicator.idle()
+        await self.frontend.statuses.idle()
         await engine.run_due()
         await engine.idle()
         await engine.outbox.deliver_due()
         await engine.idle()
         await engine.indicator.idle()
+        await self.frontend.statuses.idle()  # assistant statuses set again
 
     async def settle(self) -> None:
         """Wait for background reads: held threads decided, catch-up passes done."""

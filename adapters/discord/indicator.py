@@ -4,7 +4,9 @@ Discord shows a typing indicator for 10 seconds after each trigger, while waitin
 window and the model can take longer. One task per conversation re-triggers it every
 `REFRESH_SECONDS` until the engine says the reply is posted. Before each re-trigger it asks whether
 the conversation is still busy, so a reply posted by another process (two processes on one shard
-both saw the burst) ends it too; `max_seconds` bounds it whatever happens.
+both saw the burst) ends it too; `max_seconds` bounds it whatever happens. That bound is long: a
+burst held back for capacity (bot/core/admission.py: a 429's retry-after, a queue for the
+minute's requests) may wait minutes, and it must not wait unseen.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from bot.core.clock import Clock, cancel_all
 log = logging.getLogger("burstbot.discord")
 
 REFRESH_SECONDS = 8.0
-MAX_SECONDS = 300.0
+MAX_SECONDS = 3_600.0
 
 
 @dataclass(eq=False)

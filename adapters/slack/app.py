@@ -36,6 +36,7 @@ from adapters.slack.inbound import Identity
 from adapters.slack.install import StoreInstallations, StoreOAuthStates, oauth_flow
 from adapters.slack.native_stream import NativeStreams
 from adapters.slack.outbound import Outbound, slack_pacer
+from adapters.slack.status_keeper import StatusKeeper
 from adapters.slack.stop_button import StopButtons
 from adapters.slack.streaming import SlackDrafts
 from adapters.slack.token_box import TokenBox
@@ -113,6 +114,7 @@ class SlackFrontend(
         self.stop_buttons: StopButtons | None = None
         self.feedback_buttons: FeedbackButtons | None = None
         self.approval_buttons: ApprovalButtons | None = None
+        self.statuses = StatusKeeper(self.clock)  # assistant statuses kept up while unanswered
 
     @property
     def only(self) -> Workspace:
@@ -243,6 +245,7 @@ class SlackFrontend(
         for buttons in (self.stop_buttons, self.feedback_buttons, self.approval_buttons):
             if buttons is not None:
                 await buttons.idle()  # notices to clickers on their way
+        await self.statuses.close()
         for workspace in [] if self.workspaces is None else self.workspaces.opened():
             await workspace.assistant.stop()
             await workspace.sessions.idle()  # notices to people who pressed a session's Stop
@@ -314,14 +317,26 @@ class SlackFrontend(
             workspace.assistant.config = config.slack.assistant
 
     async def show_busy(self, key: ConversationKey, busy: bool, message_id: str) -> None:
+        """An agent session's status, else the assistant thread's (kept up while the burst is
+        unanswered: Slack removes it after two minutes, status_keeper.py), else a reaction."""
+        if not busy:
+            await self.statuses.stop(key.id)  # a refresh in flight lands before "off"
         if self.workspaces is None:
             return
         workspace = await self.workspaces.get(key.workspace)
         if workspace is None:
             return
         auto = self.config.thinking_indicator == "auto"  # "reaction" and "off" ask for no session
-        if not (auto and await workspace.sessions.show(key, busy, message_id)):
-            await workspace.outbound.show_busy(key, busy, message_id)
+        if auto and await workspace.sessions.show(key, busy, message_id):
+            return
+        outbound = workspace.outbound
+        await outbound.show_busy(key, busy, message_id)
+        if busy and outbound.shows_status(key):
+            refresh = functools.partial(outbound.refresh_status, key)
+            self.statuses.start(key.id, refresh, functools.partial(self._unsettled, key))
+
+    async def _unsettled(self, key: ConversationKey) -> bool:
+        return self._host is not None and not await self._host.is_settled(key)
 
 
 def build_slack_frontend(config: SlackConfig, owner: str = "") -> SlackFrontend:

@@ -236,6 +236,15 @@ class Outbound:
         except Exception as exc:  # best effort: the indicator never fails a burst
             log.debug("thinking indicator for %s failed: %s", key.id, exc)
 
+    def shows_status(self, key: ConversationKey) -> bool:
+        """The assistant thread status is what shows this conversation's indicator."""
+        return self.indicator != "off" and bool(key.thread) and self.status_available
+
+    async def refresh_status(self, key: ConversationKey) -> None:
+        """Set the status again: Slack removes it two minutes after it was set if no message was
+        sent (a failure is the caller's to log)."""
+        await self._set_status(key, self.status_text)
+
     async def _set_status(self, key: ConversationKey, status: str) -> bool:
         """Set the assistant thread status; False where it is not available (use reactions)."""
         if not (key.thread and self.status_available):
