@@ -119,6 +119,20 @@ async def test_first_lines_in_a_messages_tab_opened_before_the_downtime_are_answ
         assert [c.texts for c in bot.replier.calls] == [["hello?"]]
 
 
+async def test_a_reply_in_the_thread_of_a_line_typed_while_down_joins_its_exchange(
+    agent: FakeSlackApi, tmp_path: Path
+) -> None:
+    db, clock = str(tmp_path / "b.db"), FakeClock(start=START)
+    async with running(agent, db, clock) as bot:
+        await opened(bot)
+    agent.add_user_message("D1", ts(30), "question")
+    agent.add_user_message("D1", ts(31), "a detail, in its thread", thread_ts=ts(30))
+    async with running(agent, db, clock) as bot:
+        await caught_up(bot)
+        assert [(p.channel, p.thread_ts) for p in agent.posts()] == [("D1", ts(30))]
+        assert [c.texts for c in bot.replier.calls] == [["question", "a detail, in its thread"]]
+
+
 async def test_a_dm_with_plain_history_from_before_the_agent_view_gets_an_exchange(
     agent: FakeSlackApi, tmp_path: Path
 ) -> None:
