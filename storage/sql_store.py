@@ -462,6 +462,12 @@ class SqlStore(
         params = {"platform": platform, "before": before, "now": now}
         return {str(r[0]): r[1] for r in await self._rows("catch_up_points", params)}
 
+    async def stored_in(self, platform: str, workspace: str, message_id: str) -> str | None:
+        row = await self._one(
+            "stored_in", {"uid": codec.message_uid(platform, workspace, message_id)}
+        )
+        return None if row is None else str(row[0])
+
     # fetched files (bot.core.attachments): what each file's one fetch gave, and its bytes, kept
     # once per SHA-256 however many messages share them ------------------------------------------
     async def attachment_file(self, uid: str) -> contract.StoredFile | None:
@@ -495,6 +501,9 @@ class SqlStore(
         """One conditional insert: of two deliveries of one event exactly one gets True."""
         params = {"cid": conversation_id, "name": name, "value": value, "now": now}
         return await self._one("put_note", {**params, "replace": False}) is not None
+
+    async def noted(self, name: str, under: str) -> list[str]:
+        return [str(r[0]) for r in await self._rows("noted", {"name": name, "under": under})]
 
     async def swap_note(
         self, conversation_id: str, name: str, expected: str | None, value: str, now: float

@@ -812,6 +812,10 @@ SELECT id, message_id FROM (
 ) known
 ORDER BY COALESCE(active_at, CAST(:before AS FLOAT8) - :skew) DESC, id;
 
+-- name: stored_in
+-- The conversation a platform message is stored in (the dedupe key's row), if it is.
+SELECT conversation_id FROM messages WHERE message_uid = :uid;
+
 -- attachments (bot/core/attachments.py) -----------------------------------------------------------
 
 -- name: attachment_file
@@ -879,6 +883,13 @@ VALUES (:cid, :name, :value, :db_now)
 ON CONFLICT (conversation_id, name) DO UPDATE SET value = excluded.value,
     noted_at = excluded.noted_at WHERE CAST(:replace AS BOOLEAN)
 RETURNING name;
+
+-- name: noted
+-- Every conversation under :under (a prefix of its id: a platform's workspace) that carries the
+-- note :name, most recently noted first. Read once per catch-up pass (Slack's agent DMs).
+SELECT conversation_id FROM conversation_notes
+WHERE name = :name AND substr(conversation_id, 1, length(CAST(:under AS TEXT))) = :under
+ORDER BY noted_at DESC, conversation_id;
 
 -- name: swap_note
 -- Replaces a note only while it still holds :expected (`swap_note`): of two processes that read the

@@ -135,6 +135,9 @@ class SlowNotes:
         await self._slowly()
         return await self.inner.add_note(conversation_id, name, value, now)
 
+    async def noted(self, name: str, under: str) -> list[str]:
+        return await self.inner.noted(name, under)
+
     async def swap_note(
         self, conversation_id: str, name: str, expected: str | None, value: str, now: float
     ) -> bool:

@@ -21,6 +21,8 @@ in order, so that is the first typed, except when the first is held up past the 
 deliveries at the same instant, in one process or two): then the burst is answered under the
 later line, still once. Rooting it at the earlier one would mean moving a stored message, and
 what was done for it (its exchange's title and session), to another conversation.
+
+Lines typed while no process listened are keyed the same way by catch-up (agent_catch_up.py).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from aiohttp import web
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import files, transport
+from adapters.slack.agent_catch_up import AgentDmCatchUp
 from adapters.slack.agent_sessions import AgentSessions
 from adapters.slack.approval_cards import ApprovalButtons, end_card, post_card
 from adapters.slack.assistant import AssistantThreads
@@ -217,7 +218,7 @@ class SlackFrontend(
                                 max_age=self.config.stream_max_seconds,
                                 now=self.clock.monotonic)  # fmt: skip
         drafts = SlackDrafts(outbound, assistant.is_assistant_thread, sessions.serves_stop, streams)
-        history = History(client, identity, self.listen_channels)
+        history = History(client, identity, self.listen_channels, AgentDmCatchUp(assistant))
         return Workspace(identity, client, outbound, drafts, history, assistant, sessions)
 
     async def _workspace(self, key: ConversationKey) -> Workspace:

@@ -26,6 +26,7 @@ from typing import Any
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import inbound
+from adapters.slack.agent_catch_up import AgentDmCatchUp
 from adapters.slack.calls import read
 from adapters.slack.inbound import Identity, Payload
 from bot.core.catch_up import CatchUpRun
@@ -49,6 +50,7 @@ class History:
     client: AsyncWebClient
     identity: Identity
     listen_channels: frozenset[str]
+    agent_dms: AgentDmCatchUp | None = None  # the agent view's DMs, read by a full pass
     _names: dict[str, str] = field(default_factory=dict, init=False)
 
     async def _call(self, method: str, **args: Any) -> dict[str, Any]:
@@ -84,7 +86,11 @@ class History:
         if run.listened:
             for channel in sorted(self.listen_channels):
                 targets[ConversationKey(inbound.PLATFORM, team, channel, "")] = None
-        targets.update((k, v) for k, v in run.points.items() if k.workspace == team)
+        points = {k: v for k, v in run.points.items() if k.workspace == team}
+        agent_dms: frozenset[ConversationKey] = frozenset()
+        if run.listened and self.agent_dms is not None:
+            points, agent_dms = await self.agent_dms.walk(team, points)
+        targets.update(points)
         queue = deque(targets)
         while queue:
             if run.exhausted:
@@ -104,14 +110,17 @@ class History:
                 continue
             counted = []
             for message in messages:
-                for thread in self._threads_with_news(key, message, after):
+                for thread in self._threads_with_news(key, message, after, key in agent_dms):
                     if thread not in targets:
                         targets[thread] = None
                         queue.appendleft(thread)
                 event = await self._counted(run, key, message)
                 if event is not None:
                     counted.append(event)
-            await run.ingest(key.id, counted)
+            route = None
+            if key in agent_dms and self.agent_dms is not None:
+                route = functools.partial(self.agent_dms.ingest, run)
+            await run.ingest(key.id, counted, route)
 
     async def _read(self, run: CatchUpRun, key: ConversationKey, after: float) -> list[Payload]:
         """The messages after `after`, oldest first; at most `run.max_pages` pages."""
@@ -133,10 +142,11 @@ class History:
         return sorted((m for m in messages if _ts(m) > after), key=_ts)
 
     def _threads_with_news(
-        self, key: ConversationKey, message: Payload, after: float
+        self, key: ConversationKey, message: Payload, after: float, agent_dm: bool
     ) -> list[ConversationKey]:
-        """A listened channel's thread with replies since `after` (history shows only parents)."""
-        if key.thread or key.channel not in self.listen_channels:
+        """A thread with replies since `after` (history shows only parents) in a listened channel
+        or an agent's DM (read after the DM's messages: its exchange is chosen by then)."""
+        if key.thread or not (agent_dm or key.channel in self.listen_channels):
             return []
         if not message.get("reply_count") or float(message.get("latest_reply") or 0) <= after:
             return []

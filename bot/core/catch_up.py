@@ -10,6 +10,9 @@ The platform side (which API, which pages, what counts) stays in the adapter (`C
   first; the front end fetches what came after (nothing older than `max_age`) and ingests what
   counts through `run.ingest`. The store dedupes by message id, so a pass is safe to repeat, and
   one interrupted half-way is simply run again.
+- A front end that keys a message by what is stored (Slack's agent DMs: the exchange a top-level
+  message joins or opens) ingests what it finds itself, through a `Route`; `run.stored_in` tells
+  it where a message seen live already is, so it keys it as it was.
 - A pass spends at most `max_requests` platform calls (every attempt counts, a rate-limited one
   too): the front end stops when `run.exhausted`, and the ones left unchecked are logged.
 
@@ -30,12 +33,16 @@ from bot.core.background import Background, patiently
 from bot.core.clock import Clock
 from bot.core.events import ConversationKey, IncomingMessage
 from bot.core.settings import CatchUpSettings
-from bot.core.store import FrontendMemory
+from bot.core.store import FrontendMemory, IngestResult
 from bot.core.threads import Ingest
 
 log = logging.getLogger("burstbot.catch_up")
 
 T = TypeVar("T")
+
+Route = Callable[[IncomingMessage, Ingest], Awaitable[IngestResult]]
+"""A front end's own ingest of a message it found: it chooses the message's conversation (under
+its own lock, as for a live one) and hands the result to the `Ingest` it is given."""
 
 
 class CatchUpRun:
@@ -92,16 +99,28 @@ class CatchUpRun:
                     "active conversation(s) not checked this pass", self._catch_up.platform,
                     self.counts["requests"], left)  # fmt: skip
 
-    async def ingest(self, where: str, messages: Iterable[IncomingMessage]) -> None:
-        """Ingest what counts of one conversation or channel, oldest first, marked as caught up."""
+    async def ingest(
+        self, where: str, messages: Iterable[IncomingMessage], route: Route | None = None
+    ) -> None:
+        """Ingest what counts of one conversation or channel, oldest first, marked as caught up;
+        through `route` when the front end keys each message itself."""
         seen: Counter[str] = Counter()
+        ingest = self._catch_up.ingest
         for message in messages:
-            result = await self._catch_up.ingest(replace(message, via="catch-up"))
+            caught = replace(message, via="catch-up")
+            result = await (ingest(caught) if route is None else route(caught, ingest))
             seen[result.status] += 1
         self.counts.update(seen)
         if seen["accepted"]:
             log.info("catch-up %s: %d new message(s), %d already stored", where,
                      seen["accepted"], seen["duplicate"])  # fmt: skip
+
+    async def stored_in(self, message: IncomingMessage) -> ConversationKey | None:
+        """The conversation `message` is stored in already (seen live, or by an earlier pass)."""
+        key = message.key
+        stored = await self._catch_up.memory.stored_in(key.platform, key.workspace,
+                                                       message.message_id)  # fmt: skip
+        return None if stored is None else ConversationKey.parse(stored)
 
     def skip(self, where: str, reason: str) -> None:
         """A conversation that cannot be read (channel gone, no access): logged, left alone."""

@@ -25,6 +25,11 @@ class NoteBook(Protocol):
         """Set the note unless it exists; True only for the call that set it."""
         ...
 
+    async def noted(self, name: str, under: str) -> list[str]:
+        """The conversations whose id starts with `under` that carry the note `name`, most
+        recently noted first (Slack's catch-up lists the workspace's agent DMs)."""
+        ...
+
     async def swap_note(
         self, conversation_id: str, name: str, expected: str | None, value: str, now: float
     ) -> bool:

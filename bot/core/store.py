@@ -596,3 +596,8 @@ class FrontendMemory(Protocol):
         `before` (None: none stored before then), most recently active first. Arrival times are
         the database's: `before` crosses over by its distance from `now`."""
         ...
+
+    async def stored_in(self, platform: str, workspace: str, message_id: str) -> str | None:
+        """The id of the conversation the platform message is stored in (None: not stored): a
+        front end that keys a message by what is stored (Slack's agent DMs) keys it as before."""
+        ...

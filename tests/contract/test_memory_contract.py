@@ -60,6 +60,16 @@ async def test_catch_up_points_name_every_conversation_most_recently_active_firs
     assert list(points.items()) == [(THREAD.id, None), (DM.id, "D1:2"), (quiet.id, "D9:1")]
 
 
+async def test_a_message_is_found_in_the_conversation_it_is_stored_in(store: SqlStore) -> None:
+    await store.ingest(msg(1, THREAD), NOW, T)
+    assert await store.stored_in("slack", "T1", "C1:1") == THREAD.id
+    assert await store.stored_in("slack", "T2", "C1:1") is None  # ids are per workspace
+    assert await store.stored_in("slack", "T1", "C1:2") is None
+    again = replace(msg(1, THREAD), key=DM)  # the same message under another key: a duplicate
+    assert (await store.ingest(again, NOW, T)).status == "duplicate"
+    assert await store.stored_in("slack", "T1", "C1:1") == THREAD.id
+
+
 async def test_each_message_remembers_how_it_arrived(store: SqlStore) -> None:
     await store.ingest(msg(1), NOW, T)
     await store.ingest(msg(2, via="catch-up"), NOW, T)

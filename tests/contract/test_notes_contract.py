@@ -56,3 +56,15 @@ async def test_a_note_is_swapped_only_from_the_value_read_and_by_one_of_two(
     assert await store.note(dm, "exchange") == moved
     assert not await store.swap_note(dm, "other", "1", "2", NOW + 2)  # absent: nothing to swap
     assert await store.note(dm, "other") is None
+
+
+async def test_the_conversations_noted_under_a_prefix_are_listed_by_the_note_s_name(
+    store: SqlStore,
+) -> None:
+    for cid in ("slack/T1/D1/", "slack/T1/D2/", "slack/T2/D1/", "slack/T10/D3/"):
+        await store.put_note(cid, "agent_dm", "U1", NOW)
+    await store.put_note("slack/T1/D4/", "exchange", "1700000000.000002", NOW)
+    assert sorted(await store.noted("agent_dm", "slack/T1/")) == ["slack/T1/D1/", "slack/T1/D2/"]
+    assert await store.noted("agent_dm", "slack/T3/") == []
+    await store.forget_conversation("slack/T1/D2/")
+    assert await store.noted("agent_dm", "slack/T1/") == ["slack/T1/D1/"]
